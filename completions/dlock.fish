@@ -1,0 +1,99 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_dlock_global_optspecs
+    string join \n b/backend= u/url= connect-timeout= v/verbose q/quiet h/help V/version
+end
+
+function __fish_dlock_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_dlock_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_dlock_using_subcommand
+    set -l cmd (__fish_dlock_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c dlock -n "__fish_dlock_needs_command" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+redis\t'A Redis server (or several, with Redlock); cluster-wide'
+zk\t'A ZooKeeper ensemble; cluster-wide'"
+complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
+complete -c dlock -n "__fish_dlock_needs_command" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_needs_command" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_needs_command" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_needs_command" -s V -l version -d 'Print version'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "run" -d 'Acquire the lock, run COMMAND while holding it, release it when COMMAND exits'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "status" -d 'Show who holds a lock. Exit status 0 when held, 1 when free'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "list" -d 'List every lock currently held'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "release" -d 'Break a lock held by others (for an operator cleaning up after a dead holder)'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "generate" -d 'Write shell completions and man pages'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Take one of N seats: at most N holders with --limit at once (a semaphore)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long (500ms, 30s, 5m). Default: wait without limit' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock could not be acquired' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'The lease: how long the lock outlives a dlock that stops renewing it (network backends)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-after -d 'When the lock is lost: SIGTERM the command\'s process group, wait this long, then SIGKILL' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+redis\t'A Redis server (or several, with Redlock); cluster-wide'
+zk\t'A ZooKeeper ensemble; cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s x -l exclusive -d 'Take the lock exclusively (the default)'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Take the lock shared: shared holders run together, never alongside an exclusive one'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Fail at once if the lock is busy'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+redis\t'A Redis server (or several, with Redlock); cluster-wide'
+zk\t'A ZooKeeper ensemble; cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print JSON'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+redis\t'A Redis server (or several, with Redlock); cluster-wide'
+zk\t'A ZooKeeper ensemble; cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l json -d 'Print a JSON array'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand release" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+redis\t'A Redis server (or several, with Redlock); cluster-wide'
+zk\t'A ZooKeeper ensemble; cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand release" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_using_subcommand release" -l force -d 'Required: breaking someone else\'s lock is never the default'
+complete -c dlock -n "__fish_dlock_using_subcommand release" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_using_subcommand release" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -l out -d 'Directory to write completions/ and man/ into' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+redis\t'A Redis server (or several, with Redlock); cluster-wide'
+zk\t'A ZooKeeper ensemble; cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list release generate help" -f -a "run" -d 'Acquire the lock, run COMMAND while holding it, release it when COMMAND exits'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list release generate help" -f -a "status" -d 'Show who holds a lock. Exit status 0 when held, 1 when free'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list release generate help" -f -a "list" -d 'List every lock currently held'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list release generate help" -f -a "release" -d 'Break a lock held by others (for an operator cleaning up after a dead holder)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list release generate help" -f -a "generate" -d 'Write shell completions and man pages'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list release generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

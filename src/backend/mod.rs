@@ -1,0 +1,163 @@
+//! The one interface every lock store implements. The supervisor, the CLI and the tests speak only
+//! to `Backend` and `Lease`; each store (a lock file, Redis, ZooKeeper) lives in its own file and
+//! nothing outside that file knows how it keeps a lock.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::exit::{FailWith, Failure};
+use crate::lock::{Holder, LockName, LockRequest, Token};
+
+pub mod file;
+
+/// Which store holds the locks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// Lock files in a local directory (flock(2)); no server, one machine.
+    File,
+    /// A Redis server (or several, with Redlock); cluster-wide.
+    Redis,
+    /// A ZooKeeper ensemble; cluster-wide.
+    Zk,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::File => "file",
+            BackendKind::Redis => "redis",
+            BackendKind::Zk => "zk",
+        }
+    }
+}
+
+/// Where and how to reach a backend, from the command line and environment.
+#[derive(Clone, Debug)]
+pub struct BackendConfig {
+    pub kind: BackendKind,
+    /// `--url`, possibly given several times (Redlock); empty means the backend's default.
+    pub urls: Vec<String>,
+    #[allow(dead_code)] // read by the network backends
+    pub connect_timeout: Duration,
+}
+
+/// Opens the configured backend. Errors are tagged with the exit status they map to (usage for a
+/// malformed address, backend-unavailable for one that cannot be used).
+pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
+    match config.kind {
+        BackendKind::File => Ok(Box::new(file::FileBackend::open(config)?)),
+        BackendKind::Redis | BackendKind::Zk => Err(anyhow::anyhow!(
+            "the {} backend is not built into this dlock yet",
+            config.kind.as_str()
+        ))
+        .fail_with(Failure::BackendUnavailable),
+    }
+}
+
+/// A lock store.
+///
+/// Acquisition either succeeds with a `Lease` the caller then keeps alive and releases, or reports
+/// the lock busy. Methods that block take a `Waiting` so the caller can cancel them (a timeout or a
+/// signal) and learn who holds the lock meanwhile.
+pub trait Backend: Send {
+    /// Where the locks live, for messages and for recognising a lock already held by an ancestor
+    /// process (`file:/run/user/1000/dlock`, `redis://127.0.0.1:6379`).
+    fn location(&self) -> String;
+
+    /// One attempt, never waiting.
+    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt>;
+
+    /// Wait until the lock is acquired, or `waiting` is cancelled (`Ok(None)`). A cancelled wait
+    /// leaves nothing of itself behind in the store.
+    fn acquire(
+        &self,
+        request: &LockRequest,
+        waiting: &Waiting,
+    ) -> anyhow::Result<Option<Box<dyn Lease>>>;
+
+    /// Who holds `name` now (an empty list: free).
+    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus>;
+
+    /// Every lock currently held whose name starts with `prefix`, sorted by name.
+    fn list(&self, prefix: &str) -> anyhow::Result<Vec<LockStatus>>;
+
+    /// Break the lock for every holder (an operator cleaning up after a dead one). Returns the holders
+    /// removed. Each removed holder's dlock notices at its next renewal and treats the lock as lost.
+    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>>;
+}
+
+/// The outcome of one acquisition attempt.
+pub enum Attempt {
+    Acquired(Box<dyn Lease>),
+    /// Held by others, who are listed when the backend can tell.
+    Busy(Vec<Holder>),
+}
+
+/// A held lock. Owned by one thread at a time: the supervisor's heartbeat renews it while the child
+/// runs and hands it back for release.
+pub trait Lease: Send {
+    /// This acquisition's fencing token.
+    fn token(&self) -> Token;
+
+    /// Keep the lock: extend the lease, or check that it still stands. Says when to call again.
+    fn renew(&mut self) -> Renewal;
+
+    /// Give the lock up. Acts only on this holder's own entry, never on another's.
+    fn release(self: Box<Self>) -> anyhow::Result<()>;
+}
+
+/// What a renewal found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// Still held; renew again after this long.
+    Held { next: Duration },
+    /// Renewed or not, the lock may now be someone else's: why, for the user.
+    Lost(String),
+}
+
+/// A lock's state as `status` and `list` report it.
+#[derive(Clone, Debug, Serialize)]
+pub struct LockStatus {
+    pub name: LockName,
+    pub holders: Vec<Holder>,
+    /// Where the backend keeps the lock (a file's path, a key, a znode), for operators.
+    pub location: String,
+}
+
+/// Where a waiting acquisition reports who holds the lock.
+type BusyReport = dyn Fn(&[Holder]) + Send + Sync;
+
+/// The caller's side of a blocking acquisition: whether to give up, and where to report who holds
+/// the lock while waiting.
+#[derive(Clone)]
+pub struct Waiting {
+    cancelled: Arc<AtomicBool>,
+    on_busy: Arc<BusyReport>,
+}
+
+impl Waiting {
+    pub fn new(on_busy: impl Fn(&[Holder]) + Send + Sync + 'static) -> Waiting {
+        Waiting {
+            cancelled: Arc::new(AtomicBool::new(false)),
+            on_busy: Arc::new(on_busy),
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Ask the acquisition to stop. Backends check `is_cancelled` whenever a blocking call returns,
+    /// and the supervisor interrupts blocking system calls with a signal so they do return.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst)
+    }
+
+    /// Report the current holders of a lock being waited for.
+    pub fn busy(&self, holders: &[Holder]) {
+        (self.on_busy)(holders)
+    }
+}

@@ -1,0 +1,91 @@
+//! What each subcommand does once the command line is parsed: `run` hands over to the supervisor;
+//! `status`, `list` and `release` ask the backend and print its answer for people or as JSON.
+
+use anyhow::anyhow;
+
+use crate::backend::{self, LockStatus};
+use crate::cli::{lock_name, Cli, Command};
+use crate::exit::{self, FailWith, Failure};
+use crate::report::Reporter;
+use crate::{generate, supervise};
+
+pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
+    let global = &cli.global;
+    match &cli.command {
+        Command::Run(args) => supervise::run(args.plan(global)?, report),
+        Command::Status(args) => {
+            let name = lock_name(&args.name)?;
+            let status = backend::open(&global.backend_config())?.status(&name)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&status_json(&status))?);
+            } else if !global.quiet {
+                print_status(&status);
+            }
+            Ok(if status.holders.is_empty() {
+                exit::FREE
+            } else {
+                0
+            })
+        }
+        Command::List(args) => {
+            let held = backend::open(&global.backend_config())?.list(&args.prefix)?;
+            if args.json {
+                let all: Vec<_> = held.iter().map(status_json).collect();
+                println!("{}", serde_json::to_string_pretty(&all)?);
+            } else {
+                for status in &held {
+                    for holder in &status.holders {
+                        println!("{}\t{}", status.name, holder.describe());
+                    }
+                }
+            }
+            Ok(0)
+        }
+        Command::Release(args) => {
+            let name = lock_name(&args.name)?;
+            if !args.force {
+                return Err(anyhow!(
+                    "release breaks the lock for whoever holds it; say `dlock release --force {}`",
+                    args.name
+                ))
+                .fail_with(Failure::Usage);
+            }
+            let removed = backend::open(&global.backend_config())?.force_release(&name)?;
+            if removed.is_empty() {
+                report.notice(&format!(
+                    "lock {:?} was not held; nothing released",
+                    name.as_str()
+                ));
+                return Ok(exit::FREE);
+            }
+            for holder in &removed {
+                println!("released {}\t{}", name, holder.describe());
+            }
+            Ok(0)
+        }
+        Command::Generate(args) => {
+            generate::write_all(&args.out)?;
+            Ok(0)
+        }
+    }
+}
+
+fn status_json(status: &LockStatus) -> serde_json::Value {
+    serde_json::json!({
+        "name": status.name,
+        "held": !status.holders.is_empty(),
+        "location": status.location,
+        "holders": status.holders,
+    })
+}
+
+fn print_status(status: &LockStatus) {
+    if status.holders.is_empty() {
+        println!("{}: free ({})", status.name, status.location);
+        return;
+    }
+    println!("{}: held ({})", status.name, status.location);
+    for holder in &status.holders {
+        println!("  {} owner {}", holder.describe(), holder.owner);
+    }
+}

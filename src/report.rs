@@ -1,0 +1,85 @@
+//! How dlock talks on stderr, in one place: errors always, notices unless `--quiet`, timestamped
+//! events with `--verbose`, and the one-line waiting status redrawn in place on a terminal.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, SystemTime};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verbosity {
+    Quiet,
+    Normal,
+    Verbose,
+}
+
+pub struct Reporter {
+    verbosity: Verbosity,
+    /// Whether a status line is on screen and must be erased before anything else is printed.
+    status_shown: std::cell::Cell<bool>,
+    terminal: bool,
+}
+
+impl Reporter {
+    pub fn new(verbosity: Verbosity) -> Reporter {
+        Reporter {
+            verbosity,
+            status_shown: std::cell::Cell::new(false),
+            terminal: std::io::stderr().is_terminal(),
+        }
+    }
+
+    pub fn error(&self, msg: &str) {
+        self.clear_status();
+        eprintln!("dlock: {msg}");
+    }
+
+    /// Something the user should know unless they asked for quiet (busy, timed out).
+    pub fn notice(&self, msg: &str) {
+        if self.verbosity != Verbosity::Quiet {
+            self.clear_status();
+            eprintln!("dlock: {msg}");
+        }
+    }
+
+    /// A timestamped event, shown only with `--verbose`.
+    pub fn event(&self, msg: &str) {
+        if self.verbosity == Verbosity::Verbose {
+            self.clear_status();
+            let now = humantime::format_rfc3339_millis(SystemTime::now());
+            eprintln!("[{now}] dlock: {msg}");
+        }
+    }
+
+    pub fn is_verbose(&self) -> bool {
+        self.verbosity == Verbosity::Verbose
+    }
+
+    /// Draws the waiting line in place, on a terminal only and never with --verbose or --quiet
+    /// (where it would interleave with event lines or break the silence).
+    pub fn waiting_line(&self, elapsed: Duration, what: &str) {
+        if !self.terminal || self.verbosity != Verbosity::Normal {
+            return;
+        }
+        let secs = Duration::from_secs(elapsed.as_secs());
+        let mut err = std::io::stderr().lock();
+        let _ = write!(
+            err,
+            "\r\x1b[Kdlock: waiting {} for {what}",
+            humantime::format_duration(secs)
+        );
+        let _ = err.flush();
+        self.status_shown.set(true);
+    }
+
+    pub fn clear_status(&self) {
+        if self.status_shown.replace(false) {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[K");
+            let _ = err.flush();
+        }
+    }
+
+    /// True when a waiting line could be drawn, so the caller knows to tick it.
+    pub fn draws_waiting_line(&self) -> bool {
+        self.terminal && self.verbosity == Verbosity::Normal
+    }
+}

@@ -1,0 +1,638 @@
+//! `dlock run`, whatever the backend: wait for the locks (cancellable by a deadline or a signal),
+//! start the command in its own process group, forward signals to it, keep the leases alive from a
+//! heartbeat thread, terminate the command when a lock is lost, and turn the outcome into an exit
+//! status. Backends only acquire, renew and release; everything about the child happens here.
+//!
+//! The main thread owns the child and decides; helper threads (signals, acquisition, heartbeat,
+//! child reaper) only report to it over one channel, so every decision is made in one place.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::thread::JoinHandleExt;
+use std::process::{Child, Command, ExitStatus};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+
+use crate::backend::{self, Attempt, Backend, BackendConfig, Lease, Renewal, Waiting};
+use crate::exit;
+use crate::lock::{Holder, LockName, LockRequest, Token};
+use crate::report::Reporter;
+
+/// Signals dlock passes on to the command's process group.
+pub const FORWARDED_SIGNALS: [i32; 6] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2];
+
+/// Sent to the acquiring thread to break a blocking system call after its wait was cancelled.
+/// SIGURG is ignored by default, so a stray one harms nothing; its handler is installed without
+/// SA_RESTART so the interrupted call returns EINTR.
+const WAKE_SIGNAL: i32 = libc::SIGURG;
+
+/// Everything `dlock run` was asked to do.
+pub struct RunPlan {
+    pub backend: BackendConfig,
+    /// The locks, already in canonical (sorted, deduplicated) order.
+    pub requests: Vec<LockRequest>,
+    pub command: Vec<String>,
+    pub no_wait: bool,
+    pub wait: Option<Duration>,
+    pub conflict_exit_code: u8,
+    pub kill_after: Duration,
+}
+
+/// A lock this dlock holds.
+struct Held {
+    name: LockName,
+    lease: Box<dyn Lease>,
+}
+
+enum Event {
+    Signal(i32),
+    Busy(LockName, Vec<Holder>),
+    Acquired(anyhow::Result<Option<Vec<Held>>>),
+    Lost(String),
+    ChildExited(ExitStatus),
+}
+
+/// Environment variable listing the locks held by this process's dlock ancestors, one
+/// `LOCATION<TAB>NAME` per line, so a nested `dlock run` of a held lock runs its command directly.
+const HELD_VAR: &str = "DLOCK_HELD";
+
+pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
+    let backend = backend::open(&plan.backend)?;
+    let location = backend.location();
+    let inherited = std::env::var(HELD_VAR).unwrap_or_default();
+    let requests: Vec<LockRequest> = plan
+        .requests
+        .iter()
+        .filter(|r| {
+            !inherited
+                .lines()
+                .any(|line| line == held_entry(&location, &r.name))
+        })
+        .cloned()
+        .collect();
+    if requests.is_empty() {
+        report.event("every lock is already held by a parent dlock; running the command directly");
+        let err = Command::new(&plan.command[0])
+            .args(&plan.command[1..])
+            .exec();
+        return Ok(spawn_failure(&plan.command[0], &err, report));
+    }
+
+    let (tx, rx) = mpsc::channel();
+    start_signal_thread(tx.clone())?;
+    install_wake_handler()?;
+
+    let started = Instant::now();
+    let held = if plan.no_wait {
+        acquire_now(backend.as_ref(), &requests)?
+    } else {
+        acquire_waiting(backend, &requests, &plan, &tx, &rx, report)?
+    };
+    let held = match held {
+        Acquisition::Held(held) => held,
+        Acquisition::Busy(name, holders) => {
+            report.notice(&busy_message(&name, &holders, None));
+            return Ok(plan.conflict_exit_code);
+        }
+        Acquisition::TimedOut(name, holders) => {
+            report.notice(&busy_message(&name, &holders, plan.wait));
+            return Ok(plan.conflict_exit_code);
+        }
+        Acquisition::Signalled(n) => {
+            report.event(&format!("signal {n} while waiting; giving up"));
+            return Ok(exit::signalled(n));
+        }
+    };
+    for h in &held {
+        report.event(&format!(
+            "acquired {:?} after {:?} with token {}",
+            h.name.as_str(),
+            started.elapsed(),
+            h.lease.token()
+        ));
+    }
+    // A signal that came while the last lock was being taken still means "stop": honour it now,
+    // before anything was started.
+    if let Ok(Event::Signal(n)) = rx.try_recv() {
+        release_all(held, report);
+        return Ok(exit::signalled(n));
+    }
+
+    supervise_child(held, &plan, &location, &inherited, &tx, &rx, report)
+}
+
+fn held_entry(location: &str, name: &LockName) -> String {
+    format!("{location}\t{name}")
+}
+
+fn busy_message(name: &LockName, holders: &[Holder], waited: Option<Duration>) -> String {
+    let who = describe_holders(holders);
+    match waited {
+        Some(w) => format!(
+            "gave up on lock {:?} after waiting {}{who}",
+            name.as_str(),
+            humantime::format_duration(w)
+        ),
+        None => format!("lock {:?} is busy{who}", name.as_str()),
+    }
+}
+
+fn describe_holders(holders: &[Holder]) -> String {
+    match holders {
+        [] => String::new(),
+        [one] => format!(": held {}", one.describe()),
+        [first, rest @ ..] => format!(": held {} and {} more", first.describe(), rest.len()),
+    }
+}
+
+enum Acquisition {
+    Held(Vec<Held>),
+    Busy(LockName, Vec<Holder>),
+    TimedOut(LockName, Vec<Holder>),
+    Signalled(i32),
+}
+
+/// `--no-wait`: one attempt per lock, in order; all or nothing.
+fn acquire_now(backend: &dyn Backend, requests: &[LockRequest]) -> anyhow::Result<Acquisition> {
+    let mut held = Vec::new();
+    for request in requests {
+        match backend.try_acquire(request) {
+            Ok(Attempt::Acquired(lease)) => held.push(Held {
+                name: request.name.clone(),
+                lease,
+            }),
+            Ok(Attempt::Busy(holders)) => {
+                release_quietly(held);
+                return Ok(Acquisition::Busy(request.name.clone(), holders));
+            }
+            Err(e) => {
+                release_quietly(held);
+                return Err(e);
+            }
+        }
+    }
+    Ok(Acquisition::Held(held))
+}
+
+/// Waits for every lock on a helper thread while the main thread watches the deadline and signals.
+fn acquire_waiting(
+    backend: Box<dyn Backend>,
+    requests: &[LockRequest],
+    plan: &RunPlan,
+    tx: &Sender<Event>,
+    rx: &Receiver<Event>,
+    report: &Reporter,
+) -> anyhow::Result<Acquisition> {
+    let busy_tx = tx.clone();
+    let busy_name = std::sync::Arc::new(std::sync::Mutex::new(requests[0].name.clone()));
+    let busy_name_for_waiting = busy_name.clone();
+    let waiting = Waiting::new(move |holders: &[Holder]| {
+        let name = busy_name_for_waiting.lock().map(|n| n.clone());
+        if let Ok(name) = name {
+            let _ = busy_tx.send(Event::Busy(name, holders.to_vec()));
+        }
+    });
+    let thread_waiting = waiting.clone();
+    let thread_requests = requests.to_vec();
+    let result_tx = tx.clone();
+    let acquirer = thread::Builder::new()
+        .name("acquire".into())
+        .spawn(move || {
+            let mut held: Vec<Held> = Vec::new();
+            for request in &thread_requests {
+                if let Ok(mut n) = busy_name.lock() {
+                    *n = request.name.clone();
+                }
+                match backend.acquire(request, &thread_waiting) {
+                    Ok(Some(lease)) => held.push(Held {
+                        name: request.name.clone(),
+                        lease,
+                    }),
+                    Ok(None) => {
+                        release_quietly(held);
+                        let _ = result_tx.send(Event::Acquired(Ok(None)));
+                        return;
+                    }
+                    Err(e) => {
+                        release_quietly(held);
+                        let _ = result_tx.send(Event::Acquired(Err(e)));
+                        return;
+                    }
+                }
+            }
+            let _ = result_tx.send(Event::Acquired(Ok(Some(held))));
+        })
+        .context("cannot start the acquiring thread")?;
+
+    let started = Instant::now();
+    let deadline = plan.wait.map(|w| started + w);
+    let mut waiting_for = (requests[0].name.clone(), Vec::new());
+    let tick = Duration::from_secs(1);
+    loop {
+        let now = Instant::now();
+        let mut timeout = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+        if report.draws_waiting_line() {
+            timeout = timeout.min(tick);
+        }
+        match rx.recv_timeout(timeout) {
+            Ok(Event::Acquired(Ok(Some(held)))) => {
+                report.clear_status();
+                let _ = acquirer.join();
+                return Ok(Acquisition::Held(held));
+            }
+            Ok(Event::Acquired(Ok(None))) => {
+                report.clear_status();
+                return Ok(Acquisition::Busy(waiting_for.0, waiting_for.1));
+            }
+            Ok(Event::Acquired(Err(e))) => {
+                report.clear_status();
+                return Err(e);
+            }
+            Ok(Event::Busy(name, holders)) => {
+                report.event(&format!(
+                    "waiting for lock {:?}{}",
+                    name.as_str(),
+                    describe_holders(&holders)
+                ));
+                waiting_for = (name, holders);
+                draw_waiting(report, started, &waiting_for);
+            }
+            Ok(Event::Signal(n)) => {
+                report.clear_status();
+                cancel(&waiting, acquirer, rx, report);
+                return Ok(Acquisition::Signalled(n));
+            }
+            Ok(Event::Lost(_)) | Ok(Event::ChildExited(_)) => {}
+            Err(RecvTimeoutError::Timeout) => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    report.clear_status();
+                    cancel(&waiting, acquirer, rx, report);
+                    return Ok(Acquisition::TimedOut(waiting_for.0, waiting_for.1));
+                }
+                draw_waiting(report, started, &waiting_for);
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                anyhow::bail!("the acquiring thread stopped without an answer")
+            }
+        }
+    }
+}
+
+fn draw_waiting(report: &Reporter, started: Instant, (name, holders): &(LockName, Vec<Holder>)) {
+    let holder = match holders.first() {
+        Some(h) => format!(", held by {} pid {} since {}", h.host, h.pid, since(h)),
+        None => String::new(),
+    };
+    report.waiting_line(
+        started.elapsed(),
+        &format!("lock {:?}{holder}", name.as_str()),
+    );
+}
+
+fn since(h: &Holder) -> String {
+    humantime::format_rfc3339_seconds(h.since).to_string()
+}
+
+/// Stops a waiting acquisition and makes sure it leaves nothing behind: interrupts the blocking
+/// call until the thread answers, and releases anything it acquired in the meantime.
+fn cancel(waiting: &Waiting, acquirer: JoinHandle<()>, rx: &Receiver<Event>, report: &Reporter) {
+    waiting.cancel();
+    // Bounded: a backend stuck past this (a hung server) is abandoned; the process exits anyway.
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < give_up {
+        // The handle is joinable, so the thread id stays valid even if the thread has finished.
+        // SAFETY: pthread_kill on a joinable thread's id with a handled signal.
+        unsafe { libc::pthread_kill(acquirer.as_pthread_t(), WAKE_SIGNAL) };
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(Event::Acquired(Ok(Some(held)))) => {
+                release_all(held, report);
+                break;
+            }
+            Ok(Event::Acquired(_)) => break,
+            _ => {}
+        }
+    }
+    if acquirer.is_finished() {
+        let _ = acquirer.join();
+    }
+}
+
+extern "C" fn wake(_: libc::c_int) {}
+
+fn install_wake_handler() -> anyhow::Result<()> {
+    // SAFETY: an all-zero sigaction is valid; the handler is async-signal-safe (it does nothing).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = wake as extern "C" fn(libc::c_int) as usize;
+        action.sa_flags = 0; // no SA_RESTART: the interrupted call must return EINTR
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(WAKE_SIGNAL, &action, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error()).context("cannot install a signal handler");
+        }
+    }
+    Ok(())
+}
+
+fn start_signal_thread(tx: Sender<Event>) -> anyhow::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new(FORWARDED_SIGNALS)
+        .context("cannot install signal handlers")?;
+    thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for n in signals.forever() {
+                if tx.send(Event::Signal(n)).is_err() {
+                    break;
+                }
+            }
+        })
+        .context("cannot start the signal thread")?;
+    Ok(())
+}
+
+fn release_all(held: Vec<Held>, report: &Reporter) {
+    for h in held {
+        let name = h.name.clone();
+        match h.lease.release() {
+            Ok(()) => report.event(&format!("released {:?}", name.as_str())),
+            // The lease runs out on its own; say so, but the command's status stands.
+            Err(e) => report.error(&format!(
+                "could not release lock {:?}: {e:#}",
+                name.as_str()
+            )),
+        }
+    }
+}
+
+fn release_quietly(held: Vec<Held>) {
+    for h in held {
+        let _ = h.lease.release();
+    }
+}
+
+/// The exit status and message for a command that could not be started.
+fn spawn_failure(program: &str, err: &io::Error, report: &Reporter) -> u8 {
+    match err.kind() {
+        io::ErrorKind::NotFound => {
+            report.error(&format!("command not found: {program}"));
+            exit::NOT_FOUND
+        }
+        io::ErrorKind::PermissionDenied => {
+            report.error(&format!("cannot execute {program}: permission denied"));
+            exit::NOT_EXECUTABLE
+        }
+        _ => {
+            report.error(&format!("cannot execute {program}: {err}"));
+            exit::NOT_EXECUTABLE
+        }
+    }
+}
+
+fn exit_code_of(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(n)) => exit::signalled(n),
+        (None, None) => exit::INTERNAL,
+    }
+}
+
+/// The lock-related variables the command sees.
+fn child_environment(
+    held: &[Held],
+    plan: &RunPlan,
+    location: &str,
+    inherited: &str,
+) -> Vec<(String, String)> {
+    let mut env = vec![(
+        "DLOCK_BACKEND".to_owned(),
+        plan.backend.kind.as_str().to_owned(),
+    )];
+    let tokens: BTreeMap<&LockName, Token> =
+        held.iter().map(|h| (&h.name, h.lease.token())).collect();
+    if let [one] = held {
+        env.push(("DLOCK_NAME".into(), one.name.to_string()));
+        env.push(("DLOCK_TOKEN".into(), one.lease.token().to_string()));
+    } else {
+        env.push(("DLOCK_LOCKS".into(), held.len().to_string()));
+        for (i, (name, token)) in tokens.iter().enumerate() {
+            env.push((format!("DLOCK_NAME_{}", i + 1), name.to_string()));
+            env.push((format!("DLOCK_TOKEN_{}", i + 1), token.to_string()));
+        }
+    }
+    let mut entries: Vec<String> = inherited
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    entries.extend(held.iter().map(|h| held_entry(location, &h.name)));
+    env.push((HELD_VAR.into(), entries.join("\n")));
+    env
+}
+
+/// Whether the command should get the terminal: stdin is one and dlock is in its foreground group.
+fn owns_terminal() -> bool {
+    // SAFETY: plain queries on fd 0.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+/// Gives the terminal's foreground to `pgrp`. SIGTTOU is blocked meanwhile, since a background
+/// process changing the foreground group would otherwise be stopped.
+fn set_foreground(pgrp: libc::pid_t) {
+    // SAFETY: signal mask manipulation and tcsetpgrp with valid arguments.
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, libc::SIGTTOU);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+        libc::tcsetpgrp(0, pgrp);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+}
+
+fn spawn_child(plan: &RunPlan, env: &[(String, String)], foreground: bool) -> io::Result<Child> {
+    // SAFETY: getpid cannot fail.
+    let parent = unsafe { libc::getpid() };
+    let mut command = Command::new(&plan.command[0]);
+    command.args(&plan.command[1..]).envs(env.iter().cloned());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            // Its own process group, so signals reach the command and everything it starts.
+            if libc::setpgid(0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if foreground {
+                set_foreground(libc::getpid());
+            }
+            // If dlock dies (even by SIGKILL) the command must not run on without the lock.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+    command.spawn()
+}
+
+fn supervise_child(
+    held: Vec<Held>,
+    plan: &RunPlan,
+    location: &str,
+    inherited: &str,
+    tx: &Sender<Event>,
+    rx: &Receiver<Event>,
+    report: &Reporter,
+) -> anyhow::Result<u8> {
+    let env = child_environment(&held, plan, location, inherited);
+    let foreground = owns_terminal();
+    let child = match spawn_child(plan, &env, foreground) {
+        Ok(child) => child,
+        Err(e) => {
+            release_all(held, report);
+            return Ok(spawn_failure(&plan.command[0], &e, report));
+        }
+    };
+    let pid = child.id() as libc::pid_t;
+    if foreground {
+        // Also from the parent, as shells do, so the order of the two calls does not matter.
+        set_foreground(pid);
+    }
+    report.event(&format!(
+        "started {:?} as pid {pid}",
+        plan.command.join(" ")
+    ));
+
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let heartbeat = start_heartbeat(held, stop_rx, tx.clone(), report.is_verbose())?;
+    start_reaper(child, tx.clone())?;
+
+    let mut lost: Option<Instant> = None;
+    let mut killed = false;
+    let status = loop {
+        let timeout = match lost {
+            Some(at) if !killed => (at + plan.kill_after).saturating_duration_since(Instant::now()),
+            _ => Duration::MAX,
+        };
+        match rx.recv_timeout(timeout) {
+            Ok(Event::ChildExited(status)) => break status,
+            Ok(Event::Signal(n)) => {
+                report.event(&format!("forwarding signal {n} to the command"));
+                signal_group(pid, n);
+            }
+            Ok(Event::Lost(why)) => {
+                report.error(&format!("lost the lock: {why}; terminating the command"));
+                signal_group(pid, libc::SIGTERM);
+                lost = Some(Instant::now());
+            }
+            Ok(_) => {}
+            Err(RecvTimeoutError::Timeout) => {
+                report.error(&format!(
+                    "the command outlived --kill-after {}; sending SIGKILL",
+                    humantime::format_duration(plan.kill_after)
+                ));
+                signal_group(pid, libc::SIGKILL);
+                killed = true;
+            }
+            Err(RecvTimeoutError::Disconnected) => anyhow::bail!("lost track of the command"),
+        }
+    };
+    if foreground {
+        // SAFETY: getpgrp cannot fail.
+        set_foreground(unsafe { libc::getpgrp() });
+    }
+    if lost.is_some() {
+        // Whatever else the command's group left running goes too: it has no lock any more.
+        signal_group(pid, libc::SIGKILL);
+    }
+    let _ = stop_tx.send(());
+    let held = heartbeat.join().unwrap_or_default();
+    report.event(&format!("command exited: {status}"));
+    release_all(held, report);
+    Ok(if lost.is_some() {
+        exit::LOCK_LOST
+    } else {
+        exit_code_of(status)
+    })
+}
+
+fn signal_group(pgrp: libc::pid_t, signal: i32) {
+    // SAFETY: kill with a negative pid signals that process group; errors (group gone) are moot.
+    unsafe { libc::kill(-pgrp, signal) };
+}
+
+/// Renews every lease when due; reports a loss and stops renewing that moment. Returns the leases
+/// for release when told to stop.
+fn start_heartbeat(
+    mut held: Vec<Held>,
+    stop: Receiver<()>,
+    tx: Sender<Event>,
+    verbose: bool,
+) -> anyhow::Result<JoinHandle<Vec<Held>>> {
+    thread::Builder::new()
+        .name("heartbeat".into())
+        .spawn(move || {
+            // None: that lease was lost. Renewing the others would only prolong a doomed run.
+            let mut due: Option<Vec<Instant>> =
+                held.iter_mut().map(|h| renew(h, &tx, verbose)).collect();
+            while let Some(times) = due.as_mut() {
+                let earliest = times.iter().min().copied().unwrap_or_else(Instant::now);
+                match stop.recv_timeout(earliest.saturating_duration_since(Instant::now())) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => return held,
+                }
+                let now = Instant::now();
+                let next = held
+                    .iter_mut()
+                    .zip(times.iter())
+                    .map(|(h, &d)| {
+                        if d <= now {
+                            renew(h, &tx, verbose)
+                        } else {
+                            Some(d)
+                        }
+                    })
+                    .collect();
+                due = next;
+            }
+            let _ = stop.recv();
+            held
+        })
+        .context("cannot start the heartbeat thread")
+}
+
+/// Renews one lease; the time of its next renewal, or `None` (and a report) when it was lost.
+fn renew(h: &mut Held, tx: &Sender<Event>, verbose: bool) -> Option<Instant> {
+    match h.lease.renew() {
+        Renewal::Held { next } => {
+            if verbose {
+                let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+                eprintln!("[{now}] dlock: renewed {:?}", h.name.as_str());
+            }
+            Some(Instant::now() + next)
+        }
+        Renewal::Lost(why) => {
+            let _ = tx.send(Event::Lost(format!("lock {:?}: {why}", h.name.as_str())));
+            None
+        }
+    }
+}
+
+fn start_reaper(mut child: Child, tx: Sender<Event>) -> anyhow::Result<()> {
+    thread::Builder::new()
+        .name("reaper".into())
+        .spawn(move || {
+            if let Ok(status) = child.wait() {
+                let _ = tx.send(Event::ChildExited(status));
+            }
+        })
+        .context("cannot start the reaper thread")?;
+    Ok(())
+}

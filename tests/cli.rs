@@ -1,0 +1,100 @@
+//! The command-line contract: usage errors, help, and the generated completions and man pages.
+
+use crate::support::*;
+
+#[test]
+fn bad_input_exits_64_with_one_line_naming_the_problem() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", "", "--", "true"], "lock name is empty"),
+        (&["run", "a\nb", "--", "true"], "control character"),
+        (&["run", "a\u{1}b", "--", "true"], "control character"),
+        (&["run", &"x".repeat(513), "--", "true"], "513 bytes"),
+        (&["run", "--limit", "0", "n", "--", "true"], "--limit"),
+        (&["run", "--wait", "soon", "n", "--", "true"], "--wait"),
+        (&["run", "--ttl", "5parsecs", "n", "--", "true"], "--ttl"),
+        (
+            &["run", "--kill-after", "x", "n", "--", "true"],
+            "--kill-after",
+        ),
+        (
+            &["run", "--wait", "1s", "--no-wait", "n", "--", "true"],
+            "--no-wait",
+        ),
+        (&["--backend", "etcd", "run", "n", "--", "true"], "etcd"),
+        (&["run", "n", "true"], "missing `--`"),
+        (&["run", "n"], "missing `--`"),
+        (&["release", "n"], "--force"),
+        (&["frobnicate"], "frobnicate"),
+    ];
+    let dir = LockDir::new();
+    for (args, needle) in cases {
+        let out = output(dir.dlock(args));
+        let err = stderr(&out);
+        assert_eq!(code(&out), 64, "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: not one line: {err}"
+        );
+        assert!(err.starts_with("dlock: "), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
+    }
+    // Nothing was created for any of them.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn help_lists_the_exit_codes_and_exits_0() {
+    let out = output({
+        let mut c = dlock();
+        c.args(["run", "--help"]);
+        c
+    });
+    assert_eq!(code(&out), 0);
+    let help = stdout(&out);
+    for needle in ["--no-wait", "--limit", "--kill-after", "DLOCK_WAIT"] {
+        assert!(help.contains(needle), "{needle} missing from help");
+    }
+    let top = output({
+        let mut c = dlock();
+        c.arg("--help");
+        c
+    });
+    assert!(
+        stdout(&top).contains("79"),
+        "exit codes missing from --help"
+    );
+}
+
+#[test]
+fn committed_completions_and_man_pages_are_fresh() {
+    let fresh = tempfile::tempdir().unwrap();
+    let out = output({
+        let mut c = dlock();
+        c.args(["generate", "--out"]).arg(fresh.path());
+        c
+    });
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for sub in ["completions", "man"] {
+        let mut names: Vec<_> = std::fs::read_dir(fresh.path().join(sub))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert!(!names.is_empty());
+        for name in names {
+            let want = std::fs::read(fresh.path().join(sub).join(&name)).unwrap();
+            let have = std::fs::read(repo.join(sub).join(&name)).unwrap_or_default();
+            assert!(
+                want == have,
+                "{sub}/{} is stale: run `cargo run -- generate --out .`",
+                name.to_string_lossy()
+            );
+        }
+    }
+    let pages: Vec<_> = std::fs::read_dir(fresh.path().join("man"))
+        .unwrap()
+        .collect();
+    assert!(pages.len() >= 5, "dlock.1 plus one page per subcommand");
+}

@@ -1,0 +1,364 @@
+//! The file backend's guarantees: mutual exclusion, shared and limited holders, flock(1) interop,
+//! status/list/release, and refusal of unsafe lock directories.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Child;
+use std::time::Duration;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+/// `count` dlock processes each running `script` `iterations` times under the lock.
+fn contenders(
+    dir: &LockDir,
+    count: usize,
+    iterations: usize,
+    mode: &[&str],
+    script: &str,
+) -> Vec<Child> {
+    (0..count)
+        .map(|_| {
+            let mut args = vec!["run"];
+            args.extend_from_slice(mode);
+            args.extend_from_slice(&["counter", "--", "sh", "-c", script]);
+            let loop_script = format!(
+                "for i in $(seq {iterations}); do {} --url {} {} || exit 1; done",
+                dlock_bin(),
+                dir.path().display(),
+                args.iter()
+                    .map(|a| format!("'{a}'"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(loop_script)
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn sixteen_contenders_lose_no_update() {
+    let dir = LockDir::new();
+    let counter = dir.file("counter");
+    std::fs::write(&counter, "0").unwrap();
+    let rmw = format!("n=$(cat {c}); echo $((n + 1)) > {c}", c = counter.display());
+    for mut c in contenders(&dir, 16, 20, &[], &rmw) {
+        assert!(wait_exit(&mut c, T).success());
+    }
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "320");
+}
+
+/// Runs contenders whose critical section records how many are inside at once; returns the peak.
+fn peak_concurrency(mode: &[&str], count: usize) -> usize {
+    let dir = LockDir::new();
+    let inside = dir.file("inside");
+    std::fs::create_dir(&inside).unwrap();
+    // Each holder drops a file named by its pid, counts the files, and waits a little for company.
+    let section = format!(
+        "touch {d}/$$; ls {d} | wc -l >> {d}.peaks; sleep 0.2; rm {d}/$$",
+        d = inside.display()
+    );
+    for mut c in contenders(&dir, count, 3, mode, &section) {
+        assert!(wait_exit(&mut c, T).success());
+    }
+    let peaks = std::fs::read_to_string(format!("{}.peaks", inside.display())).unwrap();
+    peaks
+        .lines()
+        .map(|l| l.trim().parse::<usize>().unwrap())
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn shared_holders_run_together() {
+    assert!(peak_concurrency(&["--shared"], 6) >= 2);
+}
+
+#[test]
+fn limit_3_never_has_more_than_3_and_does_reach_3() {
+    let peak = peak_concurrency(&["--limit", "3"], 8);
+    assert_eq!(peak, 3);
+}
+
+#[test]
+fn exclusive_holders_never_overlap() {
+    assert_eq!(peak_concurrency(&[], 6), 1);
+}
+
+#[test]
+fn a_shared_holder_excludes_an_exclusive_one() {
+    let dir = LockDir::new();
+    let marker = dir.file("in");
+    let mut reader = dir
+        .dlock(&[
+            "run",
+            "--shared",
+            "rw",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}; sleep 30", marker.display()),
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_file(&marker, T);
+    let out = output(dir.dlock(&["run", "-n", "rw", "--", "true"]));
+    assert_eq!(code(&out), 75);
+    let out = output(dir.dlock(&["run", "-n", "--shared", "rw", "--", "true"]));
+    assert_eq!(code(&out), 0, "a second reader gets in");
+    signal(reader.id(), libc::SIGTERM);
+    wait_exit(&mut reader, T);
+}
+
+#[test]
+fn busy_lock_exits_75_or_the_conflict_code_without_running_the_child() {
+    let dir = LockDir::new();
+    let marker = dir.file("in");
+    let mut holder = dir
+        .dlock(&[
+            "run",
+            "busy",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}; sleep 30", marker.display()),
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_file(&marker, T);
+    let ran = dir.file("ran");
+    let touch = ["--", "touch", ran.to_str().unwrap()];
+    let out = output(dir.dlock(&[&["run", "-n", "busy"][..], &touch].concat()));
+    assert_eq!(code(&out), 75);
+    assert!(
+        stderr(&out).contains("is busy: held exclusive by"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains(&format!("pid {}", holder.id())),
+        "{}",
+        stderr(&out)
+    );
+    let out = output(dir.dlock(&[&["run", "-n", "-E", "9", "busy"][..], &touch].concat()));
+    assert_eq!(code(&out), 9);
+    let out = output(dir.dlock(&[&["run", "-w", "200ms", "busy"][..], &touch].concat()));
+    assert_eq!(code(&out), 75);
+    assert!(
+        stderr(&out).contains("after waiting 200ms"),
+        "{}",
+        stderr(&out)
+    );
+    let out = output(dir.dlock(&[&["-q", "run", "-n", "busy"][..], &touch].concat()));
+    assert_eq!(code(&out), 75);
+    assert_eq!(stderr(&out), "", "quiet means quiet");
+    assert!(!ran.exists());
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, T);
+}
+
+#[test]
+fn flock_and_dlock_exclude_each_other() {
+    let dir = LockDir::new();
+    // Learn the lock file's path from status, as a user would.
+    let out = output(dir.dlock(&["status", "--json", "interop"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let path = json["location"].as_str().unwrap().to_owned();
+
+    let marker = dir.file("flock-in");
+    let mut flock = std::process::Command::new("flock")
+        .args([
+            &path,
+            "sh",
+            "-c",
+            &format!("touch {}; sleep 30", marker.display()),
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_file(&marker, T);
+    let out = output(dir.dlock(&["run", "-n", "interop", "--", "true"]));
+    assert_eq!(code(&out), 75, "flock(1) holds it");
+    let status = output(dir.dlock(&["status", "interop"]));
+    assert_eq!(code(&status), 0, "status sees the flock(1) holder");
+    signal(flock.id(), libc::SIGKILL);
+    wait_exit(&mut flock, T);
+
+    let marker = dir.file("dlock-in");
+    let mut holder = dir
+        .dlock(&[
+            "run",
+            "interop",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}; sleep 30", marker.display()),
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_file(&marker, T);
+    let out = std::process::Command::new("flock")
+        .args(["-n", &path, "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "dlock holds it");
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, T);
+}
+
+#[test]
+fn status_list_and_forced_release() {
+    let dir = LockDir::new();
+    let out = output(dir.dlock(&["status", "jobs/a"]));
+    assert_eq!(code(&out), 1);
+    assert!(stdout(&out).contains("jobs/a: free"));
+
+    let marker = dir.file("in");
+    let mut holder = dir
+        .dlock(&[
+            "run",
+            "--ttl",
+            "300ms",
+            "--kill-after",
+            "1s",
+            "jobs/a",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}; sleep 30", marker.display()),
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_file(&marker, T);
+    let out = output(dir.dlock(&["status", "jobs/a"]));
+    assert_eq!(code(&out), 0);
+    assert!(
+        stdout(&out).contains(&format!("pid {}", holder.id())),
+        "{}",
+        stdout(&out)
+    );
+    let out = output(dir.dlock(&["list"]));
+    assert!(
+        stdout(&out).starts_with("jobs/a\texclusive by "),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(stdout(&output(dir.dlock(&["list", "other"]))), "");
+    let out = output(dir.dlock(&["list", "--json", "jobs/"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 1);
+
+    let out = output(dir.dlock(&["release", "--force", "jobs/a"]));
+    assert_eq!(code(&out), 0);
+    assert!(
+        stdout(&out).contains(&format!("pid {}", holder.id())),
+        "{}",
+        stdout(&out)
+    );
+    // The holder notices at its next check and stops its child with the lost code.
+    let status = wait_exit(&mut holder, T);
+    assert_eq!(status.code(), Some(79));
+    assert_eq!(code(&output(dir.dlock(&["status", "jobs/a"]))), 1);
+    assert_eq!(
+        code(&output(dir.dlock(&["release", "--force", "jobs/a"]))),
+        1
+    );
+    // Tokens keep growing across the replaced file.
+    let out = output(dir.dlock(&["run", "jobs/a", "--", "sh", "-c", "echo $DLOCK_TOKEN"]));
+    assert_eq!(stdout(&out).trim(), "2");
+}
+
+#[test]
+fn names_never_escape_the_lock_directory() {
+    let dir = LockDir::new();
+    let inner = dir.file("locks");
+    for name in [
+        "../escape",
+        "a/../../b",
+        "/etc/passwd",
+        ".",
+        "..",
+        "ünïcødé ✓",
+    ] {
+        let out = output({
+            let mut c = dlock();
+            c.arg("--url").arg(&inner).args(["run", name, "--", "true"]);
+            c
+        });
+        assert_eq!(code(&out), 0, "{name}: {}", stderr(&out));
+    }
+    let outside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(outside, vec![std::ffi::OsString::from("locks")]);
+    assert_eq!(std::fs::read_dir(&inner).unwrap().count(), 6);
+}
+
+#[test]
+fn unsafe_or_unusable_lock_directories_are_refused_with_69() {
+    let dir = LockDir::new();
+    // World-writable without the sticky bit: anyone could swap the lock files.
+    let open = dir.file("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = output({
+        let mut c = dlock();
+        c.arg("--url").arg(&open).args(["run", "n", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&out), 69);
+    assert!(stderr(&out).contains("not sticky"), "{}", stderr(&out));
+
+    // A symlinked lock file.
+    let target = dir.file("target");
+    std::fs::write(&target, "").unwrap();
+    std::os::unix::fs::symlink(&target, dir.file("n.lock")).unwrap();
+    let out = output(dir.dlock(&["run", "n", "--", "true"]));
+    assert_eq!(code(&out), 69);
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+
+    // A default directory that is a symlink, or not ours.
+    let runtime = dir.file("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    std::os::unix::fs::symlink(dir.path(), runtime.join("dlock")).unwrap();
+    let out = output({
+        let mut c = dlock();
+        c.env("XDG_RUNTIME_DIR", &runtime)
+            .args(["run", "n", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&out), 69);
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+
+    // A file where the directory should be.
+    let file = dir.file("plain-file");
+    std::fs::write(&file, "").unwrap();
+    let out = output({
+        let mut c = dlock();
+        c.arg("--url").arg(&file).args(["run", "n", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&out), 69);
+    assert!(stderr(&out).contains("not a directory"), "{}", stderr(&out));
+}
+
+#[test]
+fn the_default_directory_is_created_private() {
+    let dir = LockDir::new();
+    let out = output({
+        let mut c = dlock();
+        c.env("XDG_RUNTIME_DIR", dir.path())
+            .args(["run", "n", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let mode = std::fs::metadata(dir.file("dlock"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+}

@@ -1,0 +1,7 @@
+//! dlock's integration tests: one crate, driving the real binary.
+
+mod support;
+
+mod cli;
+mod file_backend;
+mod run;

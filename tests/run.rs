@@ -1,0 +1,237 @@
+//! `dlock run` as a user sees it, on the file backend: the child's status passed through, the
+//! environment it gets, signals forwarded, nothing left running when dlock dies.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(20);
+
+#[test]
+fn child_exit_status_passes_through() {
+    let dir = LockDir::new();
+    for status in [0, 1, 7, 42, 255] {
+        let out = output(dir.dlock(&["run", "n", "--", "sh", "-c", &format!("exit {status}")]));
+        assert_eq!(code(&out), status, "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn child_killed_by_signal_n_gives_128_plus_n() {
+    let dir = LockDir::new();
+    let out = output(dir.dlock(&["run", "n", "--", "sh", "-c", "kill -TERM $$"]));
+    assert_eq!(code(&out), 128 + libc::SIGTERM);
+    let out = output(dir.dlock(&["run", "n", "--", "sh", "-c", "kill -KILL $$"]));
+    assert_eq!(code(&out), 128 + libc::SIGKILL);
+}
+
+#[test]
+fn missing_command_exits_127_and_unexecutable_126_releasing_the_lock() {
+    let dir = LockDir::new();
+    let out = output(dir.dlock(&["run", "n", "--", "/nonexistent/command"]));
+    assert_eq!(code(&out), 127);
+    assert!(
+        stderr(&out).contains("command not found: /nonexistent/command"),
+        "{}",
+        stderr(&out)
+    );
+    let script = dir.file("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    let out = output(dir.dlock(&["run", "n", "--", script.to_str().unwrap()]));
+    assert_eq!(code(&out), 126);
+    assert!(
+        stderr(&out).contains("permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    let status = output(dir.dlock(&["status", "n"]));
+    assert_eq!(
+        code(&status),
+        1,
+        "the lock must be free again: {}",
+        stdout(&status)
+    );
+}
+
+#[test]
+fn child_environment_names_the_lock_and_hands_out_increasing_tokens() {
+    let dir = LockDir::new();
+    let mut last = 0u64;
+    for _ in 0..3 {
+        let out = output(dir.dlock(&[
+            "run",
+            "env-test",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$DLOCK_NAME|$DLOCK_BACKEND|$DLOCK_TOKEN\"",
+        ]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let line = stdout(&out);
+        let fields: Vec<&str> = line.trim().split('|').collect();
+        assert_eq!(&fields[..2], &["env-test", "file"]);
+        let token: u64 = fields[2].parse().unwrap();
+        assert!(token > last, "token {token} after {last}");
+        last = token;
+    }
+}
+
+#[test]
+fn tokens_keep_increasing_after_a_holder_is_killed() {
+    let dir = LockDir::new();
+    let first = output(dir.dlock(&["run", "n", "--", "sh", "-c", "echo $DLOCK_TOKEN"]));
+    let first: u64 = stdout(&first).trim().parse().unwrap();
+    let marker = dir.file("in");
+    let mut holder = dir
+        .dlock(&[
+            "run",
+            "n",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo $DLOCK_TOKEN > {}; sleep 30", marker.display()),
+        ])
+        .spawn()
+        .unwrap();
+    let second = read_pid(&marker) as u64; // the file holds the token, read like a number
+    signal(holder.id(), libc::SIGKILL);
+    wait_exit(&mut holder, T);
+    let third = output(dir.dlock(&["run", "n", "--", "sh", "-c", "echo $DLOCK_TOKEN"]));
+    let third: u64 = stdout(&third).trim().parse().unwrap();
+    assert!(first < second && second < third, "{first} {second} {third}");
+}
+
+#[test]
+fn nested_run_of_a_held_lock_runs_directly_instead_of_deadlocking() {
+    let dir = LockDir::new();
+    let inner = format!(
+        "{} --url {} run -n outer -- sh -c 'echo inner $DLOCK_TOKEN'",
+        dlock_bin(),
+        dir.path().display()
+    );
+    let out = output(dir.dlock(&[
+        "run",
+        "-n",
+        "outer",
+        "--",
+        "sh",
+        "-c",
+        &format!("echo outer $DLOCK_TOKEN; {inner}"),
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let outer = lines[0].strip_prefix("outer ").unwrap();
+    let inner = lines[1].strip_prefix("inner ").unwrap();
+    assert_eq!(outer, inner, "the nested run sees the outer token");
+}
+
+/// Starts `dlock run n -- sh` with a child that records its pid, traps every forwarded signal
+/// into a file, and exits 3 when it gets one.
+fn start_trapping_child(dir: &LockDir) -> (std::process::Child, u32) {
+    let script = format!(
+        "echo $$ > {pid}; for s in INT TERM HUP QUIT USR1 USR2; do trap \"echo $s > {got}; exit 3\" $s; done; \
+         while :; do sleep 0.05; done",
+        pid = dir.file("child.pid").display(),
+        got = dir.file("got").display()
+    );
+    let child = dir
+        .dlock(&["run", "n", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let pid = read_pid(&dir.file("child.pid"));
+    (child, pid)
+}
+
+#[test]
+fn signals_are_forwarded_to_the_child_and_its_status_returned() {
+    for (sig, name) in [
+        (libc::SIGINT, "INT"),
+        (libc::SIGTERM, "TERM"),
+        (libc::SIGHUP, "HUP"),
+        (libc::SIGQUIT, "QUIT"),
+        (libc::SIGUSR1, "USR1"),
+        (libc::SIGUSR2, "USR2"),
+    ] {
+        let dir = LockDir::new();
+        let (mut dlock, child) = start_trapping_child(&dir);
+        signal(dlock.id(), sig);
+        let status = wait_exit(&mut dlock, T);
+        assert_eq!(status.code(), Some(3), "{name}");
+        assert_eq!(
+            std::fs::read_to_string(dir.file("got")).unwrap().trim(),
+            name
+        );
+        assert!(!alive(child));
+        assert_eq!(
+            code(&output(dir.dlock(&["status", "n"]))),
+            1,
+            "released after {name}"
+        );
+    }
+}
+
+#[test]
+fn signal_while_waiting_ends_the_wait_with_128_plus_n_and_leaves_nothing() {
+    let dir = LockDir::new();
+    let (mut holder, _) = start_trapping_child(&dir);
+    let mut waiter = dir
+        .dlock(&[
+            "-v",
+            "run",
+            "n",
+            "--",
+            "touch",
+            dir.file("waiter-ran").to_str().unwrap(),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Synchronise on the waiter saying it waits, then interrupt it.
+    let mut err = waiter.stderr.take().unwrap();
+    let mut seen = String::new();
+    wait_until("the waiter to report waiting", T, || {
+        use std::io::Read;
+        let mut buf = [0u8; 512];
+        let n = err.read(&mut buf).unwrap_or(0);
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        seen.contains("waiting for lock")
+    });
+    signal(waiter.id(), libc::SIGTERM);
+    let status = wait_exit(&mut waiter, T);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    assert!(!dir.file("waiter-ran").exists());
+    // The holder is untouched, and the only holder.
+    let out = output(dir.dlock(&["status", "--json", "n"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["holders"].as_array().unwrap().len(), 1);
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, T);
+}
+
+#[test]
+fn sigkill_of_dlock_kills_the_child_and_frees_the_lock_at_once() {
+    let dir = LockDir::new();
+    let (mut holder, child) = start_trapping_child(&dir);
+    let marker = dir.file("next");
+    let mut next = dir
+        .dlock(&["run", "n", "--", "touch", marker.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    signal(holder.id(), libc::SIGKILL);
+    wait_exit(&mut holder, T);
+    wait_until("the orphaned child to die", T, || !alive(child));
+    let status = wait_exit(&mut next, T);
+    assert_eq!(status.code(), Some(0));
+    assert!(marker.exists());
+}
+
+#[test]
+fn the_lock_file_descriptor_is_not_inherited_by_the_child() {
+    let dir = LockDir::new();
+    let out = output(dir.dlock(&["run", "fd-test", "--", "sh", "-c", "ls -l /proc/$$/fd"]));
+    assert_eq!(code(&out), 0);
+    assert!(!stdout(&out).contains("fd-test.lock"), "{}", stdout(&out));
+}

@@ -1,0 +1,147 @@
+//! What every integration test shares: the real dlock binary with an isolated environment, and
+//! waiting on events (a file appearing, a line printed) instead of sleeping.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The dlock binary under test.
+pub fn dlock_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_dlock")
+}
+
+/// A `dlock` command with the environment cleared of DLOCK_* variables from the caller, so tests
+/// see only what they set.
+pub fn dlock() -> Command {
+    let mut cmd = Command::new(dlock_bin());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("DLOCK_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// A private lock directory for one test, removed when dropped.
+pub struct LockDir {
+    pub dir: tempfile::TempDir,
+}
+
+impl LockDir {
+    pub fn new() -> LockDir {
+        LockDir {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `dlock --url <this dir> ARGS...`
+    pub fn dlock(&self, args: &[&str]) -> Command {
+        let mut cmd = dlock();
+        cmd.arg("--url").arg(self.path()).args(args);
+        cmd
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path().join(name)
+    }
+}
+
+/// Runs to completion and returns the output.
+pub fn output(mut cmd: Command) -> Output {
+    cmd.output().expect("run dlock")
+}
+
+pub fn code(out: &Output) -> i32 {
+    out.status
+        .code()
+        .unwrap_or_else(|| panic!("no exit code: {:?}", out.status))
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Polls `cond` every few milliseconds until it holds or `limit` passes; panics with `what`.
+pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("timed out after {limit:?} waiting for {what}");
+}
+
+/// Waits until a file exists (a child's "I am in" marker).
+pub fn wait_for_file(path: &Path, limit: Duration) {
+    wait_until(&format!("{} to appear", path.display()), limit, || {
+        path.exists()
+    });
+}
+
+/// Waits for a spawned process to exit within `limit`, killing it (and failing) if it does not.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process {} did not exit within {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Sends a signal to a process we started.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory effects; the pid is one of ours.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig})");
+}
+
+/// Is a process with this pid alive (and not a zombie)?
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit(") ").next().and_then(|s| s.chars().next());
+            !matches!(state, Some('Z') | Some('X') | None)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Reads a pid a test child wrote to a file.
+pub fn read_pid(path: &Path) -> u32 {
+    let mut pid = None;
+    wait_until(
+        &format!("a pid in {}", path.display()),
+        Duration::from_secs(10),
+        || {
+            pid = std::fs::read_to_string(path)
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            pid.is_some()
+        },
+    );
+    pid.expect("pid")
+}
+
+/// True when running under CI=true, where a missing server is a failure, never a skip.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
