@@ -49,10 +49,6 @@ impl Reporter {
         }
     }
 
-    pub fn is_verbose(&self) -> bool {
-        self.verbosity == Verbosity::Verbose
-    }
-
     /// Draws the waiting line in place, on a terminal only and never with --verbose or --quiet
     /// (where it would interleave with event lines or break the silence).
     pub fn waiting_line(&self, elapsed: Duration, what: &str) {
