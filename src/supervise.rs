@@ -6,7 +6,6 @@
 //! The main thread owns the child and decides; helper threads (signals, acquisition, heartbeat,
 //! child reaper) only report to it over one channel, so every decision is made in one place.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::os::unix::thread::JoinHandleExt;
@@ -20,7 +19,7 @@ use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIG
 
 use crate::backend::{self, Attempt, Backend, BackendConfig, Lease, Renewal, Waiting};
 use crate::exit;
-use crate::lock::{Holder, LockName, LockRequest, Token};
+use crate::lock::{Holder, LockName, LockRequest};
 use crate::report::Reporter;
 use crate::spawn;
 
@@ -425,16 +424,20 @@ fn child_environment(
         "DLOCK_BACKEND".to_owned(),
         plan.backend.kind.as_str().to_owned(),
     )];
-    let tokens: BTreeMap<&LockName, Token> =
-        held.iter().map(|h| (&h.name, h.lease.token())).collect();
-    if let [one] = held {
-        env.push(("DLOCK_NAME".into(), one.name.to_string()));
-        env.push(("DLOCK_TOKEN".into(), one.lease.token().to_string()));
-    } else {
+    // Held is in canonical (sorted) order; the last is the name itself for one lock, and the path
+    // itself for one --tree path (its ancestors sort before it).
+    if let Some(last) = held.last() {
+        env.push(("DLOCK_NAME".into(), last.name.to_string()));
+        env.push(("DLOCK_TOKEN".into(), last.lease.token().to_string()));
+    }
+    if held.len() > 1 {
         env.push(("DLOCK_LOCKS".into(), held.len().to_string()));
-        for (i, (name, token)) in tokens.iter().enumerate() {
-            env.push((format!("DLOCK_NAME_{}", i + 1), name.to_string()));
-            env.push((format!("DLOCK_TOKEN_{}", i + 1), token.to_string()));
+        for (i, h) in held.iter().enumerate() {
+            env.push((format!("DLOCK_NAME_{}", i + 1), h.name.to_string()));
+            env.push((
+                format!("DLOCK_TOKEN_{}", i + 1),
+                h.lease.token().to_string(),
+            ));
         }
     }
     let mut entries: Vec<String> = inherited
