@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 const UNCONTENDED_RUNS: usize = 300;
 const CONTENDERS: usize = 8;
-const CONTENDED_FOR: Duration = Duration::from_secs(4);
+/// Contended runs alternate between the two tools in slices, so load drift hits both alike.
+const CONTENDED_SLICE: Duration = Duration::from_secs(1);
+const CONTENDED_SLICES: usize = 4;
 
 fn dlock_bin() -> PathBuf {
     let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/dlock");
@@ -38,18 +40,17 @@ fn median(mut xs: Vec<Duration>) -> Duration {
     xs[xs.len() / 2]
 }
 
-/// Acquisitions per second when `CONTENDERS` threads each run `make()` back to back.
-fn contended(make: impl Fn() -> Command + Sync) -> f64 {
+/// Acquisitions per second when `CONTENDERS` threads each run `make()` back to back for a slice.
+fn contended_slice(make: &(impl Fn() -> Command + Sync)) -> (u64, Duration) {
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..CONTENDERS {
             let done = done.clone();
-            let make = &make;
             s.spawn(move || {
                 // Bounded by time and by count.
                 for _ in 0..100_000 {
-                    if start.elapsed() >= CONTENDED_FOR {
+                    if start.elapsed() >= CONTENDED_SLICE {
                         break;
                     }
                     run_quiet(&mut make());
@@ -58,7 +59,24 @@ fn contended(make: impl Fn() -> Command + Sync) -> f64 {
             });
         }
     });
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    (done.load(Ordering::Relaxed), start.elapsed())
+}
+
+/// Acquisitions per second of each tool, measured in alternating slices.
+fn contended(a: impl Fn() -> Command + Sync, b: impl Fn() -> Command + Sync) -> (f64, f64) {
+    let (mut a_total, mut b_total) = ((0, Duration::ZERO), (0, Duration::ZERO));
+    for _ in 0..CONTENDED_SLICES {
+        for (make, total) in [
+            (&a as &(dyn Fn() -> Command + Sync), &mut a_total),
+            (&b, &mut b_total),
+        ] {
+            let (n, t) = contended_slice(&make);
+            total.0 += n;
+            total.1 += t;
+        }
+    }
+    let rate = |(n, t): (u64, Duration)| n as f64 / t.as_secs_f64();
+    (rate(a_total), rate(b_total))
 }
 
 /// Peak resident set of one process, from wait4's rusage, in KiB. (wait4 reaps it; std's Child
@@ -111,8 +129,7 @@ fn main() {
     let (d, f) = (median(d), median(f));
     let latency_ratio = d.as_secs_f64() / f.as_secs_f64();
 
-    let flock_rate = contended(flock_cmd);
-    let dlock_rate = contended(dlock_cmd);
+    let (dlock_rate, flock_rate) = contended(dlock_cmd, flock_cmd);
     let rate_ratio = dlock_rate / flock_rate;
 
     let rss = (0..5)

@@ -394,7 +394,7 @@ enum Wait<'a> {
 
 enum Step {
     Held(FileLease),
-    Busy,
+    Busy(Vec<Holder>),
     Cancelled,
     /// The file was replaced under us (`release --force`): open the new one and start again.
     Retry,
@@ -411,7 +411,9 @@ impl FileBackend {
         let seat = match request.mode {
             Mode::Limit(n) => match take_seat(fd, n, wait).with_context(ctx)? {
                 Some(seat) => Some(seat),
-                None if matches!(wait, Wait::Never) => return Ok(Step::Busy),
+                None if matches!(wait, Wait::Never) => {
+                    return Ok(Step::Busy(self.holders_of(&lock).unwrap_or_default()))
+                }
                 None => return Ok(Step::Cancelled),
             },
             _ => None,
@@ -424,7 +426,7 @@ impl FileBackend {
         match flock(fd, op | libc::LOCK_NB) {
             Ok(()) => {}
             Err(e) if is_would_block(&e) => match wait {
-                Wait::Never => return Ok(Step::Busy),
+                Wait::Never => return Ok(Step::Busy(self.holders_of(&lock).unwrap_or_default())),
                 Wait::Until(waiting) => {
                     waiting.busy(&self.holders_of(&lock).unwrap_or_default());
                     if !blocking(waiting, || flock(fd, op)).with_context(ctx)? {
@@ -482,13 +484,14 @@ impl FileBackend {
                 holders.push(holder);
             }
         }
-        let flock_holders = proc_locks_flock_holders(&lock.file)?;
-        if flock_holders.len() > holders.len() {
-            for pid in flock_holders {
-                if !holders.iter().any(|h| h.pid == pid) {
-                    holders.push(foreign_holder(pid));
-                }
-            }
+        // Only when no dlock holder is recorded can the holder be someone else (flock(1)); reading
+        // /proc/locks costs more than all of the above, so it is the last resort.
+        if holders.is_empty() {
+            holders.extend(
+                proc_locks_flock_holders(&lock.file)?
+                    .into_iter()
+                    .map(foreign_holder),
+            );
         }
         Ok(holders)
     }
@@ -670,13 +673,8 @@ impl Backend for FileBackend {
         loop {
             match self.attempt(request, &Wait::Never)? {
                 Step::Held(lease) => return Ok(Attempt::Acquired(Box::new(lease))),
-                Step::Busy | Step::Cancelled => {
-                    let holders = self
-                        .status(&request.name)
-                        .map(|s| s.holders)
-                        .unwrap_or_default();
-                    return Ok(Attempt::Busy(holders));
-                }
+                Step::Busy(holders) => return Ok(Attempt::Busy(holders)),
+                Step::Cancelled => return Ok(Attempt::Busy(vec![])),
                 Step::Retry => continue,
             }
         }
@@ -690,7 +688,7 @@ impl Backend for FileBackend {
         loop {
             match self.attempt(request, &Wait::Until(waiting))? {
                 Step::Held(lease) => return Ok(Some(Box::new(lease))),
-                Step::Busy | Step::Cancelled => return Ok(None),
+                Step::Busy(_) | Step::Cancelled => return Ok(None),
                 Step::Retry => continue,
             }
         }
