@@ -311,4 +311,13 @@ mod tests {
     fn clap_definition_is_consistent() {
         super::command().debug_assert();
     }
+
+    proptest::proptest! {
+        /// Durations from the command line: parsed or refused, never a panic.
+        #[test]
+        fn any_duration_text_parses_or_is_refused(text in "\\PC{0,30}|[0-9]{1,25}(ns|us|ms|s|m|h|d)") {
+            let _ = super::parse_duration(&text);
+            let _ = super::parse_ttl(&text);
+        }
+    }
 }

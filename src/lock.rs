@@ -290,4 +290,29 @@ mod tests {
         }
         assert_eq!(Mode::from_wire("limit:x"), None);
     }
+
+    proptest::proptest! {
+        /// Hostile names never panic: each is accepted or refused with a reason.
+        #[test]
+        fn any_string_is_a_name_or_a_clear_refusal(raw in "\\PC*|[\\x00-\\x1f]{0,4}.{0,600}") {
+            match LockName::new(&raw) {
+                Ok(name) => proptest::prop_assert!(!name.as_str().is_empty() && name.as_str().len() <= MAX_NAME_BYTES),
+                Err(e) => proptest::prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+
+        /// Tree paths never yield a `..` component, and every lock is an ancestor of the last.
+        #[test]
+        fn tree_locks_are_nested_and_never_climb(path in "[a-z./]{0,40}") {
+            if let Ok(locks) = tree_locks(&path, Mode::Exclusive) {
+                let last = locks.last().map(|(n, _)| n.as_str().to_owned()).unwrap_or_default();
+                for (name, _) in &locks {
+                    proptest::prop_assert!(!name.as_str().split('/').any(|c| c == ".." || c == "."));
+                    proptest::prop_assert!(last.starts_with(name.as_str()));
+                }
+            } else {
+                proptest::prop_assert!(path.split('/').any(|c| c == ".."));
+            }
+        }
+    }
 }

@@ -846,4 +846,30 @@ mod tests {
         };
         assert_eq!(parse_record(format_record(&h).as_bytes()), Some(h));
     }
+
+    proptest::proptest! {
+        /// Hostile names: whatever the name, its lock file is one plain entry of the lock
+        /// directory (no `/`, not `.` or `..`, short enough for any file system), and distinct names
+        /// get distinct files.
+        #[test]
+        fn any_name_maps_to_one_safe_file_name(a in "\\PC{1,200}", b in "\\PC{1,200}") {
+            for raw in [&a, &b] {
+                let Ok(name) = LockName::new(raw) else { continue };
+                let stem = file_stem(&name);
+                proptest::prop_assert!(!stem.contains('/') && !stem.contains('\0'));
+                proptest::prop_assert!(!stem.starts_with('.'));
+                proptest::prop_assert!(stem.len() <= 200 && !stem.is_empty());
+                let path = Path::new("/locks").join(format!("{stem}.lock"));
+                proptest::prop_assert_eq!(path.parent(), Some(Path::new("/locks")));
+            }
+            if let (Ok(na), Ok(nb)) = (LockName::new(&a), LockName::new(&b)) {
+                proptest::prop_assert_eq!(na == nb, file_stem(&na) == file_stem(&nb));
+            }
+        }
+
+        #[test]
+        fn records_never_panic_on_garbage(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+            let _ = parse_record(&bytes);
+        }
+    }
 }
