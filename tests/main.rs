@@ -3,6 +3,7 @@
 mod support;
 
 mod cli;
+mod faults;
 mod file_backend;
 mod multi;
 mod run;

@@ -2,49 +2,13 @@
 //! Each scenario takes the backend arguments so it runs unchanged on every backend.
 
 use std::process::{Child, Command};
+
+use crate::support::target::Target;
 use std::time::Duration;
 
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(120);
-
-/// The `dlock` arguments that select one backend (`--backend X --url Y`).
-pub struct Target {
-    pub args: Vec<String>,
-    /// Scratch space for markers and counters.
-    pub scratch: LockDir,
-}
-
-impl Target {
-    pub fn file_backend() -> Target {
-        let scratch = LockDir::new();
-        let locks = scratch.file("locks");
-        Target {
-            args: vec!["--url".into(), locks.display().to_string()],
-            scratch,
-        }
-    }
-
-    pub fn dlock(&self, args: &[&str]) -> Command {
-        let mut cmd = dlock();
-        cmd.args(&self.args).args(args);
-        cmd
-    }
-
-    /// `dlock ARGS` as a shell word list, for loops run by sh.
-    fn shell_words(&self, args: &[&str]) -> String {
-        std::iter::once(dlock_bin().to_owned())
-            .chain(self.args.iter().cloned())
-            .chain(args.iter().map(|a| a.to_string()))
-            .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-
-    fn scratch_file(&self, name: &str) -> String {
-        self.scratch.file(name).display().to_string()
-    }
-}
 
 /// Two processes asking for {a,b} and {b,a} `rounds` times each, under contention, both finish.
 pub fn opposite_orders_never_deadlock(t: &Target, rounds: usize) {
