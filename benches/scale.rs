@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod support;
 
 /// One backend under measurement: the arguments that select it and how to read its server's
@@ -162,6 +162,8 @@ fn many_locks(bin: &Path, s: &Subject, count: u64, scratch: &Path) {
     assert_eq!(listed as u64, count, "list must show every held lock");
 }
 
+/// (wait4 reaps the child for its rusage; std's Child cannot report rusage, hence the allow.)
+#[allow(clippy::zombie_processes)]
 fn idle(bin: &Path, s: &Subject, seconds: u64) {
     let ttl = Duration::from_secs(3);
     let child = dlock(
