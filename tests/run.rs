@@ -275,9 +275,7 @@ fn on_a_terminal_the_waiting_line_shows_the_holder_and_is_erased() {
     let out = child.wait_with_output().unwrap();
     let screen = String::from_utf8_lossy(&out.stdout);
     assert!(
-        screen.contains(&format!(
-            "\r\x1b[Kdlock: waiting 1s for lock \"n\", held by "
-        )),
+        screen.contains("\r\x1b[Kdlock: waiting 1s for lock \"n\", held by "),
         "{screen:?}"
     );
     assert!(
