@@ -5,3 +5,4 @@ mod support;
 mod cli;
 mod file_backend;
 mod run;
+mod zk;
