@@ -269,6 +269,43 @@ fn limit_2_admits_two_holders_and_queues_the_third_until_a_seat_frees() {
     assert!(wait_exit(&mut b, T).success());
 }
 
+/// One figure from the server's `mntr` report.
+fn mntr(server: &ZkServer, key: &str) -> u64 {
+    let report = server.four_letter("mntr");
+    report
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('\t')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in mntr: {report}"))
+}
+
+#[test]
+fn each_release_wakes_only_the_next_waiter() {
+    let server = ZkServer::start();
+    let dir = LockDir::new();
+    let mut holder = start_holder(&server, &dir, &[], "herd", "h");
+    let waiters: Vec<Child> = (0..5)
+        .map(|_| {
+            server
+                .dlock(&["run", "herd", "--", "true"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // The holder watches its own node; each waiter watches the one node ahead of it.
+    wait_until("five waiters watching", T, || {
+        mntr(&server, "zk_watch_count") == 6
+    });
+    let_go(&dir, "h");
+    assert!(wait_exit(&mut holder, T).success());
+    for mut w in waiters {
+        assert!(wait_exit(&mut w, T).success());
+    }
+    // Six deletions; the five that had a watcher each notified exactly one.
+    assert_eq!(mntr(&server, "zk_cnt_node_deleted_watch_count"), 5);
+    assert_eq!(mntr(&server, "zk_max_node_deleted_watch_count"), 1);
+    assert_eq!(mntr(&server, "zk_sum_node_children_watch_count"), 0);
+}
+
 #[test]
 fn waiters_that_give_up_leave_no_node_behind() {
     let server = ZkServer::start();
@@ -360,12 +397,27 @@ fn release_force_deletes_the_holders_node_and_the_holder_exits_79() {
 fn server_stopped_past_the_session_timeout_terminates_the_child_with_79() {
     let server = ZkServer::start();
     let dir = LockDir::new();
-    let mut holder = start_holder(&server, &dir, &["--ttl", "4s"], "stopped", "h");
+    let (marker, term) = (dir.file("in"), dir.file("term"));
+    // The child notes when it is told to stop.
+    let script = format!(
+        "trap 'touch {term}; exit 1' TERM; touch {marker}; {}",
+        hold_until(&dir.file("go")),
+        term = term.display(),
+        marker = marker.display()
+    );
+    let mut holder = server
+        .dlock(&["run", "--ttl", "4s", "stopped", "--", "sh", "-c", &script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&marker, T);
     let err = Stderr::of(&mut holder);
     let stopped_at = Instant::now();
     signal(server.pid(), libc::SIGSTOP);
-    let status = wait_exit(&mut holder, T);
+    wait_for_file(&term, T);
     let took = stopped_at.elapsed();
+    let status = wait_exit(&mut holder, T);
+    let exited = stopped_at.elapsed();
     signal(server.pid(), libc::SIGCONT);
     assert_eq!(status.code(), Some(79), "{}", err.text());
     let expected = format!(
@@ -375,9 +427,10 @@ fn server_stopped_past_the_session_timeout_terminates_the_child_with_79() {
     assert!(err.text().contains(&expected), "{}", err.text());
     // dlock judges the lock lost by its own clock once the server may have expired the session (4s
     // after it last answered), not at once, and before the client library would call the session
-    // expired (7/5 of the timeout).
+    // expired (7/5 of the timeout, 5.6s); it then does not wait on the silent server to exit.
     assert!(took >= Duration::from_millis(2400), "{took:?}");
     assert!(took < Duration::from_millis(5400), "{took:?}");
+    assert!(exited - took < Duration::from_secs(2), "{exited:?}");
 }
 
 #[test]

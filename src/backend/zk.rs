@@ -504,7 +504,12 @@ impl Drop for Session {
         // Dropping the last client makes the session task send closeSession; waiting for it lets the
         // server delete our ephemeral nodes now rather than after the session timeout.
         let mut states = client.state_watcher();
+        let connected = client.state() == zk::SessionState::SyncConnected;
         drop(client);
+        if !connected {
+            // Nobody to say goodbye to; the server expires the session on its own.
+            return;
+        }
         self.runtime.block_on(async {
             let closed = async {
                 for _ in 0..8 {
@@ -904,8 +909,23 @@ impl<'a> Acquisition<'a> {
             };
             let watch = match verdict(&queue, me, self.limit) {
                 Verdict::Owns => {
-                    let lease =
-                        ZkLease::start(self.session.clone(), &self.dir, node, self.request.ttl);
+                    let path = format!("{}/{node}", self.dir);
+                    let watcher = match retrying(|| client.get_and_watch_data(&path)).await {
+                        Ok((_, _, watcher)) => watcher,
+                        // Deleted under us: the next look reports it.
+                        Err(zk::Error::NoNode) => {
+                            listing = self.list().await?;
+                            continue;
+                        }
+                        Err(e) => return Err(self.fail(e, &format!("cannot watch {path}"))),
+                    };
+                    let lease = ZkLease::start(
+                        self.session.clone(),
+                        &self.dir,
+                        node,
+                        self.request.ttl,
+                        watcher,
+                    );
                     return Ok(Outcome::Acquired(lease));
                 }
                 watch => watch,
@@ -1034,7 +1054,15 @@ struct ZkLease {
 }
 
 impl ZkLease {
-    fn start(session: Arc<Session>, dir: &str, node: &str, ttl: Duration) -> ZkLease {
+    /// Starts watching the session and, through `watcher` (armed on our node before the lease
+    /// exists, so that its removal at release is certain to precede the delete), our node.
+    fn start(
+        session: Arc<Session>,
+        dir: &str,
+        node: &str,
+        ttl: Duration,
+        watcher: zk::OneshotWatcher,
+    ) -> ZkLease {
         let client = session.client().clone();
         let timeout = client.session_timeout();
         // The server expires the session `timeout` after it last heard from us. The client declares
@@ -1074,37 +1102,44 @@ impl ZkLease {
                 lock(&node_health).lost.get_or_insert(why);
             };
             // Ends when the node goes or the session ends, or when the lease aborts it.
+            let mut armed = Some(watcher);
             loop {
-                match client.get_and_watch_data(&node_path).await {
-                    Ok((_, _, watcher)) => {
-                        let event = watcher.changed().await;
-                        match event.event_type {
-                            zk::EventType::NodeDeleted => {
-                                return gone(format!(
-                                    "its node {node_path} was deleted (dlock release --force?)"
-                                ))
-                            }
-                            zk::EventType::Session if is_terminal(event.session_state) => {
-                                return gone(format!(
-                                    "the ZooKeeper session ended ({})",
-                                    event.session_state
-                                ))
-                            }
-                            _ => {}
+                let watcher = match armed.take() {
+                    Some(watcher) => watcher,
+                    None => match client.get_and_watch_data(&node_path).await {
+                        Ok((_, _, watcher)) => watcher,
+                        Err(zk::Error::NoNode) => {
+                            return gone(format!(
+                                "its node {node_path} was deleted (dlock release --force?)"
+                            ))
                         }
-                    }
-                    Err(zk::Error::NoNode) => {
+                        Err(
+                            e @ (zk::Error::SessionExpired
+                            | zk::Error::ClientClosed
+                            | zk::Error::AuthFailed),
+                        ) => return gone(format!("the ZooKeeper session ended ({e})")),
+                        // Connection loss: the request is retried once the client reconnects.
+                        Err(_) => {
+                            tokio::time::sleep(CANCEL_POLL).await;
+                            continue;
+                        }
+                    },
+                };
+                let event = watcher.changed().await;
+                match event.event_type {
+                    zk::EventType::NodeDeleted => {
                         return gone(format!(
                             "its node {node_path} was deleted (dlock release --force?)"
                         ))
                     }
-                    Err(
-                        e @ (zk::Error::SessionExpired
-                        | zk::Error::ClientClosed
-                        | zk::Error::AuthFailed),
-                    ) => return gone(format!("the ZooKeeper session ended ({e})")),
-                    // Connection loss: the request is retried once the client reconnects.
-                    Err(_) => tokio::time::sleep(CANCEL_POLL).await,
+                    zk::EventType::Session if is_terminal(event.session_state) => {
+                        return gone(format!(
+                            "the ZooKeeper session ended ({})",
+                            event.session_state
+                        ))
+                    }
+                    // A data change (nobody else writes our node): watch again.
+                    _ => {}
                 }
             }
         });
@@ -1145,11 +1180,22 @@ impl Lease for ZkLease {
     }
 
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
-        for w in self.watchers.drain(..) {
-            w.abort();
+        let watchers: Vec<_> = self.watchers.drain(..).collect();
+        if lock(&self.health).lost.is_some() {
+            // Already gone, or going with a session that is over: nothing to wait for.
+            for w in watchers {
+                w.abort();
+            }
+            return Ok(());
         }
         let client = self.session.client();
         let result = self.session.runtime.block_on(async {
+            // Once a watcher task has ended, its dropped watch has queued its removal ahead of our
+            // delete: the deletion then notifies only the next waiter, not ourselves.
+            for w in watchers {
+                w.abort();
+                let _ = w.await;
+            }
             tokio::time::timeout(CLEANUP_TIMEOUT, remove(client, &self.path, &self.dir)).await
         });
         match result {
