@@ -1162,21 +1162,22 @@ impl Lease for ZkLease {
     }
 
     fn renew(&mut self) -> Renewal {
-        let h = lock(&self.health);
-        if let Some(why) = &h.lost {
-            return Renewal::Lost(why.clone());
-        }
+        let mut h = lock(&self.health);
         if let Some(at) = h.disconnected_at {
             let cut_off = at.elapsed();
-            if cut_off >= self.grace {
-                return Renewal::Lost(format!(
+            if cut_off >= self.grace && h.lost.is_none() {
+                // Remembered, so that release does not wait on a server that has gone silent.
+                h.lost = Some(format!(
                     "cut off from ZooKeeper at {} for {}: the session may have expired",
                     self.session.hosts,
                     humantime::format_duration(Duration::from_millis(cut_off.as_millis() as u64))
                 ));
             }
         }
-        Renewal::Held { next: self.poll }
+        match &h.lost {
+            Some(why) => Renewal::Lost(why.clone()),
+            None => Renewal::Held { next: self.poll },
+        }
     }
 
     fn release(mut self: Box<Self>) -> anyhow::Result<()> {
