@@ -6,7 +6,8 @@
 //! - `/dlock` (persistent) holds one directory per lock name, the name percent-escaped so that any
 //!   valid name is exactly one znode (`/`, `%`, a leading `.` and the characters ZooKeeper refuses
 //!   are written `%XX`).
-//! - `/dlock/NAME` (a container node, which the server also removes once empty) holds
+//! - `/dlock/NAME` (a container node: the server deletes it once it is empty, checking every
+//!   `znode.container.checkIntervalMs`, a minute by default; an acquirer recreates it) holds
 //!   `_c_<uuid>-<kind><sequence>` children: Curator's "protected" names, so that after a connection
 //!   loss during the create a client finds its own node again by the UUID it chose. `<kind>` is
 //!   `lock-` for exclusive holders (exactly Curator's `InterProcessMutex`, so the two exclude each
@@ -511,15 +512,18 @@ impl Drop for Session {
             return;
         }
         self.runtime.block_on(async {
-            let closed = async {
-                for _ in 0..8 {
-                    if is_terminal(states.changed().await) {
-                        break;
-                    }
-                }
-            };
-            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, closed).await;
+            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, ended(&mut states)).await;
         });
+    }
+}
+
+/// Waits for the session to reach its end (closed, expired, refused).
+async fn ended(states: &mut zk::StateWatcher) {
+    // Bounded: a session passes through a handful of states at most before its end.
+    for _ in 0..8 {
+        if is_terminal(states.changed().await) {
+            return;
+        }
     }
 }
 
@@ -995,20 +999,15 @@ impl<'a> Acquisition<'a> {
     /// Deletes our node on the way out; if that fails the session's end deletes it.
     async fn delete_quietly(&self, node: &str) {
         let path = format!("{}/{node}", self.dir);
-        let _ =
-            tokio::time::timeout(CLEANUP_TIMEOUT, remove(self.client(), &path, &self.dir)).await;
+        let _ = tokio::time::timeout(CLEANUP_TIMEOUT, remove(self.client(), &path)).await;
     }
 }
 
-/// Deletes a lock node and then, if that left it empty, the lock's directory. Both requests go out
-/// together. Deleting a directory with children fails (NotEmpty), so this never races a new
-/// acquirer: one that created its node first keeps the directory alive, and one that comes after
-/// finds no directory, recreates it and retries.
-async fn remove(client: &zk::Client, path: &str, dir: &str) -> Result<(), zk::Error> {
-    let node = client.delete(path, None);
-    let dir = client.delete(dir, None);
-    let (node, _) = tokio::join!(node, dir);
-    match node {
+/// Deletes a lock node (gone already is fine). The lock's directory is a container node: the server
+/// deletes it once it is empty, with a version check, so that never races a new acquirer, which
+/// recreates the directory if it finds none.
+async fn remove(client: &zk::Client, path: &str) -> Result<(), zk::Error> {
+    match client.delete(path, None).await {
         Ok(()) | Err(zk::Error::NoNode) => Ok(()),
         Err(e) => Err(e),
     }
@@ -1043,7 +1042,6 @@ struct Health {
 /// A held lock: our node in the lock's directory, alive as long as the session is.
 struct ZkLease {
     session: Arc<Session>,
-    dir: String,
     path: String,
     token: Token,
     health: Arc<Mutex<Health>>,
@@ -1144,7 +1142,6 @@ impl ZkLease {
             }
         });
         ZkLease {
-            dir: dir.to_owned(),
             path,
             token: 0,
             health,
@@ -1189,15 +1186,34 @@ impl Lease for ZkLease {
             }
             return Ok(());
         }
-        let client = self.session.client();
-        let result = self.session.runtime.block_on(async {
-            // Once a watcher task has ended, its dropped watch has queued its removal ahead of our
-            // delete: the deletion then notifies only the next waiter, not ourselves.
+        // Once a watcher task has ended, its dropped watch has queued its removal ahead of our
+        // delete: the deletion then notifies only the next waiter, not ourselves.
+        self.session.runtime.block_on(async {
             for w in watchers {
                 w.abort();
                 let _ = w.await;
             }
-            tokio::time::timeout(CLEANUP_TIMEOUT, remove(client, &self.path, &self.dir)).await
+        });
+        // The last user of the session closes it right behind the delete: one round trip, and one
+        // write to the server's log, for both.
+        let closing = Arc::get_mut(&mut self.session).and_then(|s| s.client.take());
+        let session = &self.session;
+        let result = session.runtime.block_on(async {
+            let Some(client) = closing else {
+                return tokio::time::timeout(CLEANUP_TIMEOUT, remove(session.client(), &self.path))
+                    .await;
+            };
+            let mut states = client.state_watcher();
+            // The client sends a request when the call is made, not when its future is polled:
+            // dropping the last client right after queues the close behind the delete.
+            let delete = client.delete(&self.path, None);
+            drop(client);
+            let result = match tokio::time::timeout(CLEANUP_TIMEOUT, delete).await {
+                Ok(Err(zk::Error::NoNode)) => Ok(Ok(())),
+                other => other,
+            };
+            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, ended(&mut states)).await;
+            result
         });
         match result {
             Ok(Ok(())) => Ok(()),
