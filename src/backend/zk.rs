@@ -901,27 +901,31 @@ impl<'a> Acquisition<'a> {
         waiting: Option<&Waiting>,
     ) -> anyhow::Result<Outcome> {
         let client = self.client();
+        let own_path = format!("{}/{node}", self.dir);
+        // The watch on our own node that the lease needs, armed together with a listing when we can.
+        let mut own: Option<zk::OneshotWatcher> = None;
         let mut reported = false;
         loop {
             let queue = queue(&listing);
             let Some(me) = queue.iter().position(|c| c.name == node) else {
                 return Err(anyhow!(
-                    "our node {}/{node} vanished while waiting (dlock release --force, or the session expired)",
-                    self.dir
+                    "our node {own_path} vanished while waiting (dlock release --force, or the session expired)"
                 ))
                 .fail_with(Failure::BackendUnavailable);
             };
             let watch = match verdict(&queue, me, self.limit) {
                 Verdict::Owns => {
-                    let path = format!("{}/{node}", self.dir);
-                    let watcher = match retrying(|| client.get_and_watch_data(&path)).await {
-                        Ok((_, _, watcher)) => watcher,
-                        // Deleted under us: the next look reports it.
-                        Err(zk::Error::NoNode) => {
-                            listing = self.list().await?;
-                            continue;
-                        }
-                        Err(e) => return Err(self.fail(e, &format!("cannot watch {path}"))),
+                    let watcher = match own.take() {
+                        Some(watcher) => watcher,
+                        None => match retrying(|| client.get_and_watch_data(&own_path)).await {
+                            Ok((_, _, watcher)) => watcher,
+                            // Deleted under us: the next look reports it.
+                            Err(zk::Error::NoNode) => {
+                                listing = self.list().await?;
+                                continue;
+                            }
+                            Err(e) => return Err(self.fail(e, &format!("cannot watch {own_path}"))),
+                        },
                     };
                     let lease = ZkLease::start(
                         self.session.clone(),
@@ -938,6 +942,12 @@ impl<'a> Acquisition<'a> {
                 let holders = holders(self.session, &self.dir, Some(self.limit)).await?;
                 return Ok(Outcome::Busy(holders.into_iter().map(|(_, h)| h).collect()));
             };
+            // Arm the watch first (the request goes out now), then report who holds the lock.
+            let ahead = match &watch {
+                Verdict::Watch(other) => Some(format!("{}/{other}", self.dir)),
+                _ => None,
+            };
+            let armed = ahead.as_ref().map(|path| client.get_and_watch_data(path));
             if !reported {
                 reported = true;
                 let holders = holders(self.session, &self.dir, Some(self.limit))
@@ -945,12 +955,16 @@ impl<'a> Acquisition<'a> {
                     .unwrap_or_default();
                 waiting.busy(&holders.into_iter().map(|(_, h)| h).collect::<Vec<_>>());
             }
-            // Arm the watch; a node already gone means look again at once.
-            let watcher = match watch {
-                Verdict::Watch(other) => {
-                    match retrying(|| client.get_and_watch_data(&format!("{}/{other}", self.dir)))
-                        .await
-                    {
+            // A node already gone means look again at once.
+            let watcher = match (armed, &ahead) {
+                (Some(armed), Some(path)) => {
+                    let result = match armed.await {
+                        Err(zk::Error::ConnectionLoss) => {
+                            retrying(|| client.get_and_watch_data(path)).await
+                        }
+                        result => result,
+                    };
+                    match result {
                         Ok((_, _, watcher)) => Some(watcher),
                         Err(zk::Error::NoNode) => None,
                         Err(e) => return Err(self.fail(e, "cannot watch the node ahead of ours")),
@@ -992,7 +1006,13 @@ impl<'a> Acquisition<'a> {
             if waiting.is_cancelled() {
                 return Ok(Outcome::Cancelled);
             }
+            // Look again; if that shows our turn has come, the watch the lease needs is armed in the
+            // same round trip.
+            let arm_own = own.is_none().then(|| client.get_and_watch_data(&own_path));
             listing = self.list().await?;
+            if let Some(arm_own) = arm_own {
+                own = arm_own.await.ok().map(|(_, _, watcher)| watcher);
+            }
         }
     }
 
