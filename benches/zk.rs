@@ -24,13 +24,16 @@ use support::zk_server::ZkServer;
 use support::{dlock_bin, wait_exit, wait_until};
 
 const UNCONTENDED_RUNS: usize = 40;
+/// The JVM's optimising compiler needs a few hundred requests of each kind to kick in.
+const WARM_UP_RUNS: usize = 300;
+const WARM_UP_LIMIT: Duration = Duration::from_secs(15);
 const CONTENDERS: usize = 8;
 const ACQUISITIONS_EACH: usize = 25;
 const WAITERS: usize = 50;
 const LIMIT: Duration = Duration::from_secs(120);
 
 fn main() {
-    let zk = ZkServer::start();
+    let zk = ZkServer::start_for_benchmark();
     let etcd = Etcd::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let lock_file = dir.path().join("flock.lock");
@@ -41,6 +44,18 @@ fn main() {
         etcd.version()
     );
     println!();
+
+    // Warm up (the JVM compiles ZooKeeper's hot paths; etcd and the page cache settle).
+    let warming = Instant::now();
+    for i in 0..WARM_UP_RUNS {
+        if warming.elapsed() > WARM_UP_LIMIT {
+            break;
+        }
+        time(zk.dlock(&["run", "warm-up", "--", "true"]));
+        if i % 5 == 0 {
+            time(etcd.lock("warm-up", &["true"]));
+        }
+    }
 
     // Uncontended, interleaved so that machine noise hits all three alike.
     let (mut d, mut f, mut e) = (Vec::new(), Vec::new(), Vec::new());

@@ -21,12 +21,27 @@ pub struct ZkServer {
     port: u16,
     dir: tempfile::TempDir,
     process: Option<Child>,
+    jvm_flags: &'static [&'static str],
 }
+
+/// Tests want a server up fast: the quick compiler only, a small heap.
+const QUICK_START: &[&str] = &["-Xms16m", "-Xmx128m", "-XX:TieredStopAtLevel=1"];
+/// The benchmark wants a server at full speed: the optimising compiler too.
+const FULL_SPEED: &[&str] = &["-Xms256m", "-Xmx256m"];
 
 impl ZkServer {
     /// Starts a server and waits until it answers `ruok`. Panics (never skips) if ZooKeeper or Java
     /// is missing: `scripts/test` installs them.
     pub fn start() -> ZkServer {
+        ZkServer::start_with(QUICK_START)
+    }
+
+    /// A server for measuring: slower to start, faster once warm.
+    pub fn start_for_benchmark() -> ZkServer {
+        ZkServer::start_with(FULL_SPEED)
+    }
+
+    fn start_with(jvm_flags: &'static [&'static str]) -> ZkServer {
         assert!(
             Path::new(ZOOKEEPER_JAR).exists(),
             "ZooKeeper is not installed ({ZOOKEEPER_JAR} is missing): run scripts/test, which \
@@ -40,6 +55,7 @@ impl ZkServer {
                 port: free_port(),
                 dir,
                 process: None,
+                jvm_flags,
             };
             server.write_config();
             if server.launch() {
@@ -178,10 +194,8 @@ impl ZkServer {
             classpath.push_str(":/usr/share/java/slf4j-nop.jar");
         }
         let process = Command::new("java")
+            .args(self.jvm_flags)
             .args([
-                "-Xms16m",
-                "-Xmx128m",
-                "-XX:TieredStopAtLevel=1",
                 "-XX:+UseSerialGC",
                 "-XX:-UsePerfData",
                 "-Xshare:auto",
