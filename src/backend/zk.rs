@@ -630,10 +630,8 @@ impl ZkBackend {
         Ok(LockStatus {
             name: name.clone(),
             holders,
-            location: format!(
-                "{}{dir}",
-                self.url.location().trim_end_matches(&self.url.chroot)
-            ),
+            // The node's full path (chroot included) on the ensemble, without credentials.
+            location: format!("zk://{}{dir}", self.url.hosts()),
         })
     }
 }
