@@ -260,13 +260,14 @@ fn limit_2_admits_two_holders_and_queues_the_third_until_a_seat_frees() {
         .unwrap();
     Stderr::of(&mut c).wait_for("waiting for lock");
     assert!(!third.exists());
-    // Whichever holder leaves, the waiter gets its seat: here the first one.
-    let_go(&dir, "a");
-    assert!(wait_exit(&mut a, T).success());
-    assert!(wait_exit(&mut c, T).success());
-    assert!(third.exists());
+    // Whichever holder leaves, the waiter gets its seat: here the later one, while the first
+    // holds on.
     let_go(&dir, "b");
     assert!(wait_exit(&mut b, T).success());
+    assert!(wait_exit(&mut c, T).success());
+    assert!(third.exists());
+    let_go(&dir, "a");
+    assert!(wait_exit(&mut a, T).success());
 }
 
 /// One figure from the server's `mntr` report.
