@@ -382,7 +382,8 @@ fn is_unavailable(e: &zk::Error) -> bool {
     )
 }
 
-/// One failed ZooKeeper call as the user sees it: what dlock was doing, where, and why.
+/// One failed ZooKeeper call as the user sees it: what dlock was doing, where, and why; tagged for
+/// exit status 69 when the ensemble could not be reached or used.
 fn failure(e: zk::Error, doing: &str, hosts: &str) -> anyhow::Error {
     let why = match e {
         zk::Error::NoAuth => "not authorised: the node belongs to another ZooKeeper identity \
@@ -390,14 +391,15 @@ fn failure(e: zk::Error, doing: &str, hosts: &str) -> anyhow::Error {
             .to_owned(),
         ref e => e.to_string(),
     };
-    let unavailable = is_unavailable(&e);
-    let err = anyhow!("{doing} on ZooKeeper at {hosts}: {why}");
-    if unavailable {
-        Err::<(), _>(err)
-            .fail_with(Failure::BackendUnavailable)
-            .unwrap_err()
+    let result: anyhow::Result<()> = Err(anyhow!("{doing} on ZooKeeper at {hosts}: {why}"));
+    let result = if is_unavailable(&e) {
+        result.fail_with(Failure::BackendUnavailable)
     } else {
-        err
+        result
+    };
+    match result {
+        Err(err) => err,
+        Ok(()) => unreachable!("built as an error"),
     }
 }
 
@@ -405,18 +407,20 @@ fn failure(e: zk::Error, doing: &str, hosts: &str) -> anyhow::Error {
 /// taken through it, and closed when the last of them lets go.
 struct Session {
     runtime: tokio::runtime::Runtime,
-    /// `None` only while dropping.
+    /// `None` once closed: by the release of the last lease using it, or when dropped.
     client: Option<zk::Client>,
     hosts: String,
     root: String,
-    /// ACLs for the nodes dlock creates; see `acls`.
+    /// ACLs for the nodes dlock creates; see `Acls`.
     acls: Acls,
 }
 
 /// With credentials, what dlock creates belongs to that identity (full rights) and everyone may read
 /// it, so another identity can see a lock but neither break nor join it; `/dlock` itself also lets
 /// everyone create, so each identity can make its own locks. Without credentials everything is open,
-/// as with Curator's default.
+/// as with Curator's default. ZooKeeper checks a delete against the parent's ACL, so the protection
+/// holds for locks whose directory an authenticated dlock created; a directory made without
+/// credentials stays open to all.
 struct Acls {
     root: Vec<zk::Acl>,
     lock: Vec<zk::Acl>,
@@ -485,7 +489,7 @@ impl Session {
     fn client(&self) -> &zk::Client {
         self.client
             .as_ref()
-            .expect("the client lives until the session is dropped")
+            .expect("only the last user of a session closes it, so its users find it open")
     }
 
     fn dir(&self, name: &LockName) -> String {
