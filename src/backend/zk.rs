@@ -615,11 +615,17 @@ impl ZkBackend {
                 session.hosts
             )
         };
-        let acquisition = Acquisition::new(&session, request)?;
-        session
+        let acquisition = Acquisition::new(session.clone(), request.clone())?;
+        let waiting = waiting.cloned();
+        // Run on the runtime's worker, beside the session's own task: a watch event then reaches
+        // the waiting code, and its next request the connection, without hopping threads.
+        let task = session
             .runtime
-            .block_on(acquisition.run(waiting))
-            .with_context(ctx)
+            .spawn(async move { acquisition.run(waiting.as_ref()).await });
+        match session.runtime.block_on(task) {
+            Ok(outcome) => outcome.with_context(ctx),
+            Err(e) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
+        }
     }
 
     fn status_of(&self, session: &Session, name: &LockName) -> anyhow::Result<LockStatus> {
@@ -727,9 +733,9 @@ async fn holders(
 }
 
 /// One acquisition: the node it creates and everything needed to wait for its turn.
-struct Acquisition<'a> {
-    session: &'a Arc<Session>,
-    request: &'a LockRequest,
+struct Acquisition {
+    session: Arc<Session>,
+    request: LockRequest,
     dir: String,
     /// `_c_<uuid>-`: finds our node again after a connection loss during the create.
     protection: String,
@@ -738,8 +744,8 @@ struct Acquisition<'a> {
     limit: u32,
 }
 
-impl<'a> Acquisition<'a> {
-    fn new(session: &'a Arc<Session>, request: &'a LockRequest) -> anyhow::Result<Acquisition<'a>> {
+impl Acquisition {
+    fn new(session: Arc<Session>, request: LockRequest) -> anyhow::Result<Acquisition> {
         let (kind, limit) = match request.mode {
             Mode::Exclusive => (EXCLUSIVE_KIND, 1),
             Mode::Shared => (SHARED_KIND, 0),
@@ -758,9 +764,9 @@ impl<'a> Acquisition<'a> {
             since,
         })?;
         Ok(Acquisition {
+            dir: session.dir(&request.name),
             session,
             request,
-            dir: session.dir(&request.name),
             protection: format!("_c_{}-", uuid()?),
             kind,
             data,
@@ -941,7 +947,7 @@ impl<'a> Acquisition<'a> {
                 watch => watch,
             };
             let Some(waiting) = waiting else {
-                let holders = holders(self.session, &self.dir, Some(self.limit)).await?;
+                let holders = holders(&self.session, &self.dir, Some(self.limit)).await?;
                 return Ok(Outcome::Busy(holders.into_iter().map(|(_, h)| h).collect()));
             };
             // Arm the watch first (the request goes out now), then report who holds the lock.
@@ -952,7 +958,7 @@ impl<'a> Acquisition<'a> {
             let armed = ahead.as_ref().map(|path| client.get_and_watch_data(path));
             if !reported {
                 reported = true;
-                let holders = holders(self.session, &self.dir, Some(self.limit))
+                let holders = holders(&self.session, &self.dir, Some(self.limit))
                     .await
                     .unwrap_or_default();
                 waiting.busy(&holders.into_iter().map(|(_, h)| h).collect::<Vec<_>>());
