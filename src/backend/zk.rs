@@ -1076,6 +1076,8 @@ struct ZkLease {
     /// How long after noticing a disconnection the session may have expired on the server.
     grace: Duration,
     poll: Duration,
+    /// When `renew` last ran: a long gap means this process was stopped.
+    last_renewal: Instant,
     watchers: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -1174,7 +1176,12 @@ impl ZkLease {
             token: 0,
             health,
             grace,
-            poll: (ttl / 10).min(MAX_POLL).max(Duration::from_millis(10)),
+            // Well inside the grace, so a renewal that comes late means a stopped process.
+            poll: (ttl / 10)
+                .min(grace / 4)
+                .min(MAX_POLL)
+                .max(Duration::from_millis(10)),
+            last_renewal: Instant::now(),
             watchers: vec![state_watcher, node_watcher],
             session,
         }
@@ -1188,6 +1195,17 @@ impl Lease for ZkLease {
 
     fn renew(&mut self) -> Renewal {
         let mut h = lock(&self.health);
+        // A process stopped (SIGSTOP, a frozen VM) sends no pings and learns nothing while stopped:
+        // the server may have expired the session meanwhile, and the client only finds out later.
+        let now = Instant::now();
+        let gap = now.saturating_duration_since(self.last_renewal);
+        self.last_renewal = now;
+        if gap >= self.grace && h.lost.is_none() {
+            h.lost = Some(format!(
+                "dlock did not run for {}: the ZooKeeper session may have expired meanwhile",
+                humantime::format_duration(Duration::from_millis(gap.as_millis() as u64))
+            ));
+        }
         if let Some(at) = h.disconnected_at {
             let cut_off = at.elapsed();
             if cut_off >= self.grace && h.lost.is_none() {

@@ -273,3 +273,22 @@ fn four_letter(port: u16, word: &str) -> Option<String> {
     stream.read_to_string(&mut answer).ok()?;
     Some(answer)
 }
+
+/// The fault checker's handle on a ZooKeeper server.
+pub struct ZkControl(pub std::sync::Mutex<ZkServer>);
+
+impl super::target::ServerControl for ZkControl {
+    fn pause(&self, pause: Duration) {
+        let pid = self.0.lock().expect("server handle").pid();
+        super::signal(pid, libc::SIGSTOP);
+        std::thread::sleep(pause);
+        super::signal(pid, libc::SIGCONT);
+    }
+
+    /// A crash and restart that keeps the server's data directory: a ZooKeeper server's data is its
+    /// durable transaction log, and wiping it (unlike restarting a Redis without persistence) would
+    /// also reset the zxids that fencing tokens are made of.
+    fn restart(&self) {
+        self.0.lock().expect("server handle").restart();
+    }
+}
