@@ -574,6 +574,7 @@ pub struct ZkBackend {
     connect_timeout: Duration,
     /// Connected on first use, with the session timeout of the first request (`--ttl`).
     session: Mutex<Option<Arc<Session>>>,
+    parked: Mutex<Option<Parked>>,
 }
 
 impl ZkBackend {
@@ -593,6 +594,7 @@ impl ZkBackend {
             url: ZkUrl::parse(url).fail_with(Failure::Usage)?,
             connect_timeout: config.connect_timeout,
             session: Mutex::new(None),
+            parked: Mutex::new(None),
         })
     }
 
@@ -617,11 +619,29 @@ impl ZkBackend {
         };
         let acquisition = Acquisition::new(session.clone(), request.clone())?;
         let waiting = waiting.cloned();
+        let parked = lock(&self.parked).take();
+        let resumed = match parked {
+            Some(p)
+                if p.name == request.name && p.owner == request.owner && p.mode == request.mode =>
+            {
+                Some((p.node, p.token))
+            }
+            Some(p) => {
+                // Not the request it was kept for: it must not hold a place in that queue.
+                let path = format!("{}/{}", session.dir(&p.name), p.node);
+                let client = session.client().clone();
+                session.runtime.block_on(async move {
+                    let _ = tokio::time::timeout(CLEANUP_TIMEOUT, remove(&client, &path)).await;
+                });
+                None
+            }
+            None => None,
+        };
         // Run on the runtime's worker, beside the session's own task: a watch event then reaches
         // the waiting code, and its next request the connection, without hopping threads.
         let task = session
             .runtime
-            .spawn(async move { acquisition.run(waiting.as_ref()).await });
+            .spawn(async move { acquisition.run(waiting.as_ref(), resumed).await });
         match session.runtime.block_on(task) {
             Ok(outcome) => outcome.with_context(ctx),
             Err(e) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
@@ -653,8 +673,21 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 enum Outcome {
     Acquired(ZkLease),
-    Busy(Vec<Holder>),
+    /// Held by others; our node stays queued (see `Parked`).
+    Busy(Vec<Holder>, Parked),
     Cancelled,
+}
+
+/// The node of a `try_acquire` that found the lock busy, left in the queue for the `acquire` that
+/// dlock makes next for the same request (it tries before it waits): the wait then keeps its
+/// place instead of leaving and queueing again. Any other request, or the end of the session
+/// (the ephemeral node goes with it), removes it.
+struct Parked {
+    name: LockName,
+    owner: String,
+    mode: Mode,
+    node: String,
+    token: Token,
 }
 
 /// Retries an operation that met a connection loss: the client queues requests until it has
@@ -782,16 +815,30 @@ impl Acquisition {
         self.session.fail(e, doing)
     }
 
-    /// Queue up, then wait for our turn (`waiting`) or give up at once (`None`). Whatever happens,
-    /// a node that does not end up in a lease is deleted.
-    async fn run(&self, waiting: Option<&Waiting>) -> anyhow::Result<Outcome> {
+    /// Queue up (or keep the place of a parked node), then wait for our turn (`waiting`) or give up
+    /// at once (`None`, leaving the node parked). A node that ends in neither a lease nor a parked
+    /// place is deleted.
+    async fn run(
+        &self,
+        waiting: Option<&Waiting>,
+        resumed: Option<(String, Token)>,
+    ) -> anyhow::Result<Outcome> {
         if waiting.is_some_and(Waiting::is_cancelled) {
+            if let Some((node, _)) = &resumed {
+                self.delete_quietly(node).await;
+            }
             return Ok(Outcome::Cancelled);
         }
-        let (node, token, listing) = self.enqueue().await?;
-        let outcome = self.wait_turn(&node, listing, waiting).await;
+        let (node, token, listing) = match resumed {
+            Some((node, token)) => {
+                let listing = self.list().await?;
+                (node, token, listing)
+            }
+            None => self.enqueue().await?,
+        };
+        let outcome = self.wait_turn(&node, token, listing, waiting).await;
         match outcome {
-            Ok(Outcome::Acquired(_)) => {}
+            Ok(Outcome::Acquired(_)) | Ok(Outcome::Busy(..)) => {}
             _ => self.delete_quietly(&node).await,
         }
         match outcome {
@@ -905,6 +952,7 @@ impl Acquisition {
     async fn wait_turn(
         &self,
         node: &str,
+        token: Token,
         mut listing: Vec<String>,
         waiting: Option<&Waiting>,
     ) -> anyhow::Result<Outcome> {
@@ -948,7 +996,15 @@ impl Acquisition {
             };
             let Some(waiting) = waiting else {
                 let holders = holders(&self.session, &self.dir, Some(self.limit)).await?;
-                return Ok(Outcome::Busy(holders.into_iter().map(|(_, h)| h).collect()));
+                let parked = Parked {
+                    name: self.request.name.clone(),
+                    owner: self.request.owner.clone(),
+                    mode: self.request.mode,
+                    node: node.to_owned(),
+                    token,
+                };
+                let holders = holders.into_iter().map(|(_, h)| h).collect();
+                return Ok(Outcome::Busy(holders, parked));
             };
             // Arm the watch first (the request goes out now), then report who holds the lock.
             let ahead = match &watch {
@@ -1292,7 +1348,10 @@ impl Backend for ZkBackend {
     fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
         match self.attempt(request, None)? {
             Outcome::Acquired(lease) => Ok(Attempt::Acquired(Box::new(lease))),
-            Outcome::Busy(holders) => Ok(Attempt::Busy(holders)),
+            Outcome::Busy(holders, parked) => {
+                *lock(&self.parked) = Some(parked);
+                Ok(Attempt::Busy(holders))
+            }
             Outcome::Cancelled => Ok(Attempt::Busy(vec![])),
         }
     }
@@ -1304,7 +1363,7 @@ impl Backend for ZkBackend {
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
         match self.attempt(request, Some(waiting))? {
             Outcome::Acquired(lease) => Ok(Some(Box::new(lease))),
-            Outcome::Busy(_) | Outcome::Cancelled => Ok(None),
+            Outcome::Busy(..) | Outcome::Cancelled => Ok(None),
         }
     }
 
