@@ -624,7 +624,11 @@ impl ZkBackend {
             Some(p)
                 if p.name == request.name && p.owner == request.owner && p.mode == request.mode =>
             {
-                Some((p.node, p.token))
+                Some(Resumed {
+                    node: p.node,
+                    token: p.token,
+                    holders: p.holders,
+                })
             }
             Some(p) => {
                 // Not the request it was kept for: it must not hold a place in that queue.
@@ -678,6 +682,13 @@ enum Outcome {
     Cancelled,
 }
 
+/// A parked node taken up again by the `acquire` it was kept for.
+struct Resumed {
+    node: String,
+    token: Token,
+    holders: Vec<Holder>,
+}
+
 /// The node of a `try_acquire` that found the lock busy, left in the queue for the `acquire` that
 /// dlock makes next for the same request (it tries before it waits): the wait then keeps its
 /// place instead of leaving and queueing again. Any other request, or the end of the session
@@ -688,6 +699,8 @@ struct Parked {
     mode: Mode,
     node: String,
     token: Token,
+    /// Who held the lock then: the wait reports them without asking again.
+    holders: Vec<Holder>,
 }
 
 /// Retries an operation that met a connection loss: the client queues requests until it has
@@ -706,20 +719,29 @@ where
     }
 }
 
-/// The current owners of the lock in `dir` with what their nodes say, in queue order. `limit` is the
-/// seat count to assume for seats whose data does not tell (the asker's own).
+/// The current owners of the lock in `dir` with what their nodes say, in queue order.
+///
+/// `status` passes no `known`: every node is read, and each seat counts with its own limit. An
+/// acquirer passes the listing it has just judged by and its own limit: only the owners that
+/// listing shows are read, in one request.
 async fn holders(
     session: &Session,
     dir: &str,
-    limit: Option<u32>,
+    known: Option<(&[String], u32)>,
 ) -> anyhow::Result<Vec<(String, Holder)>> {
     let client = session.client();
-    let names = match retrying(|| client.list_children(dir)).await {
-        Ok(names) => names,
-        Err(zk::Error::NoNode) => return Ok(vec![]),
-        Err(e) => return Err(session.fail(e, &format!("cannot list {dir}"))),
+    let (queue, limit) = match known {
+        Some((names, limit)) => {
+            let all = queue(names);
+            let owning = owners(&all, |_| limit).into_iter().map(|i| all[i].clone());
+            (owning.collect::<Vec<_>>(), Some(limit))
+        }
+        None => match retrying(|| client.list_children(dir)).await {
+            Ok(names) => (queue(&names), None),
+            Err(zk::Error::NoNode) => return Ok(vec![]),
+            Err(e) => return Err(session.fail(e, &format!("cannot list {dir}"))),
+        },
     };
-    let queue = queue(&names);
     if queue.is_empty() {
         return Ok(vec![]);
     }
@@ -821,22 +843,25 @@ impl Acquisition {
     async fn run(
         &self,
         waiting: Option<&Waiting>,
-        resumed: Option<(String, Token)>,
+        resumed: Option<Resumed>,
     ) -> anyhow::Result<Outcome> {
         if waiting.is_some_and(Waiting::is_cancelled) {
-            if let Some((node, _)) = &resumed {
-                self.delete_quietly(node).await;
+            if let Some(r) = &resumed {
+                self.delete_quietly(&r.node).await;
             }
             return Ok(Outcome::Cancelled);
         }
-        let (node, token, listing) = match resumed {
-            Some((node, token)) => {
+        let (node, token, listing, known) = match resumed {
+            Some(r) => {
                 let listing = self.list().await?;
-                (node, token, listing)
+                (r.node, r.token, listing, Some(r.holders))
             }
-            None => self.enqueue().await?,
+            None => {
+                let (node, token, listing) = self.enqueue().await?;
+                (node, token, listing, None)
+            }
         };
-        let outcome = self.wait_turn(&node, token, listing, waiting).await;
+        let outcome = self.wait_turn(&node, token, listing, known, waiting).await;
         match outcome {
             Ok(Outcome::Acquired(_)) | Ok(Outcome::Busy(..)) => {}
             _ => self.delete_quietly(&node).await,
@@ -954,6 +979,7 @@ impl Acquisition {
         node: &str,
         token: Token,
         mut listing: Vec<String>,
+        mut known: Option<Vec<Holder>>,
         waiting: Option<&Waiting>,
     ) -> anyhow::Result<Outcome> {
         let client = self.client();
@@ -995,15 +1021,20 @@ impl Acquisition {
                 watch => watch,
             };
             let Some(waiting) = waiting else {
-                let holders = holders(&self.session, &self.dir, Some(self.limit)).await?;
+                let holders: Vec<Holder> =
+                    holders(&self.session, &self.dir, Some((&listing, self.limit)))
+                        .await?
+                        .into_iter()
+                        .map(|(_, h)| h)
+                        .collect();
                 let parked = Parked {
                     name: self.request.name.clone(),
                     owner: self.request.owner.clone(),
                     mode: self.request.mode,
                     node: node.to_owned(),
                     token,
+                    holders: holders.clone(),
                 };
-                let holders = holders.into_iter().map(|(_, h)| h).collect();
                 return Ok(Outcome::Busy(holders, parked));
             };
             // Arm the watch first (the request goes out now), then report who holds the lock.
@@ -1014,10 +1045,16 @@ impl Acquisition {
             let armed = ahead.as_ref().map(|path| client.get_and_watch_data(path));
             if !reported {
                 reported = true;
-                let holders = holders(&self.session, &self.dir, Some(self.limit))
-                    .await
-                    .unwrap_or_default();
-                waiting.busy(&holders.into_iter().map(|(_, h)| h).collect::<Vec<_>>());
+                let holders = match known.take() {
+                    Some(holders) => holders,
+                    None => holders(&self.session, &self.dir, Some((&listing, self.limit)))
+                        .await
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(_, h)| h)
+                        .collect(),
+                };
+                waiting.busy(&holders);
             }
             // A node already gone means look again at once.
             let watcher = match (armed, &ahead) {
