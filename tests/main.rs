@@ -7,3 +7,4 @@ mod faults;
 mod file_backend;
 mod multi;
 mod run;
+mod zk;
