@@ -49,6 +49,9 @@ struct Held {
     lease: Box<dyn Lease>,
     /// When to renew first: a third of the lease, as every backend renews; the lease then says.
     renew_every: Duration,
+    /// When a renewal was last reported: a lease that checks often (ZooKeeper's session state)
+    /// is reported at most once per third of its lease, not at every check.
+    reported: Instant,
 }
 
 impl Held {
@@ -57,6 +60,7 @@ impl Held {
             name: request.name.clone(),
             lease,
             renew_every: request.ttl / 3,
+            reported: Instant::now(),
         }
     }
 }
@@ -598,7 +602,10 @@ fn renew_due(held: &mut [Held], due: &mut [Instant], report: &Reporter) -> Resul
         }
         match h.lease.renew() {
             Renewal::Held { next } => {
-                report.event(&format!("renewed {:?}", h.name.as_str()));
+                if h.reported.elapsed() + Duration::from_millis(5) >= h.renew_every {
+                    report.event(&format!("renewed {:?}", h.name.as_str()));
+                    h.reported = Instant::now();
+                }
                 *d = Instant::now() + next;
             }
             Renewal::Lost(why) => return Err(format!("lock {:?}: {why}", h.name.as_str())),
