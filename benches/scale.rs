@@ -1,15 +1,16 @@
 //! Scale, per backend, on one machine: 1,000 waiters on one lock, 10,000 locks held at once, and one
 //! lock held while idle (CPU used, renewal period).
 //!
-//! Run: `cargo bench --bench scale` (release build). `DLOCK_SCALE_WAITERS`, `DLOCK_SCALE_LOCKS` and
+//! Run: `cargo bench --bench scale` (release build; starts its own servers). `DLOCK_SCALE_WAITERS`, `DLOCK_SCALE_LOCKS` and
 //! `DLOCK_SCALE_IDLE_SECS` shrink or grow the three parts (defaults 1000, 10000, 60).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::zk_server::ZkServer;
+
 #[path = "../tests/support/mod.rs"]
-#[allow(unused_imports)]
 mod support;
 
 /// One backend under measurement: the arguments that select it and how to read its server's
@@ -28,16 +29,6 @@ fn env_or(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn dlock_bin() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "--quiet", "--bin", "dlock"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo build --release");
-    assert!(status.success());
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/dlock")
 }
 
 fn dlock(bin: &Path, s: &Subject, args: &[&str]) -> Command {
@@ -225,8 +216,16 @@ fn idle(bin: &Path, s: &Subject, seconds: u64) {
     );
 }
 
+/// A counter from ZooKeeper's `mntr` four-letter word.
+fn mntr(zk: &ZkServer, key: &str) -> Option<u64> {
+    zk.four_letter("mntr")
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('\t')?.trim().parse().ok())
+}
+
 fn main() {
-    let bin = dlock_bin();
+    let bin = PathBuf::from(support::dlock_bin());
+    let zk = std::sync::Arc::new(ZkServer::start_for_benchmark());
     let scratch = tempfile::tempdir().expect("scratch");
     let waiter_count = env_or("DLOCK_SCALE_WAITERS", 1000);
     let lock_count = env_or("DLOCK_SCALE_LOCKS", 10_000);
@@ -240,7 +239,15 @@ fn main() {
         server_memory: Box::new(|| None),
         server_requests: Box::new(|| None),
     };
-    let subjects = [file];
+    let (zk_memory, zk_requests) = (zk.clone(), zk.clone());
+    let zookeeper = Subject {
+        label: "zk",
+        args: vec!["--backend".into(), "zk".into(), "--url".into(), zk.url()],
+        // The data tree's size as ZooKeeper reckons it; the JVM heap around it is not counted.
+        server_memory: Box::new(move || mntr(&zk_memory, "zk_approximate_data_size")),
+        server_requests: Box::new(move || mntr(&zk_requests, "zk_packets_received")),
+    };
+    let subjects = [file, zookeeper];
     for s in &subjects {
         waiters(&bin, s, waiter_count, scratch.path());
         many_locks(&bin, s, lock_count, scratch.path());
