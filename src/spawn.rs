@@ -45,12 +45,14 @@ struct ChildArgs {
 
 /// Starts `command` (argv, `command[0]` looked up in PATH) with `env` added to dlock's environment,
 /// in a new process group, killed if dlock dies, and in the terminal's foreground if `foreground`.
-/// `file_limit`, when given, is restored as its open-file limit. Returns its pid; the caller reaps it.
+/// `file_limit`, when given, is restored as its open-file limit, and `mask` as its signal mask.
+/// Returns its pid; the caller reaps it.
 pub fn spawn(
     command: &[String],
     env: &[(String, String)],
     foreground: bool,
     file_limit: Option<libc::rlimit>,
+    mask: &libc::sigset_t,
 ) -> io::Result<libc::pid_t> {
     let program = find_program(&command[0])?;
     let program = cstring(program.into_os_string().into_vec())?;
@@ -78,12 +80,12 @@ pub fn spawn(
     };
 
     // SAFETY: sigset_t is plain data; the calls only fill it.
-    let (all, mut mask) = unsafe {
+    let (all, mut parent_mask) = unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         (all, std::mem::zeroed::<libc::sigset_t>())
     };
-    let child = ChildArgs {
+    let mut child = ChildArgs {
         program,
         argv: null_terminated(&args),
         envp: null_terminated(&vars),
@@ -91,17 +93,15 @@ pub fn spawn(
         file_limit,
         // SAFETY: getpid cannot fail.
         parent: unsafe { libc::getpid() },
-        mask,
+        mask: *mask,
         exec_error: AtomicI32::new(0),
     };
-    let mut child = child;
     let mut stack = vec![0u8; CHILD_STACK];
     // SAFETY: the stack grows down from its (16-byte aligned) top, which stays allocated until the
     // clone returns, and CLONE_VFORK keeps us suspended until the child has exec'd or exited, so
     // `child` outlives every access the child makes.
     let pid = unsafe {
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut mask);
-        child.mask = mask;
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut parent_mask);
         let top = stack.as_mut_ptr().add(CHILD_STACK);
         let top = top.sub(top as usize % 16);
         let pid = libc::clone(
@@ -111,7 +111,7 @@ pub fn spawn(
             (&mut child as *mut ChildArgs).cast(),
         );
         let clone_error = io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+        libc::pthread_sigmask(libc::SIG_SETMASK, &parent_mask, std::ptr::null_mut());
         if pid < 0 {
             return Err(clone_error);
         }

@@ -1,21 +1,22 @@
 //! `dlock run`, whatever the backend: wait for the locks (cancellable by a deadline or a signal),
-//! start the command in its own process group, forward signals to it, keep the leases alive from a
-//! heartbeat thread, terminate the command when a lock is lost, and turn the outcome into an exit
-//! status. Backends only acquire, renew and release; everything about the child happens here.
+//! start the command in its own process group, forward signals to it, renew the leases, terminate
+//! the command when a lock is lost, and turn the outcome into an exit status. Backends only
+//! acquire, renew and release; everything about the child happens here.
 //!
-//! The main thread owns the child and decides; helper threads (signals, acquisition, heartbeat,
-//! child reaper) only report to it over one channel, so every decision is made in one place.
+//! One thread decides everything. Signals are never handled asynchronously: they are blocked from
+//! the start and taken one at a time by the main thread with sigtimedwait(2), in the same loop that
+//! watches deadlines, renewals and the child (SIGCHLD). Only a wait for a busy lock runs on a helper
+//! thread, which reports over a channel and wakes the main thread with a signal of its own.
 
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::os::unix::thread::JoinHandleExt;
 use std::process::{Command, ExitStatus};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 
 use crate::backend::{self, Attempt, Backend, BackendConfig, Lease, Renewal, Waiting};
 use crate::exit;
@@ -24,7 +25,14 @@ use crate::report::Reporter;
 use crate::spawn;
 
 /// Signals dlock passes on to the command's process group.
-pub const FORWARDED_SIGNALS: [i32; 6] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2];
+pub const FORWARDED_SIGNALS: [i32; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
 
 /// Sent to the acquiring thread to break a blocking system call after its wait was cancelled.
 /// SIGURG is ignored by default, so a stray one harms nothing; its handler is installed without
@@ -65,10 +73,84 @@ impl Held {
     }
 }
 
+/// What the acquiring thread reports to the main thread.
 enum Event {
-    Signal(i32),
     Busy(LockName, Vec<Holder>),
     Acquired(anyhow::Result<Option<Vec<Held>>>),
+}
+
+/// The signals dlock takes synchronously, blocked in every thread it starts.
+struct Signals {
+    waited: libc::sigset_t,
+    /// The mask dlock started with, which the command gets back.
+    original: libc::sigset_t,
+    main_thread: libc::pthread_t,
+}
+
+/// The acquiring thread's "look at the channel" to the main thread: a real-time signal, so it is
+/// never one a user sends.
+fn event_signal() -> i32 {
+    libc::SIGRTMIN() + 1
+}
+
+impl Signals {
+    /// Blocks the forwarded signals, SIGCHLD and the event signal. Must run before any thread is
+    /// started, since threads inherit the mask: a signal must never reach a thread with the default
+    /// action (which would kill dlock without forwarding anything).
+    fn block() -> io::Result<Signals> {
+        // SAFETY: sigset_t is plain data, filled by the calls.
+        unsafe {
+            let mut waited: libc::sigset_t = std::mem::zeroed();
+            let mut original: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut waited);
+            for n in FORWARDED_SIGNALS
+                .into_iter()
+                .chain([libc::SIGCHLD, event_signal()])
+            {
+                libc::sigaddset(&mut waited, n);
+            }
+            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &waited, &mut original);
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+            Ok(Signals {
+                waited,
+                original,
+                main_thread: libc::pthread_self(),
+            })
+        }
+    }
+
+    /// The next signal, or `None` once `timeout` has passed (`Duration::MAX`: no limit).
+    fn wait(&self, timeout: Duration) -> Option<i32> {
+        let end = Instant::now().checked_add(timeout);
+        loop {
+            let left = end.map(|e| e.saturating_duration_since(Instant::now()));
+            let spec = left.map(|l| libc::timespec {
+                tv_sec: l.as_secs() as libc::time_t,
+                tv_nsec: l.subsec_nanos() as libc::c_long,
+            });
+            // SAFETY: valid set and timespec pointers; the siginfo out-pointer may be null.
+            let n = unsafe {
+                match &spec {
+                    Some(spec) => libc::sigtimedwait(&self.waited, std::ptr::null_mut(), spec),
+                    None => libc::sigwaitinfo(&self.waited, std::ptr::null_mut()),
+                }
+            };
+            if n > 0 {
+                return Some(n);
+            }
+            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return None;
+            }
+        }
+    }
+
+    /// Wakes the main thread from another thread.
+    fn wake_main(main_thread: libc::pthread_t) {
+        // SAFETY: the main thread outlives every helper (dlock exits from it).
+        unsafe { libc::pthread_kill(main_thread, event_signal()) };
+    }
 }
 
 /// Environment variable listing the locks held by this process's dlock ancestors, one
@@ -77,6 +159,8 @@ const HELD_VAR: &str = "DLOCK_HELD";
 const HELD_VAR_MAX: usize = 64 * 1024;
 
 pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
+    // First of all, before a backend may start threads of its own.
+    let signals = Signals::block().context("cannot block signals")?;
     let backend = backend::open(&plan.backend)?;
     let location = backend.location();
     let inherited = std::env::var(HELD_VAR).unwrap_or_default();
@@ -99,8 +183,6 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     }
 
     let file_limit = raise_file_limit(requests.len());
-    let (tx, rx) = mpsc::channel();
-    start_signal_thread(tx.clone())?;
     install_wake_handler()?;
 
     let started = Instant::now();
@@ -113,7 +195,7 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
             Acquisition::Busy(requests[busy].name.clone(), holders)
         }
         Ok(Some((busy, _))) => {
-            acquire_waiting(backend, &requests[busy..], held, &plan, &tx, &rx, report)?
+            acquire_waiting(backend, &requests[busy..], held, &plan, &signals, report)?
         }
         Err(e) => {
             release_quietly(held);
@@ -145,12 +227,16 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     }
     // A signal that came while the last lock was being taken still means "stop": honour it now,
     // before anything was started.
-    if let Ok(Event::Signal(n)) = rx.try_recv() {
-        release_all(held, report);
-        return Ok(exit::signalled(n));
+    while let Some(n) = signals.wait(Duration::ZERO) {
+        if FORWARDED_SIGNALS.contains(&n) {
+            release_all(held, report);
+            return Ok(exit::signalled(n));
+        }
     }
 
-    supervise_child(held, &plan, &location, &inherited, file_limit, &rx, report)
+    supervise_child(
+        held, &plan, &location, &inherited, file_limit, &signals, report,
+    )
 }
 
 /// A lock may hold a descriptor (a lock file, a connection), so many names at once can pass the
@@ -224,10 +310,11 @@ fn acquire_waiting(
     requests: &[LockRequest],
     already: Vec<Held>,
     plan: &RunPlan,
-    tx: &Sender<Event>,
-    rx: &Receiver<Event>,
+    signals: &Signals,
     report: &Reporter,
 ) -> anyhow::Result<Acquisition> {
+    let (tx, rx) = mpsc::channel();
+    let main_thread = signals.main_thread;
     let busy_tx = tx.clone();
     let busy_name = std::sync::Arc::new(std::sync::Mutex::new(requests[0].name.clone()));
     let busy_name_for_waiting = busy_name.clone();
@@ -235,14 +322,19 @@ fn acquire_waiting(
         let name = busy_name_for_waiting.lock().map(|n| n.clone());
         if let Ok(name) = name {
             let _ = busy_tx.send(Event::Busy(name, holders.to_vec()));
+            Signals::wake_main(main_thread);
         }
     });
     let thread_waiting = waiting.clone();
     let thread_requests = requests.to_vec();
-    let result_tx = tx.clone();
     let acquirer = thread::Builder::new()
         .name("acquire".into())
         .spawn(move || {
+            let result_tx = tx;
+            let report = |event| {
+                let _ = result_tx.send(event);
+                Signals::wake_main(main_thread);
+            };
             let mut held = already;
             for request in &thread_requests {
                 if let Ok(mut n) = busy_name.lock() {
@@ -252,17 +344,15 @@ fn acquire_waiting(
                     Ok(Some(lease)) => held.push(Held::new(request, lease)),
                     Ok(None) => {
                         release_quietly(held);
-                        let _ = result_tx.send(Event::Acquired(Ok(None)));
-                        return;
+                        return report(Event::Acquired(Ok(None)));
                     }
                     Err(e) => {
                         release_quietly(held);
-                        let _ = result_tx.send(Event::Acquired(Err(e)));
-                        return;
+                        return report(Event::Acquired(Err(e)));
                     }
                 }
             }
-            let _ = result_tx.send(Event::Acquired(Ok(Some(held))));
+            report(Event::Acquired(Ok(Some(held))));
         })
         .context("cannot start the acquiring thread")?;
 
@@ -271,49 +361,52 @@ fn acquire_waiting(
     let mut waiting_for = (requests[0].name.clone(), Vec::new());
     let tick = Duration::from_secs(1);
     loop {
+        for event in rx.try_iter() {
+            match event {
+                Event::Acquired(Ok(Some(held))) => {
+                    report.clear_status();
+                    let _ = acquirer.join();
+                    return Ok(Acquisition::Held(held));
+                }
+                Event::Acquired(Ok(None)) => {
+                    report.clear_status();
+                    return Ok(Acquisition::Busy(waiting_for.0, waiting_for.1));
+                }
+                Event::Acquired(Err(e)) => {
+                    report.clear_status();
+                    return Err(e);
+                }
+                Event::Busy(name, holders) => {
+                    report.event(&format!(
+                        "waiting for lock {:?}{}",
+                        name.as_str(),
+                        describe_holders(&holders)
+                    ));
+                    waiting_for = (name, holders);
+                    draw_waiting(report, started, &waiting_for);
+                }
+            }
+        }
         let now = Instant::now();
         let mut timeout = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
         if report.draws_waiting_line() {
             timeout = timeout.min(tick);
         }
-        match rx.recv_timeout(timeout) {
-            Ok(Event::Acquired(Ok(Some(held)))) => {
+        match signals.wait(timeout) {
+            Some(n) if FORWARDED_SIGNALS.contains(&n) => {
                 report.clear_status();
-                let _ = acquirer.join();
-                return Ok(Acquisition::Held(held));
-            }
-            Ok(Event::Acquired(Ok(None))) => {
-                report.clear_status();
-                return Ok(Acquisition::Busy(waiting_for.0, waiting_for.1));
-            }
-            Ok(Event::Acquired(Err(e))) => {
-                report.clear_status();
-                return Err(e);
-            }
-            Ok(Event::Busy(name, holders)) => {
-                report.event(&format!(
-                    "waiting for lock {:?}{}",
-                    name.as_str(),
-                    describe_holders(&holders)
-                ));
-                waiting_for = (name, holders);
-                draw_waiting(report, started, &waiting_for);
-            }
-            Ok(Event::Signal(n)) => {
-                report.clear_status();
-                cancel(&waiting, acquirer, rx, report);
+                cancel(&waiting, acquirer, &rx, signals, report);
                 return Ok(Acquisition::Signalled(n));
             }
-            Err(RecvTimeoutError::Timeout) => {
+            // The channel has news, or a child dlock did not start (inherited) exited.
+            Some(_) => {}
+            None => {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     report.clear_status();
-                    cancel(&waiting, acquirer, rx, report);
+                    cancel(&waiting, acquirer, &rx, signals, report);
                     return Ok(Acquisition::TimedOut(waiting_for.0, waiting_for.1));
                 }
                 draw_waiting(report, started, &waiting_for);
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                anyhow::bail!("the acquiring thread stopped without an answer")
             }
         }
     }
@@ -336,7 +429,13 @@ fn since(h: &Holder) -> String {
 
 /// Stops a waiting acquisition and makes sure it leaves nothing behind: interrupts the blocking
 /// call until the thread answers, and releases anything it acquired in the meantime.
-fn cancel(waiting: &Waiting, acquirer: JoinHandle<()>, rx: &Receiver<Event>, report: &Reporter) {
+fn cancel(
+    waiting: &Waiting,
+    acquirer: JoinHandle<()>,
+    rx: &Receiver<Event>,
+    signals: &Signals,
+    report: &Reporter,
+) {
     waiting.cancel();
     // Bounded: a backend stuck past this (a hung server) is abandoned; the process exits anyway.
     let give_up = Instant::now() + Duration::from_secs(5);
@@ -344,13 +443,20 @@ fn cancel(waiting: &Waiting, acquirer: JoinHandle<()>, rx: &Receiver<Event>, rep
         // The handle is joinable, so the thread id stays valid even if the thread has finished.
         // SAFETY: pthread_kill on a joinable thread's id with a handled signal.
         unsafe { libc::pthread_kill(acquirer.as_pthread_t(), WAKE_SIGNAL) };
-        match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(Event::Acquired(Ok(Some(held)))) => {
+        let answer = rx.try_iter().find_map(|event| match event {
+            Event::Acquired(result) => Some(result),
+            Event::Busy(..) => None,
+        });
+        match answer {
+            Some(Ok(Some(held))) => {
                 release_all(held, report);
                 break;
             }
-            Ok(Event::Acquired(_)) => break,
-            _ => {}
+            Some(_) => break,
+            // Other signals meanwhile change nothing: dlock is already giving up.
+            None => {
+                signals.wait(Duration::from_millis(20));
+            }
         }
     }
     if acquirer.is_finished() {
@@ -371,23 +477,6 @@ fn install_wake_handler() -> anyhow::Result<()> {
             return Err(io::Error::last_os_error()).context("cannot install a signal handler");
         }
     }
-    Ok(())
-}
-
-fn start_signal_thread(tx: Sender<Event>) -> anyhow::Result<()> {
-    let mut signals = signal_hook::iterator::Signals::new(FORWARDED_SIGNALS)
-        .and_then(|s| s.add_signal(libc::SIGCHLD).map(|()| s))
-        .context("cannot install signal handlers")?;
-    thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            for n in signals.forever() {
-                if tx.send(Event::Signal(n)).is_err() {
-                    break;
-                }
-            }
-        })
-        .context("cannot start the signal thread")?;
     Ok(())
 }
 
@@ -506,12 +595,18 @@ fn supervise_child(
     location: &str,
     inherited: &str,
     file_limit: Option<libc::rlimit>,
-    rx: &Receiver<Event>,
+    signals: &Signals,
     report: &Reporter,
 ) -> anyhow::Result<u8> {
     let env = child_environment(&held, plan, location, inherited);
     let foreground = owns_terminal();
-    let pid = match spawn::spawn(&plan.command, &env, foreground, file_limit) {
+    let pid = match spawn::spawn(
+        &plan.command,
+        &env,
+        foreground,
+        file_limit,
+        &signals.original,
+    ) {
         Ok(pid) => pid,
         Err(e) => {
             release_all(held, report);
@@ -546,25 +641,29 @@ fn supervise_child(
         let timeout = wake.map_or(Duration::MAX, |w| {
             w.saturating_duration_since(Instant::now())
         });
-        match rx.recv_timeout(timeout) {
-            Ok(Event::Signal(libc::SIGCHLD)) => {
+        match signals.wait(timeout) {
+            Some(libc::SIGCHLD) => {
                 if let Some(status) = reap(pid) {
                     break status;
                 }
             }
-            Ok(Event::Signal(n)) => {
+            Some(n) if FORWARDED_SIGNALS.contains(&n) => {
                 report.event(&format!("forwarding signal {n} to the command"));
                 signal_group(pid, n);
             }
-            Ok(_) => {}
-            Err(RecvTimeoutError::Timeout) if lost.is_none() => {
+            _ => {}
+        }
+        // Timers are checked after every wake, so a stream of signals cannot starve renewals.
+        let now = Instant::now();
+        match lost {
+            None if due.iter().any(|d| *d <= now) => {
                 if let Err(why) = renew_due(&mut held, &mut due, report) {
                     report.error(&format!("lost the lock: {why}; terminating the command"));
                     signal_group(pid, libc::SIGTERM);
                     lost = Some(Instant::now());
                 }
             }
-            Err(RecvTimeoutError::Timeout) => {
+            Some(at) if !killed && now >= at + plan.kill_after => {
                 report.error(&format!(
                     "the command outlived --kill-after {}; sending SIGKILL",
                     humantime::format_duration(plan.kill_after)
@@ -572,7 +671,7 @@ fn supervise_child(
                 signal_group(pid, libc::SIGKILL);
                 killed = true;
             }
-            Err(RecvTimeoutError::Disconnected) => anyhow::bail!("lost track of the command"),
+            _ => {}
         }
     };
     if foreground {
