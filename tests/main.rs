@@ -4,4 +4,5 @@ mod support;
 
 mod cli;
 mod file_backend;
+mod redis;
 mod run;

@@ -12,6 +12,7 @@ use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockName, LockRequest, Token};
 
 pub mod file;
+pub mod redis;
 
 /// Which store holds the locks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -40,7 +41,7 @@ pub struct BackendConfig {
     pub kind: BackendKind,
     /// `--url`, possibly given several times (Redlock); empty means the backend's default.
     pub urls: Vec<String>,
-    #[allow(dead_code)] // read by the network backends
+    /// How long to try to reach a server (network backends).
     pub connect_timeout: Duration,
 }
 
@@ -49,7 +50,8 @@ pub struct BackendConfig {
 pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
     match config.kind {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(config)?)),
-        BackendKind::Redis | BackendKind::Zk => Err(anyhow::anyhow!(
+        BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(config)?)),
+        BackendKind::Zk => Err(anyhow::anyhow!(
             "the {} backend is not built into this dlock yet",
             config.kind.as_str()
         ))
