@@ -201,7 +201,9 @@ impl RedisBackend {
         }
         if let Some(fatal) = faults.iter().find(|f| !matches!(f.kind, FaultKind::Down)) {
             let err = fatal.to_error();
-            self.undo(servers, ask);
+            if !granted.is_empty() {
+                self.undo(servers, ask, Place::Leave);
+            }
             return Err(err).fail_with(Failure::BackendUnavailable);
         }
         if granted.len() >= quorum {
@@ -214,6 +216,7 @@ impl RedisBackend {
                     servers: servers.iter_mut().map(Server::detach).collect(),
                     ask: ask.owned(),
                     token,
+                    confirmed: started,
                     deadline,
                     op_timeout: timeout,
                     lost: None,
@@ -223,8 +226,9 @@ impl RedisBackend {
             }
         }
         if !granted.is_empty() {
-            // A minority (or too late): give back what we got, everywhere, so others can proceed.
-            self.undo(servers, ask);
+            // A minority (or too late): give back what we got, everywhere, so others can proceed,
+            // but keep our place in line.
+            self.undo(servers, ask, Place::Keep);
         }
         let answered = servers.len() - faults.len();
         if answered < quorum {
@@ -260,11 +264,11 @@ impl RedisBackend {
         raised.into_iter().filter(|&ok| ok).count() >= quorum(servers.len())
     }
 
-    /// Removes everything `ask` has in the lock on every server (a lease, a place in the queue),
-    /// best effort: whatever is left expires within the ttl.
-    fn undo(&self, servers: &mut [Server], ask: &Ask) {
+    /// Removes what `ask` has in the lock on every server (its lease, and its place in the queue
+    /// unless kept), best effort: whatever is left expires within the ttl.
+    fn undo(&self, servers: &mut [Server], ask: &Ask, place: Place) {
         let timeout = self.op_timeout(servers.len(), ask.request.ttl);
-        on_all(servers, |s| s.call(timeout, |c| ask.release(c)).ok());
+        on_all(servers, |s| s.call(timeout, |c| ask.release(c, place)).ok());
     }
 
     /// Waits for the lock: see the module documentation. `Ok(None)` when cancelled.
@@ -328,6 +332,10 @@ impl RedisBackend {
         ticket: &mut String,
         waiting: &Waiting,
     ) -> anyhow::Result<Woken> {
+        // Bounded like any other command until subscribed; then short, to look at the flag.
+        if conn.set_read_timeout(Some(self.connect_timeout)).is_err() {
+            return Ok(Woken::NoSubscription);
+        }
         let mut sub = conn.as_pubsub();
         if sub
             .subscribe(ask.keys.wake_channel(&ask.request.owner))
@@ -339,7 +347,15 @@ impl RedisBackend {
         loop {
             // Look (again) now that we listen: a wake-up sent before we subscribed is not lost.
             let recheck = match self.round(servers, ask, true, ticket)? {
-                Round::Held(lease) => return Ok(Woken::Held(lease)),
+                Round::Held(lease) => {
+                    // Closing the connection ends the subscription on the server; the library's
+                    // drop would first send UNSUBSCRIBE and PUNSUBSCRIBE and wait for both, on the
+                    // handoff's critical path. Forgetting the handle leaks nothing: it only
+                    // borrows the connection and holds an empty message queue.
+                    std::mem::forget(sub);
+                    drop(conn);
+                    return Ok(Woken::Held(lease));
+                }
                 Round::Busy { retry, .. } => retry.min(ask.request.ttl / 3),
                 Round::Unreachable(_) => return Ok(Woken::Stopped),
             };
@@ -365,7 +381,7 @@ impl RedisBackend {
     /// with the supervisor's wake-up signal blocked so these last commands are not interrupted.
     fn abandon(&self, servers: &mut [Server], ask: &Ask) {
         let _quiet = BlockedWakeSignal::new();
-        self.undo(servers, ask);
+        self.undo(servers, ask, Place::Leave);
     }
 
     fn acquire_with(&self, request: &LockRequest, wait: Option<&Waiting>) -> anyhow::Result<Step> {
@@ -488,7 +504,9 @@ impl Server {
         };
         // dlock's connections send only its scripts: skip the library's CLIENT SETINFO commands.
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
-        let info = info.set_redis_settings(settings);
+        // Small requests that wait for their answer: never let Nagle's algorithm hold one back.
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        let info = info.set_redis_settings(settings).set_tcp_settings(tcp);
         let client = Client::open(info)
             .map_err(|e| anyhow!("malformed redis URL {shown:?}: {e}"))
             .fail_with(Failure::Usage)?;
@@ -800,11 +818,15 @@ impl<'a> Ask<'a> {
         parse_acquire(&value).ok_or_else(|| unexpected(&value))
     }
 
-    fn release(&self, conn: &mut Connection) -> redis::RedisResult<i64> {
+    fn release(&self, conn: &mut Connection, place: Place) -> redis::RedisResult<i64> {
         self.keys
             .invoke(&RELEASE)
             .arg(&self.request.owner)
             .arg(&self.mode)
+            .arg(match place {
+                Place::Keep => "1",
+                Place::Leave => "0",
+            })
             .invoke(conn)
     }
 
@@ -816,6 +838,13 @@ impl<'a> Ask<'a> {
             ttl: self.request.ttl,
         }
     }
+}
+
+/// Whether undoing an acquisition keeps the waiter's place in the queue.
+#[derive(Clone, Copy)]
+enum Place {
+    Keep,
+    Leave,
 }
 
 /// What a lease keeps of its acquisition.
@@ -1120,6 +1149,8 @@ struct RedisLease {
     /// After this (monotonic clock) the lease may have run out on the servers: the send time of
     /// the last renewal a majority confirmed, plus the ttl, minus the drift margin.
     deadline: Instant,
+    /// When the request behind the last confirmation (acquisition or renewal) was sent.
+    confirmed: Instant,
     op_timeout: Duration,
     /// Why the lock was lost, once it was: from then on, never renew again.
     lost: Option<String>,
@@ -1169,6 +1200,12 @@ impl Lease for RedisLease {
         }
         let ttl = self.ask.ttl;
         let sent = Instant::now();
+        // The heartbeat's first call comes right after the acquisition, which was as good as a
+        // renewal: wait for the next one due instead of a round trip that extends nothing.
+        let due = self.confirmed + ttl / 3;
+        if sent < due && self.trouble.is_none() {
+            return Renewal::Held { next: due - sent };
+        }
         let left = self.deadline.saturating_duration_since(sent);
         if left.is_zero() {
             return self.lose_to_the_deadline();
@@ -1187,6 +1224,7 @@ impl Lease for RedisLease {
         }
         if renewed >= quorum(total) {
             self.deadline = sent + ttl.saturating_sub(drift(ttl));
+            self.confirmed = sent;
             self.trouble = None;
             return Renewal::Held { next: ttl / 3 };
         }
@@ -1229,6 +1267,7 @@ impl Lease for RedisLease {
                     .invoke(&RELEASE)
                     .arg(&ask.owner)
                     .arg(&ask.mode)
+                    .arg("0")
                     .invoke::<i64>(c)
             }))
         });
