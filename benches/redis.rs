@@ -51,7 +51,7 @@ fn main() {
     );
 
     // Uncontended: one acquisition, run `true`, release; median wall time per tool.
-    let tools: Vec<(&str, Box<dyn Fn() -> Command>)> = vec![
+    let tools: Vec<(&str, Tool)> = vec![
         (
             "dlock redis",
             Box::new(|| {
@@ -158,6 +158,9 @@ fn main() {
     }
     // etcd and redis-server stop when dropped, here.
 }
+
+/// Makes the command for one run of a tool.
+type Tool<'a> = Box<dyn Fn() -> Command + 'a>;
 
 fn command(program: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(program);

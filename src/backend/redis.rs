@@ -222,7 +222,7 @@ impl RedisBackend {
                     lost: None,
                     trouble: None,
                 };
-                return Ok(Round::Held(lease));
+                return Ok(Round::Held(Box::new(lease)));
             }
         }
         if !granted.is_empty() {
@@ -277,7 +277,7 @@ impl RedisBackend {
         servers: &mut [Server],
         ask: &Ask,
         waiting: &Waiting,
-    ) -> anyhow::Result<Option<RedisLease>> {
+    ) -> anyhow::Result<Option<Box<RedisLease>>> {
         let mut ticket = String::new();
         let mut announced = false;
         let mut unreachable_since: Option<Instant> = None;
@@ -935,7 +935,7 @@ fn parse_record(owner: String, record: &str) -> Option<Holder> {
 
 /// The outcome of one acquisition round over all servers.
 enum Round {
-    Held(RedisLease),
+    Held(Box<RedisLease>),
     /// Held by others; look again after `retry` if no wake-up comes. `server` answered and can
     /// carry the wake-up subscription.
     Busy {
@@ -949,7 +949,7 @@ enum Round {
 
 /// How a wait on the wake-up channel ended.
 enum Woken {
-    Held(RedisLease),
+    Held(Box<RedisLease>),
     /// Cancelled, or the subscription's connection broke.
     Stopped,
     /// The server would not give a subscription.
@@ -957,7 +957,7 @@ enum Woken {
 }
 
 enum Step {
-    Held(RedisLease),
+    Held(Box<RedisLease>),
     Busy(Vec<Holder>),
     Cancelled,
 }
@@ -1045,7 +1045,7 @@ impl Backend for RedisBackend {
 
     fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
         match self.acquire_with(request, None)? {
-            Step::Held(lease) => Ok(Attempt::Acquired(Box::new(lease))),
+            Step::Held(lease) => Ok(Attempt::Acquired(lease)),
             Step::Busy(holders) => Ok(Attempt::Busy(holders)),
             Step::Cancelled => Ok(Attempt::Busy(Vec::new())),
         }
@@ -1057,7 +1057,7 @@ impl Backend for RedisBackend {
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
         match self.acquire_with(request, Some(waiting))? {
-            Step::Held(lease) => Ok(Some(Box::new(lease))),
+            Step::Held(lease) => Ok(Some(lease)),
             Step::Busy(_) | Step::Cancelled => Ok(None),
         }
     }
