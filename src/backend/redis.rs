@@ -31,7 +31,8 @@
 //! until the lease runs out, or a majority says "not yours", the lock is lost. The fencing token is
 //! the largest of the granting servers' counters, and each granting server's counter is then
 //! raised to it: any later majority shares a server with this one, so tokens keep growing as long
-//! as that server has kept its data (a minority may fail or restart empty).
+//! as the servers that missed an acquisition plus those that lost their data before the next one
+//! are a minority.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -46,6 +47,32 @@ use crate::exit::{FailWith, Failure};
 use crate::lock::{host_name, Holder, LockName, LockRequest, Mode, Token};
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// For `dlock --help` and the man page.
+pub const HELP: &str = "\
+Redis backend (--backend redis --url redis://[user:password@]host:port[/db]; rediss:// for TLS,
+trusting the system CAs or SSL_CERT_FILE; default redis://127.0.0.1:6379):
+  Keys of a lock share one hash tag, so each script touches one slot (fine on Redis Cluster).
+  NAME is percent-encoded where it has % { } * ? [ ] \\ or a space.
+    dlock:{NAME}:holders  sorted set: owner id -> lease expiry (by the server's clock)
+    dlock:{NAME}:owners   hash: owner id -> \"MODE TOKEN SINCE PID HOST\"
+    dlock:{NAME}:token    the fencing counter (INCR per acquisition; never expires)
+    dlock:{NAME}:queue    sorted set: waiters in arrival order (first come, first served)
+    dlock:{NAME}:alive    sorted set: waiter -> its own expiry (a dead waiter drops out)
+    dlock:{NAME}:wake:ID  pub/sub channel: a release wakes the first waiter only
+  Acquire, renew and release are Lua scripts that act only on the caller's own owner id.
+  dlock renews the --ttl lease every ttl/3. The lock is lost when a renewal answers \"not yours\"
+  (expired, release --force, key deleted, server restarted empty), or when no renewal got
+  through for the ttl minus 1% and 2ms: the command then gets SIGTERM, SIGKILL after
+  --kill-after, and dlock exits 79. A killed dlock's lease frees the lock within the ttl.
+  Redlock (--url given 3, 5, ... times): the lock is held when a majority of the servers granted
+  it within the lease (less the time taken and the drift margin), else it is released everywhere;
+  renewals must reach a majority. DLOCK_TOKEN is the largest counter among the granting servers,
+  and each of them is raised to it: tokens keep growing as long as the servers that missed an
+  acquisition plus those that lose their data before the next one are a minority (a later
+  majority then always includes a server that remembers). Redlock assumes clocks that run at
+  about the same rate and pauses shorter than the lease; it cannot stop a holder that was paused
+  past its lease from acting: pass DLOCK_TOKEN to the resource and have it refuse older tokens.";
 
 /// How often a waiter looks at its cancellation flag while nothing happens.
 const CANCEL_CHECK: Duration = Duration::from_millis(100);
