@@ -36,6 +36,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::mem::ManuallyDrop;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -341,8 +342,9 @@ impl RedisBackend {
             };
             match subscribed {
                 Woken::Held(lease) => return Ok(Some(lease)),
-                // Cancelled (seen at the top of the loop), or the connection broke: look again.
-                Woken::Stopped => {}
+                Woken::Cancelled => return Ok(None),
+                // The server went away or the connection broke: the next round tells which.
+                Woken::Broken => pause(CANCEL_CHECK, waiting),
                 // Without a subscription, fall back to re-checking on a timer.
                 Woken::NoSubscription => pause(retry.min(ask.request.ttl / 3), waiting),
             }
@@ -363,7 +365,11 @@ impl RedisBackend {
         if conn.set_read_timeout(Some(self.connect_timeout)).is_err() {
             return Ok(Woken::NoSubscription);
         }
-        let mut sub = conn.as_pubsub();
+        // Never dropped: closing the connection (when this function returns) ends the subscription
+        // on the server, while the library's drop would first send UNSUBSCRIBE and PUNSUBSCRIBE
+        // and wait for both, on the handoff's critical path. Nothing leaks: the handle only
+        // borrows the connection and holds an empty message queue.
+        let mut sub = ManuallyDrop::new(conn.as_pubsub());
         if sub
             .subscribe(ask.keys.wake_channel(&ask.request.owner))
             .is_err()
@@ -374,22 +380,14 @@ impl RedisBackend {
         loop {
             // Look (again) now that we listen: a wake-up sent before we subscribed is not lost.
             let recheck = match self.round(servers, ask, true, ticket)? {
-                Round::Held(lease) => {
-                    // Closing the connection ends the subscription on the server; the library's
-                    // drop would first send UNSUBSCRIBE and PUNSUBSCRIBE and wait for both, on the
-                    // handoff's critical path. Forgetting the handle leaks nothing: it only
-                    // borrows the connection and holds an empty message queue.
-                    std::mem::forget(sub);
-                    drop(conn);
-                    return Ok(Woken::Held(lease));
-                }
+                Round::Held(lease) => return Ok(Woken::Held(lease)),
                 Round::Busy { retry, .. } => retry.min(ask.request.ttl / 3),
-                Round::Unreachable(_) => return Ok(Woken::Stopped),
+                Round::Unreachable(_) => return Ok(Woken::Broken),
             };
             let until = Instant::now() + recheck;
             loop {
                 if waiting.is_cancelled() {
-                    return Ok(Woken::Stopped);
+                    return Ok(Woken::Cancelled);
                 }
                 if Instant::now() >= until {
                     break;
@@ -398,7 +396,7 @@ impl RedisBackend {
                     Ok(_) => break,
                     // The read timeout (or the supervisor's signal): time to look at the flag.
                     Err(e) if e.is_timeout() || is_interrupted(&e) => {}
-                    Err(_) => return Ok(Woken::Stopped),
+                    Err(_) => return Ok(Woken::Broken),
                 }
             }
         }
@@ -977,8 +975,9 @@ enum Round {
 /// How a wait on the wake-up channel ended.
 enum Woken {
     Held(Box<RedisLease>),
-    /// Cancelled, or the subscription's connection broke.
-    Stopped,
+    Cancelled,
+    /// The subscription's connection broke, or the servers stopped answering.
+    Broken,
     /// The server would not give a subscription.
     NoSubscription,
 }
