@@ -136,7 +136,7 @@ fn assert_lost_after(
 
 /// `count` shell loops each running `dlock run` `iterations` times on the lock "counter".
 fn contenders(
-    url: &str,
+    urls: &[String],
     count: usize,
     iterations: usize,
     mode: &[&str],
@@ -144,7 +144,11 @@ fn contenders(
 ) -> Vec<Child> {
     (0..count)
         .map(|_| {
-            let mut words = vec!["--backend", "redis", "--url", url, "run"];
+            let mut words = vec!["--backend", "redis"];
+            for url in urls {
+                words.extend_from_slice(&["--url", url]);
+            }
+            words.push("run");
             words.extend_from_slice(mode);
             words.extend_from_slice(&["counter", "--", "sh", "-c", script]);
             let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
@@ -170,10 +174,24 @@ fn twelve_contenders_lose_no_update() {
     let counter = dir.file("counter");
     std::fs::write(&counter, "0").unwrap();
     let rmw = format!("n=$(cat {c}); echo $((n + 1)) > {c}", c = counter.display());
-    for mut c in contenders(&server.url(), 12, 10, &[], &rmw) {
+    for mut c in contenders(&[server.url()], 12, 10, &[], &rmw) {
         assert!(wait_exit(&mut c, T).success());
     }
     assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "120");
+}
+
+#[test]
+fn redlock_contenders_on_three_servers_lose_no_update() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let dir = LockDir::new();
+    let counter = dir.file("counter");
+    std::fs::write(&counter, "0").unwrap();
+    let rmw = format!("n=$(cat {c}); echo $((n + 1)) > {c}", c = counter.display());
+    let all = urls(&servers.iter().collect::<Vec<_>>());
+    for mut c in contenders(&all, 6, 8, &[], &rmw) {
+        assert!(wait_exit(&mut c, T).success());
+    }
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "48");
 }
 
 /// Runs contenders whose critical section records how many are inside at once; returns the peak.
@@ -186,7 +204,7 @@ fn peak_concurrency(mode: &[&str], count: usize) -> usize {
         "touch {d}/$$; ls {d} | wc -l >> {d}.peaks; sleep 0.2; rm {d}/$$",
         d = inside.display()
     );
-    for mut c in contenders(&server.url(), count, 3, mode, &section) {
+    for mut c in contenders(&[server.url()], count, 3, mode, &section) {
         assert!(wait_exit(&mut c, T).success());
     }
     let peaks = std::fs::read_to_string(format!("{}.peaks", inside.display())).unwrap();
