@@ -188,10 +188,18 @@ fn redlock_contenders_on_three_servers_lose_no_update() {
     std::fs::write(&counter, "0").unwrap();
     let rmw = format!("n=$(cat {c}); echo $((n + 1)) > {c}", c = counter.display());
     let all = urls(&servers.iter().collect::<Vec<_>>());
-    for mut c in contenders(&all, 6, 8, &[], &rmw) {
+    let started = Instant::now();
+    // A long lease makes the fallback re-check slow (10s): every handoff must come by a wake-up,
+    // including after two waiters each got only part of the servers.
+    for mut c in contenders(&all, 6, 8, &["--ttl", "30s"], &rmw) {
         assert!(wait_exit(&mut c, T).success());
     }
     assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "48");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(9),
+        "48 acquisitions took {took:?}: a wake-up was lost"
+    );
 }
 
 /// Runs contenders whose critical section records how many are inside at once; returns the peak.
@@ -493,6 +501,42 @@ fn a_sigkilled_holder_frees_the_lock_within_its_ttl() {
     assert!(
         took < Duration::from_millis(2500),
         "the next waiter waited {took:?} for a 1s lease"
+    );
+    assert!(wait_exit(&mut waiter, T).success());
+}
+
+#[test]
+fn a_release_wakes_the_next_waiter_at_once() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = Holder::start(&url, &[], "wake", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let next = dir.file("next");
+    // With a 30s lease the waiter's fallback re-check comes only every 10s.
+    let mut waiter = dlock_at(
+        &url,
+        &[
+            "run",
+            "--ttl",
+            "30s",
+            "wake",
+            "--",
+            "touch",
+            next.to_str().unwrap(),
+        ],
+    )
+    .spawn()
+    .unwrap();
+    wait_until("the waiter to queue", T, || queued(&server, "wake") == 1);
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.finish(T);
+    let released = Instant::now();
+    wait_for_file(&next, T);
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "the waiter started {took:?} after the release"
     );
     assert!(wait_exit(&mut waiter, T).success());
 }

@@ -27,7 +27,8 @@
 //!
 //! Several `--url`s: Redlock. Acquire runs the script on every server at once; the lock is held
 //! when a majority granted it within the validity time (ttl minus the time taken minus a drift
-//! margin), else every server is told to release. Renewals must reach a majority; when they cannot
+//! margin), else every server is told to release (the waiter keeps its place in every queue and
+//! tries again after a short random pause). Renewals must reach a majority; when they cannot
 //! until the lease runs out, or a majority says "not yours", the lock is lost. The fencing token is
 //! the largest of the granting servers' counters, and each granting server's counter is then
 //! raised to it: any later majority shares a server with this one, so tokens keep growing as long
@@ -256,13 +257,24 @@ impl RedisBackend {
         if !granted.is_empty() {
             // A minority (or too late): give back what we got, everywhere, so others can proceed,
             // but keep our place in line.
-            self.undo(servers, ask, Place::Keep);
+            let place = if wait {
+                Place::Keep(ticket)
+            } else {
+                Place::Leave
+            };
+            self.undo(servers, ask, place);
         }
         let answered = servers.len() - faults.len();
         if answered < quorum {
             return Ok(Round::Unreachable(faults));
         }
-        let (retry, holders, at) = busy.unwrap_or((ask.request.ttl / 3, Vec::new(), 0));
+        let (mut retry, holders, at) = busy.unwrap_or((ask.request.ttl / 3, Vec::new(), 0));
+        if !granted.is_empty() {
+            // We just gave servers back and nobody will wake us for that (we may well be first in
+            // line): try again soon, after a random pause so two waiters that split the servers
+            // between them do not meet again in step.
+            retry = retry.min(jitter(Duration::from_millis(20)));
+        }
         Ok(Round::Busy {
             retry,
             holders,
@@ -844,14 +856,17 @@ impl<'a> Ask<'a> {
     }
 
     fn release(&self, conn: &mut Connection, place: Place) -> redis::RedisResult<i64> {
+        let (keep, ticket) = match place {
+            Place::Keep(ticket) => ("1", ticket),
+            Place::Leave => ("0", ""),
+        };
         self.keys
             .invoke(&RELEASE)
             .arg(&self.request.owner)
             .arg(&self.mode)
-            .arg(match place {
-                Place::Keep => "1",
-                Place::Leave => "0",
-            })
+            .arg(keep)
+            .arg(ticket)
+            .arg(self.ttl_ms())
             .invoke(conn)
     }
 
@@ -865,10 +880,10 @@ impl<'a> Ask<'a> {
     }
 }
 
-/// Whether undoing an acquisition keeps the waiter's place in the queue.
+/// Whether undoing an acquisition keeps the waiter's place in the queue (under its ticket).
 #[derive(Clone, Copy)]
-enum Place {
-    Keep,
+enum Place<'a> {
+    Keep(&'a str),
     Leave,
 }
 
@@ -1024,6 +1039,14 @@ fn on_each<T: Send>(servers: &mut [Server], f: impl Fn(usize, &mut Server) -> T 
             })
             .collect()
     })
+}
+
+/// A random duration between 1ms and `most`.
+fn jitter(most: Duration) -> Duration {
+    let mut bytes = [0u8; 4];
+    let random = getrandom::fill(&mut bytes).map_or(0, |()| u32::from_le_bytes(bytes));
+    let most_ms = most.as_millis().max(1) as u32;
+    Duration::from_millis(u64::from(1 + random % most_ms))
 }
 
 /// Sleeps up to `how_long`, in steps short enough to notice a cancellation soon.
@@ -1294,6 +1317,8 @@ impl Lease for RedisLease {
                     .arg(&ask.owner)
                     .arg(&ask.mode)
                     .arg("0")
+                    .arg("")
+                    .arg(ask.ttl.as_millis().max(1) as u64)
                     .invoke::<i64>(c)
             }))
         });
