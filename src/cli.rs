@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::backend::{BackendConfig, BackendKind};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{new_owner_id, LockName, LockRequest, Mode};
+use crate::lock::{new_owner_id, tree_locks, LockName, LockRequest, Mode};
 use crate::report::Verbosity;
 use crate::supervise::RunPlan;
 
@@ -110,6 +110,11 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
 
+    /// Treat each NAME as a path in a hierarchy: lock every ancestor shared and the path itself
+    /// exclusively (or shared, with --shared).
+    #[arg(short, long, conflicts_with = "limit")]
+    pub tree: bool,
+
     /// Fail at once if the lock is busy.
     #[arg(short, long, conflicts_with = "wait")]
     pub no_wait: bool,
@@ -131,7 +136,8 @@ pub struct RunArgs {
           default_value = "10s")]
     pub kill_after: Duration,
 
-    /// The lock's name: 1 to 512 bytes of printable UTF-8 (`/` allowed).
+    /// The lock's name: 1 to 512 bytes of printable UTF-8 (`/` allowed). Several names are taken
+    /// all or nothing, in sorted order (so no two dlocks deadlock on the same set).
     #[arg(value_name = "NAME", required = true)]
     pub names: Vec<String>,
 
@@ -222,22 +228,32 @@ impl RunArgs {
         }
     }
 
-    /// The plain plan the supervisor runs: names validated, deduplicated and put in canonical order
-    /// (sorted), so two dlocks asking for the same set in different orders cannot deadlock.
+    /// The plain plan the supervisor runs: names validated, expanded for --tree, deduplicated
+    /// (keeping the strongest mode asked for a name) and put in canonical, sorted order, so two
+    /// dlocks asking for the same set in different orders cannot deadlock.
     pub fn plan(&self, global: &GlobalArgs) -> anyhow::Result<RunPlan> {
         let owner = new_owner_id()?;
-        let mut names = self
-            .names
-            .iter()
-            .map(|n| lock_name(n))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        names.sort();
-        names.dedup();
-        let requests = names
+        let mut wanted: Vec<(LockName, Mode)> = Vec::new();
+        for raw in &self.names {
+            if self.tree {
+                wanted.extend(tree_locks(raw, self.mode()).fail_with(Failure::Usage)?);
+            } else {
+                wanted.push((lock_name(raw)?, self.mode()));
+            }
+        }
+        // Exclusive sorts after shared for one name, so the last of each run is the strongest.
+        wanted.sort_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then((a.1 == Mode::Exclusive).cmp(&(b.1 == Mode::Exclusive)))
+        });
+        wanted.reverse();
+        wanted.dedup_by(|a, b| a.0 == b.0);
+        wanted.reverse();
+        let requests = wanted
             .into_iter()
-            .map(|name| LockRequest {
+            .map(|(name, mode)| LockRequest {
                 name,
-                mode: self.mode(),
+                mode,
                 ttl: self.ttl,
                 owner: owner.clone(),
             })
@@ -300,5 +316,14 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         super::command().debug_assert();
+    }
+
+    proptest::proptest! {
+        /// Durations from the command line: parsed or refused, never a panic.
+        #[test]
+        fn any_duration_text_parses_or_is_refused(text in "\\PC{0,30}|[0-9]{1,25}(ns|us|ms|s|m|h|d)") {
+            let _ = super::parse_duration(&text);
+            let _ = super::parse_ttl(&text);
+        }
     }
 }

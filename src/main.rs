@@ -8,6 +8,7 @@ mod exit;
 mod generate;
 mod lock;
 mod report;
+mod spawn;
 mod supervise;
 
 use std::process::ExitCode;

@@ -27,9 +27,17 @@ impl Reporter {
         }
     }
 
+    /// Always shown; timestamped like the events under --verbose, so a log reads in order.
     pub fn error(&self, msg: &str) {
         self.clear_status();
-        eprintln!("dlock: {msg}");
+        if self.verbosity == Verbosity::Verbose {
+            eprintln!(
+                "[{}] dlock: {msg}",
+                humantime::format_rfc3339_millis(SystemTime::now())
+            );
+        } else {
+            eprintln!("dlock: {msg}");
+        }
     }
 
     /// Something the user should know unless they asked for quiet (busy, timed out).
@@ -47,10 +55,6 @@ impl Reporter {
             let now = humantime::format_rfc3339_millis(SystemTime::now());
             eprintln!("[{now}] dlock: {msg}");
         }
-    }
-
-    pub fn is_verbose(&self) -> bool {
-        self.verbosity == Verbosity::Verbose
     }
 
     /// Draws the waiting line in place, on a terminal only and never with --verbose or --quiet

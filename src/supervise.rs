@@ -6,11 +6,10 @@
 //! The main thread owns the child and decides; helper threads (signals, acquisition, heartbeat,
 //! child reaper) only report to it over one channel, so every decision is made in one place.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::os::unix::thread::JoinHandleExt;
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Command, ExitStatus};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -20,8 +19,9 @@ use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIG
 
 use crate::backend::{self, Attempt, Backend, BackendConfig, Lease, Renewal, Waiting};
 use crate::exit;
-use crate::lock::{Holder, LockName, LockRequest, Token};
+use crate::lock::{Holder, LockName, LockRequest};
 use crate::report::Reporter;
+use crate::spawn;
 
 /// Signals dlock passes on to the command's process group.
 pub const FORWARDED_SIGNALS: [i32; 6] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2];
@@ -47,14 +47,24 @@ pub struct RunPlan {
 struct Held {
     name: LockName,
     lease: Box<dyn Lease>,
+    /// When to renew first: a third of the lease, as every backend renews; the lease then says.
+    renew_every: Duration,
+}
+
+impl Held {
+    fn new(request: &LockRequest, lease: Box<dyn Lease>) -> Held {
+        Held {
+            name: request.name.clone(),
+            lease,
+            renew_every: request.ttl / 3,
+        }
+    }
 }
 
 enum Event {
     Signal(i32),
     Busy(LockName, Vec<Holder>),
     Acquired(anyhow::Result<Option<Vec<Held>>>),
-    Lost(String),
-    ChildExited(ExitStatus),
 }
 
 /// Environment variable listing the locks held by this process's dlock ancestors, one
@@ -88,10 +98,21 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     install_wake_handler()?;
 
     let started = Instant::now();
-    let held = if plan.no_wait {
-        acquire_now(backend.as_ref(), &requests)?
-    } else {
-        acquire_waiting(backend, &requests, &plan, &tx, &rx, report)?
+    // First one attempt per lock on this thread: the uncontended case needs no helper thread.
+    let mut held = Vec::new();
+    let held = match try_in_order(backend.as_ref(), &requests, &mut held) {
+        Ok(None) => Acquisition::Held(held),
+        Ok(Some((busy, holders))) if plan.no_wait => {
+            release_quietly(held);
+            Acquisition::Busy(requests[busy].name.clone(), holders)
+        }
+        Ok(Some((busy, _))) => {
+            acquire_waiting(backend, &requests[busy..], held, &plan, &tx, &rx, report)?
+        }
+        Err(e) => {
+            release_quietly(held);
+            return Err(e);
+        }
     };
     let held = match held {
         Acquisition::Held(held) => held,
@@ -123,7 +144,7 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
         return Ok(exit::signalled(n));
     }
 
-    supervise_child(held, &plan, &location, &inherited, &tx, &rx, report)
+    supervise_child(held, &plan, &location, &inherited, &rx, report)
 }
 
 fn held_entry(location: &str, name: &LockName) -> String {
@@ -157,32 +178,27 @@ enum Acquisition {
     Signalled(i32),
 }
 
-/// `--no-wait`: one attempt per lock, in order; all or nothing.
-fn acquire_now(backend: &dyn Backend, requests: &[LockRequest]) -> anyhow::Result<Acquisition> {
-    let mut held = Vec::new();
-    for request in requests {
-        match backend.try_acquire(request) {
-            Ok(Attempt::Acquired(lease)) => held.push(Held {
-                name: request.name.clone(),
-                lease,
-            }),
-            Ok(Attempt::Busy(holders)) => {
-                release_quietly(held);
-                return Ok(Acquisition::Busy(request.name.clone(), holders));
-            }
-            Err(e) => {
-                release_quietly(held);
-                return Err(e);
-            }
+/// One attempt per lock, in order, stopping at the first busy one: its index and holders.
+fn try_in_order(
+    backend: &dyn Backend,
+    requests: &[LockRequest],
+    held: &mut Vec<Held>,
+) -> anyhow::Result<Option<(usize, Vec<Holder>)>> {
+    for (index, request) in requests.iter().enumerate() {
+        match backend.try_acquire(request)? {
+            Attempt::Acquired(lease) => held.push(Held::new(request, lease)),
+            Attempt::Busy(holders) => return Ok(Some((index, holders))),
         }
     }
-    Ok(Acquisition::Held(held))
+    Ok(None)
 }
 
-/// Waits for every lock on a helper thread while the main thread watches the deadline and signals.
+/// Waits for the remaining locks on a helper thread while the main thread watches the deadline
+/// and signals. `already` are the locks taken before (released too if the wait fails).
 fn acquire_waiting(
     backend: Box<dyn Backend>,
     requests: &[LockRequest],
+    already: Vec<Held>,
     plan: &RunPlan,
     tx: &Sender<Event>,
     rx: &Receiver<Event>,
@@ -203,16 +219,13 @@ fn acquire_waiting(
     let acquirer = thread::Builder::new()
         .name("acquire".into())
         .spawn(move || {
-            let mut held: Vec<Held> = Vec::new();
+            let mut held = already;
             for request in &thread_requests {
                 if let Ok(mut n) = busy_name.lock() {
                     *n = request.name.clone();
                 }
                 match backend.acquire(request, &thread_waiting) {
-                    Ok(Some(lease)) => held.push(Held {
-                        name: request.name.clone(),
-                        lease,
-                    }),
+                    Ok(Some(lease)) => held.push(Held::new(request, lease)),
                     Ok(None) => {
                         release_quietly(held);
                         let _ = result_tx.send(Event::Acquired(Ok(None)));
@@ -267,7 +280,6 @@ fn acquire_waiting(
                 cancel(&waiting, acquirer, rx, report);
                 return Ok(Acquisition::Signalled(n));
             }
-            Ok(Event::Lost(_)) | Ok(Event::ChildExited(_)) => {}
             Err(RecvTimeoutError::Timeout) => {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     report.clear_status();
@@ -340,6 +352,7 @@ fn install_wake_handler() -> anyhow::Result<()> {
 
 fn start_signal_thread(tx: Sender<Event>) -> anyhow::Result<()> {
     let mut signals = signal_hook::iterator::Signals::new(FORWARDED_SIGNALS)
+        .and_then(|s| s.add_signal(libc::SIGCHLD).map(|()| s))
         .context("cannot install signal handlers")?;
     thread::Builder::new()
         .name("signals".into())
@@ -411,16 +424,20 @@ fn child_environment(
         "DLOCK_BACKEND".to_owned(),
         plan.backend.kind.as_str().to_owned(),
     )];
-    let tokens: BTreeMap<&LockName, Token> =
-        held.iter().map(|h| (&h.name, h.lease.token())).collect();
-    if let [one] = held {
-        env.push(("DLOCK_NAME".into(), one.name.to_string()));
-        env.push(("DLOCK_TOKEN".into(), one.lease.token().to_string()));
-    } else {
+    // Held is in canonical (sorted) order; the last is the name itself for one lock, and the path
+    // itself for one --tree path (its ancestors sort before it).
+    if let Some(last) = held.last() {
+        env.push(("DLOCK_NAME".into(), last.name.to_string()));
+        env.push(("DLOCK_TOKEN".into(), last.lease.token().to_string()));
+    }
+    if held.len() > 1 {
         env.push(("DLOCK_LOCKS".into(), held.len().to_string()));
-        for (i, (name, token)) in tokens.iter().enumerate() {
-            env.push((format!("DLOCK_NAME_{}", i + 1), name.to_string()));
-            env.push((format!("DLOCK_TOKEN_{}", i + 1), token.to_string()));
+        for (i, h) in held.iter().enumerate() {
+            env.push((format!("DLOCK_NAME_{}", i + 1), h.name.to_string()));
+            env.push((
+                format!("DLOCK_TOKEN_{}", i + 1),
+                h.lease.token().to_string(),
+            ));
         }
     }
     let mut entries: Vec<String> = inherited
@@ -454,53 +471,23 @@ fn set_foreground(pgrp: libc::pid_t) {
     }
 }
 
-fn spawn_child(plan: &RunPlan, env: &[(String, String)], foreground: bool) -> io::Result<Child> {
-    // SAFETY: getpid cannot fail.
-    let parent = unsafe { libc::getpid() };
-    let mut command = Command::new(&plan.command[0]);
-    command.args(&plan.command[1..]).envs(env.iter().cloned());
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        command.pre_exec(move || {
-            // Its own process group, so signals reach the command and everything it starts.
-            if libc::setpgid(0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if foreground {
-                set_foreground(libc::getpid());
-            }
-            // If dlock dies (even by SIGKILL) the command must not run on without the lock.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                libc::raise(libc::SIGKILL);
-            }
-            Ok(())
-        });
-    }
-    command.spawn()
-}
-
 fn supervise_child(
     held: Vec<Held>,
     plan: &RunPlan,
     location: &str,
     inherited: &str,
-    tx: &Sender<Event>,
     rx: &Receiver<Event>,
     report: &Reporter,
 ) -> anyhow::Result<u8> {
     let env = child_environment(&held, plan, location, inherited);
     let foreground = owns_terminal();
-    let child = match spawn_child(plan, &env, foreground) {
-        Ok(child) => child,
+    let pid = match spawn::spawn(&plan.command, &env, foreground) {
+        Ok(pid) => pid,
         Err(e) => {
             release_all(held, report);
             return Ok(spawn_failure(&plan.command[0], &e, report));
         }
     };
-    let pid = child.id() as libc::pid_t;
     if foreground {
         // Also from the parent, as shells do, so the order of the two calls does not matter.
         set_foreground(pid);
@@ -510,29 +497,43 @@ fn supervise_child(
         plan.command.join(" ")
     ));
 
-    let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    let heartbeat = start_heartbeat(held, stop_rx, tx.clone(), report.is_verbose())?;
-    start_reaper(child, tx.clone())?;
-
+    // Renewals happen on this thread, between events: a lease's renew is quick (a stat, one
+    // round trip, a state check), and one thread deciding everything keeps the order of events
+    // plain: nothing renews after a loss or after the release.
+    let mut due: Vec<Instant> = held
+        .iter()
+        .map(|h| Instant::now() + h.renew_every)
+        .collect();
+    let mut held = held;
     let mut lost: Option<Instant> = None;
     let mut killed = false;
     let status = loop {
-        let timeout = match lost {
-            Some(at) if !killed => (at + plan.kill_after).saturating_duration_since(Instant::now()),
-            _ => Duration::MAX,
+        let wake = match lost {
+            None => due.iter().min().copied(),
+            Some(at) if !killed => Some(at + plan.kill_after),
+            Some(_) => None,
         };
+        let timeout = wake.map_or(Duration::MAX, |w| {
+            w.saturating_duration_since(Instant::now())
+        });
         match rx.recv_timeout(timeout) {
-            Ok(Event::ChildExited(status)) => break status,
+            Ok(Event::Signal(libc::SIGCHLD)) => {
+                if let Some(status) = reap(pid) {
+                    break status;
+                }
+            }
             Ok(Event::Signal(n)) => {
                 report.event(&format!("forwarding signal {n} to the command"));
                 signal_group(pid, n);
             }
-            Ok(Event::Lost(why)) => {
-                report.error(&format!("lost the lock: {why}; terminating the command"));
-                signal_group(pid, libc::SIGTERM);
-                lost = Some(Instant::now());
-            }
             Ok(_) => {}
+            Err(RecvTimeoutError::Timeout) if lost.is_none() => {
+                if let Err(why) = renew_due(&mut held, &mut due, report) {
+                    report.error(&format!("lost the lock: {why}; terminating the command"));
+                    signal_group(pid, libc::SIGTERM);
+                    lost = Some(Instant::now());
+                }
+            }
             Err(RecvTimeoutError::Timeout) => {
                 report.error(&format!(
                     "the command outlived --kill-after {}; sending SIGKILL",
@@ -552,8 +553,6 @@ fn supervise_child(
         // Whatever else the command's group left running goes too: it has no lock any more.
         signal_group(pid, libc::SIGKILL);
     }
-    let _ = stop_tx.send(());
-    let held = heartbeat.join().unwrap_or_default();
     report.event(&format!("command exited: {status}"));
     release_all(held, report);
     Ok(if lost.is_some() {
@@ -563,76 +562,34 @@ fn supervise_child(
     })
 }
 
+/// Renews the leases that are due. A loss ends renewing at once: the others would only prolong
+/// a doomed run.
+fn renew_due(held: &mut [Held], due: &mut [Instant], report: &Reporter) -> Result<(), String> {
+    let now = Instant::now();
+    for (h, d) in held.iter_mut().zip(due.iter_mut()) {
+        if *d > now {
+            continue;
+        }
+        match h.lease.renew() {
+            Renewal::Held { next } => {
+                report.event(&format!("renewed {:?}", h.name.as_str()));
+                *d = Instant::now() + next;
+            }
+            Renewal::Lost(why) => return Err(format!("lock {:?}: {why}", h.name.as_str())),
+        }
+    }
+    Ok(())
+}
+
+/// The child's status if it has exited (SIGCHLD also comes for stops and continues).
+fn reap(pid: libc::pid_t) -> Option<ExitStatus> {
+    let mut status = 0;
+    // SAFETY: waiting for our own child with a valid out-pointer.
+    let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    (reaped == pid).then(|| ExitStatus::from_raw(status))
+}
+
 fn signal_group(pgrp: libc::pid_t, signal: i32) {
     // SAFETY: kill with a negative pid signals that process group; errors (group gone) are moot.
     unsafe { libc::kill(-pgrp, signal) };
-}
-
-/// Renews every lease when due; reports a loss and stops renewing that moment. Returns the leases
-/// for release when told to stop.
-fn start_heartbeat(
-    mut held: Vec<Held>,
-    stop: Receiver<()>,
-    tx: Sender<Event>,
-    verbose: bool,
-) -> anyhow::Result<JoinHandle<Vec<Held>>> {
-    thread::Builder::new()
-        .name("heartbeat".into())
-        .spawn(move || {
-            // None: that lease was lost. Renewing the others would only prolong a doomed run.
-            let mut due: Option<Vec<Instant>> =
-                held.iter_mut().map(|h| renew(h, &tx, verbose)).collect();
-            while let Some(times) = due.as_mut() {
-                let earliest = times.iter().min().copied().unwrap_or_else(Instant::now);
-                match stop.recv_timeout(earliest.saturating_duration_since(Instant::now())) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => return held,
-                }
-                let now = Instant::now();
-                let next = held
-                    .iter_mut()
-                    .zip(times.iter())
-                    .map(|(h, &d)| {
-                        if d <= now {
-                            renew(h, &tx, verbose)
-                        } else {
-                            Some(d)
-                        }
-                    })
-                    .collect();
-                due = next;
-            }
-            let _ = stop.recv();
-            held
-        })
-        .context("cannot start the heartbeat thread")
-}
-
-/// Renews one lease; the time of its next renewal, or `None` (and a report) when it was lost.
-fn renew(h: &mut Held, tx: &Sender<Event>, verbose: bool) -> Option<Instant> {
-    match h.lease.renew() {
-        Renewal::Held { next } => {
-            if verbose {
-                let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
-                eprintln!("[{now}] dlock: renewed {:?}", h.name.as_str());
-            }
-            Some(Instant::now() + next)
-        }
-        Renewal::Lost(why) => {
-            let _ = tx.send(Event::Lost(format!("lock {:?}: {why}", h.name.as_str())));
-            None
-        }
-    }
-}
-
-fn start_reaper(mut child: Child, tx: Sender<Event>) -> anyhow::Result<()> {
-    thread::Builder::new()
-        .name("reaper".into())
-        .spawn(move || {
-            if let Ok(status) = child.wait() {
-                let _ = tx.send(Event::ChildExited(status));
-            }
-        })
-        .context("cannot start the reaper thread")?;
-    Ok(())
 }

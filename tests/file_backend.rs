@@ -362,3 +362,35 @@ fn the_default_directory_is_created_private() {
         .mode();
     assert_eq!(mode & 0o777, 0o700);
 }
+
+#[test]
+fn a_default_directory_owned_by_another_user_is_refused() {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    assert_eq!(
+        uid, 0,
+        "this test hands a directory to another user, which needs root (as in CI)"
+    );
+    let dir = LockDir::new();
+    let theirs = dir.file("dlock");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = output({
+        let mut c = dlock();
+        c.env("XDG_RUNTIME_DIR", dir.path())
+            .args(["run", "n", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&out), 69);
+    assert!(
+        stderr(&out).contains("belongs to uid 4242"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_dir(&theirs).unwrap().count(),
+        0,
+        "nothing created in it"
+    );
+}

@@ -3,6 +3,8 @@
 mod support;
 
 mod cli;
+mod faults;
 mod file_backend;
+mod multi;
 mod redis;
 mod run;

@@ -394,7 +394,7 @@ enum Wait<'a> {
 
 enum Step {
     Held(FileLease),
-    Busy,
+    Busy(Vec<Holder>),
     Cancelled,
     /// The file was replaced under us (`release --force`): open the new one and start again.
     Retry,
@@ -411,7 +411,9 @@ impl FileBackend {
         let seat = match request.mode {
             Mode::Limit(n) => match take_seat(fd, n, wait).with_context(ctx)? {
                 Some(seat) => Some(seat),
-                None if matches!(wait, Wait::Never) => return Ok(Step::Busy),
+                None if matches!(wait, Wait::Never) => {
+                    return Ok(Step::Busy(self.holders_of(&lock).unwrap_or_default()))
+                }
                 None => return Ok(Step::Cancelled),
             },
             _ => None,
@@ -424,7 +426,7 @@ impl FileBackend {
         match flock(fd, op | libc::LOCK_NB) {
             Ok(()) => {}
             Err(e) if is_would_block(&e) => match wait {
-                Wait::Never => return Ok(Step::Busy),
+                Wait::Never => return Ok(Step::Busy(self.holders_of(&lock).unwrap_or_default())),
                 Wait::Until(waiting) => {
                     waiting.busy(&self.holders_of(&lock).unwrap_or_default());
                     if !blocking(waiting, || flock(fd, op)).with_context(ctx)? {
@@ -482,13 +484,14 @@ impl FileBackend {
                 holders.push(holder);
             }
         }
-        let flock_holders = proc_locks_flock_holders(&lock.file)?;
-        if flock_holders.len() > holders.len() {
-            for pid in flock_holders {
-                if !holders.iter().any(|h| h.pid == pid) {
-                    holders.push(foreign_holder(pid));
-                }
-            }
+        // Only when no dlock holder is recorded can the holder be someone else (flock(1)); reading
+        // /proc/locks costs more than all of the above, so it is the last resort.
+        if holders.is_empty() {
+            holders.extend(
+                proc_locks_flock_holders(&lock.file)?
+                    .into_iter()
+                    .map(foreign_holder),
+            );
         }
         Ok(holders)
     }
@@ -670,13 +673,8 @@ impl Backend for FileBackend {
         loop {
             match self.attempt(request, &Wait::Never)? {
                 Step::Held(lease) => return Ok(Attempt::Acquired(Box::new(lease))),
-                Step::Busy | Step::Cancelled => {
-                    let holders = self
-                        .status(&request.name)
-                        .map(|s| s.holders)
-                        .unwrap_or_default();
-                    return Ok(Attempt::Busy(holders));
-                }
+                Step::Busy(holders) => return Ok(Attempt::Busy(holders)),
+                Step::Cancelled => return Ok(Attempt::Busy(vec![])),
                 Step::Retry => continue,
             }
         }
@@ -690,7 +688,7 @@ impl Backend for FileBackend {
         loop {
             match self.attempt(request, &Wait::Until(waiting))? {
                 Step::Held(lease) => return Ok(Some(Box::new(lease))),
-                Step::Busy | Step::Cancelled => return Ok(None),
+                Step::Busy(_) | Step::Cancelled => return Ok(None),
                 Step::Retry => continue,
             }
         }
@@ -847,5 +845,31 @@ mod tests {
             token: 9,
         };
         assert_eq!(parse_record(format_record(&h).as_bytes()), Some(h));
+    }
+
+    proptest::proptest! {
+        /// Hostile names: whatever the name, its lock file is one plain entry of the lock
+        /// directory (no `/`, not `.` or `..`, short enough for any file system), and distinct names
+        /// get distinct files.
+        #[test]
+        fn any_name_maps_to_one_safe_file_name(a in "\\PC{1,200}", b in "\\PC{1,200}") {
+            for raw in [&a, &b] {
+                let Ok(name) = LockName::new(raw) else { continue };
+                let stem = file_stem(&name);
+                proptest::prop_assert!(!stem.contains('/') && !stem.contains('\0'));
+                proptest::prop_assert!(!stem.starts_with('.'));
+                proptest::prop_assert!(stem.len() <= 200 && !stem.is_empty());
+                let path = Path::new("/locks").join(format!("{stem}.lock"));
+                proptest::prop_assert_eq!(path.parent(), Some(Path::new("/locks")));
+            }
+            if let (Ok(na), Ok(nb)) = (LockName::new(&a), LockName::new(&b)) {
+                proptest::prop_assert_eq!(na == nb, file_stem(&na) == file_stem(&nb));
+            }
+        }
+
+        #[test]
+        fn records_never_panic_on_garbage(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+            let _ = parse_record(&bytes);
+        }
     }
 }

@@ -318,6 +318,11 @@ impl RedisBackend {
         ask: &Ask,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<RedisLease>>> {
+        let channel = ask.keys.wake_channel(&ask.request.owner);
+        // Listen before taking a place in line, so no wake-up can come before we hear it. (The
+        // supervisor has just tried once, so the lock is most likely busy.)
+        let first = servers.iter().position(|s| s.conn.is_some()).unwrap_or(0);
+        let mut wake = WakeUps::subscribe(&servers[first], &channel, self.connect_timeout);
         let mut ticket = String::new();
         let mut announced = false;
         let mut unreachable_since: Option<Instant> = None;
@@ -348,68 +353,23 @@ impl RedisBackend {
                     continue;
                 }
             };
-            let subscribed = match servers[server].subscriber(self.connect_timeout) {
-                Some(conn) => self.wait_subscribed(conn, servers, ask, &mut ticket, waiting)?,
-                None => Woken::NoSubscription,
-            };
-            match subscribed {
-                Woken::Held(lease) => return Ok(Some(lease)),
-                Woken::Cancelled => return Ok(None),
-                // The server went away or the connection broke: the next round tells which.
-                Woken::Broken => pause(CANCEL_CHECK, waiting),
-                // Without a subscription, fall back to re-checking on a timer.
-                Woken::NoSubscription => pause(retry.min(ask.request.ttl / 3), waiting),
+            let until = Instant::now() + retry.min(ask.request.ttl / 3);
+            if wake.is_none() {
+                // The last subscription broke (or never came): listen again, on a server that
+                // answers, and look again at once, as a wake-up may have come meanwhile.
+                wake = WakeUps::subscribe(&servers[server], &channel, self.connect_timeout);
+                if wake.is_some() {
+                    continue;
+                }
             }
-        }
-    }
-
-    /// Waits on this waiter's wake-up channel, re-checking after each message, and at the
-    /// fallback time when none comes.
-    fn wait_subscribed(
-        &self,
-        mut conn: Connection,
-        servers: &mut [Server],
-        ask: &Ask,
-        ticket: &mut String,
-        waiting: &Waiting,
-    ) -> anyhow::Result<Woken> {
-        // Bounded like any other command until subscribed; then short, to look at the flag.
-        if conn.set_read_timeout(Some(self.connect_timeout)).is_err() {
-            return Ok(Woken::NoSubscription);
-        }
-        // Never dropped: closing the connection (when this function returns) ends the subscription
-        // on the server, while the library's drop would first send UNSUBSCRIBE and PUNSUBSCRIBE
-        // and wait for both, on the handoff's critical path. Nothing leaks: the handle only
-        // borrows the connection and holds an empty message queue.
-        let mut sub = ManuallyDrop::new(conn.as_pubsub());
-        if sub
-            .subscribe(ask.keys.wake_channel(&ask.request.owner))
-            .is_err()
-            || sub.set_read_timeout(Some(CANCEL_CHECK)).is_err()
-        {
-            return Ok(Woken::NoSubscription);
-        }
-        loop {
-            // Look (again) now that we listen: a wake-up sent before we subscribed is not lost.
-            let recheck = match self.round(servers, ask, true, ticket)? {
-                Round::Held(lease) => return Ok(Woken::Held(lease)),
-                Round::Busy { retry, .. } => retry.min(ask.request.ttl / 3),
-                Round::Unreachable(_) => return Ok(Woken::Broken),
-            };
-            let until = Instant::now() + recheck;
-            loop {
-                if waiting.is_cancelled() {
-                    return Ok(Woken::Cancelled);
+            match wake.as_mut() {
+                Some(listening) => {
+                    if listening.wait(until, waiting).is_err() {
+                        wake = None;
+                    }
                 }
-                if Instant::now() >= until {
-                    break;
-                }
-                match sub.get_message() {
-                    Ok(_) => break,
-                    // The read timeout (or the supervisor's signal): time to look at the flag.
-                    Err(e) if e.is_timeout() || is_interrupted(&e) => {}
-                    Err(_) => return Ok(Woken::Broken),
-                }
+                // No subscription to be had: re-check on a timer.
+                None => pause(until.saturating_duration_since(Instant::now()), waiting),
             }
         }
     }
@@ -630,11 +590,6 @@ impl Server {
         self.fault(FaultKind::Refused, e.to_string())
     }
 
-    /// A second connection for the wake-up channel, or `None` when the server cannot give one.
-    fn subscriber(&self, timeout: Duration) -> Option<Connection> {
-        self.client.get_connection_with_timeout(timeout).ok()
-    }
-
     /// Hands this server's connection to a lease (the heartbeat thread owns it from then on).
     fn detach(&mut self) -> Server {
         Server {
@@ -644,6 +599,49 @@ impl Server {
             conn: self.conn.take(),
             timeout: self.timeout.take(),
         }
+    }
+}
+
+/// A waiter's own connection, subscribed to its wake-up channel.
+struct WakeUps {
+    conn: Connection,
+}
+
+impl WakeUps {
+    /// Subscribes on a second connection to `server`; `None` when that cannot be had (the caller
+    /// then re-checks on a timer).
+    fn subscribe(server: &Server, channel: &str, timeout: Duration) -> Option<WakeUps> {
+        let conn = server.client.get_connection_with_timeout(timeout).ok()?;
+        // Bounded like any other command until subscribed; then short, to look at the flag.
+        conn.set_read_timeout(Some(timeout)).ok()?;
+        let mut listening = WakeUps { conn };
+        let mut sub = listening.pubsub();
+        sub.subscribe(channel).ok()?;
+        sub.set_read_timeout(Some(CANCEL_CHECK)).ok()?;
+        Some(listening)
+    }
+
+    /// The connection's pub/sub view. Never dropped: dropping it would send UNSUBSCRIBE and
+    /// PUNSUBSCRIBE and wait for both (on the handoff's critical path when the wait ends), while
+    /// closing the connection ends the subscription just as well. Nothing leaks: the view only
+    /// borrows the connection and holds an empty message queue.
+    fn pubsub(&mut self) -> ManuallyDrop<redis::PubSub<'_>> {
+        ManuallyDrop::new(self.conn.as_pubsub())
+    }
+
+    /// Waits for a wake-up until `until`, looking at the cancellation flag at least every
+    /// `CANCEL_CHECK`. `Err` when the connection broke.
+    fn wait(&mut self, until: Instant, waiting: &Waiting) -> Result<(), ()> {
+        let mut sub = self.pubsub();
+        while !waiting.is_cancelled() && Instant::now() < until {
+            match sub.get_message() {
+                Ok(_) => return Ok(()),
+                // The read timeout, or the supervisor's signal: time to look at the flag.
+                Err(e) if e.is_timeout() || is_interrupted(&e) => {}
+                Err(_) => return Err(()),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -985,16 +983,6 @@ enum Round {
     },
     /// Fewer than a majority answered.
     Unreachable(Vec<Fault>),
-}
-
-/// How a wait on the wake-up channel ended.
-enum Woken {
-    Held(Box<RedisLease>),
-    Cancelled,
-    /// The subscription's connection broke, or the servers stopped answering.
-    Broken,
-    /// The server would not give a subscription.
-    NoSubscription,
 }
 
 enum Step {

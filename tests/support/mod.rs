@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod redis_server;
+pub mod target;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

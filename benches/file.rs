@@ -1,0 +1,155 @@
+//! dlock on the file backend side by side with util-linux flock(1), in one run, reported as ratios:
+//! uncontended latency, 8-way contended throughput, and dlock's peak memory.
+//!
+//! Run: `cargo bench --bench file` (builds dlock in release mode first).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const UNCONTENDED_RUNS: usize = 300;
+const CONTENDERS: usize = 8;
+/// Contended runs alternate between the two tools in slices, so load drift hits both alike.
+const CONTENDED_SLICE: Duration = Duration::from_secs(1);
+const CONTENDED_SLICES: usize = 4;
+
+fn dlock_bin() -> PathBuf {
+    let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/dlock");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--release", "--quiet", "--bin", "dlock"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo build --release");
+    assert!(status.success(), "release build failed");
+    release
+}
+
+fn run_quiet(cmd: &mut Command) {
+    let status = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("spawn");
+    assert!(status.success(), "{cmd:?} failed: {status}");
+}
+
+fn median(mut xs: Vec<Duration>) -> Duration {
+    xs.sort();
+    xs[xs.len() / 2]
+}
+
+/// Acquisitions per second when `CONTENDERS` threads each run `make()` back to back for a slice.
+fn contended_slice(make: &(impl Fn() -> Command + Sync)) -> (u64, Duration) {
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..CONTENDERS {
+            let done = done.clone();
+            s.spawn(move || {
+                // Bounded by time and by count.
+                for _ in 0..100_000 {
+                    if start.elapsed() >= CONTENDED_SLICE {
+                        break;
+                    }
+                    run_quiet(&mut make());
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    (done.load(Ordering::Relaxed), start.elapsed())
+}
+
+/// Acquisitions per second of each tool, measured in alternating slices.
+fn contended(a: impl Fn() -> Command + Sync, b: impl Fn() -> Command + Sync) -> (f64, f64) {
+    let (mut a_total, mut b_total) = ((0, Duration::ZERO), (0, Duration::ZERO));
+    for _ in 0..CONTENDED_SLICES {
+        for (make, total) in [
+            (&a as &(dyn Fn() -> Command + Sync), &mut a_total),
+            (&b, &mut b_total),
+        ] {
+            let (n, t) = contended_slice(&make);
+            total.0 += n;
+            total.1 += t;
+        }
+    }
+    let rate = |(n, t): (u64, Duration)| n as f64 / t.as_secs_f64();
+    (rate(a_total), rate(b_total))
+}
+
+/// Peak resident set of one process, from wait4's rusage, in KiB. (wait4 reaps it; std's Child
+/// cannot report rusage, hence the allow.)
+#[allow(clippy::zombie_processes)]
+fn peak_rss_kib(cmd: &mut Command) -> i64 {
+    let child = cmd.stdout(Stdio::null()).spawn().expect("spawn");
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child with valid out-pointers.
+    let rc = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(rc, child.id() as i32);
+    usage.ru_maxrss
+}
+
+fn main() {
+    let dlock = dlock_bin();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let lock_file = dir.path().join("bench.lock");
+    let dlock_cmd = || {
+        let mut c = Command::new(&dlock);
+        c.arg("--url")
+            .arg(dir.path())
+            .args(["run", "bench", "--", "true"]);
+        c
+    };
+    let flock_cmd = || {
+        let mut c = Command::new("flock");
+        c.arg(&lock_file).arg("true");
+        c
+    };
+
+    // Warm up both (page cache, lock file creation).
+    for _ in 0..20 {
+        run_quiet(&mut dlock_cmd());
+        run_quiet(&mut flock_cmd());
+    }
+
+    // Interleaved, so drift in machine load hits both alike.
+    let (mut d, mut f) = (Vec::new(), Vec::new());
+    for _ in 0..UNCONTENDED_RUNS {
+        let t = Instant::now();
+        run_quiet(&mut dlock_cmd());
+        d.push(t.elapsed());
+        let t = Instant::now();
+        run_quiet(&mut flock_cmd());
+        f.push(t.elapsed());
+    }
+    let (d, f) = (median(d), median(f));
+    let latency_ratio = d.as_secs_f64() / f.as_secs_f64();
+
+    let (dlock_rate, flock_rate) = contended(dlock_cmd, flock_cmd);
+    let rate_ratio = dlock_rate / flock_rate;
+
+    let rss = (0..5)
+        .map(|_| peak_rss_kib(&mut dlock_cmd()))
+        .max()
+        .unwrap_or(0);
+
+    println!(
+        "dlock file backend vs flock(1), one run ({} cores)",
+        num_cpus()
+    );
+    println!("uncontended median: dlock {:.3} ms, flock {:.3} ms, dlock/flock = {latency_ratio:.2} (goal <= 1.30)",
+        d.as_secs_f64() * 1e3, f.as_secs_f64() * 1e3);
+    println!("{CONTENDERS}-way contended: dlock {dlock_rate:.0}/s, flock {flock_rate:.0}/s, dlock/flock = {rate_ratio:.2} (goal >= 0.90)");
+    println!(
+        "dlock peak RSS: {:.2} MiB (goal <= 8 MiB)",
+        rss as f64 / 1024.0
+    );
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

@@ -1,0 +1,174 @@
+//! Several locks at once and tree locks (issue: all or nothing, canonical order, tree semantics).
+//! Each scenario takes the backend arguments so it runs unchanged on every backend.
+
+use std::process::{Child, Command};
+
+use crate::support::target::Target;
+use std::time::Duration;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(120);
+
+/// Two processes asking for {a,b} and {b,a} `rounds` times each, under contention, both finish.
+pub fn opposite_orders_never_deadlock(t: &Target, rounds: usize) {
+    let spawn = |names: [&str; 2]| -> Child {
+        let run = t.shell_words(&["run", "--wait", "60s", names[0], names[1], "--", "true"]);
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "for i in $(seq {rounds}); do {run} || exit $?; done"
+            ))
+            .spawn()
+            .unwrap()
+    };
+    let mut ab = spawn(["a", "b"]);
+    let mut ba = spawn(["b", "a"]);
+    assert!(wait_exit(&mut ab, T).success());
+    assert!(wait_exit(&mut ba, T).success());
+}
+
+/// One name of the set busy: dlock gives up and holds none of the others afterwards.
+pub fn a_busy_name_leaves_nothing_of_the_set_held(t: &Target) {
+    let marker = t.scratch_file("holder-in");
+    let mut holder = t
+        .dlock(&[
+            "run",
+            "m",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {marker}; sleep 60"),
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_file(std::path::Path::new(&marker), T);
+    for wait in [&["-n"][..], &["-w", "300ms"][..]] {
+        let out = output(t.dlock(&[&["run"][..], wait, &["l", "m", "n", "--", "true"]].concat()));
+        assert_eq!(code(&out), 75, "{}", stderr(&out));
+        for name in ["l", "n"] {
+            let status = output(t.dlock(&["status", name]));
+            assert_eq!(code(&status), 1, "{name} must be free: {}", stdout(&status));
+        }
+    }
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, T);
+}
+
+/// The child sees each lock and its token.
+pub fn each_name_gets_its_own_token_variable(t: &Target) {
+    let out = output(t.dlock(&[
+        "run",
+        "zeta",
+        "alpha",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_LOCKS $DLOCK_NAME_1 $DLOCK_NAME_2 $DLOCK_TOKEN_1 $DLOCK_TOKEN_2",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(&words[..3], &["2", "alpha", "zeta"], "{text}");
+    assert!(words[3].parse::<u64>().unwrap() > 0 && words[4].parse::<u64>().unwrap() > 0);
+}
+
+/// Holds `--tree PATH` in the background until the returned marker's twin `.stop` file appears.
+fn hold_tree(t: &Target, tag: &str, path: &str, extra: &[&str]) -> (Child, String) {
+    let log = t.scratch_file("log");
+    let script = format!(
+        "echo start {tag} >> {log}; touch {m}; while [ ! -e {m}.stop ]; do sleep 0.02; done; echo end {tag} >> {log}",
+        m = t.scratch_file(tag)
+    );
+    let mut args = vec!["run", "--tree"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[path, "--", "sh", "-c", &script]);
+    (t.dlock(&args).spawn().unwrap(), t.scratch_file(tag))
+}
+
+fn stop(child: &mut Child, marker: &str) {
+    std::fs::write(format!("{marker}.stop"), "").unwrap();
+    assert!(wait_exit(child, T).success());
+}
+
+/// Siblings under one directory run at the same time; an ancestor excludes its subtree both ways.
+pub fn tree_siblings_run_together_and_ancestors_exclude_descendants(t: &Target) {
+    let (mut a, ma) = hold_tree(t, "a", "/projects/site/a.txt", &[]);
+    let (mut b, mb) = hold_tree(t, "b", "/projects/site//b.txt/", &[]);
+    // Both siblings are inside at once: each waits for the stop file, so this proves overlap.
+    wait_for_file(std::path::Path::new(&ma), T);
+    wait_for_file(std::path::Path::new(&mb), T);
+
+    // The ancestor cannot get in while work below runs...
+    let out = output(t.dlock(&["run", "--tree", "-n", "/projects/site", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    // ...but a reader of the subtree can.
+    let out = output(t.dlock(&[
+        "run",
+        "--tree",
+        "--shared",
+        "-n",
+        "/projects/site",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+
+    // A waiting ancestor gets in only after both siblings end.
+    let (mut parent, mp) = hold_tree(t, "parent", "/projects/./site", &[]);
+    stop(&mut a, &ma);
+    stop(&mut b, &mb);
+    wait_for_file(std::path::Path::new(&mp), T);
+    // Work below now waits for the ancestor.
+    let out = output(t.dlock(&["run", "--tree", "-n", "/projects/site/c.txt", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    stop(&mut parent, &mp);
+
+    let log = std::fs::read_to_string(t.scratch_file("log")).unwrap();
+    let order: Vec<&str> = log.lines().collect();
+    let pos = |l: &str| {
+        order
+            .iter()
+            .position(|x| *x == l)
+            .unwrap_or_else(|| panic!("{l} in {log}"))
+    };
+    assert!(
+        pos("start parent") > pos("end a") && pos("start parent") > pos("end b"),
+        "{log}"
+    );
+    assert!(
+        pos("start b") < pos("end a") && pos("start a") < pos("end b"),
+        "siblings overlap: {log}"
+    );
+}
+
+pub fn tree_paths_with_dotdot_are_refused(t: &Target) {
+    let out = output(t.dlock(&["run", "--tree", "/projects/../etc", "--", "true"]));
+    assert_eq!(code(&out), 64);
+    assert!(stderr(&out).contains("`..`"), "{}", stderr(&out));
+}
+
+#[test]
+fn file_opposite_orders_never_deadlock() {
+    opposite_orders_never_deadlock(&Target::file_backend(), 300);
+}
+
+#[test]
+fn file_a_busy_name_leaves_nothing_of_the_set_held() {
+    a_busy_name_leaves_nothing_of_the_set_held(&Target::file_backend());
+}
+
+#[test]
+fn file_each_name_gets_its_own_token_variable() {
+    each_name_gets_its_own_token_variable(&Target::file_backend());
+}
+
+#[test]
+fn file_tree_siblings_run_together_and_ancestors_exclude_descendants() {
+    tree_siblings_run_together_and_ancestors_exclude_descendants(&Target::file_backend());
+}
+
+#[test]
+fn file_tree_paths_with_dotdot_are_refused() {
+    tree_paths_with_dotdot_are_refused(&Target::file_backend());
+}
