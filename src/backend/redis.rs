@@ -30,10 +30,10 @@
 //! margin), else every server is told to release (the waiter keeps its place in every queue and
 //! tries again after a short random pause). Renewals must reach a majority; when they cannot
 //! until the lease runs out, or a majority says "not yours", the lock is lost. The fencing token is
-//! the largest of the granting servers' counters, and each granting server's counter is then
-//! raised to it: any later majority shares a server with this one, so tokens keep growing as long
-//! as the servers that missed an acquisition plus those that lost their data before the next one
-//! are a minority.
+//! above every counter of the servers that answered (granting or busy), and each granting server's
+//! counter is then raised to it: any later majority shares a server with this one, so tokens keep
+//! growing as long as the servers that missed an acquisition plus those that lost their data before
+//! the next one are a minority.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -69,12 +69,13 @@ trusting the system CAs or SSL_CERT_FILE; default redis://127.0.0.1:6379):
   --kill-after, and dlock exits 79. A killed dlock's lease frees the lock within the ttl.
   Redlock (--url given 3, 5, ... times): the lock is held when a majority of the servers granted
   it within the lease (less the time taken and the drift margin), else it is released everywhere;
-  renewals must reach a majority. DLOCK_TOKEN is the largest counter among the granting servers,
-  and each of them is raised to it: tokens keep growing as long as the servers that missed an
-  acquisition plus those that lose their data before the next one are a minority (a later
-  majority then always includes a server that remembers). Redlock assumes clocks that run at
-  about the same rate and pauses shorter than the lease; it cannot stop a holder that was paused
-  past its lease from acting: pass DLOCK_TOKEN to the resource and have it refuse older tokens.";
+  renewals must reach a majority. DLOCK_TOKEN is above every counter of the servers that answered
+  and the granting servers' counters are raised to it: tokens keep growing as long as the servers
+  that missed an acquisition plus those that lose their data before the next one are a minority
+  (a later majority then always includes a server that remembers). Redlock assumes clocks that
+  run at about the same rate, pauses shorter than the lease, and a crashed server restarted empty
+  only after a ttl; it cannot stop a holder that was paused past its lease from acting: pass
+  DLOCK_TOKEN to the resource and have it refuse older tokens.";
 
 /// How often a waiter looks at its cancellation flag while nothing happens.
 const CANCEL_CHECK: Duration = Duration::from_millis(100);
@@ -210,6 +211,7 @@ impl RedisBackend {
         let quorum = quorum(servers.len());
         let mut granted = Vec::new();
         let mut busy = None;
+        let mut seen: Token = 0;
         let mut faults = Vec::new();
         for (i, reply) in replies.into_iter().enumerate() {
             match reply {
@@ -217,8 +219,10 @@ impl RedisBackend {
                 Ok(Reply::Busy {
                     ticket: t,
                     retry,
+                    counter,
                     holders,
                 }) => {
+                    seen = seen.max(counter);
                     // Every server queues us under the same ticket, so all agree on the order.
                     if ticket.is_empty() {
                         *ticket = t;
@@ -236,7 +240,10 @@ impl RedisBackend {
             return Err(err).fail_with(Failure::BackendUnavailable);
         }
         if granted.len() >= quorum {
-            let token = granted.iter().map(|&(_, t)| t).max().unwrap_or(0);
+            // Above every token a server that answered has handed out, granting or not: a
+            // server that missed acquisitions or lost its data cannot pull the token back.
+            let granted_max = granted.iter().map(|&(_, t)| t).max().unwrap_or(0);
+            let token = granted_max.max(seen + 1);
             let deadline = started + ask.request.ttl.saturating_sub(drift(ask.request.ttl));
             if Instant::now() < deadline
                 && self.raise_tokens(servers, ask, &granted, token, timeout)
@@ -906,6 +913,8 @@ enum Reply {
     Busy {
         ticket: String,
         retry: Duration,
+        /// The last token this server handed out.
+        counter: Token,
         holders: Vec<Holder>,
     },
 }
@@ -919,7 +928,8 @@ fn parse_acquire(value: &Value) -> Option<Reply> {
         (0, Some(ticket)) => Some(Reply::Busy {
             ticket: text_of(ticket)?,
             retry: Duration::from_millis(u64::try_from(int_of(items.get(2)?)?).ok()?.max(1)),
-            holders: parse_holders(&Value::Array(items[3..].to_vec())),
+            counter: u64::try_from(int_of(items.get(3)?)?).ok()?,
+            holders: parse_holders(&Value::Array(items[4..].to_vec())),
         }),
         _ => None,
     }

@@ -1,6 +1,7 @@
 -- Take the lock, or report it busy (and, when waiting, keep a place in the queue).
 -- ARGV: owner, mode, ttl ms, wait (1: queue when busy), ticket ('' the first time), pid, host.
--- Returns {1, token} when held, or {0, ticket, retry ms, owner, record, ...} when busy.
+-- Returns {1, token} when held, or {0, ticket, retry ms, counter, owner, record, ...} when busy
+-- (counter: the last token this server handed out, which Redlock's next token must exceed).
 local owner, mode, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local waits, ticket, pid, host = ARGV[4] == '1', ARGV[5], ARGV[6], ARGV[7]
 local now, seconds, micros = clock()
@@ -62,7 +63,7 @@ local oldest = redis.call('ZRANGE', ALIVE, 0, 0, 'WITHSCORES')
 if oldest[2] and oldest[1] ~= member then
   retry = math.min(retry, tonumber(oldest[2]) - now)
 end
-local reply = {0, ticket, math.max(retry, 1)}
+local reply = {0, ticket, math.max(retry, 1), tonumber(redis.call('GET', TOKEN) or '0')}
 for _, v in ipairs(live_holders(now)) do
   reply[#reply + 1] = v
 end
