@@ -10,6 +10,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::target::{ServerControl, Target};
+use super::LockDir;
+
 /// How long a server may take to say it is ready.
 const READY_WITHIN: Duration = Duration::from_secs(20);
 
@@ -189,6 +192,22 @@ impl RedisServer {
     pub fn restart_empty(&mut self) {
         self.kill();
         self.dir = tempfile::tempdir().expect("temp dir for redis-server");
+        self.start_again();
+    }
+
+    /// A server that writes every change to its append-only file before it answers, so that
+    /// `restart_keeping_data` loses nothing it acknowledged.
+    pub fn start_durable() -> RedisServer {
+        RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+    }
+
+    /// Kills the server and starts it again on the same port and directory: it reloads its data.
+    pub fn restart_keeping_data(&mut self) {
+        self.kill();
+        self.start_again();
+    }
+
+    fn start_again(&mut self) {
         assert!(
             self.spawn(),
             "redis-server did not restart on port {}:\n{}",
@@ -235,4 +254,68 @@ fn free_port() -> u16 {
 
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("temp paths are UTF-8")
+}
+
+/// How a server under the fault checker comes back after a crash.
+#[derive(Clone, Copy)]
+pub enum Comeback {
+    /// At once, with its append-only file (see `RedisServer::start_durable`).
+    KeepingData,
+    /// Empty, after this long: Redlock's delayed restart (a lease it held has run out by then).
+    EmptyAfter(Duration),
+}
+
+/// A server the fault checker pauses and crashes. Behind a mutex because the checker shares it.
+pub struct FaultyRedis {
+    server: Mutex<RedisServer>,
+    comeback: Comeback,
+}
+
+impl ServerControl for FaultyRedis {
+    fn pause(&self, pause: Duration) {
+        if let Ok(server) = self.server.lock() {
+            server.pause();
+            // The fault itself: the server stays stopped this long.
+            std::thread::sleep(pause);
+            server.resume();
+        }
+    }
+
+    fn restart(&self) {
+        if let Ok(mut server) = self.server.lock() {
+            match self.comeback {
+                Comeback::KeepingData => server.restart_keeping_data(),
+                Comeback::EmptyAfter(down) => {
+                    server.kill();
+                    // The fault itself: the server stays down this long.
+                    std::thread::sleep(down);
+                    server.dir = tempfile::tempdir().expect("temp dir for redis-server");
+                    server.start_again();
+                }
+            }
+        }
+    }
+}
+
+impl Target {
+    /// The Redis backend on the given servers, which the fault checker may pause and crash.
+    pub fn redis(servers: Vec<RedisServer>, comeback: Comeback) -> Target {
+        let mut args = vec!["--backend".to_owned(), "redis".to_owned()];
+        for server in &servers {
+            args.extend(["--url".to_owned(), server.url()]);
+        }
+        Target {
+            args,
+            servers: servers
+                .into_iter()
+                .map(|server| {
+                    Box::new(FaultyRedis {
+                        server: Mutex::new(server),
+                        comeback,
+                    }) as Box<dyn ServerControl>
+                })
+                .collect(),
+            scratch: LockDir::new(),
+        }
+    }
 }
