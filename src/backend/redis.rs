@@ -80,6 +80,9 @@ trusting the system CAs or SSL_CERT_FILE; default redis://127.0.0.1:6379):
 /// How often a waiter looks at its cancellation flag while nothing happens.
 const CANCEL_CHECK: Duration = Duration::from_millis(100);
 
+/// Longest one renewal attempt may wait for its answer.
+const MAX_RENEW_ATTEMPT: Duration = Duration::from_secs(1);
+
 /// Most keys `list` looks at, so a huge keyspace cannot keep it scanning forever.
 const MAX_SCAN_STEPS: usize = 100_000;
 
@@ -1257,7 +1260,14 @@ impl Lease for RedisLease {
         if left.is_zero() {
             return self.lose_to_the_deadline();
         }
-        let replies = self.renew_everywhere(self.op_timeout.min(left));
+        // The supervisor renews from the thread that also forwards signals and reaps the command:
+        // one attempt may block it only briefly, and a failed one is retried until the deadline.
+        let attempt = self
+            .op_timeout
+            .min(ttl / 5)
+            .min(MAX_RENEW_ATTEMPT)
+            .min(left);
+        let replies = self.renew_everywhere(attempt);
         let total = replies.len();
         let mut renewed = 0;
         let mut not_owner = Vec::new();
