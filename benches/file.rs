@@ -1,9 +1,9 @@
 //! dlock on the file backend side by side with util-linux flock(1), in one run, reported as ratios:
 //! uncontended latency, 8-way contended throughput, and dlock's peak memory.
 //!
-//! Run: `cargo bench --bench file` (builds dlock in release mode first).
+//! Run: `cargo bench --bench file` (a release build).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,15 +15,9 @@ const CONTENDERS: usize = 8;
 const CONTENDED_SLICE: Duration = Duration::from_secs(1);
 const CONTENDED_SLICES: usize = 4;
 
+/// The release build cargo made for this benchmark.
 fn dlock_bin() -> PathBuf {
-    let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/dlock");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "--quiet", "--bin", "dlock"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo build --release");
-    assert!(status.success(), "release build failed");
-    release
+    PathBuf::from(env!("CARGO_BIN_EXE_dlock"))
 }
 
 fn run_quiet(cmd: &mut Command) {

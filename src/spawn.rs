@@ -36,6 +36,7 @@ struct ChildArgs {
     argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
     foreground: bool,
+    file_limit: Option<libc::rlimit>,
     parent: libc::pid_t,
     mask: libc::sigset_t,
     /// errno of a failed exec, written by the child before it exits.
@@ -44,11 +45,12 @@ struct ChildArgs {
 
 /// Starts `command` (argv, `command[0]` looked up in PATH) with `env` added to dlock's environment,
 /// in a new process group, killed if dlock dies, and in the terminal's foreground if `foreground`.
-/// Returns its pid; the caller reaps it.
+/// `file_limit`, when given, is restored as its open-file limit. Returns its pid; the caller reaps it.
 pub fn spawn(
     command: &[String],
     env: &[(String, String)],
     foreground: bool,
+    file_limit: Option<libc::rlimit>,
 ) -> io::Result<libc::pid_t> {
     let program = find_program(&command[0])?;
     let program = cstring(program.into_os_string().into_vec())?;
@@ -86,6 +88,7 @@ pub fn spawn(
         argv: null_terminated(&args),
         envp: null_terminated(&vars),
         foreground,
+        file_limit,
         // SAFETY: getpid cannot fail.
         parent: unsafe { libc::getpid() },
         mask,
@@ -144,6 +147,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         if libc::getppid() != child.parent {
             libc::_exit(127);
+        }
+        if let Some(limit) = &child.file_limit {
+            libc::setrlimit(libc::RLIMIT_NOFILE, limit);
         }
         libc::pthread_sigmask(libc::SIG_SETMASK, &child.mask, std::ptr::null_mut());
         libc::execve(

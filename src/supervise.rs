@@ -49,6 +49,9 @@ struct Held {
     lease: Box<dyn Lease>,
     /// When to renew first: a third of the lease, as every backend renews; the lease then says.
     renew_every: Duration,
+    /// When a renewal was last reported: a lease that checks often (ZooKeeper's session state)
+    /// is reported at most once per third of its lease, not at every check.
+    reported: Instant,
 }
 
 impl Held {
@@ -57,6 +60,7 @@ impl Held {
             name: request.name.clone(),
             lease,
             renew_every: request.ttl / 3,
+            reported: Instant::now(),
         }
     }
 }
@@ -70,6 +74,7 @@ enum Event {
 /// Environment variable listing the locks held by this process's dlock ancestors, one
 /// `LOCATION<TAB>NAME` per line, so a nested `dlock run` of a held lock runs its command directly.
 const HELD_VAR: &str = "DLOCK_HELD";
+const HELD_VAR_MAX: usize = 64 * 1024;
 
 pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     let backend = backend::open(&plan.backend)?;
@@ -93,6 +98,7 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
         return Ok(spawn_failure(&plan.command[0], &err, report));
     }
 
+    let file_limit = raise_file_limit(requests.len());
     let (tx, rx) = mpsc::channel();
     start_signal_thread(tx.clone())?;
     install_wake_handler()?;
@@ -144,7 +150,25 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
         return Ok(exit::signalled(n));
     }
 
-    supervise_child(held, &plan, &location, &inherited, &rx, report)
+    supervise_child(held, &plan, &location, &inherited, file_limit, &rx, report)
+}
+
+/// A lock may hold a descriptor (a lock file, a connection), so many names at once can pass the
+/// usual soft limit of 1024 open files: raise it to the hard limit when needed. Returns the limit
+/// to restore for the command, which should not inherit dlock's.
+fn raise_file_limit(locks: usize) -> Option<libc::rlimit> {
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0
+            || (locks as u64 + 64) < limit.rlim_cur
+        {
+            return None;
+        }
+        let original = limit;
+        limit.rlim_cur = limit.rlim_max;
+        (libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0).then_some(original)
+    }
 }
 
 fn held_entry(location: &str, name: &LockName) -> String {
@@ -446,7 +470,12 @@ fn child_environment(
         .map(str::to_owned)
         .collect();
     entries.extend(held.iter().map(|h| held_entry(location, &h.name)));
-    env.push((HELD_VAR.into(), entries.join("\n")));
+    let held_list = entries.join("\n");
+    // The kernel refuses any one environment string over 128 KiB (MAX_ARG_STRLEN). A set that
+    // large (thousands of names) gives up reentrancy rather than the command.
+    if held_list.len() < HELD_VAR_MAX {
+        env.push((HELD_VAR.into(), held_list));
+    }
     env
 }
 
@@ -476,12 +505,13 @@ fn supervise_child(
     plan: &RunPlan,
     location: &str,
     inherited: &str,
+    file_limit: Option<libc::rlimit>,
     rx: &Receiver<Event>,
     report: &Reporter,
 ) -> anyhow::Result<u8> {
     let env = child_environment(&held, plan, location, inherited);
     let foreground = owns_terminal();
-    let pid = match spawn::spawn(&plan.command, &env, foreground) {
+    let pid = match spawn::spawn(&plan.command, &env, foreground, file_limit) {
         Ok(pid) => pid,
         Err(e) => {
             release_all(held, report);
@@ -572,7 +602,10 @@ fn renew_due(held: &mut [Held], due: &mut [Instant], report: &Reporter) -> Resul
         }
         match h.lease.renew() {
             Renewal::Held { next } => {
-                report.event(&format!("renewed {:?}", h.name.as_str()));
+                if h.reported.elapsed() + Duration::from_millis(5) >= h.renew_every {
+                    report.event(&format!("renewed {:?}", h.name.as_str()));
+                    h.reported = Instant::now();
+                }
                 *d = Instant::now() + next;
             }
             Renewal::Lost(why) => return Err(format!("lock {:?}: {why}", h.name.as_str())),

@@ -355,3 +355,9 @@ fn the_checker_catches_two_holders_at_once() {
         "two holders at once went unnoticed"
     );
 }
+
+#[test]
+fn zk_backend_keeps_mutual_exclusion_under_faults() {
+    let t = Target::zk_backend();
+    check(&t, "zk");
+}

@@ -8,3 +8,4 @@ mod file_backend;
 mod multi;
 mod redis;
 mod run;
+mod zk;

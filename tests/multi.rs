@@ -172,3 +172,23 @@ fn file_tree_siblings_run_together_and_ancestors_exclude_descendants() {
 fn file_tree_paths_with_dotdot_are_refused() {
     tree_paths_with_dotdot_are_refused(&Target::file_backend());
 }
+
+#[test]
+fn zk_opposite_orders_never_deadlock() {
+    opposite_orders_never_deadlock(&Target::zk_backend(), 100);
+}
+
+#[test]
+fn zk_a_busy_name_leaves_nothing_of_the_set_held() {
+    a_busy_name_leaves_nothing_of_the_set_held(&Target::zk_backend());
+}
+
+#[test]
+fn zk_each_name_gets_its_own_token_variable() {
+    each_name_gets_its_own_token_variable(&Target::zk_backend());
+}
+
+#[test]
+fn zk_tree_siblings_run_together_and_ancestors_exclude_descendants() {
+    tree_siblings_run_together_and_ancestors_exclude_descendants(&Target::zk_backend());
+}

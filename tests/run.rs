@@ -235,3 +235,118 @@ fn the_lock_file_descriptor_is_not_inherited_by_the_child() {
     assert_eq!(code(&out), 0);
     assert!(!stdout(&out).contains("fd-test.lock"), "{}", stdout(&out));
 }
+
+/// Runs `shell_command` under script(1), which gives it a pseudo-terminal as stdin and stderr.
+fn on_a_terminal(shell_command: &str) -> std::process::Child {
+    std::process::Command::new("script")
+        .args(["-qfec", shell_command, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn on_a_terminal_the_command_runs_in_the_foreground() {
+    let dir = LockDir::new();
+    // `+` in ps's STAT column: the process is in the terminal's foreground process group.
+    let cmd = format!(
+        "{} --url {} run n -- sh -c 'ps -o stat= -p $$ > {}'",
+        dlock_bin(),
+        dir.path().display(),
+        dir.file("stat").display()
+    );
+    let mut child = on_a_terminal(&cmd);
+    assert!(wait_exit(&mut child, T).success());
+    let stat = std::fs::read_to_string(dir.file("stat")).unwrap();
+    assert!(stat.contains('+'), "not in the foreground: {stat:?}");
+}
+
+#[test]
+fn on_a_terminal_the_waiting_line_shows_the_holder_and_is_erased() {
+    let dir = LockDir::new();
+    let (mut holder, _) = start_trapping_child(&dir);
+    let cmd = format!(
+        "{} --url {} run -w 1500ms n -- true",
+        dlock_bin(),
+        dir.path().display()
+    );
+    let child = on_a_terminal(&cmd);
+    let out = child.wait_with_output().unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        screen.contains("\r\x1b[Kdlock: waiting 1s for lock \"n\", held by "),
+        "{screen:?}"
+    );
+    assert!(
+        screen.contains(&format!("pid {}", holder.id())),
+        "{screen:?}"
+    );
+    assert!(
+        screen.contains("\r\x1b[Kdlock: gave up on lock \"n\""),
+        "line erased first: {screen:?}"
+    );
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, T);
+}
+
+#[test]
+fn verbose_reports_waiting_acquired_renewed_and_exited_with_timestamps() {
+    let dir = LockDir::new();
+    let out = output(dir.dlock(&[
+        "-v",
+        "run",
+        "--ttl",
+        "300ms",
+        "n",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.35; exit 3",
+    ]));
+    assert_eq!(code(&out), 3);
+    let err = stderr(&out);
+    for needle in [
+        "acquired \"n\" after",
+        "with token 1",
+        "renewed \"n\"",
+        "command exited: exit status: 3",
+        "released \"n\"",
+    ] {
+        assert!(err.contains(needle), "{needle:?} missing from {err}");
+    }
+    assert!(
+        err.lines()
+            .all(|l| l.starts_with("[20") && l.contains("Z] dlock: ")),
+        "{err}"
+    );
+}
+
+#[test]
+fn options_can_come_from_the_environment() {
+    let dir = LockDir::new();
+    let (mut holder, _) = start_trapping_child(&dir);
+    let out = output({
+        let mut c = dlock();
+        c.env("DLOCK_URL", dir.path())
+            .env("DLOCK_BACKEND", "file")
+            .env("DLOCK_WAIT", "100ms")
+            .env("DLOCK_CONFLICT_EXIT_CODE", "3")
+            .args(["run", "n", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("after waiting 100ms"),
+        "{}",
+        stderr(&out)
+    );
+    let out = output({
+        let mut c = dlock();
+        c.env("DLOCK_TTL", "soon").args(["run", "n", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&out), 64);
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, T);
+}

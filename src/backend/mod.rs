@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockName, LockRequest, Token};
 
 pub mod file;
 pub mod redis;
+pub mod zk;
 
 /// Which store holds the locks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -51,11 +51,7 @@ pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
     match config.kind {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(config)?)),
         BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(config)?)),
-        BackendKind::Zk => Err(anyhow::anyhow!(
-            "the {} backend is not built into this dlock yet",
-            config.kind.as_str()
-        ))
-        .fail_with(Failure::BackendUnavailable),
+        BackendKind::Zk => Ok(Box::new(zk::ZkBackend::open(config)?)),
     }
 }
 

@@ -148,3 +148,5 @@ pub fn read_pid(path: &Path) -> u32 {
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
+
+pub mod zk_server;

@@ -25,6 +25,23 @@ impl Target {
         }
     }
 
+    /// dlock on a private ZooKeeper server.
+    pub fn zk_backend() -> Target {
+        let server = zk_server::ZkServer::start();
+        Target {
+            args: vec![
+                "--backend".into(),
+                "zk".into(),
+                "--url".into(),
+                server.url(),
+            ],
+            servers: vec![Box::new(zk_server::ZkControl(std::sync::Mutex::new(
+                server,
+            )))],
+            scratch: LockDir::new(),
+        }
+    }
+
     pub fn dlock(&self, args: &[&str]) -> Command {
         let mut cmd = dlock();
         cmd.args(&self.args).args(args);

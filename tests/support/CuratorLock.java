@@ -1,0 +1,41 @@
+// Takes an Apache Curator InterProcessMutex, for dlock's interop test (compiled by the test).
+//
+// usage: CuratorLock CONNECT PATH try|wait HELD_MARKER RELEASE_FILE
+//   try:  one attempt without waiting; exits 3 (printing "busy") if the lock is held.
+//   wait: waits up to 60s for the lock.
+// Once it holds the lock it writes HELD_MARKER, waits (at most 60s) for RELEASE_FILE to appear,
+// releases and exits 0.
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.concurrent.TimeUnit;
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.retry.RetryNTimes;
+
+public class CuratorLock {
+    public static void main(String[] args) throws Exception {
+        CuratorFramework client =
+                CuratorFrameworkFactory.newClient(args[0], 5000, 5000, new RetryNTimes(3, 100));
+        client.start();
+        InterProcessMutex mutex = new InterProcessMutex(client, args[1]);
+        boolean held = args[2].equals("try")
+                ? mutex.acquire(0, TimeUnit.MILLISECONDS)
+                : mutex.acquire(60, TimeUnit.SECONDS);
+        if (!held) {
+            System.out.println("busy");
+            client.close();
+            System.exit(3);
+        }
+        Files.writeString(Paths.get(args[3]), "held");
+        Path release = Paths.get(args[4]);
+        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (!Files.exists(release) && System.nanoTime() < end) {
+            Thread.sleep(10);
+        }
+        mutex.release();
+        client.close();
+    }
+}

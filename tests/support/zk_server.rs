@@ -1,0 +1,294 @@
+//! A private ZooKeeper server for one test: standalone `ZooKeeperServerMain` from the Debian package
+//! on a free loopback port with its own data directory, a short tick so sessions can expire within
+//! a test, and the four-letter words enabled to ask it whether it serves. Dropping it kills it.
+//!
+//! Also a raw client (the same Rust crate dlock uses) for looking at the nodes dlock leaves behind
+//! and for acting as another ZooKeeper identity.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zookeeper_client as zk;
+
+const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+/// Longest a JVM may take to start serving on a busy two-core machine.
+const START_LIMIT: Duration = Duration::from_secs(60);
+
+pub struct ZkServer {
+    port: u16,
+    dir: tempfile::TempDir,
+    process: Option<Child>,
+    jvm_flags: &'static [&'static str],
+}
+
+/// Tests want a server up fast: the quick compiler only, a small heap.
+const QUICK_START: &[&str] = &["-Xms16m", "-Xmx128m", "-XX:TieredStopAtLevel=1"];
+/// The benchmark wants a server at full speed: the optimising compiler too.
+const FULL_SPEED: &[&str] = &["-Xms256m", "-Xmx256m"];
+
+impl ZkServer {
+    /// Starts a server and waits until it answers `ruok`. Panics (never skips) if ZooKeeper or Java
+    /// is missing: `scripts/test` installs them.
+    pub fn start() -> ZkServer {
+        ZkServer::start_with(QUICK_START)
+    }
+
+    /// A server for measuring: slower to start, faster once warm.
+    pub fn start_for_benchmark() -> ZkServer {
+        ZkServer::start_with(FULL_SPEED)
+    }
+
+    fn start_with(jvm_flags: &'static [&'static str]) -> ZkServer {
+        assert!(
+            Path::new(ZOOKEEPER_JAR).exists(),
+            "ZooKeeper is not installed ({ZOOKEEPER_JAR} is missing): run scripts/test, which \
+             installs the Debian packages zookeeper and libcurator-recipes-java"
+        );
+        // Ports race with other tests between probing and binding: retry with a new one.
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("temp dir for ZooKeeper");
+            std::fs::create_dir(dir.path().join("data")).expect("ZooKeeper data dir");
+            let mut server = ZkServer {
+                port: free_port(),
+                dir,
+                process: None,
+                jvm_flags,
+            };
+            server.write_config();
+            if server.launch() {
+                return server;
+            }
+        }
+        panic!("ZooKeeper could not start on any of 5 free ports");
+    }
+
+    pub fn url(&self) -> String {
+        format!("zk://127.0.0.1:{}", self.port)
+    }
+
+    /// `zk://user:password@127.0.0.1:PORT`
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        format!("zk://{user}:{password}@127.0.0.1:{}", self.port)
+    }
+
+    pub fn hosts(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.as_ref().expect("server running").id()
+    }
+
+    /// `dlock --backend zk --url URL ARGS...`
+    pub fn dlock(&self, args: &[&str]) -> Command {
+        self.dlock_at(&self.url(), args)
+    }
+
+    pub fn dlock_at(&self, url: &str, args: &[&str]) -> Command {
+        let mut cmd = super::dlock();
+        cmd.args(["--backend", "zk", "--url", url]).args(args);
+        cmd
+    }
+
+    /// Kills the server (SIGKILL: no clean shutdown) and starts it again on the same port and data,
+    /// as after a crash. Sessions and their ephemeral nodes survive in the data directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(
+            self.launch(),
+            "ZooKeeper did not restart on port {}",
+            self.port
+        );
+    }
+
+    /// Sends a four-letter word (`ruok`, `srvr`, `mntr`, `wchs`, `cons`) and returns the answer.
+    pub fn four_letter(&self, word: &str) -> String {
+        four_letter(self.port, word).unwrap_or_default()
+    }
+
+    /// The children of `path` as the raw client sees them; `None` when the node does not exist.
+    pub fn children(&self, path: &str) -> Option<Vec<String>> {
+        self.with_client(None, |client| async move {
+            match client.list_children(path).await {
+                Ok(mut children) => {
+                    children.sort();
+                    Some(children)
+                }
+                Err(zk::Error::NoNode) => None,
+                Err(e) => panic!("cannot list {path}: {e}"),
+            }
+        })
+    }
+
+    /// Deletes `path` as a client with the given digest credentials (or none).
+    pub fn delete_as(
+        &self,
+        credentials: Option<(&str, &str)>,
+        path: &str,
+    ) -> Result<(), zk::Error> {
+        self.with_client(credentials, |client| async move {
+            client.delete(path, None).await
+        })
+    }
+
+    fn with_client<T, F, Fut>(&self, credentials: Option<(&str, &str)>, f: F) -> T
+    where
+        F: FnOnce(zk::Client) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("tokio runtime");
+        runtime.block_on(async {
+            let mut connector =
+                zk::Client::connector().with_session_timeout(Duration::from_secs(5));
+            if let Some((user, password)) = credentials {
+                connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+            }
+            let client = connector
+                .connect(&self.hosts())
+                .await
+                .expect("raw client connects");
+            f(client).await
+        })
+    }
+
+    fn write_config(&self) {
+        let data = self.dir.path().join("data");
+        let config = format!(
+            "tickTime=100\n\
+             initLimit=10\n\
+             syncLimit=5\n\
+             dataDir={}\n\
+             clientPort={}\n\
+             clientPortAddress=127.0.0.1\n\
+             maxClientCnxns=0\n\
+             minSessionTimeout=400\n\
+             maxSessionTimeout=60000\n\
+             admin.enableServer=false\n\
+             4lw.commands.whitelist=*\n",
+            data.display(),
+            self.port
+        );
+        std::fs::write(self.config_path(), config).expect("write zoo.cfg");
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join("zoo.cfg")
+    }
+
+    /// Starts the JVM and waits until it serves; false if it died first (port taken).
+    fn launch(&mut self) -> bool {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("server.log"))
+            .expect("server log");
+        let mut classpath = ZOOKEEPER_JAR.to_owned();
+        // The jar's manifest names its other dependencies; a logging backend is optional.
+        if Path::new("/usr/share/java/slf4j-nop.jar").exists() {
+            classpath.push_str(":/usr/share/java/slf4j-nop.jar");
+        }
+        let process = Command::new("java")
+            .args(self.jvm_flags)
+            .args([
+                "-XX:+UseSerialGC",
+                "-XX:-UsePerfData",
+                "-Xshare:auto",
+                // Empty lock directories (container nodes) go within 100ms, not the default minute.
+                "-Dznode.container.checkIntervalMs=100",
+                "-cp",
+                &classpath,
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+            ])
+            .arg(self.config_path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start java for ZooKeeper (is a JRE installed?): {e}")
+            });
+        self.process = Some(process);
+        let end = Instant::now() + START_LIMIT;
+        while Instant::now() < end {
+            if four_letter(self.port, "ruok").as_deref() == Some("imok") {
+                return true;
+            }
+            if let Some(status) = self
+                .process
+                .as_mut()
+                .and_then(|p| p.try_wait().ok().flatten())
+            {
+                self.process = None;
+                eprintln!(
+                    "ZooKeeper exited with {status} on port {}: {}",
+                    self.port,
+                    std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+                );
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        panic!(
+            "ZooKeeper did not serve on port {} within {START_LIMIT:?}",
+            self.port
+        );
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            // SIGKILL works on a SIGSTOPped process too.
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+    }
+}
+
+impl Drop for ZkServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+fn four_letter(port: u16, word: &str) -> Option<String> {
+    let mut stream =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))
+            .ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(word.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+/// The fault checker's handle on a ZooKeeper server.
+pub struct ZkControl(pub std::sync::Mutex<ZkServer>);
+
+impl super::target::ServerControl for ZkControl {
+    fn pause(&self, pause: Duration) {
+        let pid = self.0.lock().expect("server handle").pid();
+        super::signal(pid, libc::SIGSTOP);
+        std::thread::sleep(pause);
+        super::signal(pid, libc::SIGCONT);
+    }
+
+    /// A crash and restart that keeps the server's data directory: a ZooKeeper server's data is its
+    /// durable transaction log, and wiping it (unlike restarting a Redis without persistence) would
+    /// also reset the zxids that fencing tokens are made of.
+    fn restart(&self) {
+        self.0.lock().expect("server handle").restart();
+    }
+}
