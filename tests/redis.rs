@@ -41,7 +41,12 @@ impl Holder {
         let mut args = vec!["-v", "run"];
         args.extend_from_slice(options);
         args.extend_from_slice(&[name, "--", "sh", "-c", &script]);
-        let mut child = dlock_at(urls, &args)
+        Holder::start_args(urls, &args)
+    }
+
+    /// `dlock ARGS` with stderr captured line by line.
+    fn start_args(urls: &[String], args: &[&str]) -> Holder {
+        let mut child = dlock_at(urls, args)
             .stderr(Stdio::piped())
             .spawn()
             .expect("start dlock");
@@ -539,6 +544,37 @@ fn a_release_wakes_the_next_waiter_at_once() {
         "the waiter started {took:?} after the release"
     );
     assert!(wait_exit(&mut waiter, T).success());
+}
+
+#[test]
+fn many_names_are_held_and_renewed_over_one_connection() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let names: Vec<String> = (0..200).map(|i| format!("many/{i:03}")).collect();
+    let marker = dir.file("in");
+    let mut args = vec!["-v", "run", "--ttl", "600ms"];
+    args.extend(names.iter().map(String::as_str));
+    let script = format!("touch {}; exec sleep 60", marker.display());
+    args.extend(["--", "sh", "-c", &script]);
+    let mut holder = Holder::start_args(&[server.url()], &args);
+    wait_for_file(&marker, T);
+    // Several rounds of renewals of all 200 (every 200ms), through the one connection.
+    holder.wait_for_lines("renewed", 3 * 200, T);
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(
+        clients.lines().count(),
+        2,
+        "dlock's connection and ours:\n{clients}"
+    );
+    let out = output(dlock_at(&[server.url()], &["list", "many/"]));
+    assert_eq!(stdout(&out).lines().count(), 200, "{}", stdout(&out));
+    signal(holder.child.id(), libc::SIGTERM);
+    let (status, stderr) = holder.finish(T);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    assert_eq!(server.keys().len(), 200, "only the token counters stay");
 }
 
 /// How many waiters are queued for `name`.

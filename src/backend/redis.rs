@@ -38,7 +38,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::mem::ManuallyDrop;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use anyhow::anyhow;
@@ -104,11 +104,14 @@ static STATUS: LazyLock<Script> = script!("status.lua");
 static BREAK: LazyLock<Script> = script!("break.lua");
 static RAISE_TOKEN: LazyLock<Script> = script!("raise_token.lua");
 
+/// One connection per `--url`, shared by the backend and every lease it hands out: a dlock holding
+/// 10,000 names renews them over one connection per server, not 10,000. Each use locks it for one
+/// round of commands only, never across a wait.
+type Shared = Arc<Mutex<Vec<Server>>>;
+
 /// The locks in one Redis server, or in several (Redlock).
 pub struct RedisBackend {
-    /// One per `--url`. Behind a mutex only because `Backend` methods take `&self`; one thread at a
-    /// time uses a backend.
-    servers: Mutex<Vec<Server>>,
+    servers: Shared,
     connect_timeout: Duration,
     location: String,
 }
@@ -146,7 +149,7 @@ impl RedisBackend {
             .flatten()
             .collect();
         let backend = RedisBackend {
-            servers: Mutex::new(servers),
+            servers: Arc::new(Mutex::new(servers)),
             connect_timeout: timeout,
             location,
         };
@@ -157,10 +160,8 @@ impl RedisBackend {
         Ok(backend)
     }
 
-    fn servers(&self) -> anyhow::Result<std::sync::MutexGuard<'_, Vec<Server>>> {
-        self.servers
-            .lock()
-            .map_err(|_| anyhow!("the redis connections were poisoned by an earlier panic"))
+    fn servers(&self) -> MutexGuard<'_, Vec<Server>> {
+        lock_servers(&self.servers)
     }
 
     /// An error (exit 69) when fewer than a majority of servers answered.
@@ -252,7 +253,8 @@ impl RedisBackend {
                 && self.raise_tokens(servers, ask, &granted, token, timeout)
             {
                 let lease = RedisLease {
-                    servers: servers.iter_mut().map(Server::detach).collect(),
+                    servers: self.servers.clone(),
+                    count: servers.len(),
                     ask: ask.owned(),
                     token,
                     confirmed: started,
@@ -322,17 +324,16 @@ impl RedisBackend {
     }
 
     /// Waits for the lock: see the module documentation. `Ok(None)` when cancelled.
-    fn wait_for(
-        &self,
-        servers: &mut [Server],
-        ask: &Ask,
-        waiting: &Waiting,
-    ) -> anyhow::Result<Option<Box<RedisLease>>> {
+    fn wait_for(&self, ask: &Ask, waiting: &Waiting) -> anyhow::Result<Option<Box<RedisLease>>> {
         let channel = ask.keys.wake_channel(&ask.request.owner);
         // Listen before taking a place in line, so no wake-up can come before we hear it. (The
         // supervisor has just tried once, so the lock is most likely busy.)
-        let first = servers.iter().position(|s| s.conn.is_some()).unwrap_or(0);
-        let mut wake = WakeUps::subscribe(&servers[first], &channel, self.connect_timeout);
+        let first = {
+            let servers = self.servers();
+            let at = servers.iter().position(|s| s.conn.is_some()).unwrap_or(0);
+            servers[at].client.clone()
+        };
+        let mut wake = WakeUps::subscribe(&first, &channel, self.connect_timeout);
         let mut ticket = String::new();
         let mut announced = false;
         let mut unreachable_since: Option<Instant> = None;
@@ -340,7 +341,14 @@ impl RedisBackend {
             if waiting.is_cancelled() {
                 return Ok(None);
             }
-            let (retry, server) = match self.round(servers, ask, true, &mut ticket)? {
+            let (round, count) = {
+                let mut servers = self.servers();
+                (
+                    self.round(&mut servers, ask, true, &mut ticket)?,
+                    servers.len(),
+                )
+            };
+            let (retry, server) = match round {
                 Round::Held(lease) => return Ok(Some(lease)),
                 Round::Busy {
                     retry,
@@ -357,7 +365,7 @@ impl RedisBackend {
                 Round::Unreachable(faults) => {
                     let since = *unreachable_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= self.connect_timeout {
-                        self.check_quorum(servers.len() - faults.len(), &faults)?;
+                        self.check_quorum(count - faults.len(), &faults)?;
                     }
                     pause(CANCEL_CHECK, waiting);
                     continue;
@@ -367,7 +375,8 @@ impl RedisBackend {
             if wake.is_none() {
                 // The last subscription broke (or never came): listen again, on a server that
                 // answers, and look again at once, as a wake-up may have come meanwhile.
-                wake = WakeUps::subscribe(&servers[server], &channel, self.connect_timeout);
+                let client = self.servers()[server].client.clone();
+                wake = WakeUps::subscribe(&client, &channel, self.connect_timeout);
                 if wake.is_some() {
                     continue;
                 }
@@ -386,43 +395,42 @@ impl RedisBackend {
 
     /// A waiter gives up: remove its place in the queue (and a lease granted in the meantime),
     /// with the supervisor's wake-up signal blocked so these last commands are not interrupted.
-    fn abandon(&self, servers: &mut [Server], ask: &Ask) {
+    fn abandon(&self, ask: &Ask) {
         let _quiet = BlockedWakeSignal::new();
-        self.undo(servers, ask, Place::Leave);
+        self.undo(&mut self.servers(), ask, Place::Leave);
     }
 
     fn acquire_with(&self, request: &LockRequest, wait: Option<&Waiting>) -> anyhow::Result<Step> {
-        let mut servers = self.servers()?;
         let ask = Ask::new(request);
         match wait {
-            None => match self.round(&mut servers, &ask, false, &mut String::new())? {
-                Round::Held(lease) => Ok(Step::Held(lease)),
-                Round::Busy { holders, .. } => Ok(Step::Busy(holders)),
-                Round::Unreachable(faults) => {
-                    self.check_quorum(servers.len() - faults.len(), &faults)?;
-                    Ok(Step::Busy(Vec::new()))
-                }
-            },
-            Some(waiting) => {
-                let result = self.wait_for(&mut servers, &ask, waiting);
-                match result {
-                    Ok(Some(lease)) => Ok(Step::Held(lease)),
-                    Ok(None) => {
-                        self.abandon(&mut servers, &ask);
-                        Ok(Step::Cancelled)
-                    }
-                    Err(e) => {
-                        self.abandon(&mut servers, &ask);
-                        Err(e)
+            None => {
+                let mut servers = self.servers();
+                match self.round(&mut servers, &ask, false, &mut String::new())? {
+                    Round::Held(lease) => Ok(Step::Held(lease)),
+                    Round::Busy { holders, .. } => Ok(Step::Busy(holders)),
+                    Round::Unreachable(faults) => {
+                        self.check_quorum(servers.len() - faults.len(), &faults)?;
+                        Ok(Step::Busy(Vec::new()))
                     }
                 }
             }
+            Some(waiting) => match self.wait_for(&ask, waiting) {
+                Ok(Some(lease)) => Ok(Step::Held(lease)),
+                Ok(None) => {
+                    self.abandon(&ask);
+                    Ok(Step::Cancelled)
+                }
+                Err(e) => {
+                    self.abandon(&ask);
+                    Err(e)
+                }
+            },
         }
     }
 
     /// Runs a read-or-break script on every server and merges the holders they report.
     fn holders_everywhere(&self, name: &LockName, script: &Script) -> anyhow::Result<Vec<Holder>> {
-        let mut servers = self.servers()?;
+        let mut servers = self.servers();
         let keys = Keys::of(name);
         let timeout = self.connect_timeout;
         let replies = on_all(&mut servers, |s| {
@@ -599,17 +607,6 @@ impl Server {
         }
         self.fault(FaultKind::Refused, e.to_string())
     }
-
-    /// Hands this server's connection to a lease (the heartbeat thread owns it from then on).
-    fn detach(&mut self) -> Server {
-        Server {
-            location: self.location.clone(),
-            addr: self.addr.clone(),
-            client: self.client.clone(),
-            conn: self.conn.take(),
-            timeout: self.timeout.take(),
-        }
-    }
 }
 
 /// A waiter's own connection, subscribed to its wake-up channel.
@@ -618,10 +615,10 @@ struct WakeUps {
 }
 
 impl WakeUps {
-    /// Subscribes on a second connection to `server`; `None` when that cannot be had (the caller
+    /// Subscribes on a connection of its own to the server of `client`; `None` when that cannot be had (the caller
     /// then re-checks on a timer).
-    fn subscribe(server: &Server, channel: &str, timeout: Duration) -> Option<WakeUps> {
-        let conn = server.client.get_connection_with_timeout(timeout).ok()?;
+    fn subscribe(client: &Client, channel: &str, timeout: Duration) -> Option<WakeUps> {
+        let conn = client.get_connection_with_timeout(timeout).ok()?;
         // Bounded like any other command until subscribed; then short, to look at the flag.
         conn.set_read_timeout(Some(timeout)).ok()?;
         let mut listening = WakeUps { conn };
@@ -1004,6 +1001,14 @@ enum Step {
     Cancelled,
 }
 
+/// The shared connections, also after a panic elsewhere: a `Server` is never left half-changed (a
+/// failed call just drops its connection), so a poisoned lock's data is still sound.
+fn lock_servers(servers: &Shared) -> MutexGuard<'_, Vec<Server>> {
+    servers
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The majority of `n` servers.
 fn quorum(n: usize) -> usize {
     n / 2 + 1
@@ -1125,7 +1130,7 @@ impl Backend for RedisBackend {
         // encoded prefix is a prefix of every matching encoded name, and it has no glob characters.
         let pattern = format!("dlock:{{{}*}}:holders", encode_name(prefix));
         let names = {
-            let mut servers = self.servers()?;
+            let mut servers = self.servers();
             let timeout = self.connect_timeout;
             let found = on_all(&mut servers, |s| s.call(timeout, |c| scan(c, &pattern)));
             let mut names = Vec::new();
@@ -1191,9 +1196,11 @@ fn scan(conn: &mut Connection, pattern: &str) -> redis::RedisResult<Vec<String>>
     Ok(keys)
 }
 
-/// A held lock. The heartbeat thread owns it, and with it its connections.
+/// A held lock. It renews and releases over the backend's shared connections.
 struct RedisLease {
-    servers: Vec<Server>,
+    servers: Shared,
+    /// How many servers there are (a majority of them must confirm).
+    count: usize,
     ask: OwnedAsk,
     token: Token,
     /// After this (monotonic clock) the lease may have run out on the servers: the send time of
@@ -1219,9 +1226,11 @@ impl RedisLease {
         Renewal::Lost(why)
     }
 
-    fn renew_everywhere(&mut self, timeout: Duration) -> Vec<Result<RenewReply, Fault>> {
+    fn renew_everywhere(&self, timeout: Duration) -> (Vec<Result<RenewReply, Fault>>, Vec<String>) {
         let ask = &self.ask;
-        on_all(&mut self.servers, |s| {
+        let mut servers = lock_servers(&self.servers);
+        let addrs = servers.iter().map(|s| s.addr.clone()).collect();
+        let replies = on_all(&mut servers, |s| {
             s.call(timeout, |c| {
                 let renewed: i64 = ask
                     .keys
@@ -1235,7 +1244,8 @@ impl RedisLease {
                     RenewReply::NotOwner
                 })
             })
-        })
+        });
+        (replies, addrs)
     }
 }
 
@@ -1267,15 +1277,15 @@ impl Lease for RedisLease {
             .min(ttl / 5)
             .min(MAX_RENEW_ATTEMPT)
             .min(left);
-        let replies = self.renew_everywhere(attempt);
+        let (replies, addrs) = self.renew_everywhere(attempt);
         let total = replies.len();
         let mut renewed = 0;
         let mut not_owner = Vec::new();
         let mut faults = Vec::new();
-        for (reply, server) in replies.into_iter().zip(&self.servers) {
+        for (reply, addr) in replies.into_iter().zip(addrs) {
             match reply {
                 Ok(RenewReply::Renewed) => renewed += 1,
-                Ok(RenewReply::NotOwner) => not_owner.push(server.addr.clone()),
+                Ok(RenewReply::NotOwner) => not_owner.push(addr),
                 Err(fault) => faults.push(fault),
             }
         }
@@ -1306,7 +1316,7 @@ impl Lease for RedisLease {
         }
     }
 
-    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+    fn release(self: Box<Self>) -> anyhow::Result<()> {
         // After a loss the servers may be gone: try only those still connected, and briefly.
         let timeout = if self.lost.is_some() {
             self.op_timeout.min(Duration::from_millis(250))
@@ -1315,7 +1325,7 @@ impl Lease for RedisLease {
         };
         let skip_unconnected = self.lost.is_some();
         let ask = &self.ask;
-        let results = on_all(&mut self.servers, |s| {
+        let results = on_all(&mut lock_servers(&self.servers), |s| {
             if skip_unconnected && s.conn.is_none() {
                 return None;
             }
@@ -1353,9 +1363,9 @@ impl Lease for RedisLease {
 
 impl RedisLease {
     fn lose_to_the_deadline(&mut self) -> Renewal {
-        let whom = match self.servers.as_slice() {
-            [_] => "the server".to_owned(),
-            all => format!("a majority of the {} servers", all.len()),
+        let whom = match self.count {
+            1 => "the server".to_owned(),
+            n => format!("a majority of the {n} servers"),
         };
         let why = self.trouble.take().unwrap_or_else(|| "no answer".into());
         self.lose(format!(
