@@ -1,5 +1,5 @@
-//! Scale, per backend, on one machine: 1,000 waiters on one lock, 10,000 locks held at once, and one
-//! lock held while idle (CPU used, renewal period).
+//! Scale, per backend (file, ZooKeeper, Redis), on one machine: 1,000 waiters on one lock, 10,000
+//! locks held at once, and one lock held while idle (CPU used, renewal period).
 //!
 //! Run: `cargo bench --bench scale` (release build; starts its own servers). `DLOCK_SCALE_WAITERS`, `DLOCK_SCALE_LOCKS` and
 //! `DLOCK_SCALE_IDLE_SECS` shrink or grow the three parts (defaults 1000, 10000, 60).
@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::redis_server::RedisServer;
 use support::zk_server::ZkServer;
 
 #[path = "../tests/support/mod.rs"]
@@ -247,7 +248,22 @@ fn main() {
         server_memory: Box::new(move || mntr(&zk_memory, "zk_approximate_data_size")),
         server_requests: Box::new(move || mntr(&zk_requests, "zk_packets_received")),
     };
-    let subjects = [file, zookeeper];
+    let redis = std::sync::Arc::new(RedisServer::start());
+    let (redis_memory, redis_requests) = (redis.clone(), redis.clone());
+    let redis = Subject {
+        label: "redis",
+        args: vec![
+            "--backend".into(),
+            "redis".into(),
+            "--url".into(),
+            redis.url(),
+        ],
+        server_memory: Box::new(move || redis_info(&redis_memory, "memory", "used_memory")),
+        server_requests: Box::new(move || {
+            redis_info(&redis_requests, "stats", "total_commands_processed")
+        }),
+    };
+    let subjects = [file, zookeeper, redis];
     for s in &subjects {
         waiters(&bin, s, waiter_count, scratch.path());
         many_locks(&bin, s, lock_count, scratch.path());
@@ -259,4 +275,14 @@ fn main() {
             scope.spawn(move || idle(bin, s, idle_secs));
         }
     });
+}
+
+/// A counter from Redis's `INFO SECTION`.
+fn redis_info(redis: &RedisServer, section: &str, key: &str) -> Option<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query(&mut redis.connection())
+        .ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().parse().ok())
 }

@@ -26,9 +26,15 @@ Exit status:
   127                   the command was not found
   status: 0 held, 1 free.  release: 0 released, 1 nothing held.";
 
+/// `--help` and the man page: the exit codes, then how each network backend keeps its locks.
+fn after_long_help() -> String {
+    format!("{EXIT_CODES}\n\n{}", crate::backend::redis::HELP)
+}
+
 /// Run a command while holding a named lock: flock(1) for a whole cluster.
 #[derive(Parser, Debug)]
-#[command(name = "dlock", version, about, after_help = EXIT_CODES, max_term_width = 100)]
+#[command(name = "dlock", version, about, after_help = EXIT_CODES,
+          after_long_help = after_long_help(), max_term_width = 100)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,

@@ -37,7 +37,7 @@ pub const FORWARDED_SIGNALS: [i32; 6] = [
 /// Sent to the acquiring thread to break a blocking system call after its wait was cancelled.
 /// SIGURG is ignored by default, so a stray one harms nothing; its handler is installed without
 /// SA_RESTART so the interrupted call returns EINTR.
-const WAKE_SIGNAL: i32 = libc::SIGURG;
+pub const WAKE_SIGNAL: i32 = libc::SIGURG;
 
 /// Everything `dlock run` was asked to do.
 pub struct RunPlan {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::support::redis_server::{Comeback, RedisServer};
 use crate::support::target::Target;
 use crate::support::*;
 
@@ -325,6 +326,22 @@ fn file_backend_keeps_mutual_exclusion_under_faults() {
     let report = check(&t, "file");
     // flock(2) locks have no lease: a paused holder keeps its lock, so nothing is ever stale.
     assert_eq!(report.stale_rejected, 0);
+}
+
+#[test]
+fn redis_backend_keeps_mutual_exclusion_under_faults() {
+    // A server for locks should persist what it acknowledges: append-only, fsync always. (One
+    // restarted empty forgets its locks and tokens; tests/redis.rs shows the holder then loses.)
+    let t = Target::redis(vec![RedisServer::start_durable()], Comeback::KeepingData);
+    check(&t, "redis, one server with an append-only file");
+}
+
+#[test]
+fn redlock_keeps_mutual_exclusion_under_faults() {
+    // Servers without persistence, restarted empty after a lease as Redlock requires.
+    let servers = (0..3).map(|_| RedisServer::start()).collect();
+    let t = Target::redis(servers, Comeback::EmptyAfter(TTL_DURATION));
+    check(&t, "redis, Redlock over three servers");
 }
 
 #[test]

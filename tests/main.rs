@@ -6,5 +6,6 @@ mod cli;
 mod faults;
 mod file_backend;
 mod multi;
+mod redis;
 mod run;
 mod zk;

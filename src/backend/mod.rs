@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockName, LockRequest, Token};
 
 pub mod file;
+pub mod redis;
 pub mod zk;
 
 /// Which store holds the locks.
@@ -41,6 +41,7 @@ pub struct BackendConfig {
     pub kind: BackendKind,
     /// `--url`, possibly given several times (Redlock); empty means the backend's default.
     pub urls: Vec<String>,
+    /// How long to try to reach a server (network backends).
     pub connect_timeout: Duration,
 }
 
@@ -49,12 +50,8 @@ pub struct BackendConfig {
 pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
     match config.kind {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(config)?)),
+        BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(config)?)),
         BackendKind::Zk => Ok(Box::new(zk::ZkBackend::open(config)?)),
-        BackendKind::Redis => Err(anyhow::anyhow!(
-            "the {} backend is not built into this dlock yet",
-            config.kind.as_str()
-        ))
-        .fail_with(Failure::BackendUnavailable),
     }
 }
 

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod redis_server;
 pub mod target;
 
 use std::path::{Path, PathBuf};

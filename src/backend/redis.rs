@@ -1,0 +1,1442 @@
+//! The Redis backend: a lock with a lease in one Redis server, or in several with Redlock.
+//!
+//! Why it looks the way it does:
+//! - Every change to a lock is one Lua script (`redis/*.lua`, with a shared prelude), run with
+//!   EVALSHA and loaded on NOSCRIPT, so Redis applies it atomically and judges expiry by its own
+//!   clock (`TIME`), never the client's. All keys of a lock share the hash tag `dlock:{NAME}`, so a
+//!   script touches one slot and runs unchanged on Redis Cluster.
+//! - Key layout, with NAME percent-encoded where it has `%`, `{`, `}`, a space or a glob character
+//!   (so no name can end the hash tag early or reach outside `dlock:`; other UTF-8 stays readable):
+//!   `dlock:{NAME}:holders` (sorted set, owner id -> lease expiry), `dlock:{NAME}:owners` (hash,
+//!   owner id -> "MODE TOKEN SINCE PID HOST"), `dlock:{NAME}:token` (the fencing counter, never
+//!   expires), `dlock:{NAME}:queue` and `dlock:{NAME}:alive` (waiters in arrival order and their
+//!   own leases). Waiters are woken on the pub/sub channel `dlock:{NAME}:wake:OWNER`.
+//! - Renew and release act only on the caller's own owner id: no client ever extends or deletes
+//!   another's lease. An expired lease is never revived, so a renewal after expiry is "lost".
+//!
+//! Waiting: each waiter takes a ticket in the lock's queue (a sorted set scored by the server's
+//! clock) and subscribes to a channel of its own. A release publishes to the first waiter only,
+//! and only when it could now take the lock; a waiter that takes it passes the turn on when the
+//! next one could join too (shared and limit holders). So a handoff costs a few commands whatever
+//! the number of waiters (no herd), and waiters acquire in arrival order (nobody may pass a live
+//! waiter with an earlier ticket). Pub/sub rather than BLPOP because a subscriber can wait with a
+//! short socket timeout and look at its cancellation flag without sending a command each time: an
+//! idle waiter costs the server nothing but its fallback re-check, which runs when the holder's
+//! lease would run out and at least every ttl/3 (it also renews the waiter's place: a waiter that
+//! dies drops out of the queue within its ttl). A lost wake-up thus costs at most that re-check.
+//!
+//! Several `--url`s: Redlock. Acquire runs the script on every server at once; the lock is held
+//! when a majority granted it within the validity time (ttl minus the time taken minus a drift
+//! margin), else every server is told to release (the waiter keeps its place in every queue and
+//! tries again after a short random pause). Renewals must reach a majority; when they cannot
+//! until the lease runs out, or a majority says "not yours", the lock is lost. The fencing token is
+//! above every counter of the servers that answered (granting or busy), and each granting server's
+//! counter is then raised to it: any later majority shares a server with this one, so tokens keep
+//! growing as long as the servers that missed an acquisition plus those that lost their data before
+//! the next one are a minority.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use anyhow::anyhow;
+use redis::{Client, Connection, ConnectionAddr, IntoConnectionInfo, RedisError, Script, Value};
+
+use super::{Attempt, Backend, BackendConfig, Lease, LockStatus, Renewal, Waiting};
+use crate::exit::{FailWith, Failure};
+use crate::lock::{host_name, Holder, LockName, LockRequest, Mode, Token};
+
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// For `dlock --help` and the man page.
+pub const HELP: &str = "\
+Redis backend (--backend redis --url redis://[user:password@]host:port[/db]; rediss:// for TLS,
+trusting the system CAs or SSL_CERT_FILE; default redis://127.0.0.1:6379):
+  Keys of a lock share one hash tag, so each script touches one slot (fine on Redis Cluster).
+  NAME is percent-encoded where it has % { } * ? [ ] \\ or a space.
+    dlock:{NAME}:holders  sorted set: owner id -> lease expiry (by the server's clock)
+    dlock:{NAME}:owners   hash: owner id -> \"MODE TOKEN SINCE PID HOST\"
+    dlock:{NAME}:token    the fencing counter (INCR per acquisition; never expires)
+    dlock:{NAME}:queue    sorted set: waiters in arrival order (first come, first served)
+    dlock:{NAME}:alive    sorted set: waiter -> its own expiry (a dead waiter drops out)
+    dlock:{NAME}:wake:ID  pub/sub channel: a release wakes the first waiter only
+  Acquire, renew and release are Lua scripts that act only on the caller's own owner id.
+  dlock renews the --ttl lease every ttl/3. The lock is lost when a renewal answers \"not yours\"
+  (expired, release --force, key deleted, server restarted empty), or when no renewal got
+  through for the ttl minus 1% and 2ms: the command then gets SIGTERM, SIGKILL after
+  --kill-after, and dlock exits 79. A killed dlock's lease frees the lock within the ttl.
+  Redlock (--url given 3, 5, ... times): the lock is held when a majority of the servers granted
+  it within the lease (less the time taken and the drift margin), else it is released everywhere;
+  renewals must reach a majority. DLOCK_TOKEN is above every counter of the servers that answered
+  and the granting servers' counters are raised to it: tokens keep growing as long as the servers
+  that missed an acquisition plus those that lose their data before the next one are a minority
+  (a later majority then always includes a server that remembers). Redlock assumes clocks that
+  run at about the same rate, pauses shorter than the lease, and a crashed server restarted empty
+  only after a ttl; it cannot stop a holder that was paused past its lease from acting: pass
+  DLOCK_TOKEN to the resource and have it refuse older tokens.";
+
+/// How often a waiter looks at its cancellation flag while nothing happens.
+const CANCEL_CHECK: Duration = Duration::from_millis(100);
+
+/// Longest one renewal attempt may wait for its answer.
+const MAX_RENEW_ATTEMPT: Duration = Duration::from_secs(1);
+
+/// Most keys `list` looks at, so a huge keyspace cannot keep it scanning forever.
+const MAX_SCAN_STEPS: usize = 100_000;
+
+macro_rules! script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("redis/lib.lua"),
+                include_str!(concat!("redis/", $file))
+            ))
+        })
+    };
+}
+
+static ACQUIRE: LazyLock<Script> = script!("acquire.lua");
+static RENEW: LazyLock<Script> = script!("renew.lua");
+static RELEASE: LazyLock<Script> = script!("release.lua");
+static STATUS: LazyLock<Script> = script!("status.lua");
+static BREAK: LazyLock<Script> = script!("break.lua");
+static RAISE_TOKEN: LazyLock<Script> = script!("raise_token.lua");
+
+/// One connection per `--url`, shared by the backend and every lease it hands out: a dlock holding
+/// 10,000 names renews them over one connection per server, not 10,000. Each use locks it for one
+/// round of commands only, never across a wait.
+type Shared = Arc<Mutex<Vec<Server>>>;
+
+/// The locks in one Redis server, or in several (Redlock).
+pub struct RedisBackend {
+    servers: Shared,
+    connect_timeout: Duration,
+    location: String,
+}
+
+impl RedisBackend {
+    /// Parses the URLs and connects to every server (at once), so an unreachable server or a wrong
+    /// password is reported before anything else happens.
+    pub fn open(config: &BackendConfig) -> anyhow::Result<RedisBackend> {
+        let urls: Vec<&str> = if config.urls.is_empty() {
+            vec![DEFAULT_URL]
+        } else {
+            config.urls.iter().map(String::as_str).collect()
+        };
+        let mut servers = urls
+            .iter()
+            .map(|url| Server::parse(url))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        for (i, s) in servers.iter().enumerate() {
+            if servers[..i].iter().any(|t| t.location == s.location) {
+                return Err(anyhow!(
+                    "{} is given twice; Redlock needs distinct servers",
+                    s.location
+                ))
+                .fail_with(Failure::Usage);
+            }
+        }
+        let location = servers
+            .iter()
+            .map(|s| s.location.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let timeout = config.connect_timeout.max(Duration::from_millis(1));
+        let faults: Vec<Fault> = on_all(&mut servers, |s| s.connect(timeout).err())
+            .into_iter()
+            .flatten()
+            .collect();
+        let backend = RedisBackend {
+            servers: Arc::new(Mutex::new(servers)),
+            connect_timeout: timeout,
+            location,
+        };
+        if let Some(auth) = faults.iter().find(|f| matches!(f.kind, FaultKind::Auth)) {
+            return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
+        }
+        backend.check_quorum(urls.len() - faults.len(), &faults)?;
+        Ok(backend)
+    }
+
+    fn servers(&self) -> MutexGuard<'_, Vec<Server>> {
+        lock_servers(&self.servers)
+    }
+
+    /// An error (exit 69) when fewer than a majority of servers answered.
+    fn check_quorum(&self, answered: usize, faults: &[Fault]) -> anyhow::Result<()> {
+        let total = answered + faults.len();
+        if answered >= quorum(total) {
+            return Ok(());
+        }
+        if let [only] = faults {
+            if total == 1 {
+                return Err(only.to_error()).fail_with(Failure::BackendUnavailable);
+            }
+        }
+        if let Some(auth) = faults.iter().find(|f| matches!(f.kind, FaultKind::Auth)) {
+            return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
+        }
+        let why: Vec<String> = faults.iter().map(|f| f.to_error().to_string()).collect();
+        Err(anyhow!(
+            "only {answered} of {total} redis servers answered, a majority is {}: {}",
+            quorum(total),
+            why.join("; ")
+        ))
+        .fail_with(Failure::BackendUnavailable)
+    }
+
+    /// How long one command to one server may take. With several servers it is short, so one
+    /// stopped server costs little of the lease (Redlock's advice); alone, the connect timeout.
+    fn op_timeout(&self, servers: usize, ttl: Duration) -> Duration {
+        if servers == 1 {
+            self.connect_timeout
+        } else {
+            (ttl / 10)
+                .max(Duration::from_millis(50))
+                .min(self.connect_timeout)
+        }
+    }
+
+    /// One acquisition round on every server.
+    fn round(
+        &self,
+        servers: &mut [Server],
+        ask: &Ask,
+        wait: bool,
+        ticket: &mut String,
+    ) -> anyhow::Result<Round> {
+        let timeout = self.op_timeout(servers.len(), ask.request.ttl);
+        let started = Instant::now();
+        let replies = on_all(servers, |s| {
+            s.call(timeout, |c| ask.acquire(c, wait, ticket.as_str()))
+        });
+        let quorum = quorum(servers.len());
+        let mut granted = Vec::new();
+        let mut busy = None;
+        let mut seen: Token = 0;
+        let mut faults = Vec::new();
+        for (i, reply) in replies.into_iter().enumerate() {
+            match reply {
+                Ok(Reply::Granted(token)) => granted.push((i, token)),
+                Ok(Reply::Busy {
+                    ticket: t,
+                    retry,
+                    counter,
+                    holders,
+                }) => {
+                    seen = seen.max(counter);
+                    // Every server queues us under the same ticket, so all agree on the order.
+                    if ticket.is_empty() {
+                        *ticket = t;
+                    }
+                    busy.get_or_insert((retry, holders, i));
+                }
+                Err(fault) => faults.push(fault),
+            }
+        }
+        if let Some(fatal) = faults.iter().find(|f| !matches!(f.kind, FaultKind::Down)) {
+            let err = fatal.to_error();
+            if !granted.is_empty() {
+                self.undo(servers, ask, Place::Leave);
+            }
+            return Err(err).fail_with(Failure::BackendUnavailable);
+        }
+        if granted.len() >= quorum {
+            // Above every token a server that answered has handed out, granting or not: a
+            // server that missed acquisitions or lost its data cannot pull the token back.
+            let granted_max = granted.iter().map(|&(_, t)| t).max().unwrap_or(0);
+            let token = granted_max.max(seen + 1);
+            let deadline = started + ask.request.ttl.saturating_sub(drift(ask.request.ttl));
+            if Instant::now() < deadline
+                && self.raise_tokens(servers, ask, &granted, token, timeout)
+            {
+                let lease = RedisLease {
+                    servers: self.servers.clone(),
+                    count: servers.len(),
+                    ask: ask.owned(),
+                    token,
+                    confirmed: started,
+                    deadline,
+                    op_timeout: timeout,
+                    lost: None,
+                    trouble: None,
+                };
+                return Ok(Round::Held(Box::new(lease)));
+            }
+        }
+        if !granted.is_empty() {
+            // A minority (or too late): give back what we got, everywhere, so others can proceed,
+            // but keep our place in line.
+            let place = if wait {
+                Place::Keep(ticket)
+            } else {
+                Place::Leave
+            };
+            self.undo(servers, ask, place);
+        }
+        let answered = servers.len() - faults.len();
+        if answered < quorum {
+            return Ok(Round::Unreachable(faults));
+        }
+        let (mut retry, holders, at) = busy.unwrap_or((ask.request.ttl / 3, Vec::new(), 0));
+        if !granted.is_empty() {
+            // We just gave servers back and nobody will wake us for that (we may well be first in
+            // line): try again soon, after a random pause so two waiters that split the servers
+            // between them do not meet again in step.
+            retry = retry.min(jitter(Duration::from_millis(20)));
+        }
+        Ok(Round::Busy {
+            retry,
+            holders,
+            server: at,
+        })
+    }
+
+    /// Redlock: lift the granting servers' counters to the token handed out. Needs a majority.
+    fn raise_tokens(
+        &self,
+        servers: &mut [Server],
+        ask: &Ask,
+        granted: &[(usize, Token)],
+        token: Token,
+        timeout: Duration,
+    ) -> bool {
+        if servers.len() == 1 {
+            return true;
+        }
+        let raised = on_each(servers, |i, s| {
+            granted.iter().any(|&(g, _)| g == i)
+                && s.call(timeout, |c| {
+                    ask.keys.invoke(&RAISE_TOKEN).arg(token).invoke::<Value>(c)
+                })
+                .is_ok()
+        });
+        raised.into_iter().filter(|&ok| ok).count() >= quorum(servers.len())
+    }
+
+    /// Removes what `ask` has in the lock on every server (its lease, and its place in the queue
+    /// unless kept), best effort: whatever is left expires within the ttl.
+    fn undo(&self, servers: &mut [Server], ask: &Ask, place: Place) {
+        let timeout = self.op_timeout(servers.len(), ask.request.ttl);
+        on_all(servers, |s| s.call(timeout, |c| ask.release(c, place)).ok());
+    }
+
+    /// Waits for the lock: see the module documentation. `Ok(None)` when cancelled.
+    fn wait_for(&self, ask: &Ask, waiting: &Waiting) -> anyhow::Result<Option<Box<RedisLease>>> {
+        let channel = ask.keys.wake_channel(&ask.request.owner);
+        // Listen before taking a place in line, so no wake-up can come before we hear it. (The
+        // supervisor has just tried once, so the lock is most likely busy.)
+        let first = {
+            let servers = self.servers();
+            let at = servers.iter().position(|s| s.conn.is_some()).unwrap_or(0);
+            servers[at].client.clone()
+        };
+        let mut wake = WakeUps::subscribe(&first, &channel, self.connect_timeout);
+        let mut ticket = String::new();
+        let mut announced = false;
+        let mut unreachable_since: Option<Instant> = None;
+        loop {
+            if waiting.is_cancelled() {
+                return Ok(None);
+            }
+            let (round, count) = {
+                let mut servers = self.servers();
+                (
+                    self.round(&mut servers, ask, true, &mut ticket)?,
+                    servers.len(),
+                )
+            };
+            let (retry, server) = match round {
+                Round::Held(lease) => return Ok(Some(lease)),
+                Round::Busy {
+                    retry,
+                    holders,
+                    server,
+                } => {
+                    unreachable_since = None;
+                    if !announced {
+                        waiting.busy(&holders);
+                        announced = true;
+                    }
+                    (retry, server)
+                }
+                Round::Unreachable(faults) => {
+                    let since = *unreachable_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= self.connect_timeout {
+                        self.check_quorum(count - faults.len(), &faults)?;
+                    }
+                    pause(CANCEL_CHECK, waiting);
+                    continue;
+                }
+            };
+            let until = Instant::now() + retry.min(ask.request.ttl / 3);
+            if wake.is_none() {
+                // The last subscription broke (or never came): listen again, on a server that
+                // answers, and look again at once, as a wake-up may have come meanwhile.
+                let client = self.servers()[server].client.clone();
+                wake = WakeUps::subscribe(&client, &channel, self.connect_timeout);
+                if wake.is_some() {
+                    continue;
+                }
+            }
+            match wake.as_mut() {
+                Some(listening) => {
+                    if listening.wait(until, waiting).is_err() {
+                        wake = None;
+                    }
+                }
+                // No subscription to be had: re-check on a timer.
+                None => pause(until.saturating_duration_since(Instant::now()), waiting),
+            }
+        }
+    }
+
+    /// A waiter gives up: remove its place in the queue (and a lease granted in the meantime),
+    /// with the supervisor's wake-up signal blocked so these last commands are not interrupted.
+    fn abandon(&self, ask: &Ask) {
+        let _quiet = BlockedWakeSignal::new();
+        self.undo(&mut self.servers(), ask, Place::Leave);
+    }
+
+    fn acquire_with(&self, request: &LockRequest, wait: Option<&Waiting>) -> anyhow::Result<Step> {
+        let ask = Ask::new(request);
+        match wait {
+            None => {
+                let mut servers = self.servers();
+                match self.round(&mut servers, &ask, false, &mut String::new())? {
+                    Round::Held(lease) => Ok(Step::Held(lease)),
+                    Round::Busy { holders, .. } => Ok(Step::Busy(holders)),
+                    Round::Unreachable(faults) => {
+                        self.check_quorum(servers.len() - faults.len(), &faults)?;
+                        Ok(Step::Busy(Vec::new()))
+                    }
+                }
+            }
+            Some(waiting) => match self.wait_for(&ask, waiting) {
+                Ok(Some(lease)) => Ok(Step::Held(lease)),
+                Ok(None) => {
+                    self.abandon(&ask);
+                    Ok(Step::Cancelled)
+                }
+                Err(e) => {
+                    self.abandon(&ask);
+                    Err(e)
+                }
+            },
+        }
+    }
+
+    /// Runs a read-or-break script on every server and merges the holders they report.
+    fn holders_everywhere(&self, name: &LockName, script: &Script) -> anyhow::Result<Vec<Holder>> {
+        let mut servers = self.servers();
+        let keys = Keys::of(name);
+        let timeout = self.connect_timeout;
+        let replies = on_all(&mut servers, |s| {
+            s.call(timeout, |c| keys.invoke(script).invoke::<Value>(c))
+        });
+        let mut merged: BTreeMap<String, Holder> = BTreeMap::new();
+        let mut faults = Vec::new();
+        for reply in replies {
+            match reply {
+                Ok(value) => {
+                    for holder in parse_holders(&value) {
+                        merged.entry(holder.owner.clone()).or_insert(holder);
+                    }
+                }
+                Err(fault) => faults.push(fault),
+            }
+        }
+        if faults.len() == servers.len()
+            || faults.iter().any(|f| !matches!(f.kind, FaultKind::Down))
+        {
+            if let Some(fault) = faults.first() {
+                return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
+            }
+        }
+        let mut holders: Vec<Holder> = merged.into_values().collect();
+        holders.sort_by_key(|h| h.token);
+        Ok(holders)
+    }
+
+    fn describe_location(&self, name: &LockName) -> String {
+        format!("{} key {}:*", self.location, Keys::of(name).base)
+    }
+}
+
+/// One `--url`: where it is, and the connection to it (reopened when it breaks).
+struct Server {
+    /// `redis://host:port[/db]` without the credentials: for messages and `location`.
+    location: String,
+    /// `host:port`, what messages name.
+    addr: String,
+    client: Client,
+    conn: Option<Connection>,
+    /// The socket timeouts last set on `conn`, to skip needless system calls.
+    timeout: Option<Duration>,
+}
+
+impl Server {
+    fn parse(url: &str) -> anyhow::Result<Server> {
+        let shown = redact(url);
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            return Err(anyhow!(
+                "{shown:?} is not a redis URL: use redis://[user:password@]host:port[/db] or rediss://..."
+            ))
+            .fail_with(Failure::Usage);
+        }
+        let info = url
+            .into_connection_info()
+            .map_err(|e| {
+                anyhow!(
+                    "malformed redis URL {shown:?}: {}",
+                    e.detail().unwrap_or("cannot parse it")
+                )
+            })
+            .fail_with(Failure::Usage)?;
+        let (scheme, host, port) = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => ("redis", host.clone(), *port),
+            ConnectionAddr::TcpTls { host, port, .. } => ("rediss", host.clone(), *port),
+            _ => {
+                return Err(anyhow!("{shown:?} is not a redis:// or rediss:// address"))
+                    .fail_with(Failure::Usage)
+            }
+        };
+        if host.is_empty() {
+            return Err(anyhow!("redis URL {shown:?} names no host")).fail_with(Failure::Usage);
+        }
+        let addr = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let db = info.redis_settings().db();
+        let location = if db == 0 {
+            format!("{scheme}://{addr}")
+        } else {
+            format!("{scheme}://{addr}/{db}")
+        };
+        // dlock's connections send only its scripts: skip the library's CLIENT SETINFO commands.
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        // Small requests that wait for their answer: never let Nagle's algorithm hold one back.
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        let info = info.set_redis_settings(settings).set_tcp_settings(tcp);
+        let client = Client::open(info)
+            .map_err(|e| anyhow!("malformed redis URL {shown:?}: {e}"))
+            .fail_with(Failure::Usage)?;
+        Ok(Server {
+            location,
+            addr,
+            client,
+            conn: None,
+            timeout: None,
+        })
+    }
+
+    fn fault(&self, kind: FaultKind, detail: String) -> Fault {
+        Fault {
+            addr: self.addr.clone(),
+            kind,
+            detail,
+        }
+    }
+
+    fn connect(&mut self, timeout: Duration) -> Result<(), Fault> {
+        match self.client.get_connection_with_timeout(timeout) {
+            Ok(conn) => {
+                self.conn = Some(conn);
+                self.timeout = None;
+                Ok(())
+            }
+            Err(e) => Err(self.classify(&e, timeout)),
+        }
+    }
+
+    /// Runs `f` on the connection (reconnecting first if it broke) with `timeout` on each socket
+    /// operation. A connection that failed is dropped, so no late answer can be mistaken for the
+    /// next one.
+    fn call<T>(
+        &mut self,
+        timeout: Duration,
+        f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, Fault> {
+        let timeout = timeout.max(Duration::from_millis(1));
+        if self.conn.is_none() {
+            self.connect(timeout)?;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(self.fault(FaultKind::Down, "not connected".into()));
+        };
+        if self.timeout != Some(timeout) {
+            let set = conn
+                .set_read_timeout(Some(timeout))
+                .and_then(|()| conn.set_write_timeout(Some(timeout)));
+            if let Err(e) = set {
+                self.conn = None;
+                return Err(self.classify(&e, timeout));
+            }
+            self.timeout = Some(timeout);
+        }
+        match f(conn) {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                let fault = self.classify(&e, timeout);
+                if !matches!(fault.kind, FaultKind::Refused) {
+                    self.conn = None;
+                }
+                Err(fault)
+            }
+        }
+    }
+
+    fn classify(&self, e: &RedisError, timeout: Duration) -> Fault {
+        // A server with a password answers a client without one with NOAUTH, or (for commands
+        // with many arguments, like ours) with "Protocol error: unauthenticated ...".
+        if e.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+            || e.to_string().contains("unauthenticated")
+        {
+            return self.fault(FaultKind::Auth, String::new());
+        }
+        if let Some(io) = io_error_of(e) {
+            return self.fault(FaultKind::Down, describe_io(io, timeout));
+        }
+        if e.is_io_error() || e.is_connection_dropped() || e.kind() == redis::ErrorKind::Parse {
+            return self.fault(FaultKind::Down, e.to_string());
+        }
+        self.fault(FaultKind::Refused, e.to_string())
+    }
+}
+
+/// A waiter's own connection, subscribed to its wake-up channel.
+struct WakeUps {
+    conn: Connection,
+}
+
+impl WakeUps {
+    /// Subscribes on a connection of its own to the server of `client`; `None` when that cannot be had (the caller
+    /// then re-checks on a timer).
+    fn subscribe(client: &Client, channel: &str, timeout: Duration) -> Option<WakeUps> {
+        let conn = client.get_connection_with_timeout(timeout).ok()?;
+        // Bounded like any other command until subscribed; then short, to look at the flag.
+        conn.set_read_timeout(Some(timeout)).ok()?;
+        let mut listening = WakeUps { conn };
+        let mut sub = listening.pubsub();
+        sub.subscribe(channel).ok()?;
+        sub.set_read_timeout(Some(CANCEL_CHECK)).ok()?;
+        Some(listening)
+    }
+
+    /// The connection's pub/sub view. Never dropped: dropping it would send UNSUBSCRIBE and
+    /// PUNSUBSCRIBE and wait for both (on the handoff's critical path when the wait ends), while
+    /// closing the connection ends the subscription just as well. Nothing leaks: the view only
+    /// borrows the connection and holds an empty message queue.
+    fn pubsub(&mut self) -> ManuallyDrop<redis::PubSub<'_>> {
+        ManuallyDrop::new(self.conn.as_pubsub())
+    }
+
+    /// Waits for a wake-up until `until`, looking at the cancellation flag at least every
+    /// `CANCEL_CHECK`. `Err` when the connection broke.
+    fn wait(&mut self, until: Instant, waiting: &Waiting) -> Result<(), ()> {
+        let mut sub = self.pubsub();
+        while !waiting.is_cancelled() && Instant::now() < until {
+            match sub.get_message() {
+                Ok(_) => return Ok(()),
+                // The read timeout, or the supervisor's signal: time to look at the flag.
+                Err(e) if e.is_timeout() || is_interrupted(&e) => {}
+                Err(_) => return Err(()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The I/O error under a redis error. The crate keeps it in an `Arc`, which is what `source`
+/// shows, so look inside that.
+fn io_error_of(e: &RedisError) -> Option<&io::Error> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let source = std::error::Error::source(e)?;
+    match source.downcast_ref::<Shared>() {
+        Some(shared) => shared.downcast_ref::<io::Error>(),
+        None => source.downcast_ref::<io::Error>(),
+    }
+}
+
+fn is_interrupted(e: &RedisError) -> bool {
+    io_error_of(e).is_some_and(|io| io.kind() == io::ErrorKind::Interrupted)
+}
+
+/// An I/O failure in a few words: `connection refused`, `no answer within 5s`.
+fn describe_io(e: &io::Error, timeout: Duration) -> String {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => "connection refused".into(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => format!(
+            "no answer within {}",
+            humantime::format_duration(round_ms(timeout))
+        ),
+        io::ErrorKind::ConnectionReset => "connection reset".into(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof => "connection closed".into(),
+        io::ErrorKind::Interrupted => "interrupted".into(),
+        _ => {
+            let text = e.to_string();
+            if text.contains("certificate") {
+                format!("{text} (rediss:// trusts the system CAs, or SSL_CERT_FILE when set)")
+            } else {
+                text
+            }
+        }
+    }
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
+}
+
+/// The URL for messages: any `user:password@` replaced, so secrets never reach a terminal or log.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}://***{}", &url[..scheme_end], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Why one server did not answer as hoped.
+#[derive(Debug, Clone)]
+struct Fault {
+    addr: String,
+    kind: FaultKind,
+    detail: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum FaultKind {
+    /// Unreachable, timed out, connection broken: may come back.
+    Down,
+    /// The server refused our credentials (or wants some).
+    Auth,
+    /// The server answered with an error (a script error, out of memory, read-only replica...).
+    Refused,
+}
+
+impl Fault {
+    fn to_error(&self) -> anyhow::Error {
+        match self.kind {
+            FaultKind::Down => anyhow!("cannot reach redis at {}: {}", self.addr, self.detail),
+            FaultKind::Auth => anyhow!(
+                "authentication failed at redis {}: check the user and password in the URL",
+                self.addr
+            ),
+            FaultKind::Refused => {
+                anyhow!(
+                    "redis at {} answered with an error: {}",
+                    self.addr,
+                    self.detail
+                )
+            }
+        }
+    }
+}
+
+/// The keys of one lock.
+#[derive(Clone)]
+struct Keys {
+    /// `dlock:{NAME}` with NAME encoded.
+    base: String,
+}
+
+impl Keys {
+    fn of(name: &LockName) -> Keys {
+        Keys {
+            base: format!("dlock:{{{}}}", encode_name(name.as_str())),
+        }
+    }
+
+    /// In the order the scripts expect (see lib.lua).
+    fn all(&self) -> [String; 5] {
+        ["holders", "owners", "token", "queue", "alive"].map(|k| format!("{}:{k}", self.base))
+    }
+
+    fn wake_channel(&self, owner: &str) -> String {
+        format!("{}:wake:{owner}", self.base)
+    }
+
+    /// An invocation of `script` with this lock's keys, ready for its arguments.
+    fn invoke<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        for key in self.all() {
+            invocation.key(key);
+        }
+        invocation
+    }
+}
+
+/// Bytes that must not appear raw inside the hash tag: `%` (the escape itself), `{` and `}` (they
+/// would end the tag early and change the slot), glob characters (so `list` can SCAN by prefix),
+/// and the space and control characters (keys stay copy-pasteable in redis-cli).
+fn must_encode(b: u8) -> bool {
+    matches!(
+        b,
+        b'%' | b'{' | b'}' | b'*' | b'?' | b'[' | b']' | b'\\' | b' '
+    ) || b < 0x20
+        || b == 0x7f
+}
+
+/// A lock name as it appears inside `dlock:{...}`: readable, `%XX` for the bytes above.
+pub fn encode_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for (i, c) in name.char_indices() {
+        if c.is_ascii() && must_encode(c as u8) {
+            out.push_str(&format!("%{:02X}", name.as_bytes()[i]));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The inverse of `encode_name`; `None` for text it never produces.
+fn decode_name(encoded: &str) -> Option<String> {
+    let bytes = encoded.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = encoded.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// One acquisition's identity and its scripts' arguments.
+struct Ask<'a> {
+    request: &'a LockRequest,
+    keys: Keys,
+    mode: String,
+    pid: String,
+    host: String,
+}
+
+impl<'a> Ask<'a> {
+    fn new(request: &'a LockRequest) -> Ask<'a> {
+        Ask {
+            request,
+            keys: Keys::of(&request.name),
+            mode: request.mode.to_wire(),
+            pid: std::process::id().to_string(),
+            // The record is space-separated with the host last; a host name has no spaces.
+            host: host_name().replace(' ', "_"),
+        }
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.request.ttl.as_millis().max(1) as u64
+    }
+
+    fn acquire(
+        &self,
+        conn: &mut Connection,
+        wait: bool,
+        ticket: &str,
+    ) -> redis::RedisResult<Reply> {
+        let value: Value = self
+            .keys
+            .invoke(&ACQUIRE)
+            .arg(&self.request.owner)
+            .arg(&self.mode)
+            .arg(self.ttl_ms())
+            .arg(if wait { "1" } else { "0" })
+            .arg(ticket)
+            .arg(&self.pid)
+            .arg(&self.host)
+            .invoke(conn)?;
+        parse_acquire(&value).ok_or_else(|| unexpected(&value))
+    }
+
+    fn release(&self, conn: &mut Connection, place: Place) -> redis::RedisResult<i64> {
+        let (keep, ticket) = match place {
+            Place::Keep(ticket) => ("1", ticket),
+            Place::Leave => ("0", ""),
+        };
+        self.keys
+            .invoke(&RELEASE)
+            .arg(&self.request.owner)
+            .arg(&self.mode)
+            .arg(keep)
+            .arg(ticket)
+            .arg(self.ttl_ms())
+            .invoke(conn)
+    }
+
+    fn owned(&self) -> OwnedAsk {
+        OwnedAsk {
+            keys: self.keys.clone(),
+            owner: self.request.owner.clone(),
+            mode: self.mode.clone(),
+            ttl: self.request.ttl,
+        }
+    }
+}
+
+/// Whether undoing an acquisition keeps the waiter's place in the queue (under its ticket).
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    Keep(&'a str),
+    Leave,
+}
+
+/// What a lease keeps of its acquisition.
+struct OwnedAsk {
+    keys: Keys,
+    owner: String,
+    mode: String,
+    ttl: Duration,
+}
+
+fn unexpected(value: &Value) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected answer from a dlock script",
+        format!("{value:?}"),
+    ))
+}
+
+enum Reply {
+    Granted(Token),
+    Busy {
+        ticket: String,
+        retry: Duration,
+        /// The last token this server handed out.
+        counter: Token,
+        holders: Vec<Holder>,
+    },
+}
+
+fn parse_acquire(value: &Value) -> Option<Reply> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    match (int_of(items.first()?)?, items.get(1)) {
+        (1, Some(token)) => Some(Reply::Granted(u64::try_from(int_of(token)?).ok()?)),
+        (0, Some(ticket)) => Some(Reply::Busy {
+            ticket: text_of(ticket)?,
+            retry: Duration::from_millis(u64::try_from(int_of(items.get(2)?)?).ok()?.max(1)),
+            counter: u64::try_from(int_of(items.get(3)?)?).ok()?,
+            holders: parse_holders(&Value::Array(items[4..].to_vec())),
+        }),
+        _ => None,
+    }
+}
+
+fn int_of(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn text_of(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// `[owner, record, owner, record, ...]` into holders; records that do not parse are skipped.
+fn parse_holders(value: &Value) -> Vec<Holder> {
+    let Value::Array(items) = value else {
+        return Vec::new();
+    };
+    items
+        .chunks_exact(2)
+        .filter_map(|pair| parse_record(text_of(&pair[0])?, &text_of(&pair[1])?))
+        .collect()
+}
+
+/// A holder record: `MODE TOKEN SINCE PID HOST`.
+fn parse_record(owner: String, record: &str) -> Option<Holder> {
+    let mut fields = record.splitn(5, ' ');
+    let mode = Mode::from_wire(fields.next()?)?;
+    let token = fields.next()?.parse().ok()?;
+    let since = UNIX_EPOCH + Duration::from_secs(fields.next()?.parse().ok()?);
+    let pid = fields.next()?.parse().ok()?;
+    let host = fields.next()?.to_owned();
+    Some(Holder {
+        mode,
+        host,
+        pid,
+        owner,
+        since,
+        token,
+    })
+}
+
+/// The outcome of one acquisition round over all servers.
+enum Round {
+    Held(Box<RedisLease>),
+    /// Held by others; look again after `retry` if no wake-up comes. `server` answered and can
+    /// carry the wake-up subscription.
+    Busy {
+        retry: Duration,
+        holders: Vec<Holder>,
+        server: usize,
+    },
+    /// Fewer than a majority answered.
+    Unreachable(Vec<Fault>),
+}
+
+enum Step {
+    Held(Box<RedisLease>),
+    Busy(Vec<Holder>),
+    Cancelled,
+}
+
+/// The shared connections, also after a panic elsewhere: a `Server` is never left half-changed (a
+/// failed call just drops its connection), so a poisoned lock's data is still sound.
+fn lock_servers(servers: &Shared) -> MutexGuard<'_, Vec<Server>> {
+    servers
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The majority of `n` servers.
+fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// The margin for clock drift between this machine and the servers: 1% of the ttl plus 2ms.
+fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// Runs `f` on every server, in parallel when there are several (so one slow server costs one
+/// timeout, not one per server), and returns the results in server order.
+fn on_all<T: Send>(servers: &mut [Server], f: impl Fn(&mut Server) -> T + Sync) -> Vec<T> {
+    on_each(servers, |_, server| f(server))
+}
+
+/// `on_all`, telling `f` each server's index too.
+fn on_each<T: Send>(servers: &mut [Server], f: impl Fn(usize, &mut Server) -> T + Sync) -> Vec<T> {
+    if let [only] = servers {
+        return vec![f(0, only)];
+    }
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = servers
+            .iter_mut()
+            .enumerate()
+            .map(|(i, server)| scope.spawn(move || f(i, server)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
+/// A random duration between 1ms and `most`.
+fn jitter(most: Duration) -> Duration {
+    let mut bytes = [0u8; 4];
+    let random = getrandom::fill(&mut bytes).map_or(0, |()| u32::from_le_bytes(bytes));
+    let most_ms = most.as_millis().max(1) as u32;
+    Duration::from_millis(u64::from(1 + random % most_ms))
+}
+
+/// Sleeps up to `how_long`, in steps short enough to notice a cancellation soon.
+fn pause(how_long: Duration, waiting: &Waiting) {
+    let until = Instant::now() + how_long;
+    while !waiting.is_cancelled() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(CANCEL_CHECK));
+    }
+}
+
+/// Blocks the supervisor's wake-up signal in this thread while alive.
+struct BlockedWakeSignal {
+    old: libc::sigset_t,
+}
+
+impl BlockedWakeSignal {
+    fn new() -> BlockedWakeSignal {
+        // SAFETY: plain signal-mask manipulation on this thread with valid, initialised sets.
+        unsafe {
+            let mut block: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut block);
+            libc::sigaddset(&mut block, crate::supervise::WAKE_SIGNAL);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+            BlockedWakeSignal { old }
+        }
+    }
+}
+
+impl Drop for BlockedWakeSignal {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+impl Backend for RedisBackend {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+        match self.acquire_with(request, None)? {
+            Step::Held(lease) => Ok(Attempt::Acquired(lease)),
+            Step::Busy(holders) => Ok(Attempt::Busy(holders)),
+            Step::Cancelled => Ok(Attempt::Busy(Vec::new())),
+        }
+    }
+
+    fn acquire(
+        &self,
+        request: &LockRequest,
+        waiting: &Waiting,
+    ) -> anyhow::Result<Option<Box<dyn Lease>>> {
+        match self.acquire_with(request, Some(waiting))? {
+            Step::Held(lease) => Ok(Some(lease)),
+            Step::Busy(_) | Step::Cancelled => Ok(None),
+        }
+    }
+
+    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+        Ok(LockStatus {
+            name: name.clone(),
+            holders: self.holders_everywhere(name, &STATUS)?,
+            location: self.describe_location(name),
+        })
+    }
+
+    fn list(&self, prefix: &str) -> anyhow::Result<Vec<LockStatus>> {
+        // Holders keys only: `dlock:{ENCODED_PREFIX*}:holders`. Encoding is byte by byte, so the
+        // encoded prefix is a prefix of every matching encoded name, and it has no glob characters.
+        let pattern = format!("dlock:{{{}*}}:holders", encode_name(prefix));
+        let names = {
+            let mut servers = self.servers();
+            let timeout = self.connect_timeout;
+            let found = on_all(&mut servers, |s| s.call(timeout, |c| scan(c, &pattern)));
+            let mut names = Vec::new();
+            let mut faults = Vec::new();
+            for result in found {
+                match result {
+                    Ok(keys) => names.extend(keys),
+                    Err(fault) => faults.push(fault),
+                }
+            }
+            if faults.len() == servers.len() {
+                if let Some(fault) = faults.first() {
+                    return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
+                }
+            }
+            names
+        };
+        let mut names: Vec<LockName> = names
+            .iter()
+            .filter_map(|key| {
+                let encoded = key.strip_prefix("dlock:{")?.strip_suffix("}:holders")?;
+                let name = LockName::new(&decode_name(encoded)?).ok()?;
+                (name.as_str().starts_with(prefix)
+                    && Keys::of(&name).base == format!("dlock:{{{encoded}}}"))
+                .then_some(name)
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut held = Vec::new();
+        for name in names {
+            let status = self.status(&name)?;
+            if !status.holders.is_empty() {
+                held.push(status);
+            }
+        }
+        Ok(held)
+    }
+
+    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+        self.holders_everywhere(name, &BREAK)
+    }
+}
+
+/// SCAN for keys matching `pattern`, bounded by `MAX_SCAN_STEPS`.
+fn scan(conn: &mut Connection, pattern: &str) -> redis::RedisResult<Vec<String>> {
+    let mut cursor: u64 = 0;
+    let mut keys = Vec::new();
+    for _ in 0..MAX_SCAN_STEPS {
+        let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(conn)?;
+        keys.extend(batch.into_iter().filter_map(|k| String::from_utf8(k).ok()));
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    Ok(keys)
+}
+
+/// A held lock. It renews and releases over the backend's shared connections.
+struct RedisLease {
+    servers: Shared,
+    /// How many servers there are (a majority of them must confirm).
+    count: usize,
+    ask: OwnedAsk,
+    token: Token,
+    /// After this (monotonic clock) the lease may have run out on the servers: the send time of
+    /// the last renewal a majority confirmed, plus the ttl, minus the drift margin.
+    deadline: Instant,
+    /// When the request behind the last confirmation (acquisition or renewal) was sent.
+    confirmed: Instant,
+    op_timeout: Duration,
+    /// Why the lock was lost, once it was: from then on, never renew again.
+    lost: Option<String>,
+    /// Why the last renewal did not reach a majority, for the message when the lease runs out.
+    trouble: Option<String>,
+}
+
+enum RenewReply {
+    Renewed,
+    NotOwner,
+}
+
+impl RedisLease {
+    fn lose(&mut self, why: String) -> Renewal {
+        self.lost = Some(why.clone());
+        Renewal::Lost(why)
+    }
+
+    fn renew_everywhere(&self, timeout: Duration) -> (Vec<Result<RenewReply, Fault>>, Vec<String>) {
+        let ask = &self.ask;
+        let mut servers = lock_servers(&self.servers);
+        let addrs = servers.iter().map(|s| s.addr.clone()).collect();
+        let replies = on_all(&mut servers, |s| {
+            s.call(timeout, |c| {
+                let renewed: i64 = ask
+                    .keys
+                    .invoke(&RENEW)
+                    .arg(&ask.owner)
+                    .arg(ask.ttl.as_millis().max(1) as u64)
+                    .invoke(c)?;
+                Ok(if renewed == 1 {
+                    RenewReply::Renewed
+                } else {
+                    RenewReply::NotOwner
+                })
+            })
+        });
+        (replies, addrs)
+    }
+}
+
+impl Lease for RedisLease {
+    fn token(&self) -> Token {
+        self.token
+    }
+
+    fn renew(&mut self) -> Renewal {
+        if let Some(why) = &self.lost {
+            return Renewal::Lost(why.clone());
+        }
+        let ttl = self.ask.ttl;
+        let sent = Instant::now();
+        // The heartbeat's first call comes right after the acquisition, which was as good as a
+        // renewal: wait for the next one due instead of a round trip that extends nothing.
+        let due = self.confirmed + ttl / 3;
+        if sent < due && self.trouble.is_none() {
+            return Renewal::Held { next: due - sent };
+        }
+        let left = self.deadline.saturating_duration_since(sent);
+        if left.is_zero() {
+            return self.lose_to_the_deadline();
+        }
+        // The supervisor renews from the thread that also forwards signals and reaps the command:
+        // one attempt may block it only briefly, and a failed one is retried until the deadline.
+        let attempt = self
+            .op_timeout
+            .min(ttl / 5)
+            .min(MAX_RENEW_ATTEMPT)
+            .min(left);
+        let (replies, addrs) = self.renew_everywhere(attempt);
+        let total = replies.len();
+        let mut renewed = 0;
+        let mut not_owner = Vec::new();
+        let mut faults = Vec::new();
+        for (reply, addr) in replies.into_iter().zip(addrs) {
+            match reply {
+                Ok(RenewReply::Renewed) => renewed += 1,
+                Ok(RenewReply::NotOwner) => not_owner.push(addr),
+                Err(fault) => faults.push(fault),
+            }
+        }
+        if renewed >= quorum(total) {
+            self.deadline = sent + ttl.saturating_sub(drift(ttl));
+            self.confirmed = sent;
+            self.trouble = None;
+            return Renewal::Held { next: ttl / 3 };
+        }
+        // A majority can no longer confirm us even if every silent server came back.
+        if not_owner.len() > total - quorum(total) {
+            return self.lose(format!(
+                "it is no longer ours on redis at {} (expired, broken by `dlock release --force`, \
+                 deleted, or the server lost its data)",
+                not_owner.join(", ")
+            ));
+        }
+        let why: Vec<String> = faults.iter().map(|f| f.to_error().to_string()).collect();
+        self.trouble = Some(why.join("; "));
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return self.lose_to_the_deadline();
+        }
+        // Try again soon, but never sleep past the deadline: the next call then reports the loss.
+        let retry = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        Renewal::Held {
+            next: retry.min(left),
+        }
+    }
+
+    fn release(self: Box<Self>) -> anyhow::Result<()> {
+        // After a loss the servers may be gone: try only those still connected, and briefly.
+        let timeout = if self.lost.is_some() {
+            self.op_timeout.min(Duration::from_millis(250))
+        } else {
+            self.op_timeout
+        };
+        let skip_unconnected = self.lost.is_some();
+        let ask = &self.ask;
+        let results = on_all(&mut lock_servers(&self.servers), |s| {
+            if skip_unconnected && s.conn.is_none() {
+                return None;
+            }
+            Some(s.call(timeout, |c| {
+                ask.keys
+                    .invoke(&RELEASE)
+                    .arg(&ask.owner)
+                    .arg(&ask.mode)
+                    .arg("0")
+                    .arg("")
+                    .arg(ask.ttl.as_millis().max(1) as u64)
+                    .invoke::<i64>(c)
+            }))
+        });
+        if self.lost.is_some() {
+            return Ok(());
+        }
+        let total = results.len();
+        let faults: Vec<Fault> = results
+            .into_iter()
+            .flatten()
+            .filter_map(Result::err)
+            .collect();
+        if total - faults.len() >= quorum(total) {
+            return Ok(());
+        }
+        let why: Vec<String> = faults.iter().map(|f| f.to_error().to_string()).collect();
+        Err(anyhow!(
+            "{}; the lease runs out by itself within {}",
+            why.join("; "),
+            humantime::format_duration(self.ask.ttl)
+        ))
+    }
+}
+
+impl RedisLease {
+    fn lose_to_the_deadline(&mut self) -> Renewal {
+        let whom = match self.count {
+            1 => "the server".to_owned(),
+            n => format!("a majority of the {n} servers"),
+        };
+        let why = self.trouble.take().unwrap_or_else(|| "no answer".into());
+        self.lose(format!(
+            "could not renew it on {whom} before the lease ({}) ran out: {why}",
+            humantime::format_duration(self.ask.ttl)
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_stay_inside_their_hash_tag_and_round_trip() {
+        for name in [
+            "jobs/a",
+            "a}b{c",
+            "x}:holders",
+            "50% off",
+            "glob*?[x]\\",
+            "ünï ✓",
+            "{}",
+        ] {
+            let encoded = encode_name(name);
+            assert!(
+                !encoded.contains('{') && !encoded.contains('}'),
+                "{encoded}"
+            );
+            assert!(
+                !encoded.contains(['*', '?', '[', ']', '\\', ' ']),
+                "{encoded}"
+            );
+            assert_eq!(decode_name(&encoded).as_deref(), Some(name));
+        }
+        assert_eq!(encode_name("jobs/nightly-backup"), "jobs/nightly-backup");
+        let keys = Keys::of(&LockName::new("a}b").unwrap());
+        assert_eq!(keys.all()[0], "dlock:{a%7Db}:holders");
+    }
+
+    #[test]
+    fn urls_are_redacted_in_messages() {
+        assert_eq!(
+            redact("redis://alice:s3cret@db:6379/2"),
+            "redis://***@db:6379/2"
+        );
+        assert_eq!(redact("redis://db:6379"), "redis://db:6379");
+    }
+
+    #[test]
+    fn records_parse_with_the_host_last() {
+        let h = parse_record("ab".into(), "limit:3 7 1700000000 42 build-01").unwrap();
+        assert_eq!(
+            (h.mode, h.token, h.pid, h.host.as_str()),
+            (Mode::Limit(3), 7, 42, "build-01")
+        );
+        assert!(parse_record("ab".into(), "bogus 7 1 2 h").is_none());
+    }
+
+    #[test]
+    fn a_majority_is_more_than_half() {
+        assert_eq!([1, 2, 3, 4, 5].map(quorum), [1, 2, 2, 3, 3]);
+    }
+
+    #[test]
+    fn location_and_messages_never_show_the_password() {
+        let s = Server::parse("redis://alice:s3cret@127.0.0.1:6390/3").unwrap();
+        assert_eq!(s.location, "redis://127.0.0.1:6390/3");
+        let e = Server::parse("redis://alice:s3cret@127.0.0.1:notaport")
+            .err()
+            .unwrap();
+        assert!(!format!("{e:#}").contains("s3cret"), "{e:#}");
+    }
+}

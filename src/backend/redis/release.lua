@@ -1,0 +1,29 @@
+-- Give up what this owner has in the lock: its lease if it holds one, and its place in the queue
+-- unless told to keep it. Used for release, for a waiter that gives up, and to undo a Redlock
+-- acquisition that missed the majority. Acts only on this owner's own entries.
+-- ARGV: owner, mode, keep place ('1' or '0'), ticket, ttl ms. Returns 1 when a lease was
+-- released, else 0.
+local owner, mode, keep_place, ticket, ttl = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4], tonumber(ARGV[5])
+local member = owner .. ':' .. mode
+local now = clock()
+prune(now)
+local released = redis.call('ZREM', HOLDERS, owner)
+redis.call('HDEL', OWNERS, owner)
+local left = 0
+if keep_place then
+  -- Undoing a Redlock grant, which took us out of this server's queue: stand in line again under
+  -- the same ticket, so every server keeps the same order and the same first waiter.
+  if ticket ~= '' then
+    redis.call('ZADD', QUEUE, ticket, member)
+    redis.call('ZADD', ALIVE, now + ttl, member)
+    keep(QUEUE, ttl)
+    keep(ALIVE, ttl)
+  end
+else
+  left = redis.call('ZREM', QUEUE, member)
+  redis.call('ZREM', ALIVE, member)
+end
+if (released == 1 or left == 1) and redis.call('ZRANGE', QUEUE, 0, 0)[1] ~= member then
+  wake_head()
+end
+return released

@@ -1,0 +1,2 @@
+-- The live holders: {owner, record, owner, record, ...}. Reads only.
+return live_holders(clock())

@@ -1,0 +1,977 @@
+//! The Redis backend against real redis-servers (each test starts its own): the lock contract shared
+//! with the file backend, every way of losing a lease, event-driven fair waiting that leaves
+//! nothing behind, Redlock over five servers, passwords, TLS and bad addresses.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use crate::support::redis_server::{RedisServer, TlsFiles};
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+/// `dlock --backend redis --url U... ARGS`.
+fn dlock_at(urls: &[String], args: &[&str]) -> Command {
+    let mut cmd = dlock();
+    cmd.args(["--backend", "redis"]);
+    for url in urls {
+        cmd.arg("--url").arg(url);
+    }
+    cmd.args(args);
+    cmd
+}
+
+fn urls(servers: &[&RedisServer]) -> Vec<String> {
+    servers.iter().map(|s| s.url()).collect()
+}
+
+/// A `dlock run` whose command writes its pid to `pid_file` and then sleeps, with stderr captured
+/// line by line so a test can wait for events such as "renewed".
+struct Holder {
+    child: Child,
+    lines: Receiver<String>,
+    stderr: Vec<String>,
+}
+
+impl Holder {
+    fn start(urls: &[String], options: &[&str], name: &str, pid_file: &std::path::Path) -> Holder {
+        let script = format!("echo $$ > {}; exec sleep 60", pid_file.display());
+        let mut args = vec!["-v", "run"];
+        args.extend_from_slice(options);
+        args.extend_from_slice(&[name, "--", "sh", "-c", &script]);
+        Holder::start_args(urls, &args)
+    }
+
+    /// `dlock ARGS` with stderr captured line by line.
+    fn start_args(urls: &[String], args: &[&str]) -> Holder {
+        let mut child = dlock_at(urls, args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start dlock");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Holder {
+            child,
+            lines,
+            stderr: Vec::new(),
+        }
+    }
+
+    /// Waits for `count` more stderr lines containing `what`.
+    fn wait_for_lines(&mut self, what: &str, count: usize, limit: Duration) {
+        let end = Instant::now() + limit;
+        let mut seen = 0;
+        while seen < count {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if line.contains(what) {
+                        seen += 1;
+                    }
+                    self.stderr.push(line);
+                }
+                Err(_) => panic!(
+                    "saw {seen} of {count} lines with {what:?} within {limit:?}; stderr:\n{}",
+                    self.stderr.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Watches stderr for `how_long`, failing at once if the lock is lost meanwhile.
+    fn keeps_the_lock_for(&mut self, how_long: Duration) {
+        let end = Instant::now() + how_long;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            if let Ok(line) = self.lines.recv_timeout(left) {
+                assert!(
+                    !line.contains("lost the lock"),
+                    "{}\n{line}",
+                    self.stderr.join("\n")
+                );
+                self.stderr.push(line);
+            }
+        }
+    }
+
+    /// Waits for dlock to exit; returns its status and all of its stderr.
+    fn finish(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let status = wait_exit(&mut self.child, limit);
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.stderr.push(line);
+        }
+        (status, self.stderr.join("\n"))
+    }
+}
+
+/// Asserts that a holder loses its lock after `event`: dlock exits 79 within ttl + kill-after
+/// (plus slack for a loaded machine), says why, and its command is gone.
+fn assert_lost_after(
+    holder: Holder,
+    child_pid: u32,
+    event: Instant,
+    ttl_and_kill_after: Duration,
+    reasons: &[&str],
+) {
+    let (status, stderr) = holder.finish(T);
+    let took = event.elapsed();
+    assert_eq!(status.code(), Some(79), "{stderr}");
+    assert!(
+        stderr.contains("lost the lock") && reasons.iter().any(|r| stderr.contains(r)),
+        "expected a loss because of {reasons:?}:\n{stderr}"
+    );
+    assert!(
+        took < ttl_and_kill_after + Duration::from_secs(2),
+        "took {took:?} to end after the lock was lost"
+    );
+    assert!(!alive(child_pid), "the command must not outlive the lock");
+}
+
+/// `count` shell loops each running `dlock run` `iterations` times on the lock "counter".
+fn contenders(
+    urls: &[String],
+    count: usize,
+    iterations: usize,
+    mode: &[&str],
+    script: &str,
+) -> Vec<Child> {
+    (0..count)
+        .map(|_| {
+            let mut words = vec!["--backend", "redis"];
+            for url in urls {
+                words.extend_from_slice(&["--url", url]);
+            }
+            words.push("run");
+            words.extend_from_slice(mode);
+            words.extend_from_slice(&["counter", "--", "sh", "-c", script]);
+            let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+            let looped = format!(
+                "for i in $(seq {iterations}); do {} {} || exit 1; done",
+                dlock_bin(),
+                quoted.join(" ")
+            );
+            Command::new("sh")
+                .arg("-c")
+                .arg(looped)
+                .env_remove("DLOCK_URL")
+                .spawn()
+                .expect("start contender")
+        })
+        .collect()
+}
+
+#[test]
+fn twelve_contenders_lose_no_update() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let counter = dir.file("counter");
+    std::fs::write(&counter, "0").unwrap();
+    let rmw = format!("n=$(cat {c}); echo $((n + 1)) > {c}", c = counter.display());
+    for mut c in contenders(&[server.url()], 12, 10, &[], &rmw) {
+        assert!(wait_exit(&mut c, T).success());
+    }
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "120");
+}
+
+#[test]
+fn redlock_contenders_on_three_servers_lose_no_update() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let dir = LockDir::new();
+    let counter = dir.file("counter");
+    std::fs::write(&counter, "0").unwrap();
+    let rmw = format!("n=$(cat {c}); echo $((n + 1)) > {c}", c = counter.display());
+    let all = urls(&servers.iter().collect::<Vec<_>>());
+    let started = Instant::now();
+    // A long lease makes the fallback re-check slow (10s): every handoff must come by a wake-up,
+    // including after two waiters each got only part of the servers.
+    for mut c in contenders(&all, 6, 8, &["--ttl", "30s"], &rmw) {
+        assert!(wait_exit(&mut c, T).success());
+    }
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "48");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(9),
+        "48 acquisitions took {took:?}: a wake-up was lost"
+    );
+}
+
+/// Runs contenders whose critical section records how many are inside at once; returns the peak.
+fn peak_concurrency(mode: &[&str], count: usize) -> usize {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let inside = dir.file("inside");
+    std::fs::create_dir(&inside).unwrap();
+    let section = format!(
+        "touch {d}/$$; ls {d} | wc -l >> {d}.peaks; sleep 0.2; rm {d}/$$",
+        d = inside.display()
+    );
+    for mut c in contenders(&[server.url()], count, 3, mode, &section) {
+        assert!(wait_exit(&mut c, T).success());
+    }
+    let peaks = std::fs::read_to_string(format!("{}.peaks", inside.display())).unwrap();
+    peaks
+        .lines()
+        .map(|l| l.trim().parse::<usize>().unwrap())
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn shared_holders_run_together() {
+    assert!(peak_concurrency(&["--shared"], 5) >= 2);
+}
+
+#[test]
+fn limit_3_never_has_more_than_3_and_does_reach_3() {
+    assert_eq!(peak_concurrency(&["--limit", "3"], 6), 3);
+}
+
+#[test]
+fn a_shared_holder_excludes_an_exclusive_one_and_admits_readers() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let reader = Holder::start(&url, &["--shared"], "rw", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let out = output(dlock_at(&url, &["run", "-n", "rw", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let out = output(dlock_at(
+        &url,
+        &["run", "-n", "--shared", "rw", "--", "true"],
+    ));
+    assert_eq!(code(&out), 0, "a second reader gets in: {}", stderr(&out));
+    let out = output(dlock_at(
+        &url,
+        &["run", "-n", "--limit", "1", "rw", "--", "true"],
+    ));
+    assert_eq!(
+        code(&out),
+        0,
+        "a limit holder runs beside readers: {}",
+        stderr(&out)
+    );
+    signal(reader.child.id(), libc::SIGTERM);
+    let (status, _) = reader.finish(T);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+}
+
+#[test]
+fn busy_lock_exits_75_or_the_conflict_code_naming_the_holder() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = Holder::start(&url, &[], "busy", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let ran = dir.file("ran");
+    let touch = ["--", "touch", ran.to_str().unwrap()];
+    let out = output(dlock_at(
+        &url,
+        &[&["run", "-n", "busy"][..], &touch].concat(),
+    ));
+    assert_eq!(code(&out), 75);
+    assert!(
+        stderr(&out).contains("is busy: held exclusive by")
+            && stderr(&out).contains(&format!("pid {}", holder.child.id())),
+        "{}",
+        stderr(&out)
+    );
+    let out = output(dlock_at(
+        &url,
+        &[&["run", "-n", "-E", "9", "busy"][..], &touch].concat(),
+    ));
+    assert_eq!(code(&out), 9);
+    let out = output(dlock_at(
+        &url,
+        &[&["run", "-w", "300ms", "busy"][..], &touch].concat(),
+    ));
+    assert_eq!(code(&out), 75);
+    assert!(
+        stderr(&out).contains("after waiting 300ms"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!ran.exists());
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.finish(T);
+}
+
+#[test]
+fn tokens_increase_and_the_child_learns_name_backend_and_token() {
+    let server = RedisServer::start();
+    let url = [server.url()];
+    let mut last = 0u64;
+    for _ in 0..3 {
+        let out = output(dlock_at(
+            &url,
+            &[
+                "run",
+                "env",
+                "--",
+                "sh",
+                "-c",
+                "echo \"$DLOCK_NAME|$DLOCK_BACKEND|$DLOCK_TOKEN\"",
+            ],
+        ));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let line = stdout(&out);
+        let fields: Vec<&str> = line.trim().split('|').collect();
+        assert_eq!(&fields[..2], &["env", "redis"]);
+        let token: u64 = fields[2].parse().unwrap();
+        assert!(token > last, "token {token} after {last}");
+        last = token;
+    }
+    // Nested: the inner dlock sees the lock held by its parent and runs directly.
+    let nested = format!(
+        "{} --backend redis --url {} run -n env -- echo inner",
+        dlock_bin(),
+        url[0]
+    );
+    let out = output(dlock_at(&url, &["run", "env", "--", "sh", "-c", &nested]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "inner");
+}
+
+#[test]
+fn status_list_and_forced_release_end_the_holders_run_with_79() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let out = output(dlock_at(&url, &["status", "jobs/a"]));
+    assert_eq!(code(&out), 1);
+    assert!(stdout(&out).contains("jobs/a: free"), "{}", stdout(&out));
+
+    let holder = Holder::start(
+        &url,
+        &["--ttl", "1s", "--kill-after", "1s"],
+        "jobs/a",
+        &dir.file("pid"),
+    );
+    let child = read_pid(&dir.file("pid"));
+    let dlock_pid = holder.child.id();
+    let out = output(dlock_at(&url, &["status", "jobs/a"]));
+    assert_eq!(code(&out), 0);
+    assert!(
+        stdout(&out).contains(&format!("pid {dlock_pid}")),
+        "{}",
+        stdout(&out)
+    );
+    let out = output(dlock_at(&url, &["list"]));
+    assert!(
+        stdout(&out).starts_with("jobs/a\texclusive by "),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(stdout(&output(dlock_at(&url, &["list", "other"]))), "");
+    let out = output(dlock_at(&url, &["list", "--json", "jobs/"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 1);
+    assert_eq!(json[0]["holders"][0]["pid"], dlock_pid);
+
+    let out = output(dlock_at(&url, &["release", "--force", "jobs/a"]));
+    let broken = Instant::now();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("pid {dlock_pid}")),
+        "{}",
+        stdout(&out)
+    );
+    assert_lost_after(
+        holder,
+        child,
+        broken,
+        Duration::from_secs(2),
+        &["no longer ours"],
+    );
+    assert_eq!(code(&output(dlock_at(&url, &["status", "jobs/a"]))), 1);
+    assert_eq!(
+        code(&output(dlock_at(&url, &["release", "--force", "jobs/a"]))),
+        1
+    );
+    // Tokens keep growing after a forced release.
+    let out = output(dlock_at(
+        &url,
+        &["run", "jobs/a", "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+    ));
+    assert_eq!(stdout(&out).trim(), "2");
+}
+
+#[test]
+fn deleting_the_key_by_hand_ends_the_holders_run_with_79() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = Holder::start(
+        &url,
+        &["--ttl", "1s", "--kill-after", "1s"],
+        "gone",
+        &dir.file("pid"),
+    );
+    let child = read_pid(&dir.file("pid"));
+    let deleted: i64 = redis::cmd("DEL")
+        .arg("dlock:{gone}:holders")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert_lost_after(
+        holder,
+        child,
+        Instant::now(),
+        Duration::from_secs(2),
+        &["no longer ours"],
+    );
+}
+
+#[test]
+fn a_server_stopped_past_the_deadline_ends_the_holders_run_with_79() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let mut holder = Holder::start(
+        &url,
+        &["--ttl", "1s", "--kill-after", "1s"],
+        "frozen",
+        &dir.file("pid"),
+    );
+    let child = read_pid(&dir.file("pid"));
+    holder.wait_for_lines("renewed", 1, T);
+    server.pause();
+    let stopped = Instant::now();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert_lost_after(holder, child, stopped, Duration::from_secs(2), &["ran out"])
+    }));
+    server.resume();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+fn a_server_restarted_empty_ends_the_holders_run_with_79() {
+    let mut server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let mut holder = Holder::start(
+        &url,
+        &["--ttl", "1s", "--kill-after", "1s"],
+        "amnesia",
+        &dir.file("pid"),
+    );
+    let child = read_pid(&dir.file("pid"));
+    holder.wait_for_lines("renewed", 1, T);
+    server.restart_empty();
+    let restarted = Instant::now();
+    assert_lost_after(
+        holder,
+        child,
+        restarted,
+        Duration::from_secs(2),
+        // "not ours" once it answers again; "ran out" if the restart took longer than the lease.
+        &["no longer ours", "ran out"],
+    );
+}
+
+#[test]
+fn a_sigkilled_holder_frees_the_lock_within_its_ttl() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = Holder::start(&url, &["--ttl", "1s"], "crash", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let next = dir.file("next");
+    let mut waiter = dlock_at(
+        &url,
+        &["run", "crash", "--", "touch", next.to_str().unwrap()],
+    )
+    .spawn()
+    .unwrap();
+    wait_until("the waiter to queue", T, || queued(&server, "crash") == 1);
+    let mut holder_child = holder.child;
+    holder_child.kill().unwrap();
+    let killed = Instant::now();
+    let _ = holder_child.wait();
+    wait_for_file(&next, T);
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_millis(2500),
+        "the next waiter waited {took:?} for a 1s lease"
+    );
+    assert!(wait_exit(&mut waiter, T).success());
+}
+
+#[test]
+fn a_release_wakes_the_next_waiter_at_once() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = Holder::start(&url, &[], "wake", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let next = dir.file("next");
+    // With a 30s lease the waiter's fallback re-check comes only every 10s.
+    let mut waiter = dlock_at(
+        &url,
+        &[
+            "run",
+            "--ttl",
+            "30s",
+            "wake",
+            "--",
+            "touch",
+            next.to_str().unwrap(),
+        ],
+    )
+    .spawn()
+    .unwrap();
+    wait_until("the waiter to queue", T, || queued(&server, "wake") == 1);
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.finish(T);
+    let released = Instant::now();
+    wait_for_file(&next, T);
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "the waiter started {took:?} after the release"
+    );
+    assert!(wait_exit(&mut waiter, T).success());
+}
+
+#[test]
+fn many_names_are_held_and_renewed_over_one_connection() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let names: Vec<String> = (0..200).map(|i| format!("many/{i:03}")).collect();
+    let marker = dir.file("in");
+    let mut args = vec!["-v", "run", "--ttl", "600ms"];
+    args.extend(names.iter().map(String::as_str));
+    let script = format!("touch {}; exec sleep 60", marker.display());
+    args.extend(["--", "sh", "-c", &script]);
+    let mut holder = Holder::start_args(&[server.url()], &args);
+    wait_for_file(&marker, T);
+    // Several rounds of renewals of all 200 (every 200ms), through the one connection.
+    holder.wait_for_lines("renewed", 3 * 200, T);
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(
+        clients.lines().count(),
+        2,
+        "dlock's connection and ours:\n{clients}"
+    );
+    let out = output(dlock_at(&[server.url()], &["list", "many/"]));
+    assert_eq!(stdout(&out).lines().count(), 200, "{}", stdout(&out));
+    signal(holder.child.id(), libc::SIGTERM);
+    let (status, stderr) = holder.finish(T);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    assert_eq!(server.keys().len(), 200, "only the token counters stay");
+}
+
+/// How many waiters are queued for `name`.
+fn queued(server: &RedisServer, name: &str) -> usize {
+    redis::cmd("ZCARD")
+        .arg(format!("dlock:{{{name}}}:queue"))
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+#[test]
+fn waiters_acquire_in_arrival_order() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = Holder::start(&url, &[], "fifo", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let order = dir.file("order");
+    let mut waiters = Vec::new();
+    for i in 1..=5 {
+        let append = format!("echo {i} >> {}", order.display());
+        waiters.push(
+            dlock_at(&url, &["run", "fifo", "--", "sh", "-c", &append])
+                .spawn()
+                .unwrap(),
+        );
+        wait_until(&format!("waiter {i} to queue"), T, || {
+            queued(&server, "fifo") == i
+        });
+    }
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.finish(T);
+    for mut w in waiters {
+        assert!(wait_exit(&mut w, T).success());
+    }
+    assert_eq!(std::fs::read_to_string(&order).unwrap(), "1\n2\n3\n4\n5\n");
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_nothing_behind() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = Holder::start(&url, &[], "tidy", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let held_keys = server.keys();
+    assert_eq!(
+        held_keys,
+        [
+            "dlock:{tidy}:holders",
+            "dlock:{tidy}:owners",
+            "dlock:{tidy}:token"
+        ]
+    );
+
+    // Gives up at its deadline.
+    let out = output(dlock_at(
+        &url,
+        &["run", "-w", "300ms", "tidy", "--", "true"],
+    ));
+    assert_eq!(code(&out), 75);
+    assert_eq!(server.keys(), held_keys);
+
+    // Gives up on a signal, while queued and subscribed.
+    let mut waiter = dlock_at(&url, &["run", "tidy", "--", "true"])
+        .spawn()
+        .unwrap();
+    wait_until("the waiter to queue", T, || queued(&server, "tidy") == 1);
+    let channels = || -> Vec<String> {
+        redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("dlock:*")
+            .query(&mut server.connection())
+            .unwrap()
+    };
+    wait_until("the waiter to subscribe", T, || channels().len() == 1);
+    signal(waiter.id(), libc::SIGTERM);
+    assert_eq!(wait_exit(&mut waiter, T).code(), Some(128 + libc::SIGTERM));
+    assert_eq!(server.keys(), held_keys);
+    wait_until("the wake-up channel to go", T, || channels().is_empty());
+
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.finish(T);
+    assert_eq!(
+        server.keys(),
+        ["dlock:{tidy}:token"],
+        "only the token counter stays"
+    );
+}
+
+#[test]
+fn names_with_braces_and_spaces_stay_inside_one_hash_tag() {
+    let server = RedisServer::start();
+    let url = [server.url()];
+    let name = "a}b{c d*";
+    let out = output(dlock_at(
+        &url,
+        &["run", name, "--", "sh", "-c", "echo \"$DLOCK_NAME\""],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), name);
+    assert_eq!(server.keys(), ["dlock:{a%7Db%7Bc%20d%2A}:token"]);
+}
+
+/// Five servers, one holder with a 1s lease renewing every ~333ms.
+fn five_servers_and_a_holder(dir: &LockDir) -> (Vec<RedisServer>, Holder, u32) {
+    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let all = urls(&servers.iter().collect::<Vec<_>>());
+    let mut holder = Holder::start(
+        &all,
+        &["--ttl", "1s", "--kill-after", "1s"],
+        "quorum",
+        &dir.file("pid"),
+    );
+    let child = read_pid(&dir.file("pid"));
+    holder.wait_for_lines("renewed", 1, T);
+    (servers, holder, child)
+}
+
+#[test]
+fn redlock_keeps_the_lock_with_two_of_five_servers_killed() {
+    let dir = LockDir::new();
+    let (mut servers, mut holder, child) = five_servers_and_a_holder(&dir);
+    servers[0].kill();
+    servers[3].kill();
+    // Renewals keep reaching the three left, well past the 1s lease: without them the lock would
+    // be lost within 1s.
+    holder.keeps_the_lock_for(Duration::from_millis(2500));
+    assert!(alive(child));
+    let all = urls(&servers.iter().collect::<Vec<_>>());
+    let out = output(dlock_at(&all, &["run", "-n", "quorum", "--", "true"]));
+    assert_eq!(code(&out), 75, "nobody else gets it: {}", stderr(&out));
+    signal(holder.child.id(), libc::SIGTERM);
+    let (status, stderr) = holder.finish(T);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    assert!(!stderr.contains("lost the lock"), "{stderr}");
+}
+
+#[test]
+fn redlock_loses_the_lock_when_three_of_five_servers_die() {
+    let dir = LockDir::new();
+    let (mut servers, holder, child) = five_servers_and_a_holder(&dir);
+    for i in [1, 2, 4] {
+        servers[i].kill();
+    }
+    let killed = Instant::now();
+    assert_lost_after(holder, child, killed, Duration::from_secs(2), &["ran out"]);
+}
+
+#[test]
+fn redlock_tokens_keep_growing_while_a_minority_restarts_empty() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let all = urls(&servers.iter().collect::<Vec<_>>());
+    let token = || -> u64 {
+        let out = output(dlock_at(
+            &all,
+            &["run", "t", "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+        ));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        stdout(&out).trim().parse().unwrap()
+    };
+    let mut last = token();
+    // Each server in turn forgets everything; every acquisition's majority still includes a
+    // server that remembers the last token, because each acquisition raised its majority to it.
+    for round in 0..6 {
+        servers[round % 3].restart_empty();
+        let next = token();
+        assert!(next > last, "token {next} after {last} (round {round})");
+        last = next;
+    }
+}
+
+#[test]
+fn redlock_acquires_with_a_minority_down_and_refuses_without_a_majority() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let all = urls(&servers.iter().collect::<Vec<_>>());
+    servers[2].kill();
+    let out = output(dlock_at(&all, &["run", "m", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    servers[1].kill();
+    let out = output(dlock_at(
+        &all,
+        &["--connect-timeout", "500ms", "run", "m", "--", "true"],
+    ));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("only 1 of 3 redis servers answered"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn passwords_and_acl_users_work_and_a_wrong_password_exits_69() {
+    let server = RedisServer::start_with(&[
+        "--requirepass",
+        "s3cret",
+        "--user",
+        "alice",
+        "on",
+        ">p@ss",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let port = server.port();
+    let out = output(dlock_at(&[server.url()], &["run", "p", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+
+    // An ACL user, with the URL (and its secret) in the environment rather than on the command line.
+    let mut cmd = dlock_at(&[], &["status", "p"]);
+    cmd.env(
+        "DLOCK_URL",
+        format!("redis://alice:p%40ss@127.0.0.1:{port}"),
+    );
+    let out = output(cmd);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("redis://127.0.0.1:{port}")),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!stdout(&out).contains("p@ss"), "no secret in the output");
+
+    for url in [
+        format!("redis://:wrong@127.0.0.1:{port}"),
+        format!("redis://alice:wrong@127.0.0.1:{port}"),
+        format!("redis://127.0.0.1:{port}"),
+    ] {
+        let out = output(dlock_at(
+            std::slice::from_ref(&url),
+            &["run", "p", "--", "true"],
+        ));
+        assert_eq!(code(&out), 69, "{url}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("authentication failed"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(
+            !stderr(&out).contains("wrong"),
+            "no secret in the message: {}",
+            stderr(&out)
+        );
+    }
+}
+
+/// A CA and a server certificate for 127.0.0.1, made with the openssl command.
+fn make_tls_files(dir: &LockDir) -> TlsFiles {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .expect("openssl is needed for the TLS test");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=dlock test CA",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(dir.file("san.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.cnf",
+    ]);
+    TlsFiles {
+        cert: dir.file("server.crt"),
+        key: dir.file("server.key"),
+        ca: dir.file("ca.crt"),
+    }
+}
+
+#[test]
+fn tls_works_with_the_servers_ca_and_fails_69_without_it() {
+    let dir = LockDir::new();
+    let files = make_tls_files(&dir);
+    let server = RedisServer::start_tls(&files);
+    assert!(server.url().starts_with("rediss://"));
+    let mut cmd = dlock_at(
+        &[server.url()],
+        &["run", "tls", "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+    );
+    cmd.env("SSL_CERT_FILE", &files.ca)
+        .env_remove("SSL_CERT_DIR");
+    let out = output(cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "1");
+
+    let mut cmd = dlock_at(&[server.url()], &["run", "tls", "--", "true"]);
+    cmd.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+    let out = output(cmd);
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(stderr(&out).contains("certificate"), "{}", stderr(&out));
+}
+
+#[test]
+fn an_unreachable_server_exits_69_within_the_connect_timeout_naming_it() {
+    // Nobody listens: refused at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let out = output(dlock_at(&[url], &["run", "n", "--", "true"]));
+    assert_eq!(code(&out), 69);
+    assert_eq!(
+        stderr(&out).trim(),
+        format!("dlock: cannot reach redis at 127.0.0.1:{port}: connection refused")
+    );
+
+    // Something accepts connections but never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let started = Instant::now();
+    let out = output(dlock_at(
+        &[format!("redis://127.0.0.1:{port}")],
+        &["--connect-timeout", "500ms", "run", "n", "--", "true"],
+    ));
+    let took = started.elapsed();
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "cannot reach redis at 127.0.0.1:{port}: no answer within 500ms"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+#[test]
+fn malformed_or_repeated_urls_exit_64() {
+    for url in [
+        "redis://127.0.0.1:notaport",
+        "http://127.0.0.1:6379",
+        "127.0.0.1:6379",
+        "redis://",
+    ] {
+        let out = output(dlock_at(&[url.to_owned()], &["run", "n", "--", "true"]));
+        assert_eq!(code(&out), 64, "{url}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    }
+    let same = "redis://127.0.0.1:6379".to_owned();
+    let out = output(dlock_at(&[same.clone(), same], &["run", "n", "--", "true"]));
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+}
