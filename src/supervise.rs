@@ -55,8 +55,10 @@ pub struct RunPlan {
 struct Held {
     name: LockName,
     lease: Box<dyn Lease>,
-    /// When to renew first: a third of the lease, as every backend renews; the lease then says.
+    /// A third of the lease: when to renew first (as every backend renews); the lease then says.
     renew_every: Duration,
+    /// When to renew next.
+    due: Instant,
     /// When a renewal was last reported: a lease that checks often (ZooKeeper's session state)
     /// is reported at most once per third of its lease, not at every check.
     reported: Instant,
@@ -68,6 +70,7 @@ impl Held {
             name: request.name.clone(),
             lease,
             renew_every: request.ttl / 3,
+            due: Instant::now() + request.ttl / 3,
             reported: Instant::now(),
         }
     }
@@ -76,7 +79,10 @@ impl Held {
 /// What the acquiring thread reports to the main thread.
 enum Event {
     Busy(LockName, Vec<Holder>),
-    Acquired(anyhow::Result<Option<Vec<Held>>>),
+    /// One more lock taken; the main thread renews it from now on.
+    Took(Held),
+    /// Every lock taken (true), cancelled (false), or failed.
+    Done(anyhow::Result<bool>),
 }
 
 /// The signals dlock takes synchronously, blocked in every thread it starts.
@@ -216,6 +222,12 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
             report.event(&format!("signal {n} while waiting; giving up"));
             return Ok(exit::signalled(n));
         }
+        Acquisition::Lost(why) => {
+            report.error(&format!(
+                "lost the lock while waiting for the others: {why}; nothing was run"
+            ));
+            return Ok(exit::LOCK_LOST);
+        }
     };
     for h in &held {
         report.event(&format!(
@@ -286,6 +298,8 @@ enum Acquisition {
     Busy(LockName, Vec<Holder>),
     TimedOut(LockName, Vec<Holder>),
     Signalled(i32),
+    /// A lock taken earlier was lost while waiting for the next: why.
+    Lost(String),
 }
 
 /// One attempt per lock, in order, stopping at the first busy one: its index and holders.
@@ -304,11 +318,12 @@ fn try_in_order(
 }
 
 /// Waits for the remaining locks on a helper thread while the main thread watches the deadline
-/// and signals. `already` are the locks taken before (released too if the wait fails).
+/// and signals and keeps renewing the locks already held (`held`, from the first attempts, and each
+/// lock the helper reports as it gets it). On any failure everything held is released.
 fn acquire_waiting(
     backend: Box<dyn Backend>,
     requests: &[LockRequest],
-    already: Vec<Held>,
+    mut held: Vec<Held>,
     plan: &RunPlan,
     signals: &Signals,
     report: &Reporter,
@@ -330,29 +345,21 @@ fn acquire_waiting(
     let acquirer = thread::Builder::new()
         .name("acquire".into())
         .spawn(move || {
-            let result_tx = tx;
-            let report = |event| {
-                let _ = result_tx.send(event);
+            let send = |event| {
+                let _ = tx.send(event);
                 Signals::wake_main(main_thread);
             };
-            let mut held = already;
             for request in &thread_requests {
                 if let Ok(mut n) = busy_name.lock() {
                     *n = request.name.clone();
                 }
                 match backend.acquire(request, &thread_waiting) {
-                    Ok(Some(lease)) => held.push(Held::new(request, lease)),
-                    Ok(None) => {
-                        release_quietly(held);
-                        return report(Event::Acquired(Ok(None)));
-                    }
-                    Err(e) => {
-                        release_quietly(held);
-                        return report(Event::Acquired(Err(e)));
-                    }
+                    Ok(Some(lease)) => send(Event::Took(Held::new(request, lease))),
+                    Ok(None) => return send(Event::Done(Ok(false))),
+                    Err(e) => return send(Event::Done(Err(e))),
                 }
             }
-            report(Event::Acquired(Ok(Some(held))));
+            send(Event::Done(Ok(true)));
         })
         .context("cannot start the acquiring thread")?;
 
@@ -363,18 +370,21 @@ fn acquire_waiting(
     loop {
         for event in rx.try_iter() {
             match event {
-                Event::Acquired(Ok(Some(held))) => {
+                Event::Took(h) => held.push(h),
+                Event::Done(done) => {
                     report.clear_status();
                     let _ = acquirer.join();
-                    return Ok(Acquisition::Held(held));
-                }
-                Event::Acquired(Ok(None)) => {
-                    report.clear_status();
-                    return Ok(Acquisition::Busy(waiting_for.0, waiting_for.1));
-                }
-                Event::Acquired(Err(e)) => {
-                    report.clear_status();
-                    return Err(e);
+                    return match done {
+                        Ok(true) => Ok(Acquisition::Held(held)),
+                        Ok(false) => {
+                            release_quietly(held);
+                            Ok(Acquisition::Busy(waiting_for.0, waiting_for.1))
+                        }
+                        Err(e) => {
+                            release_quietly(held);
+                            Err(e)
+                        }
+                    };
                 }
                 Event::Busy(name, holders) => {
                     report.event(&format!(
@@ -392,23 +402,25 @@ fn acquire_waiting(
         if report.draws_waiting_line() {
             timeout = timeout.min(tick);
         }
-        match signals.wait(timeout) {
-            Some(n) if FORWARDED_SIGNALS.contains(&n) => {
-                report.clear_status();
-                cancel(&waiting, acquirer, &rx, signals, report);
-                return Ok(Acquisition::Signalled(n));
-            }
-            // The channel has news, or a child dlock did not start (inherited) exited.
-            Some(_) => {}
-            None => {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    report.clear_status();
-                    cancel(&waiting, acquirer, &rx, signals, report);
-                    return Ok(Acquisition::TimedOut(waiting_for.0, waiting_for.1));
-                }
-                draw_waiting(report, started, &waiting_for);
-            }
+        if let Some(due) = next_renewal(&held) {
+            timeout = timeout.min(due.saturating_duration_since(now));
         }
+        let outcome = match signals.wait(timeout) {
+            Some(n) if FORWARDED_SIGNALS.contains(&n) => Some(Acquisition::Signalled(n)),
+            // Otherwise the channel has news, or an inherited child exited: look again.
+            _ if deadline.is_some_and(|d| Instant::now() >= d) => Some(Acquisition::TimedOut(
+                waiting_for.0.clone(),
+                waiting_for.1.clone(),
+            )),
+            _ => renew_due(&mut held, report).err().map(Acquisition::Lost),
+        };
+        if let Some(outcome) = outcome {
+            report.clear_status();
+            cancel(&waiting, acquirer, &rx, signals, report);
+            release_all(held, report);
+            return Ok(outcome);
+        }
+        draw_waiting(report, started, &waiting_for);
     }
 }
 
@@ -443,21 +455,19 @@ fn cancel(
         // The handle is joinable, so the thread id stays valid even if the thread has finished.
         // SAFETY: pthread_kill on a joinable thread's id with a handled signal.
         unsafe { libc::pthread_kill(acquirer.as_pthread_t(), WAKE_SIGNAL) };
-        let answer = rx.try_iter().find_map(|event| match event {
-            Event::Acquired(result) => Some(result),
-            Event::Busy(..) => None,
-        });
-        match answer {
-            Some(Ok(Some(held))) => {
-                release_all(held, report);
-                break;
-            }
-            Some(_) => break,
-            // Other signals meanwhile change nothing: dlock is already giving up.
-            None => {
-                signals.wait(Duration::from_millis(20));
+        let mut done = false;
+        for event in rx.try_iter() {
+            match event {
+                Event::Took(h) => release_all(vec![h], report),
+                Event::Done(_) => done = true,
+                Event::Busy(..) => {}
             }
         }
+        if done {
+            break;
+        }
+        // Other signals meanwhile change nothing: dlock is already giving up.
+        signals.wait(Duration::from_millis(20));
     }
     if acquirer.is_finished() {
         let _ = acquirer.join();
@@ -625,16 +635,12 @@ fn supervise_child(
     // Renewals happen on this thread, between events: a lease's renew is quick (a stat, one
     // round trip, a state check), and one thread deciding everything keeps the order of events
     // plain: nothing renews after a loss or after the release.
-    let mut due: Vec<Instant> = held
-        .iter()
-        .map(|h| Instant::now() + h.renew_every)
-        .collect();
     let mut held = held;
     let mut lost: Option<Instant> = None;
     let mut killed = false;
     let status = loop {
         let wake = match lost {
-            None => due.iter().min().copied(),
+            None => next_renewal(&held),
             Some(at) if !killed => Some(at + plan.kill_after),
             Some(_) => None,
         };
@@ -656,8 +662,8 @@ fn supervise_child(
         // Timers are checked after every wake, so a stream of signals cannot starve renewals.
         let now = Instant::now();
         match lost {
-            None if due.iter().any(|d| *d <= now) => {
-                if let Err(why) = renew_due(&mut held, &mut due, report) {
+            None if next_renewal(&held).is_some_and(|d| d <= now) => {
+                if let Err(why) = renew_due(&mut held, report) {
                     report.error(&format!("lost the lock: {why}; terminating the command"));
                     signal_group(pid, libc::SIGTERM);
                     lost = Some(Instant::now());
@@ -691,21 +697,23 @@ fn supervise_child(
     })
 }
 
+/// When the next lease is due for renewal.
+fn next_renewal(held: &[Held]) -> Option<Instant> {
+    held.iter().map(|h| h.due).min()
+}
+
 /// Renews the leases that are due. A loss ends renewing at once: the others would only prolong
 /// a doomed run.
-fn renew_due(held: &mut [Held], due: &mut [Instant], report: &Reporter) -> Result<(), String> {
+fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), String> {
     let now = Instant::now();
-    for (h, d) in held.iter_mut().zip(due.iter_mut()) {
-        if *d > now {
-            continue;
-        }
+    for h in held.iter_mut().filter(|h| h.due <= now) {
         match h.lease.renew() {
             Renewal::Held { next } => {
                 if h.reported.elapsed() + Duration::from_millis(5) >= h.renew_every {
                     report.event(&format!("renewed {:?}", h.name.as_str()));
                     h.reported = Instant::now();
                 }
-                *d = Instant::now() + next;
+                h.due = Instant::now() + next;
             }
             Renewal::Lost(why) => return Err(format!("lock {:?}: {why}", h.name.as_str())),
         }

@@ -323,9 +323,11 @@ fn judge(t: &Target) -> Report {
 #[test]
 fn file_backend_keeps_mutual_exclusion_under_faults() {
     let t = Target::file_backend();
-    let report = check(&t, "file");
-    // flock(2) locks have no lease: a paused holder keeps its lock, so nothing is ever stale.
-    assert_eq!(report.stale_rejected, 0);
+    // flock(2) locks have no lease, so a paused holder keeps its lock. Writes can still be fenced
+    // off here: a SIGKILLed dlock frees the lock at once and the kernel kills its command, but a
+    // process the command started (the resource's writer) may finish its write late. `check`
+    // asserts that every such write came from a holder whose dlock was killed.
+    check(&t, "file");
 }
 
 #[test]

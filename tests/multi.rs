@@ -3,6 +3,7 @@
 
 use std::process::{Child, Command};
 
+use crate::support::redis_server::{Comeback, RedisServer};
 use crate::support::target::Target;
 use std::time::Duration;
 
@@ -71,6 +72,46 @@ pub fn each_name_gets_its_own_token_variable(t: &Target) {
     let words: Vec<&str> = text.split_whitespace().collect();
     assert_eq!(&words[..3], &["2", "alpha", "zeta"], "{text}");
     assert!(words[3].parse::<u64>().unwrap() > 0 && words[4].parse::<u64>().unwrap() > 0);
+}
+
+/// While dlock waits for a later name, the names it already holds are renewed: after several
+/// leases' worth of waiting, the first name is still its own and the command runs.
+pub fn held_names_stay_held_while_waiting_for_the_rest(t: &Target) {
+    let stop = t.scratch_file("b.stop");
+    let b_in = t.scratch_file("b.in");
+    let mut b = t
+        .dlock(&[
+            "run",
+            "b",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {b_in}; while [ ! -e {stop} ]; do sleep 0.02; done"),
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_file(std::path::Path::new(&b_in), T);
+    let ran = t.scratch_file("both");
+    let mut both = t
+        .dlock(&["run", "--ttl", "1s", "a", "b", "--", "touch", &ran])
+        .spawn()
+        .unwrap();
+    wait_until("the waiter to hold a", T, || {
+        code(&output(t.dlock(&["status", "a"]))) == 0
+    });
+    // Let three of its leases run out, had they not been renewed.
+    std::thread::sleep(Duration::from_secs(3));
+    let out = output(t.dlock(&["run", "-n", "a", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        75,
+        "a was let go while waiting for b: {}",
+        stderr(&out)
+    );
+    std::fs::write(&stop, "").unwrap();
+    assert!(wait_exit(&mut b, T).success());
+    assert!(wait_exit(&mut both, T).success());
+    assert!(std::path::Path::new(&ran).exists());
 }
 
 /// Holds `--tree PATH` in the background until the returned marker's twin `.stop` file appears.
@@ -191,4 +232,55 @@ fn zk_each_name_gets_its_own_token_variable() {
 #[test]
 fn zk_tree_siblings_run_together_and_ancestors_exclude_descendants() {
     tree_siblings_run_together_and_ancestors_exclude_descendants(&Target::zk_backend());
+}
+
+#[test]
+fn file_held_names_stay_held_while_waiting_for_the_rest() {
+    held_names_stay_held_while_waiting_for_the_rest(&Target::file_backend());
+}
+
+#[test]
+fn zk_held_names_stay_held_while_waiting_for_the_rest() {
+    held_names_stay_held_while_waiting_for_the_rest(&Target::zk_backend());
+}
+
+fn redis() -> Target {
+    Target::redis(vec![RedisServer::start()], Comeback::KeepingData)
+}
+
+fn redlock() -> Target {
+    Target::redis(
+        (0..3).map(|_| RedisServer::start()).collect(),
+        Comeback::KeepingData,
+    )
+}
+
+#[test]
+fn redis_opposite_orders_never_deadlock() {
+    opposite_orders_never_deadlock(&redis(), 200);
+}
+
+#[test]
+fn redlock_opposite_orders_never_deadlock() {
+    opposite_orders_never_deadlock(&redlock(), 50);
+}
+
+#[test]
+fn redis_a_busy_name_leaves_nothing_of_the_set_held() {
+    a_busy_name_leaves_nothing_of_the_set_held(&redis());
+}
+
+#[test]
+fn redis_each_name_gets_its_own_token_variable() {
+    each_name_gets_its_own_token_variable(&redis());
+}
+
+#[test]
+fn redis_tree_siblings_run_together_and_ancestors_exclude_descendants() {
+    tree_siblings_run_together_and_ancestors_exclude_descendants(&redis());
+}
+
+#[test]
+fn redis_held_names_stay_held_while_waiting_for_the_rest() {
+    held_names_stay_held_while_waiting_for_the_rest(&redis());
 }
