@@ -10,13 +10,12 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use support::etcd_server::EtcdServer;
 use support::redis_server::RedisServer;
 
 /// Uncontended runs of each tool (interleaved), and the time they may take together.
@@ -41,13 +40,13 @@ fn main() {
     let dlock = support::dlock_bin();
     let work = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
-    let etcd = Etcd::start(work.path());
+    let etcd = EtcdServer::start();
     let url = redis.url();
     let flock_file = work.path().join("flock.lock");
     let lock_dir = work.path().join("dlock-file");
     println!(
         "dlock {dlock}\nredis-server at {url}, etcd at {}\n",
-        etcd.endpoint
+        etcd.endpoint()
     );
 
     // Uncontended: one acquisition, run `true`, release; median wall time per tool.
@@ -86,7 +85,7 @@ fn main() {
             Box::new(|| {
                 command(
                     "etcdctl",
-                    &["--endpoints", &etcd.endpoint, "lock", "bench-u", "true"],
+                    &["--endpoints", &etcd.endpoint(), "lock", "bench-u", "true"],
                 )
             }),
         ),
@@ -436,78 +435,4 @@ fn stamp(file: &Path) {
         .expect("open the stamp file");
     f.write_all(format!("{now}\n").as_bytes())
         .expect("write a stamp");
-}
-
-/// A single-member etcd on loopback with a temporary data directory, stopped when dropped.
-struct Etcd {
-    child: Child,
-    endpoint: String,
-    _data: PathBuf,
-}
-
-impl Etcd {
-    fn start(work: &Path) -> Etcd {
-        let client = free_port();
-        let peer = free_port();
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let data = work.join("etcd");
-        let mut child = Command::new("etcd")
-            .args(["--name", "bench", "--data-dir"])
-            .arg(&data)
-            .args([
-                "--listen-client-urls",
-                &endpoint,
-                "--advertise-client-urls",
-                &endpoint,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-            ])
-            .args(["--initial-cluster", &format!("bench={peer_url}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("etcd is needed for the benchmark (Debian: etcd-server)");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = mpsc::channel();
-        // Drains etcd's log for as long as it runs; reports when it serves clients.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("serving insecure client requests")
-                    || line.contains("serving client traffic")
-                {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        if rx.recv_timeout(Duration::from_secs(30)).is_err() {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("etcd did not start serving within 30s");
-        }
-        Etcd {
-            child,
-            endpoint,
-            _data: data,
-        }
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }

@@ -157,20 +157,12 @@ fn many_locks(bin: &Path, s: &Subject, count: u64, scratch: &Path) {
 /// (wait4 reaps the child for its rusage; std's Child cannot report rusage, hence the allow.)
 #[allow(clippy::zombie_processes)]
 fn idle(bin: &Path, s: &Subject, seconds: u64) {
-    let ttl = Duration::from_secs(3);
+    // The default lease, as a user would run it.
+    let ttl = Duration::from_secs(15);
     let child = dlock(
         bin,
         s,
-        &[
-            "-v",
-            "run",
-            "--ttl",
-            "3s",
-            "idle",
-            "--",
-            "sleep",
-            &seconds.to_string(),
-        ],
+        &["-v", "run", "idle", "--", "sleep", &seconds.to_string()],
     )
     .stderr(Stdio::piped())
     .spawn()

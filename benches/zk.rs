@@ -20,6 +20,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::etcd_server::EtcdServer;
 use support::zk_server::ZkServer;
 use support::{dlock_bin, wait_exit, wait_until};
 
@@ -34,7 +35,7 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 fn main() {
     let zk = ZkServer::start_for_benchmark();
-    let etcd = Etcd::start();
+    let etcd = EtcdServer::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let lock_file = dir.path().join("flock.lock");
 
@@ -95,7 +96,7 @@ fn main() {
     let etcd_rate = contended(&counter, |script| {
         format!(
             "etcdctl --endpoints {} lock contended -- sh -c '{script}'",
-            etcd.endpoint
+            etcd.endpoint()
         )
     });
     println!(
@@ -320,110 +321,4 @@ impl Mntr {
             .map(|(_, v)| *v)
             .unwrap_or_else(|| panic!("no {key} in mntr"))
     }
-}
-
-/// A single-member etcd on free loopback ports with a private data directory, killed on drop.
-struct Etcd {
-    endpoint: String,
-    process: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Etcd {
-    fn start() -> Etcd {
-        let dir = tempfile::tempdir().expect("etcd dir");
-        let (client, peer) = (free_port(), free_port());
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log");
-        let process = Command::new("etcd")
-            .args(["--name", "bench", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args([
-                "--listen-client-urls",
-                &endpoint,
-                "--advertise-client-urls",
-                &endpoint,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-            ])
-            .args(["--initial-cluster", &format!("bench={peer_url}")])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("etcd is installed (Debian package etcd-server)");
-        let etcd = Etcd {
-            endpoint,
-            process,
-            _dir: dir,
-        };
-        wait_until("etcd to serve", LIMIT, || {
-            Command::new("etcdctl")
-                .args(["--endpoints", &etcd.endpoint, "endpoint", "health"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-        etcd
-    }
-
-    fn version(&self) -> String {
-        let out = Command::new("etcdctl")
-            .arg("version")
-            .output()
-            .expect("etcdctl");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim_start_matches("etcdctl version: ")
-            .to_owned()
-    }
-
-    /// `etcdctl lock NAME COMMAND...`
-    fn lock(&self, name: &str, command: &[&str]) -> Command {
-        let mut cmd = Command::new("etcdctl");
-        cmd.args(["--endpoints", &self.endpoint, "lock", name, "--"])
-            .args(command);
-        cmd
-    }
-
-    /// How many keys (holders and waiters) the lock NAME has.
-    fn keys(&self, name: &str) -> usize {
-        let out = Command::new("etcdctl")
-            .args([
-                "--endpoints",
-                &self.endpoint,
-                "get",
-                "--prefix",
-                "--keys-only",
-                name,
-            ])
-            .output()
-            .expect("etcdctl get");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.is_empty())
-            .count()
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }

@@ -14,19 +14,10 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-/// Signals whose handlers dlock installs (or whose disposition Rust changes, SIGPIPE): the command
-/// gets their defaults back.
-const RESET_SIGNALS: [i32; 9] = [
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGURG,
-    libc::SIGPIPE,
-    libc::SIGCHLD,
-];
+/// Dispositions dlock changed that the command must not inherit: Rust ignores SIGPIPE (std's own
+/// `Command` resets it too), and dlock has a no-op handler on SIGURG. Every other disposition, an
+/// ignored SIGHUP under nohup for one, passes through untouched.
+const RESET_SIGNALS: [i32; 2] = [libc::SIGPIPE, libc::SIGURG];
 
 const CHILD_STACK: usize = 64 * 1024;
 

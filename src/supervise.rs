@@ -194,14 +194,18 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     let started = Instant::now();
     // First one attempt per lock on this thread: the uncontended case needs no helper thread.
     let mut held = Vec::new();
-    let held = match try_in_order(backend.as_ref(), &requests, &mut held) {
-        Ok(None) => Acquisition::Held(held),
-        Ok(Some((busy, holders))) if plan.no_wait => {
+    let held = match try_in_order(backend.as_ref(), &requests, &mut held, report) {
+        Ok(FirstTry::AllHeld) => Acquisition::Held(held),
+        Ok(FirstTry::Busy(busy, holders)) if plan.no_wait => {
             release_quietly(held);
             Acquisition::Busy(requests[busy].name.clone(), holders)
         }
-        Ok(Some((busy, _))) => {
+        Ok(FirstTry::Busy(busy, _)) => {
             acquire_waiting(backend, &requests[busy..], held, &plan, &signals, report)?
+        }
+        Ok(FirstTry::Lost(why)) => {
+            release_quietly(held);
+            Acquisition::Lost(why)
         }
         Err(e) => {
             release_quietly(held);
@@ -302,19 +306,33 @@ enum Acquisition {
     Lost(String),
 }
 
-/// One attempt per lock, in order, stopping at the first busy one: its index and holders.
+/// How the first attempts went.
+enum FirstTry {
+    AllHeld,
+    /// The index of the first busy lock, and its holders.
+    Busy(usize, Vec<Holder>),
+    /// A lock taken earlier was lost meanwhile: why.
+    Lost(String),
+}
+
+/// One attempt per lock, in order, stopping at the first busy one. Locks taken are renewed
+/// between attempts, since taking thousands of them can outlast a lease.
 fn try_in_order(
     backend: &dyn Backend,
     requests: &[LockRequest],
     held: &mut Vec<Held>,
-) -> anyhow::Result<Option<(usize, Vec<Holder>)>> {
+    report: &Reporter,
+) -> anyhow::Result<FirstTry> {
     for (index, request) in requests.iter().enumerate() {
         match backend.try_acquire(request)? {
             Attempt::Acquired(lease) => held.push(Held::new(request, lease)),
-            Attempt::Busy(holders) => return Ok(Some((index, holders))),
+            Attempt::Busy(holders) => return Ok(FirstTry::Busy(index, holders)),
+        }
+        if let Err(why) = renew_due(held, report) {
+            return Ok(FirstTry::Lost(why));
         }
     }
-    Ok(None)
+    Ok(FirstTry::AllHeld)
 }
 
 /// Waits for the remaining locks on a helper thread while the main thread watches the deadline

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod etcd_server;
 pub mod redis_server;
 pub mod target;
 
