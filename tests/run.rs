@@ -350,3 +350,26 @@ fn options_can_come_from_the_environment() {
     signal(holder.id(), libc::SIGTERM);
     wait_exit(&mut holder, T);
 }
+
+#[test]
+fn the_command_keeps_signals_its_caller_ignored() {
+    // As under nohup: SIGHUP ignored by dlock's caller stays ignored in the command.
+    let dir = LockDir::new();
+    let script = format!(
+        "trap '' HUP; exec {} --url {} run n -- sh -c 'kill -HUP $$; echo survived'",
+        dlock_bin(),
+        dir.path().display()
+    );
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "survived");
+}
