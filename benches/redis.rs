@@ -85,7 +85,7 @@ fn main() {
             Box::new(|| {
                 command(
                     "etcdctl",
-                    &["--endpoints", &etcd.endpoint(), "lock", "bench-u", "true"],
+                    &["--endpoints", etcd.endpoint(), "lock", "bench-u", "true"],
                 )
             }),
         ),
