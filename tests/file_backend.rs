@@ -2,92 +2,11 @@
 //! status/list/release, and refusal of unsafe lock directories.
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::Child;
 use std::time::Duration;
 
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
-
-/// `count` dlock processes each running `script` `iterations` times under the lock.
-fn contenders(
-    dir: &LockDir,
-    count: usize,
-    iterations: usize,
-    mode: &[&str],
-    script: &str,
-) -> Vec<Child> {
-    (0..count)
-        .map(|_| {
-            let mut args = vec!["run"];
-            args.extend_from_slice(mode);
-            args.extend_from_slice(&["counter", "--", "sh", "-c", script]);
-            let loop_script = format!(
-                "for i in $(seq {iterations}); do {} --url {} {} || exit 1; done",
-                dlock_bin(),
-                dir.path().display(),
-                args.iter()
-                    .map(|a| format!("'{a}'"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            );
-            std::process::Command::new("sh")
-                .arg("-c")
-                .arg(loop_script)
-                .spawn()
-                .unwrap()
-        })
-        .collect()
-}
-
-#[test]
-fn sixteen_contenders_lose_no_update() {
-    let dir = LockDir::new();
-    let counter = dir.file("counter");
-    std::fs::write(&counter, "0").unwrap();
-    let rmw = format!("n=$(cat {c}); echo $((n + 1)) > {c}", c = counter.display());
-    for mut c in contenders(&dir, 16, 20, &[], &rmw) {
-        assert!(wait_exit(&mut c, T).success());
-    }
-    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "320");
-}
-
-/// Runs contenders whose critical section records how many are inside at once; returns the peak.
-fn peak_concurrency(mode: &[&str], count: usize) -> usize {
-    let dir = LockDir::new();
-    let inside = dir.file("inside");
-    std::fs::create_dir(&inside).unwrap();
-    // Each holder drops a file named by its pid, counts the files, and waits a little for company.
-    let section = format!(
-        "touch {d}/$$; ls {d} | wc -l >> {d}.peaks; sleep 0.2; rm {d}/$$",
-        d = inside.display()
-    );
-    for mut c in contenders(&dir, count, 3, mode, &section) {
-        assert!(wait_exit(&mut c, T).success());
-    }
-    let peaks = std::fs::read_to_string(format!("{}.peaks", inside.display())).unwrap();
-    peaks
-        .lines()
-        .map(|l| l.trim().parse::<usize>().unwrap())
-        .max()
-        .unwrap()
-}
-
-#[test]
-fn shared_holders_run_together() {
-    assert!(peak_concurrency(&["--shared"], 6) >= 2);
-}
-
-#[test]
-fn limit_3_never_has_more_than_3_and_does_reach_3() {
-    let peak = peak_concurrency(&["--limit", "3"], 8);
-    assert_eq!(peak, 3);
-}
-
-#[test]
-fn exclusive_holders_never_overlap() {
-    assert_eq!(peak_concurrency(&[], 6), 1);
-}
 
 #[test]
 fn a_shared_holder_excludes_an_exclusive_one() {

@@ -3,6 +3,7 @@
 mod support;
 
 mod cli;
+mod contract;
 mod faults;
 mod file_backend;
 mod multi;

@@ -55,29 +55,6 @@ fn missing_command_exits_127_and_unexecutable_126_releasing_the_lock() {
 }
 
 #[test]
-fn child_environment_names_the_lock_and_hands_out_increasing_tokens() {
-    let dir = LockDir::new();
-    let mut last = 0u64;
-    for _ in 0..3 {
-        let out = output(dir.dlock(&[
-            "run",
-            "env-test",
-            "--",
-            "sh",
-            "-c",
-            "echo \"$DLOCK_NAME|$DLOCK_BACKEND|$DLOCK_TOKEN\"",
-        ]));
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        let line = stdout(&out);
-        let fields: Vec<&str> = line.trim().split('|').collect();
-        assert_eq!(&fields[..2], &["env-test", "file"]);
-        let token: u64 = fields[2].parse().unwrap();
-        assert!(token > last, "token {token} after {last}");
-        last = token;
-    }
-}
-
-#[test]
 fn tokens_keep_increasing_after_a_holder_is_killed() {
     let dir = LockDir::new();
     let first = output(dir.dlock(&["run", "n", "--", "sh", "-c", "echo $DLOCK_TOKEN"]));

@@ -90,26 +90,10 @@ fn lock_nodes(server: &ZkServer, dir_node: &str) -> Vec<String> {
 }
 
 #[test]
-fn run_gives_the_child_the_lock_and_increasing_tokens_and_leaves_nothing_behind() {
+fn a_run_leaves_no_node_behind_and_the_empty_lock_directory_goes() {
     let server = ZkServer::start();
-    let mut last = 0u64;
-    for _ in 0..3 {
-        let out = output(server.dlock(&[
-            "run",
-            "env-test",
-            "--",
-            "sh",
-            "-c",
-            "echo \"$DLOCK_NAME|$DLOCK_BACKEND|$DLOCK_TOKEN\"",
-        ]));
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        let line = stdout(&out);
-        let fields: Vec<&str> = line.trim().split('|').collect();
-        assert_eq!(&fields[..2], &["env-test", "zk"]);
-        let token: u64 = fields[2].parse().unwrap();
-        assert!(token > last, "token {token} after {last}");
-        last = token;
-    }
+    let out = output(server.dlock(&["run", "env-test", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
     // The holder's node is gone at once, and the server removes the emptied lock directory.
     assert_eq!(lock_nodes(&server, "env-test"), Vec::<String>::new());
     wait_until("the empty lock directory to go", T, || {
@@ -117,29 +101,6 @@ fn run_gives_the_child_the_lock_and_increasing_tokens_and_leaves_nothing_behind(
     });
     let out = output(server.dlock(&["status", "env-test"]));
     assert_eq!(code(&out), 1, "free: {}", stdout(&out));
-}
-
-#[test]
-fn eight_contenders_lose_no_update() {
-    let server = ZkServer::start();
-    let dir = LockDir::new();
-    let counter = dir.file("counter");
-    std::fs::write(&counter, "0").unwrap();
-    let rmw = format!("n=$(cat {c}); echo $((n + 1)) > {c}", c = counter.display());
-    let contenders: Vec<Child> = (0..8)
-        .map(|_| {
-            let loop_script = format!(
-                "for i in $(seq 10); do {} -b zk -u {} run counter -- sh -c '{rmw}' || exit 1; done",
-                dlock_bin(),
-                server.url()
-            );
-            Command::new("sh").arg("-c").arg(loop_script).spawn().unwrap()
-        })
-        .collect();
-    for mut c in contenders {
-        assert!(wait_exit(&mut c, T).success());
-    }
-    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "80");
 }
 
 #[test]
