@@ -1439,4 +1439,28 @@ mod tests {
             .unwrap();
         assert!(!format!("{e:#}").contains("s3cret"), "{e:#}");
     }
+
+    proptest::proptest! {
+        /// Hostile names: every key of any name stays inside `dlock:{...}` with the whole encoded
+        /// name as its hash tag, and the encoding round-trips (so two names never share keys).
+        #[test]
+        fn any_name_keeps_its_keys_in_its_own_hash_tag(raw in "\\PC{1,120}") {
+            let Ok(name) = LockName::new(&raw) else { return Ok(()) };
+            let keys = Keys::of(&name);
+            let tag_start = keys.base.find('{').map(|i| i + 1);
+            let tag_end = keys.base.find('}');
+            let in_namespace = keys.base.starts_with("dlock:\u{7b}");
+            proptest::prop_assert!(in_namespace, "{} is outside dlock:{{...}}", keys.base);
+            proptest::prop_assert_eq!(tag_end, Some(keys.base.len() - 1));
+            let tag = &keys.base[tag_start.unwrap_or(0)..tag_end.unwrap_or(0)];
+            let decoded = decode_name(tag);
+            proptest::prop_assert_eq!(decoded.as_deref(), Some(name.as_str()));
+        }
+
+        /// URLs from the command line: parsed or refused, never a panic.
+        #[test]
+        fn any_url_text_parses_or_is_refused(text in "(rediss?://)?\\PC{0,60}") {
+            let _ = Server::parse(&text);
+        }
+    }
 }

@@ -1631,4 +1631,23 @@ mod tests {
         );
         assert!(h.owner.contains("not dlock"));
     }
+
+    proptest::proptest! {
+        /// Hostile names: any name is exactly one child of /dlock (no `/`, never `.` or `..`),
+        /// and maps back to itself, so it can neither climb out of the subtree nor share a node.
+        #[test]
+        fn any_name_is_one_node_inside_the_dlock_subtree(raw in "\\PC{1,120}") {
+            let Ok(lock) = LockName::new(&raw) else { return Ok(()) };
+            let node = node_name(&lock);
+            proptest::prop_assert!(!node.is_empty() && !node.contains('/'));
+            proptest::prop_assert!(node != "." && node != "..");
+            proptest::prop_assert_eq!(lock_name_of(&node), Some(lock));
+        }
+
+        /// URLs from the command line: parsed or refused, never a panic.
+        #[test]
+        fn any_url_text_parses_or_is_refused(text in "(zk://)?\\PC{0,60}") {
+            let _ = ZkUrl::parse(&text);
+        }
+    }
 }
