@@ -154,6 +154,12 @@ fn status_list_and_forced_release() {
     wait_for_file(&marker, T);
     let out = output(dir.dlock(&["status", "jobs/a"]));
     assert_eq!(code(&out), 0);
+    let quiet = output(dir.dlock(&["-q", "status", "jobs/a"]));
+    assert_eq!(
+        (code(&quiet), stdout(&quiet).as_str()),
+        (0, ""),
+        "`if dlock -q status NAME` works"
+    );
     assert!(
         stdout(&out).contains(&format!("pid {}", holder.id())),
         "{}",

@@ -94,8 +94,9 @@ pub enum Attempt {
     Busy(Vec<Holder>),
 }
 
-/// A held lock. Owned by one thread at a time: the supervisor's heartbeat renews it while the child
-/// runs and hands it back for release.
+/// A held lock. The supervisor's main thread renews it (first a third of the ttl after acquiring,
+/// then whenever `renew` says), between the events it waits for, so `renew` must not block for
+/// long: a network backend bounds each attempt and keeps its own deadline across attempts.
 pub trait Lease: Send {
     /// This acquisition's fencing token.
     fn token(&self) -> Token;
