@@ -259,6 +259,15 @@ fn unsafe_or_unusable_lock_directories_are_refused_with_69() {
     assert_eq!(code(&out), 69);
     assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
 
+    // A directory nobody may write, not even root (procfs).
+    let out = output({
+        let mut c = dlock();
+        c.args(["--url", "/proc/self", "run", "n", "--", "true"]);
+        c
+    });
+    assert_eq!(code(&out), 69);
+    assert!(stderr(&out).contains("is not writable"), "{}", stderr(&out));
+
     // A file where the directory should be.
     let file = dir.file("plain-file");
     std::fs::write(&file, "").unwrap();
