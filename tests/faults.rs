@@ -65,7 +65,7 @@ fn start_client(t: &Target, n: usize, seconds: u64, mode: &[&str]) -> Child {
     use std::os::unix::process::CommandExt;
     let dir = t.scratch.path().display().to_string();
     let section = format!(
-        "echo $DLOCK_TOKEN > {dir}/token.{n}; echo $$ > {dir}/child.$DLOCK_TOKEN; \
+        "echo $DLOCK_TOKEN > {dir}/token.{n}; echo $$ $(cut -d' ' -f22 /proc/$$/stat) > {dir}/child.$DLOCK_TOKEN; \
          {res} {dir} $DLOCK_TOKEN start-$$ || exit 0; sleep 0.1; {res} {dir} $DLOCK_TOKEN end-$$",
         res = resource().display()
     );
@@ -111,12 +111,17 @@ fn is_our_dlock(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// The command of the holder with `token`, if that very process still runs: the file holds its pid
+/// and start time, since pids are reused within a run (and a reused one is never ours to signal).
 fn child_pid(t: &Target, token: u64) -> Option<u32> {
-    std::fs::read_to_string(t.scratch.file(&format!("child.{token}")))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    let record = std::fs::read_to_string(t.scratch.file(&format!("child.{token}"))).ok()?;
+    let (pid, start) = record.trim().split_once(' ')?;
+    let pid: u32 = pid.parse().ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name: state is field 3, start time field 22.
+    let after_name = stat.rsplit(") ").next()?;
+    let started = after_name.split(' ').nth(19)?;
+    (started == start && alive(pid)).then_some(pid)
 }
 
 fn signal_group(pgid: i32, sig: i32) {
@@ -223,10 +228,11 @@ fn run_checker(t: &Target, label: &str, mode: &[&str], seconds: u64) -> Report {
             .strip_prefix("child.")
             .and_then(|_| child_pid(t, name[6..].parse().unwrap_or(0)))
         {
+            let token: u64 = name[6..].parse().unwrap_or(0);
             wait_until(
                 &format!("child {pid} to be gone"),
                 Duration::from_secs(10),
-                || !alive(pid),
+                || child_pid(t, token).is_none(),
             );
         }
     }
