@@ -29,7 +29,8 @@ pub fn opposite_orders_never_deadlock(t: &Target, rounds: usize) {
     assert!(wait_exit(&mut ba, T).success());
 }
 
-/// One name of the set busy: dlock gives up and holds none of the others afterwards.
+/// One name of the set busy: whether dlock gives up at once, after --wait, or on a signal, it
+/// holds none of the others afterwards.
 pub fn a_busy_name_leaves_nothing_of_the_set_held(t: &Target) {
     let marker = t.scratch_file("holder-in");
     let mut holder = t
@@ -51,6 +52,25 @@ pub fn a_busy_name_leaves_nothing_of_the_set_held(t: &Target) {
             let status = output(t.dlock(&["status", name]));
             assert_eq!(code(&status), 1, "{name} must be free: {}", stdout(&status));
         }
+    }
+    // A signal while waiting for m, with l already taken: l is let go too.
+    let mut waiter = t
+        .dlock(&["run", "l", "m", "n", "--", "true"])
+        .spawn()
+        .unwrap();
+    wait_until("the waiter to hold l", T, || {
+        code(&output(t.dlock(&["status", "l"]))) == 0
+    });
+    signal(waiter.id(), libc::SIGTERM);
+    assert_eq!(wait_exit(&mut waiter, T).code(), Some(128 + libc::SIGTERM));
+    for name in ["l", "n"] {
+        let status = output(t.dlock(&["status", name]));
+        assert_eq!(
+            code(&status),
+            1,
+            "{name} must be free after the signal: {}",
+            stdout(&status)
+        );
     }
     signal(holder.id(), libc::SIGTERM);
     wait_exit(&mut holder, T);
