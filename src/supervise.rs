@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::backend::{self, Attempt, Backend, BackendConfig, Lease, Renewal, Waiting};
+use crate::backend::{self, Attempt, Backend, BackendConfig, Lease, Renewal, Waiting, WAKE_SIGNAL};
 use crate::exit;
 use crate::lock::{Holder, LockName, LockRequest};
 use crate::report::Reporter;
@@ -33,11 +33,6 @@ pub const FORWARDED_SIGNALS: [i32; 6] = [
     libc::SIGUSR1,
     libc::SIGUSR2,
 ];
-
-/// Sent to the acquiring thread to break a blocking system call after its wait was cancelled.
-/// SIGURG is ignored by default, so a stray one harms nothing; its handler is installed without
-/// SA_RESTART so the interrupted call returns EINTR.
-pub const WAKE_SIGNAL: i32 = libc::SIGURG;
 
 /// Everything `dlock run` was asked to do.
 pub struct RunPlan {

@@ -126,6 +126,11 @@ pub struct LockStatus {
     pub location: String,
 }
 
+/// Part of the `Waiting` contract: after cancelling, the supervisor sends this signal to the
+/// acquiring thread until it returns, so a blocking system call ends with EINTR (its handler is
+/// installed without SA_RESTART). SIGURG is ignored by default, so a stray one harms nothing.
+pub const WAKE_SIGNAL: i32 = libc::SIGURG;
+
 /// Where a waiting acquisition reports who holds the lock.
 type BusyReport = dyn Fn(&[Holder]) + Send + Sync;
 

@@ -1079,7 +1079,7 @@ impl BlockedWakeSignal {
             let mut block: libc::sigset_t = std::mem::zeroed();
             let mut old: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut block);
-            libc::sigaddset(&mut block, crate::supervise::WAKE_SIGNAL);
+            libc::sigaddset(&mut block, super::WAKE_SIGNAL);
             libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
             BlockedWakeSignal { old }
         }
