@@ -53,21 +53,7 @@ fn main() {
     let tools: Vec<(&str, Tool)> = vec![
         (
             "dlock redis",
-            Box::new(|| {
-                command(
-                    dlock,
-                    &[
-                        "--backend",
-                        "redis",
-                        "--url",
-                        &url,
-                        "run",
-                        "bench-u",
-                        "--",
-                        "true",
-                    ],
-                )
-            }),
+            Box::new(|| redis_run(dlock, &url, "bench-u", &["true"])),
         ),
         (
             "dlock file",
@@ -190,6 +176,13 @@ fn command(program: &str, args: &[&str]) -> Command {
     cmd
 }
 
+/// `dlock --backend redis --url URL run NAME -- COMMAND...`
+fn redis_run(dlock: &str, url: &str, name: &str, command_line: &[&str]) -> Command {
+    let mut args = vec!["--backend", "redis", "--url", url, "run", name, "--"];
+    args.extend_from_slice(command_line);
+    command(dlock, &args)
+}
+
 fn goal(what: &str, value: f64, target: &str, met: bool) {
     let verdict = if met { "met" } else { "MISSED" };
     println!("  => {what}: {value:.2} (goal {target}: {verdict})");
@@ -286,23 +279,9 @@ fn handoff_chain(
     let stamps = work.join(format!("stamps-{waiters}"));
     let ready = work.join(format!("holder-{waiters}"));
     let hold = format!("touch {}; exec sleep 60", ready.display());
-    let mut holder = command(
-        dlock,
-        &[
-            "--backend",
-            "redis",
-            "--url",
-            &url,
-            "run",
-            &name,
-            "--",
-            "sh",
-            "-c",
-            &hold,
-        ],
-    )
-    .spawn()
-    .expect("start the first holder");
+    let mut holder = redis_run(dlock, &url, &name, &["sh", "-c", &hold])
+        .spawn()
+        .expect("start the first holder");
     support::wait_for_file(&ready, Duration::from_secs(30));
     let bench = bench.to_str().expect("UTF-8 path");
     let stamp_file = stamps.to_str().expect("UTF-8 path");
@@ -310,23 +289,9 @@ fn handoff_chain(
     let mut conn = redis.connection();
     for i in 1..=waiters {
         chain.push(
-            command(
-                dlock,
-                &[
-                    "--backend",
-                    "redis",
-                    "--url",
-                    &url,
-                    "run",
-                    &name,
-                    "--",
-                    bench,
-                    "--stamp",
-                    stamp_file,
-                ],
-            )
-            .spawn()
-            .expect("start a waiter"),
+            redis_run(dlock, &url, &name, &[bench, "--stamp", stamp_file])
+                .spawn()
+                .expect("start a waiter"),
         );
         // One at a time, so the queue order is the start order.
         support::wait_until("a waiter to queue", Duration::from_secs(30), || {

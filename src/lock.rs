@@ -3,7 +3,7 @@
 //! storage (a file, Redis keys, znodes); nothing here knows about any backend.
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -148,6 +148,45 @@ impl Holder {
     }
 }
 
+impl Holder {
+    /// The holder as one line of text, `MODE TOKEN SINCE PID HOST` (since: Unix seconds; the host
+    /// last, so it may hold anything but a newline). The owner id is kept beside it by each store:
+    /// the file backend writes it in front, Redis uses it as the hash field, and Redis's
+    /// acquire.lua builds this same line.
+    pub fn record(&self) -> String {
+        let since = self
+            .since
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        format!(
+            "{} {} {since} {} {}",
+            self.mode.to_wire(),
+            self.token,
+            self.pid,
+            self.host
+        )
+    }
+
+    /// The inverse of `record`; `None` for a line it never produces.
+    pub fn from_record(owner: String, record: &str) -> Option<Holder> {
+        let mut fields = record.splitn(5, ' ');
+        let mode = Mode::from_wire(fields.next()?)?;
+        let token = fields.next()?.parse().ok()?;
+        let since = UNIX_EPOCH + Duration::from_secs(fields.next()?.parse().ok()?);
+        let pid = fields.next()?.parse().ok()?;
+        let host = fields.next()?.to_owned();
+        Some(Holder {
+            mode,
+            host,
+            pid,
+            owner,
+            since,
+            token,
+        })
+    }
+}
+
 /// What `dlock run` asks a backend for.
 #[derive(Clone, Debug)]
 pub struct LockRequest {
@@ -281,6 +320,21 @@ mod tests {
             tree_locks("/a/../b", Mode::Exclusive),
             Err(TreeError::ParentComponent(_))
         ));
+    }
+
+    #[test]
+    fn holder_records_round_trip_with_the_host_last() {
+        let h = Holder {
+            mode: Mode::Limit(3),
+            host: "build 01".into(),
+            pid: 42,
+            owner: "00ff".into(),
+            since: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            token: 7,
+        };
+        assert_eq!(h.record(), "limit:3 7 1700000000 42 build 01");
+        assert_eq!(Holder::from_record("00ff".into(), &h.record()), Some(h));
+        assert_eq!(Holder::from_record("ab".into(), "bogus 7 1 2 h"), None);
     }
 
     #[test]

@@ -586,21 +586,9 @@ fn claim_record(lock: &LockFile, holder: &Holder) -> io::Result<u64> {
     )))
 }
 
+/// A holder's line in its record slot: `dlock1 OWNER` and the holder's record.
 fn format_record(h: &Holder) -> String {
-    let since = h
-        .since
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    format!(
-        "dlock1 {} {} {} {} {} {}\n",
-        h.mode.to_wire(),
-        h.pid,
-        h.owner,
-        since,
-        h.token,
-        h.host
-    )
+    format!("dlock1 {} {}\n", h.owner, h.record())
 }
 
 fn parse_record(buf: &[u8]) -> Option<Holder> {
@@ -609,24 +597,8 @@ fn parse_record(buf: &[u8]) -> Option<Holder> {
         .position(|&b| b == b'\n' || b == 0)
         .unwrap_or(buf.len());
     let line = std::str::from_utf8(&buf[..end]).ok()?;
-    let mut fields = line.splitn(7, ' ');
-    if fields.next()? != "dlock1" {
-        return None;
-    }
-    let mode = Mode::from_wire(fields.next()?)?;
-    let pid = fields.next()?.parse().ok()?;
-    let owner = fields.next()?.to_owned();
-    let since = UNIX_EPOCH + Duration::from_secs(fields.next()?.parse().ok()?);
-    let token = fields.next()?.parse().ok()?;
-    let host = fields.next()?.to_owned();
-    Some(Holder {
-        mode,
-        host,
-        pid,
-        owner,
-        since,
-        token,
-    })
+    let (owner, record) = line.strip_prefix("dlock1 ")?.split_once(' ')?;
+    Holder::from_record(owner.to_owned(), record)
 }
 
 /// A holder that is not dlock (flock(1), or a program calling flock(2)): all we know is its pid.

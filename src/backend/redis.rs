@@ -39,14 +39,14 @@ use std::collections::BTreeMap;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use redis::{Client, Connection, ConnectionAddr, IntoConnectionInfo, RedisError, Script, Value};
 
 use super::{Attempt, Backend, BackendConfig, Lease, LockStatus, Renewal, Waiting};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{host_name, Holder, LockName, LockRequest, Mode, Token};
+use crate::lock::{host_name, Holder, LockName, LockRequest, Token};
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -959,26 +959,8 @@ fn parse_holders(value: &Value) -> Vec<Holder> {
     };
     items
         .chunks_exact(2)
-        .filter_map(|pair| parse_record(text_of(&pair[0])?, &text_of(&pair[1])?))
+        .filter_map(|pair| Holder::from_record(text_of(&pair[0])?, &text_of(&pair[1])?))
         .collect()
-}
-
-/// A holder record: `MODE TOKEN SINCE PID HOST`.
-fn parse_record(owner: String, record: &str) -> Option<Holder> {
-    let mut fields = record.splitn(5, ' ');
-    let mode = Mode::from_wire(fields.next()?)?;
-    let token = fields.next()?.parse().ok()?;
-    let since = UNIX_EPOCH + Duration::from_secs(fields.next()?.parse().ok()?);
-    let pid = fields.next()?.parse().ok()?;
-    let host = fields.next()?.to_owned();
-    Some(Holder {
-        mode,
-        host,
-        pid,
-        owner,
-        since,
-        token,
-    })
 }
 
 /// The outcome of one acquisition round over all servers.
@@ -1413,16 +1395,6 @@ mod tests {
             "redis://***@db:6379/2"
         );
         assert_eq!(redact("redis://db:6379"), "redis://db:6379");
-    }
-
-    #[test]
-    fn records_parse_with_the_host_last() {
-        let h = parse_record("ab".into(), "limit:3 7 1700000000 42 build-01").unwrap();
-        assert_eq!(
-            (h.mode, h.token, h.pid, h.host.as_str()),
-            (Mode::Limit(3), 7, 42, "build-01")
-        );
-        assert!(parse_record("ab".into(), "bogus 7 1 2 h").is_none());
     }
 
     #[test]
