@@ -188,7 +188,7 @@ impl Holder {
 }
 
 /// What `dlock run` asks a backend for.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockRequest {
     pub name: LockName,
     pub mode: Mode,

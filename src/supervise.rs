@@ -189,7 +189,8 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     let started = Instant::now();
     // First one attempt per lock on this thread: the uncontended case needs no helper thread.
     let mut held = Vec::new();
-    let held = match try_in_order(backend.as_ref(), &requests, &mut held, report) {
+    let then_wait = !plan.no_wait;
+    let held = match try_in_order(backend.as_ref(), &requests, then_wait, &mut held, report) {
         Ok(FirstTry::AllHeld) => Acquisition::Held(held),
         Ok(FirstTry::Busy(busy, holders)) if plan.no_wait => {
             release_quietly(held);
@@ -310,16 +311,18 @@ enum FirstTry {
     Lost(String),
 }
 
-/// One attempt per lock, in order, stopping at the first busy one. Locks taken are renewed
-/// between attempts, since taking thousands of them can outlast a lease.
+/// One attempt per lock, in order, stopping at the first busy one (`then_wait`: to wait for it
+/// next). Locks taken are renewed between attempts, since taking thousands of them can outlast a
+/// lease.
 fn try_in_order(
     backend: &dyn Backend,
     requests: &[LockRequest],
+    then_wait: bool,
     held: &mut Vec<Held>,
     report: &Reporter,
 ) -> anyhow::Result<FirstTry> {
     for (index, request) in requests.iter().enumerate() {
-        match backend.try_acquire(request)? {
+        match backend.try_acquire(request, then_wait)? {
             Attempt::Acquired(lease) => held.push(Held::new(request, lease)),
             Attempt::Busy(holders) => return Ok(FirstTry::Busy(index, holders)),
         }

@@ -483,6 +483,69 @@ fn a_release_wakes_the_next_waiter_at_once() {
     assert!(wait_exit(&mut waiter, T).success());
 }
 
+/// EVALSHA calls the server has run so far.
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.connection())
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_release_hands_the_lock_over_with_no_command_from_the_waiter() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    // Load the scripts, so that no NOSCRIPT retry is counted below.
+    assert_eq!(
+        code(&output(dlock_at(&url, &["run", "warm", "--", "true"]))),
+        0
+    );
+    let mut holder = Holder::start(&url, &[], "over", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let started = dir.file("waiter-pid");
+    let script = format!("echo $$ > {}; exec sleep 60", started.display());
+    let mut waiter = Holder::start_args(
+        &url,
+        &[
+            "-v", "run", "--ttl", "3s", "over", "--", "sh", "-c", &script,
+        ],
+    );
+    wait_until("the waiter to queue", T, || queued(&server, "over") == 1);
+    let before = script_calls(&server);
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.wait_for_lines("released", 1, T);
+    let child = read_pid(&started);
+    // The holder's release granted the lock, and the waiter started without asking again (its
+    // fallback re-check would come only a second after it queued).
+    assert_eq!(
+        script_calls(&server) - before,
+        1,
+        "only the holder's release ran"
+    );
+    holder.finish(T);
+
+    // The lock it was handed is a lock like any other: renewed (every second), then lost when
+    // its key goes.
+    waiter.wait_for_lines("renewed", 2, T);
+    let deleted: i64 = redis::cmd("DEL")
+        .arg("dlock:{over}:holders")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert_lost_after(
+        waiter,
+        child,
+        Instant::now(),
+        Duration::from_secs(3),
+        &["no longer ours"],
+    );
+}
+
 #[test]
 fn many_names_are_held_and_renewed_over_one_connection() {
     let server = RedisServer::start();
@@ -575,23 +638,27 @@ fn a_waiter_that_gives_up_leaves_nothing_behind() {
     assert_eq!(code(&out), 75);
     assert_eq!(server.keys(), held_keys);
 
-    // Gives up on a signal, while queued and subscribed.
+    // Gives up on a signal, while queued and subscribed (the holder listens on its own channel).
+    let channels = || -> Vec<String> {
+        redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("dlock:wake:*")
+            .query(&mut server.connection())
+            .unwrap()
+    };
+    let holders_channel = channels();
+    assert_eq!(holders_channel.len(), 1, "{holders_channel:?}");
     let mut waiter = dlock_at(&url, &["run", "tidy", "--", "true"])
         .spawn()
         .unwrap();
     wait_until("the waiter to queue", T, || queued(&server, "tidy") == 1);
-    let channels = || -> Vec<String> {
-        redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg("dlock:*")
-            .query(&mut server.connection())
-            .unwrap()
-    };
-    wait_until("the waiter to subscribe", T, || channels().len() == 1);
+    assert_eq!(channels().len(), 2, "the waiter listens before it queues");
     signal(waiter.id(), libc::SIGTERM);
     assert_eq!(wait_exit(&mut waiter, T).code(), Some(128 + libc::SIGTERM));
     assert_eq!(server.keys(), held_keys);
-    wait_until("the wake-up channel to go", T, || channels().is_empty());
+    wait_until("the waiter's channel to go", T, || {
+        channels() == holders_channel
+    });
 
     signal(holder.child.id(), libc::SIGTERM);
     holder.finish(T);

@@ -65,8 +65,11 @@ pub trait Backend: Send {
     /// process (`file:/run/user/1000/dlock`, `redis://127.0.0.1:6379`).
     fn location(&self) -> String;
 
-    /// One attempt, never waiting.
-    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt>;
+    /// One attempt, never waiting. `then_wait`: if the lock is busy the caller's next call is
+    /// `acquire` for the same request, so the backend may keep a place in line for it (taken now,
+    /// the place also orders this waiter by when it first tried). Without it, a busy attempt
+    /// leaves nothing behind.
+    fn try_acquire(&self, request: &LockRequest, then_wait: bool) -> anyhow::Result<Attempt>;
 
     /// Wait until the lock is acquired, or `waiting` is cancelled (`Ok(None)`). A cancelled wait
     /// leaves nothing of itself behind in the store.

@@ -10,25 +10,33 @@
 //!   `dlock:{NAME}:holders` (sorted set, owner id -> lease expiry), `dlock:{NAME}:owners` (hash,
 //!   owner id -> "MODE TOKEN SINCE PID HOST"), `dlock:{NAME}:token` (the fencing counter, never
 //!   expires), `dlock:{NAME}:queue` and `dlock:{NAME}:alive` (waiters in arrival order and their
-//!   own leases). Waiters are woken on the pub/sub channel `dlock:{NAME}:wake:OWNER`.
+//!   own leases). Grants are told on the pub/sub channel `dlock:wake:OWNER`.
 //! - Renew and release act only on the caller's own owner id: no client ever extends or deletes
 //!   another's lease. An expired lease is never revived, so a renewal after expiry is "lost".
 //!
 //! Waiting: each waiter takes a ticket in the lock's queue (a sorted set scored by the server's
-//! clock) and subscribes to a channel of its own. A release publishes to the first waiter only,
-//! and only when it could now take the lock; a waiter that takes it passes the turn on when the
-//! next one could join too (shared and limit holders). So a handoff costs a few commands whatever
-//! the number of waiters (no herd), and waiters acquire in arrival order (nobody may pass a live
-//! waiter with an earlier ticket). Pub/sub rather than BLPOP because a subscriber can wait with a
-//! short socket timeout and look at its cancellation flag without sending a command each time: an
-//! idle waiter costs the server nothing but its fallback re-check, which runs when the holder's
-//! lease would run out and at least every ttl/3 (it also renews the waiter's place: a waiter that
-//! dies drops out of the queue within its ttl). A lost wake-up thus costs at most that re-check.
+//! clock), on the first attempt already when dlock will wait, and subscribes to a channel of its
+//! own on the same connection (RESP3, so one connection carries commands and messages; the
+//! SUBSCRIBE goes out with that first attempt and costs no round trip). A release hands the lock
+//! to the first waiter itself, in the same script, and only when it can take it (then to the next
+//! ones too while they can join: shared and limit holders), and publishes the grant with its
+//! token. So a handoff costs one script and one message whatever the number of waiters (no herd),
+//! the next holder starts without a round trip of its own, and waiters acquire in arrival order
+//! (nobody may pass a live waiter with an earlier ticket). Pub/sub rather than BLPOP because a
+//! subscriber waits with a short socket timeout and looks at its cancellation flag without
+//! sending a command each time, and its connection stays free for the renewals of locks already
+//! held: an idle waiter costs the server nothing but its fallback re-check, which runs when the
+//! holder's lease would run out and at least every ttl/3 (it also renews the waiter's place: a
+//! waiter that dies drops out of the queue within its ttl). A lost message thus costs at most that
+//! re-check, which finds the lock already granted. The grant's lease is judged from the send time
+//! of the waiter's last attempt before the message (messages and replies come in the order the
+//! server made them, so the grant came later and its lease ends later).
 //!
 //! Several `--url`s: Redlock. Acquire runs the script on every server at once; the lock is held
 //! when a majority granted it within the validity time (ttl minus the time taken minus a drift
 //! margin), else every server is told to release (the waiter keeps its place in every queue and
-//! tries again after a short random pause). Renewals must reach a majority; when they cannot
+//! tries again after a short random pause); a grant from one server is only a sign to try again
+//! everywhere. Renewals must reach a majority; when they cannot
 //! until the lease runs out, or a majority says "not yours", the lock is lost. The fencing token is
 //! above every counter of the servers that answered (granting or busy), and each granting server's
 //! counter is then raised to it: any later majority shares a server with this one, so tokens keep
@@ -38,11 +46,15 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::mem::ManuallyDrop;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use redis::{Client, Connection, ConnectionAddr, IntoConnectionInfo, RedisError, Script, Value};
+use redis::{
+    Client, Connection, ConnectionAddr, FromRedisValue, IntoConnectionInfo, ProtocolVersion,
+    PushInfo, PushKind, RedisError, ToRedisArgs, Value,
+};
 
 use super::{Attempt, Backend, BackendConfig, Lease, LockStatus, Renewal, Waiting};
 use crate::exit::{FailWith, Failure};
@@ -61,8 +73,11 @@ trusting the system CAs or SSL_CERT_FILE; default redis://127.0.0.1:6379):
     dlock:{NAME}:token    the fencing counter (INCR per acquisition; never expires)
     dlock:{NAME}:queue    sorted set: waiters in arrival order (first come, first served)
     dlock:{NAME}:alive    sorted set: waiter -> its own expiry (a dead waiter drops out)
-    dlock:{NAME}:wake:ID  pub/sub channel: a release wakes the first waiter only
-  Acquire, renew and release are Lua scripts that act only on the caller's own owner id.
+    dlock:wake:ID         pub/sub channel: a release grants the lock to the first waiter and
+                          tells it here (\"dlock:{NAME} TOKEN\"); one per dlock, on RESP3
+  Needs Redis 6 or newer (RESP3).
+  Acquire, renew and release are Lua scripts that act only on the caller's own owner id (and
+  hand a freed lock to the waiters first in line, who asked for it).
   dlock renews the --ttl lease every ttl/3. The lock is lost when a renewal answers \"not yours\"
   (expired, release --force, key deleted, server restarted empty), or when no renewal got
   through for the ttl minus 1% and 2ms: the command then gets SIGTERM, SIGKILL after
@@ -86,34 +101,98 @@ const MAX_RENEW_ATTEMPT: Duration = Duration::from_secs(1);
 /// Most keys `list` looks at, so a huge keyspace cannot keep it scanning forever.
 const MAX_SCAN_STEPS: usize = 100_000;
 
-macro_rules! script {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("redis/lib.lua"),
-                include_str!(concat!("redis/", $file))
-            ))
-        })
-    };
+/// A dlock script: the shared prelude (`redis/lib.lua`) and its own part, with the SHA-1 that
+/// EVALSHA names it by, both made by build.rs.
+struct LuaScript {
+    body: &'static str,
+    sha1: &'static str,
 }
 
-static ACQUIRE: LazyLock<Script> = script!("acquire.lua");
-static RENEW: LazyLock<Script> = script!("renew.lua");
-static RELEASE: LazyLock<Script> = script!("release.lua");
-static STATUS: LazyLock<Script> = script!("status.lua");
-static BREAK: LazyLock<Script> = script!("break.lua");
-static RAISE_TOKEN: LazyLock<Script> = script!("raise_token.lua");
+// ACQUIRE, RENEW, RELEASE, STATUS, BREAK and RAISE_TOKEN.
+include!(concat!(env!("OUT_DIR"), "/redis_scripts.rs"));
+
+impl LuaScript {
+    /// Gives the script to a server that does not have it (NOSCRIPT).
+    fn load(&self, conn: &mut Connection) -> redis::RedisResult<()> {
+        let sha1: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(self.body)
+            .query(conn)?;
+        if sha1 != self.sha1 {
+            return Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "the server names a dlock script by another hash",
+                sha1,
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A script call being built: EVALSHA, the lock's keys, then the arguments.
+struct Call {
+    script: &'static LuaScript,
+    cmd: redis::Cmd,
+}
+
+impl Call {
+    fn arg(mut self, arg: impl ToRedisArgs) -> Call {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Runs the script, giving it to the server first if the server does not have it.
+    fn invoke<T: FromRedisValue>(&self, conn: &mut Connection) -> redis::RedisResult<T> {
+        match self.cmd.query(conn) {
+            Err(e) if is_noscript(&e) => {
+                self.script.load(conn)?;
+                self.cmd.query(conn)
+            }
+            result => result,
+        }
+    }
+}
+
+fn is_noscript(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
 
 /// One connection per `--url`, shared by the backend and every lease it hands out: a dlock holding
 /// 10,000 names renews them over one connection per server, not 10,000. Each use locks it for one
-/// round of commands only, never across a wait.
+/// round of commands, or for one short read of a waiter listening for its grant.
 type Shared = Arc<Mutex<Vec<Server>>>;
 
 /// The locks in one Redis server, or in several (Redlock).
 pub struct RedisBackend {
     servers: Shared,
+    /// How many servers (more than one: Redlock).
+    count: usize,
     connect_timeout: Duration,
     location: String,
+    /// The place in line a `try_acquire` took for the `acquire` that follows it.
+    parked: Mutex<Option<Parked>>,
+}
+
+/// A place in line taken by `try_acquire` for the wait dlock makes next for the same request: the
+/// wait keeps it (and its subscription) instead of asking again. Any other request, or dropping
+/// the backend, gives it up.
+struct Parked {
+    request: LockRequest,
+    ticket: String,
+    line: Line,
+    /// Who held the lock then: the wait reports them without asking again.
+    holders: Vec<Holder>,
+}
+
+/// A waiter's place after a round that found the lock busy.
+#[derive(Clone, Copy)]
+struct Line {
+    /// When that round was sent: a grant heard after its replies was made later than this.
+    sent: Instant,
+    /// Look again after this long if no grant comes.
+    retry: Duration,
+    /// A server that answered, whose connection to listen on.
+    server: usize,
 }
 
 impl RedisBackend {
@@ -149,9 +228,11 @@ impl RedisBackend {
             .flatten()
             .collect();
         let backend = RedisBackend {
+            count: servers.len(),
             servers: Arc::new(Mutex::new(servers)),
             connect_timeout: timeout,
             location,
+            parked: Mutex::new(None),
         };
         if let Some(auth) = faults.iter().find(|f| matches!(f.kind, FaultKind::Auth)) {
             return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
@@ -207,11 +288,11 @@ impl RedisBackend {
         wait: bool,
         ticket: &mut String,
     ) -> anyhow::Result<Round> {
-        let timeout = self.op_timeout(servers.len(), ask.request.ttl);
+        let timeout = self.op_timeout(servers.len(), ask.ttl);
         let started = Instant::now();
-        let replies = on_all(servers, |s| {
-            s.call(timeout, |c| ask.acquire(c, wait, ticket.as_str()))
-        });
+        let replies = on_all(servers, |s| s.acquire(timeout, ask, wait, ticket.as_str()));
+        // The replies tell the truth: a grant heard before them is stale.
+        forget_grants(servers, &ask.keys.base);
         let quorum = quorum(servers.len());
         let mut granted = Vec::new();
         let mut busy = None;
@@ -248,21 +329,10 @@ impl RedisBackend {
             // server that missed acquisitions or lost its data cannot pull the token back.
             let granted_max = granted.iter().map(|&(_, t)| t).max().unwrap_or(0);
             let token = granted_max.max(seen + 1);
-            let deadline = started + ask.request.ttl.saturating_sub(drift(ask.request.ttl));
-            if Instant::now() < deadline
+            let lease = self.lease(ask, token, started);
+            if Instant::now() < lease.deadline
                 && self.raise_tokens(servers, ask, &granted, token, timeout)
             {
-                let lease = RedisLease {
-                    servers: self.servers.clone(),
-                    count: servers.len(),
-                    ask: ask.owned(),
-                    token,
-                    confirmed: started,
-                    deadline,
-                    op_timeout: timeout,
-                    lost: None,
-                    trouble: None,
-                };
                 return Ok(Round::Held(Box::new(lease)));
             }
         }
@@ -280,18 +350,19 @@ impl RedisBackend {
         if answered < quorum {
             return Ok(Round::Unreachable(faults));
         }
-        let (mut retry, holders, at) = busy.unwrap_or((ask.request.ttl / 3, Vec::new(), 0));
+        let (mut retry, holders, server) = busy.unwrap_or((ask.ttl / 3, Vec::new(), 0));
         if !granted.is_empty() {
-            // We just gave servers back and nobody will wake us for that (we may well be first in
+            // We just gave servers back and nobody will tell us for that (we may well be first in
             // line): try again soon, after a random pause so two waiters that split the servers
             // between them do not meet again in step.
             retry = retry.min(jitter(Duration::from_millis(20)));
         }
-        Ok(Round::Busy {
+        let line = Line {
+            sent: started,
             retry,
-            holders,
-            server: at,
-        })
+            server,
+        };
+        Ok(Round::Busy { line, holders })
     }
 
     /// Redlock: lift the granting servers' counters to the token handed out. Needs a majority.
@@ -308,8 +379,11 @@ impl RedisBackend {
         }
         let raised = on_each(servers, |i, s| {
             granted.iter().any(|&(g, _)| g == i)
-                && s.call(timeout, |c| {
-                    ask.keys.invoke(&RAISE_TOKEN).arg(token).invoke::<Value>(c)
+                && s.call(timeout, |l| {
+                    ask.keys
+                        .invoke(&RAISE_TOKEN)
+                        .arg(token)
+                        .invoke::<Value>(&mut l.conn)
                 })
                 .is_ok()
         });
@@ -319,76 +393,113 @@ impl RedisBackend {
     /// Removes what `ask` has in the lock on every server (its lease, and its place in the queue
     /// unless kept), best effort: whatever is left expires within the ttl.
     fn undo(&self, servers: &mut [Server], ask: &Ask, place: Place) {
-        let timeout = self.op_timeout(servers.len(), ask.request.ttl);
-        on_all(servers, |s| s.call(timeout, |c| ask.release(c, place)).ok());
+        let timeout = self.op_timeout(servers.len(), ask.ttl);
+        on_all(servers, |s| {
+            s.call(timeout, |l| ask.release(&mut l.conn, place)).ok()
+        });
     }
 
-    /// Waits for the lock: see the module documentation. `Ok(None)` when cancelled.
-    fn wait_for(&self, ask: &Ask, waiting: &Waiting) -> anyhow::Result<Option<Box<RedisLease>>> {
-        let channel = ask.keys.wake_channel(&ask.request.owner);
-        // Listen before taking a place in line, so no wake-up can come before we hear it. (The
-        // supervisor has just tried once, so the lock is most likely busy.)
-        let first = {
-            let servers = self.servers();
-            let at = servers.iter().position(|s| s.conn.is_some()).unwrap_or(0);
-            servers[at].client.clone()
-        };
-        let mut wake = WakeUps::subscribe(&first, &channel, self.connect_timeout);
+    /// Waits for the lock: see the module documentation. `Ok(None)` when cancelled. `parked` is the
+    /// place a `try_acquire` took in line for this request, if it did.
+    fn wait_for(
+        &self,
+        ask: &Ask,
+        waiting: &Waiting,
+        parked: Option<Parked>,
+    ) -> anyhow::Result<Option<Box<RedisLease>>> {
         let mut ticket = String::new();
-        let mut announced = false;
+        let mut line = None;
+        if let Some(parked) = parked {
+            waiting.busy(&parked.holders);
+            ticket = parked.ticket;
+            line = Some(parked.line);
+        }
+        let mut announced = line.is_some();
         let mut unreachable_since: Option<Instant> = None;
         loop {
             if waiting.is_cancelled() {
                 return Ok(None);
             }
-            let (round, count) = {
-                let mut servers = self.servers();
-                (
-                    self.round(&mut servers, ask, true, &mut ticket)?,
-                    servers.len(),
-                )
-            };
-            let (retry, server) = match round {
-                Round::Held(lease) => return Ok(Some(lease)),
-                Round::Busy {
-                    retry,
-                    holders,
-                    server,
-                } => {
-                    unreachable_since = None;
-                    if !announced {
-                        waiting.busy(&holders);
-                        announced = true;
+            let place = match line.take() {
+                Some(place) => place,
+                None => {
+                    let (round, count) = {
+                        let mut servers = self.servers();
+                        (
+                            self.round(&mut servers, ask, true, &mut ticket)?,
+                            servers.len(),
+                        )
+                    };
+                    match round {
+                        Round::Held(lease) => return Ok(Some(lease)),
+                        Round::Busy { line, holders } => {
+                            unreachable_since = None;
+                            if !announced {
+                                waiting.busy(&holders);
+                                announced = true;
+                            }
+                            line
+                        }
+                        Round::Unreachable(faults) => {
+                            let since = *unreachable_since.get_or_insert_with(Instant::now);
+                            if since.elapsed() >= self.connect_timeout {
+                                self.check_quorum(count - faults.len(), &faults)?;
+                            }
+                            pause(CANCEL_CHECK, waiting);
+                            continue;
+                        }
                     }
-                    (retry, server)
-                }
-                Round::Unreachable(faults) => {
-                    let since = *unreachable_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= self.connect_timeout {
-                        self.check_quorum(count - faults.len(), &faults)?;
-                    }
-                    pause(CANCEL_CHECK, waiting);
-                    continue;
                 }
             };
-            let until = Instant::now() + retry.min(ask.request.ttl / 3);
-            if wake.is_none() {
-                // The last subscription broke (or never came): listen again, on a server that
-                // answers, and look again at once, as a wake-up may have come meanwhile.
-                let client = self.servers()[server].client.clone();
-                wake = WakeUps::subscribe(&client, &channel, self.connect_timeout);
-                if wake.is_some() {
-                    continue;
+            let ttl = ask.ttl;
+            let until = place.sent + place.retry.min(ttl / 3);
+            if let Some(token) = self.listen(&ask.keys.base, place.server, until, waiting) {
+                // Alone, the grant is the lock, with a lease that ends after the last attempt's
+                // send time plus the ttl; take it unless that time is old. With Redlock it only
+                // says "try again now", everywhere.
+                if self.count == 1 && place.sent.elapsed() < ttl / 6 {
+                    return Ok(Some(Box::new(self.lease(ask, token, place.sent))));
                 }
             }
-            match wake.as_mut() {
-                Some(listening) => {
-                    if listening.wait(until, waiting).is_err() {
-                        wake = None;
-                    }
+        }
+    }
+
+    /// A held lock with `token`, confirmed by a request sent at `sent`.
+    fn lease(&self, ask: &Ask, token: Token, sent: Instant) -> RedisLease {
+        let ttl = ask.ttl;
+        RedisLease {
+            servers: self.servers.clone(),
+            count: self.count,
+            ask: ask.clone(),
+            token,
+            confirmed: sent,
+            deadline: sent + ttl.saturating_sub(drift(ttl)),
+            op_timeout: self.op_timeout(self.count, ttl),
+            lost: None,
+            trouble: None,
+        }
+    }
+
+    /// Listens until `until` for a grant of the lock `base` to this dlock, on the connection to
+    /// server `at` (a message read on any connection by anyone counts too). Holds that connection
+    /// for at most `CANCEL_CHECK` at a time, so renewals of locks already held go on meanwhile.
+    /// The grant's token, or `None`: time to look again (or cancelled, or the connection broke).
+    fn listen(&self, base: &str, at: usize, until: Instant, waiting: &Waiting) -> Option<Token> {
+        loop {
+            let now = Instant::now();
+            if waiting.is_cancelled() || now >= until {
+                return None;
+            }
+            let mut servers = self.servers();
+            for server in servers.iter() {
+                if let Some(token) = server.link.as_ref().and_then(|l| l.grant(base)) {
+                    return Some(token);
                 }
-                // No subscription to be had: re-check on a timer.
-                None => pause(until.saturating_duration_since(Instant::now()), waiting),
+            }
+            let server = servers.get_mut(at)?;
+            let slice = (until - now).min(CANCEL_CHECK);
+            if server.read_message(slice).is_err() {
+                return None;
             }
         }
     }
@@ -400,41 +511,64 @@ impl RedisBackend {
         self.undo(&mut self.servers(), ask, Place::Leave);
     }
 
-    fn acquire_with(&self, request: &LockRequest, wait: Option<&Waiting>) -> anyhow::Result<Step> {
+    /// One attempt. With `then_wait`, a busy lock leaves this dlock in line, parked for the wait
+    /// that follows; otherwise nothing of it stays behind.
+    fn try_once(&self, request: &LockRequest, then_wait: bool) -> anyhow::Result<Attempt> {
+        if let Some(earlier) = self.take_parked() {
+            self.abandon(&Ask::new(&earlier.request));
+        }
         let ask = Ask::new(request);
-        match wait {
-            None => {
-                let mut servers = self.servers();
-                match self.round(&mut servers, &ask, false, &mut String::new())? {
-                    Round::Held(lease) => Ok(Step::Held(lease)),
-                    Round::Busy { holders, .. } => Ok(Step::Busy(holders)),
-                    Round::Unreachable(faults) => {
-                        self.check_quorum(servers.len() - faults.len(), &faults)?;
-                        Ok(Step::Busy(Vec::new()))
-                    }
+        let mut ticket = String::new();
+        let mut servers = self.servers();
+        let round = match self.round(&mut servers, &ask, then_wait, &mut ticket) {
+            Ok(round) => round,
+            Err(e) => {
+                if then_wait {
+                    self.undo(&mut servers, &ask, Place::Leave);
                 }
+                return Err(e);
             }
-            Some(waiting) => match self.wait_for(&ask, waiting) {
-                Ok(Some(lease)) => Ok(Step::Held(lease)),
-                Ok(None) => {
-                    self.abandon(&ask);
-                    Ok(Step::Cancelled)
+        };
+        match round {
+            Round::Held(lease) => Ok(Attempt::Acquired(lease)),
+            Round::Busy { line, holders } => {
+                if then_wait {
+                    *lock(&self.parked) = Some(Parked {
+                        request: request.clone(),
+                        ticket,
+                        line,
+                        holders: holders.clone(),
+                    });
                 }
-                Err(e) => {
-                    self.abandon(&ask);
-                    Err(e)
+                Ok(Attempt::Busy(holders))
+            }
+            Round::Unreachable(faults) => {
+                if then_wait {
+                    self.undo(&mut servers, &ask, Place::Leave);
                 }
-            },
+                self.check_quorum(servers.len() - faults.len(), &faults)?;
+                Ok(Attempt::Busy(Vec::new()))
+            }
         }
     }
 
+    fn take_parked(&self) -> Option<Parked> {
+        lock(&self.parked).take()
+    }
+
     /// Runs a read-or-break script on every server and merges the holders they report.
-    fn holders_everywhere(&self, name: &LockName, script: &Script) -> anyhow::Result<Vec<Holder>> {
+    fn holders_everywhere(
+        &self,
+        name: &LockName,
+        script: &'static LuaScript,
+    ) -> anyhow::Result<Vec<Holder>> {
         let mut servers = self.servers();
         let keys = Keys::of(name);
         let timeout = self.connect_timeout;
         let replies = on_all(&mut servers, |s| {
-            s.call(timeout, |c| keys.invoke(script).invoke::<Value>(c))
+            s.call(timeout, |l| {
+                keys.invoke(script).invoke::<Value>(&mut l.conn)
+            })
         });
         let mut merged: BTreeMap<String, Holder> = BTreeMap::new();
         let mut faults = Vec::new();
@@ -472,9 +606,44 @@ struct Server {
     /// `host:port`, what messages name.
     addr: String,
     client: Client,
-    conn: Option<Connection>,
-    /// The socket timeouts last set on `conn`, to skip needless system calls.
+    link: Option<Link>,
+    /// The socket timeouts last set on the connection, to skip needless system calls.
     timeout: Option<Duration>,
+}
+
+/// A connection to one server (RESP3), and the messages read on it.
+struct Link {
+    conn: Connection,
+    /// Messages published to this dlock, as whoever reads the connection comes upon them.
+    messages: Receiver<PushInfo>,
+    /// Whether the connection listens on this dlock's channel.
+    subscribed: bool,
+}
+
+impl Link {
+    /// The token of a grant of the lock `base` among the messages read so far; other messages
+    /// (stale grants of other locks, subscription confirmations) are dropped.
+    fn grant(&self, base: &str) -> Option<Token> {
+        self.messages.try_iter().find_map(|m| grant_of(&m, base))
+    }
+}
+
+/// The token of `message` if it grants the lock `base` ("dlock:{NAME} TOKEN").
+fn grant_of(message: &PushInfo, base: &str) -> Option<Token> {
+    if message.kind != PushKind::Message {
+        return None;
+    }
+    let payload = text_of(message.data.get(1)?)?;
+    let (lock, token) = payload.rsplit_once(' ')?;
+    (lock == base).then(|| token.parse().ok())?
+}
+
+/// Drops the grants of `base` heard so far: a round's replies, which came after them, tell the
+/// truth.
+fn forget_grants(servers: &[Server], base: &str) {
+    for link in servers.iter().filter_map(|s| s.link.as_ref()) {
+        let _ = link.grant(base);
+    }
 }
 
 impl Server {
@@ -518,7 +687,13 @@ impl Server {
             format!("{scheme}://{addr}/{db}")
         };
         // dlock's connections send only its scripts: skip the library's CLIENT SETINFO commands.
-        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        // They start in RESP2, which needs no command to set up; a waiter switches its connection
+        // to RESP3 itself, with no round trip of its own (`Ask::acquire_listening`).
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_skip_set_lib_name()
+            .set_protocol(ProtocolVersion::RESP2);
         // Small requests that wait for their answer: never let Nagle's algorithm hold one back.
         let tcp = info.tcp_settings().clone().set_nodelay(true);
         let info = info.set_redis_settings(settings).set_tcp_settings(tcp);
@@ -529,7 +704,7 @@ impl Server {
             location,
             addr,
             client,
-            conn: None,
+            link: None,
             timeout: None,
         })
     }
@@ -544,8 +719,14 @@ impl Server {
 
     fn connect(&mut self, timeout: Duration) -> Result<(), Fault> {
         match self.client.get_connection_with_timeout(timeout) {
-            Ok(conn) => {
-                self.conn = Some(conn);
+            Ok(mut conn) => {
+                let (sender, messages) = mpsc::channel();
+                conn.set_push_sender(sender);
+                self.link = Some(Link {
+                    conn,
+                    messages,
+                    subscribed: false,
+                });
                 self.timeout = None;
                 Ok(())
             }
@@ -559,33 +740,85 @@ impl Server {
     fn call<T>(
         &mut self,
         timeout: Duration,
-        f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+        f: impl FnOnce(&mut Link) -> redis::RedisResult<T>,
     ) -> Result<T, Fault> {
         let timeout = timeout.max(Duration::from_millis(1));
-        if self.conn.is_none() {
+        if self.link.is_none() {
             self.connect(timeout)?;
         }
-        let Some(conn) = self.conn.as_mut() else {
+        self.set_timeout(timeout)?;
+        let Some(link) = self.link.as_mut() else {
+            return Err(self.fault(FaultKind::Down, "not connected".into()));
+        };
+        match f(link) {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                let fault = self.classify(&e, timeout);
+                // A server error leaves the connection as it was, but one without RESP3 is now
+                // half in pub/sub mode.
+                if !matches!(fault.kind, FaultKind::Refused)
+                    || e.kind() == redis::ErrorKind::RESP3NotSupported
+                {
+                    self.link = None;
+                }
+                Err(fault)
+            }
+        }
+    }
+
+    fn set_timeout(&mut self, timeout: Duration) -> Result<(), Fault> {
+        let Some(link) = self.link.as_mut() else {
             return Err(self.fault(FaultKind::Down, "not connected".into()));
         };
         if self.timeout != Some(timeout) {
+            let conn = &link.conn;
             let set = conn
                 .set_read_timeout(Some(timeout))
                 .and_then(|()| conn.set_write_timeout(Some(timeout)));
             if let Err(e) = set {
-                self.conn = None;
+                self.link = None;
                 return Err(self.classify(&e, timeout));
             }
             self.timeout = Some(timeout);
         }
-        match f(conn) {
-            Ok(value) => Ok(value),
-            Err(e) => {
-                let fault = self.classify(&e, timeout);
-                if !matches!(fault.kind, FaultKind::Refused) {
-                    self.conn = None;
-                }
-                Err(fault)
+        Ok(())
+    }
+
+    /// One acquisition attempt. A waiter's first one on a connection also makes it listen.
+    fn acquire(
+        &mut self,
+        timeout: Duration,
+        ask: &Ask,
+        wait: bool,
+        ticket: &str,
+    ) -> Result<Reply, Fault> {
+        self.call(timeout, |link| {
+            if wait && !link.subscribed {
+                let reply = ask.acquire_listening(&mut link.conn, ticket)?;
+                link.subscribed = true;
+                return Ok(reply);
+            }
+            ask.acquire(&mut link.conn, wait, ticket)
+        })
+    }
+
+    /// Reads one message (into the link's `messages`), waiting at most `timeout`. `Err` when the
+    /// connection broke (it is then dropped); a timeout or an interruption is `Ok`.
+    fn read_message(&mut self, timeout: Duration) -> Result<(), ()> {
+        self.set_timeout(timeout.max(Duration::from_millis(1)))
+            .map_err(|_| ())?;
+        let Some(link) = self.link.as_mut() else {
+            return Err(());
+        };
+        // The pub/sub view is never dropped: dropping it would unsubscribe and wait for the answer.
+        // It only borrows the connection and holds an empty queue, so nothing leaks.
+        let mut view = ManuallyDrop::new(link.conn.as_pubsub());
+        match view.get_message() {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_timeout() || is_interrupted(&e) => Ok(()),
+            Err(_) => {
+                self.link = None;
+                Err(())
             }
         }
     }
@@ -609,46 +842,13 @@ impl Server {
     }
 }
 
-/// A waiter's own connection, subscribed to its wake-up channel.
-struct WakeUps {
-    conn: Connection,
-}
-
-impl WakeUps {
-    /// Subscribes on a connection of its own to the server of `client`; `None` when that cannot be had (the caller
-    /// then re-checks on a timer).
-    fn subscribe(client: &Client, channel: &str, timeout: Duration) -> Option<WakeUps> {
-        let conn = client.get_connection_with_timeout(timeout).ok()?;
-        // Bounded like any other command until subscribed; then short, to look at the flag.
-        conn.set_read_timeout(Some(timeout)).ok()?;
-        let mut listening = WakeUps { conn };
-        let mut sub = listening.pubsub();
-        sub.subscribe(channel).ok()?;
-        sub.set_read_timeout(Some(CANCEL_CHECK)).ok()?;
-        Some(listening)
-    }
-
-    /// The connection's pub/sub view. Never dropped: dropping it would send UNSUBSCRIBE and
-    /// PUNSUBSCRIBE and wait for both (on the handoff's critical path when the wait ends), while
-    /// closing the connection ends the subscription just as well. Nothing leaks: the view only
-    /// borrows the connection and holds an empty message queue.
-    fn pubsub(&mut self) -> ManuallyDrop<redis::PubSub<'_>> {
-        ManuallyDrop::new(self.conn.as_pubsub())
-    }
-
-    /// Waits for a wake-up until `until`, looking at the cancellation flag at least every
-    /// `CANCEL_CHECK`. `Err` when the connection broke.
-    fn wait(&mut self, until: Instant, waiting: &Waiting) -> Result<(), ()> {
-        let mut sub = self.pubsub();
-        while !waiting.is_cancelled() && Instant::now() < until {
-            match sub.get_message() {
-                Ok(_) => return Ok(()),
-                // The read timeout, or the supervisor's signal: time to look at the flag.
-                Err(e) if e.is_timeout() || is_interrupted(&e) => {}
-                Err(_) => return Err(()),
-            }
+/// The next reply on `conn`, past any messages (which go to the link's `messages`).
+fn next_reply(conn: &mut Connection) -> redis::RedisResult<Value> {
+    loop {
+        match conn.recv_response()? {
+            Value::Push { .. } => continue,
+            reply => return Ok(reply),
         }
-        Ok(())
     }
 }
 
@@ -759,17 +959,12 @@ impl Keys {
         ["holders", "owners", "token", "queue", "alive"].map(|k| format!("{}:{k}", self.base))
     }
 
-    fn wake_channel(&self, owner: &str) -> String {
-        format!("{}:wake:{owner}", self.base)
-    }
-
-    /// An invocation of `script` with this lock's keys, ready for its arguments.
-    fn invoke<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
-        let mut invocation = script.prepare_invoke();
-        for key in self.all() {
-            invocation.key(key);
-        }
-        invocation
+    /// A call of `script` with this lock's keys, ready for its arguments.
+    fn invoke(&self, script: &'static LuaScript) -> Call {
+        let mut cmd = redis::cmd("EVALSHA");
+        let keys = self.all();
+        cmd.arg(script.sha1).arg(keys.len()).arg(&keys);
+        Call { script, cmd }
     }
 }
 
@@ -815,21 +1010,25 @@ fn decode_name(encoded: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// One acquisition's identity and its scripts' arguments.
-struct Ask<'a> {
-    request: &'a LockRequest,
+/// One acquisition's identity and its scripts' arguments; a lease keeps it for renewals and the
+/// release.
+#[derive(Clone)]
+struct Ask {
     keys: Keys,
+    owner: String,
     mode: String,
+    ttl: Duration,
     pid: String,
     host: String,
 }
 
-impl<'a> Ask<'a> {
-    fn new(request: &'a LockRequest) -> Ask<'a> {
+impl Ask {
+    fn new(request: &LockRequest) -> Ask {
         Ask {
-            request,
             keys: Keys::of(&request.name),
+            owner: request.owner.clone(),
             mode: request.mode.to_wire(),
+            ttl: request.ttl,
             pid: std::process::id().to_string(),
             // The record is space-separated with the host last; a host name has no spaces.
             host: host_name().replace(' ', "_"),
@@ -837,7 +1036,24 @@ impl<'a> Ask<'a> {
     }
 
     fn ttl_ms(&self) -> u64 {
-        self.request.ttl.as_millis().max(1) as u64
+        self.ttl.as_millis().max(1) as u64
+    }
+
+    /// The channel this dlock hears its grants on: one for all its locks.
+    fn wake_channel(&self) -> String {
+        format!("dlock:wake:{}", self.owner)
+    }
+
+    fn acquire_call(&self, wait: bool, ticket: &str) -> Call {
+        self.keys
+            .invoke(&ACQUIRE)
+            .arg(&self.owner)
+            .arg(&self.mode)
+            .arg(self.ttl_ms())
+            .arg(if wait { "1" } else { "0" })
+            .arg(ticket)
+            .arg(&self.pid)
+            .arg(&self.host)
     }
 
     fn acquire(
@@ -846,18 +1062,51 @@ impl<'a> Ask<'a> {
         wait: bool,
         ticket: &str,
     ) -> redis::RedisResult<Reply> {
-        let value: Value = self
-            .keys
-            .invoke(&ACQUIRE)
-            .arg(&self.request.owner)
-            .arg(&self.mode)
-            .arg(self.ttl_ms())
-            .arg(if wait { "1" } else { "0" })
-            .arg(ticket)
-            .arg(&self.pid)
-            .arg(&self.host)
-            .invoke(conn)?;
+        let value: Value = self.acquire_call(wait, ticket).invoke(conn)?;
         parse_acquire(&value).ok_or_else(|| unexpected(&value))
+    }
+
+    /// A waiter's first attempt on a connection: it switches the connection to RESP3 (HELLO 3),
+    /// so the connection can carry messages beside replies, and subscribes to this dlock's
+    /// channel, before the attempt and in the same write, so no grant can come before it listens
+    /// and neither costs a round trip of its own.
+    fn acquire_listening(&self, conn: &mut Connection, ticket: &str) -> redis::RedisResult<Reply> {
+        let call = self.acquire_call(true, ticket);
+        let mut write = redis::cmd("HELLO").arg(3).get_packed_command();
+        write.extend(
+            redis::cmd("SUBSCRIBE")
+                .arg(self.wake_channel())
+                .get_packed_command(),
+        );
+        write.extend(call.cmd.get_packed_command());
+        conn.send_packed_command(&write)?;
+        match next_reply(conn)?.extract_error() {
+            Err(e) if e.to_string().contains("unknown command") => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::RESP3NotSupported,
+                    "dlock needs Redis 6 or newer to wait (RESP3)",
+                    e.to_string(),
+                )))
+            }
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
+        let value = match next_reply(conn)?.extract_error() {
+            Err(e) if is_noscript(&e) => {
+                ACQUIRE.load(conn)?;
+                call.invoke(conn)?
+            }
+            reply => reply?,
+        };
+        parse_acquire(&value).ok_or_else(|| unexpected(&value))
+    }
+
+    fn renew(&self, conn: &mut Connection) -> redis::RedisResult<i64> {
+        self.keys
+            .invoke(&RENEW)
+            .arg(&self.owner)
+            .arg(self.ttl_ms())
+            .invoke(conn)
     }
 
     fn release(&self, conn: &mut Connection, place: Place) -> redis::RedisResult<i64> {
@@ -867,21 +1116,14 @@ impl<'a> Ask<'a> {
         };
         self.keys
             .invoke(&RELEASE)
-            .arg(&self.request.owner)
+            .arg(&self.owner)
             .arg(&self.mode)
             .arg(keep)
             .arg(ticket)
             .arg(self.ttl_ms())
+            .arg(&self.pid)
+            .arg(&self.host)
             .invoke(conn)
-    }
-
-    fn owned(&self) -> OwnedAsk {
-        OwnedAsk {
-            keys: self.keys.clone(),
-            owner: self.request.owner.clone(),
-            mode: self.mode.clone(),
-            ttl: self.request.ttl,
-        }
     }
 }
 
@@ -890,14 +1132,6 @@ impl<'a> Ask<'a> {
 enum Place<'a> {
     Keep(&'a str),
     Leave,
-}
-
-/// What a lease keeps of its acquisition.
-struct OwnedAsk {
-    keys: Keys,
-    owner: String,
-    mode: String,
-    ttl: Duration,
 }
 
 fn unexpected(value: &Value) -> RedisError {
@@ -966,29 +1200,26 @@ fn parse_holders(value: &Value) -> Vec<Holder> {
 /// The outcome of one acquisition round over all servers.
 enum Round {
     Held(Box<RedisLease>),
-    /// Held by others; look again after `retry` if no wake-up comes. `server` answered and can
-    /// carry the wake-up subscription.
+    /// Held by others: our place in line (when waiting), and who holds it.
     Busy {
-        retry: Duration,
+        line: Line,
         holders: Vec<Holder>,
-        server: usize,
     },
     /// Fewer than a majority answered.
     Unreachable(Vec<Fault>),
 }
 
-enum Step {
-    Held(Box<RedisLease>),
-    Busy(Vec<Holder>),
-    Cancelled,
+/// A mutex's data, also after a panic elsewhere (what it guards is never left half-changed).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The shared connections, also after a panic elsewhere: a `Server` is never left half-changed (a
 /// failed call just drops its connection), so a poisoned lock's data is still sound.
 fn lock_servers(servers: &Shared) -> MutexGuard<'_, Vec<Server>> {
-    servers
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    lock(servers)
 }
 
 /// The majority of `n` servers.
@@ -1080,12 +1311,8 @@ impl Backend for RedisBackend {
         self.location.clone()
     }
 
-    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
-        match self.acquire_with(request, None)? {
-            Step::Held(lease) => Ok(Attempt::Acquired(lease)),
-            Step::Busy(holders) => Ok(Attempt::Busy(holders)),
-            Step::Cancelled => Ok(Attempt::Busy(Vec::new())),
-        }
+    fn try_acquire(&self, request: &LockRequest, then_wait: bool) -> anyhow::Result<Attempt> {
+        self.try_once(request, then_wait)
     }
 
     fn acquire(
@@ -1093,9 +1320,25 @@ impl Backend for RedisBackend {
         request: &LockRequest,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
-        match self.acquire_with(request, Some(waiting))? {
-            Step::Held(lease) => Ok(Some(lease)),
-            Step::Busy(_) | Step::Cancelled => Ok(None),
+        let parked = match self.take_parked() {
+            Some(parked) if parked.request == *request => Some(parked),
+            Some(other) => {
+                self.abandon(&Ask::new(&other.request));
+                None
+            }
+            None => None,
+        };
+        let ask = Ask::new(request);
+        match self.wait_for(&ask, waiting, parked) {
+            Ok(Some(lease)) => Ok(Some(lease)),
+            Ok(None) => {
+                self.abandon(&ask);
+                Ok(None)
+            }
+            Err(e) => {
+                self.abandon(&ask);
+                Err(e)
+            }
         }
     }
 
@@ -1114,7 +1357,9 @@ impl Backend for RedisBackend {
         let names = {
             let mut servers = self.servers();
             let timeout = self.connect_timeout;
-            let found = on_all(&mut servers, |s| s.call(timeout, |c| scan(c, &pattern)));
+            let found = on_all(&mut servers, |s| {
+                s.call(timeout, |l| scan(&mut l.conn, &pattern))
+            });
             let mut names = Vec::new();
             let mut faults = Vec::new();
             for result in found {
@@ -1157,6 +1402,15 @@ impl Backend for RedisBackend {
     }
 }
 
+impl Drop for RedisBackend {
+    /// A place in line nobody waited in (the wait never started): give it up.
+    fn drop(&mut self) {
+        if let Some(parked) = self.take_parked() {
+            self.abandon(&Ask::new(&parked.request));
+        }
+    }
+}
+
 /// SCAN for keys matching `pattern`, bounded by `MAX_SCAN_STEPS`.
 fn scan(conn: &mut Connection, pattern: &str) -> redis::RedisResult<Vec<String>> {
     let mut cursor: u64 = 0;
@@ -1183,7 +1437,7 @@ struct RedisLease {
     servers: Shared,
     /// How many servers there are (a majority of them must confirm).
     count: usize,
-    ask: OwnedAsk,
+    ask: Ask,
     token: Token,
     /// After this (monotonic clock) the lease may have run out on the servers: the send time of
     /// the last renewal a majority confirmed, plus the ttl, minus the drift margin.
@@ -1213,14 +1467,8 @@ impl RedisLease {
         let mut servers = lock_servers(&self.servers);
         let addrs = servers.iter().map(|s| s.addr.clone()).collect();
         let replies = on_all(&mut servers, |s| {
-            s.call(timeout, |c| {
-                let renewed: i64 = ask
-                    .keys
-                    .invoke(&RENEW)
-                    .arg(&ask.owner)
-                    .arg(ask.ttl.as_millis().max(1) as u64)
-                    .invoke(c)?;
-                Ok(if renewed == 1 {
+            s.call(timeout, |l| {
+                Ok(if ask.renew(&mut l.conn)? == 1 {
                     RenewReply::Renewed
                 } else {
                     RenewReply::NotOwner
@@ -1308,19 +1556,10 @@ impl Lease for RedisLease {
         let skip_unconnected = self.lost.is_some();
         let ask = &self.ask;
         let results = on_all(&mut lock_servers(&self.servers), |s| {
-            if skip_unconnected && s.conn.is_none() {
+            if skip_unconnected && s.link.is_none() {
                 return None;
             }
-            Some(s.call(timeout, |c| {
-                ask.keys
-                    .invoke(&RELEASE)
-                    .arg(&ask.owner)
-                    .arg(&ask.mode)
-                    .arg("0")
-                    .arg("")
-                    .arg(ask.ttl.as_millis().max(1) as u64)
-                    .invoke::<i64>(c)
-            }))
+            Some(s.call(timeout, |l| ask.release(&mut l.conn, Place::Leave)))
         });
         if self.lost.is_some() {
             return Ok(());

@@ -1382,7 +1382,9 @@ impl Backend for ZkBackend {
         self.url.location()
     }
 
-    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+    /// The node of a busy attempt stays queued (`Parked`) whatever `then_wait` says: without a
+    /// wait, dlock ends and its session with it, which removes the node.
+    fn try_acquire(&self, request: &LockRequest, _then_wait: bool) -> anyhow::Result<Attempt> {
         match self.attempt(request, None)? {
             Outcome::Acquired(lease) => Ok(Attempt::Acquired(Box::new(lease))),
             Outcome::Busy(holders, parked) => {

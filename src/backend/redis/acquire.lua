@@ -6,9 +6,9 @@ local owner, mode, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local waits, ticket, pid, host = ARGV[4] == '1', ARGV[5], ARGV[6], ARGV[7]
 local now, seconds, micros = clock()
 prune(now)
-local member = owner .. ':' .. mode
+local member = waiter(owner, mode, ttl, pid, host)
 
--- Already ours: an earlier call granted it but its answer was lost. Same acquisition, same token.
+-- Already ours: granted while we waited, or an earlier call's answer was lost. Same token.
 local mine = redis.call('ZSCORE', HOLDERS, owner)
 if mine then
   redis.call('ZADD', HOLDERS, now + ttl, owner)
@@ -30,16 +30,13 @@ else
 end
 
 if ahead == 0 and admits(mode) then
-  -- The token only ever grows: INCR on a key that never expires.
-  local token = redis.call('INCR', TOKEN)
-  redis.call('ZADD', HOLDERS, now + ttl, owner)
-  redis.call('HSET', OWNERS, owner, mode .. ' ' .. token .. ' ' .. seconds .. ' ' .. pid .. ' ' .. host)
-  keep(HOLDERS, ttl)
-  keep(OWNERS, ttl)
-  redis.call('ZREM', QUEUE, member)
-  redis.call('ZREM', ALIVE, member)
+  local token = take(owner, mode, ttl, now, seconds, pid, host)
+  if rank then
+    redis.call('ZREM', QUEUE, member)
+    redis.call('ZREM', ALIVE, member)
+  end
   -- The next in line may be able to join (shared and limit holders): pass the turn on.
-  wake_head()
+  grant_waiting(now, seconds)
   return {1, token}
 end
 
@@ -53,7 +50,7 @@ if waits then
   keep(ALIVE, ttl)
 end
 
--- Look again when the first lease or waiter ahead runs out, if no wake comes first.
+-- Look again when the first lease or waiter ahead runs out, if no grant comes first.
 local retry = ttl
 local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')
 if first[2] then

@@ -3,9 +3,11 @@
 --   KEYS[1] holders  sorted set: owner id -> lease expiry (server ms)
 --   KEYS[2] owners   hash: owner id -> "MODE TOKEN SINCE PID HOST"
 --   KEYS[3] token    the fencing counter (never expires: tokens only grow)
---   KEYS[4] queue    sorted set: "OWNER:MODE" -> arrival ticket (server us), the FIFO of waiters
---   KEYS[5] alive    sorted set: "OWNER:MODE" -> waiter expiry (server ms), so a dead waiter leaves
--- Waiters are woken on the pub/sub channel `dlock:{NAME}:wake:OWNER` (a channel, not a key).
+--   KEYS[4] queue    sorted set: waiter -> arrival ticket (server us), the FIFO of waiters
+--   KEYS[5] alive    sorted set: waiter -> waiter expiry (server ms), so a dead waiter leaves
+-- A waiter is "OWNER MODE TTL PID HOST": all it takes to grant it the lock in its absence. A release
+-- hands the lock to the waiters first in line and tells each on the pub/sub channel
+-- `dlock:wake:OWNER` (a channel, not a key) with "dlock:{NAME} TOKEN".
 
 -- Before Redis 5 a script that reads TIME must ask for effects replication before it writes.
 if redis.replicate_commands then
@@ -13,7 +15,7 @@ if redis.replicate_commands then
 end
 
 local HOLDERS, OWNERS, TOKEN, QUEUE, ALIVE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local WAKE = string.gsub(HOLDERS, 'holders$', 'wake:')
+local BASE = (string.gsub(HOLDERS, ':holders$', ''))
 
 -- The server's clock, the only one that judges expiry: {ms, "SECONDS", "MICROSECONDS"}.
 local function clock()
@@ -61,18 +63,6 @@ local function admits(mode)
   return limit == nil or seats < limit
 end
 
--- Wake the first waiter, and only it, if it could now take the lock: one message per handoff
--- whatever the number of waiters.
-local function wake_head()
-  local head = redis.call('ZRANGE', QUEUE, 0, 0)[1]
-  if head then
-    local owner, mode = string.match(head, '^(%x+):(.+)$')
-    if owner and admits(mode) then
-      redis.call('PUBLISH', WAKE .. owner, 'wake')
-    end
-  end
-end
-
 -- Make KEY live at least MS more milliseconds (keys of a lock nobody renews go away by themselves).
 local function keep(key, ms)
   if redis.call('PTTL', key) < ms then
@@ -92,4 +82,44 @@ local function live_holders(now)
     end
   end
   return out
+end
+
+-- A waiter's entry in the queue.
+local function waiter(owner, mode, ttl, pid, host)
+  return owner .. ' ' .. mode .. ' ' .. ttl .. ' ' .. pid .. ' ' .. host
+end
+
+-- Make OWNER a holder with a new token; returns the token. The token only ever grows: INCR on a
+-- key that never expires.
+local function take(owner, mode, ttl, now, seconds, pid, host)
+  local token = redis.call('INCR', TOKEN)
+  redis.call('ZADD', HOLDERS, now + ttl, owner)
+  redis.call('HSET', OWNERS, owner, mode .. ' ' .. token .. ' ' .. seconds .. ' ' .. pid .. ' ' .. host)
+  keep(HOLDERS, ttl)
+  keep(OWNERS, ttl)
+  return token
+end
+
+-- Hand the lock on to the waiters first in line, in arrival order, while each can join the holders
+-- (one exclusive waiter, or a run of shared and limit ones), and tell each on its channel: the
+-- waiter starts without a command of its own, and a handoff costs the same whatever the number of
+-- waiters. Stops at STOP, a waiter giving back what it took (it keeps its place, not the lock).
+local function grant_waiting(now, seconds, stop)
+  while true do
+    local head = redis.call('ZRANGE', QUEUE, 0, 0)[1]
+    if not head or head == stop then
+      return
+    end
+    local owner, mode, ttl, pid, host = string.match(head, '^(%x+) (%S+) (%d+) (%d+) (.*)$')
+    if owner and not admits(mode) then
+      return
+    end
+    redis.call('ZREM', QUEUE, head)
+    redis.call('ZREM', ALIVE, head)
+    -- An entry that does not parse was not written by this version: drop it, grant nothing.
+    if owner then
+      local token = take(owner, mode, tonumber(ttl), now, seconds, pid, host)
+      redis.call('PUBLISH', 'dlock:wake:' .. owner, BASE .. ' ' .. token)
+    end
+  end
 end

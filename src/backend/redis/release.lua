@@ -1,11 +1,11 @@
 -- Give up what this owner has in the lock: its lease if it holds one, and its place in the queue
 -- unless told to keep it. Used for release, for a waiter that gives up, and to undo a Redlock
 -- acquisition that missed the majority. Acts only on this owner's own entries.
--- ARGV: owner, mode, keep place ('1' or '0'), ticket, ttl ms. Returns 1 when a lease was
--- released, else 0.
+-- ARGV: owner, mode, keep place ('1' or '0'), ticket, ttl ms, pid, host. Returns 1 when a lease
+-- was released, else 0.
 local owner, mode, keep_place, ticket, ttl = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4], tonumber(ARGV[5])
-local member = owner .. ':' .. mode
-local now = clock()
+local member = waiter(owner, mode, ttl, ARGV[6], ARGV[7])
+local now, seconds = clock()
 prune(now)
 local released = redis.call('ZREM', HOLDERS, owner)
 redis.call('HDEL', OWNERS, owner)
@@ -23,7 +23,7 @@ else
   left = redis.call('ZREM', QUEUE, member)
   redis.call('ZREM', ALIVE, member)
 end
-if (released == 1 or left == 1) and redis.call('ZRANGE', QUEUE, 0, 0)[1] ~= member then
-  wake_head()
+if released == 1 or left == 1 then
+  grant_waiting(now, seconds, member)
 end
 return released
