@@ -254,8 +254,28 @@ impl std::error::Error for TreeError {}
 /// A new random 128-bit owner id in hex.
 pub fn new_owner_id() -> anyhow::Result<String> {
     let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("cannot get random bytes: {e}"))?;
+    random_bytes(&mut bytes).map_err(|e| anyhow::anyhow!("cannot get random bytes: {e}"))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Fills `buf` from the kernel's random source, getrandom(2), without the file fallback a
+/// library takes in a static executable (which opens and polls /dev/random at every start).
+pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let rest = &mut buf[filled..];
+        // SAFETY: the kernel writes at most `rest.len()` bytes into `rest`.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        } else {
+            filled += n as usize;
+        }
+    }
+    Ok(())
 }
 
 /// This machine's host name, for holder records.

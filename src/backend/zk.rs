@@ -1137,7 +1137,7 @@ async fn remove(client: &zk::Client, path: &str) -> Result<(), zk::Error> {
 /// A random UUID (version 4), as Curator puts in protected node names.
 fn uuid() -> anyhow::Result<String> {
     let mut b = [0u8; 16];
-    getrandom::fill(&mut b).map_err(|e| anyhow!("cannot get random bytes: {e}"))?;
+    crate::lock::random_bytes(&mut b).map_err(|e| anyhow!("cannot get random bytes: {e}"))?;
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
