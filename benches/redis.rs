@@ -21,10 +21,13 @@ use support::redis_server::RedisServer;
 /// Uncontended runs of each tool (interleaved), and the time they may take together.
 const UNCONTENDED_RUNS: usize = 200;
 const UNCONTENDED_BUDGET: Duration = Duration::from_secs(60);
-/// Contended: processes, acquisitions each, and the time limit for one tool.
+/// Contended: processes, acquisitions each, the time limit for one tool, and how many rounds the
+/// tools take turns for (a short run on a shared machine is noisy: the goal is judged on the median
+/// of the rounds' ratios).
 const CONTENDERS: usize = 8;
 const ROUNDS_EACH: usize = 40;
 const CONTENDED_LIMIT: Duration = Duration::from_secs(120);
+const CONTENDED_ROUNDS: usize = 7;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -123,21 +126,40 @@ fn main() {
         ),
         ("flock", format!("flock {} true", flock_file.display())),
     ];
-    println!("\n{CONTENDERS}-way contended, {ROUNDS_EACH} acquisitions each:");
-    let mut rates = Vec::new();
-    for (name, one) in &loops {
-        let server_cpu = redis_cpu(&redis);
-        let (rate, cpu) = contended(one);
-        let server_ms =
-            (redis_cpu(&redis) - server_cpu) * 1000.0 / (CONTENDERS * ROUNDS_EACH) as f64;
-        println!(
-            "  {name:<14} {rate:>8.0} acquisitions/s; CPU per acquisition: {:.2} ms in the \
-             processes, {server_ms:.2} ms in redis-server",
-            ms(cpu)
-        );
-        rates.push(rate);
+    println!(
+        "\n{CONTENDERS}-way contended, {ROUNDS_EACH} acquisitions each, {CONTENDED_ROUNDS} rounds \
+         taking turns (medians):"
+    );
+    // Per tool and round: acquisitions per second, CPU per acquisition in the processes and in
+    // redis-server (ms).
+    let mut runs: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); loops.len()];
+    for _ in 0..CONTENDED_ROUNDS {
+        for ((_, one), runs) in loops.iter().zip(&mut runs) {
+            let server_cpu = redis_cpu(&redis);
+            let (rate, cpu) = contended(one);
+            let server_ms =
+                (redis_cpu(&redis) - server_cpu) * 1000.0 / (CONTENDERS * ROUNDS_EACH) as f64;
+            runs.push((rate, ms(cpu), server_ms));
+        }
     }
-    let ratio = rates[0] / rates[2];
+    for ((name, _), runs) in loops.iter().zip(&runs) {
+        let pick = |f: fn(&(f64, f64, f64)) -> f64| middle(runs.iter().map(f).collect());
+        println!(
+            "  {name:<14} {:>8.0} acquisitions/s; CPU per acquisition: {:.2} ms in the \
+             processes, {:.2} ms in redis-server",
+            pick(|r| r.0),
+            pick(|r| r.1),
+            pick(|r| r.2)
+        );
+    }
+    let ratios: Vec<f64> = runs[0]
+        .iter()
+        .zip(&runs[2])
+        .map(|(r, f)| r.0 / f.0)
+        .collect();
+    let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+    println!("  dlock redis / flock by round: {}", shown.join(" "));
+    let ratio = middle(ratios);
     goal("dlock redis / flock", ratio, ">= 0.8", ratio >= 0.8);
 
     // Handoffs: a queue of waiters, each holder's command stamping its start time.
@@ -190,6 +212,12 @@ fn goal(what: &str, value: f64, target: &str, met: bool) {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// The median of `values`.
+fn middle(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn median(samples: &mut [Duration]) -> Duration {
@@ -301,14 +329,14 @@ fn handoff_chain(
                 .is_ok_and(|n| n == i)
         });
     }
-    // Every waiter listening for its wake-up: from here on, only handoffs happen.
-    support::wait_until("the waiters to subscribe", Duration::from_secs(30), || {
-        redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg(format!("dlock:{{{name}}}:wake:*"))
-            .query::<Vec<String>>(&mut conn)
-            .is_ok_and(|c| c.len() == waiters)
-    });
+    // Every waiter listening for its grant (it subscribes in the same write that queues it; the
+    // holder listens too): from here on, only handoffs happen.
+    let listening = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("dlock:wake:*")
+        .query::<Vec<String>>(&mut conn)
+        .expect("PUBSUB CHANNELS");
+    assert_eq!(listening.len(), waiters + 1, "every waiter listens");
     let before = command_stats(&mut conn);
     support::signal(holder.id(), libc::SIGTERM);
     support::wait_exit(&mut holder, Duration::from_secs(30));
@@ -340,6 +368,7 @@ fn handoff_chain(
         "evalsha",
         "eval",
         "script|load",
+        "hello",
         "subscribe",
         "unsubscribe",
         "punsubscribe",
