@@ -5,14 +5,18 @@
 //!
 //! One thread decides everything. Signals are never handled asynchronously: they are blocked from
 //! the start and taken one at a time by the main thread with sigtimedwait(2), in the same loop that
-//! watches deadlines, renewals and the child (SIGCHLD). Only a wait for a busy lock runs on a helper
-//! thread, which reports over a channel and wakes the main thread with a signal of its own.
+//! watches deadlines, renewals and the child (SIGCHLD). A wait for a busy lock runs on a helper
+//! thread, which reports over a channel and wakes the main thread with a signal of its own; but
+//! the common wait (one lock, on a backend that polls its cancellation) runs on the main thread
+//! itself, which then looks for signals whenever the backend looks at its cancellation.
 
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::os::unix::thread::JoinHandleExt;
 use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -196,6 +200,21 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
             release_quietly(held);
             Acquisition::Busy(requests[busy].name.clone(), holders)
         }
+        Ok(FirstTry::Busy(busy, holders))
+            if held.is_empty()
+                && busy + 1 == requests.len()
+                && backend.polls_while_waiting()
+                && !report.draws_waiting_line() =>
+        {
+            wait_here(
+                backend.as_ref(),
+                &requests[busy],
+                holders,
+                &plan,
+                &signals,
+                report,
+            )?
+        }
         Ok(FirstTry::Busy(busy, _)) => {
             acquire_waiting(backend, &requests[busy..], held, &plan, &signals, report)?
         }
@@ -333,6 +352,76 @@ fn try_in_order(
     Ok(FirstTry::AllHeld)
 }
 
+/// Waits for one lock on this thread: the common case of a single lock, nothing held meanwhile
+/// that needs renewing, no status line to draw, and a backend that looks at the cancellation by
+/// itself (`Backend::polls_while_waiting`). No helper thread is started, and the command starts
+/// as soon as the lock comes, with no hop between threads. A forwarded signal or the deadline
+/// stops the wait within the backend's polling interval (about 100ms at most; the deadline
+/// exactly).
+fn wait_here(
+    backend: &dyn Backend,
+    request: &LockRequest,
+    holders: Vec<Holder>,
+    plan: &RunPlan,
+    signals: &Signals,
+    report: &Reporter,
+) -> anyhow::Result<Acquisition> {
+    report.event(&format!(
+        "waiting for lock {:?}{}",
+        request.name.as_str(),
+        describe_holders(&holders)
+    ));
+    let last_seen = Arc::new(Mutex::new(holders));
+    let caught = Arc::new(AtomicI32::new(0));
+    let waited = signals.waited;
+    let waiting = Waiting::new({
+        let last_seen = last_seen.clone();
+        move |holders: &[Holder]| {
+            if let Ok(mut seen) = last_seen.lock() {
+                *seen = holders.to_vec();
+            }
+        }
+    })
+    .stopping(plan.wait.map(|w| Instant::now() + w), {
+        let caught = caught.clone();
+        move || match take_pending(&waited) {
+            Some(n) => {
+                caught.store(n, Ordering::SeqCst);
+                true
+            }
+            None => false,
+        }
+    });
+    if let Some(lease) = backend.acquire(request, &waiting)? {
+        return Ok(Acquisition::Held(vec![Held::new(request, lease)]));
+    }
+    let signal = caught.load(Ordering::SeqCst);
+    if signal != 0 {
+        return Ok(Acquisition::Signalled(signal));
+    }
+    let holders = last_seen.lock().map(|h| h.clone()).unwrap_or_default();
+    Ok(Acquisition::TimedOut(request.name.clone(), holders))
+}
+
+/// A forwarded signal already pending (taking it), if any; other pending signals in `waited` (a
+/// child dlock did not start exiting, say) are taken and ignored, as the waiting loop does.
+fn take_pending(waited: &libc::sigset_t) -> Option<i32> {
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    loop {
+        // SAFETY: valid set and timespec pointers; the siginfo out-pointer may be null.
+        let n = unsafe { libc::sigtimedwait(waited, std::ptr::null_mut(), &zero) };
+        if n <= 0 {
+            return None;
+        }
+        if FORWARDED_SIGNALS.contains(&n) {
+            return Some(n);
+        }
+    }
+}
+
 /// Waits for the remaining locks on a helper thread while the main thread watches the deadline
 /// and signals and keeps renewing the locks already held (`held`, from the first attempts, and each
 /// lock the helper reports as it gets it). On any failure everything held is released.
@@ -365,11 +454,17 @@ fn acquire_waiting(
                 let _ = tx.send(event);
                 Signals::wake_main(main_thread);
             };
-            for request in &thread_requests {
+            let last = thread_requests.len() - 1;
+            for (i, request) in thread_requests.iter().enumerate() {
                 if let Ok(mut n) = busy_name.lock() {
                     *n = request.name.clone();
                 }
                 match backend.acquire(request, &thread_waiting) {
+                    // The main thread renews each lock from when it hears of it; the last one it
+                    // hears of together with the end, with one wake-up (on the handoff's path).
+                    Ok(Some(lease)) if i == last => {
+                        let _ = tx.send(Event::Took(Held::new(request, lease)));
+                    }
                     Ok(Some(lease)) => send(Event::Took(Held::new(request, lease))),
                     Ok(None) => return send(Event::Done(Ok(false))),
                     Err(e) => return send(Event::Done(Err(e))),

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -79,6 +79,14 @@ pub trait Backend: Send {
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>>;
 
+    /// Whether `acquire` looks at `Waiting::is_cancelled` by itself at least every ~100ms while it
+    /// waits, instead of blocking until a signal interrupts it. The supervisor may then run the
+    /// wait on its own thread: no helper thread to start, and no hop between threads when the
+    /// lock comes (which costs as much as the rest of a handoff on a busy machine).
+    fn polls_while_waiting(&self) -> bool {
+        false
+    }
+
     /// Who holds `name` now (an empty list: free).
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus>;
 
@@ -137,12 +145,19 @@ pub const WAKE_SIGNAL: i32 = libc::SIGURG;
 /// Where a waiting acquisition reports who holds the lock.
 type BusyReport = dyn Fn(&[Holder]) + Send + Sync;
 
+/// Whether a wait should stop, asked whenever the backend looks at its cancellation.
+type StopCheck = dyn Fn() -> bool + Send + Sync;
+
 /// The caller's side of a blocking acquisition: whether to give up, and where to report who holds
 /// the lock while waiting.
 #[derive(Clone)]
 pub struct Waiting {
     cancelled: Arc<AtomicBool>,
     on_busy: Arc<BusyReport>,
+    /// For a wait on the caller's own thread, which has no other way to stop it.
+    stop_when: Option<Arc<StopCheck>>,
+    /// When the caller gives up, if it does.
+    deadline: Option<Instant>,
 }
 
 impl Waiting {
@@ -150,11 +165,41 @@ impl Waiting {
         Waiting {
             cancelled: Arc::new(AtomicBool::new(false)),
             on_busy: Arc::new(on_busy),
+            stop_when: None,
+            deadline: None,
         }
     }
 
+    /// A wait that also stops when `check` says so (asked whenever the backend looks at the
+    /// cancellation) or at `deadline`.
+    pub fn stopping(
+        mut self,
+        deadline: Option<Instant>,
+        check: impl Fn() -> bool + Send + Sync + 'static,
+    ) -> Waiting {
+        self.stop_when = Some(Arc::new(check));
+        self.deadline = deadline;
+        self
+    }
+
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::SeqCst)
+        if self.cancelled.load(Ordering::SeqCst) {
+            return true;
+        }
+        let stop = self.deadline.is_some_and(|d| Instant::now() >= d)
+            || self.stop_when.as_ref().is_some_and(|check| check());
+        if stop {
+            self.cancel();
+        }
+        stop
+    }
+
+    /// How long a backend may block before looking at the cancellation again: `most`, or less if
+    /// the caller gives up sooner.
+    pub fn slice(&self, most: Duration) -> Duration {
+        self.deadline.map_or(most, |d| {
+            most.min(d.saturating_duration_since(Instant::now()))
+        })
     }
 
     /// Ask the acquisition to stop. Backends check `is_cancelled` whenever a blocking call returns,

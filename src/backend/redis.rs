@@ -497,7 +497,7 @@ impl RedisBackend {
                 }
             }
             let server = servers.get_mut(at)?;
-            let slice = (until - now).min(CANCEL_CHECK);
+            let slice = waiting.slice((until - now).min(CANCEL_CHECK));
             if server.read_message(slice).is_err() {
                 return None;
             }
@@ -1283,7 +1283,7 @@ fn pause(how_long: Duration, waiting: &Waiting) {
         if left.is_zero() {
             return;
         }
-        std::thread::sleep(left.min(CANCEL_CHECK));
+        std::thread::sleep(waiting.slice(left.min(CANCEL_CHECK)));
     }
 }
 
@@ -1347,6 +1347,11 @@ impl Backend for RedisBackend {
                 Err(e)
             }
         }
+    }
+
+    /// Every blocking read while waiting lasts at most `CANCEL_CHECK`.
+    fn polls_while_waiting(&self) -> bool {
+        true
     }
 
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {

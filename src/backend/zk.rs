@@ -1382,6 +1382,11 @@ impl Backend for ZkBackend {
         self.url.location()
     }
 
+    /// A wait looks at the cancellation every `CANCEL_POLL`.
+    fn polls_while_waiting(&self) -> bool {
+        true
+    }
+
     /// The node of a busy attempt stays queued (`Parked`) whatever `then_wait` says: without a
     /// wait, dlock ends and its session with it, which removes the node.
     fn try_acquire(&self, request: &LockRequest, _then_wait: bool) -> anyhow::Result<Attempt> {
