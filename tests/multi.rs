@@ -203,6 +203,38 @@ pub fn tree_siblings_run_together_and_ancestors_exclude_descendants(t: &Target) 
     );
 }
 
+/// `--wait` is one budget for the whole set, not one per name: with `a` freed after 1.5s and `b`
+/// held throughout, `--wait 2s` gives up about 2s after the start (one budget per name would wait
+/// 1.5s for `a` and then 2s more for `b`), and holds nothing afterwards.
+pub fn one_wait_budget_covers_the_whole_set(t: &Target) {
+    let start_holder = |name: &str, work: &str| -> (Child, String) {
+        let ready = t.scratch_file(&format!("{name}-ready"));
+        let script = format!("touch {ready}; {work}");
+        let child = t
+            .dlock(&["run", name, "--", "sh", "-c", &script])
+            .spawn()
+            .unwrap();
+        (child, ready)
+    };
+    let (mut a, ready_a) = start_holder("a", "sleep 1.5");
+    let (mut b, ready_b) = start_holder("b", "exec sleep 60");
+    wait_for_file(std::path::Path::new(&ready_a), T);
+    wait_for_file(std::path::Path::new(&ready_b), T);
+    let started = std::time::Instant::now();
+    let out = output(t.dlock(&["run", "--wait", "2s", "a", "b", "--", "true"]));
+    let took = started.elapsed();
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(3),
+        "gave up after {took:?}, not at the set's one 2s deadline"
+    );
+    assert!(wait_exit(&mut a, T).success());
+    let status = output(t.dlock(&["status", "a"]));
+    assert_eq!(code(&status), 1, "a must be free: {}", stdout(&status));
+    signal(b.id(), libc::SIGTERM);
+    wait_exit(&mut b, T);
+}
+
 pub fn tree_paths_with_dotdot_are_refused(t: &Target) {
     let out = output(t.dlock(&["run", "--tree", "/projects/../etc", "--", "true"]));
     assert_eq!(code(&out), 64);
@@ -227,6 +259,16 @@ fn file_each_name_gets_its_own_token_variable() {
 #[test]
 fn file_tree_siblings_run_together_and_ancestors_exclude_descendants() {
     tree_siblings_run_together_and_ancestors_exclude_descendants(&Target::file_backend());
+}
+
+#[test]
+fn file_one_wait_budget_covers_the_whole_set() {
+    one_wait_budget_covers_the_whole_set(&Target::file_backend());
+}
+
+#[test]
+fn redis_one_wait_budget_covers_the_whole_set() {
+    one_wait_budget_covers_the_whole_set(&redis());
 }
 
 #[test]

@@ -423,13 +423,7 @@ impl RedisBackend {
             let place = match line.take() {
                 Some(place) => place,
                 None => {
-                    let (round, count) = {
-                        let mut servers = self.servers();
-                        (
-                            self.round(&mut servers, ask, true, &mut ticket)?,
-                            servers.len(),
-                        )
-                    };
+                    let round = self.round(&mut self.servers(), ask, true, &mut ticket)?;
                     match round {
                         Round::Held(lease) => return Ok(Some(lease)),
                         Round::Busy { line, holders } => {
@@ -443,7 +437,7 @@ impl RedisBackend {
                         Round::Unreachable(faults) => {
                             let since = *unreachable_since.get_or_insert_with(Instant::now);
                             if since.elapsed() >= self.connect_timeout {
-                                self.check_quorum(count - faults.len(), &faults)?;
+                                self.check_quorum(self.count - faults.len(), &faults)?;
                             }
                             pause(CANCEL_CHECK, waiting);
                             continue;
