@@ -36,7 +36,8 @@
 //! when a majority granted it within the validity time (ttl minus the time taken minus a drift
 //! margin), else every server is told to release (the waiter keeps its place in every queue and
 //! tries again after a short random pause); a grant from one server is only a sign to try again
-//! everywhere. Renewals must reach a majority; when they cannot
+//! everywhere. A waiter's ticket comes from its own clock, the same on every server, so that all
+//! servers order the waiters alike. Renewals must reach a majority; when they cannot
 //! until the lease runs out, or a majority says "not yours", the lock is lost. The fencing token is
 //! above every counter of the servers that answered (granting or busy), and each granting server's
 //! counter is then raised to it: any later majority shares a server with this one, so tokens keep
@@ -289,6 +290,13 @@ impl RedisBackend {
         ticket: &mut String,
     ) -> anyhow::Result<Round> {
         let timeout = self.op_timeout(servers.len(), ask.ttl);
+        if wait && ticket.is_empty() && servers.len() > 1 {
+            // Redlock: one ticket for every server, from this machine's clock, so that all of
+            // them order the waiters alike. Tickets from each server's own clock would order
+            // waiters that arrive together differently on each, and each server would then hand
+            // the lock to another waiter, none of them getting a majority.
+            *ticket = client_ticket();
+        }
         let started = Instant::now();
         let replies = on_all(servers, |s| s.acquire(timeout, ask, wait, ticket.as_str()));
         // The replies tell the truth: a grant heard before them is stale.
@@ -1259,6 +1267,14 @@ fn on_each<T: Send>(servers: &mut [Server], f: impl Fn(usize, &mut Server) -> T 
             })
             .collect()
     })
+}
+
+/// A queue ticket from this machine's clock, in the scripts' format (microseconds since the epoch).
+fn client_ticket() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    now.as_micros().to_string()
 }
 
 /// A random duration between 1ms and `most`.
