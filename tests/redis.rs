@@ -356,8 +356,20 @@ fn deleting_the_key_by_hand_ends_the_holders_run_with_79() {
         &dir.file("pid"),
     );
     let child = read_pid(&dir.file("pid"));
+    delete_holders_and_see_the_loss(&server, "gone", holder, child, Duration::from_secs(2));
+}
+
+/// Deletes the holders key of `name` by hand: `holder` must then lose the lock (its command
+/// `child` ended) within `ttl_and_kill_after`.
+fn delete_holders_and_see_the_loss(
+    server: &RedisServer,
+    name: &str,
+    holder: Holder,
+    child: u32,
+    ttl_and_kill_after: Duration,
+) {
     let deleted: i64 = redis::cmd("DEL")
-        .arg("dlock:{gone}:holders")
+        .arg(format!("dlock:{{{name}}}:holders"))
         .query(&mut server.connection())
         .unwrap();
     assert_eq!(deleted, 1);
@@ -365,7 +377,7 @@ fn deleting_the_key_by_hand_ends_the_holders_run_with_79() {
         holder,
         child,
         Instant::now(),
-        Duration::from_secs(2),
+        ttl_and_kill_after,
         &["no longer ours"],
     );
 }
@@ -532,18 +544,7 @@ fn a_release_hands_the_lock_over_with_no_command_from_the_waiter() {
     // The lock it was handed is a lock like any other: renewed (every second), then lost when
     // its key goes.
     waiter.wait_for_lines("renewed", 2, T);
-    let deleted: i64 = redis::cmd("DEL")
-        .arg("dlock:{over}:holders")
-        .query(&mut server.connection())
-        .unwrap();
-    assert_eq!(deleted, 1);
-    assert_lost_after(
-        waiter,
-        child,
-        Instant::now(),
-        Duration::from_secs(3),
-        &["no longer ours"],
-    );
+    delete_holders_and_see_the_loss(&server, "over", waiter, child, Duration::from_secs(3));
 }
 
 #[test]
