@@ -615,6 +615,41 @@ fn waiters_acquire_in_arrival_order() {
 }
 
 #[test]
+fn a_release_hands_the_lock_to_all_the_readers_first_in_line_at_once() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    // The readers' fallback re-check would come only every 5s (default ttl).
+    let writer = Holder::start(&url, &[], "rw", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    // Each reader marks that it is in, then waits (3s at most) for the other to be in too.
+    let mut readers = Vec::new();
+    for (me, other) in [("r1", "r2"), ("r2", "r1")] {
+        let (mine, theirs) = (dir.file(me), dir.file(other));
+        let script = format!(
+            "touch {}; for i in $(seq 30); do [ -e {} ] && exit 0; sleep 0.1; done; exit 1",
+            mine.display(),
+            theirs.display()
+        );
+        readers.push(
+            dlock_at(&url, &["run", "--shared", "rw", "--", "sh", "-c", &script])
+                .spawn()
+                .unwrap(),
+        );
+        let n = readers.len();
+        wait_until("the reader to queue", T, || queued(&server, "rw") == n);
+    }
+    signal(writer.child.id(), libc::SIGTERM);
+    writer.finish(T);
+    for mut reader in readers {
+        assert!(
+            wait_exit(&mut reader, T).success(),
+            "both readers must be in at once, granted by the writer's release"
+        );
+    }
+}
+
+#[test]
 fn a_waiter_that_gives_up_leaves_nothing_behind() {
     let server = RedisServer::start();
     let dir = LockDir::new();
