@@ -128,33 +128,39 @@ impl Signals {
 
     /// The next signal, or `None` once `timeout` has passed (`Duration::MAX`: no limit).
     fn wait(&self, timeout: Duration) -> Option<i32> {
-        let end = Instant::now().checked_add(timeout);
-        loop {
-            let left = end.map(|e| e.saturating_duration_since(Instant::now()));
-            let spec = left.map(|l| libc::timespec {
-                tv_sec: l.as_secs() as libc::time_t,
-                tv_nsec: l.subsec_nanos() as libc::c_long,
-            });
-            // SAFETY: valid set and timespec pointers; the siginfo out-pointer may be null.
-            let n = unsafe {
-                match &spec {
-                    Some(spec) => libc::sigtimedwait(&self.waited, std::ptr::null_mut(), spec),
-                    None => libc::sigwaitinfo(&self.waited, std::ptr::null_mut()),
-                }
-            };
-            if n > 0 {
-                return Some(n);
-            }
-            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-                return None;
-            }
-        }
+        next_signal(&self.waited, timeout)
     }
 
     /// Wakes the main thread from another thread.
     fn wake_main(main_thread: libc::pthread_t) {
         // SAFETY: the main thread outlives every helper (dlock exits from it).
         unsafe { libc::pthread_kill(main_thread, event_signal()) };
+    }
+}
+
+/// The next signal of `set` (all blocked), or `None` once `timeout` has passed (`Duration::MAX`:
+/// no limit).
+fn next_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
+    let end = Instant::now().checked_add(timeout);
+    loop {
+        let left = end.map(|e| e.saturating_duration_since(Instant::now()));
+        let spec = left.map(|l| libc::timespec {
+            tv_sec: l.as_secs() as libc::time_t,
+            tv_nsec: l.subsec_nanos() as libc::c_long,
+        });
+        // SAFETY: valid set and timespec pointers; the siginfo out-pointer may be null.
+        let n = unsafe {
+            match &spec {
+                Some(spec) => libc::sigtimedwait(set, std::ptr::null_mut(), spec),
+                None => libc::sigwaitinfo(set, std::ptr::null_mut()),
+            }
+        };
+        if n > 0 {
+            return Some(n);
+        }
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return None;
+        }
     }
 }
 
@@ -356,8 +362,7 @@ fn try_in_order(
 /// that needs renewing, no status line to draw, and a backend that looks at the cancellation by
 /// itself (`Backend::polls_while_waiting`). No helper thread is started, and the command starts
 /// as soon as the lock comes, with no hop between threads. A forwarded signal or the deadline
-/// stops the wait within the backend's polling interval (about 100ms at most; the deadline
-/// exactly).
+/// stops the wait within the backend's polling interval (100ms at most).
 fn wait_here(
     backend: &dyn Backend,
     request: &LockRequest,
@@ -403,19 +408,11 @@ fn wait_here(
     Ok(Acquisition::TimedOut(request.name.clone(), holders))
 }
 
-/// A forwarded signal already pending (taking it), if any; other pending signals in `waited` (a
-/// child dlock did not start exiting, say) are taken and ignored, as the waiting loop does.
+/// A forwarded signal already pending (taking it), if any; other pending signals in `waited` (an
+/// inherited child's SIGCHLD, say) are taken and ignored, as the waiting loop does.
 fn take_pending(waited: &libc::sigset_t) -> Option<i32> {
-    let zero = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
     loop {
-        // SAFETY: valid set and timespec pointers; the siginfo out-pointer may be null.
-        let n = unsafe { libc::sigtimedwait(waited, std::ptr::null_mut(), &zero) };
-        if n <= 0 {
-            return None;
-        }
+        let n = next_signal(waited, Duration::ZERO)?;
         if FORWARDED_SIGNALS.contains(&n) {
             return Some(n);
         }
@@ -454,17 +451,11 @@ fn acquire_waiting(
                 let _ = tx.send(event);
                 Signals::wake_main(main_thread);
             };
-            let last = thread_requests.len() - 1;
-            for (i, request) in thread_requests.iter().enumerate() {
+            for request in &thread_requests {
                 if let Ok(mut n) = busy_name.lock() {
                     *n = request.name.clone();
                 }
                 match backend.acquire(request, &thread_waiting) {
-                    // The main thread renews each lock from when it hears of it; the last one it
-                    // hears of together with the end, with one wake-up (on the handoff's path).
-                    Ok(Some(lease)) if i == last => {
-                        let _ = tx.send(Event::Took(Held::new(request, lease)));
-                    }
                     Ok(Some(lease)) => send(Event::Took(Held::new(request, lease))),
                     Ok(None) => return send(Event::Done(Ok(false))),
                     Err(e) => return send(Event::Done(Err(e))),
