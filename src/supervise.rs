@@ -310,6 +310,14 @@ fn busy_message(name: &LockName, holders: &[Holder], waited: Option<Duration>) -
     }
 }
 
+fn waiting_message(name: &LockName, holders: &[Holder]) -> String {
+    format!(
+        "waiting for lock {:?}{}",
+        name.as_str(),
+        describe_holders(holders)
+    )
+}
+
 fn describe_holders(holders: &[Holder]) -> String {
     match holders {
         [] => String::new(),
@@ -371,11 +379,7 @@ fn wait_here(
     signals: &Signals,
     report: &Reporter,
 ) -> anyhow::Result<Acquisition> {
-    report.event(&format!(
-        "waiting for lock {:?}{}",
-        request.name.as_str(),
-        describe_holders(&holders)
-    ));
+    report.event(&waiting_message(&request.name, &holders));
     let last_seen = Arc::new(Mutex::new(holders));
     let caught = Arc::new(AtomicI32::new(0));
     let waited = signals.waited;
@@ -489,11 +493,7 @@ fn acquire_waiting(
                     };
                 }
                 Event::Busy(name, holders) => {
-                    report.event(&format!(
-                        "waiting for lock {:?}{}",
-                        name.as_str(),
-                        describe_holders(&holders)
-                    ));
+                    report.event(&waiting_message(&name, &holders));
                     waiting_for = (name, holders);
                     draw_waiting(report, started, &waiting_for);
                 }

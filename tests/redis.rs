@@ -578,6 +578,35 @@ fn many_names_are_held_and_renewed_over_one_connection() {
     assert_eq!(server.keys().len(), 200, "only the token counters stay");
 }
 
+#[test]
+fn runs_close_their_connections_without_leaving_time_wait_sockets() {
+    let server = RedisServer::start();
+    let before = time_wait_sockets(server.port());
+    for _ in 0..3 {
+        let out = output(dlock_at(&[server.url()], &["run", "tw", "--", "true"]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+    }
+    // A normal close leaves each run's socket in TIME_WAIT for a minute: at hundreds of runs per
+    // second those would use up the local ports. dlock resets after its last answer instead.
+    assert_eq!(time_wait_sockets(server.port()), before);
+}
+
+/// Loopback TCP sockets in TIME_WAIT with `port` at either end (/proc/net/tcp, state 06).
+fn time_wait_sockets(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 3
+                && fields[3] == "06"
+                && (fields[1].ends_with(&port) || fields[2].ends_with(&port))
+        })
+        .count()
+}
+
 /// How many waiters are queued for `name`.
 fn queued(server: &RedisServer, name: &str) -> usize {
     redis::cmd("ZCARD")
