@@ -210,6 +210,7 @@ impl GlobalArgs {
             kind: self.backend,
             urls: self.urls.clone(),
             connect_timeout: self.connect_timeout,
+            create: false,
         }
     }
 }
@@ -259,7 +260,10 @@ impl RunArgs {
             })
             .collect();
         Ok(RunPlan {
-            backend: global.backend_config(),
+            backend: BackendConfig {
+                create: true,
+                ..global.backend_config()
+            },
             requests,
             command: self.command.clone(),
             no_wait: self.no_wait,

@@ -3,7 +3,7 @@
 
 use anyhow::anyhow;
 
-use crate::backend::{self, LockStatus};
+use crate::backend::{self, Backend, BackendConfig, LockStatus};
 use crate::cli::{lock_name, Cli, Command};
 use crate::exit::{self, FailWith, Failure};
 use crate::report::Reporter;
@@ -15,7 +15,7 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
         Command::Run(args) => supervise::run(args.plan(global)?, report),
         Command::Status(args) => {
             let name = lock_name(&args.name)?;
-            let status = backend::open(&global.backend_config())?.status(&name)?;
+            let status = open_backend(&global.backend_config(), report)?.status(&name)?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&status_json(&status))?);
             } else if !global.quiet {
@@ -28,7 +28,13 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
             })
         }
         Command::List(args) => {
-            let held = backend::open(&global.backend_config())?.list(&args.prefix)?;
+            let listing = open_backend(&global.backend_config(), report)?.list(&args.prefix)?;
+            // Entries that are not locks do not hide the others: each gets a line on stderr (so
+            // the JSON on stdout keeps its shape) and the exit status stays 0.
+            for unreadable in &listing.unreadable {
+                report.error(&format!("skipped: {unreadable}"));
+            }
+            let held = listing.held;
             if args.json {
                 let all: Vec<_> = held.iter().map(status_json).collect();
                 println!("{}", serde_json::to_string_pretty(&all)?);
@@ -50,7 +56,7 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
                 ))
                 .fail_with(Failure::Usage);
             }
-            let removed = backend::open(&global.backend_config())?.force_release(&name)?;
+            let removed = open_backend(&global.backend_config(), report)?.force_release(&name)?;
             if removed.is_empty() {
                 report.notice(&format!(
                     "lock {:?} was not held; nothing released",
@@ -68,6 +74,12 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
             Ok(0)
         }
     }
+}
+
+fn open_backend(config: &BackendConfig, report: &Reporter) -> anyhow::Result<Box<dyn Backend>> {
+    let backend = backend::open(config)?;
+    report.event(&format!("using {}", backend.location()));
+    Ok(backend)
 }
 
 fn status_json(status: &LockStatus) -> serde_json::Value {

@@ -174,6 +174,7 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     let signals = Signals::block().context("cannot block signals")?;
     let backend = backend::open(&plan.backend)?;
     let location = backend.location();
+    report.event(&format!("using {location}"));
     let inherited = std::env::var(HELD_VAR).unwrap_or_default();
     let requests: Vec<LockRequest> = plan
         .requests

@@ -14,22 +14,24 @@
 //! `release --force` cannot take a flock(2) lock away from a process; it replaces the file (keeping
 //! the token) so new acquirers use a new inode, and each old holder notices at its next check that
 //! its file is gone and reports the lock lost. Acquirers check, under the header lock, that the file
-//! they locked is still the one at the path, so the replacement cannot let two holders in.
+//! they locked is still the one at the path, so the replacement cannot let two holders in; a
+//! forced release checks the same before copying the token counter, so it never copies a stale one.
+//!
+//! Files: `dir` chooses and checks the lock directory, `entry` decides whether what sits at a
+//! lock's path may be used (and creates new lock files whole); this file keeps the locks.
 
-use std::ffi::CString;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, Context};
 use sha2::{Digest, Sha256};
 
-use super::{Attempt, Backend, BackendConfig, Lease, LockStatus, Renewal, Waiting};
+use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Renewal, Waiting};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{host_name, Holder, LockName, LockRequest, Mode, Token, MAX_NAME_BYTES};
+use crate::lock::{host_name, Holder, LockName, LockRequest, Mode, Token};
 
 const MAGIC: &[u8; 8] = b"dlock-v1";
 const TOKEN_OFFSET: u64 = 8;
@@ -46,24 +48,25 @@ const TURNSTILE_OFFSET: u64 = SEATS_OFFSET - 1;
 /// Longest file stem kept readable before falling back to a hash of the name.
 const MAX_READABLE_STEM: usize = 200;
 
+mod dir;
+mod entry;
+
+use entry::{check_name, next_token, open_existing, read_header, Header};
+
 pub struct FileBackend {
     dir: PathBuf,
 }
 
+/// How many times an operation starts over on a lock file replaced under it before giving up;
+/// each start over means another dlock made progress, so this is never reached in practice.
+const MAX_REPLACED: u32 = 1000;
+
 impl FileBackend {
+    /// Only `run` (`config.create`) creates a missing lock directory.
     pub fn open(config: &BackendConfig) -> anyhow::Result<FileBackend> {
-        let dir = match config.urls.as_slice() {
-            [] => default_dir()?,
-            [url] => explicit_dir(url)?,
-            _ => {
-                return Err(anyhow!(
-                    "the file backend takes one --url, not {}",
-                    config.urls.len()
-                ))
-                .fail_with(Failure::Usage)
-            }
-        };
-        Ok(FileBackend { dir })
+        Ok(FileBackend {
+            dir: dir::lock_dir(&config.urls, config.create)?,
+        })
     }
 
     /// The lock file for a name: readable when the name is plain, percent-encoded when it has other
@@ -72,144 +75,37 @@ impl FileBackend {
         self.dir.join(format!("{}.lock", file_stem(name)))
     }
 
+    /// Opens the lock file for `name` to lock it, creating it if missing, and refuses (before any
+    /// wait) a file that is not this lock's.
     fn open_lock_file(&self, name: &LockName) -> anyhow::Result<LockFile> {
         let path = self.path_of(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| explain_open_error(&path, e))
-            .fail_with(Failure::BackendUnavailable)?;
-        Ok(LockFile { file, path })
-    }
-}
-
-fn explain_open_error(path: &Path, e: io::Error) -> anyhow::Error {
-    if e.raw_os_error() == Some(libc::ELOOP) {
-        anyhow!(
-            "lock file {} is a symbolic link; refusing to follow it",
-            path.display()
-        )
-    } else {
-        anyhow!("cannot open lock file {}: {e}", path.display())
-    }
-}
-
-/// `$XDG_RUNTIME_DIR/dlock`, else `/tmp/dlock-<uid>`: created 0700, refused if it is a symbolic
-/// link or another user's, since whoever controls the directory controls the locks.
-fn default_dir() -> anyhow::Result<PathBuf> {
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(run) if !run.is_empty() => PathBuf::from(run).join("dlock"),
-        _ => PathBuf::from(format!("/tmp/dlock-{}", current_uid())),
-    };
-    match fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => {
-            return Err(anyhow!(
-                "cannot create lock directory {}: {e}",
-                dir.display()
-            ))
-            .fail_with(Failure::BackendUnavailable)
+        for _ in 0..MAX_REPLACED {
+            if let Some(file) = open_existing(&path, true)? {
+                let lock = LockFile { file, path };
+                lock.check_header(name)?;
+                return Ok(lock);
+            }
+            entry::create(&path, name)?;
         }
-    }
-    let meta = fs::symlink_metadata(&dir)
-        .with_context(|| format!("cannot inspect lock directory {}", dir.display()))
-        .fail_with(Failure::BackendUnavailable)?;
-    let refuse = |why: &str| {
-        Err(anyhow!("refusing lock directory {}: {why}", dir.display()))
-            .fail_with(Failure::BackendUnavailable)
-    };
-    if meta.file_type().is_symlink() {
-        return refuse("it is a symbolic link");
-    }
-    if !meta.is_dir() {
-        return refuse("it is not a directory");
-    }
-    if meta.uid() != current_uid() {
-        return refuse(&format!("it belongs to uid {}, not to you", meta.uid()));
-    }
-    check_dir_usable(&dir, &meta)?;
-    Ok(dir)
-}
-
-/// A directory named by `--url`: `file:///path`, or a plain path. Created if missing.
-fn explicit_dir(url: &str) -> anyhow::Result<PathBuf> {
-    let path = match url.strip_prefix("file://") {
-        Some(rest) if rest.starts_with('/') => PathBuf::from(rest),
-        Some(_) => {
-            return Err(anyhow!(
-                "file URL {url:?} must have an absolute path, like file:///var/lock/dlock"
-            ))
-            .fail_with(Failure::Usage)
-        }
-        None if url.contains("://") => {
-            return Err(anyhow!(
-                "{url:?} is not a directory or file:// URL for the file backend"
-            ))
-            .fail_with(Failure::Usage)
-        }
-        None if url.is_empty() => {
-            return Err(anyhow!("the lock directory (--url) is empty")).fail_with(Failure::Usage)
-        }
-        None => PathBuf::from(url),
-    };
-    if !path.exists() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&path)
-            .with_context(|| format!("cannot create lock directory {}", path.display()))
-            .fail_with(Failure::BackendUnavailable)?;
-    }
-    let path = path
-        .canonicalize()
-        .with_context(|| format!("cannot use lock directory {}", path.display()))
-        .fail_with(Failure::BackendUnavailable)?;
-    let meta = fs::metadata(&path)
-        .with_context(|| format!("cannot inspect lock directory {}", path.display()))
-        .fail_with(Failure::BackendUnavailable)?;
-    if !meta.is_dir() {
-        return Err(anyhow!(
-            "lock directory {} is not a directory",
+        Err(anyhow!(
+            "lock file {} keeps disappearing; is something removing it?",
             path.display()
         ))
-        .fail_with(Failure::BackendUnavailable);
+        .fail_with(Failure::BackendUnavailable)
     }
-    check_dir_usable(&path, &meta)?;
-    Ok(path)
 }
 
-/// Writable by us, and not writable by everyone unless sticky (else anyone could swap lock files).
-fn check_dir_usable(dir: &Path, meta: &fs::Metadata) -> anyhow::Result<()> {
-    let mode = meta.permissions().mode();
-    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
-        return Err(anyhow!(
-            "refusing lock directory {}: it is writable by every user and not sticky (mode {:o})",
-            dir.display(),
-            mode & 0o7777
-        ))
-        .fail_with(Failure::BackendUnavailable);
+/// An OS error in words, without Rust's `(os error N)`: `no space left on device`.
+fn plain_io(e: &io::Error) -> String {
+    let text = e.to_string();
+    let text = text
+        .rfind(" (os error ")
+        .map_or(&text[..], |at| &text[..at]);
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
     }
-    let c_path = CString::new(dir.as_os_str().as_bytes())?;
-    // SAFETY: c_path is a valid NUL-terminated string for the duration of the call.
-    if unsafe { libc::access(c_path.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
-        return Err(anyhow!(
-            "lock directory {} is not writable: {}",
-            dir.display(),
-            io::Error::last_os_error()
-        ))
-        .fail_with(Failure::BackendUnavailable);
-    }
-    Ok(())
-}
-
-fn current_uid() -> u32 {
-    // SAFETY: getuid cannot fail.
-    unsafe { libc::getuid() }
 }
 
 fn is_plain_byte(b: u8) -> bool {
@@ -263,59 +159,51 @@ impl LockFile {
         }
     }
 
-    fn read_token(&self) -> io::Result<Token> {
-        let mut buf = [0u8; 8];
-        match self.file.read_exact_at(&mut buf, TOKEN_OFFSET) {
-            Ok(()) => Ok(u64::from_le_bytes(buf)),
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
-            Err(e) => Err(e),
+    /// The header, checked to be this lock's (see `entry::read_header`).
+    fn check_header(&self, name: &LockName) -> anyhow::Result<Header> {
+        self.settled(|lock| lock.header(name))
+    }
+
+    /// Reads the header without the header lock, as nearly always nothing writes it; a header that
+    /// looks wrong is read again under the lock before it is refused, in case another dlock was
+    /// that moment making an empty file its own.
+    fn settled<T>(&self, read: impl Fn(&LockFile) -> anyhow::Result<T>) -> anyhow::Result<T> {
+        match read(self) {
+            Ok(found) => Ok(found),
+            Err(_) => {
+                lock_header(self, libc::F_RDLCK)?;
+                let again = read(self);
+                unlock_range(self.fd(), 0, HEADER_LEN);
+                again
+            }
         }
     }
 
-    /// Writes the header fields; the caller holds the header lock.
-    fn write_header(&self, name: &LockName, token: Token) -> io::Result<()> {
-        let mut header = Vec::with_capacity(NAME_OFFSET as usize + MAX_NAME_BYTES);
-        header.extend_from_slice(MAGIC);
-        header.extend_from_slice(&token.to_le_bytes());
-        header.extend_from_slice(&(name.as_str().len() as u32).to_le_bytes());
-        header.extend_from_slice(name.as_str().as_bytes());
-        self.file.write_all_at(&header, 0)
-    }
-
-    /// Checks the magic and the stored name, so a file that is not ours (or, absurdly, a hash
-    /// collision) is never mistaken for the lock of `name`.
-    fn check_header(&self, name: &LockName) -> anyhow::Result<()> {
-        match read_header_name(&self.file)? {
-            None => Ok(()),
-            Some(stored) if stored == name.as_str() => Ok(()),
-            Some(stored) => bail!(
-                "lock file {} belongs to the lock {stored:?}, not {:?}",
-                self.path.display(),
-                name.as_str()
-            ),
-        }
+    /// The header, read as it is (under the header lock for a result that stays true).
+    fn header(&self, name: &LockName) -> anyhow::Result<Header> {
+        let header = read_header(&self.file, &self.path)?;
+        check_name(&header, name, &self.path)?;
+        Ok(header)
     }
 }
 
-/// The name stored in a lock file's header; `None` for a file without one (new, or made by flock(1)).
-fn read_header_name(file: &File) -> io::Result<Option<String>> {
-    let mut fixed = [0u8; NAME_OFFSET as usize];
-    match file.read_exact_at(&mut fixed, 0) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+/// Takes the header lock (`F_WRLCK` to change the header, `F_RDLCK` to read it), waiting for it:
+/// others hold it only for a few system calls.
+fn lock_header(lock: &LockFile, kind: i32) -> anyhow::Result<()> {
+    loop {
+        match ofd_lock(lock.fd(), libc::F_OFD_SETLKW, kind, 0, HEADER_LEN) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(anyhow!(
+                    "cannot lock the header of {}: {}",
+                    lock.path.display(),
+                    plain_io(&e)
+                ))
+                .fail_with(Failure::BackendUnavailable)
+            }
+        }
     }
-    if &fixed[..8] != MAGIC {
-        return Ok(None);
-    }
-    let len_at = NAME_LEN_OFFSET as usize;
-    let len = u32::from_le_bytes(fixed[len_at..len_at + 4].try_into().expect("4 bytes")) as usize;
-    if len == 0 || len > MAX_NAME_BYTES {
-        return Ok(None);
-    }
-    let mut name = vec![0u8; len];
-    file.read_exact_at(&mut name, NAME_OFFSET)?;
-    Ok(String::from_utf8(name).ok())
 }
 
 /// flock(2) operations.
@@ -438,13 +326,17 @@ impl FileBackend {
         }
 
         // Under the header lock: is this still the file at the path, and what is the next token?
-        ofd_lock(fd, libc::F_OFD_SETLKW, libc::F_WRLCK, 0, HEADER_LEN).with_context(ctx)?;
+        // Every token is handed out here, after this check, so a file replaced by `release
+        // --force` never hands out one more, and the counter only grows (never wraps, see
+        // `next_token`).
+        lock_header(&lock, libc::F_WRLCK)?;
         if !lock.is_current() {
             return Ok(Step::Retry);
         }
-        lock.check_header(&request.name)?;
-        let token = lock.read_token().with_context(ctx)? + 1;
-        lock.write_header(&request.name, token).with_context(ctx)?;
+        let token = next_token(&lock.header(&request.name)?, &lock.path)?;
+        entry::write_header(&lock.file, &request.name, token)
+            .map_err(|e| anyhow!("cannot write lock file {path}: {}", plain_io(&e)))
+            .fail_with(Failure::BackendUnavailable)?;
         unlock_range(fd, 0, HEADER_LEN);
 
         let holder = Holder {
@@ -455,7 +347,9 @@ impl FileBackend {
             since: SystemTime::now(),
             token,
         };
-        let record = claim_record(&lock, &holder).with_context(ctx)?;
+        let record = claim_record(&lock, &holder)
+            .map_err(|e| anyhow!("cannot write a holder record in {path}: {}", plain_io(&e)))
+            .fail_with(Failure::BackendUnavailable)?;
         let _ = seat; // the seat's lock lives as long as the file stays open
         Ok(Step::Held(FileLease {
             lock,
@@ -498,30 +392,19 @@ impl FileBackend {
 
     fn status_at(&self, name: &LockName, path: &Path) -> anyhow::Result<LockStatus> {
         let location = path.display().to_string();
-        let file = match OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Ok(LockStatus {
-                    name: name.clone(),
-                    holders: vec![],
-                    location,
-                })
-            }
-            Err(e) => {
-                return Err(explain_open_error(path, e)).fail_with(Failure::BackendUnavailable)
+        let holders = match open_existing(path, false)? {
+            None => vec![],
+            Some(file) => {
+                let lock = LockFile {
+                    file,
+                    path: path.to_owned(),
+                };
+                lock.check_header(name)?;
+                self.holders_of(&lock)
+                    .map_err(|e| anyhow!("cannot read lock file {location}: {}", plain_io(&e)))
+                    .fail_with(Failure::BackendUnavailable)?
             }
         };
-        let lock = LockFile {
-            file,
-            path: path.to_owned(),
-        };
-        let holders = self
-            .holders_of(&lock)
-            .with_context(|| format!("cannot read lock file {location}"))?;
         Ok(LockStatus {
             name: name.clone(),
             holders,
@@ -670,73 +553,158 @@ impl Backend for FileBackend {
         self.status_at(name, &self.path_of(name))
     }
 
-    fn list(&self, prefix: &str) -> anyhow::Result<Vec<LockStatus>> {
-        let entries = fs::read_dir(&self.dir)
-            .with_context(|| format!("cannot read lock directory {}", self.dir.display()))
-            .fail_with(Failure::BackendUnavailable)?;
-        let mut held = Vec::new();
+    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+        let failed = |e: io::Error| {
+            anyhow!(
+                "cannot read lock directory {}: {}",
+                self.dir.display(),
+                plain_io(&e)
+            )
+        };
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            // Only `run` makes the directory; until then no lock is held in it.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Listing::default()),
+            Err(e) => return Err(failed(e)).fail_with(Failure::BackendUnavailable),
+        };
+        let mut listing = Listing::default();
         for entry in entries {
-            let path = entry?.path();
-            if path.extension().is_none_or(|e| e != "lock") {
-                continue;
-            }
-            let Ok(file) = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&path)
+            let path = entry
+                .map_err(failed)
+                .fail_with(Failure::BackendUnavailable)?
+                .path();
+            let Some(stem) = path
+                .file_name()
+                .and_then(|f| f.to_str())
+                .and_then(|f| f.strip_suffix(".lock"))
             else {
                 continue;
             };
-            let Some(Ok(name)) = read_header_name(&file)?.map(|n| LockName::new(&n)) else {
-                continue;
-            };
-            if !name.as_str().starts_with(prefix) || self.path_of(&name) != path {
+            // An entry's name is known from its file name unless hashed; one that cannot match
+            // the prefix is not looked at, readable or not.
+            if name_of_stem(stem).is_some_and(|name| !name.starts_with(prefix)) {
                 continue;
             }
-            let status = self.status_at(&name, &path)?;
-            if !status.holders.is_empty() {
-                held.push(status);
+            match self.list_entry(&path, prefix) {
+                Ok(Some(status)) => listing.held.push(status),
+                Ok(None) => {}
+                Err(e) => listing.unreadable.push(format!("{e:#}")),
             }
         }
-        held.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(held)
+        listing.held.sort_by(|a, b| a.name.cmp(&b.name));
+        listing.unreadable.sort();
+        Ok(listing)
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         let path = self.path_of(name);
-        let status = self.status_at(name, &path)?;
-        if status.holders.is_empty() {
-            return Ok(vec![]);
+        for _ in 0..MAX_REPLACED {
+            let Some(file) = open_existing(&path, true)? else {
+                return Ok(vec![]);
+            };
+            let lock = LockFile {
+                file,
+                path: path.clone(),
+            };
+            lock.check_header(name)?;
+            // The header lock orders us against acquirers and other breaks: one that took it
+            // before us saw the old file current and its token is counted in the header we copy;
+            // one after us sees the file replaced and starts over on the new one. So must we: a
+            // break that waited here while another replaced the file would otherwise copy a stale
+            // counter over the new file and hand its tokens out a second time.
+            lock_header(&lock, libc::F_WRLCK)?;
+            if !lock.is_current() {
+                continue;
+            }
+            let header = lock.header(name)?;
+            let holders = self
+                .holders_of(&lock)
+                .map_err(|e| anyhow!("cannot read lock file {}: {}", path.display(), plain_io(&e)))
+                .fail_with(Failure::BackendUnavailable)?;
+            if holders.is_empty() {
+                return Ok(vec![]);
+            }
+            let replaced = entry::write_fresh(&path, name, header.token()).and_then(|fresh| {
+                fs::rename(&fresh, &path).inspect_err(|_| {
+                    let _ = fs::remove_file(&fresh);
+                })
+            });
+            return match replaced {
+                Ok(()) => Ok(holders),
+                Err(e) => Err(anyhow!(
+                    "cannot replace lock file {}: {}",
+                    path.display(),
+                    plain_io(&e)
+                ))
+                .fail_with(Failure::BackendUnavailable),
+            };
         }
-        let lock = self.open_lock_file(name)?;
-        let ctx = || format!("cannot replace lock file {}", path.display());
-        // The header lock orders us against acquirers: one that took it before us saw the old file
-        // current and its token is already counted; one after us sees the file replaced and retries.
-        ofd_lock(lock.fd(), libc::F_OFD_SETLKW, libc::F_WRLCK, 0, HEADER_LEN).with_context(ctx)?;
-        let token = lock.read_token().with_context(ctx)?;
-        let fresh_path = self
-            .dir
-            .join(format!(".{}.{}.new", file_stem(name), std::process::id()));
-        let fresh = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&fresh_path)
-            .with_context(ctx)?;
-        let fresh = LockFile {
-            file: fresh,
-            path: fresh_path.clone(),
-        };
-        let written = fresh
-            .write_header(name, token)
-            .and_then(|_| fs::rename(&fresh_path, &path));
-        if let Err(e) = written {
-            let _ = fs::remove_file(&fresh_path);
-            return Err(e).with_context(ctx);
-        }
-        Ok(status.holders)
+        Err(anyhow!(
+            "lock file {} was replaced {MAX_REPLACED} times while breaking it; try again",
+            path.display()
+        ))
+        .fail_with(Failure::BackendUnavailable)
     }
+}
+
+impl FileBackend {
+    /// One `*.lock` entry for `list`: its status if it is a held lock under `prefix`, `None` if
+    /// free, gone, empty (flock(1)'s, which names no lock) or another prefix's, an error naming the
+    /// entry if it is not a usable lock file.
+    fn list_entry(&self, path: &Path, prefix: &str) -> anyhow::Result<Option<LockStatus>> {
+        let Some(file) = open_existing(path, false)? else {
+            return Ok(None);
+        };
+        let lock = LockFile {
+            file,
+            path: path.to_owned(),
+        };
+        let Header::Dlock { name, .. } = lock.settled(|l| read_header(&l.file, &l.path))? else {
+            return Ok(None);
+        };
+        let name = LockName::new(&name)
+            .map_err(|_| anyhow!("lock file {} has a malformed dlock header", path.display()))?;
+        if self.path_of(&name) != path {
+            return Err(anyhow!(
+                "lock file {} belongs to the lock {:?}, which lives in another file (copied or renamed?)",
+                path.display(),
+                name.as_str()
+            ));
+        }
+        if !name.as_str().starts_with(prefix) {
+            return Ok(None);
+        }
+        let holders = self
+            .holders_of(&lock)
+            .map_err(|e| anyhow!("cannot read lock file {}: {}", path.display(), plain_io(&e)))?;
+        Ok((!holders.is_empty()).then(|| LockStatus {
+            name,
+            holders,
+            location: path.display().to_string(),
+        }))
+    }
+}
+
+/// The lock name a file stem spells (the inverse of `file_stem`), or `None` for a hashed stem or
+/// one `file_stem` never makes.
+fn name_of_stem(stem: &str) -> Option<String> {
+    if stem.starts_with("%%") {
+        return None;
+    }
+    let bytes = stem.as_bytes();
+    let mut name = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            name.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            name.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(name).ok()
 }
 
 /// A held lock file. Its locks (flock, seat, record) all live in the open file and go when it closes.

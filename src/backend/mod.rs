@@ -43,6 +43,9 @@ pub struct BackendConfig {
     pub urls: Vec<String>,
     /// How long to try to reach a server (network backends).
     pub connect_timeout: Duration,
+    /// Create the place locks are kept if it is missing (the file backend's directory): `run`
+    /// only, so `status`, `list` and `release` with a mistyped address leave nothing behind.
+    pub create: bool,
 }
 
 /// Opens the configured backend. Errors are tagged with the exit status they map to (usage for a
@@ -90,8 +93,9 @@ pub trait Backend: Send {
     /// Who holds `name` now (an empty list: free).
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus>;
 
-    /// Every lock currently held whose name starts with `prefix`, sorted by name.
-    fn list(&self, prefix: &str) -> anyhow::Result<Vec<LockStatus>>;
+    /// Every lock currently held whose name starts with `prefix`, sorted by name, and the entries
+    /// of the store that could not be read as locks.
+    fn list(&self, prefix: &str) -> anyhow::Result<Listing>;
 
     /// Break the lock for every holder (an operator cleaning up after a dead one). Returns the holders
     /// removed. Each removed holder's dlock notices at its next renewal and treats the lock as lost.
@@ -135,6 +139,25 @@ pub struct LockStatus {
     pub holders: Vec<Holder>,
     /// Where the backend keeps the lock (a file's path, a key, a znode), for operators.
     pub location: String,
+}
+
+/// What `list` found.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The held locks, sorted by name.
+    pub held: Vec<LockStatus>,
+    /// Entries that are not readable locks (a FIFO where a lock file should be, a file that is not
+    /// dlock's), one line each naming the entry and what is wrong; `list` shows them on stderr.
+    pub unreadable: Vec<String>,
+}
+
+impl From<Vec<LockStatus>> for Listing {
+    fn from(held: Vec<LockStatus>) -> Listing {
+        Listing {
+            held,
+            unreadable: vec![],
+        }
+    }
 }
 
 /// Part of the `Waiting` contract: after cancelling, the supervisor sends this signal to the

@@ -57,7 +57,7 @@ use redis::{
     PushInfo, PushKind, RedisError, ToRedisArgs, Value,
 };
 
-use super::{Attempt, Backend, BackendConfig, Lease, LockStatus, Renewal, Waiting};
+use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Renewal, Waiting};
 use crate::exit::{FailWith, Failure};
 use crate::lock::{host_name, random_bytes, Holder, LockName, LockRequest, Token};
 
@@ -1372,7 +1372,7 @@ impl Backend for RedisBackend {
         })
     }
 
-    fn list(&self, prefix: &str) -> anyhow::Result<Vec<LockStatus>> {
+    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
         // Holders keys only: `dlock:{ENCODED_PREFIX*}:holders`. Encoding is byte by byte, so the
         // encoded prefix is a prefix of every matching encoded name, and it has no glob characters.
         let pattern = format!("dlock:{{{}*}}:holders", encode_name(prefix));
@@ -1416,7 +1416,7 @@ impl Backend for RedisBackend {
                 held.push(status);
             }
         }
-        Ok(held)
+        Ok(held.into())
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

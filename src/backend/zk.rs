@@ -39,7 +39,7 @@ use anyhow::{anyhow, Context};
 use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
-use super::{Attempt, Backend, BackendConfig, Lease, LockStatus, Renewal, Waiting};
+use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Renewal, Waiting};
 use crate::exit::{FailWith, Failure};
 use crate::lock::{host_name, Holder, LockName, LockRequest, Mode, Token};
 
@@ -1416,7 +1416,7 @@ impl Backend for ZkBackend {
         self.status_of(&session, name)
     }
 
-    fn list(&self, prefix: &str) -> anyhow::Result<Vec<LockStatus>> {
+    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         let client = session.client();
         let dirs = match session
@@ -1441,7 +1441,7 @@ impl Backend for ZkBackend {
             }
         }
         held.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(held)
+        Ok(held.into())
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

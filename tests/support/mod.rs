@@ -151,3 +151,25 @@ pub fn in_ci() -> bool {
 }
 
 pub mod zk_server;
+
+/// Runs to completion within `limit` and returns the output; a command still running then is
+/// killed and the test fails (for commands that must never block).
+pub fn output_within(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start dlock");
+    wait_exit(&mut child, limit);
+    child.wait_with_output().expect("collect output")
+}
+
+/// The header of a file-backend lock file, as its module doc lays it out: magic, last token,
+/// name length, name.
+pub fn dlock_header(name: &str, token: u64) -> Vec<u8> {
+    let mut h = b"dlock-v1".to_vec();
+    h.extend_from_slice(&token.to_le_bytes());
+    h.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    h.extend_from_slice(name.as_bytes());
+    h
+}
