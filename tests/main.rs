@@ -8,5 +8,6 @@ mod faults;
 mod file_backend;
 mod multi;
 mod redis;
+mod reentry;
 mod run;
 mod zk;
