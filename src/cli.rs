@@ -18,7 +18,9 @@ Exit status:
   128+N                 the command, or dlock while waiting, was killed by signal N
   75                    the lock is busy (--no-wait) or --wait expired (see --conflict-exit-code)
   79                    the lock was lost while the command ran; the command was terminated
-  64                    usage error: bad option, name, duration or URL, missing `--`
+  64                    usage error: bad option, name, duration or URL, missing `--`;
+                        or a nested run asks exclusively for a lock its own parent dlock
+                        holds shared or with --limit
   69                    backend unavailable: server unreachable, authentication failed,
                         lock directory unusable
   70                    internal error

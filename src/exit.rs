@@ -8,7 +8,9 @@ use std::fmt;
 /// `anyhow::Error`; `main` finds it in the chain and exits with its status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Failure {
-    /// Bad command line: unknown option, bad name, bad duration, missing `--` (EX_USAGE).
+    /// Bad command line: unknown option, bad name, bad duration, missing `--` (EX_USAGE). Also a
+    /// nested run that asks exclusively for a lock its own parent dlock holds shared or with a
+    /// limit: a request that could never be granted.
     Usage,
     /// The backend cannot be reached or used: server down, wrong password, unusable lock directory
     /// (EX_UNAVAILABLE).

@@ -7,6 +7,7 @@ mod commands;
 mod exit;
 mod generate;
 mod lock;
+mod reentry;
 mod report;
 mod spawn;
 mod supervise;

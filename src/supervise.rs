@@ -25,6 +25,7 @@ use anyhow::Context;
 use crate::backend::{self, Attempt, Backend, BackendConfig, Lease, Renewal, Waiting, WAKE_SIGNAL};
 use crate::exit;
 use crate::lock::{Holder, LockName, LockRequest};
+use crate::reentry::{self, Claim};
 use crate::report::Reporter;
 use crate::spawn;
 
@@ -53,6 +54,8 @@ pub struct RunPlan {
 /// A lock this dlock holds.
 struct Held {
     name: LockName,
+    /// The acquisition's owner id, which a nested dlock looks for in the backend's records.
+    owner: String,
     lease: Box<dyn Lease>,
     /// A third of the lease: when to renew first (as every backend renews); the lease then says.
     renew_every: Duration,
@@ -67,6 +70,7 @@ impl Held {
     fn new(request: &LockRequest, lease: Box<dyn Lease>) -> Held {
         Held {
             name: request.name.clone(),
+            owner: request.owner.clone(),
             lease,
             renew_every: request.ttl / 3,
             due: Instant::now() + request.ttl / 3,
@@ -164,28 +168,19 @@ fn next_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     }
 }
 
-/// Environment variable listing the locks held by this process's dlock ancestors, one
-/// `LOCATION<TAB>NAME` per line, so a nested `dlock run` of a held lock runs its command directly.
-const HELD_VAR: &str = "DLOCK_HELD";
-const HELD_VAR_MAX: usize = 64 * 1024;
-
 pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     // First of all, before a backend may start threads of its own.
     let signals = Signals::block().context("cannot block signals")?;
     let backend = backend::open(&plan.backend)?;
     let location = backend.location();
     report.event(&format!("using {location}"));
-    let inherited = std::env::var(HELD_VAR).unwrap_or_default();
-    let requests: Vec<LockRequest> = plan
-        .requests
-        .iter()
-        .filter(|r| {
-            !inherited
-                .lines()
-                .any(|line| line == held_entry(&location, &r.name))
-        })
-        .cloned()
-        .collect();
+    let decision = reentry::decide(
+        backend.as_ref(),
+        &location,
+        &plan.requests,
+        reentry::inherited(),
+    )?;
+    let requests = decision.to_acquire;
     if requests.is_empty() {
         report.event("every lock is already held by a parent dlock; running the command directly");
         let err = Command::new(&plan.command[0])
@@ -273,7 +268,13 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     }
 
     supervise_child(
-        held, &plan, &location, &inherited, file_limit, &signals, report,
+        held,
+        &plan,
+        &location,
+        decision.passed_on,
+        file_limit,
+        &signals,
+        report,
     )
 }
 
@@ -293,10 +294,6 @@ fn raise_file_limit(locks: usize) -> Option<libc::rlimit> {
         limit.rlim_cur = limit.rlim_max;
         (libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0).then_some(original)
     }
-}
-
-fn held_entry(location: &str, name: &LockName) -> String {
-    format!("{location}\t{name}")
 }
 
 fn busy_message(name: &LockName, holders: &[Holder], waited: Option<Duration>) -> String {
@@ -644,7 +641,7 @@ fn child_environment(
     held: &[Held],
     plan: &RunPlan,
     location: &str,
-    inherited: &str,
+    inherited: &[Claim],
 ) -> Vec<(String, String)> {
     let mut env = vec![(
         "DLOCK_BACKEND".to_owned(),
@@ -666,18 +663,17 @@ fn child_environment(
             ));
         }
     }
-    let mut entries: Vec<String> = inherited
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(str::to_owned)
+    // What a nested dlock needs to prove that this one holds its locks: the inherited claims it
+    // may still rely on, and this dlock's own.
+    let start = reentry::own_start();
+    let own: Vec<Claim> = held
+        .iter()
+        .filter_map(|h| Claim::own(location, &h.name, &h.owner, start))
         .collect();
-    entries.extend(held.iter().map(|h| held_entry(location, &h.name)));
-    let held_list = entries.join("\n");
-    // The kernel refuses any one environment string over 128 KiB (MAX_ARG_STRLEN). A set that
-    // large (thousands of names) gives up reentrancy rather than the command.
-    if held_list.len() < HELD_VAR_MAX {
-        env.push((HELD_VAR.into(), held_list));
-    }
+    env.push((
+        reentry::HELD_VAR.into(),
+        reentry::held_value(inherited, &own),
+    ));
     env
 }
 
@@ -706,12 +702,12 @@ fn supervise_child(
     held: Vec<Held>,
     plan: &RunPlan,
     location: &str,
-    inherited: &str,
+    inherited: Vec<Claim>,
     file_limit: Option<libc::rlimit>,
     signals: &Signals,
     report: &Reporter,
 ) -> anyhow::Result<u8> {
-    let env = child_environment(&held, plan, location, inherited);
+    let env = child_environment(&held, plan, location, &inherited);
     let foreground = owns_terminal();
     let pid = match spawn::spawn(
         &plan.command,

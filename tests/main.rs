@@ -11,5 +11,6 @@ mod file_entries;
 mod file_tokens;
 mod multi;
 mod redis;
+mod reentry;
 mod run;
 mod zk;
