@@ -5,6 +5,7 @@
 
 pub mod etcd_server;
 pub mod redis_server;
+pub mod relay;
 pub mod target;
 
 use std::path::{Path, PathBuf};

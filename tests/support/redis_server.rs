@@ -306,6 +306,8 @@ impl Target {
         }
         Target {
             args,
+            kind: super::target::Kind::Redis,
+            ports: servers.iter().map(RedisServer::port).collect(),
             servers: servers
                 .into_iter()
                 .map(|server| {

@@ -8,6 +8,9 @@ use super::*;
 /// The `dlock` arguments that select one backend (`--backend X --url Y`).
 pub struct Target {
     pub args: Vec<String>,
+    pub kind: Kind,
+    /// The servers' loopback ports, in the order of the URLs in `args`.
+    pub ports: Vec<u16>,
     /// The servers behind the backend, for fault injection (none for the file backend).
     pub servers: Vec<Box<dyn ServerControl>>,
     /// Scratch space for markers and counters.
@@ -20,6 +23,8 @@ impl Target {
         let locks = scratch.file("locks");
         Target {
             args: vec!["--url".into(), locks.display().to_string()],
+            kind: Kind::File,
+            ports: vec![],
             servers: vec![],
             scratch,
         }
@@ -28,18 +33,37 @@ impl Target {
     /// dlock on a private ZooKeeper server.
     pub fn zk_backend() -> Target {
         let server = zk_server::ZkServer::start();
+        let ports = vec![server.port()];
         Target {
-            args: vec![
-                "--backend".into(),
-                "zk".into(),
-                "--url".into(),
-                server.url(),
-            ],
+            args: Kind::Zk.args(&ports),
+            kind: Kind::Zk,
+            ports,
             servers: vec![Box::new(zk_server::ZkControl(std::sync::Mutex::new(
                 server,
             )))],
             scratch: LockDir::new(),
         }
+    }
+
+    /// dlock on a private three-server ZooKeeper ensemble; faults hit its leader.
+    pub fn zk_ensemble() -> Target {
+        let ensemble = zk_server::ZkEnsemble::start();
+        let ports = ensemble.ports();
+        Target {
+            args: Kind::Zk.args(&ports),
+            kind: Kind::Zk,
+            ports,
+            servers: vec![Box::new(zk_server::ZkEnsembleControl(
+                std::sync::Mutex::new(ensemble),
+            ))],
+            scratch: LockDir::new(),
+        }
+    }
+
+    /// The arguments that select this backend with its servers reached at other loopback ports
+    /// (relays), one per server in the order of `ports`.
+    pub fn args_through(&self, ports: &[u16]) -> Vec<String> {
+        self.kind.args(ports)
     }
 
     pub fn dlock(&self, args: &[&str]) -> Command {
@@ -63,8 +87,45 @@ impl Target {
     }
 }
 
+/// Which backend a target runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    File,
+    Redis,
+    Zk,
+}
+
+impl Kind {
+    /// `--backend` and `--url` for servers on these loopback ports (not for the file backend).
+    pub fn args(self, ports: &[u16]) -> Vec<String> {
+        match self {
+            Kind::File => panic!("the file backend has no servers"),
+            Kind::Redis => {
+                let mut args = vec!["--backend".to_owned(), "redis".to_owned()];
+                for port in ports {
+                    args.extend(["--url".to_owned(), format!("redis://127.0.0.1:{port}")]);
+                }
+                args
+            }
+            Kind::Zk => {
+                let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+                vec![
+                    "--backend".into(),
+                    "zk".into(),
+                    "--url".into(),
+                    format!("zk://{}", hosts.join(",")),
+                ]
+            }
+        }
+    }
+}
+
 /// What a fault driver may do to a server a test started.
 pub trait ServerControl {
+    /// Which server the faults hit, for reports: "server", or "leader" in an ensemble.
+    fn what(&self) -> &'static str {
+        "server"
+    }
     /// SIGSTOP the server, wait `pause`, SIGCONT it.
     fn pause(&self, pause: std::time::Duration);
     /// Kill the server and start it again on the same address, empty.

@@ -22,6 +22,8 @@ pub struct ZkServer {
     dir: tempfile::TempDir,
     process: Option<Child>,
     jvm_flags: &'static [&'static str],
+    /// In an ensemble: this server's id and the `server.N=` lines of every member.
+    peer: Option<(usize, String)>,
 }
 
 /// Tests want a server up fast: the quick compiler only, a small heap.
@@ -56,6 +58,7 @@ impl ZkServer {
                 dir,
                 process: None,
                 jvm_flags,
+                peer: None,
             };
             server.write_config();
             if server.launch() {
@@ -72,6 +75,10 @@ impl ZkServer {
     /// `zk://user:password@127.0.0.1:PORT`
     pub fn url_as(&self, user: &str, password: &str) -> String {
         format!("zk://{user}:{password}@127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn hosts(&self) -> String {
@@ -159,10 +166,8 @@ impl ZkServer {
 
     fn write_config(&self) {
         let data = self.dir.path().join("data");
-        let config = format!(
+        let mut config = format!(
             "tickTime=100\n\
-             initLimit=10\n\
-             syncLimit=5\n\
              dataDir={}\n\
              clientPort={}\n\
              clientPortAddress=127.0.0.1\n\
@@ -174,6 +179,13 @@ impl ZkServer {
             data.display(),
             self.port
         );
+        if let Some((id, members)) = &self.peer {
+            // Ticks of 100ms: followers sync within 5s of starting, and one that hears nothing
+            // from its leader for 1s drops it and votes again.
+            config.push_str("initLimit=50\nsyncLimit=10\n");
+            config.push_str(members);
+            std::fs::write(data.join("myid"), format!("{id}\n")).expect("write myid");
+        }
         std::fs::write(self.config_path(), config).expect("write zoo.cfg");
     }
 
@@ -203,7 +215,11 @@ impl ZkServer {
                 "-Dznode.container.checkIntervalMs=100",
                 "-cp",
                 &classpath,
-                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                if self.peer.is_some() {
+                    "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+                } else {
+                    "org.apache.zookeeper.server.ZooKeeperServerMain"
+                },
             ])
             .arg(self.config_path())
             .stdin(Stdio::null())
@@ -290,5 +306,127 @@ impl super::target::ServerControl for ZkControl {
     /// also reset the zxids that fencing tokens are made of.
     fn restart(&self) {
         self.0.lock().expect("server handle").restart();
+    }
+}
+
+/// Members of a test ensemble: three, so that it survives the loss of any one.
+const ENSEMBLE: usize = 3;
+
+/// Three ZooKeeper servers on loopback forming one ensemble (`QuorumPeerMain`), each with its own
+/// data directory. Dropping it kills them all.
+pub struct ZkEnsemble {
+    pub servers: Vec<ZkServer>,
+}
+
+impl ZkEnsemble {
+    /// Starts the three members and waits until each one says it is the leader or a follower.
+    pub fn start() -> ZkEnsemble {
+        assert!(
+            Path::new(ZOOKEEPER_JAR).exists(),
+            "ZooKeeper is not installed ({ZOOKEEPER_JAR} is missing): run scripts/test"
+        );
+        // Ports race with other tests between probing and binding: retry with new ones.
+        for _ in 0..3 {
+            let ports: Vec<[u16; 3]> = (0..ENSEMBLE)
+                .map(|_| [free_port(), free_port(), free_port()])
+                .collect();
+            let members: String = ports
+                .iter()
+                .enumerate()
+                .map(|(i, [_, quorum, election])| {
+                    format!("server.{}=127.0.0.1:{quorum}:{election}\n", i + 1)
+                })
+                .collect();
+            let mut servers = Vec::new();
+            for (i, [client, ..]) in ports.iter().enumerate() {
+                let dir = tempfile::tempdir().expect("temp dir for ZooKeeper");
+                std::fs::create_dir(dir.path().join("data")).expect("ZooKeeper data dir");
+                let server = ZkServer {
+                    port: *client,
+                    dir,
+                    process: None,
+                    jvm_flags: QUICK_START,
+                    peer: Some((i + 1, members.clone())),
+                };
+                server.write_config();
+                servers.push(server);
+            }
+            if servers.iter_mut().all(|s| s.launch()) {
+                let ensemble = ZkEnsemble { servers };
+                if ensemble.wait_for_quorum(START_LIMIT) {
+                    return ensemble;
+                }
+            }
+        }
+        panic!("a ZooKeeper ensemble could not start on any of 3 sets of free ports");
+    }
+
+    /// `zk://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.servers.iter().map(ZkServer::hosts).collect();
+        format!("zk://{}", hosts.join(","))
+    }
+
+    pub fn ports(&self) -> Vec<u16> {
+        self.servers.iter().map(|s| s.port).collect()
+    }
+
+    /// The member that says it leads (`srvr`), if one does now.
+    pub fn leader(&self) -> Option<usize> {
+        self.servers
+            .iter()
+            .position(|s| s.four_letter("srvr").contains("Mode: leader"))
+    }
+
+    /// Waits until every member serves as leader or follower; false after `limit`.
+    fn wait_for_quorum(&self, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            let serving = self.servers.iter().all(|s| {
+                let answer = s.four_letter("srvr");
+                answer.contains("Mode: leader") || answer.contains("Mode: follower")
+            });
+            if serving {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// The leader, waiting (bounded) for an election under way to end.
+    fn current_leader(&self) -> usize {
+        let end = Instant::now() + START_LIMIT;
+        while Instant::now() < end {
+            if let Some(leader) = self.leader() {
+                return leader;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the ZooKeeper ensemble elected no leader within {START_LIMIT:?}");
+    }
+}
+
+/// The fault checker's handle on an ensemble: its faults hit the leader.
+pub struct ZkEnsembleControl(pub std::sync::Mutex<ZkEnsemble>);
+
+impl super::target::ServerControl for ZkEnsembleControl {
+    fn what(&self) -> &'static str {
+        "leader"
+    }
+
+    fn pause(&self, pause: Duration) {
+        let ensemble = self.0.lock().expect("ensemble handle");
+        let pid = ensemble.servers[ensemble.current_leader()].pid();
+        super::signal(pid, libc::SIGSTOP);
+        std::thread::sleep(pause);
+        super::signal(pid, libc::SIGCONT);
+    }
+
+    /// SIGKILL the leader and start it again on its data: the others elect a new leader meanwhile.
+    fn restart(&self) {
+        let mut ensemble = self.0.lock().expect("ensemble handle");
+        let leader = ensemble.current_leader();
+        ensemble.servers[leader].restart();
     }
 }

@@ -1,0 +1,178 @@
+//! A TCP relay on loopback that a test can freeze: a network partition between one client and one
+//! server while every other client still reaches the server directly.
+//!
+//! Frozen, it forwards nothing in either direction and leaves every connection open, as a cut
+//! cable does: what the client sends waits in the socket buffers, connects are accepted and then
+//! hear nothing. Thawed, everything that waited flows on, as after a partition heals (TCP would
+//! retransmit). Threads, two per connection, bounded by `MAX_CONNECTIONS`; dropping the relay ends
+//! them all within a few milliseconds.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Connections one relay carries at once; more are closed at once (a client then reconnects).
+const MAX_CONNECTIONS: usize = 64;
+/// How often an idle thread looks at the frozen and stop flags.
+const POLL: Duration = Duration::from_millis(2);
+
+pub struct Relay {
+    port: u16,
+    shared: Arc<Shared>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    frozen: AtomicBool,
+    stop: AtomicBool,
+    connections: AtomicUsize,
+}
+
+impl Relay {
+    /// A relay on a free loopback port to `upstream`.
+    pub fn start(upstream: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port for a relay");
+        let port = listener.local_addr().expect("relay address").port();
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking relay listener");
+        let shared = Arc::new(Shared {
+            frozen: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            connections: AtomicUsize::new(0),
+        });
+        let acceptor = {
+            let shared = shared.clone();
+            std::thread::spawn(move || accept(listener, upstream, &shared))
+        };
+        Relay {
+            port,
+            shared,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops forwarding both ways; connections stay open.
+    pub fn freeze(&self) {
+        self.shared.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Forwards again, what waited first.
+    pub fn thaw(&self) {
+        self.shared.frozen.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+    }
+}
+
+fn accept(listener: TcpListener, upstream: SocketAddr, shared: &Arc<Shared>) {
+    let mut pumps: Vec<JoinHandle<()>> = Vec::new();
+    while !shared.stop.load(Ordering::SeqCst) {
+        pumps.retain(|p| !p.is_finished());
+        let client = match listener.accept() {
+            Ok((client, _)) => client,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(POLL);
+                continue;
+            }
+            Err(_) => continue,
+        };
+        if shared.connections.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+            continue;
+        }
+        let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(1)) else {
+            // The server is down: so is the connection through the relay.
+            continue;
+        };
+        let (Ok(client_in), Ok(server_in)) = (client.try_clone(), server.try_clone()) else {
+            continue;
+        };
+        let _ = client.set_nodelay(true);
+        let _ = server.set_nodelay(true);
+        shared.connections.fetch_add(1, Ordering::SeqCst);
+        let done = Arc::new(AtomicUsize::new(0));
+        for (from, to) in [(client_in, server), (server_in, client)] {
+            let shared = shared.clone();
+            let done = done.clone();
+            pumps.push(std::thread::spawn(move || {
+                pump(from, to, &shared);
+                // The second pump to finish gives the connection's place back.
+                if done.fetch_add(1, Ordering::SeqCst) == 1 {
+                    shared.connections.fetch_sub(1, Ordering::SeqCst);
+                }
+            }));
+        }
+    }
+    for pump in pumps {
+        let _ = pump.join();
+    }
+}
+
+/// Copies `from` to `to` until either side closes or the relay stops, holding everything while
+/// frozen. Closing one direction closes both, as a reset would.
+fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
+    let _ = from.set_read_timeout(Some(POLL * 5));
+    let _ = to.set_write_timeout(Some(POLL * 5));
+    let mut buf = [0u8; 16 * 1024];
+    'relay: while !shared.stop.load(Ordering::SeqCst) {
+        if shared.frozen.load(Ordering::SeqCst) {
+            // Not even reading: the sender's data stays in the kernel's buffers.
+            std::thread::sleep(POLL);
+            continue;
+        }
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        // Read just before a freeze: held until the thaw, like a packet caught on the wire.
+        while shared.frozen.load(Ordering::SeqCst) {
+            if shared.stop.load(Ordering::SeqCst) {
+                break 'relay;
+            }
+            std::thread::sleep(POLL);
+        }
+        if !write_all(&mut to, &buf[..n], shared) {
+            break;
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+/// `write_all` that gives up when the relay stops, even towards a peer that reads nothing (a
+/// stopped process).
+fn write_all(to: &mut TcpStream, mut data: &[u8], shared: &Shared) -> bool {
+    while !data.is_empty() {
+        if shared.stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        match to.write(data) {
+            Ok(0) => return false,
+            Ok(n) => data = &data[n..],
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
