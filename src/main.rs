@@ -10,6 +10,7 @@ mod lock;
 mod report;
 mod spawn;
 mod supervise;
+mod url;
 
 use std::process::ExitCode;
 

@@ -6,6 +6,7 @@ mod cli;
 mod contract;
 mod faults;
 mod file_backend;
+mod hostile;
 mod multi;
 mod redis;
 mod run;
