@@ -82,7 +82,7 @@ fn hold(dlock: &dyn Fn(&[&str]) -> Command, dir: &LockDir, name: &str) -> Child 
         marker.display(),
         go.display()
     );
-    let child = dlock(&["run", "--ttl", "1s", name, "--", "sh", "-c", &script])
+    let child = dlock(&["run", "--ttl", "3s", name, "--", "sh", "-c", &script])
         .stderr(Stdio::null())
         .spawn()
         .expect("start a holder");
@@ -252,7 +252,7 @@ fn a_release_grants_nothing_from_a_broken_redis_counter() {
     let dir = LockDir::new();
     let mut conn = server.connection();
     let holder = hold(&|args| on_redis(&server, args), &dir, "n");
-    let mut waiter = on_redis(&server, &["run", "--ttl", "1s", "n", "--", "true"])
+    let mut waiter = on_redis(&server, &["run", "--ttl", "3s", "n", "--", "true"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
