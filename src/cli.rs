@@ -185,10 +185,24 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 500ms, 30s, 5m)"))
 }
 
+/// The longest lease: 24 days, the largest whole number of days a ZooKeeper session timeout (a
+/// signed 32-bit count of milliseconds, at most 24.8 days) can carry. Redis counts leases in
+/// milliseconds too, in the scripts' doubles, and is exact far beyond it. A lease this long already
+/// keeps a lock from others for weeks after its holder died; dlock renews every ttl/3, so no run
+/// needs a longer one.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 24 * 3600);
+
 fn parse_ttl(s: &str) -> Result<Duration, String> {
     let ttl = parse_duration(s)?;
     if ttl < Duration::from_millis(100) {
         return Err("the ttl must be at least 100ms".into());
+    }
+    if ttl > MAX_TTL {
+        return Err(format!(
+            "the ttl must be at most {} (ZooKeeper counts a session timeout in a 32-bit number of \
+             milliseconds)",
+            humantime::format_duration(MAX_TTL)
+        ));
     }
     Ok(ttl)
 }
@@ -327,9 +341,13 @@ mod tests {
     proptest::proptest! {
         /// Durations from the command line: parsed or refused, never a panic.
         #[test]
-        fn any_duration_text_parses_or_is_refused(text in "\\PC{0,30}|[0-9]{1,25}(ns|us|ms|s|m|h|d)") {
+        fn any_duration_text_parses_or_is_refused(text in "\\PC{0,30}|[0-9]{1,25}(ns|us|ms|s|m|h|d|y)") {
             let _ = super::parse_duration(&text);
-            let _ = super::parse_ttl(&text);
+            if let Ok(ttl) = super::parse_ttl(&text) {
+                proptest::prop_assert!(ttl <= super::MAX_TTL);
+                // What the backends make of it stays in range: Redis milliseconds, ZooKeeper's i32.
+                proptest::prop_assert!(i32::try_from(ttl.as_millis()).is_ok());
+            }
         }
     }
 }

@@ -1,6 +1,9 @@
 //! What each subcommand does once the command line is parsed: `run` hands over to the supervisor;
 //! `status`, `list` and `release` ask the backend and print its answer for people or as JSON.
 
+use std::fmt::Write as _;
+use std::io::{self, Write as _};
+
 use anyhow::anyhow;
 
 use crate::backend::{self, Backend, BackendConfig, LockStatus};
@@ -17,9 +20,12 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
             let name = lock_name(&args.name)?;
             let status = open_backend(&global.backend_config(), report)?.status(&name)?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&status_json(&status))?);
+                emit(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&status_json(&status))?
+                ))?;
             } else if !global.quiet {
-                print_status(&status);
+                emit(&status_text(&status))?;
             }
             Ok(if status.holders.is_empty() {
                 exit::FREE
@@ -35,16 +41,18 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
                 report.error(&format!("skipped: {unreadable}"));
             }
             let held = listing.held;
+            let mut text = String::new();
             if args.json {
                 let all: Vec<_> = held.iter().map(status_json).collect();
-                println!("{}", serde_json::to_string_pretty(&all)?);
+                text = format!("{}\n", serde_json::to_string_pretty(&all)?);
             } else {
                 for status in &held {
                     for holder in &status.holders {
-                        println!("{}\t{}", status.name, holder.describe());
+                        let _ = writeln!(text, "{}\t{}", status.name, holder.describe());
                     }
                 }
             }
+            emit(&text)?;
             Ok(0)
         }
         Command::Release(args) => {
@@ -64,9 +72,11 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
                 ));
                 return Ok(exit::FREE);
             }
+            let mut text = String::new();
             for holder in &removed {
-                println!("released {}\t{}", name, holder.describe());
+                let _ = writeln!(text, "released {}\t{}", name, holder.describe());
             }
+            emit(&text)?;
             Ok(0)
         }
         Command::Generate(args) => {
@@ -91,13 +101,27 @@ fn status_json(status: &LockStatus) -> serde_json::Value {
     })
 }
 
-fn print_status(status: &LockStatus) {
+fn status_text(status: &LockStatus) -> String {
     if status.holders.is_empty() {
-        println!("{}: free ({})", status.name, status.location);
-        return;
+        return format!("{}: free ({})\n", status.name, status.location);
     }
-    println!("{}: held ({})", status.name, status.location);
+    let mut text = format!("{}: held ({})\n", status.name, status.location);
     for holder in &status.holders {
-        println!("  {} owner {}", holder.describe(), holder.owner);
+        let _ = writeln!(text, "  {} owner {}", holder.describe(), holder.owner);
+    }
+    text
+}
+
+/// Writes `text` to standard output. A reader that went away (`dlock status X | true`) ends the
+/// output quietly, as in ripgrep: no message, and the exit status stays the command's own.
+fn emit(text: &str) -> anyhow::Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
+            let why = e.to_string();
+            let why = why.split(" (os error").next().unwrap_or(&why);
+            Err(anyhow!("cannot write to standard output: {why}"))
+        }
+        _ => Ok(()),
     }
 }

@@ -106,7 +106,10 @@ impl Mode {
         match s {
             "exclusive" => Some(Mode::Exclusive),
             "shared" => Some(Mode::Shared),
-            _ => s.strip_prefix("limit:")?.parse().ok().map(Mode::Limit),
+            // Only the spelling dlock writes: `limit:` and a count from 1, digits alone.
+            _ => number(s.strip_prefix("limit:")?)
+                .filter(|&n| n >= 1)
+                .map(Mode::Limit),
         }
     }
 }
@@ -116,74 +119,208 @@ impl Mode {
 pub type Token = u64;
 
 /// Who a holder is, as shown by `status` and `list` and stored by the backend beside the lock.
+///
+/// Records come from outside (other clients of the server, other users of the lock directory), so
+/// every field is bounded when parsed, and what is unknown is `None` (`null` in JSON). A record that
+/// does not parse still stands for a holder, marked `unreadable`: the lock stays busy, since dlock
+/// never admits anyone on missing data.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Holder {
     #[serde(flatten)]
     pub mode: Mode,
-    pub host: String,
-    pub pid: u32,
+    pub host: Option<String>,
+    pub pid: Option<u32>,
     /// Random 128-bit id of this acquisition, in hex: renew and release act only on their own id.
     pub owner: String,
     /// Wall-clock time of the acquisition, for people to read; never used to judge expiry.
     #[serde(serialize_with = "serialize_time")]
-    pub since: SystemTime,
-    pub token: Token,
+    pub since: Option<SystemTime>,
+    pub token: Option<Token>,
+    /// The stored record, escaped and truncated, when it could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
 }
 
-fn serialize_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&humantime::format_rfc3339_seconds(*t).to_string())
-}
+/// The latest time a record may carry: the end of year 9999, the last that RFC 3339 (and humantime)
+/// can write.
+pub const MAX_SINCE_SECS: u64 = 253_402_300_799;
 
-impl Holder {
-    /// One line for people: `exclusive by host pid 123 since 2026-01-01T00:00:00Z, token 7`.
-    pub fn describe(&self) -> String {
-        format!(
-            "{} by {} pid {} since {}, token {}",
-            self.mode,
-            self.host,
-            self.pid,
-            humantime::format_rfc3339_seconds(self.since),
-            self.token
-        )
+/// Longest host name a record may carry (a DNS name is at most 253 bytes).
+pub const MAX_HOST_BYTES: usize = 255;
+
+/// Longest owner id a record may carry (dlock's own are 32 hex digits).
+pub const MAX_OWNER_BYTES: usize = 64;
+
+/// Most characters of an unreadable record shown.
+const MAX_SHOWN_CHARS: usize = 120;
+
+fn serialize_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    match t.and_then(rfc3339) {
+        Some(text) => s.serialize_str(&text),
+        None => s.serialize_none(),
     }
 }
 
+/// `t` in RFC 3339, or `None` outside the years 1970 to 9999 (humantime panics on those).
+pub fn rfc3339(t: SystemTime) -> Option<String> {
+    let secs = t.duration_since(UNIX_EPOCH).ok()?.as_secs();
+    (secs <= MAX_SINCE_SECS).then(|| humantime::format_rfc3339_seconds(t).to_string())
+}
+
+/// Text from outside made safe to print: control and other invisible characters escaped (`\u{1b}`,
+/// `\n`), at most `max` characters kept (then `...`). A terminal shows it as it is written.
+pub fn escaped(raw: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in raw.chars().enumerate() {
+        if i == max {
+            out.push_str("...");
+            break;
+        }
+        match c {
+            '"' | '\'' | '\\' => out.push(c),
+            _ => out.extend(c.escape_debug()),
+        }
+    }
+    out
+}
+
+/// Whether `text` needs no escaping to be printed.
+pub fn is_plain(text: &str) -> bool {
+    text.chars()
+        .all(|c| matches!(c, '"' | '\'' | '\\') || c.escape_debug().eq([c]))
+}
+
+/// A decimal number in its plain spelling (no sign, no spaces), within `T`.
+fn number<T: std::str::FromStr>(s: &str) -> Option<T> {
+    if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
 impl Holder {
+    /// A holder whose record could not be read: `raw` is kept, escaped and truncated, for people.
+    /// `mode` is what the store counts it as (exclusive when it cannot tell).
+    pub fn unreadable(mode: Mode, owner: &str, raw: &str) -> Holder {
+        Holder {
+            mode,
+            host: None,
+            pid: None,
+            owner: shown_owner(owner),
+            since: None,
+            token: None,
+            unreadable: Some(escaped(raw, MAX_SHOWN_CHARS)),
+        }
+    }
+
+    /// One line for people: `exclusive by host pid 123 since 2026-01-01T00:00:00Z, token 7`, with
+    /// what is unknown left out; an unreadable record is shown as stored (escaped).
+    pub fn describe(&self) -> String {
+        format!("{}{}", self.mode, self.who())
+    }
+
+    /// ` by host pid 123 since 2026-01-01T00:00:00Z, token 7`, or as much of it as is known.
+    pub fn who(&self) -> String {
+        if let Some(raw) = &self.unreadable {
+            return format!(" (unreadable record \"{raw}\")");
+        }
+        let mut out = String::new();
+        if let Some(host) = &self.host {
+            out.push_str(&format!(" by {host}"));
+        }
+        if let Some(pid) = self.pid {
+            out.push_str(&format!(" pid {pid}"));
+        }
+        if let Some(since) = self.since.and_then(rfc3339) {
+            out.push_str(&format!(" since {since}"));
+        }
+        if let Some(token) = self.token {
+            out.push_str(&format!(", token {token}"));
+        }
+        out
+    }
+
     /// The holder as one line of text, `MODE TOKEN SINCE PID HOST` (since: Unix seconds; the host
     /// last, so it may hold anything but a newline). The owner id is kept beside it by each store:
     /// the file backend writes it in front, Redis uses it as the hash field, and Redis's
-    /// acquire.lua builds this same line.
+    /// acquire.lua builds this same line. Only dlock's own holders are written, and they know
+    /// every field; an unknown one is written as 0.
     pub fn record(&self) -> String {
         let since = self
             .since
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
         format!(
             "{} {} {since} {} {}",
             self.mode.to_wire(),
-            self.token,
-            self.pid,
-            self.host
+            self.token.unwrap_or(0),
+            self.pid.unwrap_or(0),
+            self.host.as_deref().unwrap_or("?")
         )
     }
 
-    /// The inverse of `record`; `None` for a line it never produces.
-    pub fn from_record(owner: String, record: &str) -> Option<Holder> {
+    /// The inverse of `record`. A record it never produces (a field missing or out of range, a
+    /// host with control characters, an owner id that is no id) gives a holder marked unreadable,
+    /// counted in the mode its first word names (as the Redis scripts count it), else exclusive.
+    pub fn from_record(owner: &str, record: &str) -> Holder {
+        Holder::parse_record(owner, record).unwrap_or_else(|| {
+            let mode = record
+                .split(' ')
+                .next()
+                .and_then(Mode::from_wire)
+                .unwrap_or(Mode::Exclusive);
+            Holder::unreadable(mode, owner, record)
+        })
+    }
+
+    fn parse_record(owner: &str, record: &str) -> Option<Holder> {
         let mut fields = record.splitn(5, ' ');
         let mode = Mode::from_wire(fields.next()?)?;
-        let token = fields.next()?.parse().ok()?;
-        let since = UNIX_EPOCH + Duration::from_secs(fields.next()?.parse().ok()?);
-        let pid = fields.next()?.parse().ok()?;
-        let host = fields.next()?.to_owned();
+        let token = number(fields.next()?)?;
+        let since = number(fields.next()?)?;
+        let pid = number(fields.next()?)?;
+        Holder::checked(mode, owner, fields.next()?, pid, since, Some(token))
+    }
+
+    /// A holder from fields a store read, each checked: `None` when any is out of bounds (an owner
+    /// that is no id, an empty or overlong host or one with control characters, a time past 9999).
+    pub fn checked(
+        mode: Mode,
+        owner: &str,
+        host: &str,
+        pid: u32,
+        since_secs: u64,
+        token: Option<Token>,
+    ) -> Option<Holder> {
+        let host_ok = !host.is_empty() && host.len() <= MAX_HOST_BYTES && is_plain(host);
+        if !host_ok || !is_owner_id(owner) || since_secs > MAX_SINCE_SECS {
+            return None;
+        }
         Some(Holder {
             mode,
-            host,
-            pid,
-            owner,
-            since,
+            host: Some(host.to_owned()),
+            pid: Some(pid),
+            owner: owner.to_owned(),
+            since: Some(UNIX_EPOCH + Duration::from_secs(since_secs)),
             token,
+            unreadable: None,
         })
+    }
+}
+
+/// An owner id as dlock writes them: 1 to 64 printable ASCII characters, no spaces.
+pub fn is_owner_id(owner: &str) -> bool {
+    !owner.is_empty()
+        && owner.len() <= MAX_OWNER_BYTES
+        && owner.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// An owner id from outside as it may be shown: itself when it is one, else escaped.
+fn shown_owner(owner: &str) -> String {
+    if is_owner_id(owner) {
+        owner.to_owned()
+    } else {
+        escaped(owner, MAX_OWNER_BYTES)
     }
 }
 
@@ -342,19 +479,78 @@ mod tests {
         ));
     }
 
+    fn holder() -> Holder {
+        Holder {
+            mode: Mode::Limit(3),
+            host: Some("build 01".into()),
+            pid: Some(42),
+            owner: "00ff".into(),
+            since: Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
+            token: Some(7),
+            unreadable: None,
+        }
+    }
+
     #[test]
     fn holder_records_round_trip_with_the_host_last() {
-        let h = Holder {
-            mode: Mode::Limit(3),
-            host: "build 01".into(),
-            pid: 42,
-            owner: "00ff".into(),
-            since: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
-            token: 7,
-        };
+        let h = holder();
         assert_eq!(h.record(), "limit:3 7 1700000000 42 build 01");
-        assert_eq!(Holder::from_record("00ff".into(), &h.record()), Some(h));
-        assert_eq!(Holder::from_record("ab".into(), "bogus 7 1 2 h"), None);
+        assert_eq!(Holder::from_record("00ff", &h.record()), h);
+        assert_eq!(
+            h.describe(),
+            "limit 3 by build 01 pid 42 since 2023-11-14T22:13:20Z, token 7"
+        );
+    }
+
+    #[test]
+    fn records_out_of_range_are_unreadable_holders_that_still_hold() {
+        for (record, mode) in [
+            ("exclusive 5 99999999999999 2 host", Mode::Exclusive),
+            ("shared 5 1 99999999999 host", Mode::Shared),
+            ("limit:2 18446744073709551616 1 2 host", Mode::Limit(2)),
+            ("exclusive -1 1 2 host", Mode::Exclusive),
+            ("exclusive +1 1 2 host", Mode::Exclusive),
+            ("exclusive 1 1 2 ", Mode::Exclusive),
+            ("exclusive 1 1 2 \u{1b}[2Jx", Mode::Exclusive),
+            ("bogus 7 1 2 h", Mode::Exclusive),
+            ("limit:0 7 1 2 h", Mode::Exclusive),
+            ("", Mode::Exclusive),
+        ] {
+            let h = Holder::from_record("ab", record);
+            assert_eq!(h.mode, mode, "{record:?}");
+            assert_eq!((h.since, h.token, h.pid), (None, None, None), "{record:?}");
+            let text = h.describe();
+            assert!(text.contains("unreadable record"), "{text}");
+            assert!(!text.contains('\u{1b}'), "{text}");
+            let json = serde_json::to_value(&h).unwrap();
+            assert_eq!(json["since"], serde_json::Value::Null);
+            assert!(json["unreadable"].is_string(), "{json}");
+        }
+        let forged_owner = Holder::from_record("a\u{1b}]0;x\u{7}", "exclusive 1 1 2 h");
+        assert!(forged_owner.unreadable.is_some());
+        assert_eq!(forged_owner.owner, "a\\u{1b}]0;x\\u{7}");
+    }
+
+    #[test]
+    fn escaping_keeps_text_printable_and_short() {
+        assert_eq!(escaped("plain \"host\" \\", 50), "plain \"host\" \\");
+        assert_eq!(escaped("a\nb\u{1b}c\u{202e}", 50), "a\\nb\\u{1b}c\\u{202e}");
+        assert_eq!(escaped("abcdef", 3), "abc...");
+    }
+
+    #[test]
+    fn times_outside_rfc3339_years_are_unknown_not_a_panic() {
+        let mut h = holder();
+        h.since = Some(UNIX_EPOCH + Duration::from_secs(MAX_SINCE_SECS + 1));
+        assert!(!h.describe().contains("since"), "{}", h.describe());
+        assert_eq!(
+            serde_json::to_value(&h).unwrap()["since"],
+            serde_json::Value::Null
+        );
+        h.since = UNIX_EPOCH.checked_sub(Duration::from_secs(1));
+        assert!(!h.describe().contains("since"));
+        h.since = Some(UNIX_EPOCH + Duration::from_secs(MAX_SINCE_SECS));
+        assert!(h.describe().contains("since 9999-12-31T23:59:59Z"));
     }
 
     #[test]
@@ -363,6 +559,8 @@ mod tests {
             assert_eq!(Mode::from_wire(&m.to_wire()), Some(m));
         }
         assert_eq!(Mode::from_wire("limit:x"), None);
+        assert_eq!(Mode::from_wire("limit:+3"), None);
+        assert_eq!(Mode::from_wire("limit:0"), None);
     }
 
     proptest::proptest! {
@@ -372,6 +570,33 @@ mod tests {
             match LockName::new(&raw) {
                 Ok(name) => proptest::prop_assert!(!name.as_str().is_empty() && name.as_str().len() <= MAX_NAME_BYTES),
                 Err(e) => proptest::prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+
+        /// Whatever a record holds, it parses into a holder that formats and prints: every field at
+        /// its extremes, as text for people and as JSON, with nothing unprintable in either.
+        #[test]
+        fn any_record_formats_and_prints(
+            mode in "exclusive|shared|limit:[0-9]{1,11}|[a-z:]{0,8}",
+            token in "[0-9]{1,21}|-[0-9]{1,3}|18446744073709551615|18446744073709551616",
+            since in "[0-9]{1,21}|253402300799|253402300800|18446744073709551615",
+            pid in "[0-9]{1,11}|4294967295|4294967296",
+            host in "\\PC{0,300}|[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}\\u{202e}]{1,5}",
+            owner in "[0-9a-f]{32}|\\PC{0,80}|[\\x00-\\x1f]{1,3}",
+            raw in proptest::option::of("\\PC{0,300}"),
+        ) {
+            let record = raw.unwrap_or_else(|| format!("{mode} {token} {since} {pid} {host}"));
+            let h = Holder::from_record(&owner, &record);
+            let text = format!("{} owner {}", h.describe(), h.owner);
+            proptest::prop_assert!(!text.chars().any(|c| c.is_control()), "{:?}", text);
+            let json = serde_json::to_string_pretty(&h).expect("a holder always serialises");
+            let back: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+            proptest::prop_assert!(back["owner"].is_string());
+            proptest::prop_assert_eq!(h.unreadable.is_some(), back["unreadable"].is_string());
+            if h.unreadable.is_none() {
+                proptest::prop_assert_eq!(Holder::from_record(&h.owner, &h.record()), h);
+            } else {
+                proptest::prop_assert!(h.since.is_none() && h.token.is_none() && h.pid.is_none());
             }
         }
 

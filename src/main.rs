@@ -11,6 +11,7 @@ mod reentry;
 mod report;
 mod spawn;
 mod supervise;
+mod url;
 
 use std::process::ExitCode;
 

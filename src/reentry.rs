@@ -235,11 +235,20 @@ fn blocks(held: Mode, asked: Mode) -> bool {
 /// pid on this host, acquired after the ancestor with that pid started (`started`). Every read of a
 /// holder record for re-entrancy is here.
 fn proves(holder: &Holder, claim: &Claim, started: SystemTime, host: &str) -> Option<Mode> {
+    // An unreadable record proves nothing, whatever fields it seems to have.
+    if holder.unreadable.is_some() {
+        return None;
+    }
     // Redis records replace spaces in the host name, which they keep space-separated.
-    let same_host = holder.host == host || holder.host == host.replace(' ', "_");
-    let since = holder.since;
-    let after_start = since.checked_add(START_SLACK).is_some_and(|s| s >= started);
-    (holder.owner == claim.owner && holder.pid == claim.pid && same_host && after_start)
+    let same_host = holder
+        .host
+        .as_deref()
+        .is_some_and(|h| h == host || h == host.replace(' ', "_"));
+    let after_start = holder
+        .since
+        .and_then(|since| since.checked_add(START_SLACK))
+        .is_some_and(|s| s >= started);
+    (holder.owner == claim.owner && holder.pid == Some(claim.pid) && same_host && after_start)
         .then_some(holder.mode)
 }
 
@@ -406,11 +415,12 @@ mod tests {
         let started = UNIX_EPOCH + Duration::from_secs(1_000);
         let holder = |since: u64, pid: u32| Holder {
             mode: Mode::Shared,
-            host: "h".into(),
-            pid,
+            host: Some("h".into()),
+            pid: Some(pid),
             owner: "00ff".into(),
-            since: UNIX_EPOCH + Duration::from_secs(since),
-            token: 1,
+            since: Some(UNIX_EPOCH + Duration::from_secs(since)),
+            token: Some(1),
+            unreadable: None,
         };
         assert_eq!(
             proves(&holder(1_000, 42), &c, started, "h"),

@@ -4,6 +4,12 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, SystemTime};
 
+/// One line on stderr. A stderr nobody reads any more (a closed pipe) loses the line, never the
+/// exit status (eprintln! would panic).
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verbosity {
     Quiet,
@@ -31,12 +37,12 @@ impl Reporter {
     pub fn error(&self, msg: &str) {
         self.clear_status();
         if self.verbosity == Verbosity::Verbose {
-            eprintln!(
+            say(&format!(
                 "[{}] dlock: {msg}",
                 humantime::format_rfc3339_millis(SystemTime::now())
-            );
+            ));
         } else {
-            eprintln!("dlock: {msg}");
+            say(&format!("dlock: {msg}"));
         }
     }
 
@@ -44,7 +50,7 @@ impl Reporter {
     pub fn notice(&self, msg: &str) {
         if self.verbosity != Verbosity::Quiet {
             self.clear_status();
-            eprintln!("dlock: {msg}");
+            say(&format!("dlock: {msg}"));
         }
     }
 
@@ -53,7 +59,7 @@ impl Reporter {
         if self.verbosity == Verbosity::Verbose {
             self.clear_status();
             let now = humantime::format_rfc3339_millis(SystemTime::now());
-            eprintln!("[{now}] dlock: {msg}");
+            say(&format!("[{now}] dlock: {msg}"));
         }
     }
 

@@ -526,17 +526,13 @@ fn acquire_waiting(
 
 fn draw_waiting(report: &Reporter, started: Instant, (name, holders): &(LockName, Vec<Holder>)) {
     let holder = match holders.first() {
-        Some(h) => format!(", held by {} pid {} since {}", h.host, h.pid, since(h)),
+        Some(h) => format!(", held{}", h.who()),
         None => String::new(),
     };
     report.waiting_line(
         started.elapsed(),
         &format!("lock {:?}{holder}", name.as_str()),
     );
-}
-
-fn since(h: &Holder) -> String {
-    humantime::format_rfc3339_seconds(h.since).to_string()
 }
 
 /// Stops a waiting acquisition and makes sure it leaves nothing behind: interrupts the blocking

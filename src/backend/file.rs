@@ -24,7 +24,7 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Context};
 use sha2::{Digest, Sha256};
@@ -341,11 +341,12 @@ impl FileBackend {
 
         let holder = Holder {
             mode: request.mode,
-            host: host_name(),
-            pid: std::process::id(),
+            host: Some(host_name()),
+            pid: Some(std::process::id()),
             owner: request.owner.clone(),
-            since: SystemTime::now(),
-            token,
+            since: Some(SystemTime::now()),
+            token: Some(token),
+            unreadable: None,
         };
         let record = claim_record(&lock, &holder)
             .map_err(|e| anyhow!("cannot write a holder record in {path}: {}", plain_io(&e)))
@@ -474,25 +475,35 @@ fn format_record(h: &Holder) -> String {
     format!("dlock1 {} {}\n", h.owner, h.record())
 }
 
+/// The holder a live record slot stands for. Anyone who can open the lock file can write the slot,
+/// so a record that does not parse is still a holder (the slot is locked), marked unreadable;
+/// `None` only for a blank slot.
 fn parse_record(buf: &[u8]) -> Option<Holder> {
     let end = buf
         .iter()
         .position(|&b| b == b'\n' || b == 0)
         .unwrap_or(buf.len());
-    let line = std::str::from_utf8(&buf[..end]).ok()?;
-    let (owner, record) = line.strip_prefix("dlock1 ")?.split_once(' ')?;
-    Holder::from_record(owner.to_owned(), record)
+    if end == 0 {
+        return None;
+    }
+    let line = String::from_utf8_lossy(&buf[..end]);
+    match line.strip_prefix("dlock1 ").and_then(|l| l.split_once(' ')) {
+        Some((owner, record)) => Some(Holder::from_record(owner, record)),
+        None => Some(Holder::unreadable(Mode::Exclusive, "", &line)),
+    }
 }
 
-/// A holder that is not dlock (flock(1), or a program calling flock(2)): all we know is its pid.
+/// A holder that is not dlock (flock(1), or a program calling flock(2)): all we know is its pid
+/// (and that it is on this machine); it keeps no time or token.
 fn foreign_holder(pid: u32) -> Holder {
     Holder {
         mode: Mode::Exclusive,
-        host: host_name(),
-        pid,
+        host: Some(host_name()),
+        pid: Some(pid),
         owner: "(not dlock: flock)".into(),
-        since: UNIX_EPOCH,
-        token: 0,
+        since: None,
+        token: None,
+        unreadable: None,
     }
 }
 
@@ -778,13 +789,18 @@ mod tests {
     fn records_round_trip() {
         let h = Holder {
             mode: Mode::Limit(3),
-            host: "box".into(),
-            pid: 42,
+            host: Some("box".into()),
+            pid: Some(42),
             owner: "00ff".into(),
-            since: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
-            token: 9,
+            since: Some(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
+            token: Some(9),
+            unreadable: None,
         };
         assert_eq!(parse_record(format_record(&h).as_bytes()), Some(h));
+        let forged = parse_record(b"dlock1 ab exclusive 5 99999999999999 2 host\n").unwrap();
+        assert!(forged.describe().contains("unreadable record"));
+        assert!(parse_record(b"\xff\x1b[2J").unwrap().unreadable.is_some());
+        assert_eq!(parse_record(b"\0\0"), None);
     }
 
     proptest::proptest! {
@@ -809,7 +825,11 @@ mod tests {
 
         #[test]
         fn records_never_panic_on_garbage(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
-            let _ = parse_record(&bytes);
+            if let Some(h) = parse_record(&bytes) {
+                let text = h.describe();
+                proptest::prop_assert!(!text.chars().any(|c| c.is_control()), "{:?}", text);
+                serde_json::to_string(&h).expect("a holder always serialises");
+            }
         }
     }
 }

@@ -59,7 +59,8 @@ use redis::{
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Renewal, Waiting};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{host_name, random_bytes, Holder, LockName, LockRequest, Token};
+use crate::lock::{escaped, host_name, random_bytes, Holder, LockName, LockRequest, Token};
+use crate::url::redact;
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -92,6 +93,9 @@ trusting the system CAs or SSL_CERT_FILE; default redis://127.0.0.1:6379):
   run at about the same rate, pauses shorter than the lease, and a crashed server restarted empty
   only after a ttl; it cannot stop a holder that was paused past its lease from acting: pass
   DLOCK_TOKEN to the resource and have it refuse older tokens.";
+
+/// The largest fencing token: the scripts count in Lua numbers (doubles), exact up to 2^53 - 1.
+const MAX_TOKEN: Token = (1 << 53) - 1;
 
 /// How often a waiter looks at its cancellation flag while nothing happens.
 const CANCEL_CHECK: Duration = Duration::from_millis(100);
@@ -336,7 +340,16 @@ impl RedisBackend {
             // Above every token a server that answered has handed out, granting or not: a
             // server that missed acquisitions or lost its data cannot pull the token back.
             let granted_max = granted.iter().map(|&(_, t)| t).max().unwrap_or(0);
-            let token = granted_max.max(seen + 1);
+            let token = granted_max.max(seen.saturating_add(1));
+            if token > MAX_TOKEN {
+                self.undo(servers, ask, Place::Leave);
+                return Err(anyhow!(
+                    "a redis server's fencing counter {} is at {seen}, the last token dlock \
+                     can hand out exactly; no token is handed out from it",
+                    ask.keys.all()[2]
+                ))
+                .fail_with(Failure::BackendUnavailable);
+            }
             let lease = self.lease(ask, token, started);
             if Instant::now() < lease.deadline
                 && self.raise_tokens(servers, ask, &granted, token, timeout)
@@ -657,6 +670,19 @@ impl Server {
             ))
             .fail_with(Failure::Usage);
         }
+        // The password ends where the URL parser ends the address (at `/`, `?` or `#`), but
+        // `redact` hides up to the last `@`: a URL where the two differ would show a password.
+        let after_scheme = url.split_once("://").map_or("", |(_, rest)| rest);
+        let address_end = after_scheme
+            .find(['/', '?', '#'])
+            .unwrap_or(after_scheme.len());
+        if after_scheme[address_end..].contains('@') {
+            return Err(anyhow!(
+                "malformed redis URL {shown:?}: write `/`, `?`, `#` and `@` in a user name or \
+                 password as %2F, %3F, %23 and %40"
+            ))
+            .fail_with(Failure::Usage);
+        }
         let info = url
             .into_connection_info()
             .map_err(|e| {
@@ -847,6 +873,10 @@ impl Server {
         if e.is_io_error() || e.is_connection_dropped() || e.kind() == redis::ErrorKind::Parse {
             return self.fault(FaultKind::Down, e.to_string());
         }
+        // dlock's scripts refuse with a message of their own (a broken fencing counter).
+        if let (Some("DLOCK"), Some(detail)) = (e.code(), e.detail()) {
+            return self.fault(FaultKind::Refused, escaped(detail, 300));
+        }
         self.fault(FaultKind::Refused, e.to_string())
     }
 }
@@ -900,16 +930,6 @@ fn describe_io(e: &io::Error, timeout: Duration) -> String {
 
 fn round_ms(d: Duration) -> Duration {
     Duration::from_millis(d.as_millis() as u64)
-}
-
-/// The URL for messages: any `user:password@` replaced, so secrets never reach a terminal or log.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}://***{}", &url[..scheme_end], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
 }
 
 /// Why one server did not answer as hoped.
@@ -1195,14 +1215,20 @@ fn text_of(value: &Value) -> Option<String> {
     }
 }
 
-/// `[owner, record, owner, record, ...]` into holders; records that do not parse are skipped.
+/// `[owner, record, owner, record, ...]` into holders. Any client of the server can write the
+/// records: one that does not parse is still a holder (the scripts count it as one), shown as
+/// unreadable.
 fn parse_holders(value: &Value) -> Vec<Holder> {
     let Value::Array(items) = value else {
         return Vec::new();
     };
+    let lossy = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        other => text_of(other).unwrap_or_default(),
+    };
     items
         .chunks_exact(2)
-        .filter_map(|pair| Holder::from_record(text_of(&pair[0])?, &text_of(&pair[1])?))
+        .map(|pair| Holder::from_record(&lossy(&pair[0]), &lossy(&pair[1])))
         .collect()
 }
 
@@ -1650,15 +1676,6 @@ mod tests {
     }
 
     #[test]
-    fn urls_are_redacted_in_messages() {
-        assert_eq!(
-            redact("redis://alice:s3cret@db:6379/2"),
-            "redis://***@db:6379/2"
-        );
-        assert_eq!(redact("redis://db:6379"), "redis://db:6379");
-    }
-
-    #[test]
     fn a_majority_is_more_than_half() {
         assert_eq!([1, 2, 3, 4, 5].map(quorum), [1, 2, 2, 3, 3]);
     }
@@ -1694,6 +1711,17 @@ mod tests {
         #[test]
         fn any_url_text_parses_or_is_refused(text in "(rediss?://)?\\PC{0,60}") {
             let _ = Server::parse(&text);
+        }
+
+        /// A password in any place a password can take: neither the refusal nor the location
+        /// (which every later message names) shows it.
+        #[test]
+        fn no_message_shows_a_password(url in crate::url::with_password()) {
+            let shown = match Server::parse(&url) {
+                Ok(server) => format!("{} {}", server.location, server.addr),
+                Err(e) => format!("{e:#}"),
+            };
+            proptest::prop_assert!(!shown.contains("SECRET"), "{} gave {}", url, shown);
         }
     }
 }

@@ -41,7 +41,11 @@ use zookeeper_client as zk;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Renewal, Waiting};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{host_name, Holder, LockName, LockRequest, Mode, Token};
+use crate::lock::{
+    escaped, host_name, is_plain, Holder, LockName, LockRequest, Mode, Token, MAX_HOST_BYTES,
+    MAX_SINCE_SECS,
+};
+use crate::url::redact;
 
 const DEFAULT_URL: &str = "zk://127.0.0.1:2181";
 /// The directory every lock lives in, under the chroot.
@@ -76,26 +80,41 @@ impl ZkUrl {
         let rest = url.strip_prefix("zk://").ok_or_else(|| {
             anyhow!("{shown:?} is not a ZooKeeper URL; expected zk://[user:password@]host:port[,host:port...][/chroot]")
         })?;
-        let (authority, chroot) = match rest.find('/') {
+        // `redact` hides everything after a `?` or `#`, and a query or fragment means nothing here.
+        if rest.contains(['?', '#']) {
+            return Err(anyhow!(
+                "ZooKeeper URL {shown:?}: zk:// URLs take no ?query or #fragment (write ? and # \
+                 in a password as %3F and %23)"
+            ));
+        }
+        // The credentials end at the last `@`, as `redact` hides them: a password may hold `/`
+        // (then a chroot may not hold `@`).
+        let (userinfo, rest) = match rest.rfind('@') {
+            Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
+            None => (None, rest),
+        };
+        let (hosts, chroot) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
-        let (credentials, hosts) = match authority.rfind('@') {
-            Some(i) => {
-                let userinfo = &authority[..i];
+        let credentials = match userinfo {
+            Some(userinfo) => {
                 let (user, password) = userinfo.split_once(':').ok_or_else(|| {
                     anyhow!("ZooKeeper URL {shown:?}: credentials must be user:password")
                 })?;
-                let user = percent_decode(user)
-                    .with_context(|| format!("ZooKeeper URL {shown:?}: bad user name"))?;
-                let password = percent_decode(password)
-                    .with_context(|| format!("ZooKeeper URL {shown:?}: bad password"))?;
+                // Not a word of the credentials in messages, only what is wrong with them.
+                let user = percent_decode(user).map_err(|_| {
+                    anyhow!("ZooKeeper URL {shown:?}: bad percent escape in the user name")
+                })?;
+                let password = percent_decode(password).map_err(|_| {
+                    anyhow!("ZooKeeper URL {shown:?}: bad percent escape in the password")
+                })?;
                 if user.is_empty() {
                     return Err(anyhow!("ZooKeeper URL {shown:?}: the user name is empty"));
                 }
-                (Some((user, password)), &authority[i + 1..])
+                Some((user, password))
             }
-            None => (None, authority),
+            None => None,
         };
         let hosts = hosts
             .split(',')
@@ -161,21 +180,6 @@ fn parse_host(h: &str) -> anyhow::Result<String> {
     Ok(format!("{host}:{port}"))
 }
 
-/// The URL with any password replaced, for messages.
-fn redact(url: &str) -> String {
-    let Some(rest) = url.strip_prefix("zk://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let user = rest[..at].split(':').next().unwrap_or("");
-            format!("zk://{user}:***@{}", &rest[at + 1..])
-        }
-        None => url.to_owned(),
-    }
-}
-
 fn percent_decode(s: &str) -> anyhow::Result<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -196,12 +200,14 @@ fn percent_decode(s: &str) -> anyhow::Result<String> {
     String::from_utf8(out).map_err(|_| anyhow!("percent escapes in {s:?} are not UTF-8"))
 }
 
-/// Characters ZooKeeper accepts in a path (see its PathUtils.validatePath).
+/// Characters ZooKeeper accepts in a path (see its PathUtils.validatePath). It checks UTF-16 code
+/// units, so it refuses every character outside the Basic Multilingual Plane too (a surrogate pair
+/// in Java); surrogates themselves cannot occur in a str.
 fn allowed(c: char) -> bool {
     !(c <= '\u{1f}'
         || ('\u{7f}'..='\u{9f}').contains(&c)
-        || ('\u{e000}'..='\u{f8ff}').contains(&c) // surrogates cannot occur in a str
-        || ('\u{fff0}'..='\u{ffff}').contains(&c))
+        || ('\u{e000}'..='\u{f8ff}').contains(&c)
+        || c >= '\u{fff0}')
 }
 
 /// The one znode name for a lock name. `%` itself is escaped, so the mapping is reversible and two
@@ -331,38 +337,46 @@ impl NodeData {
     }
 }
 
-/// The holder a node stands for; a node not written by dlock (Curator's) says what it can.
+/// The holder a node stands for. Any client may write a node's data (under open ACLs), so dlock's
+/// own JSON is checked field by field, and data that says it is dlock's but does not read is shown
+/// as unreadable; a node not written by dlock (Curator's) says what it can. The node's name decides
+/// who owns the lock, so data that names another mode than the name does is unreadable too.
 fn holder_of(child: &Child, data: &[u8], stat: &zk::Stat) -> Holder {
-    let token = stat.czxid.max(0) as Token;
-    if let Some(d) = NodeData::parse(data) {
-        if let Some(mode) = Mode::from_wire(&d.mode) {
-            return Holder {
-                mode,
-                host: d.host,
-                pid: d.pid,
-                owner: d.owner,
-                since: UNIX_EPOCH + Duration::from_secs(d.since),
-                token,
+    let token = u64::try_from(stat.czxid).ok();
+    let by_kind = match child.kind {
+        Kind::Shared => Mode::Shared,
+        Kind::Exclusive | Kind::Seat => Mode::Exclusive,
+    };
+    let json = serde_json::from_slice::<serde_json::Value>(data).ok();
+    if json.as_ref().is_some_and(|j| j.get("dlock").is_some()) {
+        let readable = NodeData::parse(data).and_then(|d| {
+            let mode = Mode::from_wire(&d.mode)?;
+            let fits = match mode {
+                Mode::Exclusive => child.kind == Kind::Exclusive,
+                Mode::Shared => child.kind == Kind::Shared,
+                Mode::Limit(_) => child.kind == Kind::Seat,
             };
-        }
+            fits.then(|| Holder::checked(mode, &d.owner, &d.host, d.pid, d.since, token))?
+        });
+        return readable
+            .unwrap_or_else(|| Holder::unreadable(by_kind, "", &String::from_utf8_lossy(data)));
     }
     // Curator stores the client's IP address as the node's data.
     let text = String::from_utf8_lossy(data);
-    let host = if !text.is_empty() && text.len() <= 255 && !text.chars().any(char::is_control) {
-        text.into_owned()
-    } else {
-        "unknown".to_owned()
-    };
+    let host = (!text.is_empty() && text.len() <= MAX_HOST_BYTES && is_plain(&text))
+        .then(|| text.into_owned());
+    let since = u64::try_from(stat.ctime)
+        .ok()
+        .filter(|ms| ms / 1000 <= MAX_SINCE_SECS)
+        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
     Holder {
-        mode: match child.kind {
-            Kind::Shared => Mode::Shared,
-            _ => Mode::Exclusive,
-        },
+        mode: by_kind,
         host,
-        pid: 0,
-        owner: format!("(not dlock: {})", child.name),
-        since: UNIX_EPOCH + Duration::from_millis(stat.ctime.max(0) as u64),
+        pid: None,
+        owner: format!("(not dlock: {})", escaped(&child.name, 100)),
+        since,
         token,
+        unreadable: None,
     }
 }
 
@@ -1513,7 +1527,16 @@ mod tests {
         assert_eq!(node_name(&name("100%")), "100%25");
         assert_eq!(node_name(&name("zookeeper")), "zookeeper");
         assert_eq!(node_name(&name("\u{e000}x")), "%EE%80%80x");
-        for n in ["a/b/../c", "../x", "über ✓", "%2F", ".hidden", "x\u{fff5}"] {
+        assert_eq!(node_name(&name("😀")), "%F0%9F%98%80");
+        for n in [
+            "a/b/../c",
+            "../x",
+            "über ✓",
+            "%2F",
+            ".hidden",
+            "x\u{fff5}",
+            "a😀\u{10ffff}",
+        ] {
             let node = node_name(&name(n));
             assert!(!node.contains('/') && node != "." && node != "..", "{node}");
             assert_eq!(lock_name_of(&node), Some(name(n)));
@@ -1629,24 +1652,52 @@ mod tests {
         };
         let child = Child::parse("_c_x-__SEAT__0000000001").unwrap();
         let h = holder_of(&child, &data, &stat);
-        assert_eq!((h.mode, h.pid, h.token), (Mode::Limit(3), 7, 42));
+        assert_eq!(
+            (h.mode, h.pid, h.token),
+            (Mode::Limit(3), Some(7), Some(42))
+        );
         let curator = Child::parse("_c_y-lock-0000000002").unwrap();
         let h = holder_of(&curator, b"10.1.2.3", &stat);
         assert_eq!(
-            (h.mode, h.host.as_str(), h.token),
-            (Mode::Exclusive, "10.1.2.3", 42)
+            (h.mode, h.host.as_deref(), h.token, h.pid),
+            (Mode::Exclusive, Some("10.1.2.3"), Some(42), None)
         );
         assert!(h.owner.contains("not dlock"));
+        // Written by another client: out of range, or a mode the node's name contradicts.
+        let exclusive = Child::parse("_c_z-lock-0000000003").unwrap();
+        for forged in [
+            r#"{"dlock":1,"mode":"exclusive","host":"h","pid":2,"owner":"ab","since":99999999999999}"#,
+            r#"{"dlock":1,"mode":"exclusive","host":"h","pid":2,"owner":"ab","since":1e300}"#,
+            r#"{"dlock":1,"mode":"exclusive","host":"h","pid":-2,"owner":"ab","since":1}"#,
+            r#"{"dlock":1,"mode":"shared","host":"h","pid":2,"owner":"ab","since":1}"#,
+            r#"{"dlock":1,"mode":"exclusive","host":"\u001b[2J","pid":2,"owner":"ab","since":1}"#,
+            r#"{"dlock":"x"}"#,
+        ] {
+            let h = holder_of(&exclusive, forged.as_bytes(), &stat);
+            assert_eq!(h.mode, Mode::Exclusive, "{forged}");
+            assert!(h.describe().contains("unreadable record"), "{forged}");
+            assert!(!h.describe().contains('\u{1b}'), "{forged}");
+        }
+        let stat = zk::Stat {
+            ctime: i64::MAX,
+            czxid: -1,
+            ..stat
+        };
+        let h = holder_of(&curator, b"\x1b[2J", &stat);
+        assert_eq!((h.host, h.since, h.token), (None, None, None));
     }
 
     proptest::proptest! {
         /// Hostile names: any name is exactly one child of /dlock (no `/`, never `.` or `..`),
         /// and maps back to itself, so it can neither climb out of the subtree nor share a node.
         #[test]
-        fn any_name_is_one_node_inside_the_dlock_subtree(raw in "\\PC{1,120}") {
+        fn any_name_is_one_node_inside_the_dlock_subtree(
+            raw in "\\PC{1,120}|[\\u{10000}-\\u{10ffff}a-z/.%\\u{e000}\\u{fff0}-\\u{ffff}]{1,60}"
+        ) {
             let Ok(lock) = LockName::new(&raw) else { return Ok(()) };
             let node = node_name(&lock);
             proptest::prop_assert!(!node.is_empty() && !node.contains('/'));
+            proptest::prop_assert!(node.chars().all(allowed), "ZooKeeper refuses {:?}", node);
             proptest::prop_assert!(node != "." && node != "..");
             proptest::prop_assert_eq!(lock_name_of(&node), Some(lock));
         }

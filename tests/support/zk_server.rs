@@ -141,6 +141,25 @@ impl ZkServer {
         })
     }
 
+    /// Creates `path` and its missing parents as an open-ACL client would, with `data` in the
+    /// last one: what any client of the ensemble can write (a forged holder node, say).
+    pub fn create_with_parents(&self, path: &str, data: &[u8]) {
+        self.with_client(None, |client| async move {
+            let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+            let mut at = String::new();
+            let parts: Vec<&str> = path[1..].split('/').collect();
+            for (i, part) in parts.iter().enumerate() {
+                at.push('/');
+                at.push_str(part);
+                let bytes: &[u8] = if i + 1 == parts.len() { data } else { &[] };
+                match client.create(&at, bytes, &options).await {
+                    Ok(_) | Err(zk::Error::NodeExists) => {}
+                    Err(e) => panic!("cannot create {at}: {e}"),
+                }
+            }
+        })
+    }
+
     fn with_client<T, F, Fut>(&self, credentials: Option<(&str, &str)>, f: F) -> T
     where
         F: FnOnce(zk::Client) -> Fut,

@@ -15,6 +15,7 @@ use anyhow::{anyhow, Context};
 
 use super::plain_io;
 use crate::exit::{FailWith, Failure};
+use crate::url::redact;
 
 /// Where the default directory goes, first existing one wins. /run/lock and /var/lock are the same
 /// for every session of a host: cron, systemd units (PrivateTmp= hides /tmp, not these), login
@@ -106,13 +107,15 @@ fn explicit_dir(url: &str, create: bool) -> anyhow::Result<PathBuf> {
         Some(rest) if rest.starts_with('/') => PathBuf::from(rest),
         Some(_) => {
             return Err(anyhow!(
-                "file URL {url:?} must have an absolute path, like file:///var/lock/dlock"
+                "file URL {:?} must have an absolute path, like file:///var/lock/dlock",
+                redact(url)
             ))
             .fail_with(Failure::Usage)
         }
         None if url.contains("://") => {
             return Err(anyhow!(
-                "{url:?} is not a directory or file:// URL for the file backend"
+                "{:?} is not a directory or file:// URL for the file backend",
+                redact(url)
             ))
             .fail_with(Failure::Usage)
         }

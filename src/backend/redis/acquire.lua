@@ -18,6 +18,12 @@ if mine then
   return {1, tonumber(string.match(record, '^%S+ (%d+)') or '0')}
 end
 
+-- Every other way on needs a counter that can hand out a token: refused before anything is written.
+local fault = token_fault()
+if fault then
+  return fault
+end
+
 -- First come, first served: nobody may pass a live waiter that queued earlier.
 local ahead
 local rank = redis.call('ZRANK', QUEUE, member)
@@ -60,7 +66,7 @@ local oldest = redis.call('ZRANGE', ALIVE, 0, 0, 'WITHSCORES')
 if oldest[2] and oldest[1] ~= member then
   retry = math.min(retry, tonumber(oldest[2]) - now)
 end
-local reply = {0, ticket, math.max(retry, 1), tonumber(redis.call('GET', TOKEN) or '0')}
+local reply = {0, ticket, math.max(retry, 1), (counter())}
 for _, v in ipairs(live_holders(now)) do
   reply[#reply + 1] = v
 end

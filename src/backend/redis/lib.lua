@@ -17,6 +17,42 @@ end
 local HOLDERS, OWNERS, TOKEN, QUEUE, ALIVE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local BASE = (string.gsub(HOLDERS, ':holders$', ''))
 
+-- The largest token: Lua numbers are doubles, exact up to 2^53 - 1, and tokens must stay exact.
+local MAX_TOKEN, MAX_TOKEN_TEXT = 9007199254740991, '9007199254740991'
+
+-- The fencing counter as a number, or nil and what is wrong with it. Any client can write the key,
+-- and dlock never wraps, repeats or resets a token: a counter that is not a whole number from 0 to
+-- MAX_TOKEN is refused, and left as it is for an operator to look at.
+local function counter()
+  local raw = redis.pcall('GET', TOKEN)
+  if type(raw) == 'table' then
+    return nil, 'is not a string key'
+  end
+  if not raw then
+    return 0
+  end
+  local n = string.match(raw, '^%d+$') and #raw <= 16 and tonumber(raw)
+  if n and n <= MAX_TOKEN then
+    return n
+  end
+  local shown = string.gsub(string.sub(raw, 1, 40), '[^%w%p ]', '?')
+  return nil, 'holds "' .. shown .. '"' ..
+    ', not a whole number from 0 to ' .. MAX_TOKEN_TEXT
+end
+
+-- Why the counter cannot hand out the next token (an error reply for the caller), or nil.
+local function token_fault()
+  local n, why = counter()
+  if n and n < MAX_TOKEN then
+    return nil
+  end
+  if n then
+    why = 'is at ' .. string.format('%d', n) .. ', the last token dlock can hand out exactly'
+  end
+  return redis.error_reply('DLOCK the fencing counter ' .. TOKEN .. ' ' .. why ..
+    '; no token is handed out from it')
+end
+
 -- The server's clock, the only one that judges expiry: {ms, "SECONDS", "MICROSECONDS"}.
 local function clock()
   local t = redis.call('TIME')
@@ -44,23 +80,25 @@ local function admits(mode)
   if #owners == 0 then
     return true
   end
-  if mode == 'exclusive' then
+  local limit = tonumber(string.match(mode, '^limit:(%d+)$') or '0')
+  if limit == 0 and mode ~= 'shared' then
+    -- Exclusive, or a mode this version never writes (a forged waiter): the same.
     return false
   end
   local seats = 0
   local records = redis.call('HMGET', OWNERS, unpack(owners))
   for _, record in ipairs(records) do
-    -- A holder without a record is treated as exclusive: never admit on missing data.
-    local held = record and string.match(record, '^(%S+)') or 'exclusive'
-    if held == 'exclusive' then
+    -- A holder without a record, or with a mode this version never writes, counts as exclusive:
+    -- never admit on missing data.
+    local held = record and string.match(record, '^([^ ]+)') or 'exclusive'
+    local seat = tonumber(string.match(held, '^limit:(%d+)$') or '0')
+    if seat > 0 then
+      seats = seats + 1
+    elseif held ~= 'shared' then
       return false
     end
-    if string.sub(held, 1, 6) == 'limit:' then
-      seats = seats + 1
-    end
   end
-  local limit = tonumber(string.match(mode, '^limit:(%d+)$'))
-  return limit == nil or seats < limit
+  return mode == 'shared' or seats < limit
 end
 
 -- Make KEY live at least MS more milliseconds (keys of a lock nobody renews go away by themselves).
@@ -78,7 +116,8 @@ local function live_holders(now)
     local records = redis.call('HMGET', OWNERS, unpack(owners))
     for i, owner in ipairs(owners) do
       out[#out + 1] = owner
-      out[#out + 1] = records[i] or 'exclusive 0 0 0 ?'
+      -- Shown as unreadable, and counted as exclusive.
+      out[#out + 1] = records[i] or '(no record)'
     end
   end
   return out
@@ -90,11 +129,13 @@ local function waiter(owner, mode, ttl, pid, host)
 end
 
 -- Make OWNER a holder with a new token; returns the token. The token only ever grows: INCR on a
--- key that never expires.
+-- key that never expires. The caller has checked the counter (token_fault). Written with %d: Lua
+-- would write 1e+14 for a large number.
 local function take(owner, mode, ttl, now, seconds, pid, host)
   local token = redis.call('INCR', TOKEN)
+  local text = string.format('%d', token)
   redis.call('ZADD', HOLDERS, now + ttl, owner)
-  redis.call('HSET', OWNERS, owner, mode .. ' ' .. token .. ' ' .. seconds .. ' ' .. pid .. ' ' .. host)
+  redis.call('HSET', OWNERS, owner, mode .. ' ' .. text .. ' ' .. seconds .. ' ' .. pid .. ' ' .. host)
   keep(HOLDERS, ttl)
   keep(OWNERS, ttl)
   return token
@@ -110,6 +151,11 @@ local function grant_waiting(now, seconds, stop)
     if not head or head == stop then
       return
     end
+    -- A counter that can hand out no token: grant nothing, and leave the waiters in line; each
+    -- learns why from its own next attempt.
+    if token_fault() then
+      return
+    end
     local owner, mode, ttl, pid, host = string.match(head, '^(%x+) (%S+) (%d+) (%d+) (.*)$')
     if owner and not admits(mode) then
       return
@@ -119,7 +165,7 @@ local function grant_waiting(now, seconds, stop)
     -- An entry that does not parse was not written by this version: drop it, grant nothing.
     if owner then
       local token = take(owner, mode, tonumber(ttl), now, seconds, pid, host)
-      redis.call('PUBLISH', 'dlock:wake:' .. owner, BASE .. ' ' .. token)
+      redis.call('PUBLISH', 'dlock:wake:' .. owner, BASE .. ' ' .. string.format('%d', token))
     end
   end
 end
