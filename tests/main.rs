@@ -7,6 +7,7 @@ mod contract;
 mod faults;
 mod file_backend;
 mod multi;
+mod netfaults;
 mod redis;
 mod run;
 mod zk;

@@ -41,6 +41,7 @@ use zookeeper_client as zk;
 
 use super::{Attempt, Backend, BackendConfig, Lease, LockStatus, Renewal, Waiting};
 use crate::exit::{FailWith, Failure};
+use crate::interrupt;
 use crate::lock::{host_name, Holder, LockName, LockRequest, Mode, Token};
 
 const DEFAULT_URL: &str = "zk://127.0.0.1:2181";
@@ -468,8 +469,24 @@ impl Session {
             .enable_time()
             .build()
             .context("cannot start the ZooKeeper client's runtime")?;
+        // A stop signal ends the connection attempt at once (`interrupt::caught`).
+        let connecting = async {
+            let connecting = connect(url, session_timeout, connect_timeout);
+            tokio::pin!(connecting);
+            let mut tick = tokio::time::interval(CANCEL_POLL);
+            loop {
+                tokio::select! {
+                    result = &mut connecting => return result,
+                    _ = tick.tick() => {
+                        if interrupt::caught().is_some() {
+                            return Err(zk::Error::ClientClosed);
+                        }
+                    }
+                }
+            }
+        };
         let client = runtime
-            .block_on(connect(url, session_timeout, connect_timeout))
+            .block_on(connecting)
             .map_err(|e| {
                 anyhow!(
                     "cannot reach ZooKeeper at {hosts} within {}: {e}",
@@ -643,12 +660,15 @@ impl ZkBackend {
         };
         // Run on the runtime's worker, beside the session's own task: a watch event then reaches
         // the waiting code, and its next request the connection, without hopping threads.
+        let watch = waiting.clone();
         let task = session
             .runtime
             .spawn(async move { acquisition.run(waiting.as_ref(), resumed).await });
-        match session.runtime.block_on(task) {
-            Ok(outcome) => outcome.with_context(ctx),
-            Err(e) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
+        match watched(&session, task, watch.as_ref()) {
+            Some(Ok(outcome)) => outcome.with_context(ctx),
+            Some(Err(e)) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
+            None if interrupt::caught().is_some() => Err(anyhow!("interrupted")),
+            None => Ok(Outcome::Cancelled),
         }
     }
 
@@ -668,6 +688,46 @@ impl ZkBackend {
             location: format!("zk://{}{dir}", self.url.hosts()),
         })
     }
+}
+
+/// Waits for an acquisition `task`, telling `waiting` meanwhile whether the ensemble can be
+/// reached. `None` (the task aborted) when the wait is cancelled or a stop signal was caught:
+/// both must end it promptly, also while the client waits to reconnect.
+fn watched<T: Send + 'static>(
+    session: &Session,
+    task: tokio::task::JoinHandle<T>,
+    waiting: Option<&Waiting>,
+) -> Option<Result<T, tokio::task::JoinError>> {
+    let client = session.client().clone();
+    let abort = task.abort_handle();
+    let result = session.runtime.block_on(async {
+        tokio::pin!(task);
+        let mut tick = tokio::time::interval(CANCEL_POLL);
+        loop {
+            tokio::select! {
+                result = &mut task => return Some(result),
+                _ = tick.tick() => {
+                    if interrupt::caught().is_some() || waiting.is_some_and(Waiting::is_cancelled) {
+                        return None;
+                    }
+                    let Some(waiting) = waiting else { continue };
+                    match client.state() {
+                        zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                            waiting.reachable()
+                        }
+                        state => waiting.unreachable(&format!(
+                            "cannot reach ZooKeeper at {} ({state})",
+                            session.hosts
+                        )),
+                    }
+                }
+            }
+        }
+    });
+    if result.is_none() {
+        abort.abort();
+    }
+    result
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1119,6 +1179,10 @@ impl Acquisition {
 
     /// Deletes our node on the way out; if that fails the session's end deletes it.
     async fn delete_quietly(&self, node: &str) {
+        if self.client().state() != zk::SessionState::SyncConnected {
+            // No one to ask now; the node goes with the session, which ends with dlock.
+            return;
+        }
         let path = format!("{}/{node}", self.dir);
         let _ = tokio::time::timeout(CLEANUP_TIMEOUT, remove(self.client(), &path)).await;
     }
@@ -1299,6 +1363,7 @@ impl Lease for ZkLease {
                 humantime::format_duration(Duration::from_millis(gap.as_millis() as u64))
             ));
         }
+        let mut unconfirmed = None;
         if let Some(at) = h.disconnected_at {
             let cut_off = at.elapsed();
             if cut_off >= self.grace && h.lost.is_none() {
@@ -1309,10 +1374,19 @@ impl Lease for ZkLease {
                     humantime::format_duration(Duration::from_millis(cut_off.as_millis() as u64))
                 ));
             }
+            unconfirmed = Some(Renewal::Unconfirmed {
+                next: self.poll,
+                holds_for: self.grace.saturating_sub(cut_off),
+                why: format!(
+                    "cut off from ZooKeeper at {} for {}",
+                    self.session.hosts,
+                    humantime::format_duration(Duration::from_millis(cut_off.as_millis() as u64))
+                ),
+            });
         }
         match &h.lost {
             Some(why) => Renewal::Lost(why.clone()),
-            None => Renewal::Held { next: self.poll },
+            None => unconfirmed.unwrap_or(Renewal::Held { next: self.poll }),
         }
     }
 
