@@ -65,7 +65,8 @@ pub fn install_wake_handler() -> io::Result<()> {
 
 /// While alive, `signals` are unblocked on this thread and a handler notes the first that comes
 /// (`caught`) and interrupts the call in progress. For the acquisition, before any command runs:
-/// a signal then only means "stop".
+/// a signal then only means "stop". A signal the caller ignores is left alone, ignored and blocked
+/// as before, so that the command inherits it ignored (as under nohup).
 pub struct Interruptible {
     old: libc::sigset_t,
 }
@@ -73,7 +74,8 @@ pub struct Interruptible {
 impl Interruptible {
     pub fn new(signals: &[i32]) -> io::Result<Interruptible> {
         install_wake_handler()?;
-        for &n in signals {
+        let signals: Vec<i32> = signals.iter().copied().filter(|&n| !ignored(n)).collect();
+        for &n in &signals {
             install(n, catch)?;
         }
         // SAFETY: sigset_t is plain data, filled by the calls; the mask change is this thread's.
@@ -81,7 +83,7 @@ impl Interruptible {
             let mut set: libc::sigset_t = std::mem::zeroed();
             let mut old: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
-            for &n in signals {
+            for &n in &signals {
                 libc::sigaddset(&mut set, n);
             }
             let rc = libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, &mut old);
@@ -98,6 +100,16 @@ impl Drop for Interruptible {
         // SAFETY: restores the mask saved in `new`. Signals that come from now on stay pending
         // for the supervisor; one caught before is in `caught`.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// Whether `signal` is ignored (SIG_IGN), as dlock's caller may have left it.
+fn ignored(signal: i32) -> bool {
+    // SAFETY: a null new action only reads the current one into a valid, zeroed struct.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_IGN
     }
 }
 

@@ -774,9 +774,6 @@ impl Server {
     /// Connects within `timeout`, which also bounds the first reply on the new connection (and the
     /// permission check of an ACL user), however slowly the server answers.
     fn connect(&mut self, timeout: Duration) -> Result<(), Fault> {
-        if interrupt::caught().is_some() {
-            return Err(self.fault(FaultKind::Down, "interrupted".into()));
-        }
         let until = Instant::now() + timeout;
         let alarm = interrupt::Alarm::at(until + ALARM_SLACK);
         match self.client.get_connection_with_timeout(timeout) {
@@ -831,9 +828,6 @@ impl Server {
     ) -> Result<T, Fault> {
         let budget = timeout.max(Duration::from_millis(1));
         let mut timeout = budget;
-        if interrupt::caught().is_some() {
-            return Err(self.fault(FaultKind::Down, "interrupted".into()));
-        }
         if self.link.is_none() {
             self.connect(timeout)?;
         }

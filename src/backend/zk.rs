@@ -367,6 +367,13 @@ fn holder_of(child: &Child, data: &[u8], stat: &zk::Stat) -> Holder {
     }
 }
 
+/// A request lost with its connection: the client fails those in flight with ConnectionLoss, or
+/// with the I/O error that broke the connection (`Custom`). Either may be sent again once the
+/// client has reconnected.
+fn is_connection_loss(e: &zk::Error) -> bool {
+    matches!(e, zk::Error::ConnectionLoss | zk::Error::Custom(_))
+}
+
 /// Is this error about reaching or using the ensemble (exit 69) rather than a bug (70)?
 fn is_unavailable(e: &zk::Error) -> bool {
     matches!(
@@ -691,17 +698,17 @@ impl ZkBackend {
 }
 
 /// Waits for an acquisition `task`, telling `waiting` meanwhile whether the ensemble can be
-/// reached. `None` (the task aborted) when the wait is cancelled or a stop signal was caught:
-/// both must end it promptly, also while the client waits to reconnect.
+/// reached. When the wait is cancelled or a stop signal was caught, the task (which looks at both)
+/// gets a moment to clean up if the ensemble is there; otherwise it is aborted (`None`): both must
+/// end the wait promptly, also while the client waits to reconnect. An aborted task's node goes
+/// with the session, which ends with dlock.
 fn watched<T: Send + 'static>(
     session: &Session,
-    task: tokio::task::JoinHandle<T>,
+    mut task: tokio::task::JoinHandle<T>,
     waiting: Option<&Waiting>,
 ) -> Option<Result<T, tokio::task::JoinError>> {
     let client = session.client().clone();
-    let abort = task.abort_handle();
     let result = session.runtime.block_on(async {
-        tokio::pin!(task);
         let mut tick = tokio::time::interval(CANCEL_POLL);
         loop {
             tokio::select! {
@@ -724,10 +731,19 @@ fn watched<T: Send + 'static>(
             }
         }
     });
-    if result.is_none() {
-        abort.abort();
+    if result.is_some() {
+        return result;
     }
-    result
+    if client.state() == zk::SessionState::SyncConnected {
+        let finished = session
+            .runtime
+            .block_on(async { tokio::time::timeout(CLEANUP_TIMEOUT, &mut task).await });
+        if let Ok(result) = finished {
+            return Some(result);
+        }
+    }
+    task.abort();
+    None
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -773,7 +789,7 @@ where
     let mut tries = 0;
     loop {
         match op().await {
-            Err(zk::Error::ConnectionLoss) if tries < MAX_RETRIES => tries += 1,
+            Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES => tries += 1,
             result => return result,
         }
     }
@@ -816,7 +832,7 @@ async fn holders(
                 .map_err(|e| session.fail(e, &format!("cannot read {path}")))?;
         }
         match reader.commit().await {
-            Err(zk::Error::ConnectionLoss) if tries < MAX_RETRIES => tries += 1,
+            Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES => tries += 1,
             result => {
                 break result
                     .map_err(|e| session.fail(e, &format!("cannot read the nodes of {dir}")))?
@@ -959,7 +975,7 @@ impl Acquisition {
                     return Ok((node, token, listing));
                 }
                 Err(zk::Error::NoNode) => self.make_dirs().await?,
-                Err(zk::Error::ConnectionLoss) => {
+                Err(e) if is_connection_loss(&e) => {
                     // The create may have happened: find our node by its protected prefix.
                     let listing = self.list().await?;
                     if let Some(node) = listing.iter().find(|n| n.starts_with(&self.protection)) {
@@ -1120,7 +1136,7 @@ impl Acquisition {
             let watcher = match (armed, &ahead) {
                 (Some(armed), Some(path)) => {
                     let result = match armed.await {
-                        Err(zk::Error::ConnectionLoss) => {
+                        Err(e) if is_connection_loss(&e) => {
                             retrying(|| client.get_and_watch_data(path)).await
                         }
                         result => result,
