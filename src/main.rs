@@ -6,6 +6,7 @@ mod cli;
 mod commands;
 mod exit;
 mod generate;
+mod interrupt;
 mod lock;
 mod reentry;
 mod report;

@@ -54,6 +54,20 @@ impl Reporter {
         }
     }
 
+    /// `notice` for another thread (or a callback that must be `Send`): no status line to clear,
+    /// which holds where no waiting line is drawn.
+    pub fn notifier(&self) -> impl Fn(&str) + Send + Sync + 'static {
+        let verbosity = self.verbosity;
+        move |msg: &str| match verbosity {
+            Verbosity::Quiet => {}
+            Verbosity::Normal => eprintln!("dlock: {msg}"),
+            Verbosity::Verbose => eprintln!(
+                "[{}] dlock: {msg}",
+                humantime::format_rfc3339_millis(SystemTime::now())
+            ),
+        }
+    }
+
     /// A timestamped event, shown only with `--verbose`.
     pub fn event(&self, msg: &str) {
         if self.verbosity == Verbosity::Verbose {

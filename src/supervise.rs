@@ -22,8 +22,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::backend::{self, Attempt, Backend, BackendConfig, Lease, Renewal, Waiting, WAKE_SIGNAL};
+use crate::backend::{
+    self, Attempt, Backend, BackendConfig, Lease, Outage, Renewal, Waiting, WAKE_SIGNAL,
+};
 use crate::exit;
+use crate::interrupt;
 use crate::lock::{Holder, LockName, LockRequest};
 use crate::reentry::{self, Claim};
 use crate::report::Reporter;
@@ -64,6 +67,10 @@ struct Held {
     /// When a renewal was last reported: a lease that checks often (ZooKeeper's session state)
     /// is reported at most once per third of its lease, not at every check.
     reported: Instant,
+    /// Since when renewals have not got through, while they do not.
+    failing_since: Option<Instant>,
+    /// Whether the user was warned (without --verbose) about the current run of failures.
+    warned: bool,
 }
 
 impl Held {
@@ -75,6 +82,8 @@ impl Held {
             renew_every: request.ttl / 3,
             due: Instant::now() + request.ttl / 3,
             reported: Instant::now(),
+            failing_since: None,
+            warned: false,
         }
     }
 }
@@ -82,6 +91,8 @@ impl Held {
 /// What the acquiring thread reports to the main thread.
 enum Event {
     Busy(LockName, Vec<Holder>),
+    /// The backend cannot be reached, or can again.
+    Outage(LockName, Outage),
     /// One more lock taken; the main thread renews it from now on.
     Took(Held),
     /// Every lock taken (true), cancelled (false), or failed.
@@ -171,7 +182,15 @@ fn next_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
 pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     // First of all, before a backend may start threads of its own.
     let signals = Signals::block().context("cannot block signals")?;
-    let backend = backend::open(&plan.backend)?;
+    interrupt::install_wake_handler().context("cannot install a signal handler")?;
+    // Until the locks are held a signal only means "stop", also in the middle of a connection
+    // to a server that does not answer: it interrupts the call, and dlock ends with 128+N.
+    let mut interruptible =
+        Some(interrupt::Interruptible::new(&FORWARDED_SIGNALS).context("cannot unblock signals")?);
+    let backend = match backend::open(&plan.backend) {
+        Ok(backend) => backend,
+        Err(e) => return stopped(report).ok_or(e),
+    };
     let location = backend.location();
     report.event(&format!("using {location}"));
     let decision = reentry::decide(
@@ -190,7 +209,6 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     }
 
     let file_limit = raise_file_limit(requests.len());
-    install_wake_handler()?;
 
     let started = Instant::now();
     // First one attempt per lock on this thread: the uncontended case needs no helper thread.
@@ -218,6 +236,12 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
             )?
         }
         Ok(FirstTry::Busy(busy, _)) => {
+            // This loop takes signals itself (sigtimedwait): block them again first.
+            drop(interruptible.take());
+            if let Some(code) = stopped(report) {
+                release_quietly(held);
+                return Ok(code);
+            }
             acquire_waiting(backend, &requests[busy..], held, &plan, &signals, report)?
         }
         Ok(FirstTry::Lost(why)) => {
@@ -226,9 +250,11 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
         }
         Err(e) => {
             release_quietly(held);
-            return Err(e);
+            return stopped(report).ok_or(e);
         }
     };
+    // Blocked again from here on: they are for the command now.
+    drop(interruptible.take());
     let held = match held {
         Acquisition::Held(held) => held,
         Acquisition::Busy(name, holders) => {
@@ -260,6 +286,10 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     }
     // A signal that came while the last lock was being taken still means "stop": honour it now,
     // before anything was started.
+    if let Some(code) = stopped(report) {
+        release_all(held, report);
+        return Ok(code);
+    }
     while let Some(n) = signals.wait(Duration::ZERO) {
         if FORWARDED_SIGNALS.contains(&n) {
             release_all(held, report);
@@ -276,6 +306,13 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
         &signals,
         report,
     )
+}
+
+/// The exit status for a stop signal caught while connecting or acquiring, if one was.
+fn stopped(report: &Reporter) -> Option<u8> {
+    let n = interrupt::caught()?;
+    report.event(&format!("signal {n} while acquiring; giving up"));
+    Some(exit::signalled(n))
 }
 
 /// A lock may hold a descriptor (a lock file, a connection), so many names at once can pass the
@@ -314,6 +351,26 @@ fn waiting_message(name: &LockName, holders: &[Holder]) -> String {
         name.as_str(),
         describe_holders(holders)
     )
+}
+
+/// What the user hears of an outage while waiting (without --verbose too: a wait that seems to
+/// hang should say why).
+fn outage_message(name: &LockName, outage: &Outage) -> String {
+    match outage {
+        Outage::Unreachable { for_, why } if for_.is_zero() => {
+            format!("{why}; still waiting for lock {:?}", name.as_str())
+        }
+        Outage::Unreachable { for_, why } => format!(
+            "{why}; unreachable for {}, still waiting for lock {:?}",
+            humantime::format_duration(Duration::from_secs(for_.as_secs())),
+            name.as_str()
+        ),
+        Outage::Over { after } => format!(
+            "reached the backend again after {}; waiting for lock {:?}",
+            humantime::format_duration(round_ms(*after)),
+            name.as_str()
+        ),
+    }
 }
 
 fn describe_holders(holders: &[Holder]) -> String {
@@ -389,9 +446,14 @@ fn wait_here(
             }
         }
     })
+    .reporting_outages({
+        let name = request.name.clone();
+        let notice = report.notifier();
+        move |outage: &Outage| notice(&outage_message(&name, outage))
+    })
     .stopping(plan.wait.map(|w| Instant::now() + w), {
         let caught = caught.clone();
-        move || match take_pending(&waited) {
+        move || match interrupt::caught().or_else(|| take_pending(&waited)) {
             Some(n) => {
                 caught.store(n, Ordering::SeqCst);
                 true
@@ -435,12 +497,20 @@ fn acquire_waiting(
     let (tx, rx) = mpsc::channel();
     let main_thread = signals.main_thread;
     let busy_tx = tx.clone();
+    let outage_tx = tx.clone();
     let busy_name = std::sync::Arc::new(std::sync::Mutex::new(requests[0].name.clone()));
     let busy_name_for_waiting = busy_name.clone();
+    let outage_name = busy_name.clone();
     let waiting = Waiting::new(move |holders: &[Holder]| {
         let name = busy_name_for_waiting.lock().map(|n| n.clone());
         if let Ok(name) = name {
             let _ = busy_tx.send(Event::Busy(name, holders.to_vec()));
+            Signals::wake_main(main_thread);
+        }
+    })
+    .reporting_outages(move |outage: &Outage| {
+        if let Ok(name) = outage_name.lock().map(|n| n.clone()) {
+            let _ = outage_tx.send(Event::Outage(name, outage.clone()));
             Signals::wake_main(main_thread);
         }
     });
@@ -490,6 +560,7 @@ fn acquire_waiting(
                         }
                     };
                 }
+                Event::Outage(name, outage) => report.notice(&outage_message(&name, &outage)),
                 Event::Busy(name, holders) => {
                     report.event(&waiting_message(&name, &holders));
                     waiting_for = (name, holders);
@@ -556,7 +627,7 @@ fn cancel(
             match event {
                 Event::Took(h) => release_all(vec![h], report),
                 Event::Done(_) => done = true,
-                Event::Busy(..) => {}
+                Event::Busy(..) | Event::Outage(..) => {}
             }
         }
         if done {
@@ -568,22 +639,6 @@ fn cancel(
     if acquirer.is_finished() {
         let _ = acquirer.join();
     }
-}
-
-extern "C" fn wake(_: libc::c_int) {}
-
-fn install_wake_handler() -> anyhow::Result<()> {
-    // SAFETY: an all-zero sigaction is valid; the handler is async-signal-safe (it does nothing).
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = wake as extern "C" fn(libc::c_int) as usize;
-        action.sa_flags = 0; // no SA_RESTART: the interrupted call must return EINTR
-        libc::sigemptyset(&mut action.sa_mask);
-        if libc::sigaction(WAKE_SIGNAL, &action, std::ptr::null_mut()) != 0 {
-            return Err(io::Error::last_os_error()).context("cannot install a signal handler");
-        }
-    }
-    Ok(())
 }
 
 fn release_all(held: Vec<Held>, report: &Reporter) {
@@ -802,11 +857,55 @@ fn next_renewal(held: &[Held]) -> Option<Instant> {
 fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), String> {
     let now = Instant::now();
     for h in held.iter_mut().filter(|h| h.due <= now) {
+        let attempted = Instant::now();
         match h.lease.renew() {
             Renewal::Held { next } => {
-                if h.reported.elapsed() + Duration::from_millis(5) >= h.renew_every {
+                if let Some(since) = h.failing_since.take() {
+                    let after = round_ms(since.elapsed());
+                    let back = format!(
+                        "renewed {:?} again after {} of failed attempts",
+                        h.name.as_str(),
+                        humantime::format_duration(after)
+                    );
+                    if std::mem::take(&mut h.warned) {
+                        report.notice(&back);
+                    } else {
+                        report.event(&back);
+                    }
+                    h.reported = Instant::now();
+                } else if h.reported.elapsed() + Duration::from_millis(5) >= h.renew_every {
                     report.event(&format!("renewed {:?}", h.name.as_str()));
                     h.reported = Instant::now();
+                }
+                h.due = Instant::now() + next;
+            }
+            Renewal::Unconfirmed {
+                next,
+                holds_for,
+                why,
+            } => {
+                let first = h.failing_since.is_none();
+                // From the start of the first failed attempt: an attempt may wait long for its answer.
+                let since = *h.failing_since.get_or_insert(attempted);
+                let holds = humantime::format_duration(round_ms(holds_for));
+                // Every failure under --verbose, at the pace "renewed" lines come at most.
+                if first || h.reported.elapsed() + Duration::from_millis(5) >= h.renew_every {
+                    report.event(&format!(
+                        "could not renew {:?}: {why}; the lease holds for {holds} more",
+                        h.name.as_str()
+                    ));
+                    h.reported = Instant::now();
+                }
+                // Out loud once a third of the lease has gone by without a renewal (or sooner, if
+                // what is left of the lease is shorter than that).
+                if !h.warned && (since.elapsed() >= h.renew_every || holds_for <= h.renew_every) {
+                    h.warned = true;
+                    report.notice(&format!(
+                        "cannot renew lock {:?} for {}: {why}; the lease holds for {holds} more, \
+                         then the command is terminated",
+                        h.name.as_str(),
+                        humantime::format_duration(round_ms(since.elapsed()))
+                    ));
                 }
                 h.due = Instant::now() + next;
             }
@@ -814,6 +913,11 @@ fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A duration to the millisecond, for people.
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64)
 }
 
 /// The child's status if it has exited (SIGCHLD also comes for stops and continues).

@@ -11,6 +11,7 @@ mod file_entries;
 mod file_tokens;
 mod hostile;
 mod multi;
+mod netfaults;
 mod redis;
 mod reentry;
 mod run;

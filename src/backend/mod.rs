@@ -126,8 +126,16 @@ pub trait Lease: Send {
 /// What a renewal found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Renewal {
-    /// Still held; renew again after this long.
+    /// Extended, or confirmed to stand (or so fresh that nothing was due); renew again after this
+    /// long.
     Held { next: Duration },
+    /// This attempt did not get through (the backend could not be reached), but the lease still
+    /// holds for `holds_for` by this side's reckoning: try again after `next`. `why`: for the user.
+    Unconfirmed {
+        next: Duration,
+        holds_for: Duration,
+        why: String,
+    },
     /// Renewed or not, the lock may now be someone else's: why, for the user.
     Lost(String),
 }
@@ -171,6 +179,33 @@ type BusyReport = dyn Fn(&[Holder]) + Send + Sync;
 /// Whether a wait should stop, asked whenever the backend looks at its cancellation.
 type StopCheck = dyn Fn() -> bool + Send + Sync;
 
+/// Where a waiting acquisition reports an outage of the backend.
+type OutageReport = dyn Fn(&Outage) + Send + Sync;
+
+/// News of an outage while waiting, at most once per `OUTAGE_REPORT_EVERY` while it lasts.
+#[derive(Clone, Debug)]
+pub enum Outage {
+    /// The backend cannot be reached (for `for_` so far); `why` names it and says how it fails.
+    Unreachable { for_: Duration, why: String },
+    /// Reached again after this long.
+    Over { after: Duration },
+}
+
+/// How often a waiter repeats that the backend is still unreachable.
+pub const OUTAGE_REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// A waiter's tries while the backend is unreachable: first after this long, then twice as long
+/// each time, up to `RETRY_MOST`.
+pub const RETRY_FIRST: Duration = Duration::from_millis(100);
+pub const RETRY_MOST: Duration = Duration::from_secs(2);
+
+/// Since when the backend has been unreachable, and when that was last told.
+#[derive(Default)]
+struct OutageState {
+    since: Option<Instant>,
+    told: Option<Instant>,
+}
+
 /// The caller's side of a blocking acquisition: whether to give up, and where to report who holds
 /// the lock while waiting.
 #[derive(Clone)]
@@ -181,6 +216,8 @@ pub struct Waiting {
     stop_when: Option<Arc<StopCheck>>,
     /// When the caller gives up, if it does.
     deadline: Option<Instant>,
+    on_outage: Option<Arc<OutageReport>>,
+    outage: Arc<std::sync::Mutex<OutageState>>,
 }
 
 impl Waiting {
@@ -190,6 +227,54 @@ impl Waiting {
             on_busy: Arc::new(on_busy),
             stop_when: None,
             deadline: None,
+            on_outage: None,
+            outage: Arc::default(),
+        }
+    }
+
+    /// A wait that reports outages of the backend to `report`.
+    pub fn reporting_outages(
+        mut self,
+        report: impl Fn(&Outage) + Send + Sync + 'static,
+    ) -> Waiting {
+        self.on_outage = Some(Arc::new(report));
+        self
+    }
+
+    /// The backend could not be reached on this try (`why`: where, and how it failed). Told once
+    /// when an outage starts and then every `OUTAGE_REPORT_EVERY`; the backend keeps trying.
+    pub fn unreachable(&self, why: &str) {
+        let mut state = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let since = *state.since.get_or_insert(now);
+        if state
+            .told
+            .is_some_and(|told| now.saturating_duration_since(told) < OUTAGE_REPORT_EVERY)
+        {
+            return;
+        }
+        state.told = Some(now);
+        drop(state);
+        if let Some(report) = &self.on_outage {
+            report(&Outage::Unreachable {
+                for_: now.saturating_duration_since(since),
+                why: why.to_owned(),
+            });
+        }
+    }
+
+    /// The backend answered again (a no-op when there was no outage).
+    pub fn reachable(&self) {
+        let mut state = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(since) = state.since.take() else {
+            return;
+        };
+        state.told = None;
+        drop(state);
+        if let Some(report) = &self.on_outage {
+            report(&Outage::Over {
+                after: since.elapsed(),
+            });
         }
     }
 

@@ -57,8 +57,12 @@ use redis::{
     PushInfo, PushKind, RedisError, ToRedisArgs, Value,
 };
 
-use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Renewal, Waiting};
+use super::{
+    Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Renewal, Waiting, RETRY_FIRST,
+    RETRY_MOST,
+};
 use crate::exit::{FailWith, Failure};
+use crate::interrupt;
 use crate::lock::{escaped, host_name, random_bytes, Holder, LockName, LockRequest, Token};
 use crate::url::redact;
 
@@ -96,6 +100,16 @@ trusting the system CAs or SSL_CERT_FILE; default redis://127.0.0.1:6379):
 
 /// The largest fencing token: the scripts count in Lua numbers (doubles), exact up to 2^53 - 1.
 const MAX_TOKEN: Token = (1 << 53) - 1;
+
+/// What an ACL user's permissions are checked for, in one script (Redis 7's
+/// `redis.acl_check_cmd`; before that, PUBLISH is tried, the one command a script needs after its
+/// writes): the first command it may not run on dlock's keys and channels, or "".
+const PERMISSIONS_CHECK: &str = include_str!("redis/permissions.lua");
+
+/// How long after a call's budget its alarm interrupts it: a silent server is noticed by the socket
+/// timeout (which ends the call), a slow drip of bytes by the alarm. (A library that retries a read
+/// after EINTR, as rustls does, would start its full socket timeout again.)
+const ALARM_SLACK: Duration = Duration::from_millis(20);
 
 /// How often a waiter looks at its cancellation flag while nothing happens.
 const CANCEL_CHECK: Duration = Duration::from_millis(100);
@@ -239,7 +253,7 @@ impl RedisBackend {
             location,
             parked: Mutex::new(None),
         };
-        if let Some(auth) = faults.iter().find(|f| matches!(f.kind, FaultKind::Auth)) {
+        if let Some(auth) = faults.iter().find(|f| !matches!(f.kind, FaultKind::Down)) {
             return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
         }
         backend.check_quorum(urls.len() - faults.len(), &faults)?;
@@ -261,7 +275,7 @@ impl RedisBackend {
                 return Err(only.to_error()).fail_with(Failure::BackendUnavailable);
             }
         }
-        if let Some(auth) = faults.iter().find(|f| matches!(f.kind, FaultKind::Auth)) {
+        if let Some(auth) = faults.iter().find(|f| !matches!(f.kind, FaultKind::Down)) {
             return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
         }
         let why: Vec<String> = faults.iter().map(|f| f.to_error().to_string()).collect();
@@ -292,8 +306,9 @@ impl RedisBackend {
         ask: &Ask,
         wait: bool,
         ticket: &mut String,
+        most: Duration,
     ) -> anyhow::Result<Round> {
-        let timeout = self.op_timeout(servers.len(), ask.ttl);
+        let timeout = self.op_timeout(servers.len(), ask.ttl).min(most);
         if wait && ticket.is_empty() && servers.len() > 1 {
             // Redlock: one ticket for every server, from this machine's clock, so that all of
             // them order the waiters alike. Tickets from each server's own clock would order
@@ -420,6 +435,18 @@ impl RedisBackend {
         });
     }
 
+    /// `undo` on the servers still connected only: the place a failed attempt may have taken on a
+    /// server that stopped answering expires within the ttl, and reconnecting to remove it would
+    /// spend a second connect timeout.
+    fn undo_connected(&self, servers: &mut [Server], ask: &Ask) {
+        let timeout = self.op_timeout(servers.len(), ask.ttl);
+        on_all(servers, |s| {
+            if s.link.is_some() {
+                let _ = s.call(timeout, |l| ask.release(&mut l.conn, Place::Leave));
+            }
+        });
+    }
+
     /// Waits for the lock: see the module documentation. `Ok(None)` when cancelled. `parked` is the
     /// place a `try_acquire` took in line for this request, if it did.
     fn wait_for(
@@ -436,7 +463,7 @@ impl RedisBackend {
             line = Some(parked.line);
         }
         let mut announced = line.is_some();
-        let mut unreachable_since: Option<Instant> = None;
+        let mut retry = RETRY_FIRST;
         loop {
             if waiting.is_cancelled() {
                 return Ok(None);
@@ -444,11 +471,14 @@ impl RedisBackend {
             let place = match line.take() {
                 Some(place) => place,
                 None => {
-                    let round = self.round(&mut self.servers(), ask, true, &mut ticket)?;
+                    // Cut short by the caller's deadline (or signal): an outage must not hold it up.
+                    let most = waiting.slice(Duration::MAX);
+                    let round = self.round(&mut self.servers(), ask, true, &mut ticket, most)?;
                     match round {
                         Round::Held(lease) => return Ok(Some(lease)),
                         Round::Busy { line, holders } => {
-                            unreachable_since = None;
+                            waiting.reachable();
+                            retry = RETRY_FIRST;
                             if !announced {
                                 waiting.busy(&holders);
                                 announced = true;
@@ -456,11 +486,16 @@ impl RedisBackend {
                             line
                         }
                         Round::Unreachable(faults) => {
-                            let since = *unreachable_since.get_or_insert_with(Instant::now);
-                            if since.elapsed() >= self.connect_timeout {
-                                self.check_quorum(self.count - faults.len(), &faults)?;
+                            // A waiter rides an outage out until its --wait is spent: say so, and
+                            // try again, less and less often.
+                            if waiting.is_cancelled() {
+                                return Ok(None);
                             }
-                            pause(CANCEL_CHECK, waiting);
+                            let why: Vec<String> =
+                                faults.iter().map(|f| f.to_error().to_string()).collect();
+                            waiting.unreachable(&why.join("; "));
+                            pause(retry, waiting);
+                            retry = (retry * 2).min(RETRY_MOST);
                             continue;
                         }
                     }
@@ -535,11 +570,11 @@ impl RedisBackend {
         let ask = Ask::new(request);
         let mut ticket = String::new();
         let mut servers = self.servers();
-        let round = match self.round(&mut servers, &ask, then_wait, &mut ticket) {
+        let round = match self.round(&mut servers, &ask, then_wait, &mut ticket, Duration::MAX) {
             Ok(round) => round,
             Err(e) => {
                 if then_wait {
-                    self.undo(&mut servers, &ask, Place::Leave);
+                    self.undo_connected(&mut servers, &ask);
                 }
                 return Err(e);
             }
@@ -559,7 +594,7 @@ impl RedisBackend {
             }
             Round::Unreachable(faults) => {
                 if then_wait {
-                    self.undo(&mut servers, &ask, Place::Leave);
+                    self.undo_connected(&mut servers, &ask);
                 }
                 self.check_quorum(servers.len() - faults.len(), &faults)?;
                 Ok(Attempt::Busy(Vec::new()))
@@ -624,6 +659,10 @@ struct Server {
     link: Option<Link>,
     /// The socket timeouts last set on the connection, to skip needless system calls.
     timeout: Option<Duration>,
+    /// A new connection's budget: connecting (TCP, TLS, AUTH) and its first reply share one.
+    first_reply_by: Option<Instant>,
+    /// The ACL user the URL names (not `default`): its permissions are checked on connecting.
+    acl_user: Option<String>,
 }
 
 /// A connection to one server (RESP3), and the messages read on it.
@@ -709,6 +748,11 @@ impl Server {
             format!("{host}:{port}")
         };
         let db = info.redis_settings().db();
+        let acl_user = info
+            .redis_settings()
+            .username()
+            .filter(|u| !u.is_empty() && *u != "default")
+            .map(str::to_owned);
         let location = if db == 0 {
             format!("{scheme}://{addr}")
         } else {
@@ -741,6 +785,8 @@ impl Server {
             client,
             link: None,
             timeout: None,
+            first_reply_by: None,
+            acl_user,
         })
     }
 
@@ -752,7 +798,11 @@ impl Server {
         }
     }
 
+    /// Connects within `timeout`, which also bounds the first reply on the new connection (and the
+    /// permission check of an ACL user), however slowly the server answers.
     fn connect(&mut self, timeout: Duration) -> Result<(), Fault> {
+        let until = Instant::now() + timeout;
+        let alarm = interrupt::Alarm::at(until + ALARM_SLACK);
         match self.client.get_connection_with_timeout(timeout) {
             Ok(mut conn) => {
                 let (sender, messages) = mpsc::channel();
@@ -763,10 +813,36 @@ impl Server {
                     subscribed: false,
                 });
                 self.timeout = None;
+                self.first_reply_by = Some(until);
+                drop(alarm);
+                if let Some(user) = self.acl_user.clone() {
+                    self.check_permissions(&user, timeout)?;
+                }
                 Ok(())
             }
             Err(e) => Err(self.classify(&e, timeout)),
         }
+    }
+
+    /// Refuses an ACL user that may not do all dlock does (one round trip, only for such users):
+    /// without this, a missing permission shows only half-way through a script, for instance a
+    /// release that freed the lock and then could not tell the next waiter.
+    fn check_permissions(&mut self, user: &str, timeout: Duration) -> Result<(), Fault> {
+        let missing: String = self.call(timeout, |l| {
+            redis::cmd("EVAL")
+                .arg(PERMISSIONS_CHECK)
+                .arg(1)
+                .arg("dlock:{check}:holders")
+                .query(&mut l.conn)
+        })?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.link = None;
+        Err(self.fault(
+            FaultKind::NoPermission,
+            format!("redis user {user:?} may not run {missing}"),
+        ))
     }
 
     /// Runs `f` on the connection (reconnecting first if it broke) with `timeout` on each socket
@@ -777,18 +853,27 @@ impl Server {
         timeout: Duration,
         f: impl FnOnce(&mut Link) -> redis::RedisResult<T>,
     ) -> Result<T, Fault> {
-        let timeout = timeout.max(Duration::from_millis(1));
+        let budget = timeout.max(Duration::from_millis(1));
+        let mut timeout = budget;
         if self.link.is_none() {
             self.connect(timeout)?;
         }
+        if let Some(by) = self.first_reply_by.take() {
+            let left = by.saturating_duration_since(Instant::now());
+            if !left.is_zero() {
+                timeout = timeout.min(left);
+            }
+        }
         self.set_timeout(timeout)?;
+        // Socket timeouts bound each system call; this bounds the whole exchange.
+        let _alarm = interrupt::Alarm::at(Instant::now() + timeout + ALARM_SLACK);
         let Some(link) = self.link.as_mut() else {
             return Err(self.fault(FaultKind::Down, "not connected".into()));
         };
         match f(link) {
             Ok(value) => Ok(value),
             Err(e) => {
-                let fault = self.classify(&e, timeout);
+                let fault = self.classify(&e, budget);
                 // A server error leaves the connection as it was, but one without RESP3 is now
                 // half in pub/sub mode.
                 if !matches!(fault.kind, FaultKind::Refused)
@@ -867,10 +952,25 @@ impl Server {
         {
             return self.fault(FaultKind::Auth, String::new());
         }
+        if matches!(e.code(), Some("NOPERM")) {
+            return self.fault(FaultKind::NoPermission, e.to_string());
+        }
+        if e.kind() == redis::ErrorKind::Parse {
+            return self.fault(
+                FaultKind::Protocol,
+                "does not speak the Redis protocol".into(),
+            );
+        }
         if let Some(io) = io_error_of(e) {
             return self.fault(FaultKind::Down, describe_io(io, timeout));
         }
-        if e.is_io_error() || e.is_connection_dropped() || e.kind() == redis::ErrorKind::Parse {
+        if e.to_string().contains("corrupt message") {
+            return self.fault(
+                FaultKind::Protocol,
+                "did not answer the TLS handshake (a plain redis:// server?)".into(),
+            );
+        }
+        if e.is_io_error() || e.is_connection_dropped() {
             return self.fault(FaultKind::Down, e.to_string());
         }
         // dlock's scripts refuse with a message of their own (a broken fencing counter).
@@ -910,13 +1010,16 @@ fn is_interrupted(e: &RedisError) -> bool {
 fn describe_io(e: &io::Error, timeout: Duration) -> String {
     match e.kind() {
         io::ErrorKind::ConnectionRefused => "connection refused".into(),
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => format!(
-            "no answer within {}",
-            humantime::format_duration(round_ms(timeout))
-        ),
+        io::ErrorKind::Interrupted if interrupt::caught().is_some() => "interrupted".into(),
+        // Otherwise the call's alarm went off: its budget is spent.
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {
+            format!(
+                "no answer within {}",
+                humantime::format_duration(round_ms(timeout))
+            )
+        }
         io::ErrorKind::ConnectionReset => "connection reset".into(),
         io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof => "connection closed".into(),
-        io::ErrorKind::Interrupted => "interrupted".into(),
         _ => {
             let text = e.to_string();
             if text.contains("certificate") {
@@ -948,6 +1051,10 @@ enum FaultKind {
     Auth,
     /// The server answered with an error (a script error, out of memory, read-only replica...).
     Refused,
+    /// Not a Redis server (or not one speaking TLS, for rediss://).
+    Protocol,
+    /// The ACL user may not run a command dlock needs.
+    NoPermission,
 }
 
 impl Fault {
@@ -956,6 +1063,12 @@ impl Fault {
             FaultKind::Down => anyhow!("cannot reach redis at {}: {}", self.addr, self.detail),
             FaultKind::Auth => anyhow!(
                 "authentication failed at redis {}: check the user and password in the URL",
+                self.addr
+            ),
+            FaultKind::Protocol => anyhow!("the server at {} {}", self.addr, self.detail),
+            FaultKind::NoPermission => anyhow!(
+                "{} at {}: dlock needs the permissions listed in its README (Redis ACL)",
+                self.detail,
                 self.addr
             ),
             FaultKind::Refused => {
@@ -1582,15 +1695,18 @@ impl Lease for RedisLease {
             ));
         }
         let why: Vec<String> = faults.iter().map(|f| f.to_error().to_string()).collect();
-        self.trouble = Some(why.join("; "));
+        let why = why.join("; ");
+        self.trouble = Some(why.clone());
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return self.lose_to_the_deadline();
         }
         // Try again soon, but never sleep past the deadline: the next call then reports the loss.
         let retry = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
-        Renewal::Held {
+        Renewal::Unconfirmed {
             next: retry.min(left),
+            holds_for: left,
+            why,
         }
     }
 

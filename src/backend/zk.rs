@@ -41,6 +41,7 @@ use zookeeper_client as zk;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Renewal, Waiting};
 use crate::exit::{FailWith, Failure};
+use crate::interrupt;
 use crate::lock::{
     escaped, host_name, is_plain, Holder, LockName, LockRequest, Mode, Token, MAX_HOST_BYTES,
     MAX_SINCE_SECS,
@@ -380,6 +381,13 @@ fn holder_of(child: &Child, data: &[u8], stat: &zk::Stat) -> Holder {
     }
 }
 
+/// A request lost with its connection: the client fails those in flight with ConnectionLoss, or
+/// with the I/O error that broke the connection (`Custom`). Either may be sent again once the
+/// client has reconnected.
+fn is_connection_loss(e: &zk::Error) -> bool {
+    matches!(e, zk::Error::ConnectionLoss | zk::Error::Custom(_))
+}
+
 /// Is this error about reaching or using the ensemble (exit 69) rather than a bug (70)?
 fn is_unavailable(e: &zk::Error) -> bool {
     matches!(
@@ -482,8 +490,24 @@ impl Session {
             .enable_time()
             .build()
             .context("cannot start the ZooKeeper client's runtime")?;
+        // A stop signal ends the connection attempt at once (`interrupt::caught`).
+        let connecting = async {
+            let connecting = connect(url, session_timeout, connect_timeout);
+            tokio::pin!(connecting);
+            let mut tick = tokio::time::interval(CANCEL_POLL);
+            loop {
+                tokio::select! {
+                    result = &mut connecting => return result,
+                    _ = tick.tick() => {
+                        if interrupt::caught().is_some() {
+                            return Err(zk::Error::ClientClosed);
+                        }
+                    }
+                }
+            }
+        };
         let client = runtime
-            .block_on(connect(url, session_timeout, connect_timeout))
+            .block_on(connecting)
             .map_err(|e| {
                 anyhow!(
                     "cannot reach ZooKeeper at {hosts} within {}: {e}",
@@ -657,12 +681,15 @@ impl ZkBackend {
         };
         // Run on the runtime's worker, beside the session's own task: a watch event then reaches
         // the waiting code, and its next request the connection, without hopping threads.
+        let watch = waiting.clone();
         let task = session
             .runtime
             .spawn(async move { acquisition.run(waiting.as_ref(), resumed).await });
-        match session.runtime.block_on(task) {
-            Ok(outcome) => outcome.with_context(ctx),
-            Err(e) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
+        match watched(&session, task, watch.as_ref()) {
+            Some(Ok(outcome)) => outcome.with_context(ctx),
+            Some(Err(e)) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
+            None if interrupt::caught().is_some() => Err(anyhow!("interrupted")),
+            None => Ok(Outcome::Cancelled),
         }
     }
 
@@ -682,6 +709,55 @@ impl ZkBackend {
             location: format!("zk://{}{dir}", self.url.hosts()),
         })
     }
+}
+
+/// Waits for an acquisition `task`, telling `waiting` meanwhile whether the ensemble can be
+/// reached. When the wait is cancelled or a stop signal was caught, the task (which looks at both)
+/// gets a moment to clean up if the ensemble is there; otherwise it is aborted (`None`): both must
+/// end the wait promptly, also while the client waits to reconnect. An aborted task's node goes
+/// with the session, which ends with dlock.
+fn watched<T: Send + 'static>(
+    session: &Session,
+    mut task: tokio::task::JoinHandle<T>,
+    waiting: Option<&Waiting>,
+) -> Option<Result<T, tokio::task::JoinError>> {
+    let client = session.client().clone();
+    let result = session.runtime.block_on(async {
+        let mut tick = tokio::time::interval(CANCEL_POLL);
+        loop {
+            tokio::select! {
+                result = &mut task => return Some(result),
+                _ = tick.tick() => {
+                    if interrupt::caught().is_some() || waiting.is_some_and(Waiting::is_cancelled) {
+                        return None;
+                    }
+                    let Some(waiting) = waiting else { continue };
+                    match client.state() {
+                        zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                            waiting.reachable()
+                        }
+                        state => waiting.unreachable(&format!(
+                            "cannot reach ZooKeeper at {} ({state})",
+                            session.hosts
+                        )),
+                    }
+                }
+            }
+        }
+    });
+    if result.is_some() {
+        return result;
+    }
+    if client.state() == zk::SessionState::SyncConnected {
+        let finished = session
+            .runtime
+            .block_on(async { tokio::time::timeout(CLEANUP_TIMEOUT, &mut task).await });
+        if let Ok(result) = finished {
+            return Some(result);
+        }
+    }
+    task.abort();
+    None
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -727,7 +803,7 @@ where
     let mut tries = 0;
     loop {
         match op().await {
-            Err(zk::Error::ConnectionLoss) if tries < MAX_RETRIES => tries += 1,
+            Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES => tries += 1,
             result => return result,
         }
     }
@@ -770,7 +846,7 @@ async fn holders(
                 .map_err(|e| session.fail(e, &format!("cannot read {path}")))?;
         }
         match reader.commit().await {
-            Err(zk::Error::ConnectionLoss) if tries < MAX_RETRIES => tries += 1,
+            Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES => tries += 1,
             result => {
                 break result
                     .map_err(|e| session.fail(e, &format!("cannot read the nodes of {dir}")))?
@@ -913,7 +989,7 @@ impl Acquisition {
                     return Ok((node, token, listing));
                 }
                 Err(zk::Error::NoNode) => self.make_dirs().await?,
-                Err(zk::Error::ConnectionLoss) => {
+                Err(e) if is_connection_loss(&e) => {
                     // The create may have happened: find our node by its protected prefix.
                     let listing = self.list().await?;
                     if let Some(node) = listing.iter().find(|n| n.starts_with(&self.protection)) {
@@ -1074,7 +1150,7 @@ impl Acquisition {
             let watcher = match (armed, &ahead) {
                 (Some(armed), Some(path)) => {
                     let result = match armed.await {
-                        Err(zk::Error::ConnectionLoss) => {
+                        Err(e) if is_connection_loss(&e) => {
                             retrying(|| client.get_and_watch_data(path)).await
                         }
                         result => result,
@@ -1133,6 +1209,10 @@ impl Acquisition {
 
     /// Deletes our node on the way out; if that fails the session's end deletes it.
     async fn delete_quietly(&self, node: &str) {
+        if self.client().state() != zk::SessionState::SyncConnected {
+            // No one to ask now; the node goes with the session, which ends with dlock.
+            return;
+        }
         let path = format!("{}/{node}", self.dir);
         let _ = tokio::time::timeout(CLEANUP_TIMEOUT, remove(self.client(), &path)).await;
     }
@@ -1313,6 +1393,7 @@ impl Lease for ZkLease {
                 humantime::format_duration(Duration::from_millis(gap.as_millis() as u64))
             ));
         }
+        let mut unconfirmed = None;
         if let Some(at) = h.disconnected_at {
             let cut_off = at.elapsed();
             if cut_off >= self.grace && h.lost.is_none() {
@@ -1323,10 +1404,19 @@ impl Lease for ZkLease {
                     humantime::format_duration(Duration::from_millis(cut_off.as_millis() as u64))
                 ));
             }
+            unconfirmed = Some(Renewal::Unconfirmed {
+                next: self.poll,
+                holds_for: self.grace.saturating_sub(cut_off),
+                why: format!(
+                    "cut off from ZooKeeper at {} for {}",
+                    self.session.hosts,
+                    humantime::format_duration(Duration::from_millis(cut_off.as_millis() as u64))
+                ),
+            });
         }
         match &h.lost {
             Some(why) => Renewal::Lost(why.clone()),
-            None => Renewal::Held { next: self.poll },
+            None => unconfirmed.unwrap_or(Renewal::Held { next: self.poll }),
         }
     }
 

@@ -111,6 +111,20 @@ impl ZkServer {
         );
     }
 
+    /// Kills the server (SIGKILL), keeping its data for `start_again`.
+    pub fn stop(&mut self) {
+        self.kill();
+    }
+
+    /// Starts a stopped server again on the same port and data.
+    pub fn start_again(&mut self) {
+        assert!(
+            self.launch(),
+            "ZooKeeper did not start again on port {}",
+            self.port
+        );
+    }
+
     /// Sends a four-letter word (`ruok`, `srvr`, `mntr`, `wchs`, `cons`) and returns the answer.
     pub fn four_letter(&self, word: &str) -> String {
         four_letter(self.port, word).unwrap_or_default()
