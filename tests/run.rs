@@ -105,12 +105,12 @@ fn nested_run_of_a_held_lock_runs_directly_instead_of_deadlocking() {
     assert_eq!(outer, inner, "the nested run sees the outer token");
 }
 
-/// Starts `dlock run n -- sh` with a child that records its pid, traps every forwarded signal
-/// into a file, and exits 3 when it gets one.
+/// Starts `dlock run n -- sh` with a child that traps every forwarded signal into a file and exits
+/// 3 when it gets one, and records its pid once the traps are set.
 fn start_trapping_child(dir: &LockDir) -> (std::process::Child, u32) {
     let script = format!(
-        "echo $$ > {pid}; for s in INT TERM HUP QUIT USR1 USR2; do trap \"echo $s > {got}; exit 3\" $s; done; \
-         while :; do sleep 0.05; done",
+        "for s in INT TERM HUP QUIT USR1 USR2; do trap \"echo $s > {got}; exit 3\" $s; done; \
+         echo $$ > {pid}; while :; do sleep 0.05; done",
         pid = dir.file("child.pid").display(),
         got = dir.file("got").display()
     );
