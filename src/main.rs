@@ -7,6 +7,7 @@ mod commands;
 mod exit;
 mod generate;
 mod lock;
+mod program;
 mod report;
 mod spawn;
 mod supervise;

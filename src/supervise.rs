@@ -13,6 +13,7 @@
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::os::unix::thread::JoinHandleExt;
+use std::path::Path;
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -25,6 +26,7 @@ use anyhow::Context;
 use crate::backend::{self, Attempt, Backend, BackendConfig, Lease, Renewal, Waiting, WAKE_SIGNAL};
 use crate::exit;
 use crate::lock::{Holder, LockName, LockRequest};
+use crate::program;
 use crate::report::Reporter;
 use crate::spawn;
 
@@ -170,6 +172,14 @@ const HELD_VAR: &str = "DLOCK_HELD";
 const HELD_VAR_MAX: usize = 64 * 1024;
 
 pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
+    // A command that cannot run is known before anything is opened or taken.
+    let program = match program::resolve(&plan.command[0]) {
+        Ok(program) => program,
+        Err(cannot) => {
+            report.error(&cannot.message(&plan.command[0]));
+            return Ok(cannot.exit_code());
+        }
+    };
     // First of all, before a backend may start threads of its own.
     let signals = Signals::block().context("cannot block signals")?;
     let backend = backend::open(&plan.backend)?;
@@ -187,7 +197,8 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
         .collect();
     if requests.is_empty() {
         report.event("every lock is already held by a parent dlock; running the command directly");
-        let err = Command::new(&plan.command[0])
+        let err = Command::new(&program)
+            .arg0(&plan.command[0])
             .args(&plan.command[1..])
             .exec();
         return Ok(spawn_failure(&plan.command[0], &err, report));
@@ -271,9 +282,8 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
         }
     }
 
-    supervise_child(
-        held, &plan, &location, &inherited, file_limit, &signals, report,
-    )
+    let env = child_environment(&held, &plan, &location, &inherited);
+    supervise_child(held, &program, &env, &plan, file_limit, &signals, report)
 }
 
 /// A lock may hold a descriptor (a lock file, a connection), so many names at once can pass the
@@ -612,11 +622,14 @@ fn release_quietly(held: Vec<Held>) {
     }
 }
 
-/// The exit status and message for a command that could not be started.
+/// The exit status and message for a command that passed `program::resolve` but still could not
+/// be started (changed meanwhile, or a missing ELF loader).
 fn spawn_failure(program: &str, err: &io::Error, report: &Reporter) -> u8 {
     match err.kind() {
         io::ErrorKind::NotFound => {
-            report.error(&format!("command not found: {program}"));
+            report.error(&format!(
+                "cannot execute {program}: it or its loader was not found"
+            ));
             exit::NOT_FOUND
         }
         io::ErrorKind::PermissionDenied => {
@@ -703,18 +716,18 @@ fn set_foreground(pgrp: libc::pid_t) {
 
 fn supervise_child(
     held: Vec<Held>,
+    program: &Path,
+    env: &[(String, String)],
     plan: &RunPlan,
-    location: &str,
-    inherited: &str,
     file_limit: Option<libc::rlimit>,
     signals: &Signals,
     report: &Reporter,
 ) -> anyhow::Result<u8> {
-    let env = child_environment(&held, plan, location, inherited);
     let foreground = owns_terminal();
     let pid = match spawn::spawn(
+        program,
         &plan.command,
-        &env,
+        env,
         foreground,
         file_limit,
         &signals.original,
