@@ -6,6 +6,8 @@ mod cli;
 mod commands;
 mod exit;
 mod generate;
+mod guard;
+mod job;
 mod lock;
 mod program;
 mod report;

@@ -14,6 +14,8 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use crate::guard;
+
 /// Dispositions dlock changed that the command must not inherit: Rust ignores SIGPIPE (std's own
 /// `Command` resets it too), and dlock has a no-op handler on SIGURG. Every other disposition, an
 /// ignored SIGHUP under nohup for one, passes through untouched.
@@ -38,9 +40,10 @@ struct ChildArgs {
 }
 
 /// Starts `program` (`command[0]` as `program::resolve` found it) with arguments `command` and with
-/// `env` added to dlock's environment, in a new process group, killed if dlock dies, and in the
-/// terminal's foreground if `foreground`. `file_limit`, when given, is restored as its open-file
-/// limit, and `mask` as its signal mask. Returns its pid; the caller reaps it.
+/// `env` added to dlock's environment, in a new process group (recorded for the guardian, see
+/// guard.rs), killed if dlock dies, and in the terminal's foreground if `foreground`. `file_limit`,
+/// when given, is restored as its open-file limit, and `mask` as its signal mask. Returns its pid;
+/// the caller reaps it.
 pub fn spawn(
     program: &Path,
     command: &[String],
@@ -117,7 +120,9 @@ pub fn spawn(
     match child.exec_error.load(Ordering::SeqCst) {
         0 => Ok(pid),
         errno => {
-            // The child exited without exec'ing: reap it and report why.
+            // The child exited without exec'ing: reap it (its group is gone with it, so the
+            // guardian has nothing to kill) and report why.
+            guard::disarm();
             let mut status = 0;
             // SAFETY: waiting for our own child.
             unsafe { libc::waitpid(pid, &mut status, 0) };
@@ -134,8 +139,10 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         for signal in RESET_SIGNALS {
             libc::signal(signal, libc::SIG_DFL);
         }
-        // Its own process group, so signals reach the command and everything it starts.
+        // Its own process group, so signals reach the command and everything it starts; from
+        // now on the guardian kills that group if dlock dies.
         libc::setpgid(0, 0);
+        guard::arm(libc::getpid());
         if child.foreground {
             // Allowed from a background group because SIGTTOU is blocked here.
             libc::tcsetpgrp(0, libc::getpid());

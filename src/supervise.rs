@@ -25,9 +25,11 @@ use anyhow::Context;
 
 use crate::backend::{self, Attempt, Backend, BackendConfig, Lease, Renewal, Waiting, WAKE_SIGNAL};
 use crate::exit;
+use crate::guard::{self, Guardian};
+use crate::job::{self, Job};
 use crate::lock::{Holder, LockName, LockRequest};
 use crate::program;
-use crate::report::Reporter;
+use crate::report::{self, Reporter};
 use crate::spawn;
 
 /// Signals dlock passes on to the command's process group.
@@ -101,7 +103,8 @@ fn event_signal() -> i32 {
 }
 
 impl Signals {
-    /// Blocks the forwarded signals, SIGCHLD and the event signal. Must run before any thread is
+    /// Blocks the forwarded signals, SIGCHLD, SIGCONT (which still continues dlock: blocking only
+    /// lets the main thread see it, see job.rs) and the event signal. Must run before any thread is
     /// started, since threads inherit the mask: a signal must never reach a thread with the default
     /// action (which would kill dlock without forwarding anything).
     fn block() -> io::Result<Signals> {
@@ -110,9 +113,10 @@ impl Signals {
             let mut waited: libc::sigset_t = std::mem::zeroed();
             let mut original: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut waited);
-            for n in FORWARDED_SIGNALS
-                .into_iter()
-                .chain([libc::SIGCHLD, event_signal()])
+            for n in
+                FORWARDED_SIGNALS
+                    .into_iter()
+                    .chain([libc::SIGCHLD, libc::SIGCONT, event_signal()])
             {
                 libc::sigaddset(&mut waited, n);
             }
@@ -182,6 +186,10 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     };
     // First of all, before a backend may start threads of its own.
     let signals = Signals::block().context("cannot block signals")?;
+    // Before the backend opens anything, so the guardian holds no copy of a lock file or a
+    // connection (see guard.rs).
+    let guardian = Guardian::start()
+        .map_err(|e| anyhow::anyhow!("cannot start the guardian process: {}", report::plain(&e)))?;
     let backend = backend::open(&plan.backend)?;
     let location = backend.location();
     let inherited = std::env::var(HELD_VAR).unwrap_or_default();
@@ -197,6 +205,7 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
         .collect();
     if requests.is_empty() {
         report.event("every lock is already held by a parent dlock; running the command directly");
+        guardian.dismiss();
         let err = Command::new(&program)
             .arg0(&plan.command[0])
             .args(&plan.command[1..])
@@ -693,27 +702,6 @@ fn child_environment(
     env
 }
 
-/// Whether the command should get the terminal: stdin is one and dlock is in its foreground group.
-fn owns_terminal() -> bool {
-    // SAFETY: plain queries on fd 0.
-    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
-}
-
-/// Gives the terminal's foreground to `pgrp`. SIGTTOU is blocked meanwhile, since a background
-/// process changing the foreground group would otherwise be stopped.
-fn set_foreground(pgrp: libc::pid_t) {
-    // SAFETY: signal mask manipulation and tcsetpgrp with valid arguments.
-    unsafe {
-        let mut block: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut block);
-        libc::sigaddset(&mut block, libc::SIGTTOU);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-        libc::tcsetpgrp(0, pgrp);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-    }
-}
-
 fn supervise_child(
     held: Vec<Held>,
     program: &Path,
@@ -723,7 +711,8 @@ fn supervise_child(
     signals: &Signals,
     report: &Reporter,
 ) -> anyhow::Result<u8> {
-    let foreground = owns_terminal();
+    let terminal = job::on_terminal();
+    let foreground = terminal && job::in_foreground();
     let pid = match spawn::spawn(
         program,
         &plan.command,
@@ -740,7 +729,7 @@ fn supervise_child(
     };
     if foreground {
         // Also from the parent, as shells do, so the order of the two calls does not matter.
-        set_foreground(pid);
+        job::set_foreground(pid);
     }
     report.event(&format!(
         "started {:?} as pid {pid}",
@@ -750,10 +739,11 @@ fn supervise_child(
     // Renewals happen on this thread, between events: a lease's renew is quick (a stat, one
     // round trip, a state check), and one thread deciding everything keeps the order of events
     // plain: nothing renews after a loss or after the release.
+    let mut job = Job::new(pid, terminal);
     let mut held = held;
     let mut lost: Option<Instant> = None;
     let mut killed = false;
-    let status = loop {
+    loop {
         let wake = match lost {
             None => next_renewal(&held),
             Some(at) if !killed => Some(at + plan.kill_after),
@@ -763,14 +753,11 @@ fn supervise_child(
             w.saturating_duration_since(Instant::now())
         });
         match signals.wait(timeout) {
-            Some(libc::SIGCHLD) => {
-                if let Some(status) = reap(pid) {
-                    break status;
-                }
-            }
+            Some(libc::SIGCHLD) if job.exited() => break,
+            Some(libc::SIGCONT) => job.continued(),
             Some(n) if FORWARDED_SIGNALS.contains(&n) => {
                 report.event(&format!("forwarding signal {n} to the command"));
-                signal_group(pid, n);
+                job.signal(n);
             }
             _ => {}
         }
@@ -780,7 +767,7 @@ fn supervise_child(
             None if next_renewal(&held).is_some_and(|d| d <= now) => {
                 if let Err(why) = renew_due(&mut held, report) {
                     report.error(&format!("lost the lock: {why}; terminating the command"));
-                    signal_group(pid, libc::SIGTERM);
+                    job.signal(libc::SIGTERM);
                     lost = Some(Instant::now());
                 }
             }
@@ -789,20 +776,21 @@ fn supervise_child(
                     "the command outlived --kill-after {}; sending SIGKILL",
                     humantime::format_duration(plan.kill_after)
                 ));
-                signal_group(pid, libc::SIGKILL);
+                job.signal(libc::SIGKILL);
                 killed = true;
             }
             _ => {}
         }
-    };
-    if foreground {
-        // SAFETY: getpgrp cannot fail.
-        set_foreground(unsafe { libc::getpgrp() });
     }
+    job.take_terminal();
     if lost.is_some() {
-        // Whatever else the command's group left running goes too: it has no lock any more.
-        signal_group(pid, libc::SIGKILL);
+        // Whatever else the command's group left running goes too: it has no lock any more. (Before
+        // the command is reaped, while its group id cannot have been reused.)
+        job.signal(libc::SIGKILL);
     }
+    // A normal end leaves what the command started in the background alone, as flock(1) does.
+    guard::disarm();
+    let status = job.reap();
     report.event(&format!("command exited: {status}"));
     release_all(held, report);
     Ok(if lost.is_some() {
@@ -834,17 +822,4 @@ fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The child's status if it has exited (SIGCHLD also comes for stops and continues).
-fn reap(pid: libc::pid_t) -> Option<ExitStatus> {
-    let mut status = 0;
-    // SAFETY: waiting for our own child with a valid out-pointer.
-    let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-    (reaped == pid).then(|| ExitStatus::from_raw(status))
-}
-
-fn signal_group(pgrp: libc::pid_t, signal: i32) {
-    // SAFETY: kill with a negative pid signals that process group; errors (group gone) are moot.
-    unsafe { libc::kill(-pgrp, signal) };
 }

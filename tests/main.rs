@@ -6,6 +6,8 @@ mod cli;
 mod contract;
 mod faults;
 mod file_backend;
+mod group_kill;
+mod job_control;
 mod multi;
 mod redis;
 mod run;
