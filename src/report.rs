@@ -107,3 +107,23 @@ impl Reporter {
         self.terminal && self.verbosity == Verbosity::Normal
     }
 }
+
+/// An I/O error as words for a message, without Rust's "(os error N)": "not a directory".
+pub fn plain(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let text = text.split(" (os error").next().unwrap_or(&text);
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn io_errors_read_without_rust_internals() {
+        let e = std::io::Error::from_raw_os_error(libc::ENOTDIR);
+        assert_eq!(super::plain(&e), "not a directory");
+    }
+}

@@ -10,9 +10,11 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::ffi::OsStringExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
+
+use crate::guard;
 
 /// Dispositions dlock changed that the command must not inherit: Rust ignores SIGPIPE (std's own
 /// `Command` resets it too), and dlock has a no-op handler on SIGURG. Every other disposition, an
@@ -25,6 +27,9 @@ const CHILD_STACK: usize = 64 * 1024;
 struct ChildArgs {
     program: CString,
     argv: Vec<*const libc::c_char>,
+    /// `/bin/sh program args...`, for a file the kernel does not know how to run (ENOEXEC): a
+    /// script without `#!` runs under the shell, as execvp and flock(1) run it.
+    sh_argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
     foreground: bool,
     file_limit: Option<libc::rlimit>,
@@ -34,19 +39,20 @@ struct ChildArgs {
     exec_error: AtomicI32,
 }
 
-/// Starts `command` (argv, `command[0]` looked up in PATH) with `env` added to dlock's environment,
-/// in a new process group, killed if dlock dies, and in the terminal's foreground if `foreground`.
-/// `file_limit`, when given, is restored as its open-file limit, and `mask` as its signal mask.
-/// Returns its pid; the caller reaps it.
+/// Starts `program` (`command[0]` as `program::resolve` found it) with arguments `command` and with
+/// `env` added to dlock's environment, in a new process group (recorded for the guardian, see
+/// guard.rs), killed if dlock dies, and in the terminal's foreground if `foreground`. `file_limit`,
+/// when given, is restored as its open-file limit, and `mask` as its signal mask. Returns its pid;
+/// the caller reaps it.
 pub fn spawn(
+    program: &Path,
     command: &[String],
     env: &[(String, String)],
     foreground: bool,
     file_limit: Option<libc::rlimit>,
     mask: &libc::sigset_t,
 ) -> io::Result<libc::pid_t> {
-    let program = find_program(&command[0])?;
-    let program = cstring(program.into_os_string().into_vec())?;
+    let program = cstring(program.as_os_str().to_owned().into_vec())?;
     let args: Vec<CString> = command
         .iter()
         .map(|a| cstring(a.clone().into_bytes()))
@@ -76,9 +82,12 @@ pub fn spawn(
         libc::sigfillset(&mut all);
         (all, std::mem::zeroed::<libc::sigset_t>())
     };
+    let mut sh_argv = vec![c"/bin/sh".as_ptr(), program.as_ptr()];
+    sh_argv.extend(null_terminated(&args[1..]));
     let mut child = ChildArgs {
-        program,
         argv: null_terminated(&args),
+        sh_argv,
+        program,
         envp: null_terminated(&vars),
         foreground,
         file_limit,
@@ -111,7 +120,9 @@ pub fn spawn(
     match child.exec_error.load(Ordering::SeqCst) {
         0 => Ok(pid),
         errno => {
-            // The child exited without exec'ing: reap it and report why.
+            // The child exited without exec'ing: reap it (its group is gone with it, so the
+            // guardian has nothing to kill) and report why.
+            guard::disarm();
             let mut status = 0;
             // SAFETY: waiting for our own child.
             unsafe { libc::waitpid(pid, &mut status, 0) };
@@ -128,8 +139,10 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         for signal in RESET_SIGNALS {
             libc::signal(signal, libc::SIG_DFL);
         }
-        // Its own process group, so signals reach the command and everything it starts.
+        // Its own process group, so signals reach the command and everything it starts; from
+        // now on the guardian kills that group if dlock dies.
         libc::setpgid(0, 0);
+        guard::arm(libc::getpid());
         if child.foreground {
             // Allowed from a background group because SIGTTOU is blocked here.
             libc::tcsetpgrp(0, libc::getpid());
@@ -148,6 +161,13 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             child.argv.as_ptr(),
             child.envp.as_ptr(),
         );
+        if *libc::__errno_location() == libc::ENOEXEC {
+            libc::execve(
+                c"/bin/sh".as_ptr(),
+                child.sh_argv.as_ptr(),
+                child.envp.as_ptr(),
+            );
+        }
         child
             .exec_error
             .store(*libc::__errno_location(), Ordering::SeqCst);
@@ -158,43 +178,4 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
 fn cstring(bytes: Vec<u8>) -> io::Result<CString> {
     CString::new(bytes)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte"))
-}
-
-/// `program` itself when it has a `/`, else the first executable file of that name on PATH (as
-/// execvp searches). NotFound when there is none; PermissionDenied when only non-executable ones.
-fn find_program(program: &str) -> io::Result<PathBuf> {
-    if program.contains('/') {
-        return Ok(PathBuf::from(program));
-    }
-    if program.is_empty() {
-        return Err(io::ErrorKind::NotFound.into());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    let mut denied = false;
-    for dir in std::env::split_paths(&path) {
-        let dir = if dir.as_os_str().is_empty() {
-            Path::new(".").to_owned()
-        } else {
-            dir
-        };
-        let candidate = dir.join(program);
-        let Ok(meta) = std::fs::metadata(&candidate) else {
-            continue;
-        };
-        if !meta.is_file() {
-            continue;
-        }
-        let c = cstring(candidate.as_os_str().as_bytes().to_vec())?;
-        // SAFETY: c is a valid NUL-terminated path.
-        if unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0 {
-            return Ok(candidate);
-        }
-        denied = true;
-    }
-    Err(if denied {
-        io::ErrorKind::PermissionDenied
-    } else {
-        io::ErrorKind::NotFound
-    }
-    .into())
 }

@@ -13,6 +13,7 @@
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::os::unix::thread::JoinHandleExt;
+use std::path::Path;
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -26,10 +27,13 @@ use crate::backend::{
     self, Attempt, Backend, BackendConfig, Lease, Outage, Renewal, Waiting, WAKE_SIGNAL,
 };
 use crate::exit;
+use crate::guard::{self, Guardian};
 use crate::interrupt;
+use crate::job::{self, Job};
 use crate::lock::{Holder, LockName, LockRequest};
+use crate::program;
 use crate::reentry::{self, Claim};
-use crate::report::Reporter;
+use crate::report::{self, Reporter};
 use crate::spawn;
 
 /// Signals dlock passes on to the command's process group.
@@ -114,7 +118,8 @@ fn event_signal() -> i32 {
 }
 
 impl Signals {
-    /// Blocks the forwarded signals, SIGCHLD and the event signal. Must run before any thread is
+    /// Blocks the forwarded signals, SIGCHLD, SIGCONT (which still continues dlock: blocking only
+    /// lets the main thread see it, see job.rs) and the event signal. Must run before any thread is
     /// started, since threads inherit the mask: a signal must never reach a thread with the default
     /// action (which would kill dlock without forwarding anything).
     fn block() -> io::Result<Signals> {
@@ -123,9 +128,10 @@ impl Signals {
             let mut waited: libc::sigset_t = std::mem::zeroed();
             let mut original: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut waited);
-            for n in FORWARDED_SIGNALS
-                .into_iter()
-                .chain([libc::SIGCHLD, event_signal()])
+            for n in
+                FORWARDED_SIGNALS
+                    .into_iter()
+                    .chain([libc::SIGCHLD, libc::SIGCONT, event_signal()])
             {
                 libc::sigaddset(&mut waited, n);
             }
@@ -180,8 +186,20 @@ fn next_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
 }
 
 pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
+    // A command that cannot run is known before anything is opened or taken.
+    let program = match program::resolve(&plan.command[0]) {
+        Ok(program) => program,
+        Err(cannot) => {
+            report.error(&cannot.message(&plan.command[0]));
+            return Ok(cannot.exit_code());
+        }
+    };
     // First of all, before a backend may start threads of its own.
     let signals = Signals::block().context("cannot block signals")?;
+    // Before the backend opens anything, so the guardian holds no copy of a lock file or a
+    // connection (see guard.rs).
+    let guardian = Guardian::start()
+        .map_err(|e| anyhow::anyhow!("cannot start the guardian process: {}", report::plain(&e)))?;
     interrupt::install_wake_handler().context("cannot install a signal handler")?;
     // Until the locks are held a signal only means "stop", also in the middle of a connection
     // to a server that does not answer: it interrupts the call, and dlock ends with 128+N.
@@ -202,7 +220,9 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     let requests = decision.to_acquire;
     if requests.is_empty() {
         report.event("every lock is already held by a parent dlock; running the command directly");
-        let err = Command::new(&plan.command[0])
+        guardian.dismiss();
+        let err = Command::new(&program)
+            .arg0(&plan.command[0])
             .args(&plan.command[1..])
             .exec();
         return Ok(spawn_failure(&plan.command[0], &err, report));
@@ -297,15 +317,8 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
         }
     }
 
-    supervise_child(
-        held,
-        &plan,
-        &location,
-        decision.passed_on,
-        file_limit,
-        &signals,
-        report,
-    )
+    let env = child_environment(&held, &plan, &location, &decision.passed_on);
+    supervise_child(held, &program, &env, &plan, file_limit, &signals, report)
 }
 
 /// The exit status for a stop signal caught while connecting or acquiring, if one was.
@@ -661,11 +674,14 @@ fn release_quietly(held: Vec<Held>) {
     }
 }
 
-/// The exit status and message for a command that could not be started.
+/// The exit status and message for a command that passed `program::resolve` but still could not
+/// be started (changed meanwhile, or a missing ELF loader).
 fn spawn_failure(program: &str, err: &io::Error, report: &Reporter) -> u8 {
     match err.kind() {
         io::ErrorKind::NotFound => {
-            report.error(&format!("command not found: {program}"));
+            report.error(&format!(
+                "cannot execute {program}: it or its loader was not found"
+            ));
             exit::NOT_FOUND
         }
         io::ErrorKind::PermissionDenied => {
@@ -728,41 +744,21 @@ fn child_environment(
     env
 }
 
-/// Whether the command should get the terminal: stdin is one and dlock is in its foreground group.
-fn owns_terminal() -> bool {
-    // SAFETY: plain queries on fd 0.
-    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
-}
-
-/// Gives the terminal's foreground to `pgrp`. SIGTTOU is blocked meanwhile, since a background
-/// process changing the foreground group would otherwise be stopped.
-fn set_foreground(pgrp: libc::pid_t) {
-    // SAFETY: signal mask manipulation and tcsetpgrp with valid arguments.
-    unsafe {
-        let mut block: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut block);
-        libc::sigaddset(&mut block, libc::SIGTTOU);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-        libc::tcsetpgrp(0, pgrp);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-    }
-}
-
 fn supervise_child(
     held: Vec<Held>,
+    program: &Path,
+    env: &[(String, String)],
     plan: &RunPlan,
-    location: &str,
-    inherited: Vec<Claim>,
     file_limit: Option<libc::rlimit>,
     signals: &Signals,
     report: &Reporter,
 ) -> anyhow::Result<u8> {
-    let env = child_environment(&held, plan, location, &inherited);
-    let foreground = owns_terminal();
+    let terminal = job::on_terminal();
+    let foreground = terminal && job::in_foreground();
     let pid = match spawn::spawn(
+        program,
         &plan.command,
-        &env,
+        env,
         foreground,
         file_limit,
         &signals.original,
@@ -775,7 +771,7 @@ fn supervise_child(
     };
     if foreground {
         // Also from the parent, as shells do, so the order of the two calls does not matter.
-        set_foreground(pid);
+        job::set_foreground(pid);
     }
     report.event(&format!(
         "started {:?} as pid {pid}",
@@ -785,10 +781,11 @@ fn supervise_child(
     // Renewals happen on this thread, between events: a lease's renew is quick (a stat, one
     // round trip, a state check), and one thread deciding everything keeps the order of events
     // plain: nothing renews after a loss or after the release.
+    let mut job = Job::new(pid, terminal);
     let mut held = held;
     let mut lost: Option<Instant> = None;
     let mut killed = false;
-    let status = loop {
+    loop {
         let wake = match lost {
             None => next_renewal(&held),
             Some(at) if !killed => Some(at + plan.kill_after),
@@ -798,14 +795,11 @@ fn supervise_child(
             w.saturating_duration_since(Instant::now())
         });
         match signals.wait(timeout) {
-            Some(libc::SIGCHLD) => {
-                if let Some(status) = reap(pid) {
-                    break status;
-                }
-            }
+            Some(libc::SIGCHLD) if job.exited() => break,
+            Some(libc::SIGCONT) => job.continued(),
             Some(n) if FORWARDED_SIGNALS.contains(&n) => {
                 report.event(&format!("forwarding signal {n} to the command"));
-                signal_group(pid, n);
+                job.signal(n);
             }
             _ => {}
         }
@@ -815,7 +809,7 @@ fn supervise_child(
             None if next_renewal(&held).is_some_and(|d| d <= now) => {
                 if let Err(why) = renew_due(&mut held, report) {
                     report.error(&format!("lost the lock: {why}; terminating the command"));
-                    signal_group(pid, libc::SIGTERM);
+                    job.signal(libc::SIGTERM);
                     lost = Some(Instant::now());
                 }
             }
@@ -824,20 +818,21 @@ fn supervise_child(
                     "the command outlived --kill-after {}; sending SIGKILL",
                     humantime::format_duration(plan.kill_after)
                 ));
-                signal_group(pid, libc::SIGKILL);
+                job.signal(libc::SIGKILL);
                 killed = true;
             }
             _ => {}
         }
-    };
-    if foreground {
-        // SAFETY: getpgrp cannot fail.
-        set_foreground(unsafe { libc::getpgrp() });
     }
+    job.take_terminal();
     if lost.is_some() {
-        // Whatever else the command's group left running goes too: it has no lock any more.
-        signal_group(pid, libc::SIGKILL);
+        // Whatever else the command's group left running goes too: it has no lock any more. (Before
+        // the command is reaped, while its group id cannot have been reused.)
+        job.signal(libc::SIGKILL);
     }
+    // A normal end leaves what the command started in the background alone, as flock(1) does.
+    guard::disarm();
+    let status = job.reap();
     report.event(&format!("command exited: {status}"));
     release_all(held, report);
     Ok(if lost.is_some() {
@@ -918,17 +913,4 @@ fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), String> {
 /// A duration to the millisecond, for people.
 fn round_ms(d: Duration) -> Duration {
     Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64)
-}
-
-/// The child's status if it has exited (SIGCHLD also comes for stops and continues).
-fn reap(pid: libc::pid_t) -> Option<ExitStatus> {
-    let mut status = 0;
-    // SAFETY: waiting for our own child with a valid out-pointer.
-    let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-    (reaped == pid).then(|| ExitStatus::from_raw(status))
-}
-
-fn signal_group(pgrp: libc::pid_t, signal: i32) {
-    // SAFETY: kill with a negative pid signals that process group; errors (group gone) are moot.
-    unsafe { libc::kill(-pgrp, signal) };
 }

@@ -26,32 +26,63 @@ fn child_killed_by_signal_n_gives_128_plus_n() {
     assert_eq!(code(&out), 128 + libc::SIGKILL);
 }
 
+/// The token the next holder of `name` gets.
+fn next_token(dir: &LockDir, name: &str) -> u64 {
+    let out = output(dir.dlock(&["run", name, "--", "sh", "-c", "echo $DLOCK_TOKEN"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    stdout(&out).trim().parse().unwrap()
+}
+
 #[test]
-fn missing_command_exits_127_and_unexecutable_126_releasing_the_lock() {
+fn a_command_that_cannot_run_is_refused_before_the_lock_is_taken() {
     let dir = LockDir::new();
-    let out = output(dir.dlock(&["run", "n", "--", "/nonexistent/command"]));
-    assert_eq!(code(&out), 127);
-    assert!(
-        stderr(&out).contains("command not found: /nonexistent/command"),
-        "{}",
-        stderr(&out)
+    let not_executable = dir.file("not-executable.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
+    let no_interpreter = dir.file("no-interpreter.sh");
+    std::fs::write(&no_interpreter, "#!/nonexistent/interpreter -x\nexit 0\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&no_interpreter, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (path, directory) = (
+        not_executable.to_str().unwrap(),
+        dir.path().to_str().unwrap(),
     );
-    let script = dir.file("not-executable.sh");
-    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
-    let out = output(dir.dlock(&["run", "n", "--", script.to_str().unwrap()]));
-    assert_eq!(code(&out), 126);
-    assert!(
-        stderr(&out).contains("permission denied"),
-        "{}",
-        stderr(&out)
-    );
-    let status = output(dir.dlock(&["status", "n"]));
-    assert_eq!(
-        code(&status),
-        1,
-        "the lock must be free again: {}",
-        stdout(&status)
-    );
+    let no_interpreter = no_interpreter.to_str().unwrap();
+    let cases: [(&str, i32, String); 5] = [
+        ("/nonexistent/command", 127, "command not found: /nonexistent/command".into()),
+        ("no-such-command-on-path", 127, "command not found: no-such-command-on-path".into()),
+        (path, 126, format!("cannot execute {path}: permission denied")),
+        (directory, 126, format!("cannot execute {directory}: is a directory")),
+        (
+            no_interpreter,
+            127,
+            format!("cannot execute {no_interpreter}: its interpreter /nonexistent/interpreter was not found"),
+        ),
+    ];
+    let before = next_token(&dir, "taken");
+    for (i, (command, status, message)) in cases.iter().enumerate() {
+        // A fresh name: no lock file may appear for it.
+        let fresh = format!("fresh{i}");
+        let out = output(dir.dlock(&["run", &fresh, "--", command]));
+        assert_eq!(code(&out), *status, "{command}: {}", stderr(&out));
+        assert_eq!(stderr(&out).trim(), format!("dlock: {message}"));
+        assert!(!dir.file(&format!("{fresh}.lock")).exists(), "{command}");
+        // A name used before: its next token is not spent.
+        let out = output(dir.dlock(&["run", "taken", "--", command]));
+        assert_eq!(code(&out), *status, "{command}: {}", stderr(&out));
+    }
+    assert_eq!(next_token(&dir, "taken"), before + 1, "no token was spent");
+}
+
+#[test]
+fn a_script_without_a_shebang_line_runs_under_sh() {
+    let dir = LockDir::new();
+    let script = dir.file("plain-script");
+    std::fs::write(&script, "echo \"ran with $# args: $1 $2\"\nexit 5\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = output(dir.dlock(&["run", "n", "--", script.to_str().unwrap(), "a", "b c"]));
+    assert_eq!(code(&out), 5, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "ran with 2 args: a b c");
 }
 
 #[test]
@@ -105,12 +136,12 @@ fn nested_run_of_a_held_lock_runs_directly_instead_of_deadlocking() {
     assert_eq!(outer, inner, "the nested run sees the outer token");
 }
 
-/// Starts `dlock run n -- sh` with a child that records its pid, traps every forwarded signal
-/// into a file, and exits 3 when it gets one.
+/// Starts `dlock run n -- sh` with a child that traps every forwarded signal into a file and exits
+/// 3 when it gets one, and records its pid once the traps are set.
 fn start_trapping_child(dir: &LockDir) -> (std::process::Child, u32) {
     let script = format!(
-        "echo $$ > {pid}; for s in INT TERM HUP QUIT USR1 USR2; do trap \"echo $s > {got}; exit 3\" $s; done; \
-         while :; do sleep 0.05; done",
+        "for s in INT TERM HUP QUIT USR1 USR2; do trap \"echo $s > {got}; exit 3\" $s; done; \
+         echo $$ > {pid}; while :; do sleep 0.05; done",
         pid = dir.file("child.pid").display(),
         got = dir.file("got").display()
     );
