@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::backend::{
-    self, Attempt, Backend, BackendConfig, Lease, Outage, Renewal, Waiting, WAKE_SIGNAL,
+    self, Attempt, Backend, BackendConfig, Lease, Outage, Released, Renewal, Waiting, WAKE_SIGNAL,
 };
 use crate::exit;
 use crate::guard::{self, Guardian};
@@ -638,7 +638,9 @@ fn cancel(
         let mut done = false;
         for event in rx.try_iter() {
             match event {
-                Event::Took(h) => release_all(vec![h], report),
+                Event::Took(h) => {
+                    release_all(vec![h], report);
+                }
                 Event::Done(_) => done = true,
                 Event::Busy(..) | Event::Outage(..) => {}
             }
@@ -654,11 +656,20 @@ fn cancel(
     }
 }
 
-fn release_all(held: Vec<Held>, report: &Reporter) {
+/// Releases every lock; returns why the first one found no longer held was lost, if any was.
+fn release_all(held: Vec<Held>, report: &Reporter) -> Option<String> {
+    let mut lost = None;
     for h in held {
         let name = h.name.clone();
         match h.lease.release() {
-            Ok(()) => report.event(&format!("released {:?}", name.as_str())),
+            Ok(Released::Held) => report.event(&format!("released {:?}", name.as_str())),
+            Ok(Released::Lost(why)) => {
+                report.event(&format!(
+                    "released {:?}, which was no longer ours",
+                    name.as_str()
+                ));
+                lost.get_or_insert(format!("lock {:?}: {why}", name.as_str()));
+            }
             // The lease runs out on its own; say so, but the command's status stands.
             Err(e) => report.error(&format!(
                 "could not release lock {:?}: {e:#}",
@@ -666,6 +677,7 @@ fn release_all(held: Vec<Held>, report: &Reporter) {
             )),
         }
     }
+    lost
 }
 
 fn release_quietly(held: Vec<Held>) {
@@ -834,12 +846,21 @@ fn supervise_child(
     guard::disarm();
     let status = job.reap();
     report.event(&format!("command exited: {status}"));
-    release_all(held, report);
-    Ok(if lost.is_some() {
-        exit::LOCK_LOST
-    } else {
-        exit_code_of(status)
-    })
+    let lost_by_the_end = release_all(held, report);
+    if lost.is_some() {
+        return Ok(exit::LOCK_LOST);
+    }
+    // The command ended, but its lock had gone before dlock could tell (dlock was stopped past its
+    // lease, or the lock was broken): the command's own status would claim it ran under the lock.
+    if let Some(why) = lost_by_the_end {
+        report.error(&format!(
+            "the lock was lost before the command ended: {why}; exiting with {} instead of the \
+             command's status ({status})",
+            exit::LOCK_LOST
+        ));
+        return Ok(exit::LOCK_LOST);
+    }
+    Ok(exit_code_of(status))
 }
 
 /// When the next lease is due for renewal.

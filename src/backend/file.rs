@@ -29,7 +29,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, Context};
 use sha2::{Digest, Sha256};
 
-use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Renewal, Waiting};
+use super::{
+    Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Released, Renewal, Waiting,
+};
 use crate::exit::{FailWith, Failure};
 use crate::lock::{host_name, Holder, LockName, LockRequest, Mode, Token};
 
@@ -726,6 +728,15 @@ struct FileLease {
     check_every: Duration,
 }
 
+impl FileLease {
+    fn replaced(&self) -> String {
+        format!(
+            "lock file {} was removed or replaced (dlock release --force?)",
+            self.lock.path.display()
+        )
+    }
+}
+
 impl Lease for FileLease {
     fn token(&self) -> Token {
         self.token
@@ -737,21 +748,23 @@ impl Lease for FileLease {
                 next: self.check_every,
             }
         } else {
-            Renewal::Lost(format!(
-                "lock file {} was removed or replaced (dlock release --force?)",
-                self.lock.path.display()
-            ))
+            Renewal::Lost(self.replaced())
         }
     }
 
-    fn release(self: Box<Self>) -> anyhow::Result<()> {
+    fn release(self: Box<Self>) -> anyhow::Result<Released> {
+        let released = if self.lock.is_current() {
+            Released::Held
+        } else {
+            Released::Lost(self.replaced())
+        };
         // Clear the record first so nobody reads it as ours after the locks go; closing unlocks.
         let _ = self
             .lock
             .file
             .write_all_at(&[0u8; RECORD_LEN as usize], self.record);
         drop(self.lock);
-        Ok(())
+        Ok(released)
     }
 }
 

@@ -119,8 +119,21 @@ pub trait Lease: Send {
     /// Keep the lock: extend the lease, or check that it still stands. Says when to call again.
     fn renew(&mut self) -> Renewal;
 
-    /// Give the lock up. Acts only on this holder's own entry, never on another's.
-    fn release(self: Box<Self>) -> anyhow::Result<()>;
+    /// Give the lock up. Acts only on this holder's own entry, never on another's. Says whether the
+    /// lock was still this holder's when it let go: the supervisor calls this once the command has
+    /// ended, so a lock found lost here (a lease that passed while dlock was stopped, a lock broken
+    /// meanwhile) means the command may not have held it to its end. An error: the backend could
+    /// not be told, and cannot say.
+    fn release(self: Box<Self>) -> anyhow::Result<Released>;
+}
+
+/// What a release found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Released {
+    /// The lock was still this holder's; now it is given up.
+    Held,
+    /// It was no longer this holder's (expired, broken by `release --force`, deleted): why.
+    Lost(String),
 }
 
 /// What a renewal found.

@@ -58,8 +58,8 @@ use redis::{
 };
 
 use super::{
-    Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Renewal, Waiting, RETRY_FIRST,
-    RETRY_MOST,
+    Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Released, Renewal, Waiting,
+    RETRY_FIRST, RETRY_MOST,
 };
 use crate::exit::{FailWith, Failure};
 use crate::interrupt;
@@ -1710,7 +1710,7 @@ impl Lease for RedisLease {
         }
     }
 
-    fn release(self: Box<Self>) -> anyhow::Result<()> {
+    fn release(self: Box<Self>) -> anyhow::Result<Released> {
         // After a loss the servers may be gone: try only those still connected, and briefly.
         let timeout = if self.lost.is_some() {
             self.op_timeout.min(Duration::from_millis(250))
@@ -1719,23 +1719,41 @@ impl Lease for RedisLease {
         };
         let skip_unconnected = self.lost.is_some();
         let ask = &self.ask;
-        let results = on_all(&mut lock_servers(&self.servers), |s| {
+        let mut servers = lock_servers(&self.servers);
+        let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
+        let results = on_all(&mut servers, |s| {
             if skip_unconnected && s.link.is_none() {
                 return None;
             }
             Some(s.call(timeout, |l| ask.release(&mut l.conn, Place::Leave)))
         });
-        if self.lost.is_some() {
-            return Ok(());
+        drop(servers);
+        if let Some(why) = &self.lost {
+            return Ok(Released::Lost(why.clone()));
         }
         let total = results.len();
-        let faults: Vec<Fault> = results
-            .into_iter()
-            .flatten()
-            .filter_map(Result::err)
-            .collect();
-        if total - faults.len() >= quorum(total) {
-            return Ok(());
+        let mut released = 0;
+        let mut not_owner = Vec::new();
+        let mut faults = Vec::new();
+        for (result, addr) in results.into_iter().zip(addrs) {
+            match result {
+                Some(Ok(1)) => released += 1,
+                Some(Ok(_)) => not_owner.push(addr),
+                Some(Err(fault)) => faults.push(fault),
+                None => {}
+            }
+        }
+        if released >= quorum(total) {
+            return Ok(Released::Held);
+        }
+        // The release script prunes expired holders first: a server that did not find us had let
+        // the lease pass or lost it to `release --force`. A majority of those: it was not ours.
+        if not_owner.len() > total - quorum(total) {
+            return Ok(Released::Lost(format!(
+                "it was no longer ours on redis at {} (its lease had passed, or it was broken or \
+                 deleted)",
+                not_owner.join(", ")
+            )));
         }
         let why: Vec<String> = faults.iter().map(|f| f.to_error().to_string()).collect();
         Err(anyhow!(

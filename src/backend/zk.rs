@@ -39,7 +39,9 @@ use anyhow::{anyhow, Context};
 use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
-use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Renewal, Waiting};
+use super::{
+    Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Released, Renewal, Waiting,
+};
 use crate::exit::{FailWith, Failure};
 use crate::interrupt;
 use crate::lock::{
@@ -1420,14 +1422,14 @@ impl Lease for ZkLease {
         }
     }
 
-    fn release(mut self: Box<Self>) -> anyhow::Result<()> {
+    fn release(mut self: Box<Self>) -> anyhow::Result<Released> {
         let watchers: Vec<_> = self.watchers.drain(..).collect();
-        if lock(&self.health).lost.is_some() {
+        if let Some(why) = lock(&self.health).lost.clone() {
             // Already gone, or going with a session that is over: nothing to wait for.
             for w in watchers {
                 w.abort();
             }
-            return Ok(());
+            return Ok(Released::Lost(why));
         }
         // Once a watcher task has ended, its dropped watch has queued its removal ahead of our
         // delete: the deletion then notifies only the next waiter, not ourselves.
@@ -1443,23 +1445,26 @@ impl Lease for ZkLease {
         let session = &self.session;
         let result = session.runtime.block_on(async {
             let Some(client) = closing else {
-                return tokio::time::timeout(CLEANUP_TIMEOUT, remove(session.client(), &self.path))
-                    .await;
+                let delete = session.client().delete(&self.path, None);
+                return tokio::time::timeout(CLEANUP_TIMEOUT, delete).await;
             };
             let mut states = client.state_watcher();
             // The client sends a request when the call is made, not when its future is polled:
             // dropping the last client right after queues the close behind the delete.
             let delete = client.delete(&self.path, None);
             drop(client);
-            let result = match tokio::time::timeout(CLEANUP_TIMEOUT, delete).await {
-                Ok(Err(zk::Error::NoNode)) => Ok(Ok(())),
-                other => other,
-            };
+            let result = tokio::time::timeout(CLEANUP_TIMEOUT, delete).await;
             let _ = tokio::time::timeout(CLEANUP_TIMEOUT, ended(&mut states)).await;
             result
         });
         match result {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => Ok(Released::Held),
+            // Only the server deletes a holder's node but its owner: when its session expired, or
+            // for `dlock release --force`.
+            Ok(Err(zk::Error::NoNode)) => Ok(Released::Lost(format!(
+                "its node {} was gone (deleted by `dlock release --force`, or its session expired)",
+                self.path
+            ))),
             Ok(Err(e)) => Err(self
                 .session
                 .fail(e, &format!("cannot delete {}", self.path))),
