@@ -483,33 +483,9 @@ impl Session {
         connect_timeout: Duration,
     ) -> anyhow::Result<Session> {
         let hosts = url.hosts();
-        // One worker: the session's own task must run while every dlock thread is blocked elsewhere
-        // (a current-thread runtime would only run it inside block_on).
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(1)
-            .thread_name("dlock-zk")
-            .enable_time()
-            .build()
-            .context("cannot start the ZooKeeper client's runtime")?;
-        // A stop signal ends the connection attempt at once (`interrupt::caught`).
-        let connecting = async {
-            let connecting = connect(url, session_timeout, connect_timeout);
-            tokio::pin!(connecting);
-            let mut tick = tokio::time::interval(CANCEL_POLL);
-            loop {
-                tokio::select! {
-                    result = &mut connecting => return result,
-                    _ = tick.tick() => {
-                        if interrupt::caught().is_some() {
-                            return Err(zk::Error::ClientClosed);
-                        }
-                    }
-                }
-            }
-        };
+        let runtime = Session::runtime()?;
         let client = runtime
-            .block_on(connecting)
+            .block_on(connecting(url, session_timeout, connect_timeout, None))
             .map_err(|e| {
                 anyhow!(
                     "cannot reach ZooKeeper at {hosts} within {}: {e}",
@@ -517,13 +493,61 @@ impl Session {
                 )
             })
             .fail_with(Failure::BackendUnavailable)?;
-        Ok(Session {
+        Ok(Session::with(url, runtime, client))
+    }
+
+    /// A new session for a waiter whose session expired while it waited: tries until the ensemble
+    /// answers, telling `waiting` meanwhile that it cannot be reached. `None` when the wait was
+    /// cancelled or a stop signal caught first.
+    fn reopen(
+        url: &ZkUrl,
+        session_timeout: Duration,
+        connect_timeout: Duration,
+        waiting: &Waiting,
+    ) -> anyhow::Result<Option<Session>> {
+        let runtime = Session::runtime()?;
+        // Each round ends at `connect_timeout` or at the cancellation, which ends the loop.
+        loop {
+            if waiting.is_cancelled() || interrupt::caught().is_some() {
+                return Ok(None);
+            }
+            let attempt = connecting(url, session_timeout, connect_timeout, Some(waiting));
+            match runtime.block_on(attempt) {
+                Ok(client) => return Ok(Some(Session::with(url, runtime, client))),
+                Err(e @ (zk::Error::AuthFailed | zk::Error::BadArguments(_))) => {
+                    return Err(anyhow!("cannot use ZooKeeper at {}: {e}", url.hosts()))
+                        .fail_with(Failure::BackendUnavailable)
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+        // One worker: the session's own task must run while every dlock thread is blocked elsewhere
+        // (a current-thread runtime would only run it inside block_on).
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(1)
+            .thread_name("dlock-zk")
+            .enable_time()
+            .build()
+            .context("cannot start the ZooKeeper client's runtime")
+    }
+
+    fn with(url: &ZkUrl, runtime: tokio::runtime::Runtime, client: zk::Client) -> Session {
+        Session {
             runtime,
             client: Some(client),
-            hosts,
+            hosts: url.hosts(),
             root: format!("{}/{ROOT}", url.chroot),
             acls: Acls::new(url.credentials.is_some()),
-        })
+        }
+    }
+
+    /// Whether the session is over for good (expired, closed, refused).
+    fn is_over(&self) -> bool {
+        self.client.as_ref().is_none_or(|c| is_terminal(c.state()))
     }
 
     fn client(&self) -> &zk::Client {
@@ -576,6 +600,36 @@ fn is_terminal(state: zk::SessionState) -> bool {
         state,
         zk::SessionState::Expired | zk::SessionState::Closed | zk::SessionState::AuthFailed
     )
+}
+
+/// `connect`, ended at once by a stop signal (`interrupt::caught`) or, given a `waiting`, by its
+/// cancellation (both as `ClientClosed`), which it meanwhile tells that the ensemble is unreachable.
+async fn connecting(
+    url: &ZkUrl,
+    session_timeout: Duration,
+    connect_timeout: Duration,
+    waiting: Option<&Waiting>,
+) -> Result<zk::Client, zk::Error> {
+    let connecting = connect(url, session_timeout, connect_timeout);
+    tokio::pin!(connecting);
+    let mut tick = tokio::time::interval(CANCEL_POLL);
+    loop {
+        tokio::select! {
+            result = &mut connecting => return result,
+            _ = tick.tick() => {
+                if interrupt::caught().is_some() || waiting.is_some_and(Waiting::is_cancelled) {
+                    return Err(zk::Error::ClientClosed);
+                }
+                if let Some(waiting) = waiting {
+                    waiting.unreachable(&format!(
+                        "cannot reach ZooKeeper at {} (the session expired: queueing again, \
+                         at the back of the line, once it answers)",
+                        url.hosts()
+                    ));
+                }
+            }
+        }
+    }
 }
 
 /// Connects, retrying until `connect_timeout` (the client alone gives up after the session timeout,
@@ -648,8 +702,56 @@ impl ZkBackend {
         Ok(session)
     }
 
+    /// One acquisition; a waiter whose session expires while it waits (it holds nothing yet)
+    /// opens a new session once the ensemble answers and queues again, at the back of the line:
+    /// its node went with the old session. With a lease of another name on that session, the
+    /// expiry has taken that lock too, and the acquisition fails.
     fn attempt(&self, request: &LockRequest, waiting: Option<&Waiting>) -> anyhow::Result<Outcome> {
-        let session = self.session(request.ttl)?;
+        let mut session = self.session(request.ttl)?;
+        // Each round follows the end of a session, at least a session timeout after it began, and
+        // the rounds end with the wait (its cancellation).
+        loop {
+            let result = self.attempt_in(&session, request, waiting);
+            if result.is_ok() || !session.is_over() {
+                return result;
+            }
+            if !self.only_user(&session) {
+                return result.context(
+                    "the ZooKeeper session expired, and with it the locks this dlock had \
+                     already taken",
+                );
+            }
+            let Some(waiting) = waiting else {
+                return result;
+            };
+            *lock(&self.session) = None;
+            drop(session);
+            match Session::reopen(&self.url, request.ttl, self.connect_timeout, waiting)? {
+                Some(fresh) => {
+                    let fresh = Arc::new(fresh);
+                    *lock(&self.session) = Some(fresh.clone());
+                    session = fresh;
+                }
+                None if interrupt::caught().is_some() => return Err(anyhow!("interrupted")),
+                None => return Ok(Outcome::Cancelled),
+            }
+        }
+    }
+
+    /// Whether `session` is the backend's and no lease holds it (only the backend and the caller).
+    fn only_user(&self, session: &Arc<Session>) -> bool {
+        lock(&self.session)
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, session))
+            && Arc::strong_count(session) == 2
+    }
+
+    fn attempt_in(
+        &self,
+        session: &Arc<Session>,
+        request: &LockRequest,
+        waiting: Option<&Waiting>,
+    ) -> anyhow::Result<Outcome> {
         let ctx = || {
             format!(
                 "lock {:?} on ZooKeeper at {}",
@@ -687,7 +789,7 @@ impl ZkBackend {
         let task = session
             .runtime
             .spawn(async move { acquisition.run(waiting.as_ref(), resumed).await });
-        match watched(&session, task, watch.as_ref()) {
+        match watched(session, task, watch.as_ref()) {
             Some(Ok(outcome)) => outcome.with_context(ctx),
             Some(Err(e)) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
             None if interrupt::caught().is_some() => Err(anyhow!("interrupted")),
