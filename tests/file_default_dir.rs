@@ -32,11 +32,15 @@ fn fake_base() -> LockDir {
 }
 
 /// `dlock ARGS` in a private mount namespace where `base` is mounted at `at` (after `setup`, a
-/// shell line run in the namespace first), with the environment of `dlock()`.
+/// shell line run in the namespace first), with the environment of `dlock()`. The binary is opened
+/// before anything is mounted and run through its descriptor, since the mounts may hide its path
+/// (a checkout under /tmp).
 fn dlock_in_namespace(setup: &str, base: &Path, at: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new("unshare");
     cmd.args(["--mount", "--propagation", "private", "sh", "-ec"])
-        .arg(format!("{setup}\nmount --bind \"$0\" {at}\nexec \"$@\""))
+        .arg(format!(
+            "exec 9<\"$1\"\n{setup}\nmount --bind \"$0\" {at}\nshift\nexec /proc/self/fd/9 \"$@\""
+        ))
         .arg(base)
         .arg(dlock_bin())
         .args(args)

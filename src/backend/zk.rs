@@ -32,6 +32,7 @@
 //! long enough that the server may have expired the session without telling us.
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -437,6 +438,8 @@ struct Session {
     root: String,
     /// ACLs for the nodes dlock creates; see `Acls`.
     acls: Acls,
+    /// A request failed with "session expired" (see `fail`).
+    expired: AtomicBool,
 }
 
 /// With credentials, what dlock creates belongs to that identity (full rights) and everyone may read
@@ -542,12 +545,14 @@ impl Session {
             hosts: url.hosts(),
             root: format!("{}/{ROOT}", url.chroot),
             acls: Acls::new(url.credentials.is_some()),
+            expired: AtomicBool::new(false),
         }
     }
 
     /// Whether the session is over for good (expired, closed, refused).
     fn is_over(&self) -> bool {
-        self.client.as_ref().is_none_or(|c| is_terminal(c.state()))
+        self.expired.load(Ordering::SeqCst)
+            || self.client.as_ref().is_none_or(|c| is_terminal(c.state()))
     }
 
     fn client(&self) -> &zk::Client {
@@ -561,6 +566,11 @@ impl Session {
     }
 
     fn fail(&self, e: zk::Error, doing: &str) -> anyhow::Error {
+        // A request can fail with "session expired" before the client's own state says so (the
+        // ensemble unreachable, the client gave up on it): remember it for `is_over`.
+        if matches!(e, zk::Error::SessionExpired) {
+            self.expired.store(true, Ordering::SeqCst);
+        }
         failure(e, doing, &self.hosts)
     }
 }
