@@ -748,6 +748,11 @@ impl ZkBackend {
         }
     }
 
+    /// Whether the backend's session is over (see `Session::is_over`).
+    fn session_is_over(&self) -> bool {
+        lock(&self.session).as_ref().is_some_and(|s| s.is_over())
+    }
+
     /// Whether `session` is the backend's and no lease holds it (only the backend and the caller).
     fn only_user(&self, session: &Arc<Session>) -> bool {
         lock(&self.session)
@@ -1610,8 +1615,14 @@ impl Backend for ZkBackend {
 
     /// The node of a busy attempt stays queued (`Parked`) whatever `then_wait` says: without a
     /// wait, dlock ends and its session with it, which removes the node.
-    fn try_acquire(&self, request: &LockRequest, _then_wait: bool) -> anyhow::Result<Attempt> {
-        match self.attempt(request, None)? {
+    fn try_acquire(&self, request: &LockRequest, then_wait: bool) -> anyhow::Result<Attempt> {
+        let outcome = match self.attempt(request, None) {
+            // The session ended under the first try of a wait (the ensemble went away while it
+            // queued): the wait that follows opens a new session and queues again.
+            Err(_) if then_wait && self.session_is_over() => return Ok(Attempt::Busy(vec![])),
+            outcome => outcome?,
+        };
+        match outcome {
             Outcome::Acquired(lease) => Ok(Attempt::Acquired(Box::new(lease))),
             Outcome::Busy(holders, parked) => {
                 *lock(&self.parked) = Some(parked);
