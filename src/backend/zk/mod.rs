@@ -31,7 +31,6 @@
 //! expires, when its node is deleted (`dlock release --force`), or when the client has been cut off
 //! long enough that the server may have expired the session without telling us.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -50,10 +49,11 @@ use crate::lock::{
     MAX_SINCE_SECS,
 };
 use crate::url::redact;
+use naming::{allowed, lock_name_of, node_name, percent_decode, uuid, ROOT};
+
+mod naming;
 
 const DEFAULT_URL: &str = "zk://127.0.0.1:2181";
-/// The directory every lock lives in, under the chroot.
-const ROOT: &str = "dlock";
 /// Session timeout asked for by `status`, `list` and `release`, which hold nothing.
 const QUERY_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a blocked call looks at `Waiting::is_cancelled` (the supervisor asks for ~100ms).
@@ -182,59 +182,6 @@ fn parse_host(h: &str) -> anyhow::Result<String> {
             .ok_or_else(|| anyhow!("bad port {p:?} in host {h:?}"))?,
     };
     Ok(format!("{host}:{port}"))
-}
-
-fn percent_decode(s: &str) -> anyhow::Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| anyhow!("bad percent escape in {s:?}"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| anyhow!("percent escapes in {s:?} are not UTF-8"))
-}
-
-/// Characters ZooKeeper accepts in a path (see its PathUtils.validatePath). It checks UTF-16 code
-/// units, so it refuses every character outside the Basic Multilingual Plane too (a surrogate pair
-/// in Java); surrogates themselves cannot occur in a str.
-fn allowed(c: char) -> bool {
-    !(c <= '\u{1f}'
-        || ('\u{7f}'..='\u{9f}').contains(&c)
-        || ('\u{e000}'..='\u{f8ff}').contains(&c)
-        || c >= '\u{fff0}')
-}
-
-/// The one znode name for a lock name. `%` itself is escaped, so the mapping is reversible and two
-/// names never share a node. `zookeeper` needs no escape: it is reserved only at the root.
-fn node_name(name: &LockName) -> String {
-    let mut out = String::with_capacity(name.as_str().len());
-    for (i, c) in name.as_str().char_indices() {
-        if c == '/' || c == '%' || (i == 0 && c == '.') || !allowed(c) {
-            let mut buf = [0u8; 4];
-            for b in c.encode_utf8(&mut buf).bytes() {
-                let _ = write!(out, "%{b:02X}");
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The lock name a directory stands for, if it is one of ours.
-fn lock_name_of(node: &str) -> Option<LockName> {
-    let name = LockName::new(&percent_decode(node).ok()?).ok()?;
-    (node_name(&name) == node).then_some(name)
 }
 
 /// What a child node asks for.
@@ -1347,23 +1294,6 @@ async fn remove(client: &zk::Client, path: &str) -> Result<(), zk::Error> {
     }
 }
 
-/// A random UUID (version 4), as Curator puts in protected node names.
-fn uuid() -> anyhow::Result<String> {
-    let mut b = [0u8; 16];
-    crate::lock::random_bytes(&mut b).map_err(|e| anyhow!("cannot get random bytes: {e}"))?;
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    ))
-}
-
 /// What the lease's watchers have learnt about the session and our node.
 #[derive(Default)]
 struct Health {
@@ -1703,10 +1633,6 @@ impl Backend for ZkBackend {
 mod tests {
     use super::*;
 
-    fn name(s: &str) -> LockName {
-        LockName::new(s).unwrap()
-    }
-
     #[test]
     fn urls_parse_hosts_credentials_and_chroot() {
         let url = ZkUrl::parse("zk://alice:s%40cret@h1:2181,h2,[::1]:2182/apps/x/").unwrap();
@@ -1734,33 +1660,6 @@ mod tests {
         }
         let err = ZkUrl::parse("zk://bob:hunter2@h:x").unwrap_err();
         assert!(!format!("{err:#}").contains("hunter2"), "{err:#}");
-    }
-
-    #[test]
-    fn every_name_is_one_znode_and_names_round_trip() {
-        assert_eq!(node_name(&name("nightly-backup")), "nightly-backup");
-        assert_eq!(node_name(&name("a/b")), "a%2Fb");
-        assert_eq!(node_name(&name("..")), "%2E.");
-        assert_eq!(node_name(&name(".")), "%2E");
-        assert_eq!(node_name(&name("100%")), "100%25");
-        assert_eq!(node_name(&name("zookeeper")), "zookeeper");
-        assert_eq!(node_name(&name("\u{e000}x")), "%EE%80%80x");
-        assert_eq!(node_name(&name("😀")), "%F0%9F%98%80");
-        for n in [
-            "a/b/../c",
-            "../x",
-            "über ✓",
-            "%2F",
-            ".hidden",
-            "x\u{fff5}",
-            "a😀\u{10ffff}",
-        ] {
-            let node = node_name(&name(n));
-            assert!(!node.contains('/') && node != "." && node != "..", "{node}");
-            assert_eq!(lock_name_of(&node), Some(name(n)));
-        }
-        assert_eq!(lock_name_of("a/b"), None);
-        assert_eq!(lock_name_of("%2f"), None, "not the canonical spelling");
     }
 
     fn q(names: &[&str]) -> Vec<Child> {
@@ -1906,20 +1805,6 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Hostile names: any name is exactly one child of /dlock (no `/`, never `.` or `..`),
-        /// and maps back to itself, so it can neither climb out of the subtree nor share a node.
-        #[test]
-        fn any_name_is_one_node_inside_the_dlock_subtree(
-            raw in "\\PC{1,120}|[\\u{10000}-\\u{10ffff}a-z/.%\\u{e000}\\u{fff0}-\\u{ffff}]{1,60}"
-        ) {
-            let Ok(lock) = LockName::new(&raw) else { return Ok(()) };
-            let node = node_name(&lock);
-            proptest::prop_assert!(!node.is_empty() && !node.contains('/'));
-            proptest::prop_assert!(node.chars().all(allowed), "ZooKeeper refuses {:?}", node);
-            proptest::prop_assert!(node != "." && node != "..");
-            proptest::prop_assert_eq!(lock_name_of(&node), Some(lock));
-        }
-
         /// URLs from the command line: parsed or refused, never a panic.
         #[test]
         fn any_url_text_parses_or_is_refused(text in "(zk://)?\\PC{0,60}") {
