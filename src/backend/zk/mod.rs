@@ -48,12 +48,12 @@ use crate::lock::{
     escaped, host_name, is_plain, Holder, LockName, LockRequest, Mode, Token, MAX_HOST_BYTES,
     MAX_SINCE_SECS,
 };
-use crate::url::redact;
-use naming::{allowed, lock_name_of, node_name, percent_decode, uuid, ROOT};
+use address::ZkUrl;
+use naming::{lock_name_of, node_name, uuid, ROOT};
 
+mod address;
 mod naming;
 
-const DEFAULT_URL: &str = "zk://127.0.0.1:2181";
 /// Session timeout asked for by `status`, `list` and `release`, which hold nothing.
 const QUERY_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a blocked call looks at `Waiting::is_cancelled` (the supervisor asks for ~100ms).
@@ -68,121 +68,6 @@ const MAX_POLL: Duration = Duration::from_millis(200);
 const EXCLUSIVE_KIND: &str = "lock-";
 const SHARED_KIND: &str = "__READ__";
 const SEAT_KIND: &str = "__SEAT__";
-
-/// A parsed `zk://[user:password@]host:port[,host:port...][/chroot]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct ZkUrl {
-    credentials: Option<(String, String)>,
-    hosts: Vec<String>,
-    /// Empty, or an absolute path without a trailing slash.
-    chroot: String,
-}
-
-impl ZkUrl {
-    fn parse(url: &str) -> anyhow::Result<ZkUrl> {
-        let shown = redact(url);
-        let rest = url.strip_prefix("zk://").ok_or_else(|| {
-            anyhow!("{shown:?} is not a ZooKeeper URL; expected zk://[user:password@]host:port[,host:port...][/chroot]")
-        })?;
-        // `redact` hides everything after a `?` or `#`, and a query or fragment means nothing here.
-        if rest.contains(['?', '#']) {
-            return Err(anyhow!(
-                "ZooKeeper URL {shown:?}: zk:// URLs take no ?query or #fragment (write ? and # \
-                 in a password as %3F and %23)"
-            ));
-        }
-        // The credentials end at the last `@`, as `redact` hides them: a password may hold `/`
-        // (then a chroot may not hold `@`).
-        let (userinfo, rest) = match rest.rfind('@') {
-            Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
-            None => (None, rest),
-        };
-        let (hosts, chroot) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        let credentials = match userinfo {
-            Some(userinfo) => {
-                let (user, password) = userinfo.split_once(':').ok_or_else(|| {
-                    anyhow!("ZooKeeper URL {shown:?}: credentials must be user:password")
-                })?;
-                // Not a word of the credentials in messages, only what is wrong with them.
-                let user = percent_decode(user).map_err(|_| {
-                    anyhow!("ZooKeeper URL {shown:?}: bad percent escape in the user name")
-                })?;
-                let password = percent_decode(password).map_err(|_| {
-                    anyhow!("ZooKeeper URL {shown:?}: bad percent escape in the password")
-                })?;
-                if user.is_empty() {
-                    return Err(anyhow!("ZooKeeper URL {shown:?}: the user name is empty"));
-                }
-                Some((user, password))
-            }
-            None => None,
-        };
-        let hosts = hosts
-            .split(',')
-            .map(|h| parse_host(h).with_context(|| format!("ZooKeeper URL {shown:?}")))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let chroot = chroot.trim_end_matches('/');
-        if !chroot.is_empty()
-            && chroot[1..]
-                .split('/')
-                .any(|c| c.is_empty() || c == "." || c == ".." || c.chars().any(|c| !allowed(c)))
-        {
-            return Err(anyhow!(
-                "ZooKeeper URL {shown:?}: the chroot {chroot:?} is not a valid znode path"
-            ));
-        }
-        Ok(ZkUrl {
-            credentials,
-            hosts,
-            chroot: chroot.to_owned(),
-        })
-    }
-
-    fn hosts(&self) -> String {
-        self.hosts.join(",")
-    }
-
-    /// The URL without credentials.
-    fn location(&self) -> String {
-        format!("zk://{}{}", self.hosts(), self.chroot)
-    }
-}
-
-/// `host:port` with the port defaulting to 2181; `[v6]:port` too.
-fn parse_host(h: &str) -> anyhow::Result<String> {
-    let (host, port) = if let Some(v6) = h.strip_prefix('[') {
-        let (addr, after) = v6
-            .split_once(']')
-            .ok_or_else(|| anyhow!("unclosed [ in host {h:?}"))?;
-        (format!("[{addr}]"), after.strip_prefix(':'))
-    } else {
-        match h.rsplit_once(':') {
-            Some((host, port)) => (host.to_owned(), Some(port)),
-            None => (h.to_owned(), None),
-        }
-    };
-    if host.is_empty() || host == "[]" {
-        return Err(anyhow!("empty host in {h:?}"));
-    }
-    if host
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || c == '@')
-    {
-        return Err(anyhow!("bad host {host:?}"));
-    }
-    let port: u16 = match port {
-        None => 2181,
-        Some(p) => p
-            .parse()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| anyhow!("bad port {p:?} in host {h:?}"))?,
-    };
-    Ok(format!("{host}:{port}"))
-}
 
 /// What a child node asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -630,19 +515,8 @@ pub struct ZkBackend {
 
 impl ZkBackend {
     pub fn open(config: &BackendConfig) -> anyhow::Result<ZkBackend> {
-        let url = match config.urls.as_slice() {
-            [] => DEFAULT_URL,
-            [url] => url.as_str(),
-            _ => {
-                return Err(anyhow!(
-                    "the zk backend takes one --url (list the ensemble's hosts in it), not {}",
-                    config.urls.len()
-                ))
-                .fail_with(Failure::Usage)
-            }
-        };
         Ok(ZkBackend {
-            url: ZkUrl::parse(url).fail_with(Failure::Usage)?,
+            url: ZkUrl::from_urls(&config.urls)?,
             connect_timeout: config.connect_timeout,
             session: Mutex::new(None),
             parked: Mutex::new(None),
@@ -1633,35 +1507,6 @@ impl Backend for ZkBackend {
 mod tests {
     use super::*;
 
-    #[test]
-    fn urls_parse_hosts_credentials_and_chroot() {
-        let url = ZkUrl::parse("zk://alice:s%40cret@h1:2181,h2,[::1]:2182/apps/x/").unwrap();
-        assert_eq!(url.credentials, Some(("alice".into(), "s@cret".into())));
-        assert_eq!(url.hosts, ["h1:2181", "h2:2181", "[::1]:2182"]);
-        assert_eq!(url.chroot, "/apps/x");
-        assert_eq!(url.location(), "zk://h1:2181,h2:2181,[::1]:2182/apps/x");
-        assert_eq!(ZkUrl::parse("zk://h:1/").unwrap().chroot, "");
-    }
-
-    #[test]
-    fn malformed_urls_are_refused_without_showing_the_password() {
-        for bad in [
-            "redis://h:1",
-            "zk://",
-            "zk://h:notaport",
-            "zk://h:0",
-            "zk://h1,,h2",
-            "zk://h:1/a//b",
-            "zk://h:1/a/../b",
-            "zk://user@h:1",
-            "zk://u:p%zz@h:1",
-        ] {
-            assert!(ZkUrl::parse(bad).is_err(), "{bad}");
-        }
-        let err = ZkUrl::parse("zk://bob:hunter2@h:x").unwrap_err();
-        assert!(!format!("{err:#}").contains("hunter2"), "{err:#}");
-    }
-
     fn q(names: &[&str]) -> Vec<Child> {
         queue(&names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
     }
@@ -1802,13 +1647,5 @@ mod tests {
         };
         let h = holder_of(&curator, b"\x1b[2J", &stat);
         assert_eq!((h.host, h.since, h.token), (None, None, None));
-    }
-
-    proptest::proptest! {
-        /// URLs from the command line: parsed or refused, never a panic.
-        #[test]
-        fn any_url_text_parses_or_is_refused(text in "(zk://)?\\PC{0,60}") {
-            let _ = ZkUrl::parse(&text);
-        }
     }
 }
