@@ -50,9 +50,11 @@ use crate::lock::{
 };
 use address::ZkUrl;
 use naming::{lock_name_of, node_name, uuid, ROOT};
+use recipe::{kind_of, owners, queue, verdict, Child, Kind, Verdict};
 
 mod address;
 mod naming;
+mod recipe;
 
 /// Session timeout asked for by `status`, `list` and `release`, which hold nothing.
 const QUERY_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,94 +66,6 @@ const MAX_RETRIES: u32 = 20;
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest pause between the heartbeat's looks at the session.
 const MAX_POLL: Duration = Duration::from_millis(200);
-
-const EXCLUSIVE_KIND: &str = "lock-";
-const SHARED_KIND: &str = "__READ__";
-const SEAT_KIND: &str = "__SEAT__";
-
-/// What a child node asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Exclusive,
-    Shared,
-    Seat,
-}
-
-/// A holder's or waiter's node, as listed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Child {
-    name: String,
-    sequence: i64,
-    kind: Kind,
-}
-
-impl Child {
-    /// Any node ending in a sequence number takes part; one without is no lock node and is ignored.
-    fn parse(name: &str) -> Option<Child> {
-        let digits = name.bytes().rev().take_while(u8::is_ascii_digit).count();
-        if digits < 10 {
-            return None;
-        }
-        let (stem, sequence) = name.split_at(name.len() - digits);
-        let kind = if stem.ends_with(SHARED_KIND) {
-            Kind::Shared
-        } else if stem.ends_with(SEAT_KIND) {
-            Kind::Seat
-        } else {
-            // `lock-` (Curator's mutex), `__WRIT__` (Curator's write lock) and anything unknown.
-            Kind::Exclusive
-        };
-        Some(Child {
-            name: name.to_owned(),
-            sequence: sequence.parse().ok()?,
-            kind,
-        })
-    }
-}
-
-/// The lock's nodes in queue order.
-fn queue(names: &[String]) -> Vec<Child> {
-    let mut children: Vec<Child> = names.iter().filter_map(|n| Child::parse(n)).collect();
-    children.sort_by(|a, b| (a.sequence, &a.name).cmp(&(b.sequence, &b.name)));
-    children
-}
-
-/// Whether the node at `me` owns the lock, and if not, what it waits for.
-#[derive(Debug, PartialEq, Eq)]
-enum Verdict {
-    Owns,
-    /// Wait for this node to go.
-    Watch(String),
-    /// Wait for any change among the children (a seat waits for any of N holders).
-    WatchChildren,
-}
-
-fn verdict(queue: &[Child], me: usize, limit: u32) -> Verdict {
-    let before = &queue[..me];
-    match queue[me].kind {
-        Kind::Exclusive => match before.last() {
-            None => Verdict::Owns,
-            Some(predecessor) => Verdict::Watch(predecessor.name.clone()),
-        },
-        kind => {
-            if let Some(writer) = before.iter().rev().find(|c| c.kind == Kind::Exclusive) {
-                return Verdict::Watch(writer.name.clone());
-            }
-            let seats = before.iter().filter(|c| c.kind == Kind::Seat).count();
-            if kind == Kind::Seat && seats >= limit as usize {
-                return Verdict::WatchChildren;
-            }
-            Verdict::Owns
-        }
-    }
-}
-
-/// Indexes of the nodes that own the lock; a seat's limit comes from `limit_of`.
-fn owners(queue: &[Child], limit_of: impl Fn(usize) -> u32) -> Vec<usize> {
-    (0..queue.len())
-        .filter(|&i| verdict(queue, i, limit_of(i)) == Verdict::Owns)
-        .collect()
-}
 
 /// What dlock writes into its nodes, for status and list.
 #[derive(Debug, Serialize, Deserialize)]
@@ -831,11 +745,7 @@ struct Acquisition {
 
 impl Acquisition {
     fn new(session: Arc<Session>, request: LockRequest) -> anyhow::Result<Acquisition> {
-        let (kind, limit) = match request.mode {
-            Mode::Exclusive => (EXCLUSIVE_KIND, 1),
-            Mode::Shared => (SHARED_KIND, 0),
-            Mode::Limit(n) => (SEAT_KIND, n),
-        };
+        let (kind, limit) = kind_of(request.mode);
         let since = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -1506,88 +1416,6 @@ impl Backend for ZkBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn q(names: &[&str]) -> Vec<Child> {
-        queue(&names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-    }
-
-    #[test]
-    fn children_sort_by_sequence_and_unknown_kinds_count_as_exclusive() {
-        let children = q(&[
-            "_c_b-__READ__0000000003",
-            "_c_a-lock-0000000001",
-            "not-a-lock-node",
-            "x-12345-0000000002",
-            "_c_c-__WRIT__0000000004",
-            "_c_d-__SEAT__0000000005",
-        ]);
-        let kinds: Vec<(i64, Kind)> = children.iter().map(|c| (c.sequence, c.kind)).collect();
-        assert_eq!(
-            kinds,
-            [
-                (1, Kind::Exclusive),
-                (2, Kind::Exclusive),
-                (3, Kind::Shared),
-                (4, Kind::Exclusive),
-                (5, Kind::Seat)
-            ]
-        );
-    }
-
-    #[test]
-    fn exclusive_waiters_watch_only_their_predecessor() {
-        let children = q(&[
-            "a-lock-0000000001",
-            "b-lock-0000000002",
-            "c-lock-0000000003",
-        ]);
-        assert_eq!(verdict(&children, 0, 1), Verdict::Owns);
-        assert_eq!(
-            verdict(&children, 1, 1),
-            Verdict::Watch("a-lock-0000000001".into())
-        );
-        assert_eq!(
-            verdict(&children, 2, 1),
-            Verdict::Watch("b-lock-0000000002".into())
-        );
-    }
-
-    #[test]
-    fn readers_share_until_a_writer_queues_and_writers_wait_for_readers() {
-        let children = q(&[
-            "r1-__READ__0000000001",
-            "r2-__READ__0000000002",
-            "w-lock-0000000003",
-            "r3-__READ__0000000004",
-        ]);
-        assert_eq!(owners(&children, |_| 1), [0, 1]);
-        assert_eq!(
-            verdict(&children, 2, 1),
-            Verdict::Watch("r2-__READ__0000000002".into())
-        );
-        assert_eq!(
-            verdict(&children, 3, 1),
-            Verdict::Watch("w-lock-0000000003".into())
-        );
-    }
-
-    #[test]
-    fn seats_admit_the_first_n_alongside_readers() {
-        let children = q(&[
-            "s1-__SEAT__0000000001",
-            "r-__READ__0000000002",
-            "s2-__SEAT__0000000003",
-            "s3-__SEAT__0000000004",
-        ]);
-        assert_eq!(owners(&children, |_| 2), [0, 1, 2]);
-        assert_eq!(verdict(&children, 3, 2), Verdict::WatchChildren);
-        let behind_writer = q(&["w-lock-0000000001", "s-__SEAT__0000000002"]);
-        assert_eq!(
-            verdict(&behind_writer, 1, 5),
-            Verdict::Watch("w-lock-0000000001".into())
-        );
-    }
-
     #[test]
     fn holder_data_round_trips_and_foreign_nodes_still_show() {
         let data = serde_json::to_vec(&NodeData {
