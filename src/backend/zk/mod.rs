@@ -33,10 +33,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
-use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
 use super::{
@@ -44,17 +43,16 @@ use super::{
 };
 use crate::exit::{FailWith, Failure};
 use crate::interrupt;
-use crate::lock::{
-    escaped, host_name, is_plain, Holder, LockName, LockRequest, Mode, Token, MAX_HOST_BYTES,
-    MAX_SINCE_SECS,
-};
+use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
 use address::ZkUrl;
 use naming::{lock_name_of, node_name, uuid, ROOT};
-use recipe::{kind_of, owners, queue, verdict, Child, Kind, Verdict};
+use recipe::{kind_of, queue, verdict, Verdict};
+use record::{holders, NodeData};
 
 mod address;
 mod naming;
 mod recipe;
+mod record;
 
 /// Session timeout asked for by `status`, `list` and `release`, which hold nothing.
 const QUERY_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -66,69 +64,6 @@ const MAX_RETRIES: u32 = 20;
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest pause between the heartbeat's looks at the session.
 const MAX_POLL: Duration = Duration::from_millis(200);
-
-/// What dlock writes into its nodes, for status and list.
-#[derive(Debug, Serialize, Deserialize)]
-struct NodeData {
-    dlock: u32,
-    mode: String,
-    host: String,
-    pid: u32,
-    owner: String,
-    /// Seconds since the Unix epoch when the node was created.
-    since: u64,
-}
-
-impl NodeData {
-    fn parse(data: &[u8]) -> Option<NodeData> {
-        serde_json::from_slice::<NodeData>(data)
-            .ok()
-            .filter(|d| d.dlock == 1)
-    }
-}
-
-/// The holder a node stands for. Any client may write a node's data (under open ACLs), so dlock's
-/// own JSON is checked field by field, and data that says it is dlock's but does not read is shown
-/// as unreadable; a node not written by dlock (Curator's) says what it can. The node's name decides
-/// who owns the lock, so data that names another mode than the name does is unreadable too.
-fn holder_of(child: &Child, data: &[u8], stat: &zk::Stat) -> Holder {
-    let token = u64::try_from(stat.czxid).ok();
-    let by_kind = match child.kind {
-        Kind::Shared => Mode::Shared,
-        Kind::Exclusive | Kind::Seat => Mode::Exclusive,
-    };
-    let json = serde_json::from_slice::<serde_json::Value>(data).ok();
-    if json.as_ref().is_some_and(|j| j.get("dlock").is_some()) {
-        let readable = NodeData::parse(data).and_then(|d| {
-            let mode = Mode::from_wire(&d.mode)?;
-            let fits = match mode {
-                Mode::Exclusive => child.kind == Kind::Exclusive,
-                Mode::Shared => child.kind == Kind::Shared,
-                Mode::Limit(_) => child.kind == Kind::Seat,
-            };
-            fits.then(|| Holder::checked(mode, &d.owner, &d.host, d.pid, d.since, token))?
-        });
-        return readable
-            .unwrap_or_else(|| Holder::unreadable(by_kind, "", &String::from_utf8_lossy(data)));
-    }
-    // Curator stores the client's IP address as the node's data.
-    let text = String::from_utf8_lossy(data);
-    let host = (!text.is_empty() && text.len() <= MAX_HOST_BYTES && is_plain(&text))
-        .then(|| text.into_owned());
-    let since = u64::try_from(stat.ctime)
-        .ok()
-        .filter(|ms| ms / 1000 <= MAX_SINCE_SECS)
-        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
-    Holder {
-        mode: by_kind,
-        host,
-        pid: None,
-        owner: format!("(not dlock: {})", escaped(&child.name, 100)),
-        since,
-        token,
-        unreadable: None,
-    }
-}
 
 /// A request lost with its connection: the client fails those in flight with ConnectionLoss, or
 /// with the I/O error that broke the connection (`Custom`). Either may be sent again once the
@@ -663,74 +598,6 @@ where
     }
 }
 
-/// The current owners of the lock in `dir` with what their nodes say, in queue order.
-///
-/// `status` passes no `known`: every node is read, and each seat counts with its own limit. An
-/// acquirer passes the listing it has just judged by and its own limit: only the owners that
-/// listing shows are read, in one request.
-async fn holders(
-    session: &Session,
-    dir: &str,
-    known: Option<(&[String], u32)>,
-) -> anyhow::Result<Vec<(String, Holder)>> {
-    let client = session.client();
-    let (queue, limit) = match known {
-        Some((names, limit)) => {
-            let all = queue(names);
-            let owning = owners(&all, |_| limit).into_iter().map(|i| all[i].clone());
-            (owning.collect::<Vec<_>>(), Some(limit))
-        }
-        None => match retrying(|| client.list_children(dir)).await {
-            Ok(names) => (queue(&names), None),
-            Err(zk::Error::NoNode) => return Ok(vec![]),
-            Err(e) => return Err(session.fail(e, &format!("cannot list {dir}"))),
-        },
-    };
-    if queue.is_empty() {
-        return Ok(vec![]);
-    }
-    // One multi-read: a consistent view of every node's data.
-    let mut tries = 0;
-    let results = loop {
-        let mut reader = client.new_multi_reader();
-        for child in &queue {
-            let path = format!("{dir}/{}", child.name);
-            reader
-                .add_get_data(&path)
-                .map_err(|e| session.fail(e, &format!("cannot read {path}")))?;
-        }
-        match reader.commit().await {
-            Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES => tries += 1,
-            result => {
-                break result
-                    .map_err(|e| session.fail(e, &format!("cannot read the nodes of {dir}")))?
-            }
-        }
-    };
-    // A node gone between the listing and the read no longer holds anything.
-    let mut present = Vec::new();
-    for (child, result) in queue.iter().zip(results) {
-        if let zk::MultiReadResult::Data { data, stat } = result {
-            present.push((child.clone(), data, stat));
-        }
-    }
-    let queue: Vec<Child> = present.iter().map(|(c, _, _)| c.clone()).collect();
-    let limit_of = |i: usize| {
-        let own = NodeData::parse(&present[i].1).and_then(|d| match Mode::from_wire(&d.mode) {
-            Some(Mode::Limit(n)) => Some(n),
-            _ => None,
-        });
-        own.or(limit).unwrap_or(1)
-    };
-    Ok(owners(&queue, limit_of)
-        .into_iter()
-        .map(|i| {
-            let (child, data, stat) = &present[i];
-            (child.name.clone(), holder_of(child, data, stat))
-        })
-        .collect())
-}
-
 /// One acquisition: the node it creates and everything needed to wait for its turn.
 struct Acquisition {
     session: Arc<Session>,
@@ -746,18 +613,7 @@ struct Acquisition {
 impl Acquisition {
     fn new(session: Arc<Session>, request: LockRequest) -> anyhow::Result<Acquisition> {
         let (kind, limit) = kind_of(request.mode);
-        let since = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        let data = serde_json::to_vec(&NodeData {
-            dlock: 1,
-            mode: request.mode.to_wire(),
-            host: host_name(),
-            pid: std::process::id(),
-            owner: request.owner.clone(),
-            since,
-        })?;
+        let data = NodeData::of(&request)?;
         Ok(Acquisition {
             dir: session.dir(&request.name),
             session,
@@ -1410,70 +1266,5 @@ impl Backend for ZkBackend {
             }
             Ok(removed)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    #[test]
-    fn holder_data_round_trips_and_foreign_nodes_still_show() {
-        let data = serde_json::to_vec(&NodeData {
-            dlock: 1,
-            mode: "limit:3".into(),
-            host: "box".into(),
-            pid: 7,
-            owner: "ab".into(),
-            since: 1_700_000_000,
-        })
-        .unwrap();
-        let stat = zk::Stat {
-            czxid: 42,
-            mzxid: 42,
-            pzxid: 42,
-            ctime: 1_700_000_000_500,
-            mtime: 0,
-            version: 0,
-            cversion: 0,
-            aversion: 0,
-            ephemeral_owner: 1,
-            data_length: 0,
-            num_children: 0,
-        };
-        let child = Child::parse("_c_x-__SEAT__0000000001").unwrap();
-        let h = holder_of(&child, &data, &stat);
-        assert_eq!(
-            (h.mode, h.pid, h.token),
-            (Mode::Limit(3), Some(7), Some(42))
-        );
-        let curator = Child::parse("_c_y-lock-0000000002").unwrap();
-        let h = holder_of(&curator, b"10.1.2.3", &stat);
-        assert_eq!(
-            (h.mode, h.host.as_deref(), h.token, h.pid),
-            (Mode::Exclusive, Some("10.1.2.3"), Some(42), None)
-        );
-        assert!(h.owner.contains("not dlock"));
-        // Written by another client: out of range, or a mode the node's name contradicts.
-        let exclusive = Child::parse("_c_z-lock-0000000003").unwrap();
-        for forged in [
-            r#"{"dlock":1,"mode":"exclusive","host":"h","pid":2,"owner":"ab","since":99999999999999}"#,
-            r#"{"dlock":1,"mode":"exclusive","host":"h","pid":2,"owner":"ab","since":1e300}"#,
-            r#"{"dlock":1,"mode":"exclusive","host":"h","pid":-2,"owner":"ab","since":1}"#,
-            r#"{"dlock":1,"mode":"shared","host":"h","pid":2,"owner":"ab","since":1}"#,
-            r#"{"dlock":1,"mode":"exclusive","host":"\u001b[2J","pid":2,"owner":"ab","since":1}"#,
-            r#"{"dlock":"x"}"#,
-        ] {
-            let h = holder_of(&exclusive, forged.as_bytes(), &stat);
-            assert_eq!(h.mode, Mode::Exclusive, "{forged}");
-            assert!(h.describe().contains("unreadable record"), "{forged}");
-            assert!(!h.describe().contains('\u{1b}'), "{forged}");
-        }
-        let stat = zk::Stat {
-            ctime: i64::MAX,
-            czxid: -1,
-            ..stat
-        };
-        let h = holder_of(&curator, b"\x1b[2J", &stat);
-        assert_eq!((h.host, h.since, h.token), (None, None, None));
     }
 }
