@@ -31,7 +31,6 @@
 //! expires, when its node is deleted (`dlock release --force`), or when the client has been cut off
 //! long enough that the server may have expired the session without telling us.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -45,14 +44,16 @@ use crate::exit::{FailWith, Failure};
 use crate::interrupt;
 use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
 use address::ZkUrl;
-use naming::{lock_name_of, node_name, uuid, ROOT};
+use naming::{lock_name_of, uuid};
 use recipe::{kind_of, queue, verdict, Verdict};
 use record::{holders, NodeData};
+use session::{ended, is_connection_loss, is_terminal, remove, retrying, Session};
 
 mod address;
 mod naming;
 mod recipe;
 mod record;
+mod session;
 
 /// Session timeout asked for by `status`, `list` and `release`, which hold nothing.
 const QUERY_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,295 +65,6 @@ const MAX_RETRIES: u32 = 20;
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest pause between the heartbeat's looks at the session.
 const MAX_POLL: Duration = Duration::from_millis(200);
-
-/// A request lost with its connection: the client fails those in flight with ConnectionLoss, or
-/// with the I/O error that broke the connection (`Custom`). Either may be sent again once the
-/// client has reconnected.
-fn is_connection_loss(e: &zk::Error) -> bool {
-    matches!(e, zk::Error::ConnectionLoss | zk::Error::Custom(_))
-}
-
-/// Is this error about reaching or using the ensemble (exit 69) rather than a bug (70)?
-fn is_unavailable(e: &zk::Error) -> bool {
-    matches!(
-        e,
-        zk::Error::ConnectionLoss
-            | zk::Error::SessionExpired
-            | zk::Error::SessionMoved
-            | zk::Error::AuthFailed
-            | zk::Error::NoAuth
-            | zk::Error::ClientClosed
-            | zk::Error::NoHosts
-            | zk::Error::Timeout
-            | zk::Error::Throttled
-    )
-}
-
-/// One failed ZooKeeper call as the user sees it: what dlock was doing, where, and why; tagged for
-/// exit status 69 when the ensemble could not be reached or used.
-fn failure(e: zk::Error, doing: &str, hosts: &str) -> anyhow::Error {
-    let why = match e {
-        zk::Error::NoAuth => "not authorised: the node belongs to another ZooKeeper identity \
-             (give zk://user:password@... to act as its owner)"
-            .to_owned(),
-        ref e => e.to_string(),
-    };
-    let result: anyhow::Result<()> = Err(anyhow!("{doing} on ZooKeeper at {hosts}: {why}"));
-    let result = if is_unavailable(&e) {
-        result.fail_with(Failure::BackendUnavailable)
-    } else {
-        result
-    };
-    match result {
-        Err(err) => err,
-        Ok(()) => unreachable!("built as an error"),
-    }
-}
-
-/// One ZooKeeper session and the runtime that keeps it alive: shared by the backend and every lease
-/// taken through it, and closed when the last of them lets go.
-struct Session {
-    runtime: tokio::runtime::Runtime,
-    /// `None` once closed: by the release of the last lease using it, or when dropped.
-    client: Option<zk::Client>,
-    hosts: String,
-    root: String,
-    /// ACLs for the nodes dlock creates; see `Acls`.
-    acls: Acls,
-    /// A request failed with "session expired" (see `fail`).
-    expired: AtomicBool,
-}
-
-/// With credentials, what dlock creates belongs to that identity (full rights) and everyone may read
-/// it, so another identity can see a lock but neither break nor join it; `/dlock` itself also lets
-/// everyone create, so each identity can make its own locks. Without credentials everything is open,
-/// as with Curator's default. ZooKeeper checks a delete against the parent's ACL, so the protection
-/// holds for locks whose directory an authenticated dlock created; a directory made without
-/// credentials stays open to all.
-struct Acls {
-    root: Vec<zk::Acl>,
-    lock: Vec<zk::Acl>,
-}
-
-impl Acls {
-    fn new(authenticated: bool) -> Acls {
-        if !authenticated {
-            let open = vec![zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())];
-            return Acls {
-                root: open.clone(),
-                lock: open,
-            };
-        }
-        let creator = zk::Acl::new(zk::Permission::ALL, zk::AuthId::authed());
-        Acls {
-            root: vec![
-                creator.clone(),
-                zk::Acl::new(
-                    zk::Permission::READ | zk::Permission::CREATE,
-                    zk::AuthId::anyone(),
-                ),
-            ],
-            lock: vec![
-                creator,
-                zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone()),
-            ],
-        }
-    }
-}
-
-impl Session {
-    fn open(
-        url: &ZkUrl,
-        session_timeout: Duration,
-        connect_timeout: Duration,
-    ) -> anyhow::Result<Session> {
-        let hosts = url.hosts();
-        let runtime = Session::runtime()?;
-        let client = runtime
-            .block_on(connecting(url, session_timeout, connect_timeout, None))
-            .map_err(|e| {
-                anyhow!(
-                    "cannot reach ZooKeeper at {hosts} within {}: {e}",
-                    humantime::format_duration(connect_timeout)
-                )
-            })
-            .fail_with(Failure::BackendUnavailable)?;
-        Ok(Session::with(url, runtime, client))
-    }
-
-    /// A new session for a waiter whose session expired while it waited: tries until the ensemble
-    /// answers, telling `waiting` meanwhile that it cannot be reached. `None` when the wait was
-    /// cancelled or a stop signal caught first.
-    fn reopen(
-        url: &ZkUrl,
-        session_timeout: Duration,
-        connect_timeout: Duration,
-        waiting: &Waiting,
-    ) -> anyhow::Result<Option<Session>> {
-        let runtime = Session::runtime()?;
-        // Each round ends at `connect_timeout` or at the cancellation, which ends the loop.
-        loop {
-            if waiting.is_cancelled() || interrupt::caught().is_some() {
-                return Ok(None);
-            }
-            let attempt = connecting(url, session_timeout, connect_timeout, Some(waiting));
-            match runtime.block_on(attempt) {
-                Ok(client) => return Ok(Some(Session::with(url, runtime, client))),
-                Err(e @ (zk::Error::AuthFailed | zk::Error::BadArguments(_))) => {
-                    return Err(anyhow!("cannot use ZooKeeper at {}: {e}", url.hosts()))
-                        .fail_with(Failure::BackendUnavailable)
-                }
-                Err(_) => {}
-            }
-        }
-    }
-
-    fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-        // One worker: the session's own task must run while every dlock thread is blocked elsewhere
-        // (a current-thread runtime would only run it inside block_on).
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(1)
-            .thread_name("dlock-zk")
-            .enable_time()
-            .build()
-            .context("cannot start the ZooKeeper client's runtime")
-    }
-
-    fn with(url: &ZkUrl, runtime: tokio::runtime::Runtime, client: zk::Client) -> Session {
-        Session {
-            runtime,
-            client: Some(client),
-            hosts: url.hosts(),
-            root: format!("{}/{ROOT}", url.chroot),
-            acls: Acls::new(url.credentials.is_some()),
-            expired: AtomicBool::new(false),
-        }
-    }
-
-    /// Whether the session is over for good (expired, closed, refused).
-    fn is_over(&self) -> bool {
-        self.expired.load(Ordering::SeqCst)
-            || self.client.as_ref().is_none_or(|c| is_terminal(c.state()))
-    }
-
-    fn client(&self) -> &zk::Client {
-        self.client
-            .as_ref()
-            .expect("only the last user of a session closes it, so its users find it open")
-    }
-
-    fn dir(&self, name: &LockName) -> String {
-        format!("{}/{}", self.root, node_name(name))
-    }
-
-    fn fail(&self, e: zk::Error, doing: &str) -> anyhow::Error {
-        // A request can fail with "session expired" before the client's own state says so (the
-        // ensemble unreachable, the client gave up on it): remember it for `is_over`.
-        if matches!(e, zk::Error::SessionExpired) {
-            self.expired.store(true, Ordering::SeqCst);
-        }
-        failure(e, doing, &self.hosts)
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        let Some(client) = self.client.take() else {
-            return;
-        };
-        // Dropping the last client makes the session task send closeSession; waiting for it lets the
-        // server delete our ephemeral nodes now rather than after the session timeout.
-        let mut states = client.state_watcher();
-        let connected = client.state() == zk::SessionState::SyncConnected;
-        drop(client);
-        if !connected {
-            // Nobody to say goodbye to; the server expires the session on its own.
-            return;
-        }
-        self.runtime.block_on(async {
-            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, ended(&mut states)).await;
-        });
-    }
-}
-
-/// Waits for the session to reach its end (closed, expired, refused).
-async fn ended(states: &mut zk::StateWatcher) {
-    // Bounded: a session passes through a handful of states at most before its end.
-    for _ in 0..8 {
-        if is_terminal(states.changed().await) {
-            return;
-        }
-    }
-}
-
-fn is_terminal(state: zk::SessionState) -> bool {
-    matches!(
-        state,
-        zk::SessionState::Expired | zk::SessionState::Closed | zk::SessionState::AuthFailed
-    )
-}
-
-/// `connect`, ended at once by a stop signal (`interrupt::caught`) or, given a `waiting`, by its
-/// cancellation (both as `ClientClosed`), which it meanwhile tells that the ensemble is unreachable.
-async fn connecting(
-    url: &ZkUrl,
-    session_timeout: Duration,
-    connect_timeout: Duration,
-    waiting: Option<&Waiting>,
-) -> Result<zk::Client, zk::Error> {
-    let connecting = connect(url, session_timeout, connect_timeout);
-    tokio::pin!(connecting);
-    let mut tick = tokio::time::interval(CANCEL_POLL);
-    loop {
-        tokio::select! {
-            result = &mut connecting => return result,
-            _ = tick.tick() => {
-                if interrupt::caught().is_some() || waiting.is_some_and(Waiting::is_cancelled) {
-                    return Err(zk::Error::ClientClosed);
-                }
-                if let Some(waiting) = waiting {
-                    waiting.unreachable(&format!(
-                        "cannot reach ZooKeeper at {} (the session expired: queueing again, \
-                         at the back of the line, once it answers)",
-                        url.hosts()
-                    ));
-                }
-            }
-        }
-    }
-}
-
-/// Connects, retrying until `connect_timeout` (the client alone gives up after the session timeout,
-/// which may be shorter).
-async fn connect(
-    url: &ZkUrl,
-    session_timeout: Duration,
-    connect_timeout: Duration,
-) -> Result<zk::Client, zk::Error> {
-    let deadline = Instant::now() + connect_timeout;
-    let mut last = zk::Error::Timeout;
-    for _ in 0..1000 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        let mut connector = zk::Client::connector().with_session_timeout(session_timeout);
-        if let Some((user, password)) = &url.credentials {
-            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-        }
-        match tokio::time::timeout(left, connector.connect(&url.hosts())).await {
-            Ok(Ok(client)) => return Ok(client),
-            Ok(Err(e @ (zk::Error::AuthFailed | zk::Error::BadArguments(_)))) => return Err(e),
-            Ok(Err(e)) => {
-                last = e;
-                tokio::time::sleep(Duration::from_millis(100).min(left)).await;
-            }
-            Err(_) => break,
-        }
-    }
-    Err(last)
-}
 
 pub struct ZkBackend {
     url: ZkUrl,
@@ -580,22 +292,6 @@ struct Parked {
     token: Token,
     /// Who held the lock then: the wait reports them without asking again.
     holders: Vec<Holder>,
-}
-
-/// Retries an operation that met a connection loss: the client queues requests until it has
-/// reconnected (or the session ends, which fails them for good).
-async fn retrying<T, F, Fut>(mut op: F) -> Result<T, zk::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, zk::Error>>,
-{
-    let mut tries = 0;
-    loop {
-        match op().await {
-            Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES => tries += 1,
-            result => return result,
-        }
-    }
 }
 
 /// One acquisition: the node it creates and everything needed to wait for its turn.
@@ -921,16 +617,6 @@ impl Acquisition {
         }
         let path = format!("{}/{node}", self.dir);
         let _ = tokio::time::timeout(CLEANUP_TIMEOUT, remove(self.client(), &path)).await;
-    }
-}
-
-/// Deletes a lock node (gone already is fine). The lock's directory is a container node: the server
-/// deletes it once it is empty, with a version check, so that never races a new acquirer, which
-/// recreates the directory if it finds none.
-async fn remove(client: &zk::Client, path: &str) -> Result<(), zk::Error> {
-    match client.delete(path, None).await {
-        Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-        Err(e) => Err(e),
     }
 }
 

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
 use super::recipe::{owners, queue, Child, Kind};
-use super::{is_connection_loss, retrying, Session, MAX_RETRIES};
+use super::session::{is_connection_loss, retrying, Session};
+use super::MAX_RETRIES;
 use crate::lock::{
     escaped, host_name, is_plain, Holder, LockRequest, Mode, MAX_HOST_BYTES, MAX_SINCE_SECS,
 };
