@@ -32,7 +32,7 @@
 //! long enough that the server may have expired the session without telling us.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use zookeeper_client as zk;
@@ -44,12 +44,14 @@ use crate::exit::{FailWith, Failure};
 use crate::interrupt;
 use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
 use address::ZkUrl;
+use lease::ZkLease;
 use naming::{lock_name_of, uuid};
 use recipe::{kind_of, queue, verdict, Verdict};
 use record::{holders, NodeData};
-use session::{ended, is_connection_loss, is_terminal, remove, retrying, Session};
+use session::{is_connection_loss, is_terminal, remove, retrying, Session};
 
 mod address;
+mod lease;
 mod naming;
 mod recipe;
 mod record;
@@ -63,9 +65,6 @@ const CANCEL_POLL: Duration = Duration::from_millis(50);
 const MAX_RETRIES: u32 = 20;
 /// How long cleanup on the way out (deleting a node, closing the session) may take.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
-/// Longest pause between the heartbeat's looks at the session.
-const MAX_POLL: Duration = Duration::from_millis(200);
-
 pub struct ZkBackend {
     url: ZkUrl,
     connect_timeout: Duration,
@@ -617,245 +616,6 @@ impl Acquisition {
         }
         let path = format!("{}/{node}", self.dir);
         let _ = tokio::time::timeout(CLEANUP_TIMEOUT, remove(self.client(), &path)).await;
-    }
-}
-
-/// What the lease's watchers have learnt about the session and our node.
-#[derive(Default)]
-struct Health {
-    /// Why the lock is certainly gone, once known.
-    lost: Option<String>,
-    /// When the client noticed it was cut off from the ensemble, while it is.
-    disconnected_at: Option<Instant>,
-}
-
-/// A held lock: our node in the lock's directory, alive as long as the session is.
-struct ZkLease {
-    session: Arc<Session>,
-    path: String,
-    token: Token,
-    health: Arc<Mutex<Health>>,
-    /// How long after noticing a disconnection the session may have expired on the server.
-    grace: Duration,
-    poll: Duration,
-    /// When `renew` last ran: a long gap means this process was stopped.
-    last_renewal: Instant,
-    watchers: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl ZkLease {
-    /// Starts watching the session and, through `watcher` (armed on our node before the lease
-    /// exists, so that its removal at release is certain to precede the delete), our node.
-    fn start(
-        session: Arc<Session>,
-        dir: &str,
-        node: &str,
-        ttl: Duration,
-        watcher: zk::OneshotWatcher,
-    ) -> ZkLease {
-        let client = session.client().clone();
-        let timeout = client.session_timeout();
-        // The server expires the session `timeout` after it last heard from us. The client declares
-        // the connection lost after hearing nothing for 2/5 of the timeout (it pings well within
-        // that), so when it reports a disconnection we last heard from the server at most 2/5 of
-        // the timeout before: the session is safe for 3/5 of the timeout after the report.
-        let grace = timeout * 3 / 5;
-        let health = Arc::new(Mutex::new(Health::default()));
-        let path = format!("{dir}/{node}");
-        let mut states = client.state_watcher();
-        let state_health = health.clone();
-        let state_watcher = session.runtime.spawn(async move {
-            // Ends with the session (a terminal state) or when the lease aborts it.
-            loop {
-                let state = states.changed().await;
-                let mut h = lock(&state_health);
-                match state {
-                    zk::SessionState::Disconnected => {
-                        h.disconnected_at.get_or_insert_with(Instant::now);
-                    }
-                    zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                        h.disconnected_at = None;
-                    }
-                    terminal => {
-                        h.lost.get_or_insert_with(|| {
-                            format!("the ZooKeeper session ended ({terminal})")
-                        });
-                        return;
-                    }
-                }
-            }
-        });
-        let node_health = health.clone();
-        let node_path = path.clone();
-        let node_watcher = session.runtime.spawn(async move {
-            let gone = |why: String| {
-                lock(&node_health).lost.get_or_insert(why);
-            };
-            // Ends when the node goes or the session ends, or when the lease aborts it.
-            let mut armed = Some(watcher);
-            loop {
-                let watcher = match armed.take() {
-                    Some(watcher) => watcher,
-                    None => match client.get_and_watch_data(&node_path).await {
-                        Ok((_, _, watcher)) => watcher,
-                        Err(zk::Error::NoNode) => {
-                            return gone(format!(
-                                "its node {node_path} was deleted (dlock release --force?)"
-                            ))
-                        }
-                        Err(
-                            e @ (zk::Error::SessionExpired
-                            | zk::Error::ClientClosed
-                            | zk::Error::AuthFailed),
-                        ) => return gone(format!("the ZooKeeper session ended ({e})")),
-                        // Connection loss: the request is retried once the client reconnects.
-                        Err(_) => {
-                            tokio::time::sleep(CANCEL_POLL).await;
-                            continue;
-                        }
-                    },
-                };
-                let event = watcher.changed().await;
-                match event.event_type {
-                    zk::EventType::NodeDeleted => {
-                        return gone(format!(
-                            "its node {node_path} was deleted (dlock release --force?)"
-                        ))
-                    }
-                    zk::EventType::Session if is_terminal(event.session_state) => {
-                        return gone(format!(
-                            "the ZooKeeper session ended ({})",
-                            event.session_state
-                        ))
-                    }
-                    // A data change (nobody else writes our node): watch again.
-                    _ => {}
-                }
-            }
-        });
-        ZkLease {
-            path,
-            token: 0,
-            health,
-            grace,
-            // Well inside the grace, so a renewal that comes late means a stopped process.
-            poll: (ttl / 10)
-                .min(grace / 4)
-                .min(MAX_POLL)
-                .max(Duration::from_millis(10)),
-            last_renewal: Instant::now(),
-            watchers: vec![state_watcher, node_watcher],
-            session,
-        }
-    }
-}
-
-impl Lease for ZkLease {
-    fn token(&self) -> Token {
-        self.token
-    }
-
-    fn renew(&mut self) -> Renewal {
-        let mut h = lock(&self.health);
-        // A process stopped (SIGSTOP, a frozen VM) sends no pings and learns nothing while stopped:
-        // the server may have expired the session meanwhile, and the client only finds out later.
-        let now = Instant::now();
-        let gap = now.saturating_duration_since(self.last_renewal);
-        self.last_renewal = now;
-        if gap >= self.grace && h.lost.is_none() {
-            h.lost = Some(format!(
-                "dlock did not run for {}: the ZooKeeper session may have expired meanwhile",
-                humantime::format_duration(Duration::from_millis(gap.as_millis() as u64))
-            ));
-        }
-        let mut unconfirmed = None;
-        if let Some(at) = h.disconnected_at {
-            let cut_off = at.elapsed();
-            if cut_off >= self.grace && h.lost.is_none() {
-                // Remembered, so that release does not wait on a server that has gone silent.
-                h.lost = Some(format!(
-                    "cut off from ZooKeeper at {} for {}: the session may have expired",
-                    self.session.hosts,
-                    humantime::format_duration(Duration::from_millis(cut_off.as_millis() as u64))
-                ));
-            }
-            unconfirmed = Some(Renewal::Unconfirmed {
-                next: self.poll,
-                holds_for: self.grace.saturating_sub(cut_off),
-                why: format!(
-                    "cut off from ZooKeeper at {} for {}",
-                    self.session.hosts,
-                    humantime::format_duration(Duration::from_millis(cut_off.as_millis() as u64))
-                ),
-            });
-        }
-        match &h.lost {
-            Some(why) => Renewal::Lost(why.clone()),
-            None => unconfirmed.unwrap_or(Renewal::Held { next: self.poll }),
-        }
-    }
-
-    fn release(mut self: Box<Self>) -> anyhow::Result<Released> {
-        let watchers: Vec<_> = self.watchers.drain(..).collect();
-        if let Some(why) = lock(&self.health).lost.clone() {
-            // Already gone, or going with a session that is over: nothing to wait for.
-            for w in watchers {
-                w.abort();
-            }
-            return Ok(Released::Lost(why));
-        }
-        // Once a watcher task has ended, its dropped watch has queued its removal ahead of our
-        // delete: the deletion then notifies only the next waiter, not ourselves.
-        self.session.runtime.block_on(async {
-            for w in watchers {
-                w.abort();
-                let _ = w.await;
-            }
-        });
-        // The last user of the session closes it right behind the delete: one round trip, and one
-        // write to the server's log, for both.
-        let closing = Arc::get_mut(&mut self.session).and_then(|s| s.client.take());
-        let session = &self.session;
-        let result = session.runtime.block_on(async {
-            let Some(client) = closing else {
-                let delete = session.client().delete(&self.path, None);
-                return tokio::time::timeout(CLEANUP_TIMEOUT, delete).await;
-            };
-            let mut states = client.state_watcher();
-            // The client sends a request when the call is made, not when its future is polled:
-            // dropping the last client right after queues the close behind the delete.
-            let delete = client.delete(&self.path, None);
-            drop(client);
-            let result = tokio::time::timeout(CLEANUP_TIMEOUT, delete).await;
-            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, ended(&mut states)).await;
-            result
-        });
-        match result {
-            Ok(Ok(())) => Ok(Released::Held),
-            // Only the server deletes a holder's node but its owner: when its session expired, or
-            // for `dlock release --force`.
-            Ok(Err(zk::Error::NoNode)) => Ok(Released::Lost(format!(
-                "its node {} was gone (deleted by `dlock release --force`, or its session expired)",
-                self.path
-            ))),
-            Ok(Err(e)) => Err(self
-                .session
-                .fail(e, &format!("cannot delete {}", self.path))),
-            Err(_) => Err(anyhow!(
-                "ZooKeeper at {} did not answer within {}; {} goes when the session does",
-                self.session.hosts,
-                humantime::format_duration(CLEANUP_TIMEOUT),
-                self.path
-            )),
-        }
-    }
-}
-
-impl Drop for ZkLease {
-    fn drop(&mut self) {
-        for w in &self.watchers {
-            w.abort();
-        }
     }
 }
 
