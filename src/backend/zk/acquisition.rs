@@ -1,0 +1,227 @@
+//! One acquisition: taking a place in a lock's queue (the node, created with its protected prefix
+//! so that a connection loss during the create does not lose it, and the directories above it),
+//! keeping that place for the wait that follows a busy try (`Parked`), and leaving it when the
+//! acquisition ends in neither a lease nor a parked place.
+
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use zookeeper_client as zk;
+
+use super::lease::ZkLease;
+use super::naming::uuid;
+use super::recipe::kind_of;
+use super::record::NodeData;
+use super::session::{is_connection_loss, remove, retrying, Session};
+use super::{Waiting, CLEANUP_TIMEOUT, MAX_RETRIES};
+use crate::exit::{FailWith, Failure};
+use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
+
+pub(super) enum Outcome {
+    Acquired(ZkLease),
+    /// Held by others; our node stays queued (see `Parked`).
+    Busy(Vec<Holder>, Parked),
+    Cancelled,
+}
+
+/// A parked node taken up again by the `acquire` it was kept for.
+pub(super) struct Resumed {
+    pub(super) node: String,
+    pub(super) token: Token,
+    pub(super) holders: Vec<Holder>,
+}
+
+/// The node of a `try_acquire` that found the lock busy, left in the queue for the `acquire` that
+/// dlock makes next for the same request (it tries before it waits): the wait then keeps its
+/// place instead of leaving and queueing again. Any other request, or the end of the session
+/// (the ephemeral node goes with it), removes it.
+pub(super) struct Parked {
+    pub(super) name: LockName,
+    pub(super) owner: String,
+    pub(super) mode: Mode,
+    pub(super) node: String,
+    pub(super) token: Token,
+    /// Who held the lock then: the wait reports them without asking again.
+    pub(super) holders: Vec<Holder>,
+}
+
+/// One acquisition: the node it creates and everything needed to wait for its turn.
+pub(super) struct Acquisition {
+    pub(super) session: Arc<Session>,
+    pub(super) request: LockRequest,
+    pub(super) dir: String,
+    /// `_c_<uuid>-`: finds our node again after a connection loss during the create.
+    protection: String,
+    kind: &'static str,
+    data: Vec<u8>,
+    pub(super) limit: u32,
+}
+
+impl Acquisition {
+    pub(super) fn new(session: Arc<Session>, request: LockRequest) -> anyhow::Result<Acquisition> {
+        let (kind, limit) = kind_of(request.mode);
+        let data = NodeData::of(&request)?;
+        Ok(Acquisition {
+            dir: session.dir(&request.name),
+            session,
+            request,
+            protection: format!("_c_{}-", uuid()?),
+            kind,
+            data,
+            limit,
+        })
+    }
+
+    pub(super) fn client(&self) -> &zk::Client {
+        self.session.client()
+    }
+
+    pub(super) fn fail(&self, e: zk::Error, doing: &str) -> anyhow::Error {
+        self.session.fail(e, doing)
+    }
+
+    /// Queue up (or keep the place of a parked node), then wait for our turn (`waiting`) or give up
+    /// at once (`None`, leaving the node parked). A node that ends in neither a lease nor a parked
+    /// place is deleted.
+    pub(super) async fn run(
+        &self,
+        waiting: Option<&Waiting>,
+        resumed: Option<Resumed>,
+    ) -> anyhow::Result<Outcome> {
+        if waiting.is_some_and(Waiting::is_cancelled) {
+            if let Some(r) = &resumed {
+                self.delete_quietly(&r.node).await;
+            }
+            return Ok(Outcome::Cancelled);
+        }
+        let (node, token, listing, known) = match resumed {
+            Some(r) => {
+                let listing = self.list().await?;
+                (r.node, r.token, listing, Some(r.holders))
+            }
+            None => {
+                let (node, token, listing) = self.enqueue().await?;
+                (node, token, listing, None)
+            }
+        };
+        let outcome = self.wait_turn(&node, token, listing, known, waiting).await;
+        match outcome {
+            Ok(Outcome::Acquired(_)) | Ok(Outcome::Busy(..)) => {}
+            _ => self.delete_quietly(&node).await,
+        }
+        match outcome {
+            Ok(Outcome::Acquired(mut lease)) => {
+                lease.token = token;
+                Ok(Outcome::Acquired(lease))
+            }
+            other => other,
+        }
+    }
+
+    /// Creates our node; returns its name, its creation zxid (the token) and the directory listing
+    /// taken right after it.
+    async fn enqueue(&self) -> anyhow::Result<(String, Token, Vec<String>)> {
+        let client = self.client();
+        let prefix = format!("{}/{}{}", self.dir, self.protection, self.kind);
+        let options =
+            zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&self.session.acls.lock));
+        for _ in 0..MAX_RETRIES {
+            // Sent back to back, so the server lists the directory right after creating our node: the
+            // usual uncontended acquisition is one round trip.
+            let create = client.create(&prefix, &self.data, &options);
+            let list = client.list_children(&self.dir);
+            let (created, listed) = tokio::join!(create, list);
+            match created {
+                Ok((stat, sequence)) => {
+                    let node = format!("{}{}{sequence}", self.protection, self.kind);
+                    let token = self.token_of(&node, &stat).await?;
+                    let listing = match listed {
+                        Ok(listing) => listing,
+                        Err(_) => self.list().await?,
+                    };
+                    return Ok((node, token, listing));
+                }
+                Err(zk::Error::NoNode) => self.make_dirs().await?,
+                Err(e) if is_connection_loss(&e) => {
+                    // The create may have happened: find our node by its protected prefix.
+                    let listing = self.list().await?;
+                    if let Some(node) = listing.iter().find(|n| n.starts_with(&self.protection)) {
+                        let node = node.clone();
+                        let stat = retrying(|| client.get_data(&format!("{}/{node}", self.dir)))
+                            .await
+                            .map_err(|e| self.fail(e, "cannot read our own lock node"))?
+                            .1;
+                        return Ok((node, stat.czxid.max(0) as Token, listing));
+                    }
+                }
+                Err(e) => {
+                    return Err(self.fail(e, &format!("cannot create a node in {}", self.dir)))
+                }
+            }
+        }
+        Err(anyhow!(
+            "could not create a node in {} after {MAX_RETRIES} tries (connection losses, or the directory kept vanishing)",
+            self.dir
+        ))
+        .fail_with(Failure::BackendUnavailable)
+    }
+
+    /// The creation zxid; servers before 3.5 return no stat from create, so ask for it then.
+    async fn token_of(&self, node: &str, stat: &zk::Stat) -> anyhow::Result<Token> {
+        if !stat.is_invalid() && stat.czxid > 0 {
+            return Ok(stat.czxid as Token);
+        }
+        let path = format!("{}/{node}", self.dir);
+        let (_, stat) = retrying(|| self.client().get_data(&path))
+            .await
+            .map_err(|e| self.fail(e, "cannot read our own lock node"))?;
+        Ok(stat.czxid.max(0) as Token)
+    }
+
+    pub(super) async fn list(&self) -> anyhow::Result<Vec<String>> {
+        retrying(|| self.client().list_children(&self.dir))
+            .await
+            .map_err(|e| self.fail(e, &format!("cannot list {}", self.dir)))
+    }
+
+    /// Creates the chroot, `/dlock` and the lock's directory as needed, all requests in one go.
+    async fn make_dirs(&self) -> anyhow::Result<()> {
+        let client = self.client();
+        let mut paths: Vec<String> = Vec::new();
+        let mut at = String::new();
+        for part in self.session.root[1..].split('/') {
+            at.push('/');
+            at.push_str(part);
+            paths.push(at.clone());
+        }
+        let root_options =
+            zk::CreateMode::Persistent.with_acls(zk::Acls::new(&self.session.acls.root));
+        // A container: the server deletes it once it is empty, should every dlock using it die.
+        let dir_options =
+            zk::CreateMode::Container.with_acls(zk::Acls::new(&self.session.acls.lock));
+        let mut pending: Vec<_> = paths
+            .iter()
+            .map(|p| client.create(p, &[], &root_options))
+            .collect();
+        pending.push(client.create(&self.dir, &[], &dir_options));
+        for (fut, path) in pending.into_iter().zip(paths.iter().chain([&self.dir])) {
+            match fut.await {
+                Ok(_) | Err(zk::Error::NodeExists) | Err(zk::Error::ConnectionLoss) => {}
+                // Someone else's /dlock (or chroot) that we may not write to: fine if it exists.
+                Err(zk::Error::NoAuth) if path != &self.dir => {}
+                Err(e) => return Err(self.fail(e, &format!("cannot create {path}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes our node on the way out; if that fails the session's end deletes it.
+    async fn delete_quietly(&self, node: &str) {
+        if self.client().state() != zk::SessionState::SyncConnected {
+            // No one to ask now; the node goes with the session, which ends with dlock.
+            return;
+        }
+        let path = format!("{}/{node}", self.dir);
+        let _ = tokio::time::timeout(CLEANUP_TIMEOUT, remove(self.client(), &path)).await;
+    }
+}
