@@ -12,8 +12,8 @@ use super::lease::ZkLease;
 use super::naming::uuid;
 use super::recipe::kind_of;
 use super::record::NodeData;
-use super::session::{is_connection_loss, remove, retrying, Session};
-use super::{Waiting, CLEANUP_TIMEOUT, MAX_RETRIES};
+use super::session::{is_connection_loss, retrying, Session};
+use super::{Waiting, MAX_RETRIES};
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
 
@@ -221,7 +221,6 @@ impl Acquisition {
             // No one to ask now; the node goes with the session, which ends with dlock.
             return;
         }
-        let path = format!("{}/{node}", self.dir);
-        let _ = tokio::time::timeout(CLEANUP_TIMEOUT, remove(self.client(), &path)).await;
+        self.session.discard(&format!("{}/{node}", self.dir)).await;
     }
 }

@@ -46,7 +46,7 @@ use acquisition::{Acquisition, Outcome, Parked, Resumed};
 use address::ZkUrl;
 use naming::lock_name_of;
 use record::holders;
-use session::{remove, retrying, Session};
+use session::{retrying, Session};
 use wait::watched;
 
 mod acquisition;
@@ -173,10 +173,7 @@ impl ZkBackend {
             Some(p) => {
                 // Not the request it was kept for: it must not hold a place in that queue.
                 let path = format!("{}/{}", session.dir(&p.name), p.node);
-                let client = session.client().clone();
-                session.runtime.block_on(async move {
-                    let _ = tokio::time::timeout(CLEANUP_TIMEOUT, remove(&client, &path)).await;
-                });
+                session.runtime.block_on(session.discard(&path));
                 None
             }
             None => None,
@@ -265,15 +262,7 @@ impl Backend for ZkBackend {
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
-        let client = session.client();
-        let dirs = match session
-            .runtime
-            .block_on(retrying(|| client.list_children(&session.root)))
-        {
-            Ok(dirs) => dirs,
-            Err(zk::Error::NoNode) => vec![],
-            Err(e) => return Err(session.fail(e, &format!("cannot list {}", session.root))),
-        };
+        let dirs = session.runtime.block_on(session.children(&session.root))?;
         let mut held = Vec::new();
         for dir in dirs {
             let Some(name) = lock_name_of(&dir) else {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
 use super::recipe::{owners, queue, Child, Kind};
-use super::session::{is_connection_loss, retrying, Session};
+use super::session::{is_connection_loss, Session};
 use super::MAX_RETRIES;
 use crate::lock::{
     escaped, host_name, is_plain, Holder, LockRequest, Mode, MAX_HOST_BYTES, MAX_SINCE_SECS,
@@ -111,11 +111,7 @@ pub(super) async fn holders(
             let owning = owners(&all, |_| limit).into_iter().map(|i| all[i].clone());
             (owning.collect::<Vec<_>>(), Some(limit))
         }
-        None => match retrying(|| client.list_children(dir)).await {
-            Ok(names) => (queue(&names), None),
-            Err(zk::Error::NoNode) => return Ok(vec![]),
-            Err(e) => return Err(session.fail(e, &format!("cannot list {dir}"))),
-        },
+        None => (queue(&session.children(dir).await?), None),
     };
     if queue.is_empty() {
         return Ok(vec![]);

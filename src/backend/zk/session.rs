@@ -197,6 +197,23 @@ impl Session {
         format!("{}/{}", self.root, node_name(name))
     }
 
+    /// The children of `path`, none when it does not exist.
+    pub(super) async fn children(&self, path: &str) -> anyhow::Result<Vec<String>> {
+        match retrying(|| self.client().list_children(path)).await {
+            Ok(children) => Ok(children),
+            Err(zk::Error::NoNode) => Ok(vec![]),
+            Err(e) => Err(self.fail(e, &format!("cannot list {path}"))),
+        }
+    }
+
+    /// Deletes a lock node on the way out, waiting at most `CLEANUP_TIMEOUT`: a node gone already
+    /// is fine, and one this cannot delete goes with the session, which ends with dlock. The lock's
+    /// directory is a container node: the server deletes it once it is empty, with a version
+    /// check, so that never races a new acquirer, which recreates the directory if it finds none.
+    pub(super) async fn discard(&self, path: &str) {
+        let _ = tokio::time::timeout(CLEANUP_TIMEOUT, self.client().delete(path, None)).await;
+    }
+
     pub(super) fn fail(&self, e: zk::Error, doing: &str) -> anyhow::Error {
         // A request can fail with "session expired" before the client's own state says so (the
         // ensemble unreachable, the client gave up on it): remember it for `is_over`.
@@ -318,15 +335,5 @@ where
             Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES => tries += 1,
             result => return result,
         }
-    }
-}
-
-/// Deletes a lock node (gone already is fine). The lock's directory is a container node: the server
-/// deletes it once it is empty, with a version check, so that never races a new acquirer, which
-/// recreates the directory if it finds none.
-pub(super) async fn remove(client: &zk::Client, path: &str) -> Result<(), zk::Error> {
-    match client.delete(path, None).await {
-        Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-        Err(e) => Err(e),
     }
 }
