@@ -11,7 +11,8 @@ use zookeeper_client as zk;
 
 use super::address::ZkUrl;
 use super::naming::{node_name, ROOT};
-use super::{Waiting, CANCEL_POLL, CLEANUP_TIMEOUT, MAX_RETRIES};
+use super::wait::{cancellable, stopped};
+use super::{Waiting, CLEANUP_TIMEOUT, MAX_RETRIES};
 use crate::exit::{FailWith, Failure};
 use crate::interrupt;
 use crate::lock::LockName;
@@ -269,26 +270,20 @@ async fn connecting(
     connect_timeout: Duration,
     waiting: Option<&Waiting>,
 ) -> Result<zk::Client, zk::Error> {
-    let connecting = connect(url, session_timeout, connect_timeout);
-    tokio::pin!(connecting);
-    let mut tick = tokio::time::interval(CANCEL_POLL);
-    loop {
-        tokio::select! {
-            result = &mut connecting => return result,
-            _ = tick.tick() => {
-                if interrupt::caught().is_some() || waiting.is_some_and(Waiting::is_cancelled) {
-                    return Err(zk::Error::ClientClosed);
-                }
-                if let Some(waiting) = waiting {
-                    waiting.unreachable(&format!(
-                        "cannot reach ZooKeeper at {} (the session expired: queueing again, \
-                         at the back of the line, once it answers)",
-                        url.hosts()
-                    ));
-                }
-            }
+    let connected = cancellable(connect(url, session_timeout, connect_timeout), || {
+        if stopped(waiting) {
+            return false;
         }
-    }
+        if let Some(waiting) = waiting {
+            waiting.unreachable(&format!(
+                "cannot reach ZooKeeper at {} (the session expired: queueing again, at the back \
+                 of the line, once it answers)",
+                url.hosts()
+            ));
+        }
+        true
+    });
+    connected.await.unwrap_or(Err(zk::Error::ClientClosed))
 }
 
 /// Connects, retrying until `connect_timeout` (the client alone gives up after the session timeout,

@@ -2,6 +2,8 @@
 //! holds the lock, looking again when the watch fires, and giving up promptly when the caller
 //! cancels or a stop signal arrives, also while the client waits to reconnect.
 
+use std::future::Future;
+
 use anyhow::anyhow;
 use zookeeper_client as zk;
 
@@ -15,6 +17,31 @@ use crate::exit::{FailWith, Failure};
 use crate::interrupt;
 use crate::lock::{Holder, Token};
 
+/// Whether a wait must end now: a stop signal was caught, or `waiting` (if any) was cancelled.
+pub(super) fn stopped(waiting: Option<&Waiting>) -> bool {
+    interrupt::caught().is_some() || waiting.is_some_and(Waiting::is_cancelled)
+}
+
+/// Runs `work` to its end, asking `go_on` every `CANCEL_POLL` meanwhile (and once at the start):
+/// `None` as soon as it says no.
+pub(super) async fn cancellable<F: Future>(
+    work: F,
+    mut go_on: impl FnMut() -> bool,
+) -> Option<F::Output> {
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval(CANCEL_POLL);
+    loop {
+        tokio::select! {
+            output = &mut work => return Some(output),
+            _ = tick.tick() => {
+                if !go_on() {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
 /// Waits for an acquisition `task`, telling `waiting` meanwhile whether the ensemble can be
 /// reached. When the wait is cancelled or a stop signal was caught, the task (which looks at both)
 /// gets a moment to clean up if the ensemble is there; otherwise it is aborted (`None`): both must
@@ -26,29 +53,23 @@ pub(super) fn watched<T: Send + 'static>(
     waiting: Option<&Waiting>,
 ) -> Option<Result<T, tokio::task::JoinError>> {
     let client = session.client().clone();
-    let result = session.runtime.block_on(async {
-        let mut tick = tokio::time::interval(CANCEL_POLL);
-        loop {
-            tokio::select! {
-                result = &mut task => return Some(result),
-                _ = tick.tick() => {
-                    if interrupt::caught().is_some() || waiting.is_some_and(Waiting::is_cancelled) {
-                        return None;
-                    }
-                    let Some(waiting) = waiting else { continue };
-                    match client.state() {
-                        zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                            waiting.reachable()
-                        }
-                        state => waiting.unreachable(&format!(
-                            "cannot reach ZooKeeper at {} ({state})",
-                            session.hosts
-                        )),
-                    }
+    let result = session.runtime.block_on(cancellable(&mut task, || {
+        if stopped(waiting) {
+            return false;
+        }
+        if let Some(waiting) = waiting {
+            match client.state() {
+                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                    waiting.reachable()
                 }
+                state => waiting.unreachable(&format!(
+                    "cannot reach ZooKeeper at {} ({state})",
+                    session.hosts
+                )),
             }
         }
-    });
+        true
+    }));
     if result.is_some() {
         return result;
     }
@@ -177,24 +198,8 @@ impl Acquisition {
                 },
             };
             if let Some(watcher) = watcher {
-                let changed = watcher.changed();
-                tokio::pin!(changed);
-                let mut tick = tokio::time::interval(CANCEL_POLL);
-                loop {
-                    tokio::select! {
-                        event = &mut changed => {
-                            if event.event_type == zk::EventType::Session && is_terminal(event.session_state) {
-                                return Err(anyhow!("ZooKeeper session ended ({}) while waiting", event.session_state))
-                                    .fail_with(Failure::BackendUnavailable);
-                            }
-                            break;
-                        }
-                        _ = tick.tick() => {
-                            if waiting.is_cancelled() {
-                                return Ok(Outcome::Cancelled);
-                            }
-                        }
-                    }
+                if !fires(watcher, waiting).await? {
+                    return Ok(Outcome::Cancelled);
                 }
             }
             if waiting.is_cancelled() {
@@ -209,4 +214,20 @@ impl Acquisition {
             }
         }
     }
+}
+
+/// Waits until `watcher` fires (`true`) or the wait is cancelled (`false`); a session that ends
+/// meanwhile fails the wait.
+async fn fires(watcher: zk::OneshotWatcher, waiting: &Waiting) -> anyhow::Result<bool> {
+    let Some(event) = cancellable(watcher.changed(), || !waiting.is_cancelled()).await else {
+        return Ok(false);
+    };
+    if event.event_type == zk::EventType::Session && is_terminal(event.session_state) {
+        return Err(anyhow!(
+            "ZooKeeper session ended ({}) while waiting",
+            event.session_state
+        ))
+        .fail_with(Failure::BackendUnavailable);
+    }
+    Ok(true)
 }
