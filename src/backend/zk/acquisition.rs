@@ -109,13 +109,7 @@ impl Acquisition {
             Ok(Outcome::Acquired(_)) | Ok(Outcome::Busy(..)) => {}
             _ => self.delete_quietly(&node).await,
         }
-        match outcome {
-            Ok(Outcome::Acquired(mut lease)) => {
-                lease.token = token;
-                Ok(Outcome::Acquired(lease))
-            }
-            other => other,
-        }
+        outcome
     }
 
     /// Creates our node; returns its name, its creation zxid (the token) and the directory listing

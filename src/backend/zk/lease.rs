@@ -29,7 +29,7 @@ struct Health {
 pub(super) struct ZkLease {
     session: Arc<Session>,
     path: String,
-    pub(super) token: Token,
+    token: Token,
     health: Arc<Mutex<Health>>,
     /// How long after noticing a disconnection the session may have expired on the server.
     grace: Duration,
@@ -41,11 +41,12 @@ pub(super) struct ZkLease {
 
 impl ZkLease {
     /// Starts watching the session and, through `watcher` (armed on our node before the lease
-    /// exists, so that its removal at release is certain to precede the delete), our node.
+    /// exists, so that its removal at release is certain to precede the delete), our node at
+    /// `path`.
     pub(super) fn start(
         session: Arc<Session>,
-        dir: &str,
-        node: &str,
+        path: String,
+        token: Token,
         ttl: Duration,
         watcher: zk::OneshotWatcher,
     ) -> ZkLease {
@@ -57,81 +58,15 @@ impl ZkLease {
         // the timeout before: the session is safe for 3/5 of the timeout after the report.
         let grace = timeout * 3 / 5;
         let health = Arc::new(Mutex::new(Health::default()));
-        let path = format!("{dir}/{node}");
-        let mut states = client.state_watcher();
-        let state_health = health.clone();
-        let state_watcher = session.runtime.spawn(async move {
-            // Ends with the session (a terminal state) or when the lease aborts it.
-            loop {
-                let state = states.changed().await;
-                let mut h = lock(&state_health);
-                match state {
-                    zk::SessionState::Disconnected => {
-                        h.disconnected_at.get_or_insert_with(Instant::now);
-                    }
-                    zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                        h.disconnected_at = None;
-                    }
-                    terminal => {
-                        h.lost.get_or_insert_with(|| {
-                            format!("the ZooKeeper session ended ({terminal})")
-                        });
-                        return;
-                    }
-                }
-            }
-        });
-        let node_health = health.clone();
-        let node_path = path.clone();
-        let node_watcher = session.runtime.spawn(async move {
-            let gone = |why: String| {
-                lock(&node_health).lost.get_or_insert(why);
-            };
-            // Ends when the node goes or the session ends, or when the lease aborts it.
-            let mut armed = Some(watcher);
-            loop {
-                let watcher = match armed.take() {
-                    Some(watcher) => watcher,
-                    None => match client.get_and_watch_data(&node_path).await {
-                        Ok((_, _, watcher)) => watcher,
-                        Err(zk::Error::NoNode) => {
-                            return gone(format!(
-                                "its node {node_path} was deleted (dlock release --force?)"
-                            ))
-                        }
-                        Err(
-                            e @ (zk::Error::SessionExpired
-                            | zk::Error::ClientClosed
-                            | zk::Error::AuthFailed),
-                        ) => return gone(format!("the ZooKeeper session ended ({e})")),
-                        // Connection loss: the request is retried once the client reconnects.
-                        Err(_) => {
-                            tokio::time::sleep(CANCEL_POLL).await;
-                            continue;
-                        }
-                    },
-                };
-                let event = watcher.changed().await;
-                match event.event_type {
-                    zk::EventType::NodeDeleted => {
-                        return gone(format!(
-                            "its node {node_path} was deleted (dlock release --force?)"
-                        ))
-                    }
-                    zk::EventType::Session if is_terminal(event.session_state) => {
-                        return gone(format!(
-                            "the ZooKeeper session ended ({})",
-                            event.session_state
-                        ))
-                    }
-                    // A data change (nobody else writes our node): watch again.
-                    _ => {}
-                }
-            }
-        });
+        let states = client.state_watcher();
+        let state_watcher = session.runtime.spawn(watch_session(states, health.clone()));
+        let node_watcher =
+            session
+                .runtime
+                .spawn(watch_node(client, path.clone(), watcher, health.clone()));
         ZkLease {
             path,
-            token: 0,
+            token,
             health,
             grace,
             // Well inside the grace, so a renewal that comes late means a stopped process.
@@ -144,6 +79,82 @@ impl ZkLease {
             session,
         }
     }
+}
+
+/// Keeps `health` up to date with the session's state. Ends with the session (a terminal state) or
+/// when the lease aborts it.
+async fn watch_session(mut states: zk::StateWatcher, health: Arc<Mutex<Health>>) {
+    loop {
+        let state = states.changed().await;
+        let mut h = lock(&health);
+        match state {
+            zk::SessionState::Disconnected => {
+                h.disconnected_at.get_or_insert_with(Instant::now);
+            }
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                h.disconnected_at = None;
+            }
+            terminal => {
+                h.lost.get_or_insert_with(|| session_ended(terminal));
+                return;
+            }
+        }
+    }
+}
+
+/// Tells `health` when our node at `path` goes, watching it through `watcher` first. Ends when the
+/// node goes or the session ends, or when the lease aborts it.
+async fn watch_node(
+    client: zk::Client,
+    path: String,
+    watcher: zk::OneshotWatcher,
+    health: Arc<Mutex<Health>>,
+) {
+    let gone = |why: String| {
+        lock(&health).lost.get_or_insert(why);
+    };
+    let mut armed = Some(watcher);
+    loop {
+        let watcher = match armed.take() {
+            Some(watcher) => watcher,
+            None => match client.get_and_watch_data(&path).await {
+                Ok((_, _, watcher)) => watcher,
+                Err(zk::Error::NoNode) => return gone(node_deleted(&path)),
+                Err(
+                    e @ (zk::Error::SessionExpired
+                    | zk::Error::ClientClosed
+                    | zk::Error::AuthFailed),
+                ) => return gone(session_ended(e)),
+                // Connection loss: the request is retried once the client reconnects.
+                Err(_) => {
+                    tokio::time::sleep(CANCEL_POLL).await;
+                    continue;
+                }
+            },
+        };
+        let event = watcher.changed().await;
+        match event.event_type {
+            zk::EventType::NodeDeleted => return gone(node_deleted(&path)),
+            zk::EventType::Session if is_terminal(event.session_state) => {
+                return gone(session_ended(event.session_state))
+            }
+            // A data change (nobody else writes our node): watch again.
+            _ => {}
+        }
+    }
+}
+
+fn node_deleted(path: &str) -> String {
+    format!("its node {path} was deleted (dlock release --force?)")
+}
+
+fn session_ended(why: impl std::fmt::Display) -> String {
+    format!("the ZooKeeper session ended ({why})")
+}
+
+/// A duration for a message, to the millisecond.
+fn for_people(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
 }
 
 impl Lease for ZkLease {
@@ -161,28 +172,25 @@ impl Lease for ZkLease {
         if gap >= self.grace && h.lost.is_none() {
             h.lost = Some(format!(
                 "dlock did not run for {}: the ZooKeeper session may have expired meanwhile",
-                humantime::format_duration(Duration::from_millis(gap.as_millis() as u64))
+                for_people(gap)
             ));
         }
         let mut unconfirmed = None;
         if let Some(at) = h.disconnected_at {
             let cut_off = at.elapsed();
+            let why = format!(
+                "cut off from ZooKeeper at {} for {}",
+                self.session.hosts,
+                for_people(cut_off)
+            );
             if cut_off >= self.grace && h.lost.is_none() {
                 // Remembered, so that release does not wait on a server that has gone silent.
-                h.lost = Some(format!(
-                    "cut off from ZooKeeper at {} for {}: the session may have expired",
-                    self.session.hosts,
-                    humantime::format_duration(Duration::from_millis(cut_off.as_millis() as u64))
-                ));
+                h.lost = Some(format!("{why}: the session may have expired"));
             }
             unconfirmed = Some(Renewal::Unconfirmed {
                 next: self.poll,
                 holds_for: self.grace.saturating_sub(cut_off),
-                why: format!(
-                    "cut off from ZooKeeper at {} for {}",
-                    self.session.hosts,
-                    humantime::format_duration(Duration::from_millis(cut_off.as_millis() as u64))
-                ),
+                why,
             });
         }
         match &h.lost {

@@ -123,13 +123,9 @@ impl Acquisition {
                             Err(e) => return Err(self.fail(e, &format!("cannot watch {own_path}"))),
                         },
                     };
-                    let lease = ZkLease::start(
-                        self.session.clone(),
-                        &self.dir,
-                        node,
-                        self.request.ttl,
-                        watcher,
-                    );
+                    let session = self.session.clone();
+                    let ttl = self.request.ttl;
+                    let lease = ZkLease::start(session, own_path, token, ttl, watcher);
                     return Ok(Outcome::Acquired(lease));
                 }
                 watch => watch,
