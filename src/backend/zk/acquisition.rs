@@ -11,12 +11,13 @@ use zookeeper_client as zk;
 use super::lease::ZkLease;
 use super::naming::uuid;
 use super::recipe::kind_of;
-use super::record::NodeData;
+use super::record::{holders, NodeData};
 use super::session::{is_connection_loss, retrying, Session};
 use super::{Waiting, MAX_RETRIES};
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
 
+/// How one acquisition ended.
 pub(super) enum Outcome {
     Acquired(ZkLease),
     /// Held by others; our node stays queued (see `Parked`).
@@ -24,25 +25,39 @@ pub(super) enum Outcome {
     Cancelled,
 }
 
-/// A parked node taken up again by the `acquire` it was kept for.
-pub(super) struct Resumed {
-    pub(super) node: String,
-    pub(super) token: Token,
-    pub(super) holders: Vec<Holder>,
-}
-
 /// The node of a `try_acquire` that found the lock busy, left in the queue for the `acquire` that
 /// dlock makes next for the same request (it tries before it waits): the wait then keeps its
 /// place instead of leaving and queueing again. Any other request, or the end of the session
 /// (the ephemeral node goes with it), removes it.
 pub(super) struct Parked {
-    pub(super) name: LockName,
-    pub(super) owner: String,
-    pub(super) mode: Mode,
-    pub(super) node: String,
-    pub(super) token: Token,
+    name: LockName,
+    owner: String,
+    mode: Mode,
+    node: String,
+    token: Token,
     /// Who held the lock then: the wait reports them without asking again.
-    pub(super) holders: Vec<Holder>,
+    holders: Vec<Holder>,
+}
+
+impl Parked {
+    /// The place `parked` keeps, if it was kept for `request`; a place kept for another request is
+    /// left now (its node deleted): it must not hold a place in that queue.
+    pub(super) fn take_up(
+        parked: Option<Parked>,
+        request: &LockRequest,
+        session: &Session,
+    ) -> Option<Parked> {
+        let parked = parked?;
+        if parked.name == request.name
+            && parked.owner == request.owner
+            && parked.mode == request.mode
+        {
+            return Some(parked);
+        }
+        let path = format!("{}/{}", session.dir(&parked.name), parked.node);
+        session.runtime.block_on(session.discard(&path));
+        None
+    }
 }
 
 /// One acquisition: the node it creates and everything needed to wait for its turn.
@@ -80,24 +95,29 @@ impl Acquisition {
         self.session.fail(e, doing)
     }
 
+    /// The path of `node` in the lock's directory.
+    pub(super) fn path(&self, node: &str) -> String {
+        format!("{}/{node}", self.dir)
+    }
+
     /// Queue up (or keep the place of a parked node), then wait for our turn (`waiting`) or give up
     /// at once (`None`, leaving the node parked). A node that ends in neither a lease nor a parked
     /// place is deleted.
     pub(super) async fn run(
         &self,
         waiting: Option<&Waiting>,
-        resumed: Option<Resumed>,
+        resumed: Option<Parked>,
     ) -> anyhow::Result<Outcome> {
         if waiting.is_some_and(Waiting::is_cancelled) {
-            if let Some(r) = &resumed {
-                self.delete_quietly(&r.node).await;
+            if let Some(parked) = &resumed {
+                self.delete_quietly(&parked.node).await;
             }
             return Ok(Outcome::Cancelled);
         }
         let (node, token, listing, known) = match resumed {
-            Some(r) => {
+            Some(parked) => {
                 let listing = self.list().await?;
-                (r.node, r.token, listing, Some(r.holders))
+                (parked.node, parked.token, listing, Some(parked.holders))
             }
             None => {
                 let (node, token, listing) = self.enqueue().await?;
@@ -141,11 +161,8 @@ impl Acquisition {
                     let listing = self.list().await?;
                     if let Some(node) = listing.iter().find(|n| n.starts_with(&self.protection)) {
                         let node = node.clone();
-                        let stat = retrying(|| client.get_data(&format!("{}/{node}", self.dir)))
-                            .await
-                            .map_err(|e| self.fail(e, "cannot read our own lock node"))?
-                            .1;
-                        return Ok((node, stat.czxid.max(0) as Token, listing));
+                        let token = self.read_token(&node).await?;
+                        return Ok((node, token, listing));
                     }
                 }
                 Err(e) => {
@@ -165,7 +182,12 @@ impl Acquisition {
         if !stat.is_invalid() && stat.czxid > 0 {
             return Ok(stat.czxid as Token);
         }
-        let path = format!("{}/{node}", self.dir);
+        self.read_token(node).await
+    }
+
+    /// The creation zxid of our node, read from the ensemble.
+    async fn read_token(&self, node: &str) -> anyhow::Result<Token> {
+        let path = self.path(node);
         let (_, stat) = retrying(|| self.client().get_data(&path))
             .await
             .map_err(|e| self.fail(e, "cannot read our own lock node"))?;
@@ -215,6 +237,31 @@ impl Acquisition {
             // No one to ask now; the node goes with the session, which ends with dlock.
             return;
         }
-        self.session.discard(&format!("{}/{node}", self.dir)).await;
+        self.session.discard(&self.path(node)).await;
+    }
+
+    /// Who owns the lock by `listing`, as their nodes say.
+    pub(super) async fn holders(&self, listing: &[String]) -> anyhow::Result<Vec<Holder>> {
+        let owners = holders(&self.session, &self.dir, Some((listing, self.limit))).await?;
+        Ok(owners.into_iter().map(|(_, holder)| holder).collect())
+    }
+
+    /// Gives up at once, leaving our node queued for the wait that follows (see `Parked`).
+    pub(super) async fn park(
+        &self,
+        node: &str,
+        token: Token,
+        listing: &[String],
+    ) -> anyhow::Result<Outcome> {
+        let holders = self.holders(listing).await?;
+        let parked = Parked {
+            name: self.request.name.clone(),
+            owner: self.request.owner.clone(),
+            mode: self.request.mode,
+            node: node.to_owned(),
+            token,
+            holders: holders.clone(),
+        };
+        Ok(Outcome::Busy(holders, parked))
     }
 }

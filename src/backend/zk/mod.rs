@@ -42,7 +42,7 @@ use super::{
 };
 use crate::interrupt;
 use crate::lock::{Holder, LockName, LockRequest};
-use acquisition::{Acquisition, Outcome, Parked, Resumed};
+use acquisition::{Acquisition, Outcome, Parked};
 use address::ZkUrl;
 use naming::lock_name_of;
 use record::holders;
@@ -159,25 +159,7 @@ impl ZkBackend {
         };
         let acquisition = Acquisition::new(session.clone(), request.clone())?;
         let waiting = waiting.cloned();
-        let parked = lock(&self.parked).take();
-        let resumed = match parked {
-            Some(p)
-                if p.name == request.name && p.owner == request.owner && p.mode == request.mode =>
-            {
-                Some(Resumed {
-                    node: p.node,
-                    token: p.token,
-                    holders: p.holders,
-                })
-            }
-            Some(p) => {
-                // Not the request it was kept for: it must not hold a place in that queue.
-                let path = format!("{}/{}", session.dir(&p.name), p.node);
-                session.runtime.block_on(session.discard(&path));
-                None
-            }
-            None => None,
-        };
+        let resumed = Parked::take_up(lock(&self.parked).take(), request, session);
         // Run on the runtime's worker, beside the session's own task: a watch event then reaches
         // the waiting code, and its next request the connection, without hopping threads.
         let watch = waiting.clone();

@@ -7,15 +7,17 @@ use std::future::Future;
 use anyhow::anyhow;
 use zookeeper_client as zk;
 
-use super::acquisition::{Acquisition, Outcome, Parked};
+use super::acquisition::{Acquisition, Outcome};
 use super::lease::ZkLease;
 use super::recipe::{queue, verdict, Verdict};
-use super::record::holders;
 use super::session::{is_connection_loss, is_terminal, retrying, Session};
 use super::{Waiting, CANCEL_POLL, CLEANUP_TIMEOUT};
 use crate::exit::{FailWith, Failure};
 use crate::interrupt;
 use crate::lock::{Holder, Token};
+
+/// What arming a data watch gives: the node's data, its stat and the watch.
+type Watched = (Vec<u8>, zk::Stat, zk::OneshotWatcher);
 
 /// Whether a wait must end now: a stop signal was caught, or `waiting` (if any) was cancelled.
 pub(super) fn stopped(waiting: Option<&Waiting>) -> bool {
@@ -85,6 +87,15 @@ pub(super) fn watched<T: Send + 'static>(
     None
 }
 
+/// The watch an armed data watch gives, or none when the node is gone.
+fn armed(result: Result<Watched, zk::Error>) -> Result<Option<zk::OneshotWatcher>, zk::Error> {
+    match result {
+        Ok((_, _, watcher)) => Ok(Some(watcher)),
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl Acquisition {
     /// Loops until our node owns the lock, we give up, or the session fails. Bounded by the
     /// caller's cancellation (checked every `CANCEL_POLL`) and by the session's life.
@@ -96,102 +107,56 @@ impl Acquisition {
         mut known: Option<Vec<Holder>>,
         waiting: Option<&Waiting>,
     ) -> anyhow::Result<Outcome> {
-        let client = self.client();
-        let own_path = format!("{}/{node}", self.dir);
+        let own_path = self.path(node);
         // The watch on our own node that the lease needs, armed together with a listing when we can.
         let mut own: Option<zk::OneshotWatcher> = None;
         let mut reported = false;
         loop {
-            let queue = queue(&listing);
-            let Some(me) = queue.iter().position(|c| c.name == node) else {
-                return Err(anyhow!(
-                    "our node {own_path} vanished while waiting (dlock release --force, or the session expired)"
-                ))
-                .fail_with(Failure::BackendUnavailable);
-            };
-            let watch = match verdict(&queue, me, self.limit) {
-                Verdict::Owns => {
-                    let watcher = match own.take() {
-                        Some(watcher) => watcher,
-                        None => match retrying(|| client.get_and_watch_data(&own_path)).await {
-                            Ok((_, _, watcher)) => watcher,
-                            // Deleted under us: the next look reports it.
-                            Err(zk::Error::NoNode) => {
-                                listing = self.list().await?;
-                                continue;
-                            }
-                            Err(e) => return Err(self.fail(e, &format!("cannot watch {own_path}"))),
-                        },
-                    };
-                    let session = self.session.clone();
-                    let ttl = self.request.ttl;
-                    let lease = ZkLease::start(session, own_path, token, ttl, watcher);
-                    return Ok(Outcome::Acquired(lease));
-                }
-                watch => watch,
+            // The node whose end we wait for; none: any change among the children.
+            let ahead = match self.judge(&listing, node)? {
+                Verdict::Owns => match self.watch_own(&own_path, own.take()).await? {
+                    Some(watcher) => {
+                        let ttl = self.request.ttl;
+                        let lease =
+                            ZkLease::start(self.session.clone(), own_path, token, ttl, watcher);
+                        return Ok(Outcome::Acquired(lease));
+                    }
+                    // Deleted under us: the next look reports it.
+                    None => {
+                        listing = self.list().await?;
+                        continue;
+                    }
+                },
+                Verdict::Watch(other) => Some(self.path(&other)),
+                Verdict::WatchChildren => None,
             };
             let Some(waiting) = waiting else {
-                let holders: Vec<Holder> =
-                    holders(&self.session, &self.dir, Some((&listing, self.limit)))
-                        .await?
-                        .into_iter()
-                        .map(|(_, h)| h)
-                        .collect();
-                let parked = Parked {
-                    name: self.request.name.clone(),
-                    owner: self.request.owner.clone(),
-                    mode: self.request.mode,
-                    node: node.to_owned(),
-                    token,
-                    holders: holders.clone(),
-                };
-                return Ok(Outcome::Busy(holders, parked));
+                return self.park(node, token, &listing).await;
             };
             // Arm the watch first (the request goes out now), then report who holds the lock.
-            let ahead = match &watch {
-                Verdict::Watch(other) => Some(format!("{}/{other}", self.dir)),
-                _ => None,
-            };
-            let armed = ahead.as_ref().map(|path| client.get_and_watch_data(path));
+            let arming = ahead
+                .as_ref()
+                .map(|path| self.client().get_and_watch_data(path));
             if !reported {
                 reported = true;
                 let holders = match known.take() {
                     Some(holders) => holders,
-                    None => holders(&self.session, &self.dir, Some((&listing, self.limit)))
-                        .await
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(_, h)| h)
-                        .collect(),
+                    None => self.holders(&listing).await.unwrap_or_default(),
                 };
                 waiting.busy(&holders);
             }
             // A node already gone means look again at once.
-            let watcher = match (armed, &ahead) {
-                (Some(armed), Some(path)) => {
-                    let result = match armed.await {
-                        Err(e) if is_connection_loss(&e) => {
-                            retrying(|| client.get_and_watch_data(path)).await
-                        }
-                        result => result,
-                    };
-                    match result {
-                        Ok((_, _, watcher)) => Some(watcher),
-                        Err(zk::Error::NoNode) => None,
-                        Err(e) => return Err(self.fail(e, "cannot watch the node ahead of ours")),
+            let watcher = match (arming, &ahead) {
+                (Some(arming), Some(path)) => self.watch_ahead(arming, path).await?,
+                _ => {
+                    let (names, watcher) = self.watch_children().await?;
+                    // This listing is newer than the one we judged by: judge again before waiting.
+                    if names != listing {
+                        listing = names;
+                        continue;
                     }
+                    Some(watcher)
                 }
-                _ => match retrying(|| client.list_and_watch_children(&self.dir)).await {
-                    Ok((names, watcher)) => {
-                        // This listing is newer than the one we judged by: judge again before waiting.
-                        if names != listing {
-                            listing = names;
-                            continue;
-                        }
-                        Some(watcher)
-                    }
-                    Err(e) => return Err(self.fail(e, &format!("cannot watch {}", self.dir))),
-                },
             };
             if let Some(watcher) = watcher {
                 if !fires(watcher, waiting).await? {
@@ -201,14 +166,76 @@ impl Acquisition {
             if waiting.is_cancelled() {
                 return Ok(Outcome::Cancelled);
             }
-            // Look again; if that shows our turn has come, the watch the lease needs is armed in the
-            // same round trip.
-            let arm_own = own.is_none().then(|| client.get_and_watch_data(&own_path));
-            listing = self.list().await?;
-            if let Some(arm_own) = arm_own {
-                own = arm_own.await.ok().map(|(_, _, watcher)| watcher);
-            }
+            listing = self.look_again(&own_path, &mut own).await?;
         }
+    }
+
+    /// Where our node stands in `listing`: it owns the lock, or what it waits for.
+    fn judge(&self, listing: &[String], node: &str) -> anyhow::Result<Verdict> {
+        let queue = queue(listing);
+        let Some(me) = queue.iter().position(|c| c.name == node) else {
+            return Err(anyhow!(
+                "our node {} vanished while waiting (dlock release --force, or the session expired)",
+                self.path(node)
+            ))
+            .fail_with(Failure::BackendUnavailable);
+        };
+        Ok(verdict(&queue, me, self.limit))
+    }
+
+    /// The watch on our own node that the lease needs: the one armed with the last look, or one
+    /// armed now. `None`: our node is gone.
+    async fn watch_own(
+        &self,
+        own_path: &str,
+        armed_before: Option<zk::OneshotWatcher>,
+    ) -> anyhow::Result<Option<zk::OneshotWatcher>> {
+        if armed_before.is_some() {
+            return Ok(armed_before);
+        }
+        armed(retrying(|| self.client().get_and_watch_data(own_path)).await)
+            .map_err(|e| self.fail(e, &format!("cannot watch {own_path}")))
+    }
+
+    /// The watch on the node ahead of ours, whose request `arming` has sent, sent again after a
+    /// connection loss. `None`: that node is gone already.
+    async fn watch_ahead(
+        &self,
+        arming: impl Future<Output = Result<Watched, zk::Error>>,
+        path: &str,
+    ) -> anyhow::Result<Option<zk::OneshotWatcher>> {
+        let result = match arming.await {
+            Err(e) if is_connection_loss(&e) => {
+                retrying(|| self.client().get_and_watch_data(path)).await
+            }
+            result => result,
+        };
+        armed(result).map_err(|e| self.fail(e, "cannot watch the node ahead of ours"))
+    }
+
+    /// A watch on the directory's children (a seat waits for any of the holders), with the
+    /// listing it was armed with.
+    async fn watch_children(&self) -> anyhow::Result<(Vec<String>, zk::OneshotWatcher)> {
+        retrying(|| self.client().list_and_watch_children(&self.dir))
+            .await
+            .map_err(|e| self.fail(e, &format!("cannot watch {}", self.dir)))
+    }
+
+    /// Lists the directory again; if that shows our turn has come, the watch the lease needs is
+    /// armed in the same round trip (into `own`, unless armed already).
+    async fn look_again(
+        &self,
+        own_path: &str,
+        own: &mut Option<zk::OneshotWatcher>,
+    ) -> anyhow::Result<Vec<String>> {
+        let arming = own
+            .is_none()
+            .then(|| self.client().get_and_watch_data(own_path));
+        let listing = self.list().await?;
+        if let Some(arming) = arming {
+            *own = arming.await.ok().map(|(_, _, watcher)| watcher);
+        }
+        Ok(listing)
     }
 }
 
