@@ -13,7 +13,8 @@ use super::naming::uuid;
 use super::recipe::kind_of;
 use super::record::{holders, NodeData};
 use super::session::{is_connection_loss, retrying, Session};
-use super::{Waiting, MAX_RETRIES};
+use super::MAX_RETRIES;
+use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
 

@@ -10,7 +10,8 @@ use anyhow::anyhow;
 use zookeeper_client as zk;
 
 use super::session::{ended, is_terminal, Session};
-use super::{lock, Lease, Released, Renewal, CANCEL_POLL, CLEANUP_TIMEOUT};
+use super::{lock, CANCEL_POLL, CLEANUP_TIMEOUT};
+use crate::backend::{Lease, Released, Renewal};
 use crate::lock::Token;
 
 /// Longest pause between the heartbeat's looks at the session.

@@ -30,6 +30,11 @@
 //! keeps pinging while dlock's threads wait for the command. A lease is lost when the session
 //! expires, when its node is deleted (`dlock release --force`), or when the client has been cut off
 //! long enough that the server may have expired the session without telling us.
+//!
+//! Here: `ZkBackend`, which opens sessions and answers the `Backend` calls. Beside it: `address`
+//! (the zk:// URL), `naming` (znode names), `recipe` (who owns, whom a waiter watches), `record`
+//! (what a node says), `session` (the connection and its failures), `acquisition` (a place in the
+//! queue, parked or not), `wait` (waiting for a turn) and `lease` (a held lock).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -37,9 +42,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context};
 use zookeeper_client as zk;
 
-use super::{
-    Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Released, Renewal, Waiting,
-};
+use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::interrupt;
 use crate::lock::{Holder, LockName, LockRequest};
 use acquisition::{Acquisition, Outcome, Parked};
@@ -67,6 +70,7 @@ const MAX_RETRIES: u32 = 20;
 /// How long cleanup on the way out (deleting a node, closing the session) may take.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Locks on a ZooKeeper ensemble, through one session opened on first use.
 pub struct ZkBackend {
     url: ZkUrl,
     connect_timeout: Duration,
@@ -192,6 +196,7 @@ impl ZkBackend {
     }
 }
 
+/// The value behind `m`, also after a panic elsewhere while it was locked.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere cannot leave these plain values half-updated.
     m.lock().unwrap_or_else(|p| p.into_inner())
