@@ -104,7 +104,7 @@ const MAX_TOKEN: Token = (1 << 53) - 1;
 /// What an ACL user's permissions are checked for, in one script (Redis 7's
 /// `redis.acl_check_cmd`; before that, PUBLISH is tried, the one command a script needs after its
 /// writes): the first command it may not run on dlock's keys and channels, or "".
-const PERMISSIONS_CHECK: &str = include_str!("redis/permissions.lua");
+const PERMISSIONS_CHECK: &str = include_str!("permissions.lua");
 
 /// How long after a call's budget its alarm interrupts it: a silent server is noticed by the socket
 /// timeout (which ends the call), a slow drip of bytes by the alarm. (A library that retries a read
