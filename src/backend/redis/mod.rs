@@ -44,8 +44,9 @@
 //! growing as long as the servers that missed an acquisition plus those that lost their data before
 //! the next one are a minority.
 
+mod fault;
+
 use std::collections::BTreeMap;
-use std::io;
 use std::mem::ManuallyDrop;
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -63,8 +64,9 @@ use super::{
 };
 use crate::exit::{FailWith, Failure};
 use crate::interrupt;
-use crate::lock::{escaped, host_name, random_bytes, Holder, LockName, LockRequest, Token};
+use crate::lock::{host_name, random_bytes, Holder, LockName, LockRequest, Token};
 use crate::url::redact;
+use fault::{first_fatal, Fault, FaultKind};
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -253,7 +255,7 @@ impl RedisBackend {
             location,
             parked: Mutex::new(None),
         };
-        if let Some(auth) = faults.iter().find(|f| !matches!(f.kind, FaultKind::Down)) {
+        if let Some(auth) = first_fatal(&faults) {
             return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
         }
         backend.check_quorum(urls.len() - faults.len(), &faults)?;
@@ -275,14 +277,13 @@ impl RedisBackend {
                 return Err(only.to_error()).fail_with(Failure::BackendUnavailable);
             }
         }
-        if let Some(auth) = faults.iter().find(|f| !matches!(f.kind, FaultKind::Down)) {
+        if let Some(auth) = first_fatal(faults) {
             return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
         }
-        let why: Vec<String> = faults.iter().map(|f| f.to_error().to_string()).collect();
         Err(anyhow!(
             "only {answered} of {total} redis servers answered, a majority is {}: {}",
             quorum(total),
-            why.join("; ")
+            fault::describe(faults)
         ))
         .fail_with(Failure::BackendUnavailable)
     }
@@ -344,7 +345,7 @@ impl RedisBackend {
                 Err(fault) => faults.push(fault),
             }
         }
-        if let Some(fatal) = faults.iter().find(|f| !matches!(f.kind, FaultKind::Down)) {
+        if let Some(fatal) = first_fatal(&faults) {
             let err = fatal.to_error();
             if !granted.is_empty() {
                 self.undo(servers, ask, Place::Leave);
@@ -491,9 +492,7 @@ impl RedisBackend {
                             if waiting.is_cancelled() {
                                 return Ok(None);
                             }
-                            let why: Vec<String> =
-                                faults.iter().map(|f| f.to_error().to_string()).collect();
-                            waiting.unreachable(&why.join("; "));
+                            waiting.unreachable(&fault::describe(&faults));
                             pause(retry, waiting);
                             retry = (retry * 2).min(RETRY_MOST);
                             continue;
@@ -632,9 +631,7 @@ impl RedisBackend {
                 Err(fault) => faults.push(fault),
             }
         }
-        if faults.len() == servers.len()
-            || faults.iter().any(|f| !matches!(f.kind, FaultKind::Down))
-        {
+        if faults.len() == servers.len() || first_fatal(&faults).is_some() {
             if let Some(fault) = faults.first() {
                 return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
             }
@@ -791,11 +788,7 @@ impl Server {
     }
 
     fn fault(&self, kind: FaultKind, detail: String) -> Fault {
-        Fault {
-            addr: self.addr.clone(),
-            kind,
-            detail,
-        }
+        Fault::new(&self.addr, kind, detail)
     }
 
     /// Connects within `timeout`, which also bounds the first reply on the new connection (and the
@@ -935,7 +928,7 @@ impl Server {
         let mut view = ManuallyDrop::new(link.conn.as_pubsub());
         match view.get_message() {
             Ok(_) => Ok(()),
-            Err(e) if e.is_timeout() || is_interrupted(&e) => Ok(()),
+            Err(e) if e.is_timeout() || fault::is_interrupted(&e) => Ok(()),
             Err(_) => {
                 self.link = None;
                 Err(())
@@ -944,40 +937,7 @@ impl Server {
     }
 
     fn classify(&self, e: &RedisError, timeout: Duration) -> Fault {
-        // A server with a password answers a client without one with NOAUTH, or (for commands
-        // with many arguments, like ours) with "Protocol error: unauthenticated ...".
-        if e.kind() == redis::ErrorKind::AuthenticationFailed
-            || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
-            || e.to_string().contains("unauthenticated")
-        {
-            return self.fault(FaultKind::Auth, String::new());
-        }
-        if matches!(e.code(), Some("NOPERM")) {
-            return self.fault(FaultKind::NoPermission, e.to_string());
-        }
-        if e.kind() == redis::ErrorKind::Parse {
-            return self.fault(
-                FaultKind::Protocol,
-                "does not speak the Redis protocol".into(),
-            );
-        }
-        if let Some(io) = io_error_of(e) {
-            return self.fault(FaultKind::Down, describe_io(io, timeout));
-        }
-        if e.to_string().contains("corrupt message") {
-            return self.fault(
-                FaultKind::Protocol,
-                "did not answer the TLS handshake (a plain redis:// server?)".into(),
-            );
-        }
-        if e.is_io_error() || e.is_connection_dropped() {
-            return self.fault(FaultKind::Down, e.to_string());
-        }
-        // dlock's scripts refuse with a message of their own (a broken fencing counter).
-        if let (Some("DLOCK"), Some(detail)) = (e.code(), e.detail()) {
-            return self.fault(FaultKind::Refused, escaped(detail, 300));
-        }
-        self.fault(FaultKind::Refused, e.to_string())
+        Fault::classify(&self.addr, e, timeout)
     }
 }
 
@@ -987,97 +947,6 @@ fn next_reply(conn: &mut Connection) -> redis::RedisResult<Value> {
         match conn.recv_response()? {
             Value::Push { .. } => continue,
             reply => return Ok(reply),
-        }
-    }
-}
-
-/// The I/O error under a redis error. The crate keeps it in an `Arc`, which is what `source`
-/// shows, so look inside that.
-fn io_error_of(e: &RedisError) -> Option<&io::Error> {
-    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
-    let source = std::error::Error::source(e)?;
-    match source.downcast_ref::<Shared>() {
-        Some(shared) => shared.downcast_ref::<io::Error>(),
-        None => source.downcast_ref::<io::Error>(),
-    }
-}
-
-fn is_interrupted(e: &RedisError) -> bool {
-    io_error_of(e).is_some_and(|io| io.kind() == io::ErrorKind::Interrupted)
-}
-
-/// An I/O failure in a few words: `connection refused`, `no answer within 5s`.
-fn describe_io(e: &io::Error, timeout: Duration) -> String {
-    match e.kind() {
-        io::ErrorKind::ConnectionRefused => "connection refused".into(),
-        io::ErrorKind::Interrupted if interrupt::caught().is_some() => "interrupted".into(),
-        // Otherwise the call's alarm went off: its budget is spent.
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {
-            format!(
-                "no answer within {}",
-                humantime::format_duration(round_ms(timeout))
-            )
-        }
-        io::ErrorKind::ConnectionReset => "connection reset".into(),
-        io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof => "connection closed".into(),
-        _ => {
-            let text = e.to_string();
-            if text.contains("certificate") {
-                format!("{text} (rediss:// trusts the system CAs, or SSL_CERT_FILE when set)")
-            } else {
-                text
-            }
-        }
-    }
-}
-
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis() as u64)
-}
-
-/// Why one server did not answer as hoped.
-#[derive(Debug, Clone)]
-struct Fault {
-    addr: String,
-    kind: FaultKind,
-    detail: String,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum FaultKind {
-    /// Unreachable, timed out, connection broken: may come back.
-    Down,
-    /// The server refused our credentials (or wants some).
-    Auth,
-    /// The server answered with an error (a script error, out of memory, read-only replica...).
-    Refused,
-    /// Not a Redis server (or not one speaking TLS, for rediss://).
-    Protocol,
-    /// The ACL user may not run a command dlock needs.
-    NoPermission,
-}
-
-impl Fault {
-    fn to_error(&self) -> anyhow::Error {
-        match self.kind {
-            FaultKind::Down => anyhow!("cannot reach redis at {}: {}", self.addr, self.detail),
-            FaultKind::Auth => anyhow!(
-                "authentication failed at redis {}: check the user and password in the URL",
-                self.addr
-            ),
-            FaultKind::Protocol => anyhow!("the server at {} {}", self.addr, self.detail),
-            FaultKind::NoPermission => anyhow!(
-                "{} at {}: dlock needs the permissions listed in its README (Redis ACL)",
-                self.detail,
-                self.addr
-            ),
-            FaultKind::Refused => {
-                anyhow!(
-                    "redis at {} answered with an error: {}",
-                    self.addr,
-                    self.detail
-                )
-            }
         }
     }
 }
@@ -1694,8 +1563,7 @@ impl Lease for RedisLease {
                 not_owner.join(", ")
             ));
         }
-        let why: Vec<String> = faults.iter().map(|f| f.to_error().to_string()).collect();
-        let why = why.join("; ");
+        let why = fault::describe(&faults);
         self.trouble = Some(why.clone());
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -1755,10 +1623,9 @@ impl Lease for RedisLease {
                 not_owner.join(", ")
             )));
         }
-        let why: Vec<String> = faults.iter().map(|f| f.to_error().to_string()).collect();
         Err(anyhow!(
             "{}; the lease runs out by itself within {}",
-            why.join("; "),
+            fault::describe(&faults),
             humantime::format_duration(self.ask.ttl)
         ))
     }
