@@ -45,6 +45,7 @@
 //! the next one are a minority.
 
 mod fault;
+mod keys;
 
 use std::collections::BTreeMap;
 use std::mem::ManuallyDrop;
@@ -67,6 +68,7 @@ use crate::interrupt;
 use crate::lock::{host_name, random_bytes, Holder, LockName, LockRequest, Token};
 use crate::url::redact;
 use fault::{first_fatal, Fault, FaultKind};
+use keys::Keys;
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -951,25 +953,7 @@ fn next_reply(conn: &mut Connection) -> redis::RedisResult<Value> {
     }
 }
 
-/// The keys of one lock.
-#[derive(Clone)]
-struct Keys {
-    /// `dlock:{NAME}` with NAME encoded.
-    base: String,
-}
-
 impl Keys {
-    fn of(name: &LockName) -> Keys {
-        Keys {
-            base: format!("dlock:{{{}}}", encode_name(name.as_str())),
-        }
-    }
-
-    /// In the order the scripts expect (see lib.lua).
-    fn all(&self) -> [String; 5] {
-        ["holders", "owners", "token", "queue", "alive"].map(|k| format!("{}:{k}", self.base))
-    }
-
     /// A call of `script` with this lock's keys, ready for its arguments.
     fn invoke(&self, script: &'static LuaScript) -> Call {
         let mut cmd = redis::cmd("EVALSHA");
@@ -977,48 +961,6 @@ impl Keys {
         cmd.arg(script.sha1).arg(keys.len()).arg(&keys);
         Call { script, cmd }
     }
-}
-
-/// Bytes that must not appear raw inside the hash tag: `%` (the escape itself), `{` and `}` (they
-/// would end the tag early and change the slot), glob characters (so `list` can SCAN by prefix),
-/// and the space and control characters (keys stay copy-pasteable in redis-cli).
-fn must_encode(b: u8) -> bool {
-    matches!(
-        b,
-        b'%' | b'{' | b'}' | b'*' | b'?' | b'[' | b']' | b'\\' | b' '
-    ) || b < 0x20
-        || b == 0x7f
-}
-
-/// A lock name as it appears inside `dlock:{...}`: readable, `%XX` for the bytes above.
-pub fn encode_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for (i, c) in name.char_indices() {
-        if c.is_ascii() && must_encode(c as u8) {
-            out.push_str(&format!("%{:02X}", name.as_bytes()[i]));
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The inverse of `encode_name`; `None` for text it never produces.
-fn decode_name(encoded: &str) -> Option<String> {
-    let bytes = encoded.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = encoded.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// One acquisition's identity and its scripts' arguments; a lease keeps it for renewals and the
@@ -1381,9 +1323,7 @@ impl Backend for RedisBackend {
     }
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
-        // Holders keys only: `dlock:{ENCODED_PREFIX*}:holders`. Encoding is byte by byte, so the
-        // encoded prefix is a prefix of every matching encoded name, and it has no glob characters.
-        let pattern = format!("dlock:{{{}*}}:holders", encode_name(prefix));
+        let pattern = keys::holders_pattern(prefix);
         let names = {
             let mut servers = self.servers();
             let timeout = self.connect_timeout;
@@ -1407,13 +1347,7 @@ impl Backend for RedisBackend {
         };
         let mut names: Vec<LockName> = names
             .iter()
-            .filter_map(|key| {
-                let encoded = key.strip_prefix("dlock:{")?.strip_suffix("}:holders")?;
-                let name = LockName::new(&decode_name(encoded)?).ok()?;
-                (name.as_str().starts_with(prefix)
-                    && Keys::of(&name).base == format!("dlock:{{{encoded}}}"))
-                .then_some(name)
-            })
+            .filter_map(|key| keys::name_of_holders_key(key, prefix))
             .collect();
         names.sort();
         names.dedup();
@@ -1650,33 +1584,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_stay_inside_their_hash_tag_and_round_trip() {
-        for name in [
-            "jobs/a",
-            "a}b{c",
-            "x}:holders",
-            "50% off",
-            "glob*?[x]\\",
-            "ünï ✓",
-            "{}",
-        ] {
-            let encoded = encode_name(name);
-            assert!(
-                !encoded.contains('{') && !encoded.contains('}'),
-                "{encoded}"
-            );
-            assert!(
-                !encoded.contains(['*', '?', '[', ']', '\\', ' ']),
-                "{encoded}"
-            );
-            assert_eq!(decode_name(&encoded).as_deref(), Some(name));
-        }
-        assert_eq!(encode_name("jobs/nightly-backup"), "jobs/nightly-backup");
-        let keys = Keys::of(&LockName::new("a}b").unwrap());
-        assert_eq!(keys.all()[0], "dlock:{a%7Db}:holders");
-    }
-
-    #[test]
     fn a_majority_is_more_than_half() {
         assert_eq!([1, 2, 3, 4, 5].map(quorum), [1, 2, 2, 3, 3]);
     }
@@ -1692,22 +1599,6 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Hostile names: every key of any name stays inside `dlock:{...}` with the whole encoded
-        /// name as its hash tag, and the encoding round-trips (so two names never share keys).
-        #[test]
-        fn any_name_keeps_its_keys_in_its_own_hash_tag(raw in "\\PC{1,120}") {
-            let Ok(name) = LockName::new(&raw) else { return Ok(()) };
-            let keys = Keys::of(&name);
-            let tag_start = keys.base.find('{').map(|i| i + 1);
-            let tag_end = keys.base.find('}');
-            let in_namespace = keys.base.starts_with("dlock:\u{7b}");
-            proptest::prop_assert!(in_namespace, "{} is outside dlock:{{...}}", keys.base);
-            proptest::prop_assert_eq!(tag_end, Some(keys.base.len() - 1));
-            let tag = &keys.base[tag_start.unwrap_or(0)..tag_end.unwrap_or(0)];
-            let decoded = decode_name(tag);
-            proptest::prop_assert_eq!(decoded.as_deref(), Some(name.as_str()));
-        }
-
         /// URLs from the command line: parsed or refused, never a panic.
         #[test]
         fn any_url_text_parses_or_is_refused(text in "(rediss?://)?\\PC{0,60}") {
