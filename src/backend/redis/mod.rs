@@ -46,6 +46,7 @@
 
 mod fault;
 mod keys;
+mod scripts;
 
 use std::collections::BTreeMap;
 use std::mem::ManuallyDrop;
@@ -55,8 +56,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use redis::{
-    Client, Connection, ConnectionAddr, FromRedisValue, IntoConnectionInfo, ProtocolVersion,
-    PushInfo, PushKind, RedisError, ToRedisArgs, Value,
+    Client, Connection, ConnectionAddr, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind,
+    RedisError,
 };
 
 use super::{
@@ -65,10 +66,11 @@ use super::{
 };
 use crate::exit::{FailWith, Failure};
 use crate::interrupt;
-use crate::lock::{host_name, random_bytes, Holder, LockName, LockRequest, Token};
+use crate::lock::{random_bytes, Holder, LockName, LockRequest, Token};
 use crate::url::redact;
 use fault::{first_fatal, Fault, FaultKind};
 use keys::Keys;
+use scripts::{Ask, HoldersScript, Place, Reply};
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -123,62 +125,6 @@ const MAX_RENEW_ATTEMPT: Duration = Duration::from_secs(1);
 
 /// Most keys `list` looks at, so a huge keyspace cannot keep it scanning forever.
 const MAX_SCAN_STEPS: usize = 100_000;
-
-/// A dlock script: the shared prelude (`redis/lib.lua`) and its own part, with the SHA-1 that
-/// EVALSHA names it by, both made by build.rs.
-struct LuaScript {
-    body: &'static str,
-    sha1: &'static str,
-}
-
-// ACQUIRE, RENEW, RELEASE, STATUS, BREAK and RAISE_TOKEN.
-include!(concat!(env!("OUT_DIR"), "/redis_scripts.rs"));
-
-impl LuaScript {
-    /// Gives the script to a server that does not have it (NOSCRIPT).
-    fn load(&self, conn: &mut Connection) -> redis::RedisResult<()> {
-        let sha1: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(self.body)
-            .query(conn)?;
-        if sha1 != self.sha1 {
-            return Err(RedisError::from((
-                redis::ErrorKind::Client,
-                "the server names a dlock script by another hash",
-                sha1,
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// A script call being built: EVALSHA, the lock's keys, then the arguments.
-struct Call {
-    script: &'static LuaScript,
-    cmd: redis::Cmd,
-}
-
-impl Call {
-    fn arg(mut self, arg: impl ToRedisArgs) -> Call {
-        self.cmd.arg(arg);
-        self
-    }
-
-    /// Runs the script, giving it to the server first if the server does not have it.
-    fn invoke<T: FromRedisValue>(&self, conn: &mut Connection) -> redis::RedisResult<T> {
-        match self.cmd.query(conn) {
-            Err(e) if is_noscript(&e) => {
-                self.script.load(conn)?;
-                self.cmd.query(conn)
-            }
-            result => result,
-        }
-    }
-}
-
-fn is_noscript(e: &RedisError) -> bool {
-    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
-}
 
 /// One connection per `--url`, shared by the backend and every lease it hands out: a dlock holding
 /// 10,000 names renews them over one connection per server, not 10,000. Each use locks it for one
@@ -418,13 +364,8 @@ impl RedisBackend {
         }
         let raised = on_each(servers, |i, s| {
             granted.iter().any(|&(g, _)| g == i)
-                && s.call(timeout, |l| {
-                    ask.keys
-                        .invoke(&RAISE_TOKEN)
-                        .arg(token)
-                        .invoke::<Value>(&mut l.conn)
-                })
-                .is_ok()
+                && s.call(timeout, |l| ask.raise_token(&mut l.conn, token))
+                    .is_ok()
         });
         raised.into_iter().filter(|&ok| ok).count() >= quorum(servers.len())
     }
@@ -611,22 +552,20 @@ impl RedisBackend {
     fn holders_everywhere(
         &self,
         name: &LockName,
-        script: &'static LuaScript,
+        script: HoldersScript,
     ) -> anyhow::Result<Vec<Holder>> {
         let mut servers = self.servers();
         let keys = Keys::of(name);
         let timeout = self.connect_timeout;
         let replies = on_all(&mut servers, |s| {
-            s.call(timeout, |l| {
-                keys.invoke(script).invoke::<Value>(&mut l.conn)
-            })
+            s.call(timeout, |l| scripts::holders(&mut l.conn, &keys, script))
         });
         let mut merged: BTreeMap<String, Holder> = BTreeMap::new();
         let mut faults = Vec::new();
         for reply in replies {
             match reply {
-                Ok(value) => {
-                    for holder in parse_holders(&value) {
+                Ok(holders) => {
+                    for holder in holders {
                         merged.entry(holder.owner.clone()).or_insert(holder);
                     }
                 }
@@ -686,7 +625,7 @@ fn grant_of(message: &PushInfo, base: &str) -> Option<Token> {
     if message.kind != PushKind::Message {
         return None;
     }
-    let payload = text_of(message.data.get(1)?)?;
+    let payload = scripts::text_of(message.data.get(1)?)?;
     let (lock, token) = payload.rsplit_once(' ')?;
     (lock == base).then(|| token.parse().ok())?
 }
@@ -943,219 +882,6 @@ impl Server {
     }
 }
 
-/// The next reply on `conn`, past any messages (which go to the link's `messages`).
-fn next_reply(conn: &mut Connection) -> redis::RedisResult<Value> {
-    loop {
-        match conn.recv_response()? {
-            Value::Push { .. } => continue,
-            reply => return Ok(reply),
-        }
-    }
-}
-
-impl Keys {
-    /// A call of `script` with this lock's keys, ready for its arguments.
-    fn invoke(&self, script: &'static LuaScript) -> Call {
-        let mut cmd = redis::cmd("EVALSHA");
-        let keys = self.all();
-        cmd.arg(script.sha1).arg(keys.len()).arg(&keys);
-        Call { script, cmd }
-    }
-}
-
-/// One acquisition's identity and its scripts' arguments; a lease keeps it for renewals and the
-/// release.
-#[derive(Clone)]
-struct Ask {
-    keys: Keys,
-    owner: String,
-    mode: String,
-    ttl: Duration,
-    pid: String,
-    host: String,
-}
-
-impl Ask {
-    fn new(request: &LockRequest) -> Ask {
-        Ask {
-            keys: Keys::of(&request.name),
-            owner: request.owner.clone(),
-            mode: request.mode.to_wire(),
-            ttl: request.ttl,
-            pid: std::process::id().to_string(),
-            // The record is space-separated with the host last; a host name has no spaces.
-            host: host_name().replace(' ', "_"),
-        }
-    }
-
-    fn ttl_ms(&self) -> u64 {
-        self.ttl.as_millis().max(1) as u64
-    }
-
-    /// The channel this dlock hears its grants on: one for all its locks.
-    fn wake_channel(&self) -> String {
-        format!("dlock:wake:{}", self.owner)
-    }
-
-    fn acquire_call(&self, wait: bool, ticket: &str) -> Call {
-        self.keys
-            .invoke(&ACQUIRE)
-            .arg(&self.owner)
-            .arg(&self.mode)
-            .arg(self.ttl_ms())
-            .arg(if wait { "1" } else { "0" })
-            .arg(ticket)
-            .arg(&self.pid)
-            .arg(&self.host)
-    }
-
-    fn acquire(
-        &self,
-        conn: &mut Connection,
-        wait: bool,
-        ticket: &str,
-    ) -> redis::RedisResult<Reply> {
-        let value: Value = self.acquire_call(wait, ticket).invoke(conn)?;
-        parse_acquire(&value).ok_or_else(|| unexpected(&value))
-    }
-
-    /// A waiter's first attempt on a connection: it switches the connection to RESP3 (HELLO 3),
-    /// so the connection can carry messages beside replies, and subscribes to this dlock's
-    /// channel, before the attempt and in the same write, so no grant can come before it listens
-    /// and neither costs a round trip of its own.
-    fn acquire_listening(&self, conn: &mut Connection, ticket: &str) -> redis::RedisResult<Reply> {
-        let call = self.acquire_call(true, ticket);
-        let mut write = redis::cmd("HELLO").arg(3).get_packed_command();
-        write.extend(
-            redis::cmd("SUBSCRIBE")
-                .arg(self.wake_channel())
-                .get_packed_command(),
-        );
-        write.extend(call.cmd.get_packed_command());
-        conn.send_packed_command(&write)?;
-        match next_reply(conn)?.extract_error() {
-            Err(e) if e.to_string().contains("unknown command") => {
-                return Err(RedisError::from((
-                    redis::ErrorKind::RESP3NotSupported,
-                    "dlock needs Redis 6 or newer to wait (RESP3)",
-                    e.to_string(),
-                )))
-            }
-            Err(e) => return Err(e),
-            Ok(_) => {}
-        }
-        let value = match next_reply(conn)?.extract_error() {
-            Err(e) if is_noscript(&e) => {
-                ACQUIRE.load(conn)?;
-                call.invoke(conn)?
-            }
-            reply => reply?,
-        };
-        parse_acquire(&value).ok_or_else(|| unexpected(&value))
-    }
-
-    fn renew(&self, conn: &mut Connection) -> redis::RedisResult<i64> {
-        self.keys
-            .invoke(&RENEW)
-            .arg(&self.owner)
-            .arg(self.ttl_ms())
-            .invoke(conn)
-    }
-
-    fn release(&self, conn: &mut Connection, place: Place) -> redis::RedisResult<i64> {
-        let (keep, ticket) = match place {
-            Place::Keep(ticket) => ("1", ticket),
-            Place::Leave => ("0", ""),
-        };
-        self.keys
-            .invoke(&RELEASE)
-            .arg(&self.owner)
-            .arg(&self.mode)
-            .arg(keep)
-            .arg(ticket)
-            .arg(self.ttl_ms())
-            .arg(&self.pid)
-            .arg(&self.host)
-            .invoke(conn)
-    }
-}
-
-/// Whether undoing an acquisition keeps the waiter's place in the queue (under its ticket).
-#[derive(Clone, Copy)]
-enum Place<'a> {
-    Keep(&'a str),
-    Leave,
-}
-
-fn unexpected(value: &Value) -> RedisError {
-    RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "unexpected answer from a dlock script",
-        format!("{value:?}"),
-    ))
-}
-
-enum Reply {
-    Granted(Token),
-    Busy {
-        ticket: String,
-        retry: Duration,
-        /// The last token this server handed out.
-        counter: Token,
-        holders: Vec<Holder>,
-    },
-}
-
-fn parse_acquire(value: &Value) -> Option<Reply> {
-    let Value::Array(items) = value else {
-        return None;
-    };
-    match (int_of(items.first()?)?, items.get(1)) {
-        (1, Some(token)) => Some(Reply::Granted(u64::try_from(int_of(token)?).ok()?)),
-        (0, Some(ticket)) => Some(Reply::Busy {
-            ticket: text_of(ticket)?,
-            retry: Duration::from_millis(u64::try_from(int_of(items.get(2)?)?).ok()?.max(1)),
-            counter: u64::try_from(int_of(items.get(3)?)?).ok()?,
-            holders: parse_holders(&Value::Array(items[4..].to_vec())),
-        }),
-        _ => None,
-    }
-}
-
-fn int_of(value: &Value) -> Option<i64> {
-    match value {
-        Value::Int(n) => Some(*n),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
-    }
-}
-
-fn text_of(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-/// `[owner, record, owner, record, ...]` into holders. Any client of the server can write the
-/// records: one that does not parse is still a holder (the scripts count it as one), shown as
-/// unreadable.
-fn parse_holders(value: &Value) -> Vec<Holder> {
-    let Value::Array(items) = value else {
-        return Vec::new();
-    };
-    let lossy = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        other => text_of(other).unwrap_or_default(),
-    };
-    items
-        .chunks_exact(2)
-        .map(|pair| Holder::from_record(&lossy(&pair[0]), &lossy(&pair[1])))
-        .collect()
-}
-
 /// The outcome of one acquisition round over all servers.
 enum Round {
     Held(Box<RedisLease>),
@@ -1317,7 +1043,7 @@ impl Backend for RedisBackend {
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
         Ok(LockStatus {
             name: name.clone(),
-            holders: self.holders_everywhere(name, &STATUS)?,
+            holders: self.holders_everywhere(name, HoldersScript::Status)?,
             location: self.describe_location(name),
         })
     }
@@ -1362,7 +1088,7 @@ impl Backend for RedisBackend {
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
-        self.holders_everywhere(name, &BREAK)
+        self.holders_everywhere(name, HoldersScript::Break)
     }
 }
 
