@@ -46,6 +46,7 @@
 
 mod fault;
 mod keys;
+mod lease;
 mod scripts;
 mod server;
 
@@ -57,13 +58,13 @@ use anyhow::anyhow;
 use redis::Connection;
 
 use super::{
-    Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Released, Renewal, Waiting,
-    RETRY_FIRST, RETRY_MOST,
+    Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting, RETRY_FIRST, RETRY_MOST,
 };
 use crate::exit::{FailWith, Failure};
 use crate::lock::{random_bytes, Holder, LockName, LockRequest, Token};
 use fault::{first_fatal, Fault};
 use keys::Keys;
+use lease::RedisLease;
 use scripts::{Ask, HoldersScript, Place, Reply};
 use server::Server;
 
@@ -105,15 +106,14 @@ const MAX_TOKEN: Token = (1 << 53) - 1;
 /// How often a waiter looks at its cancellation flag while nothing happens.
 const CANCEL_CHECK: Duration = Duration::from_millis(100);
 
-/// Longest one renewal attempt may wait for its answer.
-const MAX_RENEW_ATTEMPT: Duration = Duration::from_secs(1);
-
 /// Most keys `list` looks at, so a huge keyspace cannot keep it scanning forever.
 const MAX_SCAN_STEPS: usize = 100_000;
 
 /// One connection per `--url`, shared by the backend and every lease it hands out: a dlock holding
 /// 10,000 names renews them over one connection per server, not 10,000. Each use locks it for one
-/// round of commands, or for one short read of a waiter listening for its grant.
+/// round of commands, or for one short read of a waiter listening for its grant. A poisoned lock's
+/// data is still sound: a `Server` is never left half-changed (a failed call just drops its
+/// connection).
 type Shared = Arc<Mutex<Vec<Server>>>;
 
 /// The locks in one Redis server, or in several (Redlock).
@@ -196,7 +196,7 @@ impl RedisBackend {
     }
 
     fn servers(&self) -> MutexGuard<'_, Vec<Server>> {
-        lock_servers(&self.servers)
+        lock(&self.servers)
     }
 
     /// An error (exit 69) when fewer than a majority of servers answered.
@@ -441,22 +441,6 @@ impl RedisBackend {
         }
     }
 
-    /// A held lock with `token`, confirmed by a request sent at `sent`.
-    fn lease(&self, ask: &Ask, token: Token, sent: Instant) -> RedisLease {
-        let ttl = ask.ttl;
-        RedisLease {
-            servers: self.servers.clone(),
-            count: self.count,
-            ask: ask.clone(),
-            token,
-            confirmed: sent,
-            deadline: sent + ttl.saturating_sub(drift(ttl)),
-            op_timeout: self.op_timeout(self.count, ttl),
-            lost: None,
-            trouble: None,
-        }
-    }
-
     /// Listens until `until` for a grant of the lock `base` to this dlock, on the connection to
     /// server `at` (a message read on any connection by anyone counts too). Holds that connection
     /// for at most `CANCEL_CHECK` at a time, so renewals of locks already held go on meanwhile.
@@ -597,12 +581,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// The shared connections, also after a panic elsewhere: a `Server` is never left half-changed (a
-/// failed call just drops its connection), so a poisoned lock's data is still sound.
-fn lock_servers(servers: &Shared) -> MutexGuard<'_, Vec<Server>> {
-    lock(servers)
 }
 
 /// The majority of `n` servers.
@@ -818,189 +796,6 @@ fn scan(conn: &mut Connection, pattern: &str) -> redis::RedisResult<Vec<String>>
         }
     }
     Ok(keys)
-}
-
-/// A held lock. It renews and releases over the backend's shared connections.
-struct RedisLease {
-    servers: Shared,
-    /// How many servers there are (a majority of them must confirm).
-    count: usize,
-    ask: Ask,
-    token: Token,
-    /// After this (monotonic clock) the lease may have run out on the servers: the send time of
-    /// the last renewal a majority confirmed, plus the ttl, minus the drift margin.
-    deadline: Instant,
-    /// When the request behind the last confirmation (acquisition or renewal) was sent.
-    confirmed: Instant,
-    op_timeout: Duration,
-    /// Why the lock was lost, once it was: from then on, never renew again.
-    lost: Option<String>,
-    /// Why the last renewal did not reach a majority, for the message when the lease runs out.
-    trouble: Option<String>,
-}
-
-enum RenewReply {
-    Renewed,
-    NotOwner,
-}
-
-impl RedisLease {
-    fn lose(&mut self, why: String) -> Renewal {
-        self.lost = Some(why.clone());
-        Renewal::Lost(why)
-    }
-
-    fn renew_everywhere(&self, timeout: Duration) -> (Vec<Result<RenewReply, Fault>>, Vec<String>) {
-        let ask = &self.ask;
-        let mut servers = lock_servers(&self.servers);
-        let addrs = servers.iter().map(|s| s.addr.clone()).collect();
-        let replies = on_all(&mut servers, |s| {
-            s.call(timeout, |l| {
-                Ok(if ask.renew(&mut l.conn)? == 1 {
-                    RenewReply::Renewed
-                } else {
-                    RenewReply::NotOwner
-                })
-            })
-        });
-        (replies, addrs)
-    }
-}
-
-impl Lease for RedisLease {
-    fn token(&self) -> Token {
-        self.token
-    }
-
-    fn renew(&mut self) -> Renewal {
-        if let Some(why) = &self.lost {
-            return Renewal::Lost(why.clone());
-        }
-        let ttl = self.ask.ttl;
-        let sent = Instant::now();
-        // The heartbeat's first call comes right after the acquisition, which was as good as a
-        // renewal: wait for the next one due instead of a round trip that extends nothing.
-        let due = self.confirmed + ttl / 3;
-        if sent < due && self.trouble.is_none() {
-            return Renewal::Held { next: due - sent };
-        }
-        let left = self.deadline.saturating_duration_since(sent);
-        if left.is_zero() {
-            return self.lose_to_the_deadline();
-        }
-        // The supervisor renews from the thread that also forwards signals and reaps the command:
-        // one attempt may block it only briefly, and a failed one is retried until the deadline.
-        let attempt = self
-            .op_timeout
-            .min(ttl / 5)
-            .min(MAX_RENEW_ATTEMPT)
-            .min(left);
-        let (replies, addrs) = self.renew_everywhere(attempt);
-        let total = replies.len();
-        let mut renewed = 0;
-        let mut not_owner = Vec::new();
-        let mut faults = Vec::new();
-        for (reply, addr) in replies.into_iter().zip(addrs) {
-            match reply {
-                Ok(RenewReply::Renewed) => renewed += 1,
-                Ok(RenewReply::NotOwner) => not_owner.push(addr),
-                Err(fault) => faults.push(fault),
-            }
-        }
-        if renewed >= quorum(total) {
-            self.deadline = sent + ttl.saturating_sub(drift(ttl));
-            self.confirmed = sent;
-            self.trouble = None;
-            return Renewal::Held { next: ttl / 3 };
-        }
-        // A majority can no longer confirm us even if every silent server came back.
-        if not_owner.len() > total - quorum(total) {
-            return self.lose(format!(
-                "it is no longer ours on redis at {} (expired, broken by `dlock release --force`, \
-                 deleted, or the server lost its data)",
-                not_owner.join(", ")
-            ));
-        }
-        let why = fault::describe(&faults);
-        self.trouble = Some(why.clone());
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return self.lose_to_the_deadline();
-        }
-        // Try again soon, but never sleep past the deadline: the next call then reports the loss.
-        let retry = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
-        Renewal::Unconfirmed {
-            next: retry.min(left),
-            holds_for: left,
-            why,
-        }
-    }
-
-    fn release(self: Box<Self>) -> anyhow::Result<Released> {
-        // After a loss the servers may be gone: try only those still connected, and briefly.
-        let timeout = if self.lost.is_some() {
-            self.op_timeout.min(Duration::from_millis(250))
-        } else {
-            self.op_timeout
-        };
-        let skip_unconnected = self.lost.is_some();
-        let ask = &self.ask;
-        let mut servers = lock_servers(&self.servers);
-        let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
-        let results = on_all(&mut servers, |s| {
-            if skip_unconnected && !s.is_connected() {
-                return None;
-            }
-            Some(s.call(timeout, |l| ask.release(&mut l.conn, Place::Leave)))
-        });
-        drop(servers);
-        if let Some(why) = &self.lost {
-            return Ok(Released::Lost(why.clone()));
-        }
-        let total = results.len();
-        let mut released = 0;
-        let mut not_owner = Vec::new();
-        let mut faults = Vec::new();
-        for (result, addr) in results.into_iter().zip(addrs) {
-            match result {
-                Some(Ok(1)) => released += 1,
-                Some(Ok(_)) => not_owner.push(addr),
-                Some(Err(fault)) => faults.push(fault),
-                None => {}
-            }
-        }
-        if released >= quorum(total) {
-            return Ok(Released::Held);
-        }
-        // The release script prunes expired holders first: a server that did not find us had let
-        // the lease pass or lost it to `release --force`. A majority of those: it was not ours.
-        if not_owner.len() > total - quorum(total) {
-            return Ok(Released::Lost(format!(
-                "it was no longer ours on redis at {} (its lease had passed, or it was broken or \
-                 deleted)",
-                not_owner.join(", ")
-            )));
-        }
-        Err(anyhow!(
-            "{}; the lease runs out by itself within {}",
-            fault::describe(&faults),
-            humantime::format_duration(self.ask.ttl)
-        ))
-    }
-}
-
-impl RedisLease {
-    fn lose_to_the_deadline(&mut self) -> Renewal {
-        let whom = match self.count {
-            1 => "the server".to_owned(),
-            n => format!("a majority of the {n} servers"),
-        };
-        let why = self.trouble.take().unwrap_or_else(|| "no answer".into());
-        self.lose(format!(
-            "could not renew it on {whom} before the lease ({}) ran out: {why}",
-            humantime::format_duration(self.ask.ttl)
-        ))
-    }
 }
 
 #[cfg(test)]
