@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 
 use super::fault::{self, Fault};
+use super::redlock::{drift, on_all, quorum};
 use super::scripts::{Ask, Place};
 use super::server::Server;
-use super::{drift, lock, on_all, quorum, RedisBackend, Shared};
+use super::{lock, RedisBackend, Shared};
 use crate::backend::{Lease, Released, Renewal};
 use crate::lock::Token;
 
