@@ -50,25 +50,25 @@ mod lease;
 mod redlock;
 mod scripts;
 mod server;
+mod wait;
+mod wake_signal;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::anyhow;
 use redis::Connection;
 
-use super::{
-    Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting, RETRY_FIRST, RETRY_MOST,
-};
+use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, LockName, LockRequest, Token};
+use crate::lock::{Holder, LockName, LockRequest};
 use fault::{first_fatal, Fault};
 use keys::Keys;
-use lease::RedisLease;
-use redlock::{on_all, Round};
-use scripts::{Ask, HoldersScript, Place};
+use redlock::on_all;
+use scripts::HoldersScript;
 use server::Server;
+use wait::Parked;
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -102,9 +102,6 @@ trusting the system CAs or SSL_CERT_FILE; default redis://127.0.0.1:6379):
   only after a ttl; it cannot stop a holder that was paused past its lease from acting: pass
   DLOCK_TOKEN to the resource and have it refuse older tokens.";
 
-/// How often a waiter looks at its cancellation flag while nothing happens.
-const CANCEL_CHECK: Duration = Duration::from_millis(100);
-
 /// Most keys `list` looks at, so a huge keyspace cannot keep it scanning forever.
 const MAX_SCAN_STEPS: usize = 100_000;
 
@@ -124,28 +121,6 @@ pub struct RedisBackend {
     location: String,
     /// The place in line a `try_acquire` took for the `acquire` that follows it.
     parked: Mutex<Option<Parked>>,
-}
-
-/// A place in line taken by `try_acquire` for the wait dlock makes next for the same request: the
-/// wait keeps it (and its subscription) instead of asking again. Any other request, or dropping
-/// the backend, gives it up.
-struct Parked {
-    request: LockRequest,
-    ticket: String,
-    line: Line,
-    /// Who held the lock then: the wait reports them without asking again.
-    holders: Vec<Holder>,
-}
-
-/// A waiter's place after a round that found the lock busy.
-#[derive(Clone, Copy)]
-struct Line {
-    /// When that round was sent: a grant heard after its replies was made later than this.
-    sent: Instant,
-    /// Look again after this long if no grant comes.
-    retry: Duration,
-    /// A server that answered, whose connection to listen on.
-    server: usize,
 }
 
 impl RedisBackend {
@@ -198,147 +173,6 @@ impl RedisBackend {
         lock(&self.servers)
     }
 
-    /// Waits for the lock: see the module documentation. `Ok(None)` when cancelled. `parked` is the
-    /// place a `try_acquire` took in line for this request, if it did.
-    fn wait_for(
-        &self,
-        ask: &Ask,
-        waiting: &Waiting,
-        parked: Option<Parked>,
-    ) -> anyhow::Result<Option<Box<RedisLease>>> {
-        let mut ticket = String::new();
-        let mut line = None;
-        if let Some(parked) = parked {
-            waiting.busy(&parked.holders);
-            ticket = parked.ticket;
-            line = Some(parked.line);
-        }
-        let mut announced = line.is_some();
-        let mut retry = RETRY_FIRST;
-        loop {
-            if waiting.is_cancelled() {
-                return Ok(None);
-            }
-            let place = match line.take() {
-                Some(place) => place,
-                None => {
-                    // Cut short by the caller's deadline (or signal): an outage must not hold it up.
-                    let most = waiting.slice(Duration::MAX);
-                    let round = self.round(&mut self.servers(), ask, true, &mut ticket, most)?;
-                    match round {
-                        Round::Held(lease) => return Ok(Some(lease)),
-                        Round::Busy { line, holders } => {
-                            waiting.reachable();
-                            retry = RETRY_FIRST;
-                            if !announced {
-                                waiting.busy(&holders);
-                                announced = true;
-                            }
-                            line
-                        }
-                        Round::Unreachable(faults) => {
-                            // A waiter rides an outage out until its --wait is spent: say so, and
-                            // try again, less and less often.
-                            if waiting.is_cancelled() {
-                                return Ok(None);
-                            }
-                            waiting.unreachable(&fault::describe(&faults));
-                            pause(retry, waiting);
-                            retry = (retry * 2).min(RETRY_MOST);
-                            continue;
-                        }
-                    }
-                }
-            };
-            let ttl = ask.ttl;
-            let until = place.sent + place.retry.min(ttl / 3);
-            if let Some(token) = self.listen(&ask.keys.base, place.server, until, waiting) {
-                // Alone, the grant is the lock, with a lease that ends after the last attempt's
-                // send time plus the ttl; take it unless that time is old. With Redlock it only
-                // says "try again now", everywhere.
-                if self.count == 1 && place.sent.elapsed() < ttl / 6 {
-                    return Ok(Some(Box::new(self.lease(ask, token, place.sent))));
-                }
-            }
-        }
-    }
-
-    /// Listens until `until` for a grant of the lock `base` to this dlock, on the connection to
-    /// server `at` (a message read on any connection by anyone counts too). Holds that connection
-    /// for at most `CANCEL_CHECK` at a time, so renewals of locks already held go on meanwhile.
-    /// The grant's token, or `None`: time to look again (or cancelled, or the connection broke).
-    fn listen(&self, base: &str, at: usize, until: Instant, waiting: &Waiting) -> Option<Token> {
-        loop {
-            let now = Instant::now();
-            if waiting.is_cancelled() || now >= until {
-                return None;
-            }
-            let mut servers = self.servers();
-            for server in servers.iter() {
-                if let Some(token) = server.grant(base) {
-                    return Some(token);
-                }
-            }
-            let server = servers.get_mut(at)?;
-            let slice = waiting.slice((until - now).min(CANCEL_CHECK));
-            if server.read_message(slice).is_err() {
-                return None;
-            }
-        }
-    }
-
-    /// A waiter gives up: remove its place in the queue (and a lease granted in the meantime),
-    /// with the supervisor's wake-up signal blocked so these last commands are not interrupted.
-    fn abandon(&self, ask: &Ask) {
-        let _quiet = BlockedWakeSignal::new();
-        self.undo(&mut self.servers(), ask, Place::Leave);
-    }
-
-    /// One attempt. With `then_wait`, a busy lock leaves this dlock in line, parked for the wait
-    /// that follows; otherwise nothing of it stays behind.
-    fn try_once(&self, request: &LockRequest, then_wait: bool) -> anyhow::Result<Attempt> {
-        if let Some(earlier) = self.take_parked() {
-            self.abandon(&Ask::new(&earlier.request));
-        }
-        let ask = Ask::new(request);
-        let mut ticket = String::new();
-        let mut servers = self.servers();
-        let round = match self.round(&mut servers, &ask, then_wait, &mut ticket, Duration::MAX) {
-            Ok(round) => round,
-            Err(e) => {
-                if then_wait {
-                    self.undo_connected(&mut servers, &ask);
-                }
-                return Err(e);
-            }
-        };
-        match round {
-            Round::Held(lease) => Ok(Attempt::Acquired(lease)),
-            Round::Busy { line, holders } => {
-                if then_wait {
-                    *lock(&self.parked) = Some(Parked {
-                        request: request.clone(),
-                        ticket,
-                        line,
-                        holders: holders.clone(),
-                    });
-                }
-                Ok(Attempt::Busy(holders))
-            }
-            Round::Unreachable(faults) => {
-                if then_wait {
-                    self.undo_connected(&mut servers, &ask);
-                }
-                self.check_quorum(servers.len() - faults.len(), &faults)?;
-                Ok(Attempt::Busy(Vec::new()))
-            }
-        }
-    }
-
-    fn take_parked(&self) -> Option<Parked> {
-        lock(&self.parked).take()
-    }
-
     /// Runs a read-or-break script on every server and merges the holders they report.
     fn holders_everywhere(
         &self,
@@ -385,44 +219,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Sleeps up to `how_long`, in steps short enough to notice a cancellation soon.
-fn pause(how_long: Duration, waiting: &Waiting) {
-    let until = Instant::now() + how_long;
-    while !waiting.is_cancelled() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        std::thread::sleep(waiting.slice(left.min(CANCEL_CHECK)));
-    }
-}
-
-/// Blocks the supervisor's wake-up signal in this thread while alive.
-struct BlockedWakeSignal {
-    old: libc::sigset_t,
-}
-
-impl BlockedWakeSignal {
-    fn new() -> BlockedWakeSignal {
-        // SAFETY: plain signal-mask manipulation on this thread with valid, initialised sets.
-        unsafe {
-            let mut block: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut block);
-            libc::sigaddset(&mut block, super::WAKE_SIGNAL);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-            BlockedWakeSignal { old }
-        }
-    }
-}
-
-impl Drop for BlockedWakeSignal {
-    fn drop(&mut self) {
-        // SAFETY: restores the mask saved in `new`.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
-    }
-}
-
 impl Backend for RedisBackend {
     fn location(&self) -> String {
         self.location.clone()
@@ -437,29 +233,12 @@ impl Backend for RedisBackend {
         request: &LockRequest,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
-        let parked = match self.take_parked() {
-            Some(parked) if parked.request == *request => Some(parked),
-            Some(other) => {
-                self.abandon(&Ask::new(&other.request));
-                None
-            }
-            None => None,
-        };
-        let ask = Ask::new(request);
-        match self.wait_for(&ask, waiting, parked) {
-            Ok(Some(lease)) => Ok(Some(lease)),
-            Ok(None) => {
-                self.abandon(&ask);
-                Ok(None)
-            }
-            Err(e) => {
-                self.abandon(&ask);
-                Err(e)
-            }
-        }
+        Ok(self
+            .wait(request, waiting)?
+            .map(|lease| lease as Box<dyn Lease>))
     }
 
-    /// Every blocking read while waiting lasts at most `CANCEL_CHECK`.
+    /// Every blocking read while waiting lasts at most `wait::CANCEL_CHECK`.
     fn polls_while_waiting(&self) -> bool {
         true
     }
@@ -519,9 +298,7 @@ impl Backend for RedisBackend {
 impl Drop for RedisBackend {
     /// A place in line nobody waited in (the wait never started): give it up.
     fn drop(&mut self) {
-        if let Some(parked) = self.take_parked() {
-            self.abandon(&Ask::new(&parked.request));
-        }
+        self.give_up_parked();
     }
 }
 

@@ -10,7 +10,8 @@ use super::fault::{self, first_fatal, Fault};
 use super::lease::RedisLease;
 use super::scripts::{Ask, Place, Reply};
 use super::server::Server;
-use super::{Line, RedisBackend};
+use super::wait::Line;
+use super::RedisBackend;
 use crate::exit::{FailWith, Failure};
 use crate::lock::{random_bytes, Holder, Token};
 
