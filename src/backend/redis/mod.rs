@@ -43,8 +43,14 @@
 //! counter is then raised to it: any later majority shares a server with this one, so tokens keep
 //! growing as long as the servers that missed an acquisition plus those that lost their data before
 //! the next one are a minority.
+//!
+//! Where things are: `server` (one server: URL, connection, calls), `fault` (what went wrong, in
+//! words), `keys` (a name's keys), `scripts` (the Lua scripts, their arguments and replies),
+//! `redlock` (a round over every server, quorum, tokens), `wait` (the queue, grants, the parked
+//! place), `lease` (renew, release), `holders` (status, list, release --force).
 
 mod fault;
+mod holders;
 mod keys;
 mod lease;
 mod redlock;
@@ -53,18 +59,15 @@ mod server;
 mod wait;
 mod wake_signal;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::anyhow;
-use redis::Connection;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockName, LockRequest};
 use fault::{first_fatal, Fault};
-use keys::Keys;
 use redlock::on_all;
 use scripts::HoldersScript;
 use server::Server;
@@ -101,9 +104,6 @@ trusting the system CAs or SSL_CERT_FILE; default redis://127.0.0.1:6379):
   run at about the same rate, pauses shorter than the lease, and a crashed server restarted empty
   only after a ttl; it cannot stop a holder that was paused past its lease from acting: pass
   DLOCK_TOKEN to the resource and have it refuse older tokens.";
-
-/// Most keys `list` looks at, so a huge keyspace cannot keep it scanning forever.
-const MAX_SCAN_STEPS: usize = 100_000;
 
 /// One connection per `--url`, shared by the backend and every lease it hands out: a dlock holding
 /// 10,000 names renews them over one connection per server, not 10,000. Each use locks it for one
@@ -172,44 +172,6 @@ impl RedisBackend {
     fn servers(&self) -> MutexGuard<'_, Vec<Server>> {
         lock(&self.servers)
     }
-
-    /// Runs a read-or-break script on every server and merges the holders they report.
-    fn holders_everywhere(
-        &self,
-        name: &LockName,
-        script: HoldersScript,
-    ) -> anyhow::Result<Vec<Holder>> {
-        let mut servers = self.servers();
-        let keys = Keys::of(name);
-        let timeout = self.connect_timeout;
-        let replies = on_all(&mut servers, |s| {
-            s.call(timeout, |l| scripts::holders(&mut l.conn, &keys, script))
-        });
-        let mut merged: BTreeMap<String, Holder> = BTreeMap::new();
-        let mut faults = Vec::new();
-        for reply in replies {
-            match reply {
-                Ok(holders) => {
-                    for holder in holders {
-                        merged.entry(holder.owner.clone()).or_insert(holder);
-                    }
-                }
-                Err(fault) => faults.push(fault),
-            }
-        }
-        if faults.len() == servers.len() || first_fatal(&faults).is_some() {
-            if let Some(fault) = faults.first() {
-                return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
-            }
-        }
-        let mut holders: Vec<Holder> = merged.into_values().collect();
-        holders.sort_by_key(|h| h.token);
-        Ok(holders)
-    }
-
-    fn describe_location(&self, name: &LockName) -> String {
-        format!("{} key {}:*", self.location, Keys::of(name).base)
-    }
 }
 
 /// A mutex's data, also after a panic elsewhere (what it guards is never left half-changed).
@@ -244,50 +206,11 @@ impl Backend for RedisBackend {
     }
 
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
-        Ok(LockStatus {
-            name: name.clone(),
-            holders: self.holders_everywhere(name, HoldersScript::Status)?,
-            location: self.describe_location(name),
-        })
+        self.read_status(name)
     }
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
-        let pattern = keys::holders_pattern(prefix);
-        let names = {
-            let mut servers = self.servers();
-            let timeout = self.connect_timeout;
-            let found = on_all(&mut servers, |s| {
-                s.call(timeout, |l| scan(&mut l.conn, &pattern))
-            });
-            let mut names = Vec::new();
-            let mut faults = Vec::new();
-            for result in found {
-                match result {
-                    Ok(keys) => names.extend(keys),
-                    Err(fault) => faults.push(fault),
-                }
-            }
-            if faults.len() == servers.len() {
-                if let Some(fault) = faults.first() {
-                    return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
-                }
-            }
-            names
-        };
-        let mut names: Vec<LockName> = names
-            .iter()
-            .filter_map(|key| keys::name_of_holders_key(key, prefix))
-            .collect();
-        names.sort();
-        names.dedup();
-        let mut held = Vec::new();
-        for name in names {
-            let status = self.status(&name)?;
-            if !status.holders.is_empty() {
-                held.push(status);
-            }
-        }
-        Ok(held.into())
+        self.list_held(prefix)
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
@@ -300,25 +223,4 @@ impl Drop for RedisBackend {
     fn drop(&mut self) {
         self.give_up_parked();
     }
-}
-
-/// SCAN for keys matching `pattern`, bounded by `MAX_SCAN_STEPS`.
-fn scan(conn: &mut Connection, pattern: &str) -> redis::RedisResult<Vec<String>> {
-    let mut cursor: u64 = 0;
-    let mut keys = Vec::new();
-    for _ in 0..MAX_SCAN_STEPS {
-        let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query(conn)?;
-        keys.extend(batch.into_iter().filter_map(|k| String::from_utf8(k).ok()));
-        cursor = next;
-        if cursor == 0 {
-            break;
-        }
-    }
-    Ok(keys)
 }

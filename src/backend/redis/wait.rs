@@ -1,6 +1,6 @@
 //! Waiting for a busy lock: a ticket in the lock's queue, listening on this dlock's channel for the
 //! grant a release sends, a fallback look when none comes, and the place in line a `try_acquire`
-//! parks for the wait that follows it (see the module documentation for the design).
+//! parks for the wait that follows it. Why it works so: the design notes in mod.rs.
 
 use std::time::{Duration, Instant};
 
