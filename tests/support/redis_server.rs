@@ -298,6 +298,19 @@ impl ServerControl for FaultyRedis {
 }
 
 impl Target {
+    /// Redis on one private server that writes every change to disk before it answers
+    /// (`RedisServer::start_durable`) and comes back with its data after a crash.
+    pub fn durable_redis() -> Target {
+        Target::redis(vec![RedisServer::start_durable()], Comeback::KeepingData)
+    }
+
+    /// Redlock on three private servers without persistence, which come back empty `down` after
+    /// a crash.
+    pub fn redlock_back_empty_after(down: Duration) -> Target {
+        let servers = (0..3).map(|_| RedisServer::start()).collect();
+        Target::redis(servers, Comeback::EmptyAfter(down))
+    }
+
     /// The Redis backend on the given servers, which the fault checker may pause and crash.
     pub fn redis(servers: Vec<RedisServer>, comeback: Comeback) -> Target {
         let mut args = vec!["--backend".to_owned(), "redis".to_owned()];
