@@ -4,12 +4,11 @@
 //! three and five servers, passwords, TLS and bad addresses. What every backend owes is in the
 //! contract suite.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::support::redis_server::{RedisServer, TlsFiles};
+use crate::support::watched::Watched;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
@@ -29,99 +28,25 @@ fn urls(servers: &[&RedisServer]) -> Vec<String> {
     servers.iter().map(|s| s.url()).collect()
 }
 
-/// A `dlock run` whose command writes its pid to `pid_file` and then sleeps, with stderr captured
-/// line by line so a test can wait for events such as "renewed".
-struct Holder {
-    child: Child,
-    lines: Receiver<String>,
-    stderr: Vec<String>,
-}
-
-impl Holder {
-    fn start(urls: &[String], options: &[&str], name: &str, pid_file: &std::path::Path) -> Holder {
-        let script = format!("echo $$ > {}; exec sleep 60", pid_file.display());
-        let mut args = vec!["-v", "run"];
-        args.extend_from_slice(options);
-        args.extend_from_slice(&[name, "--", "sh", "-c", &script]);
-        Holder::start_args(urls, &args)
-    }
-
-    /// `dlock ARGS` with stderr captured line by line.
-    fn start_args(urls: &[String], args: &[&str]) -> Holder {
-        let mut child = dlock_at(urls, args)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start dlock");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Holder {
-            child,
-            lines,
-            stderr: Vec::new(),
-        }
-    }
-
-    /// Waits for `count` more stderr lines containing `what`.
-    fn wait_for_lines(&mut self, what: &str, count: usize, limit: Duration) {
-        let end = Instant::now() + limit;
-        let mut seen = 0;
-        while seen < count {
-            let left = end.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    if line.contains(what) {
-                        seen += 1;
-                    }
-                    self.stderr.push(line);
-                }
-                Err(_) => panic!(
-                    "saw {seen} of {count} lines with {what:?} within {limit:?}; stderr:\n{}",
-                    self.stderr.join("\n")
-                ),
-            }
-        }
-    }
-
-    /// Watches stderr for `how_long`, failing at once if the lock is lost meanwhile.
-    fn keeps_the_lock_for(&mut self, how_long: Duration) {
-        let end = Instant::now() + how_long;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            if let Ok(line) = self.lines.recv_timeout(left) {
-                assert!(
-                    !line.contains("lost the lock"),
-                    "{}\n{line}",
-                    self.stderr.join("\n")
-                );
-                self.stderr.push(line);
-            }
-        }
-    }
-
-    /// Waits for dlock to exit; returns its status and all of its stderr.
-    fn finish(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
-        let status = wait_exit(&mut self.child, limit);
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
-            self.stderr.push(line);
-        }
-        (status, self.stderr.join("\n"))
-    }
+/// A `dlock -v run OPTIONS NAME` whose command writes its pid to `pid_file` and then sleeps, with
+/// stderr watched so a test can wait for events such as "renewed".
+fn start_holder(
+    urls: &[String],
+    options: &[&str],
+    name: &str,
+    pid_file: &std::path::Path,
+) -> Watched {
+    let script = format!("echo $$ > {}; exec sleep 60", pid_file.display());
+    let mut args = vec!["-v", "run"];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&[name, "--", "sh", "-c", &script]);
+    Watched::start(dlock_at(urls, &args))
 }
 
 /// Asserts that a holder loses its lock after `event`: dlock exits 79 within ttl + kill-after
 /// (plus slack for a loaded machine), says why, and its command is gone.
 fn assert_lost_after(
-    holder: Holder,
+    holder: Watched,
     child_pid: u32,
     event: Instant,
     ttl_and_kill_after: Duration,
@@ -129,7 +54,7 @@ fn assert_lost_after(
 ) {
     let (status, stderr) = holder.finish(T);
     let took = event.elapsed();
-    assert_eq!(status.code(), Some(79), "{stderr}");
+    assert_eq!(status, 79, "{stderr}");
     assert!(
         stderr.contains("lost the lock") && reasons.iter().any(|r| stderr.contains(r)),
         "expected a loss because of {reasons:?}:\n{stderr}"
@@ -203,7 +128,7 @@ fn deleting_the_key_by_hand_ends_the_holders_run_with_79() {
     let server = RedisServer::start();
     let dir = LockDir::new();
     let url = [server.url()];
-    let holder = Holder::start(
+    let holder = start_holder(
         &url,
         &["--ttl", "1s", "--kill-after", "1s"],
         "gone",
@@ -218,7 +143,7 @@ fn deleting_the_key_by_hand_ends_the_holders_run_with_79() {
 fn delete_holders_and_see_the_loss(
     server: &RedisServer,
     name: &str,
-    holder: Holder,
+    holder: Watched,
     child: u32,
     ttl_and_kill_after: Duration,
 ) {
@@ -241,14 +166,14 @@ fn a_server_stopped_past_the_deadline_ends_the_holders_run_with_79() {
     let server = RedisServer::start();
     let dir = LockDir::new();
     let url = [server.url()];
-    let mut holder = Holder::start(
+    let mut holder = start_holder(
         &url,
         &["--ttl", "1s", "--kill-after", "1s"],
         "frozen",
         &dir.file("pid"),
     );
     let child = read_pid(&dir.file("pid"));
-    holder.wait_for_lines("renewed", 1, T);
+    holder.wait_for_more("renewed", 1, T);
     server.pause();
     let stopped = Instant::now();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -265,14 +190,14 @@ fn a_server_restarted_empty_ends_the_holders_run_with_79() {
     let mut server = RedisServer::start();
     let dir = LockDir::new();
     let url = [server.url()];
-    let mut holder = Holder::start(
+    let mut holder = start_holder(
         &url,
         &["--ttl", "1s", "--kill-after", "1s"],
         "amnesia",
         &dir.file("pid"),
     );
     let child = read_pid(&dir.file("pid"));
-    holder.wait_for_lines("renewed", 1, T);
+    holder.wait_for_more("renewed", 1, T);
     server.restart_empty();
     let restarted = Instant::now();
     assert_lost_after(
@@ -290,7 +215,7 @@ fn a_sigkilled_holder_frees_the_lock_within_its_ttl() {
     let server = RedisServer::start();
     let dir = LockDir::new();
     let url = [server.url()];
-    let holder = Holder::start(&url, &["--ttl", "1s"], "crash", &dir.file("pid"));
+    let mut holder = start_holder(&url, &["--ttl", "1s"], "crash", &dir.file("pid"));
     read_pid(&dir.file("pid"));
     let next = dir.file("next");
     let mut waiter = dlock_at(
@@ -300,10 +225,9 @@ fn a_sigkilled_holder_frees_the_lock_within_its_ttl() {
     .spawn()
     .unwrap();
     wait_until("the waiter to queue", T, || queued(&server, "crash") == 1);
-    let mut holder_child = holder.child;
-    holder_child.kill().unwrap();
+    holder.child.kill().unwrap();
     let killed = Instant::now();
-    let _ = holder_child.wait();
+    let _ = holder.child.wait();
     wait_for_file(&next, T);
     let took = killed.elapsed();
     assert!(
@@ -335,20 +259,20 @@ fn a_release_hands_the_lock_over_with_no_command_from_the_waiter() {
         code(&output(dlock_at(&url, &["run", "warm", "--", "true"]))),
         0
     );
-    let mut holder = Holder::start(&url, &[], "over", &dir.file("pid"));
+    let mut holder = start_holder(&url, &[], "over", &dir.file("pid"));
     read_pid(&dir.file("pid"));
     let started = dir.file("waiter-pid");
     let script = format!("echo $$ > {}; exec sleep 60", started.display());
-    let mut waiter = Holder::start_args(
+    let mut waiter = Watched::start(dlock_at(
         &url,
         &[
             "-v", "run", "--ttl", "3s", "over", "--", "sh", "-c", &script,
         ],
-    );
+    ));
     wait_until("the waiter to queue", T, || queued(&server, "over") == 1);
     let before = script_calls(&server);
     signal(holder.child.id(), libc::SIGTERM);
-    holder.wait_for_lines("released", 1, T);
+    holder.wait_for_more("released", 1, T);
     let child = read_pid(&started);
     // The holder's release granted the lock, and the waiter started without asking again (its
     // fallback re-check would come only a second after it queued).
@@ -361,7 +285,7 @@ fn a_release_hands_the_lock_over_with_no_command_from_the_waiter() {
 
     // The lock it was handed is a lock like any other: renewed (every second), then lost when
     // its key goes.
-    waiter.wait_for_lines("renewed", 2, T);
+    waiter.wait_for_more("renewed", 2, T);
     delete_holders_and_see_the_loss(&server, "over", waiter, child, Duration::from_secs(3));
 }
 
@@ -375,10 +299,10 @@ fn many_names_are_held_and_renewed_over_one_connection() {
     args.extend(names.iter().map(String::as_str));
     let script = format!("touch {}; exec sleep 60", marker.display());
     args.extend(["--", "sh", "-c", &script]);
-    let mut holder = Holder::start_args(&[server.url()], &args);
+    let mut holder = Watched::start(dlock_at(&[server.url()], &args));
     wait_for_file(&marker, T);
     // Several rounds of renewals of all 200 (every 200ms), through the one connection.
-    holder.wait_for_lines("renewed", 3 * 200, T);
+    holder.wait_for_more("renewed", 3 * 200, T);
     let clients: String = redis::cmd("CLIENT")
         .arg("LIST")
         .query(&mut server.connection())
@@ -392,7 +316,7 @@ fn many_names_are_held_and_renewed_over_one_connection() {
     assert_eq!(stdout(&out).lines().count(), 200, "{}", stdout(&out));
     signal(holder.child.id(), libc::SIGTERM);
     let (status, stderr) = holder.finish(T);
-    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    assert_eq!(status, 128 + libc::SIGTERM, "{stderr}");
     assert_eq!(server.keys().len(), 200, "only the token counters stay");
 }
 
@@ -438,7 +362,7 @@ fn waiters_acquire_in_arrival_order() {
     let server = RedisServer::start();
     let dir = LockDir::new();
     let url = [server.url()];
-    let holder = Holder::start(&url, &[], "fifo", &dir.file("pid"));
+    let holder = start_holder(&url, &[], "fifo", &dir.file("pid"));
     read_pid(&dir.file("pid"));
     let order = dir.file("order");
     let mut waiters = Vec::new();
@@ -466,7 +390,7 @@ fn a_waiter_that_gives_up_leaves_nothing_behind() {
     let server = RedisServer::start();
     let dir = LockDir::new();
     let url = [server.url()];
-    let holder = Holder::start(&url, &[], "tidy", &dir.file("pid"));
+    let holder = start_holder(&url, &[], "tidy", &dir.file("pid"));
     read_pid(&dir.file("pid"));
     let held_keys = server.keys();
     assert_eq!(
@@ -532,17 +456,17 @@ fn names_with_braces_and_spaces_stay_inside_one_hash_tag() {
 }
 
 /// Five servers, one holder with a 1s lease renewing every ~333ms.
-fn five_servers_and_a_holder(dir: &LockDir) -> (Vec<RedisServer>, Holder, u32) {
+fn five_servers_and_a_holder(dir: &LockDir) -> (Vec<RedisServer>, Watched, u32) {
     let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
     let all = urls(&servers.iter().collect::<Vec<_>>());
-    let mut holder = Holder::start(
+    let mut holder = start_holder(
         &all,
         &["--ttl", "1s", "--kill-after", "1s"],
         "quorum",
         &dir.file("pid"),
     );
     let child = read_pid(&dir.file("pid"));
-    holder.wait_for_lines("renewed", 1, T);
+    holder.wait_for_more("renewed", 1, T);
     (servers, holder, child)
 }
 
@@ -554,14 +478,14 @@ fn redlock_keeps_the_lock_with_two_of_five_servers_killed() {
     servers[3].kill();
     // Renewals keep reaching the three left, well past the 1s lease: without them the lock would
     // be lost within 1s.
-    holder.keeps_the_lock_for(Duration::from_millis(2500));
+    holder.sees_no_line_with("lost the lock", Duration::from_millis(2500));
     assert!(alive(child));
     let all = urls(&servers.iter().collect::<Vec<_>>());
     let out = output(dlock_at(&all, &["run", "-n", "quorum", "--", "true"]));
     assert_eq!(code(&out), 75, "nobody else gets it: {}", stderr(&out));
     signal(holder.child.id(), libc::SIGTERM);
     let (status, stderr) = holder.finish(T);
-    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    assert_eq!(status, 128 + libc::SIGTERM, "{stderr}");
     assert!(!stderr.contains("lost the lock"), "{stderr}");
 }
 
