@@ -91,24 +91,11 @@ fn held_variable_of(mut cmd: Command) -> String {
 }
 
 pub fn nested_run_of_a_held_lock_runs_directly_instead_of_deadlocking(t: &Target) {
-    let inner = t.shell_words(&[
-        "run",
-        "-n",
-        "outer",
-        "--",
-        "sh",
-        "-c",
-        "echo inner $DLOCK_TOKEN",
-    ]);
-    let out = output(t.dlock(&[
-        "run",
-        "-n",
-        "outer",
-        "--",
-        "sh",
-        "-c",
-        &format!("echo outer $DLOCK_TOKEN; {inner}"),
-    ]));
+    // The same run, nested in itself.
+    let run = ["run", "-n", "outer", "--", "sh", "-c"];
+    let inner = t.shell_words(&[&run[..], &["echo inner $DLOCK_TOKEN"]].concat());
+    let outer = format!("echo outer $DLOCK_TOKEN; {inner}");
+    let out = output(t.dlock(&[&run[..], &[outer.as_str()]].concat()));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let text = stdout(&out);
     let lines: Vec<&str> = text.lines().collect();

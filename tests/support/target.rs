@@ -11,7 +11,8 @@ pub struct Target {
     pub kind: Kind,
     /// The servers' loopback ports, in the order of the URLs in `args`.
     pub ports: Vec<u16>,
-    /// The servers behind the backend, for fault injection (none for the file backend).
+    /// The servers behind the backend, for fault injection: none for the file backend, nor for
+    /// the suite's servers (`suite_servers`), which other tests share.
     pub servers: Vec<Box<dyn ServerControl>>,
     /// Scratch space for markers and counters.
     pub scratch: LockDir,
