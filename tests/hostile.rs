@@ -34,14 +34,6 @@ fn let_go(dir: &LockDir, mut holder: Child) {
     wait_exit(&mut holder, T);
 }
 
-/// `dlock -b redis -u URL ARGS` against `server`.
-fn on_redis(server: &RedisServer, args: &[&str]) -> Command {
-    let mut cmd = dlock();
-    cmd.args(["--backend", "redis", "--url", &server.url()])
-        .args(args);
-    cmd
-}
-
 fn counter(conn: &mut redis::Connection, name: &str) -> Option<String> {
     redis::cmd("GET")
         .arg(format!("dlock:{{{name}}}:token"))
@@ -67,7 +59,7 @@ fn a_redis_counter_that_is_no_token_is_refused_and_left_as_it_is() {
             .arg(bad)
             .query::<()>(&mut conn)
             .unwrap();
-        let out = output(on_redis(&server, &["run", "n", "--", "true"]));
+        let out = output(server.dlock(&["run", "n", "--", "true"]));
         assert_eq!(code(&out), 69, "{bad}: {}", stderr(&out));
         let err = stderr(&out);
         assert!(
@@ -82,13 +74,10 @@ fn a_redis_counter_that_is_no_token_is_refused_and_left_as_it_is() {
         .arg("9007199254740990")
         .query::<()>(&mut conn)
         .unwrap();
-    let out = output(on_redis(
-        &server,
-        &["run", "n", "--", "sh", "-c", "echo $DLOCK_TOKEN"],
-    ));
+    let out = output(server.dlock(&["run", "n", "--", "sh", "-c", "echo $DLOCK_TOKEN"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "9007199254740991");
-    let out = output(on_redis(&server, &["run", "n", "--", "true"]));
+    let out = output(server.dlock(&["run", "n", "--", "true"]));
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     assert_eq!(counter(&mut conn, "n").as_deref(), Some("9007199254740991"));
 }
@@ -98,8 +87,9 @@ fn a_release_grants_nothing_from_a_broken_redis_counter() {
     let server = RedisServer::start();
     let dir = LockDir::new();
     let mut conn = server.connection();
-    let holder = hold(&|args| on_redis(&server, args), &dir, "n");
-    let mut waiter = on_redis(&server, &["run", "--ttl", "3s", "n", "--", "true"])
+    let holder = hold(&|args| server.dlock(args), &dir, "n");
+    let mut waiter = server
+        .dlock(&["run", "--ttl", "3s", "n", "--", "true"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::redis_server::RedisServer;
+use crate::support::redis_server::{dlock_at, RedisServer};
 use crate::support::watched::Watched;
 use crate::support::zk_server::ZkServer;
 use crate::support::*;
@@ -15,9 +15,7 @@ use crate::support::*;
 const T: Duration = Duration::from_secs(60);
 
 fn redis_at(url: &str, args: &[&str]) -> Command {
-    let mut cmd = dlock();
-    cmd.args(["--backend", "redis", "--url", url]).args(args);
-    cmd
+    dlock_at(&[url], args)
 }
 
 /// A shell command that writes `in` then holds until `go` exists (at most 60s).

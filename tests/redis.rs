@@ -7,22 +7,11 @@
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use crate::support::redis_server::{RedisServer, TlsFiles};
+use crate::support::redis_server::{dlock_at, RedisServer, TlsFiles};
 use crate::support::watched::Watched;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
-
-/// `dlock --backend redis --url U... ARGS`.
-fn dlock_at(urls: &[String], args: &[&str]) -> Command {
-    let mut cmd = dlock();
-    cmd.args(["--backend", "redis"]);
-    for url in urls {
-        cmd.arg("--url").arg(url);
-    }
-    cmd.args(args);
-    cmd
-}
 
 fn urls(servers: &[&RedisServer]) -> Vec<String> {
     servers.iter().map(|s| s.url()).collect()
@@ -561,7 +550,8 @@ fn passwords_and_acl_users_work_and_a_wrong_password_exits_69() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
 
     // An ACL user, with the URL (and its secret) in the environment rather than on the command line.
-    let mut cmd = dlock_at(&[], &["status", "p"]);
+    let mut cmd = dlock();
+    cmd.args(["--backend", "redis", "status", "p"]);
     cmd.env(
         "DLOCK_URL",
         format!("redis://alice:p%40ss@127.0.0.1:{port}"),

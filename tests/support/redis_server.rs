@@ -216,6 +216,11 @@ impl RedisServer {
         );
     }
 
+    /// `dlock --backend redis --url <this server> ARGS`.
+    pub fn dlock(&self, args: &[&str]) -> Command {
+        dlock_at(&[self.url()], args)
+    }
+
     /// A direct connection, for looking at (or tampering with) what dlock stored.
     pub fn connection(&self) -> redis::Connection {
         redis::Client::open(self.url())
@@ -243,6 +248,17 @@ impl Drop for RedisServer {
         // SIGKILL also ends a stopped process.
         self.kill();
     }
+}
+
+/// `dlock --backend redis --url URL... ARGS`: one URL, or several for Redlock.
+pub fn dlock_at(urls: &[impl AsRef<str>], args: &[&str]) -> Command {
+    let mut cmd = super::dlock();
+    cmd.args(["--backend", "redis"]);
+    for url in urls {
+        cmd.args(["--url", url.as_ref()]);
+    }
+    cmd.args(args);
+    cmd
 }
 
 fn free_port() -> u16 {
