@@ -9,7 +9,8 @@
 //! Adding a backend is one line there, its name and how to make its `Target`; every scenario then
 //! runs on it as `contract::BACKEND::AREA::SCENARIO` (`cargo test contract::zk::` runs one
 //! backend, `cargo test one_wait_budget` one scenario on all). Adding a scenario is a `pub fn` in
-//! its area's file and its name in the list below.
+//! its area's file and its name in the list below. A scenario that fails on a backend for a reason
+//! the tests cannot fix is listed in `scenario_test!`, with the reason, and ignored there only.
 //!
 //! What tests one backend's own mechanism (Redis keys, ZooKeeper nodes, flock(1), a server that is
 //! stopped or restarted) stays in that backend's file. The fault checker (`faults/`) has a
@@ -48,7 +49,6 @@ macro_rules! contract {
     ) => {
         $(
             mod $backend {
-                #[allow(unused_imports)]
                 use crate::support::target::Target;
 
                 fn target() -> Target {
@@ -101,6 +101,7 @@ macro_rules! scenario_test {
 }
 
 contract! {
+    // One line a backend: the name its tests go by, and how to make a Target on it for one test.
     backends: {
         file => Target::file_backend(),
         redis => Target::suite_redis(),
