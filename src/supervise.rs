@@ -12,7 +12,6 @@
 
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::os::unix::thread::JoinHandleExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -22,29 +21,22 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
 use crate::backend::{
-    self, Attempt, Backend, BackendConfig, Lease, Outage, Released, Renewal, Waiting, WAKE_SIGNAL,
+    self, Attempt, Backend, BackendConfig, Lease, Outage, Released, Renewal, Waiting,
 };
 use crate::exit;
 use crate::guard::{self, Guardian};
-use crate::interrupt;
 use crate::job::{self, Job};
 use crate::lock::{Holder, LockName, LockRequest};
 use crate::program;
 use crate::reentry::{self, Claim};
 use crate::report::{self, Reporter};
+use crate::signal::interrupt::{self, Interruptible};
+use crate::signal::wait::Signals;
+use crate::signal::FORWARDED;
 use crate::spawn;
-
-/// Signals dlock passes on to the command's process group.
-pub const FORWARDED_SIGNALS: [i32; 6] = [
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
 
 /// Everything `dlock run` was asked to do.
 pub struct RunPlan {
@@ -103,88 +95,6 @@ enum Event {
     Done(anyhow::Result<bool>),
 }
 
-/// The signals dlock takes synchronously, blocked in every thread it starts.
-struct Signals {
-    waited: libc::sigset_t,
-    /// The mask dlock started with, which the command gets back.
-    original: libc::sigset_t,
-    main_thread: libc::pthread_t,
-}
-
-/// The acquiring thread's "look at the channel" to the main thread: a real-time signal, so it is
-/// never one a user sends.
-fn event_signal() -> i32 {
-    libc::SIGRTMIN() + 1
-}
-
-impl Signals {
-    /// Blocks the forwarded signals, SIGCHLD, SIGCONT (which still continues dlock: blocking only
-    /// lets the main thread see it, see job.rs) and the event signal. Must run before any thread is
-    /// started, since threads inherit the mask: a signal must never reach a thread with the default
-    /// action (which would kill dlock without forwarding anything).
-    fn block() -> io::Result<Signals> {
-        // SAFETY: sigset_t is plain data, filled by the calls.
-        unsafe {
-            let mut waited: libc::sigset_t = std::mem::zeroed();
-            let mut original: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut waited);
-            for n in
-                FORWARDED_SIGNALS
-                    .into_iter()
-                    .chain([libc::SIGCHLD, libc::SIGCONT, event_signal()])
-            {
-                libc::sigaddset(&mut waited, n);
-            }
-            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &waited, &mut original);
-            if rc != 0 {
-                return Err(io::Error::from_raw_os_error(rc));
-            }
-            Ok(Signals {
-                waited,
-                original,
-                main_thread: libc::pthread_self(),
-            })
-        }
-    }
-
-    /// The next signal, or `None` once `timeout` has passed (`Duration::MAX`: no limit).
-    fn wait(&self, timeout: Duration) -> Option<i32> {
-        next_signal(&self.waited, timeout)
-    }
-
-    /// Wakes the main thread from another thread.
-    fn wake_main(main_thread: libc::pthread_t) {
-        // SAFETY: the main thread outlives every helper (dlock exits from it).
-        unsafe { libc::pthread_kill(main_thread, event_signal()) };
-    }
-}
-
-/// The next signal of `set` (all blocked), or `None` once `timeout` has passed (`Duration::MAX`:
-/// no limit).
-fn next_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
-    let end = Instant::now().checked_add(timeout);
-    loop {
-        let left = end.map(|e| e.saturating_duration_since(Instant::now()));
-        let spec = left.map(|l| libc::timespec {
-            tv_sec: l.as_secs() as libc::time_t,
-            tv_nsec: l.subsec_nanos() as libc::c_long,
-        });
-        // SAFETY: valid set and timespec pointers; the siginfo out-pointer may be null.
-        let n = unsafe {
-            match &spec {
-                Some(spec) => libc::sigtimedwait(set, std::ptr::null_mut(), spec),
-                None => libc::sigwaitinfo(set, std::ptr::null_mut()),
-            }
-        };
-        if n > 0 {
-            return Some(n);
-        }
-        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return None;
-        }
-    }
-}
-
 pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     // A command that cannot run is known before anything is opened or taken.
     let program = match program::resolve(&plan.command[0]) {
@@ -203,8 +113,7 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     interrupt::install_wake_handler().context("cannot install a signal handler")?;
     // Until the locks are held a signal only means "stop", also in the middle of a connection
     // to a server that does not answer: it interrupts the call, and dlock ends with 128+N.
-    let mut interruptible =
-        Some(interrupt::Interruptible::new(&FORWARDED_SIGNALS).context("cannot unblock signals")?);
+    let mut interruptible = Some(Interruptible::new(&FORWARDED).context("cannot unblock signals")?);
     let backend = match backend::open(&plan.backend) {
         Ok(backend) => backend,
         Err(e) => return stopped(report).ok_or(e),
@@ -311,7 +220,7 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
         return Ok(code);
     }
     while let Some(n) = signals.wait(Duration::ZERO) {
-        if FORWARDED_SIGNALS.contains(&n) {
+        if FORWARDED.contains(&n) {
             release_all(held, report);
             return Ok(exit::signalled(n));
         }
@@ -331,19 +240,18 @@ fn stopped(report: &Reporter) -> Option<u8> {
 /// A lock may hold a descriptor (a lock file, a connection), so many names at once can pass the
 /// usual soft limit of 1024 open files: raise it to the hard limit when needed. Returns the limit
 /// to restore for the command, which should not inherit dlock's.
-fn raise_file_limit(locks: usize) -> Option<libc::rlimit> {
-    // SAFETY: getrlimit/setrlimit with a valid struct.
-    unsafe {
-        let mut limit: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0
-            || (locks as u64 + 64) < limit.rlim_cur
-        {
-            return None;
-        }
-        let original = limit;
-        limit.rlim_cur = limit.rlim_max;
-        (libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0).then_some(original)
+fn raise_file_limit(locks: usize) -> Option<Rlimit> {
+    let original = getrlimit(Resource::Nofile);
+    // No soft limit (None) is no limit: nothing to raise.
+    let soft = original.current?;
+    if (locks as u64).saturating_add(64) < soft {
+        return None;
     }
+    let raised = Rlimit {
+        current: original.maximum,
+        maximum: original.maximum,
+    };
+    setrlimit(Resource::Nofile, raised).ok().map(|()| original)
 }
 
 fn busy_message(name: &LockName, holders: &[Holder], waited: Option<Duration>) -> String {
@@ -450,7 +358,7 @@ fn wait_here(
     report.event(&waiting_message(&request.name, &holders));
     let last_seen = Arc::new(Mutex::new(holders));
     let caught = Arc::new(AtomicI32::new(0));
-    let waited = signals.waited;
+    let signals = *signals;
     let waiting = Waiting::new({
         let last_seen = last_seen.clone();
         move |holders: &[Holder]| {
@@ -466,7 +374,7 @@ fn wait_here(
     })
     .stopping(plan.wait.map(|w| Instant::now() + w), {
         let caught = caught.clone();
-        move || match interrupt::caught().or_else(|| take_pending(&waited)) {
+        move || match interrupt::caught().or_else(|| signals.take_pending_stop()) {
             Some(n) => {
                 caught.store(n, Ordering::SeqCst);
                 true
@@ -485,17 +393,6 @@ fn wait_here(
     Ok(Acquisition::TimedOut(request.name.clone(), holders))
 }
 
-/// A forwarded signal already pending (taking it), if any; other pending signals in `waited` (an
-/// inherited child's SIGCHLD, say) are taken and ignored, as the waiting loop does.
-fn take_pending(waited: &libc::sigset_t) -> Option<i32> {
-    loop {
-        let n = next_signal(waited, Duration::ZERO)?;
-        if FORWARDED_SIGNALS.contains(&n) {
-            return Some(n);
-        }
-    }
-}
-
 /// Waits for the remaining locks on a helper thread while the main thread watches the deadline
 /// and signals and keeps renewing the locks already held (`held`, from the first attempts, and each
 /// lock the helper reports as it gets it). On any failure everything held is released.
@@ -508,7 +405,7 @@ fn acquire_waiting(
     report: &Reporter,
 ) -> anyhow::Result<Acquisition> {
     let (tx, rx) = mpsc::channel();
-    let main_thread = signals.main_thread;
+    let main = signals.main_waker();
     let busy_tx = tx.clone();
     let outage_tx = tx.clone();
     let busy_name = std::sync::Arc::new(std::sync::Mutex::new(requests[0].name.clone()));
@@ -518,13 +415,13 @@ fn acquire_waiting(
         let name = busy_name_for_waiting.lock().map(|n| n.clone());
         if let Ok(name) = name {
             let _ = busy_tx.send(Event::Busy(name, holders.to_vec()));
-            Signals::wake_main(main_thread);
+            main.wake();
         }
     })
     .reporting_outages(move |outage: &Outage| {
         if let Ok(name) = outage_name.lock().map(|n| n.clone()) {
             let _ = outage_tx.send(Event::Outage(name, outage.clone()));
-            Signals::wake_main(main_thread);
+            main.wake();
         }
     });
     let thread_waiting = waiting.clone();
@@ -534,7 +431,7 @@ fn acquire_waiting(
         .spawn(move || {
             let send = |event| {
                 let _ = tx.send(event);
-                Signals::wake_main(main_thread);
+                main.wake();
             };
             for request in &thread_requests {
                 if let Ok(mut n) = busy_name.lock() {
@@ -590,7 +487,7 @@ fn acquire_waiting(
             timeout = timeout.min(due.saturating_duration_since(now));
         }
         let outcome = match signals.wait(timeout) {
-            Some(n) if FORWARDED_SIGNALS.contains(&n) => Some(Acquisition::Signalled(n)),
+            Some(n) if FORWARDED.contains(&n) => Some(Acquisition::Signalled(n)),
             // Otherwise the channel has news, or an inherited child exited: look again.
             _ if deadline.is_some_and(|d| Instant::now() >= d) => Some(Acquisition::TimedOut(
                 waiting_for.0.clone(),
@@ -632,9 +529,7 @@ fn cancel(
     // Bounded: a backend stuck past this (a hung server) is abandoned; the process exits anyway.
     let give_up = Instant::now() + Duration::from_secs(5);
     while Instant::now() < give_up {
-        // The handle is joinable, so the thread id stays valid even if the thread has finished.
-        // SAFETY: pthread_kill on a joinable thread's id with a handled signal.
-        unsafe { libc::pthread_kill(acquirer.as_pthread_t(), WAKE_SIGNAL) };
+        interrupt::wake_thread(&acquirer);
         let mut done = false;
         for event in rx.try_iter() {
             match event {
@@ -761,7 +656,7 @@ fn supervise_child(
     program: &Path,
     env: &[(String, String)],
     plan: &RunPlan,
-    file_limit: Option<libc::rlimit>,
+    file_limit: Option<Rlimit>,
     signals: &Signals,
     report: &Reporter,
 ) -> anyhow::Result<u8> {
@@ -773,7 +668,7 @@ fn supervise_child(
         env,
         foreground,
         file_limit,
-        &signals.original,
+        signals.original(),
     ) {
         Ok(pid) => pid,
         Err(e) => {
@@ -809,7 +704,7 @@ fn supervise_child(
         match signals.wait(timeout) {
             Some(libc::SIGCHLD) if job.exited() => break,
             Some(libc::SIGCONT) => job.continued(),
-            Some(n) if FORWARDED_SIGNALS.contains(&n) => {
+            Some(n) if FORWARDED.contains(&n) => {
                 report.event(&format!("forwarding signal {n} to the command"));
                 job.signal(n);
             }

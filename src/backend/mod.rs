@@ -181,10 +181,10 @@ impl From<Vec<LockStatus>> for Listing {
     }
 }
 
-/// Part of the `Waiting` contract: after cancelling, the supervisor sends this signal to the
-/// acquiring thread until it returns, so a blocking system call ends with EINTR (its handler is
-/// installed without SA_RESTART). SIGURG is ignored by default, so a stray one harms nothing.
-pub const WAKE_SIGNAL: i32 = libc::SIGURG;
+/// Only for the Redis backend's own guard that blocks it, until that guard gives way to
+/// `signal::mask::WakeBlocked`; the signal and its part in the `Waiting` contract are the signal
+/// module's.
+pub use crate::signal::WAKE_SIGNAL;
 
 /// Where a waiting acquisition reports who holds the lock.
 type BusyReport = dyn Fn(&[Holder]) + Send + Sync;
@@ -324,7 +324,9 @@ impl Waiting {
     }
 
     /// Ask the acquisition to stop. Backends check `is_cancelled` whenever a blocking call returns,
-    /// and the supervisor interrupts blocking system calls with a signal so they do return.
+    /// and the supervisor interrupts blocking system calls with a signal so they do return
+    /// (`signal::WAKE_SIGNAL`: a backend must not block it while it waits, nor retry a call that
+    /// returned EINTR without looking at `is_cancelled` first).
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst)
     }

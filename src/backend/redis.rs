@@ -62,8 +62,8 @@ use super::{
     RETRY_FIRST, RETRY_MOST,
 };
 use crate::exit::{FailWith, Failure};
-use crate::interrupt;
 use crate::lock::{escaped, host_name, random_bytes, Holder, LockName, LockRequest, Token};
+use crate::signal::interrupt;
 use crate::url::redact;
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";

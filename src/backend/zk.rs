@@ -44,11 +44,11 @@ use super::{
     Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Released, Renewal, Waiting,
 };
 use crate::exit::{FailWith, Failure};
-use crate::interrupt;
 use crate::lock::{
     escaped, host_name, is_plain, Holder, LockName, LockRequest, Mode, Token, MAX_HOST_BYTES,
     MAX_SINCE_SECS,
 };
+use crate::signal::interrupt;
 use crate::url::redact;
 
 const DEFAULT_URL: &str = "zk://127.0.0.1:2181";
