@@ -13,7 +13,6 @@ mod program;
 mod reentry;
 mod report;
 mod signal;
-mod spawn;
 mod supervise;
 mod url;
 
