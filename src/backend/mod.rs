@@ -1,6 +1,6 @@
 //! The one interface every lock store implements. The supervisor, the CLI and the tests speak only
-//! to `Backend` and `Lease`; each store (a lock file, Redis, ZooKeeper) lives in its own file and
-//! nothing outside that file knows how it keeps a lock.
+//! to `Backend` and `Lease`; each store (a lock file, Redis, ZooKeeper) lives in its own module and
+//! nothing outside that module knows how it keeps a lock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
