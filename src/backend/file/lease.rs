@@ -26,6 +26,7 @@ pub(super) enum Wait<'a> {
     Until(&'a Waiting),
 }
 
+/// How one attempt ended.
 pub(super) enum Step {
     Held(FileLease),
     Busy(Vec<Holder>),
@@ -35,6 +36,7 @@ pub(super) enum Step {
 }
 
 impl FileBackend {
+    /// One attempt at `request`'s lock, waiting for it or not as `wait` says.
     pub(super) fn attempt(&self, request: &LockRequest, wait: &Wait) -> anyhow::Result<Step> {
         let lock = self.open_lock_file(&request.name)?;
         let fd = lock.fd();

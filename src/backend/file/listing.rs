@@ -17,6 +17,7 @@ use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockName};
 
 impl FileBackend {
+    /// `status`: who holds `name`, whose lock file is at `path`.
     pub(super) fn status_at(&self, name: &LockName, path: &Path) -> anyhow::Result<LockStatus> {
         let location = path.display().to_string();
         let holders = match open_existing(path, false)? {
