@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::anyhow;
 use redis::RedisError;
 
-use crate::interrupt;
 use crate::lock::escaped;
+use crate::signal::interrupt;
 
 /// Why one server did not answer as hoped.
 #[derive(Debug, Clone)]

@@ -47,8 +47,7 @@
 //! Where things are: `server` (one server: URL, connection, calls), `fault` (what went wrong, in
 //! words), `keys` (a name's keys), `scripts` (the Lua scripts, their arguments and replies),
 //! `redlock` (a round over every server, quorum, tokens), `wait` (the queue, grants, the parked
-//! place), `lease` (renew, release), `holders` (status, list, release --force), `wake_signal`
-//! (a waiter's last commands, kept from the supervisor's wake-up signal).
+//! place), `lease` (renew, release), `holders` (status, list, release --force).
 
 mod fault;
 mod holders;
@@ -58,7 +57,6 @@ mod redlock;
 mod scripts;
 mod server;
 mod wait;
-mod wake_signal;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

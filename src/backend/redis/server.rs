@@ -15,8 +15,8 @@ use redis::{
 use super::fault::{self, Fault, FaultKind};
 use super::scripts::{self, Ask, Reply};
 use crate::exit::{FailWith, Failure};
-use crate::interrupt;
 use crate::lock::Token;
+use crate::signal::interrupt;
 use crate::url::redact;
 
 /// What an ACL user's permissions are checked for, in one script (Redis 7's

@@ -8,10 +8,10 @@ use super::fault;
 use super::lease::RedisLease;
 use super::redlock::Round;
 use super::scripts::{Ask, Place};
-use super::wake_signal::BlockedWakeSignal;
 use super::{lock, RedisBackend};
 use crate::backend::{Attempt, Waiting, RETRY_FIRST, RETRY_MOST};
 use crate::lock::{Holder, LockRequest, Token};
+use crate::signal::mask::WakeBlocked;
 
 /// How often a waiter looks at its cancellation flag while nothing happens.
 const CANCEL_CHECK: Duration = Duration::from_millis(100);
@@ -211,7 +211,7 @@ impl RedisBackend {
     /// A waiter gives up: remove its place in the queue (and a lease granted in the meantime),
     /// with the supervisor's wake-up signal blocked so these last commands are not interrupted.
     fn abandon(&self, ask: &Ask) {
-        let _quiet = BlockedWakeSignal::new();
+        let _quiet = WakeBlocked::on_this_thread();
         self.undo(&mut self.servers(), ask, Place::Leave);
     }
 }
