@@ -40,7 +40,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "release" -d 'Break a lo
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "generate" -d 'Write shell completions and man pages'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Take one of N seats: at most N holders with --limit at once (a semaphore)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long (500ms, 30s, 5m). Default: wait without limit' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms, 30s, 5m), at most a year. Default: wait without limit' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock could not be acquired' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'The lease: how long the lock outlives a dlock that stops renewing it (network backends)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-after -d 'When the lock is lost: SIGTERM the command\'s process group, wait this long, then SIGKILL' -r
