@@ -2,11 +2,13 @@
 //! completions and the man pages. Parsing ends in plain values (`Command`) the rest of dlock uses.
 
 mod duration;
+mod resolve;
+mod usage;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, FromArgMatches, Parser, Subcommand};
 
 use crate::backend::{BackendConfig, BackendKind};
 use crate::exit::{FailWith, Failure};
@@ -22,7 +24,8 @@ Exit status:
   128+N                 the command, or dlock while waiting, was killed by signal N
   75                    the lock is busy (--no-wait) or --wait expired (see --conflict-exit-code)
   79                    the lock was lost while the command ran; the command was terminated
-  64                    usage error: bad option, name, duration or URL, missing `--`;
+  64                    usage error: bad option, name, duration or URL, missing `--`,
+                        or one from a DLOCK_* variable;
                         or a nested run asks exclusively for a lock its own parent dlock
                         holds shared or with --limit
   69                    backend unavailable: server unreachable, authentication failed,
@@ -121,12 +124,13 @@ pub struct RunArgs {
     #[arg(short, long, conflicts_with = "limit")]
     pub tree: bool,
 
-    /// Fail at once if the lock is busy.
-    #[arg(short, long, conflicts_with = "wait")]
+    /// Fail at once if the lock is busy. On the command line it overrides DLOCK_WAIT.
+    #[arg(short, long, env = "DLOCK_NO_WAIT", value_parser = parse_switch)]
     pub no_wait: bool,
 
     /// Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms,
-    /// 30s, 5m), at most a year. Default: wait without limit.
+    /// 30s, 5m), at most a year. Default: wait without limit. On the command line it overrides
+    /// DLOCK_NO_WAIT.
     #[arg(short, long, env = "DLOCK_WAIT", value_name = "DURATION", value_parser = parse_duration,
           allow_hyphen_values = true)]
     pub wait: Option<Duration>,
@@ -186,6 +190,15 @@ pub struct GenerateArgs {
     /// Directory to write completions/ and man/ into.
     #[arg(long)]
     pub out: PathBuf,
+}
+
+/// A switch from the environment (`DLOCK_NO_WAIT=1`); on the command line clap gives it "true".
+fn parse_switch(text: &str) -> Result<bool, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err("use 1 or 0 (or true/false, yes/no, on/off)".into()),
+    }
 }
 
 /// The clap command, for completions and man pages.
@@ -271,45 +284,41 @@ impl RunArgs {
     }
 }
 
-/// Parses the command line. Help and version print and exit 0; any other problem prints one line
-/// naming it and exits with the usage status, 64 (clap's own default would be 2).
+/// Parses the command line and settles what clap cannot (see `resolve`). Help and version print
+/// and exit 0; any other problem prints one line naming it (and the DLOCK_* variable, when one is
+/// the cause) and exits with the usage status, 64 (clap's own default would be 2).
 pub fn parse() -> Result<Cli, u8> {
-    match Cli::try_parse() {
-        Ok(cli) => Ok(cli),
-        Err(e) => {
-            use clap::error::ErrorKind;
-            match e.kind() {
+    use clap::error::ErrorKind;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let refused = match command().try_get_matches_from(&args) {
+        Ok(matches) => match Cli::from_arg_matches(&matches) {
+            Ok(mut cli) => match resolve::resolve(&mut cli, &matches) {
+                Ok(()) => return Ok(cli),
+                Err(line) => line,
+            },
+            Err(e) => usage::one_line(&e),
+        },
+        Err(e)
+            if matches!(
+                e.kind(),
                 ErrorKind::DisplayHelp
-                | ErrorKind::DisplayVersion
-                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-                    let _ = e.print();
-                    Err(
-                        if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                            crate::exit::USAGE
-                        } else {
-                            0
-                        },
-                    )
-                }
-                _ => {
-                    eprintln!("dlock: {}", one_line(&e));
-                    Err(crate::exit::USAGE)
-                }
-            }
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) =>
+        {
+            let _ = e.print();
+            return Err(
+                if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    crate::exit::USAGE
+                } else {
+                    0
+                },
+            );
         }
-    }
-}
-
-/// clap's message without its usage block and hints, folded onto one line.
-fn one_line(e: &clap::Error) -> String {
-    let text = e.to_string();
-    let body = text.split("\n\n").next().unwrap_or(&text);
-    let body = body.strip_prefix("error: ").unwrap_or(body);
-    let folded = body.split_whitespace().collect::<Vec<_>>().join(" ");
-    if e.kind() == clap::error::ErrorKind::MissingRequiredArgument && folded.contains("<COMMAND>") {
-        return "missing `--` and the command to run: dlock run NAME -- COMMAND [ARGS...]".into();
-    }
-    folded
+        Err(e) => usage::explain(&e, &args),
+    };
+    eprintln!("dlock: {refused}");
+    Err(crate::exit::USAGE)
 }
 
 #[cfg(test)]

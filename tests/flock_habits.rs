@@ -2,6 +2,7 @@
 //! spellings), and options from the environment: the command line beats them, and an error a
 //! variable causes names it.
 
+use std::os::unix::ffi::OsStrExt;
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
@@ -206,10 +207,121 @@ fn durations_out_of_range_exit_64_naming_the_limit() {
             &["run", "--ttl", "0.05", "n", "--", "true"],
             "at least 100ms",
         ),
+        (
+            &[("DLOCK_WAIT", "-1")],
+            &["run", "n", "--", "true"],
+            "invalid DLOCK_WAIT '-1': a duration cannot be negative",
+        ),
+        (
+            &[("DLOCK_CONNECT_TIMEOUT", "2y")],
+            &["status", "n"],
+            "invalid DLOCK_CONNECT_TIMEOUT '2y': too long: at most 1 year",
+        ),
     ];
     for (vars, args, needle) in cases {
         let out = with_env(&dir, vars, args);
         assert_usage_error(&out, needle, &format!("{vars:?} {args:?}"));
     }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn an_error_from_the_environment_names_the_variable() {
+    let dir = LockDir::new();
+    let run = ["run", "n", "--", "true"];
+    for (var, value, why) in [
+        ("DLOCK_WAIT", "abc", "expected number"),
+        ("DLOCK_NO_WAIT", "maybe", "use 1 or 0"),
+        ("DLOCK_BACKEND", "etcd", "file, redis, zk"),
+        ("DLOCK_CONFLICT_EXIT_CODE", "300", "0..=255"),
+        ("DLOCK_TTL", "1ms", "at least 100ms"),
+        ("DLOCK_KILL_AFTER", "x", "expected number"),
+        ("DLOCK_CONNECT_TIMEOUT", "", "empty"),
+    ] {
+        let out = with_env(&dir, &[(var, value)], &run);
+        let said = format!("dlock: invalid {var} '{value}'");
+        assert_usage_error(&out, &said, var);
+        assert!(stderr(&out).contains(why), "{var}: {}", stderr(&out));
+    }
+    let mut cmd = dlock();
+    cmd.env("DLOCK_URL", std::ffi::OsStr::from_bytes(b"/tmp/\xff"))
+        .args(["status", "n"]);
+    assert_usage_error(&output(cmd), "DLOCK_URL is not valid UTF-8", "DLOCK_URL");
+    // The same value on the command line is named by its option.
+    let out = with_env(&dir, &[], &["run", "--wait", "abc", "n", "--", "true"]);
+    assert_usage_error(&out, "invalid value 'abc' for '--wait", "--wait abc");
+    // A command-line error is reported as such, also with a bad variable beside it.
+    let out = with_env(
+        &dir,
+        &[("DLOCK_WAIT", "abc")],
+        &["run", "--ttl", "zz", "n", "--", "true"],
+    );
+    assert_usage_error(&out, "'--ttl", "--ttl zz");
+    // Both of two variables that exclude each other: both named.
+    let out = with_env(&dir, &[("DLOCK_NO_WAIT", "1"), ("DLOCK_WAIT", "1s")], &run);
+    assert_usage_error(&out, "DLOCK_NO_WAIT and DLOCK_WAIT", "both variables");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn wait_or_not_on_the_command_line_beats_the_environment() {
+    let dir = LockDir::new();
+    let _held = Held::new(&dir);
+    // -n over a fleet-wide DLOCK_WAIT: fails at once.
+    let (out, took) = try_held(&dir, &[("DLOCK_WAIT", "10s")], &["-n"]);
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // A value the command line overrides is not even read.
+    let (out, _) = try_held(&dir, &[("DLOCK_WAIT", "abc")], &["-w", "0.1"]);
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    // DLOCK_NO_WAIT alone fails at once; -w on the command line waits anyway.
+    let (out, took) = try_held(&dir, &[("DLOCK_NO_WAIT", "1")], &[]);
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let (out, took) = try_held(&dir, &[("DLOCK_NO_WAIT", "yes")], &["-w", "0.3"]);
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("after waiting 300ms"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    let (out, _) = try_held(&dir, &[("DLOCK_NO_WAIT", "0"), ("DLOCK_WAIT", "0.1")], &[]);
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    // Both on the command line: the user's own contradiction.
+    let (out, _) = try_held(&dir, &[], &["-n", "-w", "1s"]);
+    assert_usage_error(&out, "--no-wait cannot be used with --wait", "-n -w");
+}
+
+#[test]
+fn a_backend_and_url_on_the_command_line_beat_a_mismatched_environment() {
+    let dir = LockDir::new();
+    // --url DIR over DLOCK_BACKEND=redis (as a parent dlock on Redis sets it): the file backend.
+    let out = with_env(
+        &dir,
+        &[("DLOCK_BACKEND", "redis")],
+        &["run", "m", "--", "true"],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(dir.file("m.lock").exists());
+    // --backend file over a DLOCK_URL for another backend: the default directory, read only.
+    let mut status = dlock();
+    status.env("DLOCK_URL", "zk://127.0.0.1:1").args([
+        "-b",
+        "file",
+        "-v",
+        "status",
+        "dlock-test-unheld-name",
+    ]);
+    let out = output_within(status, T);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("using file:"), "{}", stderr(&out));
+    // A DLOCK_URL that fits the backend on the command line is kept.
+    let mut run = dlock();
+    run.env("DLOCK_URL", dir.path())
+        .env("DLOCK_BACKEND", "zk")
+        .args(["-b", "file", "run", "k", "--", "true"]);
+    let out = output_within(run, T);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(dir.file("k.lock").exists());
 }
