@@ -131,8 +131,8 @@ pub struct RunArgs {
     /// Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms,
     /// 30s, 5m), at most a year. Default: wait without limit. On the command line it overrides
     /// DLOCK_NO_WAIT.
-    #[arg(short, long, env = "DLOCK_WAIT", value_name = "DURATION", value_parser = parse_duration,
-          allow_hyphen_values = true)]
+    #[arg(short, long, env = "DLOCK_WAIT", value_name = "DURATION",
+          value_parser = parse_duration, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
 
     /// Exit status when the lock could not be acquired.
@@ -155,8 +155,17 @@ pub struct RunArgs {
     pub names: Vec<String>,
 
     /// The command to run and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(
+        last = true,
+        required_unless_present = "shell_command",
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
+
+    /// Run this one string with `$SHELL -c` (/bin/sh when SHELL is unset or empty) instead of a
+    /// COMMAND after `--`, as flock -c does: `-c 'make && make install'`.
+    #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND")]
+    pub shell_command: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -275,12 +284,27 @@ impl RunArgs {
                 ..global.backend_config()
             },
             requests,
-            command: self.command.clone(),
+            command: match &self.shell_command {
+                Some(script) => vec![shell()?, "-c".into(), script.clone()],
+                None => self.command.clone(),
+            },
             no_wait: self.no_wait,
             wait: self.wait,
             conflict_exit_code: self.conflict_exit_code,
             kill_after: self.kill_after,
         })
+    }
+}
+
+/// The shell `-c` runs its command with, as flock(1) picks it: $SHELL, or /bin/sh when SHELL is
+/// unset or empty. It is also the command's `$0`.
+pub fn shell() -> anyhow::Result<String> {
+    match std::env::var_os("SHELL") {
+        Some(shell) if !shell.is_empty() => shell
+            .into_string()
+            .map_err(|shell| anyhow::anyhow!("SHELL is not valid UTF-8: {shell:?}"))
+            .fail_with(Failure::Usage),
+        _ => Ok("/bin/sh".into()),
     }
 }
 

@@ -58,6 +58,7 @@ fn help_lists_the_exit_codes_and_exits_0() {
         "--kill-after",
         "DLOCK_WAIT",
         "DLOCK_NO_WAIT",
+        "--command <SHELL_COMMAND>",
     ] {
         assert!(help.contains(needle), "{needle} missing from help");
     }

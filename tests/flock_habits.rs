@@ -325,3 +325,65 @@ fn a_backend_and_url_on_the_command_line_beat_a_mismatched_environment() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(dir.file("k.lock").exists());
 }
+
+#[test]
+fn dash_c_runs_one_shell_command_as_flock_does() {
+    let dir = LockDir::new();
+    let out_file = dir.file("out");
+    let script = format!(
+        "echo \"$0|$#|$DLOCK_NAME|${{BASH_VERSION:+bash}}\" > {}; exit 3",
+        out_file.display()
+    );
+    // flock(1) runs `$SHELL -c COMMAND`, /bin/sh when SHELL is unset or empty: $0 is the shell.
+    for (shell, flag, want) in [
+        (Some("/bin/sh"), "-c", "/bin/sh|0|n|"),
+        (None, "-c", "/bin/sh|0|n|"),
+        (Some(""), "--command", "/bin/sh|0|n|"),
+        (Some("/bin/bash"), "--command", "/bin/bash|0|n|bash"),
+    ] {
+        let mut cmd = dir.dlock(&["run", "n", flag, &script]);
+        match shell {
+            Some(shell) => cmd.env("SHELL", shell),
+            None => cmd.env_remove("SHELL"),
+        };
+        let out = output_within(cmd, T);
+        assert_eq!(code(&out), 3, "{shell:?}: {}", stderr(&out));
+        let got = std::fs::read_to_string(&out_file).unwrap();
+        assert_eq!(got.trim_end(), want, "SHELL={shell:?}");
+    }
+    // Lock names may come after -c when -c comes first.
+    let script = format!("echo $DLOCK_LOCKS > {}", out_file.display());
+    let out = output_within(dir.dlock(&["run", "-c", &script, "a", "b"]), T);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&out_file).unwrap().trim_end(), "2");
+}
+
+#[test]
+fn dash_c_misused_is_refused_before_anything_is_taken() {
+    let dir = LockDir::new();
+    // flock(1) says "-c requires exactly one command argument" to `flock LOCK -c echo hi`.
+    let out = output(dir.dlock(&["run", "n", "-c", "echo", "hi"]));
+    assert_usage_error(
+        &out,
+        "quote the whole shell command, as in `-c 'echo hi'`",
+        "-c echo hi",
+    );
+    let out = output(dir.dlock(&["run", "n", "-c", "echo", "--", "true"]));
+    assert_usage_error(
+        &out,
+        "-c runs one shell command instead of the COMMAND after `--`",
+        "-c and --",
+    );
+    // A SHELL that cannot run is named as SHELL, with the status of a command not found.
+    let mut cmd = dir.dlock(&["run", "n", "-c", "true"]);
+    cmd.env("SHELL", "/nonexistent/shell");
+    let out = output(cmd);
+    assert_eq!(code(&out), 127, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("/nonexistent/shell"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("from SHELL"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

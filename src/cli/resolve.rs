@@ -1,12 +1,12 @@
 //! What clap's definition cannot say, settled once it has parsed: an option on the command line
 //! beats the environment also where the two contradict each other (`-n` against DLOCK_WAIT,
 //! `--url DIR` against DLOCK_BACKEND=redis), as a fleet-wide default must not break a command that
-//! says otherwise.
+//! says otherwise; and `-c` is one whole shell command, as flock(1) has it.
 
 use clap::parser::ValueSource::{CommandLine, EnvVariable};
 use clap::ArgMatches;
 
-use super::{Cli, Command, GlobalArgs, RunArgs};
+use super::{usage::quote, Cli, Command, GlobalArgs, RunArgs};
 use crate::backend::BackendKind;
 
 /// Settles `cli`, which clap parsed into `matches`; or the one line saying what is wrong.
@@ -16,6 +16,7 @@ pub fn resolve(cli: &mut Cli, matches: &ArgMatches) -> Result<(), String> {
         (&mut cli.command, matches.subcommand_matches("run"))
     {
         wait_or_not(run, matches)?;
+        shell_command(run, matches)?;
     }
     Ok(())
 }
@@ -71,6 +72,47 @@ fn wait_or_not(run: &mut RunArgs, matches: &ArgMatches) -> Result<(), String> {
         }
         _ => Err("DLOCK_NO_WAIT and DLOCK_WAIT are both set: unset one, or give -n or -w".into()),
     }
+}
+
+/// `-c` takes the place of `-- COMMAND`, and (as in flock's `LOCK -c COMMAND`) nothing may follow
+/// it when it comes after a lock name: `dlock run lock -c echo hi` would otherwise lock `hi` too and
+/// run `echo` alone, where flock(1) refuses.
+fn shell_command(run: &RunArgs, matches: &ArgMatches) -> Result<(), String> {
+    let Some(script) = &run.shell_command else {
+        return Ok(());
+    };
+    if !run.command.is_empty() {
+        return Err(
+            "-c runs one shell command instead of the COMMAND after `--`: give one of them".into(),
+        );
+    }
+    let (Some(at), Some(indices)) = (
+        matches.index_of("shell_command"),
+        matches.indices_of("names"),
+    ) else {
+        return Ok(());
+    };
+    let names: Vec<(usize, &String)> = indices.zip(&run.names).collect();
+    let after: Vec<&str> = names
+        .iter()
+        .filter(|(i, _)| *i > at)
+        .map(|(_, n)| n.as_str())
+        .collect();
+    if names.first().is_some_and(|(i, _)| *i < at) && !after.is_empty() {
+        let shown = |s: &str| quote(s).unwrap_or_else(|| format!("{s:?}"));
+        let whole = std::iter::once(script.as_str())
+            .chain(after.iter().copied())
+            .collect::<Vec<_>>()
+            .join(" ");
+        return Err(format!(
+            "`{}` after `-c {}` would be taken for a lock name: quote the whole shell command, as \
+             in `-c {}`, or put every lock name before -c",
+            shown(after[0]),
+            shown(script),
+            shown(&whole)
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -23,7 +23,9 @@ pub fn one_line(e: &clap::Error) -> String {
     let body = body.strip_prefix("error: ").unwrap_or(body);
     let folded = body.split_whitespace().collect::<Vec<_>>().join(" ");
     if e.kind() == ErrorKind::MissingRequiredArgument && folded.contains("<COMMAND>") {
-        return "missing `--` and the command to run: dlock run NAME -- COMMAND [ARGS...]".into();
+        return "missing `--` and the command to run: dlock run NAME -- COMMAND [ARGS...], or \
+                dlock run NAME -c 'SHELL COMMAND'"
+            .into();
     }
     folded
 }
@@ -70,4 +72,32 @@ fn from_environment(error: &clap::Error) -> Option<String> {
         Some(why) => format!("invalid {variable} '{value}'{why}"),
         None => format!("{variable}: {line}"),
     })
+}
+
+/// `word` as a shell would need it typed: bare when plain, else in single quotes. `None` for a
+/// word with a control character, which would not fit on one line.
+pub fn quote(word: &str) -> Option<String> {
+    if word.chars().any(char::is_control) {
+        return None;
+    }
+    let plain = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return Some(word.to_owned());
+    }
+    Some(format!("'{}'", word.replace('\'', r"'\''")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quote;
+
+    #[test]
+    fn words_are_quoted_as_a_shell_reads_them() {
+        assert_eq!(quote("true").as_deref(), Some("true"));
+        assert_eq!(quote("/usr/bin/x").as_deref(), Some("/usr/bin/x"));
+        assert_eq!(quote("a b").as_deref(), Some("'a b'"));
+        assert_eq!(quote("").as_deref(), Some("''"));
+        assert_eq!(quote("it's").as_deref(), Some(r"'it'\''s'"));
+        assert_eq!(quote("a\nb"), None);
+    }
 }
