@@ -106,8 +106,8 @@ pub enum Command {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Take the lock exclusively (the default).
-    #[arg(short = 'x', long, group = "mode")]
+    /// Take the lock exclusively (the default; flock's -e works too).
+    #[arg(short = 'x', short_alias = 'e', long, group = "mode")]
     pub exclusive: bool,
 
     /// Take the lock shared: shared holders run together, never alongside an exclusive one.
@@ -124,14 +124,16 @@ pub struct RunArgs {
     #[arg(short, long, conflicts_with = "limit")]
     pub tree: bool,
 
-    /// Fail at once if the lock is busy. On the command line it overrides DLOCK_WAIT.
-    #[arg(short, long, env = "DLOCK_NO_WAIT", value_parser = parse_switch)]
+    /// Fail at once if the lock is busy (flock's --nonblock and --nb work too). On the command line
+    /// it overrides DLOCK_WAIT.
+    #[arg(short, long, aliases = ["nonblock", "nb"], env = "DLOCK_NO_WAIT",
+          value_parser = parse_switch)]
     pub no_wait: bool,
 
     /// Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms,
-    /// 30s, 5m), at most a year. Default: wait without limit. On the command line it overrides
-    /// DLOCK_NO_WAIT.
-    #[arg(short, long, env = "DLOCK_WAIT", value_name = "DURATION",
+    /// 30s, 5m), at most a year (flock's --timeout works too). Default: wait without limit. On the
+    /// command line it overrides DLOCK_NO_WAIT.
+    #[arg(short, long, alias = "timeout", env = "DLOCK_WAIT", value_name = "DURATION",
           value_parser = parse_duration, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
 

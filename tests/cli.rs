@@ -59,6 +59,8 @@ fn help_lists_the_exit_codes_and_exits_0() {
         "DLOCK_WAIT",
         "DLOCK_NO_WAIT",
         "--command <SHELL_COMMAND>",
+        "--nonblock",
+        "--timeout",
     ] {
         assert!(help.contains(needle), "{needle} missing from help");
     }

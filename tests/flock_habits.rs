@@ -387,3 +387,48 @@ fn dash_c_misused_is_refused_before_anything_is_taken() {
     assert!(stderr(&out).contains("from SHELL"), "{}", stderr(&out));
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn a_lock_name_where_the_command_should_be_suggests_dlock_run() {
+    let dir = LockDir::new();
+    for (args, want) in [
+        (&["nightly", "--", "true"][..], "dlock run nightly -- true"),
+        (
+            &["-n", "nightly", "--", "echo", "a b"][..],
+            "dlock run -n nightly -- echo 'a b'",
+        ),
+        (
+            &["-q", "nightly", "-c", "echo hi"][..],
+            "dlock -q run nightly -c 'echo hi'",
+        ),
+    ] {
+        let out = output(dlock_with(args));
+        assert_usage_error(&out, want, &format!("{args:?}"));
+    }
+    // Not a run: no suggestion.
+    let out = output(dlock_with(&["frobnicate"]));
+    assert_usage_error(&out, "frobnicate", "frobnicate");
+    assert!(!stderr(&out).contains("dlock run"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+fn dlock_with(args: &[&str]) -> std::process::Command {
+    let mut cmd = dlock();
+    cmd.args(args);
+    cmd
+}
+
+#[test]
+fn flock_spellings_of_the_options_work() {
+    let dir = LockDir::new();
+    let _held = Held::new(&dir);
+    for args in [
+        &["--nonblock"][..],
+        &["--nb"],
+        &["--timeout", "0.1"],
+        &["-e", "-n"],
+    ] {
+        let (out, _) = try_held(&dir, &[], args);
+        assert_eq!(code(&out), 75, "{args:?}: {}", stderr(&out));
+    }
+}

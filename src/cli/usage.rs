@@ -1,6 +1,6 @@
 //! A refused command line as the one line dlock prints: clap's message folded, plus what clap
-//! cannot know: a bad value clap read from a DLOCK_* variable is named by that variable (the
-//! command line did not show it).
+//! cannot know. A bad value clap read from a DLOCK_* variable is named by that variable (the
+//! command line did not show it), and `dlock NAME -- COMMAND` without `run` gets the line to type.
 
 use std::ffi::OsString;
 
@@ -9,8 +9,8 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 /// The line for an error clap returned from parsing `args` (with the environment).
 pub fn explain(error: &clap::Error, args: &[OsString]) -> String {
     match without_environment().try_get_matches_from(args) {
-        // The command line alone is wrong: say so as clap does.
-        Err(typed) => one_line(&typed),
+        // The command line alone is wrong: say so as clap does, with `run` if it is missing.
+        Err(typed) => forgotten_run(&typed, args).unwrap_or_else(|| one_line(&typed)),
         // The command line alone is fine, so a variable clap read is the cause.
         Ok(_) => from_environment(error).unwrap_or_else(|| one_line(error)),
     }
@@ -72,6 +72,36 @@ fn from_environment(error: &clap::Error) -> Option<String> {
         Some(why) => format!("invalid {variable} '{value}'{why}"),
         None => format!("{variable}: {line}"),
     })
+}
+
+/// For `dlock NAME -- COMMAND` (or `dlock -n NAME ...`, flock's order): clap's complaint and the
+/// same line with `run`, when that line parses.
+fn forgotten_run(error: &clap::Error, args: &[OsString]) -> Option<String> {
+    let offending = match (error.kind(), error.get(ContextKind::InvalidSubcommand)) {
+        (ErrorKind::InvalidSubcommand, Some(ContextValue::String(word))) => word,
+        (ErrorKind::UnknownArgument, _) => match error.get(ContextKind::InvalidArg)? {
+            ContextValue::String(word) => word,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    // `run` goes where the offending word is (after the global options), else first.
+    let before_dashes = args.iter().take_while(|a| *a != "--").count();
+    let at = (1..before_dashes)
+        .find(|&i| args[i] == offending.as_str())
+        .unwrap_or(1);
+    let mut fixed: Vec<OsString> = args.to_vec();
+    fixed.insert(at.min(fixed.len()), "run".into());
+    without_environment().try_get_matches_from(&fixed).ok()?;
+    let words: Option<Vec<String>> = fixed.iter().skip(1).map(|w| quote(w.to_str()?)).collect();
+    let typed = match words {
+        Some(words) => format!("dlock {}", words.join(" ")),
+        None => "dlock run NAME -- COMMAND".into(),
+    };
+    Some(format!(
+        "{}; to run a command under a lock, say: {typed}",
+        one_line(error)
+    ))
 }
 
 /// `word` as a shell would need it typed: bare when plain, else in single quotes. `None` for a
