@@ -9,6 +9,7 @@ mod file_backend;
 mod file_default_dir;
 mod file_entries;
 mod file_tokens;
+mod flock_habits;
 mod group_kill;
 mod hostile;
 mod job_control;
