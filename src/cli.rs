@@ -151,6 +151,12 @@ pub struct RunArgs {
           default_value = "10s", allow_hyphen_values = true)]
     pub kill_after: Duration,
 
+    /// Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by
+    /// $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a
+    /// newline, tab or escape; refused, not escaped). Kept with the holder record until release.
+    #[arg(long, env = "DLOCK_MESSAGE", value_name = "TEXT")]
+    pub message: Option<String>,
+
     /// The lock's name: 1 to 512 bytes of printable UTF-8 (`/` allowed). Several names are taken
     /// all or nothing, in sorted order (so no two dlocks deadlock on the same set).
     #[arg(value_name = "NAME", required = true)]
@@ -278,6 +284,8 @@ impl RunArgs {
                 mode,
                 ttl: self.ttl,
                 owner: owner.clone(),
+                // An empty message (DLOCK_MESSAGE= set fleet-wide) is none.
+                message: self.message.clone().filter(|m| !m.is_empty()),
             })
             .collect();
         Ok(RunPlan {

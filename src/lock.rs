@@ -136,6 +136,13 @@ pub struct Holder {
     #[serde(serialize_with = "serialize_time")]
     pub since: Option<SystemTime>,
     pub token: Option<Token>,
+    /// What the holder said it holds the lock for (`--message`): plain text, at most
+    /// `MAX_MESSAGE_BYTES`.
+    pub message: Option<String>,
+    /// When the lease runs out unless renewed, by the backend's clock; `None` where the backend
+    /// keeps no lease others can see (a lock file, a ZooKeeper session).
+    #[serde(serialize_with = "serialize_time")]
+    pub expires_at: Option<SystemTime>,
     /// The stored record, escaped and truncated, when it could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreadable: Option<String>,
@@ -150,6 +157,10 @@ pub const MAX_HOST_BYTES: usize = 255;
 
 /// Longest owner id a record may carry (dlock's own are 32 hex digits).
 pub const MAX_OWNER_BYTES: usize = 64;
+
+/// Longest `--message` accepted, in bytes of UTF-8. The file backend keeps a holder's record in a
+/// 512-byte slot beside the host name (at most 64 bytes on Linux) and the other fields.
+pub const MAX_MESSAGE_BYTES: usize = 256;
 
 /// Most characters of an unreadable record shown.
 const MAX_SHOWN_CHARS: usize = 120;
@@ -190,6 +201,50 @@ pub fn is_plain(text: &str) -> bool {
         .all(|c| matches!(c, '"' | '\'' | '\\') || c.escape_debug().eq([c]))
 }
 
+/// Whether `text` prints as itself where it is shown to other users: no control characters (a
+/// newline, a tab, a terminal escape), nothing invisible that reorders or hides what follows
+/// (U+202E), no combining mark at its start. The rule `--message` is held to.
+pub fn prints_as_itself(text: &str) -> bool {
+    // str::escape_debug leaves printable text as it is but for a backslash before `"`, `'` and `\`.
+    let mut expected = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '"' | '\'' | '\\') {
+            expected.push('\\');
+        }
+        expected.push(c);
+    }
+    text.escape_debug().eq(expected.chars())
+}
+
+/// A `--message` as given, or why it is refused: at most `MAX_MESSAGE_BYTES` and printable.
+pub fn check_message(text: &str) -> Result<String, String> {
+    if text.len() > MAX_MESSAGE_BYTES {
+        return Err(format!(
+            "the message is {} bytes long; the limit is {MAX_MESSAGE_BYTES} bytes",
+            text.len()
+        ));
+    }
+    if !prints_as_itself(text) {
+        // A combining mark is refused only at the start, where it has nothing to combine with.
+        let c = text
+            .chars()
+            .find(|c| !prints_as_itself(&format!("a{c}")))
+            .or(text.chars().next())
+            .unwrap_or(' ');
+        return Err(format!(
+            "the message contains {}, which does not print as itself (other users read it on \
+             their terminals); use printable text, at most {MAX_MESSAGE_BYTES} bytes",
+            c.escape_debug()
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// A message read from a store, if dlock could have written it.
+fn message_ok(text: &str) -> bool {
+    !text.is_empty() && text.len() <= MAX_MESSAGE_BYTES && prints_as_itself(text)
+}
+
 /// A decimal number in its plain spelling (no sign, no spaces), within `T`.
 fn number<T: std::str::FromStr>(s: &str) -> Option<T> {
     if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -209,17 +264,20 @@ impl Holder {
             owner: shown_owner(owner),
             since: None,
             token: None,
+            message: None,
+            expires_at: None,
             unreadable: Some(escaped(raw, MAX_SHOWN_CHARS)),
         }
     }
 
-    /// One line for people: `exclusive by host pid 123 since 2026-01-01T00:00:00Z, token 7`, with
-    /// what is unknown left out; an unreadable record is shown as stored (escaped).
+    /// One line for people: `exclusive by host pid 123 since 2026-01-01T00:00:00Z, token 7,
+    /// message "deploy"`, with what is unknown left out; an unreadable record is shown as stored (escaped).
     pub fn describe(&self) -> String {
         format!("{}{}", self.mode, self.who())
     }
 
-    /// ` by host pid 123 since 2026-01-01T00:00:00Z, token 7`, or as much of it as is known.
+    /// ` by host pid 123 since 2026-01-01T00:00:00Z, token 7, message "deploy"`, or as much of it
+    /// as is known.
     pub fn who(&self) -> String {
         if let Some(raw) = &self.unreadable {
             return format!(" (unreadable record \"{raw}\")");
@@ -237,11 +295,19 @@ impl Holder {
         if let Some(token) = self.token {
             out.push_str(&format!(", token {token}"));
         }
+        if let Some(message) = &self.message {
+            // Checked printable when read; escaped again in case a holder was built otherwise.
+            // Quoted as lock names are (`"` and anything unprintable escaped).
+            out.push_str(&format!(", message {message:?}"));
+        }
         out
     }
 
-    /// The holder as one line of text, `MODE TOKEN SINCE PID HOST` (since: Unix seconds; the host
-    /// last, so it may hold anything but a newline). The owner id is kept beside it by each store:
+    /// The holder as one line of text, `MODE TOKEN SINCE PID HOST`, then a tab and the message if
+    /// there is one (since: Unix seconds; the host last, so it may hold anything but a newline or
+    /// a tab, and a message has neither). Without a message the line is what dlock wrote before
+    /// messages, which older versions read; with one, they show the record as unreadable (and
+    /// still count the holder). The owner id is kept beside it by each store:
     /// the file backend writes it in front, Redis uses it as the hash field, and Redis's
     /// acquire.lua builds this same line. Only dlock's own holders are written, and they know
     /// every field; an unknown one is written as 0.
@@ -250,13 +316,18 @@ impl Holder {
             .since
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_secs());
-        format!(
+        let mut line = format!(
             "{} {} {since} {} {}",
             self.mode.to_wire(),
             self.token.unwrap_or(0),
             self.pid.unwrap_or(0),
             self.host.as_deref().unwrap_or("?")
-        )
+        );
+        if let Some(message) = &self.message {
+            line.push('\t');
+            line.push_str(message);
+        }
+        line
     }
 
     /// The inverse of `record`. A record it never produces (a field missing or out of range, a
@@ -279,7 +350,24 @@ impl Holder {
         let token = number(fields.next()?)?;
         let since = number(fields.next()?)?;
         let pid = number(fields.next()?)?;
-        Holder::checked(mode, owner, fields.next()?, pid, since, Some(token))
+        let rest = fields.next()?;
+        let (host, message) = match rest.split_once('\t') {
+            Some((host, message)) => (host, Some(message)),
+            None => (rest, None),
+        };
+        Holder::checked(mode, owner, host, pid, since, Some(token))?.with_message(message)
+    }
+
+    /// The holder with `message`, or `None` if dlock could not have written it (too long, empty,
+    /// or not printable).
+    pub fn with_message(mut self, message: Option<&str>) -> Option<Holder> {
+        if let Some(text) = message {
+            if !message_ok(text) {
+                return None;
+            }
+            self.message = Some(text.to_owned());
+        }
+        Some(self)
     }
 
     /// A holder from fields a store read, each checked: `None` when any is out of bounds (an owner
@@ -303,6 +391,8 @@ impl Holder {
             owner: owner.to_owned(),
             since: Some(UNIX_EPOCH + Duration::from_secs(since_secs)),
             token,
+            message: None,
+            expires_at: None,
             unreadable: None,
         })
     }
@@ -333,6 +423,8 @@ pub struct LockRequest {
     pub ttl: Duration,
     /// This acquisition's identity, written beside the lock.
     pub owner: String,
+    /// What the holder says it holds the lock for (`--message`), checked by `check_message`.
+    pub message: Option<String>,
 }
 
 /// The locks a tree lock on `path` takes, in the tree-locking scheme of document stores: every
@@ -487,6 +579,8 @@ mod tests {
             owner: "00ff".into(),
             since: Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
             token: Some(7),
+            message: None,
+            expires_at: None,
             unreadable: None,
         }
     }

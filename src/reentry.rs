@@ -420,6 +420,8 @@ mod tests {
             owner: "00ff".into(),
             since: Some(UNIX_EPOCH + Duration::from_secs(since)),
             token: Some(1),
+            message: None,
+            expires_at: None,
             unreadable: None,
         };
         assert_eq!(

@@ -17,6 +17,7 @@ pub fn resolve(cli: &mut Cli, matches: &ArgMatches) -> Result<(), String> {
     {
         wait_or_not(run, matches)?;
         shell_command(run, matches)?;
+        message(run, matches)?;
     }
     Ok(())
 }
@@ -113,6 +114,21 @@ fn shell_command(run: &RunArgs, matches: &ArgMatches) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// `--message` is shown to other users: refused (never escaped) unless it is printable text within
+/// the limit. Checked here rather than by clap, which would print the refused text back raw.
+fn message(run: &RunArgs, matches: &ArgMatches) -> Result<(), String> {
+    let Some(text) = &run.message else {
+        return Ok(());
+    };
+    let option = match matches.value_source("message") {
+        Some(EnvVariable) => "DLOCK_MESSAGE",
+        _ => "--message",
+    };
+    crate::lock::check_message(text)
+        .map(drop)
+        .map_err(|why| format!("{option}: {why}"))
 }
 
 #[cfg(test)]

@@ -100,6 +100,8 @@ impl FileBackend {
             owner: request.owner.clone(),
             since: Some(SystemTime::now()),
             token: Some(token),
+            message: request.message.clone(),
+            expires_at: None,
             unreadable: None,
         };
         let record = claim_record(&lock, &holder)

@@ -95,6 +95,8 @@ fn foreign_holder(pid: u32) -> Holder {
         owner: "(not dlock: flock)".into(),
         since: None,
         token: None,
+        message: None,
+        expires_at: None,
         unreadable: None,
     }
 }
@@ -137,6 +139,8 @@ mod tests {
             owner: "00ff".into(),
             since: Some(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
             token: Some(9),
+            message: Some("deploy \"v1.4\" ✓".into()),
+            expires_at: None,
             unreadable: None,
         };
         assert_eq!(parse_record(format_record(&h).as_bytes()), Some(h));

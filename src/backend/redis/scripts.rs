@@ -106,6 +106,8 @@ pub(super) struct Ask {
     mode: String,
     pub(super) ttl: Duration,
     pid: String,
+    /// The record's tail: the host, then a tab and the message if there is one. The scripts keep
+    /// it as they get it, in the waiter's entry and the holder's record (`Holder::record`).
     host: String,
 }
 
@@ -118,7 +120,10 @@ impl Ask {
             ttl: request.ttl,
             pid: std::process::id().to_string(),
             // The record is space-separated with the host last; a host name has no spaces.
-            host: host_name().replace(' ', "_"),
+            host: match &request.message {
+                Some(message) => format!("{}\t{message}", host_name().replace(' ', "_")),
+                None => host_name().replace(' ', "_"),
+            },
         }
     }
 

@@ -25,6 +25,9 @@ pub(super) struct NodeData {
     owner: String,
     /// Seconds since the Unix epoch when the node was created.
     since: u64,
+    /// `--message`; left out when none, so nodes without one read as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
 }
 
 impl NodeData {
@@ -41,6 +44,7 @@ impl NodeData {
             pid: std::process::id(),
             owner: request.owner.clone(),
             since,
+            message: request.message.clone(),
         })?)
     }
 
@@ -70,7 +74,8 @@ pub(super) fn holder_of(child: &Child, data: &[u8], stat: &zk::Stat) -> Holder {
                 Mode::Shared => child.kind == Kind::Shared,
                 Mode::Limit(_) => child.kind == Kind::Seat,
             };
-            fits.then(|| Holder::checked(mode, &d.owner, &d.host, d.pid, d.since, token))?
+            fits.then(|| Holder::checked(mode, &d.owner, &d.host, d.pid, d.since, token))??
+                .with_message(d.message.as_deref())
         });
         return readable
             .unwrap_or_else(|| Holder::unreadable(by_kind, "", &String::from_utf8_lossy(data)));
@@ -90,6 +95,8 @@ pub(super) fn holder_of(child: &Child, data: &[u8], stat: &zk::Stat) -> Holder {
         owner: format!("(not dlock: {})", escaped(&child.name, 100)),
         since,
         token,
+        message: None,
+        expires_at: None,
         unreadable: None,
     }
 }
@@ -171,6 +178,7 @@ mod tests {
             pid: 7,
             owner: "ab".into(),
             since: 1_700_000_000,
+            message: None,
         })
         .unwrap();
         let stat = zk::Stat {
