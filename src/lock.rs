@@ -597,6 +597,60 @@ mod tests {
     }
 
     #[test]
+    fn messages_follow_the_host_after_a_tab_and_records_without_one_read_as_before() {
+        let mut h = holder();
+        h.message = Some("deploy \"v1.4\" ✓".into());
+        assert_eq!(
+            h.record(),
+            "limit:3 7 1700000000 42 build 01\tdeploy \"v1.4\" ✓"
+        );
+        assert_eq!(Holder::from_record("00ff", &h.record()), h);
+        assert!(h
+            .describe()
+            .ends_with(", message \"deploy \\\"v1.4\\\" ✓\""));
+        let old = Holder::from_record("00ff", "limit:3 7 1700000000 42 build 01");
+        assert_eq!(old.message, None);
+        assert_eq!(old.unreadable, None);
+        for forged in [
+            "a\u{1b}[2J",
+            "two\tfields",
+            "",
+            &"x".repeat(MAX_MESSAGE_BYTES + 1),
+        ] {
+            let h = Holder::from_record("00ff", &format!("shared 7 1 42 h\t{forged}"));
+            assert!(h.unreadable.is_some(), "{forged:?}");
+            assert_eq!(h.mode, Mode::Shared);
+        }
+    }
+
+    #[test]
+    fn messages_are_refused_unless_they_print_as_themselves_within_the_limit() {
+        for ok in [
+            "deploy v1.4 by https://ci/1",
+            "é \"q\" \\ '",
+            "e\u{301}",
+            "日本語",
+        ] {
+            assert!(check_message(ok).is_ok(), "{ok:?}");
+        }
+        assert!(check_message(&"é".repeat(128)).is_ok());
+        for bad in [
+            "a\nb",
+            "a\tb",
+            "\u{1b}[2J",
+            "a\u{7f}",
+            "a\u{9b}",
+            "r\u{202e}l",
+            "\u{301}e",
+        ] {
+            let why = check_message(bad).unwrap_err();
+            assert!(!why.chars().any(char::is_control), "{why}");
+        }
+        let why = check_message(&"é".repeat(129)).unwrap_err();
+        assert!(why.contains("258 bytes") && why.contains("256"), "{why}");
+    }
+
+    #[test]
     fn records_out_of_range_are_unreadable_holders_that_still_hold() {
         for (record, mode) in [
             ("exclusive 5 99999999999999 2 host", Mode::Exclusive),

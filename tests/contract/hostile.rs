@@ -72,19 +72,35 @@ fn shows_unreadable(t: &Target, name: &str, shown: &str) {
 /// Forges the only holder record of the lock "x" where each backend keeps it, as anyone who can
 /// write there could; returns what dlock shows of it, and the holder the file backend needs.
 fn forge_record_of_x(t: &Target) -> (String, Option<Holding>) {
+    // A terminal escape in the file backend's host for good measure.
+    let data =
+        r#"{"dlock":1,"mode":"exclusive","host":"h","pid":2,"owner":"ab","since":99999999999999}"#;
+    let (record, shown) = match t.kind {
+        Kind::File => (
+            format!("{FAR_FUTURE}\u{1b}[2J"),
+            format!("{FAR_FUTURE}\\u{{1b}}[2J"),
+        ),
+        Kind::Redis => (FAR_FUTURE.to_owned(), FAR_FUTURE.to_owned()),
+        Kind::Zk => (String::new(), data.to_owned()),
+    };
+    (shown, forge_x(t, &record, data))
+}
+
+/// Writes `record` (file, Redis: `MODE TOKEN SINCE PID HOST[\tMESSAGE]`) or `zk_data` (a node's
+/// JSON) as the only holder of "x" owned by `ab`; returns the holder the file backend needs.
+fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
     match t.kind {
         Kind::File => {
-            // Overwrites a live holder's record slot (it keeps its OFD lock on it), with a
-            // terminal escape in the host for good measure.
+            // Overwrites a live holder's record slot (it keeps its OFD lock on it).
             let holder = Holding::start(t, &["--ttl", "3s", "x"]);
             let file = std::fs::OpenOptions::new()
                 .write(true)
                 .open(std::path::Path::new(t.urls()[0]).join("x.lock"))
                 .unwrap();
-            let mut slot = format!("dlock1 ab {FAR_FUTURE}\u{1b}[2J\n").into_bytes();
+            let mut slot = format!("dlock1 ab {record}\n").into_bytes();
             slot.resize(512, 0);
             file.write_all_at(&slot, 4096).unwrap();
-            (format!("{FAR_FUTURE}\\u{{1b}}[2J"), Some(holder))
+            Some(holder)
         }
         Kind::Redis => {
             // On every server, so that Redlock's majority sees it too.
@@ -101,20 +117,19 @@ fn forge_record_of_x(t: &Target) -> (String, Option<Holding>) {
                 redis::cmd("HSET")
                     .arg("dlock:{x}:owners")
                     .arg("ab")
-                    .arg(FAR_FUTURE)
+                    .arg(record)
                     .query::<()>(&mut conn)
                     .unwrap();
             }
-            (FAR_FUTURE.to_owned(), None)
+            None
         }
         Kind::Zk => {
-            let data = r#"{"dlock":1,"mode":"exclusive","host":"h","pid":2,"owner":"ab","since":99999999999999}"#;
             let url = t.urls()[0].strip_prefix("zk://").expect("a zk:// URL");
             // `zk://HOSTS/CHROOT`: the chroot with its leading `/`, or nothing.
             let (hosts, chroot) = url.find('/').map_or((url, ""), |at| url.split_at(at));
             let node = format!("{chroot}/dlock/x/_c_forged-lock-0000000000");
-            zk_server::create_with_parents(hosts, &node, data.as_bytes());
-            (data.to_owned(), None)
+            zk_server::create_with_parents(hosts, &node, zk_data.as_bytes());
+            None
         }
     }
 }
@@ -125,6 +140,37 @@ pub fn a_forged_record_is_unreadable_and_the_lock_stays_busy(t: &Target) {
     if let Some(holder) = holder {
         // Its lock was broken: whatever it exits with, it is gone.
         holder.let_go();
+    }
+}
+
+/// A message no dlock writes (a terminal escape in it, or over the limit) makes its record
+/// unreadable: shown escaped, never raw, and the lock stays busy.
+pub fn a_forged_message_is_unreadable_and_never_reaches_a_terminal(t: &Target) {
+    let long = "m".repeat(300);
+    for message in ["deploy \u{1b}]0;owned\u{7}", long.as_str()] {
+        let record = format!("exclusive 5 1700000000 2 host\t{message}");
+        let data = serde_json::json!({
+            "dlock": 1, "mode": "exclusive", "host": "h", "pid": 2, "owner": "ab",
+            "since": 1_700_000_000, "message": message,
+        })
+        .to_string();
+        let holder = forge_x(t, &record, &data);
+        let raw = if t.kind == Kind::Zk { &data } else { &record };
+        // Escaped as dlock shows stored text: quotes and backslashes as they are.
+        let mut shown = String::new();
+        for c in raw.chars().take(120) {
+            match c {
+                '"' | '\'' | '\\' => shown.push(c),
+                _ => shown.extend(c.escape_debug()),
+            }
+        }
+        if raw.chars().count() > 120 {
+            shown.push_str("...");
+        }
+        shows_unreadable(t, "x", &shown);
+        if let Some(holder) = holder {
+            holder.let_go();
+        }
     }
 }
 

@@ -28,6 +28,7 @@ mod status;
 mod tokens;
 mod trees;
 mod waiting;
+mod who;
 
 use std::path::PathBuf;
 use std::process::{Child, ExitStatus};
@@ -171,8 +172,13 @@ contract! {
             an_impossible_lock_fails_the_whole_set_before_anything_is_taken,
             a_malformed_or_oversized_held_variable_is_ignored,
         ],
+        who: [
+            a_message_is_shown_by_status_list_their_json_and_waiters,
+            a_message_with_control_characters_or_over_256_bytes_is_a_usage_error,
+        ],
         hostile: [
             a_forged_record_is_unreadable_and_the_lock_stays_busy,
+            a_forged_message_is_unreadable_and_never_reaches_a_terminal,
             output_into_a_closed_pipe_ends_quietly_with_the_usual_status,
             names_outside_the_basic_multilingual_plane_work,
         ],
