@@ -181,6 +181,78 @@ fn an_empty_lock_file_becomes_a_dlock_lock_file() {
     assert!(bytes.starts_with(&dlock_header("empty", 1)), "{bytes:?}");
 }
 
+/// `flock(1)` holding `path` (making it empty if missing) until dropped; returned once it holds.
+struct Flock1(std::process::Child);
+
+impl Flock1 {
+    fn hold(path: &Path, ready: &Path) -> Flock1 {
+        let child = std::process::Command::new("flock")
+            .arg(path)
+            .args(["sh", "-c", "touch \"$0\"; sleep 60"])
+            .arg(ready)
+            .spawn()
+            .expect("flock(1)");
+        wait_for_file(ready, T);
+        Flock1(child)
+    }
+}
+
+impl Drop for Flock1 {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Someone ran `flock LOCKDIR/NAME.lock ...`: no dlock record, no header. `status` and `list` both
+/// show the holder, with `since` and `token` unknown (null), not 1970 and 0; a file flock(1) holds
+/// after dlock made it shows the same.
+#[test]
+fn a_flock1_holder_shows_in_status_and_list_alike_with_no_time_or_token() {
+    let dir = LockDir::new();
+    for (name, made_by_dlock) in [("by-flock", false), ("made.by-dlock", true)] {
+        let path = dir.file(&format!("{name}.lock"));
+        if made_by_dlock {
+            assert_eq!(code(&output(dir.dlock(&["run", name, "--", "true"]))), 0);
+        }
+        let holder = Flock1::hold(&path, &dir.file(&format!("{name}.ready")));
+        let pid = holder.0.id();
+        let out = output(dir.dlock(&["status", "--json", name]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let status: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let shown = &status["holders"][0];
+        assert_eq!(shown["pid"], pid, "{status}");
+        assert!(
+            shown["since"].is_null() && shown["token"].is_null(),
+            "{status}"
+        );
+        assert!(
+            shown["expires_at"].is_null() && shown["message"].is_null(),
+            "{status}"
+        );
+        let text = stdout(&output(dir.dlock(&["status", name])));
+        assert!(!text.contains("1970") && !text.contains("token"), "{text}");
+
+        let out = output(dir.dlock(&["list", "--json", name]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let listed: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(
+            listed,
+            serde_json::json!([status]),
+            "list as status shows it"
+        );
+        let out = output(dir.dlock(&["list", name]));
+        assert_eq!(
+            stdout(&out),
+            format!(
+                "{name}\texclusive by {} pid {pid}\n",
+                shown["host"].as_str().unwrap()
+            )
+        );
+        drop(holder);
+    }
+}
+
 /// A small tmpfs mounted for one test, unmounted when dropped.
 struct SmallDisk {
     dir: tempfile::TempDir,

@@ -135,8 +135,9 @@ impl FileBackend {
         .fail_with(Failure::BackendUnavailable)
     }
 
-    /// One `*.lock` entry for `list`: its status if it is a held lock under `prefix`, `None` if
-    /// free, gone, empty (flock(1)'s, which names no lock) or another prefix's, an error naming the
+    /// One `*.lock` entry for `list`: its status if it is a held lock under `prefix` (an empty file
+    /// held with flock(1) too, named by its file name), `None` if free, gone, another prefix's or
+    /// an empty file with a hashed name, an error naming the
     /// entry if it is not a usable lock file.
     fn list_entry(&self, path: &Path, prefix: &str) -> anyhow::Result<Option<LockStatus>> {
         let Some(file) = open_existing(path, false)? else {
@@ -146,11 +147,27 @@ impl FileBackend {
             file,
             path: path.to_owned(),
         };
-        let Header::Dlock { name, .. } = lock.settled(|l| read_header(&l.file, &l.path))? else {
-            return Ok(None);
+        let name = match lock.settled(|l| read_header(&l.file, &l.path))? {
+            Header::Dlock { name, .. } => LockName::new(&name).map_err(|_| {
+                anyhow!("lock file {} has a malformed dlock header", path.display())
+            })?,
+            // An empty file (flock(1) made it, or touch) names no lock: its file name does, unless
+            // hashed. `status` of that name shows a flock(1) holder, so `list` does too.
+            Header::Empty => {
+                let stem = path
+                    .file_name()
+                    .and_then(|f| f.to_str())
+                    .and_then(|f| f.strip_suffix(".lock"));
+                match stem
+                    .and_then(name_of_stem)
+                    .and_then(|n| LockName::new(&n).ok())
+                {
+                    // Only the spelling `status` of that name opens (`%61.lock` is not "a"'s).
+                    Some(name) if self.path_of(&name) == path => name,
+                    _ => return Ok(None),
+                }
+            }
         };
-        let name = LockName::new(&name)
-            .map_err(|_| anyhow!("lock file {} has a malformed dlock header", path.display()))?;
         if self.path_of(&name) != path {
             return Err(anyhow!(
                 "lock file {} belongs to the lock {:?}, which lives in another file (copied or renamed?)",
