@@ -112,6 +112,7 @@ fn status_json(status: &LockStatus) -> serde_json::Value {
         "held": !status.holders.is_empty(),
         "location": status.location,
         "holders": status.holders,
+        "waiters": status.waiters,
     })
 }
 
@@ -122,6 +123,14 @@ fn status_text(status: &LockStatus) -> String {
     let mut text = format!("{}: held ({})\n", status.name, status.location);
     for holder in &status.holders {
         let _ = writeln!(text, "  {} owner {}", holder.describe(), holder.owner);
+    }
+    for waiter in status.waiters.iter().flatten() {
+        let _ = writeln!(
+            text,
+            "  waiting: {} owner {}",
+            waiter.describe(),
+            waiter.owner
+        );
     }
     text
 }

@@ -148,6 +148,56 @@ pub struct Holder {
     pub unreadable: Option<String>,
 }
 
+/// Someone in line for a lock, as `status` and `list` show it: who, in which mode, since when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Waiter {
+    #[serde(flatten)]
+    pub mode: Mode,
+    pub owner: String,
+    pub host: Option<String>,
+    pub pid: Option<u32>,
+    /// When it joined the line.
+    #[serde(serialize_with = "serialize_time")]
+    pub since: Option<SystemTime>,
+    pub message: Option<String>,
+    /// The stored entry, escaped and truncated, when it could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
+}
+
+impl From<Holder> for Waiter {
+    /// A waiter's entry read as a holder's record is (a holder's token and lease it has not).
+    fn from(h: Holder) -> Waiter {
+        Waiter {
+            mode: h.mode,
+            owner: h.owner,
+            host: h.host,
+            pid: h.pid,
+            since: h.since,
+            message: h.message,
+            unreadable: h.unreadable,
+        }
+    }
+}
+
+impl Waiter {
+    /// One line for people, as `Holder::describe` has it.
+    pub fn describe(&self) -> String {
+        Holder {
+            mode: self.mode,
+            owner: self.owner.clone(),
+            host: self.host.clone(),
+            pid: self.pid,
+            since: self.since,
+            token: None,
+            message: self.message.clone(),
+            expires_at: None,
+            unreadable: self.unreadable.clone(),
+        }
+        .describe()
+    }
+}
+
 /// The latest time a record may carry: the end of year 9999, the last that RFC 3339 (and humantime)
 /// can write.
 pub const MAX_SINCE_SECS: u64 = 253_402_300_799;
@@ -295,8 +345,10 @@ impl Holder {
         if let Some(token) = self.token {
             out.push_str(&format!(", token {token}"));
         }
+        if let Some(expires) = self.expires_at.and_then(rfc3339) {
+            out.push_str(&format!(", lease until {expires}"));
+        }
         if let Some(message) = &self.message {
-            // Checked printable when read; escaped again in case a holder was built otherwise.
             // Quoted as lock names are (`"` and anything unprintable escaped).
             out.push_str(&format!(", message {message:?}"));
         }

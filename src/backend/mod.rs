@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::lock::{Holder, LockName, LockRequest, Token};
+use crate::lock::{Holder, LockName, LockRequest, Token, Waiter};
 
 pub mod file;
 pub mod redis;
@@ -160,6 +160,9 @@ pub struct LockStatus {
     pub holders: Vec<Holder>,
     /// Where the backend keeps the lock (a file's path, a key, a znode), for operators.
     pub location: String,
+    /// Who waits for it, first in line first, where the backend keeps a queue (Redis, ZooKeeper);
+    /// `None` where it keeps none (the file backend's waiters block in the kernel, unseen).
+    pub waiters: Option<Vec<Waiter>>,
 }
 
 /// What `list` found.

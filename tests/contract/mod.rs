@@ -175,6 +175,7 @@ contract! {
         who: [
             a_message_is_shown_by_status_list_their_json_and_waiters,
             a_message_with_control_characters_or_over_256_bytes_is_a_usage_error,
+            status_and_list_show_the_lease_end_and_the_waiters_in_order,
         ],
         hostile: [
             a_forged_record_is_unreadable_and_the_lock_stays_busy,

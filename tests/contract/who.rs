@@ -1,8 +1,10 @@
 //! Who holds a lock and who waits for it, as `status`, `list` and a waiter tell it: the holder's
 //! `--message`, when its lease expires, and the waiters in line.
 
+use std::time::{Duration, SystemTime};
+
 use super::{waiting, Holding, T};
-use crate::support::target::Target;
+use crate::support::target::{Kind, Target};
 use crate::support::*;
 
 /// A message as a CI job would give it: quotes, a URL, text beyond ASCII.
@@ -121,6 +123,75 @@ pub fn a_message_with_control_characters_or_over_256_bytes_is_a_usage_error(t: &
     let limit = "é".repeat(128);
     let out = output(t.dlock(&["run", "--message", &limit, "m", "--", "true"]));
     assert_eq!(code(&out), 0, "256 bytes are accepted: {}", stderr(&out));
-    let _ = T;
-    let _ = waiting;
+}
+
+/// `status` and `list` give each holder's lease end where the backend keeps a lease others can see
+/// (Redis: by the server's clock, within the ttl), null where it does not (a lock file; a
+/// ZooKeeper session's end, which only its own client sees); and the waiters in line, first first,
+/// where the backend keeps a line (Redis, ZooKeeper), null for the file backend.
+pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
+    let holder = Holding::start(t, &["--ttl", "10s", "q"]);
+    let first = waiting(t, &["run", "--message", "first", "q", "--", "true"]);
+    let second = waiting(t, &["run", "-s", "q", "--", "true"]);
+    let started = SystemTime::now();
+
+    let out = output(t.dlock(&["status", "--json", "q"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("status JSON");
+    let expires = &status["holders"][0]["expires_at"];
+    let waiters = &status["waiters"];
+    if t.kind == Kind::Redis {
+        let at = humantime::parse_rfc3339(expires.as_str().expect("an RFC 3339 time"))
+            .expect("RFC 3339");
+        // Renewed every third of the ttl, so between a third of it and all of it from now.
+        assert!(
+            at > started + Duration::from_secs(2) && at < started + Duration::from_secs(12),
+            "{status}"
+        );
+    } else {
+        assert!(expires.is_null(), "{status}");
+    }
+    if t.kind == Kind::File {
+        assert!(waiters.is_null(), "{status}");
+    } else {
+        let pids: Vec<_> = waiters
+            .as_array()
+            .expect("a list of waiters")
+            .iter()
+            .map(|w| w["pid"].clone())
+            .collect();
+        assert_eq!(pids, [first.child.id(), second.child.id()], "{status}");
+        assert_eq!(waiters[0]["mode"], "exclusive", "{status}");
+        assert_eq!(waiters[0]["message"], "first", "{status}");
+        assert_eq!(waiters[1]["mode"], "shared", "{status}");
+        for w in waiters.as_array().unwrap() {
+            assert!(w["host"].is_string() && w["owner"].is_string(), "{status}");
+            let since = humantime::parse_rfc3339(w["since"].as_str().expect("since")).unwrap();
+            assert!(
+                since <= SystemTime::now() + Duration::from_secs(2),
+                "{status}"
+            );
+        }
+        let out = output(t.dlock(&["status", "q"]));
+        let text = stdout(&out);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[2].starts_with("  waiting: exclusive by "), "{text}");
+        assert!(
+            lines[2].contains(&format!("pid {}", first.child.id())),
+            "{text}"
+        );
+        assert!(lines[3].starts_with("  waiting: shared by "), "{text}");
+    }
+    if t.kind == Kind::Redis {
+        let text = stdout(&output(t.dlock(&["status", "q"])));
+        assert!(text.contains(", lease until 20"), "{text}");
+    }
+    let out = output(t.dlock(&["list", "--json", "q"]));
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("list JSON");
+    assert_eq!(listed[0]["waiters"], status["waiters"], "{listed}");
+
+    assert_eq!(holder.let_go().code(), Some(0));
+    assert_eq!(first.finish(T).0, 0);
+    assert_eq!(second.finish(T).0, 0);
 }

@@ -37,6 +37,7 @@ impl FileBackend {
             name: name.clone(),
             holders,
             location,
+            waiters: None,
         })
     }
 
@@ -185,6 +186,7 @@ impl FileBackend {
             name,
             holders,
             location: path.display().to_string(),
+            waiters: None,
         }))
     }
 }

@@ -12,7 +12,7 @@ use super::scripts::{self, HoldersScript};
 use super::RedisBackend;
 use crate::backend::{Listing, LockStatus};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, LockName};
+use crate::lock::{Holder, LockName, Waiter};
 
 /// Most keys `list` looks at, so a huge keyspace cannot keep it scanning forever.
 const MAX_SCAN_STEPS: usize = 100_000;
@@ -20,11 +20,59 @@ const MAX_SCAN_STEPS: usize = 100_000;
 impl RedisBackend {
     /// The live holders of `name` on every server.
     pub(super) fn read_status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+        let (holders, waiters) = self.status_everywhere(name)?;
         Ok(LockStatus {
             name: name.clone(),
-            holders: self.holders_everywhere(name, HoldersScript::Status)?,
+            holders,
             location: format!("{} key {}:*", self.location, Keys::of(name).base),
+            waiters: Some(waiters),
         })
+    }
+
+    /// The live holders and waiters of `name` on every server, merged: a holder's lease ends at
+    /// the earliest expiry a server reports for it (each judged by that server's clock); the
+    /// waiters in the order of the server that lists the most, then any others it lacks.
+    fn status_everywhere(&self, name: &LockName) -> anyhow::Result<(Vec<Holder>, Vec<Waiter>)> {
+        let mut servers = self.servers();
+        let keys = Keys::of(name);
+        let timeout = self.connect_timeout;
+        let replies = on_all(&mut servers, |s| {
+            s.call(timeout, |l| scripts::status(&mut l.conn, &keys))
+        });
+        let mut merged: BTreeMap<String, Holder> = BTreeMap::new();
+        let mut lines: Vec<Vec<Waiter>> = Vec::new();
+        let mut faults = Vec::new();
+        for reply in replies {
+            match reply {
+                Ok(status) => {
+                    for holder in status.holders {
+                        let earliest = merged.get(&holder.owner).and_then(|h| h.expires_at);
+                        let kept = merged.entry(holder.owner.clone()).or_insert(holder.clone());
+                        kept.expires_at = match (earliest, holder.expires_at) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        };
+                    }
+                    lines.push(status.waiters);
+                }
+                Err(fault) => faults.push(fault),
+            }
+        }
+        if faults.len() == servers.len() || first_fatal(&faults).is_some() {
+            if let Some(fault) = faults.first() {
+                return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
+            }
+        }
+        let mut holders: Vec<Holder> = merged.into_values().collect();
+        holders.sort_by_key(|h| h.token);
+        lines.sort_by_key(|line| std::cmp::Reverse(line.len()));
+        let mut waiters: Vec<Waiter> = Vec::new();
+        for waiter in lines.into_iter().flatten() {
+            if !waiters.iter().any(|w| w.owner == waiter.owner) {
+                waiters.push(waiter);
+            }
+        }
+        Ok((holders, waiters))
     }
 
     /// The held locks whose names start with `prefix`.

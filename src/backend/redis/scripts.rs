@@ -3,12 +3,12 @@
 //! one acquisition passes them (`Ask`), and the parsing of their replies, which hold records any
 //! client of the server could have written.
 
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use redis::{Connection, FromRedisValue, RedisError, ToRedisArgs, Value};
 
 use super::keys::Keys;
-use crate::lock::{host_name, Holder, LockRequest, Token};
+use crate::lock::{host_name, Holder, LockRequest, Mode, Token, Waiter, MAX_SINCE_SECS};
 
 /// A dlock script: the shared prelude (`lib.lua`) and its own part, with the SHA-1 that EVALSHA
 /// names it by, both made by build.rs.
@@ -74,11 +74,10 @@ fn is_noscript(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
-/// The scripts that report a lock's holders (`[owner, record, owner, record, ...]`).
+/// The scripts that report a lock's holders (`status` and `list` read them with `status`, which
+/// also tells the waiters).
 #[derive(Clone, Copy)]
 pub(super) enum HoldersScript {
-    /// Reads them (`status`, `list`).
-    Status,
     /// Removes them all and hands the lock to the waiters (`release --force`).
     Break,
 }
@@ -89,12 +88,89 @@ pub(super) fn holders(
     keys: &Keys,
     script: HoldersScript,
 ) -> redis::RedisResult<Vec<Holder>> {
-    let script = match script {
-        HoldersScript::Status => &STATUS,
-        HoldersScript::Break => &BREAK,
+    match script {
+        HoldersScript::Break => {
+            let value: Value = Call::new(&BREAK, keys).invoke(conn)?;
+            Ok(parse_holders(&value))
+        }
+    }
+}
+
+/// What one server says of a lock for `status` and `list`.
+pub(super) struct ServerStatus {
+    /// The live holders, each with its lease's expiry by this server's clock.
+    pub(super) holders: Vec<Holder>,
+    /// The live waiters, first in line first, each since it joined the line.
+    pub(super) waiters: Vec<Waiter>,
+}
+
+/// Reads the holders and waiters of the lock `keys` (status.lua).
+pub(super) fn status(conn: &mut Connection, keys: &Keys) -> redis::RedisResult<ServerStatus> {
+    let value: Value = Call::new(&STATUS, keys).invoke(conn)?;
+    parse_status(&value).ok_or_else(|| unexpected(&value))
+}
+
+/// `[[owner, record, expiry ms, ...], [waiter, ticket, ...]]`, as status.lua answers.
+fn parse_status(value: &Value) -> Option<ServerStatus> {
+    let Value::Array(parts) = value else {
+        return None;
     };
-    let value: Value = Call::new(script, keys).invoke(conn)?;
-    Ok(parse_holders(&value))
+    let (Value::Array(holders), Value::Array(waiters)) = (parts.first()?, parts.get(1)?) else {
+        return None;
+    };
+    let holders = holders
+        .chunks_exact(3)
+        .map(|h| {
+            let mut holder = Holder::from_record(&lossy(&h[0]), &lossy(&h[1]));
+            holder.expires_at = whole(&h[2])
+                .filter(|ms| ms / 1000 <= MAX_SINCE_SECS)
+                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
+            holder
+        })
+        .collect();
+    let waiters = waiters
+        .chunks_exact(2)
+        .map(|w| waiter(&lossy(&w[0]), whole(&w[1])))
+        .collect();
+    Some(ServerStatus { holders, waiters })
+}
+
+/// A queue entry, `OWNER MODE TTL PID HOST[\tMESSAGE]` (lib.lua's `waiter`), with its ticket
+/// (server microseconds when it joined the line). Any client can write the queue: an entry dlock
+/// could not have written is shown as unreadable.
+fn waiter(entry: &str, ticket: Option<u64>) -> Waiter {
+    let read = || {
+        let mut fields = entry.splitn(5, ' ');
+        let owner = fields.next()?;
+        let mode = Mode::from_wire(fields.next()?)?;
+        let _ttl = fields.next()?;
+        let pid = fields.next()?.parse().ok()?;
+        let rest = fields.next()?;
+        let (host, message) = match rest.split_once('\t') {
+            Some((host, message)) => (host, Some(message)),
+            None => (rest, None),
+        };
+        Holder::checked(mode, owner, host, pid, ticket? / 1_000_000, None)?.with_message(message)
+    };
+    let mode = entry
+        .split(' ')
+        .nth(1)
+        .and_then(Mode::from_wire)
+        .unwrap_or(Mode::Exclusive);
+    let owner = entry.split(' ').next().unwrap_or_default();
+    Waiter::from(read().unwrap_or_else(|| Holder::unreadable(mode, owner, entry)))
+}
+
+/// A score as Redis writes a whole number, or `None`.
+fn whole(value: &Value) -> Option<u64> {
+    text_of(value)?.parse().ok()
+}
+
+fn lossy(value: &Value) -> String {
+    match value {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        other => text_of(other).unwrap_or_default(),
+    }
 }
 
 /// One acquisition's identity and its scripts' arguments; a lease keeps it for renewals and the
@@ -310,10 +386,6 @@ pub(super) fn text_of(value: &Value) -> Option<String> {
 fn parse_holders(value: &Value) -> Vec<Holder> {
     let Value::Array(items) = value else {
         return Vec::new();
-    };
-    let lossy = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        other => text_of(other).unwrap_or_default(),
     };
     items
         .chunks_exact(2)

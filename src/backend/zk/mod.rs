@@ -48,7 +48,7 @@ use crate::signal::interrupt;
 use acquisition::{Acquisition, Outcome, Parked};
 use address::ZkUrl;
 use naming::lock_name_of;
-use record::holders;
+use record::{holders, holders_and_waiters};
 use session::{retrying, Session};
 use wait::watched;
 
@@ -180,16 +180,14 @@ impl ZkBackend {
 
     fn status_of(&self, session: &Session, name: &LockName) -> anyhow::Result<LockStatus> {
         let dir = session.dir(name);
-        let holders = session
+        let (holders, waiters) = session
             .runtime
-            .block_on(holders(session, &dir, None))
-            .with_context(|| format!("cannot read lock {:?}", name.as_str()))?
-            .into_iter()
-            .map(|(_, h)| h)
-            .collect();
+            .block_on(holders_and_waiters(session, &dir))
+            .with_context(|| format!("cannot read lock {:?}", name.as_str()))?;
         Ok(LockStatus {
             name: name.clone(),
             holders,
+            waiters: Some(waiters),
             // The node's full path (chroot included) on the ensemble, without credentials.
             location: format!("zk://{}{dir}", self.url.hosts()),
         })

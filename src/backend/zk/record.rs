@@ -12,7 +12,7 @@ use super::recipe::{owners, queue, Child, Kind};
 use super::session::{is_connection_loss, Session};
 use super::MAX_RETRIES;
 use crate::lock::{
-    escaped, host_name, is_plain, Holder, LockRequest, Mode, MAX_HOST_BYTES, MAX_SINCE_SECS,
+    escaped, host_name, is_plain, Holder, LockRequest, Mode, Waiter, MAX_HOST_BYTES, MAX_SINCE_SECS,
 };
 
 /// What dlock writes into its nodes, for status and list.
@@ -111,6 +111,43 @@ pub(super) async fn holders(
     dir: &str,
     known: Option<(&[String], u32)>,
 ) -> anyhow::Result<Vec<(String, Holder)>> {
+    let (present, owning) = read_queue(session, dir, known).await?;
+    Ok(owning
+        .into_iter()
+        .map(|i| {
+            let (child, data, stat) = &present[i];
+            (child.name.clone(), holder_of(child, data, stat))
+        })
+        .collect())
+}
+
+/// For `status` and `list`: the owners of the lock in `dir` and, after them, the nodes still in
+/// line, each in queue order.
+pub(super) async fn holders_and_waiters(
+    session: &Session,
+    dir: &str,
+) -> anyhow::Result<(Vec<Holder>, Vec<Waiter>)> {
+    let (present, owning) = read_queue(session, dir, None).await?;
+    let mut holders = Vec::new();
+    let mut waiters = Vec::new();
+    for (i, (child, data, stat)) in present.iter().enumerate() {
+        let node = holder_of(child, data, stat);
+        if owning.contains(&i) {
+            holders.push(node);
+        } else {
+            waiters.push(Waiter::from(node));
+        }
+    }
+    Ok((holders, waiters))
+}
+
+/// The nodes of the lock in `dir` that are still there, in queue order, with their data, and which
+/// of them own the lock (see `holders`).
+async fn read_queue(
+    session: &Session,
+    dir: &str,
+    known: Option<(&[String], u32)>,
+) -> anyhow::Result<(Vec<(Child, Vec<u8>, zk::Stat)>, Vec<usize>)> {
     let client = session.client();
     let (queue, limit) = match known {
         Some((names, limit)) => {
@@ -121,7 +158,7 @@ pub(super) async fn holders(
         None => (queue(&session.children(dir).await?), None),
     };
     if queue.is_empty() {
-        return Ok(vec![]);
+        return Ok((vec![], vec![]));
     }
     // One multi-read: a consistent view of every node's data.
     let mut tries = 0;
@@ -156,13 +193,8 @@ pub(super) async fn holders(
         });
         own.or(limit).unwrap_or(1)
     };
-    Ok(owners(&queue, limit_of)
-        .into_iter()
-        .map(|i| {
-            let (child, data, stat) = &present[i];
-            (child.name.clone(), holder_of(child, data, stat))
-        })
-        .collect())
+    let owning = owners(&queue, limit_of);
+    Ok((present, owning))
 }
 
 #[cfg(test)]
