@@ -44,6 +44,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give u
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock could not be acquired' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'The lease: how long the lock outlives a dlock that stops renewing it (network backends)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-after -d 'When the lock is lost: SIGTERM the command\'s process group, wait this long, then SIGKILL' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l message -d 'Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a newline, tab or escape; refused, not escaped). Kept with the holder record until release' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s c -l command -d 'Run this one string with `$SHELL -c` (/bin/sh when SHELL is unset or empty) instead of a COMMAND after `--`, as flock -c does: `-c \'make && make install\'`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
@@ -62,7 +63,7 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
-complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print JSON'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print JSON: name, held, location, holders (mode, host, pid, owner, since, token, message, expires_at: the lease\'s end by the server\'s clock, null without a lease) and waiters (in line, first first; null where the backend keeps no line)'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -71,7 +72,7 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
-complete -c dlock -n "__fish_dlock_using_subcommand list" -l json -d 'Print a JSON array'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l json -d 'Print a JSON array of what `status --json` prints, one per held lock'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -179,7 +179,9 @@ pub struct RunArgs {
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     pub name: String,
-    /// Print JSON.
+    /// Print JSON: name, held, location, holders (mode, host, pid, owner, since, token, message,
+    /// expires_at: the lease's end by the server's clock, null without a lease) and waiters (in
+    /// line, first first; null where the backend keeps no line).
     #[arg(long)]
     pub json: bool,
 }
@@ -189,7 +191,7 @@ pub struct ListArgs {
     /// Only locks whose name starts with PREFIX.
     #[arg(default_value = "")]
     pub prefix: String,
-    /// Print a JSON array.
+    /// Print a JSON array of what `status --json` prints, one per held lock.
     #[arg(long)]
     pub json: bool,
 }
