@@ -374,6 +374,62 @@ fn waiters_acquire_in_arrival_order() {
     assert_eq!(std::fs::read_to_string(&order).unwrap(), "1\n2\n3\n4\n5\n");
 }
 
+/// Any client can write the queue: a forged waiter entry (a terminal escape in its message, a mode
+/// and pid dlock never writes) is shown as unreadable and escaped by `status`, never raw, and a
+/// waiter with a message is shown with it.
+#[test]
+fn forged_waiter_entries_are_shown_unreadable_and_escaped() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = start_holder(&url, &[], "q", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let mut conn = server.connection();
+    for (ticket, entry) in [
+        (1u64, "ab exclusive 1000 2 h\tdeploy \u{1b}]0;owned\u{7}"),
+        (2, "cd bogus 1000 -1 h"),
+        (3, "ef shared 1000 7 box\tfine \"text\""),
+    ] {
+        redis::cmd("ZADD")
+            .arg("dlock:{q}:queue")
+            .arg(ticket * 1_000_000)
+            .arg(entry)
+            .query::<()>(&mut conn)
+            .unwrap();
+        redis::cmd("ZADD")
+            .arg("dlock:{q}:alive")
+            .arg(99_999_999_999_999u64)
+            .arg(entry)
+            .query::<()>(&mut conn)
+            .unwrap();
+    }
+    let out = output(dlock_at(&url, &["status", "q"]));
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    let waiting: Vec<&str> = text.lines().filter(|l| l.contains("waiting:")).collect();
+    assert_eq!(waiting.len(), 3, "{text}");
+    assert!(
+        waiting[0].contains("unreadable record") && waiting[0].contains("\\u{1b}"),
+        "{text}"
+    );
+    assert!(waiting[1].contains("unreadable record"), "{text}");
+    assert!(
+        waiting[2].starts_with("  waiting: shared by box pid 7 since 1970-01-01T00:00:03Z")
+            && waiting[2].contains(r#"message "fine \"text\"""#),
+        "{text}"
+    );
+    let out = output(dlock_at(&url, &["status", "--json", "q"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("status JSON");
+    assert!(json["waiters"][0]["unreadable"].is_string(), "{json}");
+    assert_eq!(json["waiters"][2]["message"], "fine \"text\"", "{json}");
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.finish(T);
+}
+
 #[test]
 fn a_waiter_that_gives_up_leaves_nothing_behind() {
     let server = RedisServer::start();
