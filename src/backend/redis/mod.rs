@@ -74,36 +74,6 @@ use wait::Parked;
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
-/// For `dlock --help` and the man page.
-pub const HELP: &str = "\
-Redis backend (--backend redis --url redis://[user:password@]host:port[/db]; rediss:// for TLS,
-trusting the system CAs or SSL_CERT_FILE; default redis://127.0.0.1:6379):
-  Keys of a lock share one hash tag, so each script touches one slot (fine on Redis Cluster).
-  NAME is percent-encoded where it has % { } * ? [ ] \\ or a space.
-    dlock:{NAME}:holders  sorted set: owner id -> lease expiry (by the server's clock)
-    dlock:{NAME}:owners   hash: owner id -> \"MODE TOKEN SINCE PID HOST\"
-    dlock:{NAME}:token    the fencing counter (INCR per acquisition; never expires)
-    dlock:{NAME}:queue    sorted set: waiters in arrival order (first come, first served)
-    dlock:{NAME}:alive    sorted set: waiter -> its own expiry (a dead waiter drops out)
-    dlock:wake:ID         pub/sub channel: a release grants the lock to the first waiter and
-                          tells it here (\"dlock:{NAME} TOKEN\"); one per dlock, on RESP3
-  Needs Redis 6 or newer (RESP3).
-  Acquire, renew and release are Lua scripts that act only on the caller's own owner id (and
-  hand a freed lock to the waiters first in line, who asked for it).
-  dlock renews the --ttl lease every ttl/3. The lock is lost when a renewal answers \"not yours\"
-  (expired, release --force, key deleted, server restarted empty), or when no renewal got
-  through for the ttl minus 1% and 2ms: the command then gets SIGTERM, SIGKILL after
-  --kill-after, and dlock exits 79. A killed dlock's lease frees the lock within the ttl.
-  Redlock (--url given 3, 5, ... times): the lock is held when a majority of the servers granted
-  it within the lease (less the time taken and the drift margin), else it is released everywhere;
-  renewals must reach a majority. DLOCK_TOKEN is above every counter of the servers that answered
-  and the granting servers' counters are raised to it: tokens keep growing as long as the servers
-  that missed an acquisition plus those that lose their data before the next one are a minority
-  (a later majority then always includes a server that remembers). Redlock assumes clocks that
-  run at about the same rate, pauses shorter than the lease, and a crashed server restarted empty
-  only after a ttl; it cannot stop a holder that was paused past its lease from acting: pass
-  DLOCK_TOKEN to the resource and have it refuse older tokens.";
-
 /// One connection per `--url`, shared by the backend and every lease it hands out: a dlock holding
 /// 10,000 names renews them over one connection per server, not 10,000. Each use locks it for one
 /// round of commands, or for one short read of a waiter listening for its grant. A poisoned lock's
