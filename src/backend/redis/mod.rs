@@ -15,9 +15,9 @@
 //!   another's lease. An expired lease is never revived, so a renewal after expiry is "lost".
 //!
 //! Waiting: each waiter takes a ticket in the lock's queue (a sorted set scored by the server's
-//! clock), on the first attempt already when dlock will wait, and subscribes to a channel of its
-//! own on the same connection (RESP3, so one connection carries commands and messages; the
-//! SUBSCRIBE goes out with that first attempt and costs no round trip). A release hands the lock
+//! clock) with the first attempt of its wait (`acquire`; `try_acquire` never queues), and
+//! subscribes to a channel of its own on the same connection (RESP3, so one connection carries
+//! commands and messages; the SUBSCRIBE goes out with that first attempt and costs no round trip). A release hands the lock
 //! to the first waiter itself, in the same script, and only when it can take it (then to the next
 //! ones too while they can join: shared and limit holders), and publishes the grant with its
 //! token. So a handoff costs one script and one message whatever the number of waiters (no herd),
@@ -46,8 +46,8 @@
 //!
 //! Where things are: `server` (one server: URL, connection, calls), `fault` (what went wrong, in
 //! words), `keys` (a name's keys), `scripts` (the Lua scripts, their arguments and replies),
-//! `redlock` (a round over every server, quorum, tokens), `wait` (the queue, grants, the parked
-//! place), `lease` (renew, release), `holders` (status, list, release --force).
+//! `redlock` (a round over every server, quorum, tokens), `wait` (the queue and grants), `lease`
+//! (renew, release), `holders` (status, list, release --force).
 
 mod fault;
 mod holders;
@@ -70,7 +70,6 @@ use fault::{first_fatal, Fault};
 use redlock::on_all;
 use scripts::HoldersScript;
 use server::Server;
-use wait::Parked;
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -88,8 +87,6 @@ pub struct RedisBackend {
     count: usize,
     connect_timeout: Duration,
     location: String,
-    /// The place in line a `try_acquire` took for the `acquire` that follows it.
-    parked: Mutex<Option<Parked>>,
 }
 
 impl RedisBackend {
@@ -129,7 +126,6 @@ impl RedisBackend {
             servers: Arc::new(Mutex::new(servers)),
             connect_timeout: timeout,
             location,
-            parked: Mutex::new(None),
         };
         if let Some(auth) = first_fatal(&faults) {
             return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
@@ -155,8 +151,8 @@ impl Backend for RedisBackend {
         self.location.clone()
     }
 
-    fn try_acquire(&self, request: &LockRequest, then_wait: bool) -> anyhow::Result<Attempt> {
-        self.try_once(request, then_wait)
+    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+        self.try_once(request)
     }
 
     fn acquire(
@@ -169,11 +165,6 @@ impl Backend for RedisBackend {
             .map(|lease| lease as Box<dyn Lease>))
     }
 
-    /// Every blocking read while waiting lasts at most `wait::CANCEL_CHECK`.
-    fn polls_while_waiting(&self) -> bool {
-        true
-    }
-
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
         self.read_status(name)
     }
@@ -184,12 +175,5 @@ impl Backend for RedisBackend {
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         self.holders_everywhere(name, HoldersScript::Break)
-    }
-}
-
-impl Drop for RedisBackend {
-    /// A place in line nobody waited in (the wait never started): give it up.
-    fn drop(&mut self) {
-        self.give_up_parked();
     }
 }
