@@ -89,7 +89,9 @@ fn long_help_ends_with_the_exit_statuses_and_the_man_page_not_a_backend_s_layout
         "a backend's key layout belongs in the README, not --help: {help}"
     );
     let statuses = help.find("Exit status:").expect("exit statuses in --help");
-    let see = help.find("See dlock(1)").expect("a pointer to the man page");
+    let see = help
+        .find("See dlock(1)")
+        .expect("a pointer to the man page");
     assert!(statuses < see, "{help}");
     assert!(
         help[see..].trim_end().lines().count() <= 2,
