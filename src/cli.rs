@@ -35,9 +35,14 @@ Exit status:
   127                   the command was not found
   status: 0 held, 1 free.  release: 0 released, 1 nothing held.";
 
-/// `--help` and the man page: the exit codes, then how each network backend keeps its locks.
+/// Where `--help` points for the rest: the manual, and how each backend keeps its locks.
+const SEE_ALSO: &str = "\
+See dlock(1) and dlock-run(1), and the README's Backends section for how each backend keeps its
+locks (lock files, Redis keys, ZooKeeper nodes).";
+
+/// `--help` and the man page: the exit codes, then where to read on.
 fn after_long_help() -> String {
-    format!("{EXIT_CODES}\n\n{}", crate::backend::redis::HELP)
+    format!("{EXIT_CODES}\n\n{SEE_ALSO}")
 }
 
 /// Run a command while holding a named lock: flock(1) for a whole cluster.

@@ -22,8 +22,8 @@ pub(super) struct Held {
     renew_every: Duration,
     /// When to renew next.
     due: Instant,
-    /// When a renewal was last reported: a lease that checks often (ZooKeeper's session state)
-    /// is reported at most once per third of its lease, not at every check.
+    /// When a renewal was last reported: a lease may ask to be renewed often (`Lease::renew`), and
+    /// is reported at most once per third of its lease, not at every renewal.
     reported: Instant,
     /// Since when renewals have not got through, while they do not.
     failing_since: Option<Instant>,

@@ -7,9 +7,10 @@
 //! held: they are blocked from the start and taken one at a time by the main thread, in the same
 //! loop that watches deadlines, renewals and the child (see signal/mod.rs for the whole contract).
 //!
-//! Files: `acquire` takes the locks (first tries, then a wait here or on a helper thread), `child`
-//! runs the command and waits for its end (`spawn` starts it), `heartbeat` renews and releases the
-//! leases, `environment` is what the command receives; this file is the plan and the overall flow.
+//! Files: `acquire` takes the locks (a wait here, or first tries and then a wait on a helper
+//! thread), `child` runs the command and waits for its end (`spawn` starts it), `heartbeat` renews
+//! and releases the leases, `environment` is what the command receives; this file is the plan and
+//! the overall flow.
 
 mod acquire;
 mod child;
@@ -89,47 +90,40 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     let file_limit = environment::raise_file_limit(requests.len());
 
     let started = Instant::now();
-    // First one attempt per lock on this thread: the uncontended case needs no helper thread.
-    let mut held = Vec::new();
-    let then_wait = !plan.no_wait;
-    let acquisition = match try_in_order(backend.as_ref(), &requests, then_wait, &mut held, report)
-    {
-        Ok(FirstTry::AllHeld) => Acquisition::Held(held),
-        Ok(FirstTry::Busy(busy, holders)) if plan.no_wait => {
-            release_quietly(held);
-            Acquisition::Busy(requests[busy].name.clone(), holders)
+    let acquisition = if !plan.no_wait && requests.len() == 1 && !report.draws_waiting_line() {
+        // The common wait: one lock, nothing else to renew meanwhile, no status line to draw. The
+        // backend makes its first attempt and waits on this thread: no helper thread to start,
+        // and no hop between threads when the lock comes.
+        match wait_here(backend.as_ref(), &requests[0], &plan, &signals, report) {
+            Ok(acquisition) => acquisition,
+            Err(e) => return stopped(report).ok_or(e),
         }
-        Ok(FirstTry::Busy(busy, holders))
-            if held.is_empty()
-                && busy + 1 == requests.len()
-                && backend.polls_while_waiting()
-                && !report.draws_waiting_line() =>
-        {
-            wait_here(
-                backend.as_ref(),
-                &requests[busy],
-                holders,
-                &plan,
-                &signals,
-                report,
-            )?
-        }
-        Ok(FirstTry::Busy(busy, _)) => {
-            // This loop takes signals itself (sigtimedwait): block them again first.
-            drop(interruptible.take());
-            if let Some(code) = stopped(report) {
+    } else {
+        // First one attempt per lock on this thread: the uncontended case needs no helper thread.
+        let mut held = Vec::new();
+        match try_in_order(backend.as_ref(), &requests, &mut held, report) {
+            Ok(FirstTry::AllHeld) => Acquisition::Held(held),
+            Ok(FirstTry::Busy(busy, holders)) if plan.no_wait => {
                 release_quietly(held);
-                return Ok(code);
+                Acquisition::Busy(requests[busy].name.clone(), holders)
             }
-            wait_on_helper(backend, &requests[busy..], held, &plan, &signals, report)?
-        }
-        Ok(FirstTry::Lost(why)) => {
-            release_quietly(held);
-            Acquisition::Lost(why)
-        }
-        Err(e) => {
-            release_quietly(held);
-            return stopped(report).ok_or(e);
+            Ok(FirstTry::Busy(busy, _)) => {
+                // This loop takes signals itself (sigtimedwait): block them again first.
+                drop(interruptible.take());
+                if let Some(code) = stopped(report) {
+                    release_quietly(held);
+                    return Ok(code);
+                }
+                wait_on_helper(backend, &requests[busy..], held, &plan, &signals, report)?
+            }
+            Ok(FirstTry::Lost(why)) => {
+                release_quietly(held);
+                Acquisition::Lost(why)
+            }
+            Err(e) => {
+                release_quietly(held);
+                return stopped(report).ok_or(e);
+            }
         }
     };
     // Blocked again from here on: they are for the command now.

@@ -119,7 +119,7 @@ impl Backend for FileBackend {
         format!("file:{}", self.dir.display())
     }
 
-    fn try_acquire(&self, request: &LockRequest, _then_wait: bool) -> anyhow::Result<Attempt> {
+    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
         loop {
             match self.attempt(request, &Wait::Never)? {
                 Step::Held(lease) => return Ok(Attempt::Acquired(Box::new(lease))),
