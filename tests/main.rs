@@ -14,6 +14,7 @@ mod hostile;
 mod job_control;
 mod multi;
 mod netfaults;
+mod postgres;
 mod redis;
 mod reentry;
 mod run;

@@ -93,6 +93,7 @@ pub enum Kind {
     File,
     Redis,
     Zk,
+    Postgres,
 }
 
 impl Kind {
@@ -116,6 +117,16 @@ impl Kind {
                     format!("zk://{}", hosts.join(",")),
                 ]
             }
+            Kind::Postgres => vec![
+                "--backend".into(),
+                "postgres".into(),
+                "--url".into(),
+                format!(
+                    "postgres://postgres:{}@127.0.0.1:{}/postgres",
+                    super::pg_server::PASSWORD,
+                    ports[0]
+                ),
+            ],
         }
     }
 }
