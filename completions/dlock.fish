@@ -40,19 +40,20 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "release" -d 'Break a lo
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "generate" -d 'Write shell completions and man pages'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Take one of N seats: at most N holders with --limit at once (a semaphore)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long (500ms, 30s, 5m). Default: wait without limit' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms, 30s, 5m), at most a year (flock\'s --timeout works too). Default: wait without limit. On the command line it overrides DLOCK_NO_WAIT' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock could not be acquired' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'The lease: how long the lock outlives a dlock that stops renewing it (network backends)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-after -d 'When the lock is lost: SIGTERM the command\'s process group, wait this long, then SIGKILL' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s c -l command -d 'Run this one string with `$SHELL -c` (/bin/sh when SHELL is unset or empty) instead of a COMMAND after `--`, as flock -c does: `-c \'make && make install\'`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s x -l exclusive -d 'Take the lock exclusively (the default)'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s x -l exclusive -d 'Take the lock exclusively (the default; flock\'s -e works too)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Take the lock shared: shared holders run together, never alongside an exclusive one'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s t -l tree -d 'Treat each NAME as a path in a hierarchy: lock every ancestor shared and the path itself exclusively (or shared, with --shared)'
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Fail at once if the lock is busy'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Fail at once if the lock is busy (flock\'s --nonblock and --nb work too). On the command line it overrides DLOCK_WAIT'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -1,10 +1,14 @@
 //! The command line, declared once with clap: the one source for parsing, `--help`, the shell
 //! completions and the man pages. Parsing ends in plain values (`Command`) the rest of dlock uses.
 
+mod duration;
+mod resolve;
+mod usage;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, FromArgMatches, Parser, Subcommand};
 
 use crate::backend::{BackendConfig, BackendKind};
 use crate::exit::{FailWith, Failure};
@@ -12,13 +16,16 @@ use crate::lock::{new_owner_id, tree_locks, LockName, LockRequest, Mode};
 use crate::report::Verbosity;
 use crate::supervise::RunPlan;
 
+use duration::{parse_duration, parse_ttl};
+
 const EXIT_CODES: &str = "\
 Exit status:
   the command's own     when it ran and exited
   128+N                 the command, or dlock while waiting, was killed by signal N
   75                    the lock is busy (--no-wait) or --wait expired (see --conflict-exit-code)
   79                    the lock was lost while the command ran; the command was terminated
-  64                    usage error: bad option, name, duration or URL, missing `--`;
+  64                    usage error: bad option, name, duration or URL, missing `--`,
+                        or one from a DLOCK_* variable;
                         or a nested run asks exclusively for a lock its own parent dlock
                         holds shared or with --limit
   69                    backend unavailable: server unreachable, authentication failed,
@@ -70,7 +77,7 @@ pub struct GlobalArgs {
 
     /// How long to try to reach a server before giving up with exit status 69.
     #[arg(long, global = true, env = "DLOCK_CONNECT_TIMEOUT", value_name = "DURATION",
-          value_parser = parse_duration, default_value = "5s")]
+          value_parser = parse_duration, default_value = "5s", allow_hyphen_values = true)]
     pub connect_timeout: Duration,
 
     /// Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited.
@@ -99,8 +106,8 @@ pub enum Command {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Take the lock exclusively (the default).
-    #[arg(short = 'x', long, group = "mode")]
+    /// Take the lock exclusively (the default; flock's -e works too).
+    #[arg(short = 'x', short_alias = 'e', long, group = "mode")]
     pub exclusive: bool,
 
     /// Take the lock shared: shared holders run together, never alongside an exclusive one.
@@ -117,12 +124,17 @@ pub struct RunArgs {
     #[arg(short, long, conflicts_with = "limit")]
     pub tree: bool,
 
-    /// Fail at once if the lock is busy.
-    #[arg(short, long, conflicts_with = "wait")]
+    /// Fail at once if the lock is busy (flock's --nonblock and --nb work too). On the command line
+    /// it overrides DLOCK_WAIT.
+    #[arg(short, long, aliases = ["nonblock", "nb"], env = "DLOCK_NO_WAIT",
+          value_parser = parse_switch)]
     pub no_wait: bool,
 
-    /// Give up after waiting this long (500ms, 30s, 5m). Default: wait without limit.
-    #[arg(short, long, env = "DLOCK_WAIT", value_name = "DURATION", value_parser = parse_duration)]
+    /// Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms,
+    /// 30s, 5m), at most a year (flock's --timeout works too). Default: wait without limit. On the
+    /// command line it overrides DLOCK_NO_WAIT.
+    #[arg(short, long, alias = "timeout", env = "DLOCK_WAIT", value_name = "DURATION",
+          value_parser = parse_duration, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
 
     /// Exit status when the lock could not be acquired.
@@ -130,12 +142,13 @@ pub struct RunArgs {
     pub conflict_exit_code: u8,
 
     /// The lease: how long the lock outlives a dlock that stops renewing it (network backends).
-    #[arg(long, env = "DLOCK_TTL", value_name = "DURATION", value_parser = parse_ttl, default_value = "15s")]
+    #[arg(long, env = "DLOCK_TTL", value_name = "DURATION", value_parser = parse_ttl,
+          default_value = "15s", allow_hyphen_values = true)]
     pub ttl: Duration,
 
     /// When the lock is lost: SIGTERM the command's process group, wait this long, then SIGKILL.
     #[arg(long, env = "DLOCK_KILL_AFTER", value_name = "DURATION", value_parser = parse_duration,
-          default_value = "10s")]
+          default_value = "10s", allow_hyphen_values = true)]
     pub kill_after: Duration,
 
     /// The lock's name: 1 to 512 bytes of printable UTF-8 (`/` allowed). Several names are taken
@@ -144,8 +157,17 @@ pub struct RunArgs {
     pub names: Vec<String>,
 
     /// The command to run and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(
+        last = true,
+        required_unless_present = "shell_command",
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
+
+    /// Run this one string with `$SHELL -c` (/bin/sh when SHELL is unset or empty) instead of a
+    /// COMMAND after `--`, as flock -c does: `-c 'make && make install'`.
+    #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND")]
+    pub shell_command: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -181,30 +203,13 @@ pub struct GenerateArgs {
     pub out: PathBuf,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 500ms, 30s, 5m)"))
-}
-
-/// The longest lease: 24 days, the largest whole number of days a ZooKeeper session timeout (a
-/// signed 32-bit count of milliseconds, at most 24.8 days) can carry. Redis counts leases in
-/// milliseconds too, in the scripts' doubles, and is exact far beyond it. A lease this long already
-/// keeps a lock from others for weeks after its holder died; dlock renews every ttl/3, so no run
-/// needs a longer one.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 24 * 3600);
-
-fn parse_ttl(s: &str) -> Result<Duration, String> {
-    let ttl = parse_duration(s)?;
-    if ttl < Duration::from_millis(100) {
-        return Err("the ttl must be at least 100ms".into());
+/// A switch from the environment (`DLOCK_NO_WAIT=1`); on the command line clap gives it "true".
+fn parse_switch(text: &str) -> Result<bool, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err("use 1 or 0 (or true/false, yes/no, on/off)".into()),
     }
-    if ttl > MAX_TTL {
-        return Err(format!(
-            "the ttl must be at most {} (ZooKeeper counts a session timeout in a 32-bit number of \
-             milliseconds)",
-            humantime::format_duration(MAX_TTL)
-        ));
-    }
-    Ok(ttl)
 }
 
 /// The clap command, for completions and man pages.
@@ -281,7 +286,10 @@ impl RunArgs {
                 ..global.backend_config()
             },
             requests,
-            command: self.command.clone(),
+            command: match &self.shell_command {
+                Some(script) => vec![shell()?, "-c".into(), script.clone()],
+                None => self.command.clone(),
+            },
             no_wait: self.no_wait,
             wait: self.wait,
             conflict_exit_code: self.conflict_exit_code,
@@ -290,45 +298,53 @@ impl RunArgs {
     }
 }
 
-/// Parses the command line. Help and version print and exit 0; any other problem prints one line
-/// naming it and exits with the usage status, 64 (clap's own default would be 2).
-pub fn parse() -> Result<Cli, u8> {
-    match Cli::try_parse() {
-        Ok(cli) => Ok(cli),
-        Err(e) => {
-            use clap::error::ErrorKind;
-            match e.kind() {
-                ErrorKind::DisplayHelp
-                | ErrorKind::DisplayVersion
-                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-                    let _ = e.print();
-                    Err(
-                        if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                            crate::exit::USAGE
-                        } else {
-                            0
-                        },
-                    )
-                }
-                _ => {
-                    eprintln!("dlock: {}", one_line(&e));
-                    Err(crate::exit::USAGE)
-                }
-            }
-        }
+/// The shell `-c` runs its command with, as flock(1) picks it: $SHELL, or /bin/sh when SHELL is
+/// unset or empty. It is also the command's `$0`.
+pub fn shell() -> anyhow::Result<String> {
+    match std::env::var_os("SHELL") {
+        Some(shell) if !shell.is_empty() => shell
+            .into_string()
+            .map_err(|shell| anyhow::anyhow!("SHELL is not valid UTF-8: {shell:?}"))
+            .fail_with(Failure::Usage),
+        _ => Ok("/bin/sh".into()),
     }
 }
 
-/// clap's message without its usage block and hints, folded onto one line.
-fn one_line(e: &clap::Error) -> String {
-    let text = e.to_string();
-    let body = text.split("\n\n").next().unwrap_or(&text);
-    let body = body.strip_prefix("error: ").unwrap_or(body);
-    let folded = body.split_whitespace().collect::<Vec<_>>().join(" ");
-    if e.kind() == clap::error::ErrorKind::MissingRequiredArgument && folded.contains("<COMMAND>") {
-        return "missing `--` and the command to run: dlock run NAME -- COMMAND [ARGS...]".into();
-    }
-    folded
+/// Parses the command line and settles what clap cannot (see `resolve`). Help and version print
+/// and exit 0; any other problem prints one line naming it (and the DLOCK_* variable, when one is
+/// the cause) and exits with the usage status, 64 (clap's own default would be 2).
+pub fn parse() -> Result<Cli, u8> {
+    use clap::error::ErrorKind;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let refused = match command().try_get_matches_from(&args) {
+        Ok(matches) => match Cli::from_arg_matches(&matches) {
+            Ok(mut cli) => match resolve::resolve(&mut cli, &matches) {
+                Ok(()) => return Ok(cli),
+                Err(line) => line,
+            },
+            Err(e) => usage::one_line(&e),
+        },
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) =>
+        {
+            let _ = e.print();
+            return Err(
+                if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    crate::exit::USAGE
+                } else {
+                    0
+                },
+            );
+        }
+        Err(e) => usage::explain(&e, &args),
+    };
+    eprintln!("dlock: {refused}");
+    Err(crate::exit::USAGE)
 }
 
 #[cfg(test)]
@@ -336,18 +352,5 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         super::command().debug_assert();
-    }
-
-    proptest::proptest! {
-        /// Durations from the command line: parsed or refused, never a panic.
-        #[test]
-        fn any_duration_text_parses_or_is_refused(text in "\\PC{0,30}|[0-9]{1,25}(ns|us|ms|s|m|h|d|y)") {
-            let _ = super::parse_duration(&text);
-            if let Ok(ttl) = super::parse_ttl(&text) {
-                proptest::prop_assert!(ttl <= super::MAX_TTL);
-                // What the backends make of it stays in range: Redis milliseconds, ZooKeeper's i32.
-                proptest::prop_assert!(i32::try_from(ttl.as_millis()).is_ok());
-            }
-        }
     }
 }

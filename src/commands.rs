@@ -10,12 +10,26 @@ use crate::backend::{self, Backend, BackendConfig, LockStatus};
 use crate::cli::{lock_name, Cli, Command};
 use crate::exit::{self, FailWith, Failure};
 use crate::report::Reporter;
-use crate::{generate, supervise};
+use crate::{generate, program, supervise};
 
 pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
     let global = &cli.global;
     match &cli.command {
-        Command::Run(args) => supervise::run(args.plan(global)?, report),
+        Command::Run(args) => {
+            let plan = args.plan(global)?;
+            // The supervisor would refuse a SHELL that cannot run too, but not say where that
+            // program came from.
+            let from_shell = args.shell_command.is_some()
+                && std::env::var_os("SHELL").is_some_and(|s| !s.is_empty());
+            if let (true, Some(shell)) = (from_shell, plan.command.first()) {
+                if let Err(why) = program::resolve(shell) {
+                    let why_not = why.message(shell);
+                    report.error(&format!("{why_not} (the shell for -c, from SHELL)"));
+                    return Ok(why.exit_code());
+                }
+            }
+            supervise::run(plan, report)
+        }
         Command::Status(args) => {
             let name = lock_name(&args.name)?;
             let status = open_backend(&global.backend_config(), report)?.status(&name)?;

@@ -22,6 +22,8 @@ use std::io::{self, PipeWriter};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use crate::signal::mask::Masked;
+
 /// The command's process group while the guardian should kill it: written by the command's own
 /// process after `setpgid` and before `exec` (so there is no moment when the command runs and the
 /// guardian does not know its group), cleared by dlock before it reaps the command. 0: nothing to
@@ -70,16 +72,8 @@ impl Guardian {
         if stack == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: sigset_t is plain data; the call only fills it.
-        let all = unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            all
-        };
-        // SAFETY: plain data, filled by pthread_sigmask below.
-        let mut before: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: valid sets; the guardian inherits the mask it is cloned with.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut before) };
+        // The guardian inherits the mask it is cloned with: every signal blocked.
+        let all_blocked = Masked::blocking_all()?;
         // SAFETY: the stack's top is 16-byte aligned (mmap returns whole pages) and the mapping is
         // never unmapped, so it outlives the guardian; without CLONE_VFORK dlock goes on at once,
         // and the guardian touches only its own stack, the static COMMAND_GROUP and descriptors.
@@ -93,8 +87,7 @@ impl Guardian {
             )
         };
         let clone_error = io::Error::last_os_error();
-        // SAFETY: restores the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut()) };
+        drop(all_blocked);
         if pid < 0 {
             return Err(clone_error);
         }

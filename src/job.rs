@@ -18,6 +18,11 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
+use rustix::process::Pid;
+
+use crate::signal::is_ignored;
+use crate::signal::mask::TtouBlocked;
+
 /// How many state changes one SIGCHLD may stand for (standard signals do not queue).
 const CHANGES_PER_WAKE: usize = 64;
 
@@ -127,7 +132,7 @@ impl Job {
         self.take_terminal();
         // dlock's whole group, as Ctrl-Z would have stopped it had it kept the terminal (the rest
         // of a pipeline, the script that ran dlock). A stop signal dlock ignores would not stop it.
-        let own = if ignored(signal) {
+        let own = if is_ignored(signal) {
             libc::SIGSTOP
         } else {
             signal
@@ -218,16 +223,11 @@ fn foreground() -> Option<libc::pid_t> {
 /// Gives the terminal's foreground to `group`. SIGTTOU is blocked meanwhile, since a background
 /// process changing the foreground group would otherwise be stopped.
 pub fn set_foreground(group: libc::pid_t) {
-    // SAFETY: signal mask manipulation and tcsetpgrp with valid arguments.
-    unsafe {
-        let mut block: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut block);
-        libc::sigaddset(&mut block, libc::SIGTTOU);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-        libc::tcsetpgrp(0, group);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-    }
+    let Some(group) = Pid::from_raw(group) else {
+        return;
+    };
+    let _no_stop = TtouBlocked::on_this_thread();
+    let _ = rustix::termios::tcsetpgrp(rustix::stdio::stdin(), group);
 }
 
 pub fn signal_group(group: libc::pid_t, signal: i32) {
@@ -239,16 +239,6 @@ fn group_exists(group: libc::pid_t) -> bool {
     // SAFETY: signal 0 only checks.
     let rc = unsafe { libc::kill(-group, 0) };
     rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
-/// Whether dlock ignores `signal` (inherited SIG_IGN).
-fn ignored(signal: i32) -> bool {
-    // SAFETY: an all-zero sigaction is valid; a null new action only reads the current one.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(signal, std::ptr::null(), &mut action) == 0
-            && action.sa_sigaction == libc::SIG_IGN
-    }
 }
 
 /// Whether dlock's process group is orphaned: going up from dlock through its own group, the first

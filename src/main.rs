@@ -7,13 +7,12 @@ mod commands;
 mod exit;
 mod generate;
 mod guard;
-mod interrupt;
 mod job;
 mod lock;
 mod program;
 mod reentry;
 mod report;
-mod spawn;
+mod signal;
 mod supervise;
 mod url;
 

@@ -52,7 +52,16 @@ fn help_lists_the_exit_codes_and_exits_0() {
     });
     assert_eq!(code(&out), 0);
     let help = stdout(&out);
-    for needle in ["--no-wait", "--limit", "--kill-after", "DLOCK_WAIT"] {
+    for needle in [
+        "--no-wait",
+        "--limit",
+        "--kill-after",
+        "DLOCK_WAIT",
+        "DLOCK_NO_WAIT",
+        "--command <SHELL_COMMAND>",
+        "--nonblock",
+        "--timeout",
+    ] {
         assert!(help.contains(needle), "{needle} missing from help");
     }
     let top = output({

@@ -1,5 +1,6 @@
-//! The file backend's guarantees: mutual exclusion, shared and limited holders, flock(1) interop,
-//! status/list/release, and refusal of unsafe lock directories.
+//! The file backend's own guarantees: flock(1) interop, names that never leave the lock directory,
+//! refusal of unsafe lock directories, and no directory made by a mistyped `--url`. Exclusion,
+//! modes, status/list/release and the rest every backend owes are in the contract suite.
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -7,78 +8,6 @@ use std::time::Duration;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
-
-#[test]
-fn a_shared_holder_excludes_an_exclusive_one() {
-    let dir = LockDir::new();
-    let marker = dir.file("in");
-    let mut reader = dir
-        .dlock(&[
-            "run",
-            "--shared",
-            "rw",
-            "--",
-            "sh",
-            "-c",
-            &format!("touch {}; sleep 30", marker.display()),
-        ])
-        .spawn()
-        .unwrap();
-    wait_for_file(&marker, T);
-    let out = output(dir.dlock(&["run", "-n", "rw", "--", "true"]));
-    assert_eq!(code(&out), 75);
-    let out = output(dir.dlock(&["run", "-n", "--shared", "rw", "--", "true"]));
-    assert_eq!(code(&out), 0, "a second reader gets in");
-    signal(reader.id(), libc::SIGTERM);
-    wait_exit(&mut reader, T);
-}
-
-#[test]
-fn busy_lock_exits_75_or_the_conflict_code_without_running_the_child() {
-    let dir = LockDir::new();
-    let marker = dir.file("in");
-    let mut holder = dir
-        .dlock(&[
-            "run",
-            "busy",
-            "--",
-            "sh",
-            "-c",
-            &format!("touch {}; sleep 30", marker.display()),
-        ])
-        .spawn()
-        .unwrap();
-    wait_for_file(&marker, T);
-    let ran = dir.file("ran");
-    let touch = ["--", "touch", ran.to_str().unwrap()];
-    let out = output(dir.dlock(&[&["run", "-n", "busy"][..], &touch].concat()));
-    assert_eq!(code(&out), 75);
-    assert!(
-        stderr(&out).contains("is busy: held exclusive by"),
-        "{}",
-        stderr(&out)
-    );
-    assert!(
-        stderr(&out).contains(&format!("pid {}", holder.id())),
-        "{}",
-        stderr(&out)
-    );
-    let out = output(dir.dlock(&[&["run", "-n", "-E", "9", "busy"][..], &touch].concat()));
-    assert_eq!(code(&out), 9);
-    let out = output(dir.dlock(&[&["run", "-w", "200ms", "busy"][..], &touch].concat()));
-    assert_eq!(code(&out), 75);
-    assert!(
-        stderr(&out).contains("after waiting 200ms"),
-        "{}",
-        stderr(&out)
-    );
-    let out = output(dir.dlock(&[&["-q", "run", "-n", "busy"][..], &touch].concat()));
-    assert_eq!(code(&out), 75);
-    assert_eq!(stderr(&out), "", "quiet means quiet");
-    assert!(!ran.exists());
-    signal(holder.id(), libc::SIGTERM);
-    wait_exit(&mut holder, T);
-}
 
 #[test]
 fn flock_and_dlock_exclude_each_other() {
@@ -126,74 +55,6 @@ fn flock_and_dlock_exclude_each_other() {
     assert_eq!(out.status.code(), Some(1), "dlock holds it");
     signal(holder.id(), libc::SIGTERM);
     wait_exit(&mut holder, T);
-}
-
-#[test]
-fn status_list_and_forced_release() {
-    let dir = LockDir::new();
-    let out = output(dir.dlock(&["status", "jobs/a"]));
-    assert_eq!(code(&out), 1);
-    assert!(stdout(&out).contains("jobs/a: free"));
-
-    let marker = dir.file("in");
-    let mut holder = dir
-        .dlock(&[
-            "run",
-            "--ttl",
-            "300ms",
-            "--kill-after",
-            "1s",
-            "jobs/a",
-            "--",
-            "sh",
-            "-c",
-            &format!("touch {}; sleep 30", marker.display()),
-        ])
-        .spawn()
-        .unwrap();
-    wait_for_file(&marker, T);
-    let out = output(dir.dlock(&["status", "jobs/a"]));
-    assert_eq!(code(&out), 0);
-    let quiet = output(dir.dlock(&["-q", "status", "jobs/a"]));
-    assert_eq!(
-        (code(&quiet), stdout(&quiet).as_str()),
-        (0, ""),
-        "`if dlock -q status NAME` works"
-    );
-    assert!(
-        stdout(&out).contains(&format!("pid {}", holder.id())),
-        "{}",
-        stdout(&out)
-    );
-    let out = output(dir.dlock(&["list"]));
-    assert!(
-        stdout(&out).starts_with("jobs/a\texclusive by "),
-        "{}",
-        stdout(&out)
-    );
-    assert_eq!(stdout(&output(dir.dlock(&["list", "other"]))), "");
-    let out = output(dir.dlock(&["list", "--json", "jobs/"]));
-    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    assert_eq!(json.as_array().unwrap().len(), 1);
-
-    let out = output(dir.dlock(&["release", "--force", "jobs/a"]));
-    assert_eq!(code(&out), 0);
-    assert!(
-        stdout(&out).contains(&format!("pid {}", holder.id())),
-        "{}",
-        stdout(&out)
-    );
-    // The holder notices at its next check and stops its child with the lost code.
-    let status = wait_exit(&mut holder, T);
-    assert_eq!(status.code(), Some(79));
-    assert_eq!(code(&output(dir.dlock(&["status", "jobs/a"]))), 1);
-    assert_eq!(
-        code(&output(dir.dlock(&["release", "--force", "jobs/a"]))),
-        1
-    );
-    // Tokens keep growing across the replaced file.
-    let out = output(dir.dlock(&["run", "jobs/a", "--", "sh", "-c", "echo $DLOCK_TOKEN"]));
-    assert_eq!(stdout(&out).trim(), "2");
 }
 
 #[test]

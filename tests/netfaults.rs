@@ -2,85 +2,20 @@
 //! holder renews, servers that accept and never answer, answer slowly or speak something else, and
 //! Redis ACL users without the permissions dlock needs.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::redis_server::RedisServer;
+use crate::support::redis_server::{dlock_at, RedisServer};
+use crate::support::watched::Watched;
 use crate::support::zk_server::ZkServer;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
 
-/// A dlock whose stderr is read line by line on a thread.
-struct Watched {
-    child: Child,
-    lines: Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Watched {
-    fn start(mut cmd: Command) -> Watched {
-        let mut child = cmd.stderr(Stdio::piped()).spawn().expect("start dlock");
-        let pipe = child.stderr.take().expect("piped stderr");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Watched {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    fn wait_for(&mut self, what: &str, limit: Duration) {
-        let end = Instant::now() + limit;
-        while !self.seen.iter().any(|l| l.contains(what)) {
-            let left = end.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => self.seen.push(line),
-                Err(_) => panic!(
-                    "no line with {what:?} within {limit:?}; stderr:\n{}",
-                    self.seen.join("\n")
-                ),
-            }
-        }
-    }
-
-    fn wait_for_line(&mut self, what: &str, limit: Duration, matches: impl Fn(&str) -> bool) {
-        let end = Instant::now() + limit;
-        while !self.seen.iter().any(|l| matches(l)) {
-            let left = end.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => self.seen.push(line),
-                Err(_) => panic!(
-                    "no line for {what} within {limit:?}; stderr:\n{}",
-                    self.seen.join("\n")
-                ),
-            }
-        }
-    }
-
-    fn finish(mut self, limit: Duration) -> (i32, String) {
-        let status = wait_exit(&mut self.child, limit);
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
-            self.seen.push(line);
-        }
-        (status.code().unwrap_or(-1), self.seen.join("\n"))
-    }
-}
-
 fn redis_at(url: &str, args: &[&str]) -> Command {
-    let mut cmd = dlock();
-    cmd.args(["--backend", "redis", "--url", url]).args(args);
-    cmd
+    dlock_at(&[url], args)
 }
 
 /// A shell command that writes `in` then holds until `go` exists (at most 60s).

@@ -1,6 +1,6 @@
 //! The one interface every lock store implements. The supervisor, the CLI and the tests speak only
-//! to `Backend` and `Lease`; each store (a lock file, Redis, ZooKeeper) lives in its own file and
-//! nothing outside that file knows how it keeps a lock.
+//! to `Backend` and `Lease`; each store (a lock file, Redis, ZooKeeper) lives in its own module and
+//! nothing outside that module knows how it keeps a lock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -186,11 +186,6 @@ impl From<Vec<LockStatus>> for Listing {
     }
 }
 
-/// Part of the `Waiting` contract: after cancelling, the supervisor sends this signal to the
-/// acquiring thread until it returns, so a blocking system call ends with EINTR (its handler is
-/// installed without SA_RESTART). SIGURG is ignored by default, so a stray one harms nothing.
-pub const WAKE_SIGNAL: i32 = libc::SIGURG;
-
 /// Where a waiting acquisition reports who holds the lock.
 type BusyReport = dyn Fn(&[Holder]) + Send + Sync;
 
@@ -329,7 +324,9 @@ impl Waiting {
     }
 
     /// Ask the acquisition to stop. Backends check `is_cancelled` whenever a blocking call returns,
-    /// and the supervisor interrupts blocking system calls with a signal so they do return.
+    /// and the supervisor interrupts blocking system calls with a signal so they do return
+    /// (`signal::WAKE_SIGNAL`: a backend must not block it while it waits, nor retry a call that
+    /// returned EINTR without looking at `is_cancelled` first).
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst)
     }

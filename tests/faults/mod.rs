@@ -20,7 +20,6 @@ mod resource;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::support::redis_server::{Comeback, RedisServer};
 use crate::support::relay::Relay;
 use crate::support::target::{Kind, Target};
 use crate::support::*;
@@ -288,40 +287,37 @@ const REDIS_TTL: Duration = Duration::from_millis(500);
 const REDLOCK_TTL: Duration = Duration::from_millis(1500);
 const ZK_TTL: Duration = Duration::from_millis(500);
 
-#[test]
-fn file_backend_keeps_mutual_exclusion_under_faults() {
-    let t = Target::file_backend();
-    // flock(2) locks have no lease, so a paused holder keeps its lock and nobody else gets in.
-    // A SIGKILLed dlock frees the lock at once and the kernel kills its command.
-    check(&t, "file", FILE_TTL);
+/// The backends the checker runs on, one line each: the test, its target, how the report names
+/// it, and the lease. Not the contract suite's list: the driver stops, crashes and restarts these
+/// servers, so each test starts private ones, and it also runs on a ZooKeeper ensemble.
+macro_rules! checked_backends {
+    ($($test:ident: $target:expr, $label:literal, $ttl:expr;)*) => {
+        $(
+            #[test]
+            fn $test() {
+                check(&$target, $label, $ttl);
+            }
+        )*
+    };
 }
 
-#[test]
-fn redis_backend_keeps_mutual_exclusion_under_faults() {
+checked_backends! {
+    // flock(2) locks have no lease, so a paused holder keeps its lock and nobody else gets in. A
+    // SIGKILLed dlock frees the lock at once and the kernel kills its command.
+    file_backend_keeps_mutual_exclusion_under_faults:
+        Target::file_backend(), "file", FILE_TTL;
     // A server for locks should persist what it acknowledges: append-only, fsync always. (One
     // restarted empty forgets its locks and tokens; tests/redis.rs shows the holder then loses.)
-    let t = Target::redis(vec![RedisServer::start_durable()], Comeback::KeepingData);
-    check(&t, "redis, one server with an append-only file", REDIS_TTL);
-}
-
-#[test]
-fn redlock_keeps_mutual_exclusion_under_faults() {
+    redis_backend_keeps_mutual_exclusion_under_faults:
+        Target::durable_redis(), "redis, one server with an append-only file", REDIS_TTL;
     // Servers without persistence, restarted empty after a lease as Redlock requires.
-    let servers = (0..3).map(|_| RedisServer::start()).collect();
-    let t = Target::redis(servers, Comeback::EmptyAfter(REDLOCK_TTL));
-    check(&t, "redis, Redlock over three servers", REDLOCK_TTL);
-}
-
-#[test]
-fn zk_backend_keeps_mutual_exclusion_under_faults() {
-    let t = Target::zk_backend();
-    check(&t, "zk", ZK_TTL);
-}
-
-#[test]
-fn zk_ensemble_keeps_mutual_exclusion_under_faults() {
-    let t = Target::zk_ensemble();
-    check(&t, "zk, ensemble of three", ZK_TTL);
+    redlock_keeps_mutual_exclusion_under_faults:
+        Target::redlock_back_empty_after(REDLOCK_TTL), "redis, Redlock over three servers",
+        REDLOCK_TTL;
+    zk_backend_keeps_mutual_exclusion_under_faults:
+        Target::zk_backend(), "zk", ZK_TTL;
+    zk_ensemble_keeps_mutual_exclusion_under_faults:
+        Target::zk_ensemble(), "zk, ensemble of three", ZK_TTL;
 }
 
 #[test]

@@ -7,7 +7,9 @@ pub mod etcd_server;
 pub mod pg_server;
 pub mod redis_server;
 pub mod relay;
+pub mod suite_servers;
 pub mod target;
+pub mod watched;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -174,4 +176,14 @@ pub fn dlock_header(name: &str, token: u64) -> Vec<u8> {
     h.extend_from_slice(&(name.len() as u32).to_le_bytes());
     h.extend_from_slice(name.as_bytes());
     h
+}
+
+/// Runs `shell_command` under script(1), which gives it a pseudo-terminal as stdin and stderr.
+pub fn on_a_terminal(shell_command: &str) -> std::process::Child {
+    std::process::Command::new("script")
+        .args(["-qfec", shell_command, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
 }

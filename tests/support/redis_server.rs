@@ -216,6 +216,11 @@ impl RedisServer {
         );
     }
 
+    /// `dlock --backend redis --url <this server> ARGS`.
+    pub fn dlock(&self, args: &[&str]) -> Command {
+        dlock_at(&[self.url()], args)
+    }
+
     /// A direct connection, for looking at (or tampering with) what dlock stored.
     pub fn connection(&self) -> redis::Connection {
         redis::Client::open(self.url())
@@ -243,6 +248,17 @@ impl Drop for RedisServer {
         // SIGKILL also ends a stopped process.
         self.kill();
     }
+}
+
+/// `dlock --backend redis --url URL... ARGS`: one URL, or several for Redlock.
+pub fn dlock_at(urls: &[impl AsRef<str>], args: &[&str]) -> Command {
+    let mut cmd = super::dlock();
+    cmd.args(["--backend", "redis"]);
+    for url in urls {
+        cmd.args(["--url", url.as_ref()]);
+    }
+    cmd.args(args);
+    cmd
 }
 
 fn free_port() -> u16 {
@@ -298,6 +314,19 @@ impl ServerControl for FaultyRedis {
 }
 
 impl Target {
+    /// Redis on one private server that writes every change to disk before it answers
+    /// (`RedisServer::start_durable`) and comes back with its data after a crash.
+    pub fn durable_redis() -> Target {
+        Target::redis(vec![RedisServer::start_durable()], Comeback::KeepingData)
+    }
+
+    /// Redlock on three private servers without persistence, which come back empty `down` after
+    /// a crash.
+    pub fn redlock_back_empty_after(down: Duration) -> Target {
+        let servers = (0..3).map(|_| RedisServer::start()).collect();
+        Target::redis(servers, Comeback::EmptyAfter(down))
+    }
+
     /// The Redis backend on the given servers, which the fault checker may pause and crash.
     pub fn redis(servers: Vec<RedisServer>, comeback: Comeback) -> Target {
         let mut args = vec!["--backend".to_owned(), "redis".to_owned()];

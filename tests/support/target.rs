@@ -11,7 +11,8 @@ pub struct Target {
     pub kind: Kind,
     /// The servers' loopback ports, in the order of the URLs in `args`.
     pub ports: Vec<u16>,
-    /// The servers behind the backend, for fault injection (none for the file backend).
+    /// The servers behind the backend, for fault injection: none for the file backend, nor for
+    /// the suite's servers (`suite_servers`), which other tests share.
     pub servers: Vec<Box<dyn ServerControl>>,
     /// Scratch space for markers and counters.
     pub scratch: LockDir,
@@ -84,6 +85,42 @@ impl Target {
 
     pub fn scratch_file(&self, name: &str) -> String {
         self.scratch.file(name).display().to_string()
+    }
+
+    /// What the command sees in `DLOCK_BACKEND`.
+    pub fn backend(&self) -> &'static str {
+        match self.kind {
+            Kind::File => "file",
+            Kind::Redis => "redis",
+            Kind::Zk => "zk",
+        }
+    }
+
+    /// The `--url` values: the lock directory, or one URL per server.
+    pub fn urls(&self) -> Vec<&str> {
+        self.args
+            .windows(2)
+            .filter(|pair| pair[0] == "--url")
+            .map(|pair| pair[1].as_str())
+            .collect()
+    }
+
+    /// `rounds` on the file backend, fewer where an acquisition costs more (ZooKeeper's writes,
+    /// Redlock's majority), so that a loop of contending runs takes about as long on each backend.
+    pub fn rounds(&self, rounds: usize) -> usize {
+        let sixths = match self.kind {
+            Kind::File => 6,
+            Kind::Redis if self.ports.len() == 1 => 4,
+            Kind::Zk => 2,
+            Kind::Redis => 1,
+        };
+        (rounds * sixths / 6).max(1)
+    }
+
+    /// Whether each acquisition of a name takes the next token, 1, 2, 3...: a counter per name (file,
+    /// Redis), rather than ZooKeeper's zxids, which every write to the ensemble advances.
+    pub fn tokens_count_acquisitions(&self) -> bool {
+        self.kind != Kind::Zk
     }
 }
 

@@ -89,6 +89,11 @@ impl ZkServer {
         self.process.as_ref().expect("server running").id()
     }
 
+    /// The server's own directory: its configuration, data and log.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// `dlock --backend zk --url URL ARGS...`
     pub fn dlock(&self, args: &[&str]) -> Command {
         self.dlock_at(&self.url(), args)
@@ -158,20 +163,7 @@ impl ZkServer {
     /// Creates `path` and its missing parents as an open-ACL client would, with `data` in the
     /// last one: what any client of the ensemble can write (a forged holder node, say).
     pub fn create_with_parents(&self, path: &str, data: &[u8]) {
-        self.with_client(None, |client| async move {
-            let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-            let mut at = String::new();
-            let parts: Vec<&str> = path[1..].split('/').collect();
-            for (i, part) in parts.iter().enumerate() {
-                at.push('/');
-                at.push_str(part);
-                let bytes: &[u8] = if i + 1 == parts.len() { data } else { &[] };
-                match client.create(&at, bytes, &options).await {
-                    Ok(_) | Err(zk::Error::NodeExists) => {}
-                    Err(e) => panic!("cannot create {at}: {e}"),
-                }
-            }
-        })
+        create_with_parents(&self.hosts(), path, data);
     }
 
     fn with_client<T, F, Fut>(&self, credentials: Option<(&str, &str)>, f: F) -> T
@@ -179,22 +171,7 @@ impl ZkServer {
         F: FnOnce(zk::Client) -> Fut,
         Fut: std::future::Future<Output = T>,
     {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("tokio runtime");
-        runtime.block_on(async {
-            let mut connector =
-                zk::Client::connector().with_session_timeout(Duration::from_secs(5));
-            if let Some((user, password)) = credentials {
-                connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-            }
-            let client = connector
-                .connect(&self.hosts())
-                .await
-                .expect("raw client connects");
-            f(client).await
-        })
+        with_client(&self.hosts(), credentials, f)
     }
 
     fn write_config(&self) {
@@ -321,6 +298,45 @@ fn four_letter(port: u16, word: &str) -> Option<String> {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).ok()?;
     Some(answer)
+}
+
+/// `ZkServer::create_with_parents` on the servers at `hosts` (`127.0.0.1:PORT,...`).
+pub fn create_with_parents(hosts: &str, path: &str, data: &[u8]) {
+    with_client(hosts, None, |client| async move {
+        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let mut at = String::new();
+        let parts: Vec<&str> = path[1..].split('/').collect();
+        for (i, part) in parts.iter().enumerate() {
+            at.push('/');
+            at.push_str(part);
+            let bytes: &[u8] = if i + 1 == parts.len() { data } else { &[] };
+            match client.create(&at, bytes, &options).await {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(e) => panic!("cannot create {at}: {e}"),
+            }
+        }
+    })
+}
+
+/// Runs `f` with a raw client of the servers at `hosts`, authenticated with the given digest
+/// credentials (or none).
+fn with_client<T, F, Fut>(hosts: &str, credentials: Option<(&str, &str)>, f: F) -> T
+where
+    F: FnOnce(zk::Client) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async {
+        let mut connector = zk::Client::connector().with_session_timeout(Duration::from_secs(5));
+        if let Some((user, password)) = credentials {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        let client = connector.connect(hosts).await.expect("raw client connects");
+        f(client).await
+    })
 }
 
 /// The fault checker's handle on a ZooKeeper server.

@@ -43,8 +43,8 @@ use anyhow::{anyhow, Context};
 use zookeeper_client as zk;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use crate::interrupt;
 use crate::lock::{Holder, LockName, LockRequest};
+use crate::signal::interrupt;
 use acquisition::{Acquisition, Outcome, Parked};
 use address::ZkUrl;
 use naming::lock_name_of;

@@ -15,8 +15,8 @@ use super::wait::{cancellable, stopped};
 use super::{CLEANUP_TIMEOUT, MAX_RETRIES};
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
-use crate::interrupt;
 use crate::lock::LockName;
+use crate::signal::interrupt;
 
 /// A request lost with its connection: the client fails those in flight with ConnectionLoss, or
 /// with the I/O error that broke the connection (`Custom`). Either may be sent again once the

@@ -14,8 +14,8 @@ use super::session::{is_connection_loss, is_terminal, retrying, Session};
 use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
-use crate::interrupt;
 use crate::lock::{Holder, Token};
+use crate::signal::interrupt;
 
 /// What arming a data watch gives: the node's data, its stat and the watch.
 type Watched = (Vec<u8>, zk::Stat, zk::OneshotWatcher);

@@ -5,8 +5,8 @@
 //! uncontended `dlock run`; see benches/file.rs.
 //!
 //! Between `clone` and `exec` the child shares dlock's memory, so it only calls async-signal-safe
-//! functions on data prepared beforehand, and all signals stay blocked until it has reset the
-//! handlers dlock installed.
+//! functions on data prepared beforehand (raw system calls, rustix's, where it can), and all
+//! signals stay blocked until it has reset the handlers dlock installed (see signal/mod.rs).
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
@@ -14,12 +14,10 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::guard;
+use rustix::process::{Pid, Resource, Rlimit, Signal};
 
-/// Dispositions dlock changed that the command must not inherit: Rust ignores SIGPIPE (std's own
-/// `Command` resets it too), and dlock has a no-op handler on SIGURG. Every other disposition, an
-/// ignored SIGHUP under nohup for one, passes through untouched.
-const RESET_SIGNALS: [i32; 2] = [libc::SIGPIPE, libc::SIGURG];
+use crate::guard;
+use crate::signal::mask::{self, Masked, SigSet};
 
 const CHILD_STACK: usize = 64 * 1024;
 
@@ -32,9 +30,9 @@ struct ChildArgs {
     sh_argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
     foreground: bool,
-    file_limit: Option<libc::rlimit>,
-    parent: libc::pid_t,
-    mask: libc::sigset_t,
+    file_limit: Option<Rlimit>,
+    parent: Pid,
+    mask: SigSet,
     /// errno of a failed exec, written by the child before it exits.
     exec_error: AtomicI32,
 }
@@ -49,8 +47,8 @@ pub fn spawn(
     command: &[String],
     env: &[(String, String)],
     foreground: bool,
-    file_limit: Option<libc::rlimit>,
-    mask: &libc::sigset_t,
+    file_limit: Option<Rlimit>,
+    mask: &SigSet,
 ) -> io::Result<libc::pid_t> {
     let program = cstring(program.as_os_str().to_owned().into_vec())?;
     let args: Vec<CString> = command
@@ -76,12 +74,6 @@ pub fn spawn(
         p
     };
 
-    // SAFETY: sigset_t is plain data; the calls only fill it.
-    let (all, mut parent_mask) = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        (all, std::mem::zeroed::<libc::sigset_t>())
-    };
     let mut sh_argv = vec![c"/bin/sh".as_ptr(), program.as_ptr()];
     sh_argv.extend(null_terminated(&args[1..]));
     let mut child = ChildArgs {
@@ -91,88 +83,93 @@ pub fn spawn(
         envp: null_terminated(&vars),
         foreground,
         file_limit,
-        // SAFETY: getpid cannot fail.
-        parent: unsafe { libc::getpid() },
+        parent: rustix::process::getpid(),
         mask: *mask,
         exec_error: AtomicI32::new(0),
     };
     let mut stack = vec![0u8; CHILD_STACK];
-    // SAFETY: the stack grows down from its (16-byte aligned) top, which stays allocated until the
-    // clone returns, and CLONE_VFORK keeps us suspended until the child has exec'd or exited, so
-    // `child` outlives every access the child makes.
+    // The stack grows down from its top, aligned to 16 bytes.
+    let top = stack.as_mut_ptr_range().end;
+    let top = top.wrapping_sub(top as usize % 16);
+    let all_blocked = Masked::blocking_all()?;
+    // SAFETY: the stack stays allocated until the clone returns, and CLONE_VFORK keeps us
+    // suspended until the child has exec'd or exited, so `child` outlives every access the child
+    // makes.
     let pid = unsafe {
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut parent_mask);
-        let top = stack.as_mut_ptr().add(CHILD_STACK);
-        let top = top.sub(top as usize % 16);
-        let pid = libc::clone(
+        libc::clone(
             child_main,
             top.cast(),
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
             (&mut child as *mut ChildArgs).cast(),
-        );
-        let clone_error = io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &parent_mask, std::ptr::null_mut());
-        if pid < 0 {
-            return Err(clone_error);
-        }
-        pid
+        )
     };
+    let clone_error = io::Error::last_os_error();
+    drop(all_blocked);
+    if pid < 0 {
+        return Err(clone_error);
+    }
     match child.exec_error.load(Ordering::SeqCst) {
         0 => Ok(pid),
         errno => {
             // The child exited without exec'ing: reap it (its group is gone with it, so the
             // guardian has nothing to kill) and report why.
             guard::disarm();
-            let mut status = 0;
-            // SAFETY: waiting for our own child.
-            unsafe { libc::waitpid(pid, &mut status, 0) };
+            if let Some(pid) = Pid::from_raw(pid) {
+                let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+            }
             Err(io::Error::from_raw_os_error(errno))
         }
     }
 }
 
 extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the parent's ChildArgs, alive while the parent is suspended; only
-    // async-signal-safe calls follow.
+    // SAFETY: `arg` is the parent's ChildArgs, alive while the parent is suspended.
+    let child = unsafe { &*(arg as *const ChildArgs) };
+    // Only async-signal-safe calls from here on.
+    mask::reset_dispositions_in_child();
+    // Its own process group, so signals reach the command and everything it starts; from now on
+    // the guardian kills that group if dlock dies.
+    let _ = rustix::process::setpgid(None, None);
+    let own = rustix::process::getpid();
+    guard::arm(own.as_raw_pid());
+    if child.foreground {
+        // Allowed from a background group because SIGTTOU is blocked here.
+        let _ = rustix::termios::tcsetpgrp(rustix::stdio::stdin(), own);
+    }
+    // If dlock dies, even by SIGKILL, the command must not run on without the lock.
+    let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
+    if rustix::process::getppid() != Some(child.parent) {
+        // SAFETY: _exit ends this process at once, with no clean-up in shared memory.
+        unsafe { libc::_exit(127) };
+    }
+    if let Some(limit) = child.file_limit {
+        let _ = rustix::process::setrlimit(Resource::Nofile, limit);
+    }
+    mask::restore_in_child(&child.mask);
+    // SAFETY: NUL-terminated strings and arrays of them, prepared by the parent and alive.
     unsafe {
-        let child = &*(arg as *const ChildArgs);
-        for signal in RESET_SIGNALS {
-            libc::signal(signal, libc::SIG_DFL);
-        }
-        // Its own process group, so signals reach the command and everything it starts; from
-        // now on the guardian kills that group if dlock dies.
-        libc::setpgid(0, 0);
-        guard::arm(libc::getpid());
-        if child.foreground {
-            // Allowed from a background group because SIGTTOU is blocked here.
-            libc::tcsetpgrp(0, libc::getpid());
-        }
-        // If dlock dies, even by SIGKILL, the command must not run on without the lock.
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        if libc::getppid() != child.parent {
-            libc::_exit(127);
-        }
-        if let Some(limit) = &child.file_limit {
-            libc::setrlimit(libc::RLIMIT_NOFILE, limit);
-        }
-        libc::pthread_sigmask(libc::SIG_SETMASK, &child.mask, std::ptr::null_mut());
         libc::execve(
             child.program.as_ptr(),
             child.argv.as_ptr(),
             child.envp.as_ptr(),
-        );
-        if *libc::__errno_location() == libc::ENOEXEC {
+        )
+    };
+    if io::Error::last_os_error().raw_os_error() == Some(libc::ENOEXEC) {
+        // SAFETY: as above.
+        unsafe {
             libc::execve(
                 c"/bin/sh".as_ptr(),
                 child.sh_argv.as_ptr(),
                 child.envp.as_ptr(),
-            );
-        }
-        child
-            .exec_error
-            .store(*libc::__errno_location(), Ordering::SeqCst);
-        libc::_exit(127)
+            )
+        };
     }
+    let errno = io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::ENOEXEC);
+    child.exec_error.store(errno, Ordering::SeqCst);
+    // SAFETY: as above.
+    unsafe { libc::_exit(127) }
 }
 
 fn cstring(bytes: Vec<u8>) -> io::Result<CString> {

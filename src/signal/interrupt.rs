@@ -7,11 +7,14 @@
 //! clock). Outside these windows signals stay blocked and the supervisor takes them one at a time.
 
 use std::io;
+use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::Once;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::backend::WAKE_SIGNAL;
+use super::mask::{Masked, SigSet};
+use super::{is_ignored, WAKE_SIGNAL};
 
 /// The stop signal a handler caught while acquiring (0: none).
 static CAUGHT: AtomicI32 = AtomicI32::new(0);
@@ -41,16 +44,13 @@ extern "C" fn catch(n: libc::c_int) {
 
 /// Installs `handler` for `signal` without SA_RESTART.
 fn install(signal: i32, handler: extern "C" fn(libc::c_int)) -> io::Result<()> {
-    // SAFETY: an all-zero sigaction is valid; both handlers are async-signal-safe (atomics and
-    // timer_settime only).
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = handler as usize;
-        action.sa_flags = 0; // no SA_RESTART: the interrupted call must return EINTR
-        libc::sigemptyset(&mut action.sa_mask);
-        if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
-            return Err(io::Error::last_os_error());
-        }
+    // SAFETY: sigaction is plain data; all zero is no flags (no SA_RESTART: the interrupted call
+    // must return EINTR) and an empty sa_mask.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = handler as usize;
+    // SAFETY: a valid action; both handlers are async-signal-safe (atomics and timer_settime).
+    if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
@@ -63,53 +63,38 @@ pub fn install_wake_handler() -> io::Result<()> {
     result
 }
 
+/// Interrupts `thread`'s blocking system call (after its `Waiting` was cancelled, say).
+pub fn wake_thread<T>(thread: &JoinHandle<T>) {
+    // SAFETY: the handle is joinable, so the thread id stays valid even if the thread has
+    // finished; the wake-up signal has a handler (installed before any thread waits), so it
+    // cannot end dlock.
+    unsafe { libc::pthread_kill(thread.as_pthread_t(), WAKE_SIGNAL) };
+}
+
 /// While alive, `signals` are unblocked on this thread and a handler notes the first that comes
 /// (`caught`) and interrupts the call in progress. For the acquisition, before any command runs:
 /// a signal then only means "stop". A signal the caller ignores is left alone, ignored and blocked
 /// as before, so that the command inherits it ignored (as under nohup).
 pub struct Interruptible {
-    old: libc::sigset_t,
+    /// Dropping it blocks the signals again: those that come from then on stay pending for the
+    /// supervisor; one caught before is in `caught`.
+    _unblocked: Masked,
 }
 
 impl Interruptible {
     pub fn new(signals: &[i32]) -> io::Result<Interruptible> {
         install_wake_handler()?;
-        let signals: Vec<i32> = signals.iter().copied().filter(|&n| !ignored(n)).collect();
+        let signals: Vec<i32> = signals
+            .iter()
+            .copied()
+            .filter(|&n| !is_ignored(n))
+            .collect();
         for &n in &signals {
             install(n, catch)?;
         }
-        // SAFETY: sigset_t is plain data, filled by the calls; the mask change is this thread's.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for &n in &signals {
-                libc::sigaddset(&mut set, n);
-            }
-            let rc = libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, &mut old);
-            if rc != 0 {
-                return Err(io::Error::from_raw_os_error(rc));
-            }
-            Ok(Interruptible { old })
-        }
-    }
-}
-
-impl Drop for Interruptible {
-    fn drop(&mut self) {
-        // SAFETY: restores the mask saved in `new`. Signals that come from now on stay pending
-        // for the supervisor; one caught before is in `caught`.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
-    }
-}
-
-/// Whether `signal` is ignored (SIG_IGN), as dlock's caller may have left it.
-fn ignored(signal: i32) -> bool {
-    // SAFETY: a null new action only reads the current one into a valid, zeroed struct.
-    unsafe {
-        let mut current: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(signal, std::ptr::null(), &mut current) == 0
-            && current.sa_sigaction == libc::SIG_IGN
+        Ok(Interruptible {
+            _unblocked: Masked::unblocking(&SigSet::of(&signals))?,
+        })
     }
 }
 
@@ -128,8 +113,7 @@ impl Alarm {
         let mut event: libc::sigevent = unsafe { std::mem::zeroed() };
         event.sigev_notify = libc::SIGEV_THREAD_ID;
         event.sigev_signo = WAKE_SIGNAL;
-        // SAFETY: gettid has no preconditions.
-        event.sigev_notify_thread_id = unsafe { libc::gettid() };
+        event.sigev_notify_thread_id = rustix::thread::gettid().as_raw_pid();
         let mut timer: libc::timer_t = std::ptr::null_mut();
         // SAFETY: valid pointers to an initialised sigevent and to the timer id to fill.
         if unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) } != 0 {

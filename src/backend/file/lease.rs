@@ -1,0 +1,202 @@
+//! Taking a lock file's lock (a seat first for `--limit`, queued at a turnstile when all are
+//! taken), handing out its fencing token under the header lock, and the lease that keeps it:
+//! renewing checks that the file is still the one at the path, releasing clears the record and
+//! closes the file.
+
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{anyhow, Context};
+use rustix::fs::FlockOperation;
+
+use super::entry::{self, next_token};
+use super::lock_file::{
+    blocking, flock, is_would_block, lock_header, ofd_lock, try_range, unlock_range, LockFile,
+};
+use super::record::claim_record;
+use super::{plain_io, FileBackend, HEADER_LEN, RECORD_LEN, SEATS_OFFSET, TURNSTILE_OFFSET};
+use crate::backend::{Lease, Released, Renewal, Waiting};
+use crate::exit::{FailWith, Failure};
+use crate::lock::{host_name, Holder, LockRequest, Mode, Token};
+
+/// How an acquisition may wait.
+pub(super) enum Wait<'a> {
+    Never,
+    Until(&'a Waiting),
+}
+
+/// How one attempt ended.
+pub(super) enum Step {
+    Held(FileLease),
+    Busy(Vec<Holder>),
+    Cancelled,
+    /// The file was replaced under us (`release --force`): open the new one and start again.
+    Retry,
+}
+
+impl FileBackend {
+    /// One attempt at `request`'s lock, waiting for it or not as `wait` says.
+    pub(super) fn attempt(&self, request: &LockRequest, wait: &Wait) -> anyhow::Result<Step> {
+        let lock = self.open_lock_file(&request.name)?;
+        let fd = lock.fd();
+        let path = lock.path.display().to_string();
+        let ctx = || format!("cannot lock {path}");
+
+        // A `--limit` holder first takes a seat, waiting its turn at the turnstile if all are taken.
+        let seat = match request.mode {
+            Mode::Limit(n) => match take_seat(fd, n, wait).with_context(ctx)? {
+                Some(seat) => Some(seat),
+                None if matches!(wait, Wait::Never) => {
+                    return Ok(Step::Busy(self.holders_of(&lock).unwrap_or_default()))
+                }
+                None => return Ok(Step::Cancelled),
+            },
+            _ => None,
+        };
+
+        let (op, op_now) = match request.mode {
+            Mode::Exclusive => (
+                FlockOperation::LockExclusive,
+                FlockOperation::NonBlockingLockExclusive,
+            ),
+            Mode::Shared | Mode::Limit(_) => (
+                FlockOperation::LockShared,
+                FlockOperation::NonBlockingLockShared,
+            ),
+        };
+        match flock(&lock.file, op_now) {
+            Ok(()) => {}
+            Err(e) if is_would_block(&e) => match wait {
+                Wait::Never => return Ok(Step::Busy(self.holders_of(&lock).unwrap_or_default())),
+                Wait::Until(waiting) => {
+                    waiting.busy(&self.holders_of(&lock).unwrap_or_default());
+                    if !blocking(waiting, || flock(&lock.file, op)).with_context(ctx)? {
+                        return Ok(Step::Cancelled);
+                    }
+                }
+            },
+            Err(e) => return Err(e).with_context(ctx),
+        }
+
+        // Under the header lock: is this still the file at the path, and what is the next token?
+        // Every token is handed out here, after this check, so a file replaced by `release
+        // --force` never hands out one more, and the counter only grows (never wraps, see
+        // `next_token`).
+        lock_header(&lock, libc::F_WRLCK)?;
+        if !lock.is_current() {
+            return Ok(Step::Retry);
+        }
+        let token = next_token(&lock.header(&request.name)?, &lock.path)?;
+        entry::write_header(&lock.file, &request.name, token)
+            .map_err(|e| anyhow!("cannot write lock file {path}: {}", plain_io(&e)))
+            .fail_with(Failure::BackendUnavailable)?;
+        unlock_range(fd, 0, HEADER_LEN);
+
+        let holder = Holder {
+            mode: request.mode,
+            host: Some(host_name()),
+            pid: Some(std::process::id()),
+            owner: request.owner.clone(),
+            since: Some(SystemTime::now()),
+            token: Some(token),
+            unreadable: None,
+        };
+        let record = claim_record(&lock, &holder)
+            .map_err(|e| anyhow!("cannot write a holder record in {path}: {}", plain_io(&e)))
+            .fail_with(Failure::BackendUnavailable)?;
+        let _ = seat; // the seat's lock lives as long as the file stays open
+        Ok(Step::Held(FileLease {
+            lock,
+            token,
+            record,
+            check_every: request.ttl / 3,
+        }))
+    }
+}
+
+/// Takes a free seat among the first `n`, or returns `None` (busy, or cancelled while waiting).
+fn take_seat(fd: i32, n: u32, wait: &Wait) -> io::Result<Option<u64>> {
+    let try_seats = || -> io::Result<Option<u64>> {
+        for seat in 0..u64::from(n) {
+            if try_range(fd, SEATS_OFFSET + seat, 1)? {
+                return Ok(Some(seat));
+            }
+        }
+        Ok(None)
+    };
+    if let Some(seat) = try_seats()? {
+        return Ok(Some(seat));
+    }
+    let Wait::Until(waiting) = wait else {
+        return Ok(None);
+    };
+    // The kernel cannot wait for "any of N ranges", so waiters queue on the turnstile and only the
+    // one at its head polls the seats, with a short backoff: no herd, and first come first served.
+    let turnstile =
+        || ofd_lock(fd, libc::F_OFD_SETLKW, libc::F_WRLCK, TURNSTILE_OFFSET, 1).map(|_| ());
+    if !blocking(waiting, turnstile)? {
+        return Ok(None);
+    }
+    let mut pause = Duration::from_millis(1);
+    let seat = loop {
+        if waiting.is_cancelled() {
+            break None;
+        }
+        if let Some(seat) = try_seats()? {
+            break Some(seat);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
+    };
+    unlock_range(fd, TURNSTILE_OFFSET, 1);
+    Ok(seat)
+}
+
+/// A held lock file. Its locks (flock, seat, record) all live in the open file and go when it closes.
+pub(super) struct FileLease {
+    lock: LockFile,
+    token: Token,
+    record: u64,
+    check_every: Duration,
+}
+
+impl FileLease {
+    fn replaced(&self) -> String {
+        format!(
+            "lock file {} was removed or replaced (dlock release --force?)",
+            self.lock.path.display()
+        )
+    }
+}
+
+impl Lease for FileLease {
+    fn token(&self) -> Token {
+        self.token
+    }
+
+    fn renew(&mut self) -> Renewal {
+        if self.lock.is_current() {
+            Renewal::Held {
+                next: self.check_every,
+            }
+        } else {
+            Renewal::Lost(self.replaced())
+        }
+    }
+
+    fn release(self: Box<Self>) -> anyhow::Result<Released> {
+        let released = if self.lock.is_current() {
+            Released::Held
+        } else {
+            Released::Lost(self.replaced())
+        };
+        // Clear the record first so nobody reads it as ours after the locks go; closing unlocks.
+        let _ = self
+            .lock
+            .file
+            .write_all_at(&[0u8; RECORD_LEN as usize], self.record);
+        drop(self.lock);
+        Ok(released)
+    }
+}

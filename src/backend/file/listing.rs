@@ -1,0 +1,173 @@
+//! What an operator asks of the lock directory: who holds a lock (`status`), every held lock
+//! (`list`, which also names the entries that are not readable locks), and breaking a lock for
+//! every holder (`release --force`).
+
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use anyhow::anyhow;
+
+use super::entry::{self, open_existing, read_header, Header};
+use super::lock_file::{lock_header, LockFile};
+use super::naming::name_of_stem;
+use super::{plain_io, FileBackend, MAX_REPLACED};
+use crate::backend::{Listing, LockStatus};
+use crate::exit::{FailWith, Failure};
+use crate::lock::{Holder, LockName};
+
+impl FileBackend {
+    /// `status`: who holds `name`, whose lock file is at `path`.
+    pub(super) fn status_at(&self, name: &LockName, path: &Path) -> anyhow::Result<LockStatus> {
+        let location = path.display().to_string();
+        let holders = match open_existing(path, false)? {
+            None => vec![],
+            Some(file) => {
+                let lock = LockFile {
+                    file,
+                    path: path.to_owned(),
+                };
+                lock.check_header(name)?;
+                self.holders_of(&lock)
+                    .map_err(|e| anyhow!("cannot read lock file {location}: {}", plain_io(&e)))
+                    .fail_with(Failure::BackendUnavailable)?
+            }
+        };
+        Ok(LockStatus {
+            name: name.clone(),
+            holders,
+            location,
+        })
+    }
+
+    /// `list`: every held lock under `prefix`, and the entries that are not readable locks.
+    pub(super) fn list_held(&self, prefix: &str) -> anyhow::Result<Listing> {
+        let failed = |e: io::Error| {
+            anyhow!(
+                "cannot read lock directory {}: {}",
+                self.dir.display(),
+                plain_io(&e)
+            )
+        };
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            // Only `run` makes the directory; until then no lock is held in it.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Listing::default()),
+            Err(e) => return Err(failed(e)).fail_with(Failure::BackendUnavailable),
+        };
+        let mut listing = Listing::default();
+        for entry in entries {
+            let path = entry
+                .map_err(failed)
+                .fail_with(Failure::BackendUnavailable)?
+                .path();
+            let Some(stem) = path
+                .file_name()
+                .and_then(|f| f.to_str())
+                .and_then(|f| f.strip_suffix(".lock"))
+            else {
+                continue;
+            };
+            // An entry's name is known from its file name unless hashed; one that cannot match
+            // the prefix is not looked at, readable or not.
+            if name_of_stem(stem).is_some_and(|name| !name.starts_with(prefix)) {
+                continue;
+            }
+            match self.list_entry(&path, prefix) {
+                Ok(Some(status)) => listing.held.push(status),
+                Ok(None) => {}
+                Err(e) => listing.unreadable.push(format!("{e:#}")),
+            }
+        }
+        listing.held.sort_by(|a, b| a.name.cmp(&b.name));
+        listing.unreadable.sort();
+        Ok(listing)
+    }
+
+    /// `release --force`: replaces the lock file (see the module's documentation in mod.rs).
+    pub(super) fn break_lock(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+        let path = self.path_of(name);
+        for _ in 0..MAX_REPLACED {
+            let Some(file) = open_existing(&path, true)? else {
+                return Ok(vec![]);
+            };
+            let lock = LockFile {
+                file,
+                path: path.clone(),
+            };
+            lock.check_header(name)?;
+            // The header lock orders us against acquirers and other breaks: one that took it
+            // before us saw the old file current and its token is counted in the header we copy;
+            // one after us sees the file replaced and starts over on the new one. So must we: a
+            // break that waited here while another replaced the file would otherwise copy a stale
+            // counter over the new file and hand its tokens out a second time.
+            lock_header(&lock, libc::F_WRLCK)?;
+            if !lock.is_current() {
+                continue;
+            }
+            let header = lock.header(name)?;
+            let holders = self
+                .holders_of(&lock)
+                .map_err(|e| anyhow!("cannot read lock file {}: {}", path.display(), plain_io(&e)))
+                .fail_with(Failure::BackendUnavailable)?;
+            if holders.is_empty() {
+                return Ok(vec![]);
+            }
+            let replaced = entry::write_fresh(&path, name, header.token()).and_then(|fresh| {
+                fs::rename(&fresh, &path).inspect_err(|_| {
+                    let _ = fs::remove_file(&fresh);
+                })
+            });
+            return match replaced {
+                Ok(()) => Ok(holders),
+                Err(e) => Err(anyhow!(
+                    "cannot replace lock file {}: {}",
+                    path.display(),
+                    plain_io(&e)
+                ))
+                .fail_with(Failure::BackendUnavailable),
+            };
+        }
+        Err(anyhow!(
+            "lock file {} was replaced {MAX_REPLACED} times while breaking it; try again",
+            path.display()
+        ))
+        .fail_with(Failure::BackendUnavailable)
+    }
+
+    /// One `*.lock` entry for `list`: its status if it is a held lock under `prefix`, `None` if
+    /// free, gone, empty (flock(1)'s, which names no lock) or another prefix's, an error naming the
+    /// entry if it is not a usable lock file.
+    fn list_entry(&self, path: &Path, prefix: &str) -> anyhow::Result<Option<LockStatus>> {
+        let Some(file) = open_existing(path, false)? else {
+            return Ok(None);
+        };
+        let lock = LockFile {
+            file,
+            path: path.to_owned(),
+        };
+        let Header::Dlock { name, .. } = lock.settled(|l| read_header(&l.file, &l.path))? else {
+            return Ok(None);
+        };
+        let name = LockName::new(&name)
+            .map_err(|_| anyhow!("lock file {} has a malformed dlock header", path.display()))?;
+        if self.path_of(&name) != path {
+            return Err(anyhow!(
+                "lock file {} belongs to the lock {:?}, which lives in another file (copied or renamed?)",
+                path.display(),
+                name.as_str()
+            ));
+        }
+        if !name.as_str().starts_with(prefix) {
+            return Ok(None);
+        }
+        let holders = self
+            .holders_of(&lock)
+            .map_err(|e| anyhow!("cannot read lock file {}: {}", path.display(), plain_io(&e)))?;
+        Ok((!holders.is_empty()).then(|| LockStatus {
+            name,
+            holders,
+            location: path.display().to_string(),
+        }))
+    }
+}

@@ -1,0 +1,168 @@
+//! Why a Redis server did not answer as hoped, in words a user can act on: every failed call
+//! becomes a `Fault`, whose kind decides whether dlock rides it out (a server that is down may come
+//! back) or gives up (bad credentials, a missing permission, not a Redis server).
+
+use std::io;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use redis::RedisError;
+
+use crate::lock::escaped;
+use crate::signal::interrupt;
+
+/// Why one server did not answer as hoped.
+#[derive(Debug, Clone)]
+pub(super) struct Fault {
+    addr: String,
+    pub(super) kind: FaultKind,
+    detail: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) enum FaultKind {
+    /// Unreachable, timed out, connection broken: may come back.
+    Down,
+    /// The server refused our credentials (or wants some).
+    Auth,
+    /// The server answered with an error (a script error, out of memory, read-only replica...).
+    Refused,
+    /// Not a Redis server (or not one speaking TLS, for rediss://).
+    Protocol,
+    /// The ACL user may not run a command dlock needs.
+    NoPermission,
+}
+
+impl Fault {
+    /// A fault of the server at `addr` (`host:port`).
+    pub(super) fn new(addr: &str, kind: FaultKind, detail: String) -> Fault {
+        Fault {
+            addr: addr.to_owned(),
+            kind,
+            detail,
+        }
+    }
+
+    /// What `e`, met by a call to the server at `addr` that had `timeout`, says about the server.
+    pub(super) fn classify(addr: &str, e: &RedisError, timeout: Duration) -> Fault {
+        let fault = |kind, detail| Fault::new(addr, kind, detail);
+        // A server with a password answers a client without one with NOAUTH, or (for commands
+        // with many arguments, like ours) with "Protocol error: unauthenticated ...".
+        if e.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+            || e.to_string().contains("unauthenticated")
+        {
+            return fault(FaultKind::Auth, String::new());
+        }
+        if matches!(e.code(), Some("NOPERM")) {
+            return fault(FaultKind::NoPermission, e.to_string());
+        }
+        if e.kind() == redis::ErrorKind::Parse {
+            return fault(
+                FaultKind::Protocol,
+                "does not speak the Redis protocol".into(),
+            );
+        }
+        if let Some(io) = io_error_of(e) {
+            return fault(FaultKind::Down, describe_io(io, timeout));
+        }
+        if e.to_string().contains("corrupt message") {
+            return fault(
+                FaultKind::Protocol,
+                "did not answer the TLS handshake (a plain redis:// server?)".into(),
+            );
+        }
+        if e.is_io_error() || e.is_connection_dropped() {
+            return fault(FaultKind::Down, e.to_string());
+        }
+        // dlock's scripts refuse with a message of their own (a broken fencing counter).
+        if let (Some("DLOCK"), Some(detail)) = (e.code(), e.detail()) {
+            return fault(FaultKind::Refused, escaped(detail, 300));
+        }
+        fault(FaultKind::Refused, e.to_string())
+    }
+
+    /// Whether waiting cannot cure it: anything but a server that is down.
+    pub(super) fn is_fatal(&self) -> bool {
+        !matches!(self.kind, FaultKind::Down)
+    }
+
+    pub(super) fn to_error(&self) -> anyhow::Error {
+        match self.kind {
+            FaultKind::Down => anyhow!("cannot reach redis at {}: {}", self.addr, self.detail),
+            FaultKind::Auth => anyhow!(
+                "authentication failed at redis {}: check the user and password in the URL",
+                self.addr
+            ),
+            FaultKind::Protocol => anyhow!("the server at {} {}", self.addr, self.detail),
+            FaultKind::NoPermission => anyhow!(
+                "{} at {}: dlock needs the permissions listed in its README (Redis ACL)",
+                self.detail,
+                self.addr
+            ),
+            FaultKind::Refused => {
+                anyhow!(
+                    "redis at {} answered with an error: {}",
+                    self.addr,
+                    self.detail
+                )
+            }
+        }
+    }
+}
+
+/// The first of `faults` that waiting cannot cure.
+pub(super) fn first_fatal(faults: &[Fault]) -> Option<&Fault> {
+    faults.iter().find(|f| f.is_fatal())
+}
+
+/// The messages of `faults` in one line.
+pub(super) fn describe(faults: &[Fault]) -> String {
+    let why: Vec<String> = faults.iter().map(|f| f.to_error().to_string()).collect();
+    why.join("; ")
+}
+
+/// The I/O error under a redis error. The crate keeps it in an `Arc`, which is what `source`
+/// shows, so look inside that.
+fn io_error_of(e: &RedisError) -> Option<&io::Error> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let source = std::error::Error::source(e)?;
+    match source.downcast_ref::<Shared>() {
+        Some(shared) => shared.downcast_ref::<io::Error>(),
+        None => source.downcast_ref::<io::Error>(),
+    }
+}
+
+/// Whether a read was cut short by a signal (the call's alarm, or one for the supervisor).
+pub(super) fn is_interrupted(e: &RedisError) -> bool {
+    io_error_of(e).is_some_and(|io| io.kind() == io::ErrorKind::Interrupted)
+}
+
+/// An I/O failure in a few words: `connection refused`, `no answer within 5s`.
+fn describe_io(e: &io::Error, timeout: Duration) -> String {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => "connection refused".into(),
+        io::ErrorKind::Interrupted if interrupt::caught().is_some() => "interrupted".into(),
+        // Otherwise the call's alarm went off: its budget is spent.
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {
+            format!(
+                "no answer within {}",
+                humantime::format_duration(round_ms(timeout))
+            )
+        }
+        io::ErrorKind::ConnectionReset => "connection reset".into(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof => "connection closed".into(),
+        _ => {
+            let text = e.to_string();
+            if text.contains("certificate") {
+                format!("{text} (rediss:// trusts the system CAs, or SSL_CERT_FILE when set)")
+            } else {
+                text
+            }
+        }
+    }
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
+}

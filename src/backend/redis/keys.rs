@@ -1,0 +1,131 @@
+//! How a lock's name becomes its Redis keys, `dlock:{NAME}:...`, and back (for `list`): NAME is
+//! percent-encoded where it could end the hash tag early, reach outside `dlock:` or act as a glob.
+
+use crate::lock::LockName;
+
+/// The keys of one lock.
+#[derive(Clone)]
+pub(super) struct Keys {
+    /// `dlock:{NAME}` with NAME encoded.
+    pub(super) base: String,
+}
+
+impl Keys {
+    pub(super) fn of(name: &LockName) -> Keys {
+        Keys {
+            base: format!("dlock:{{{}}}", encode_name(name.as_str())),
+        }
+    }
+
+    /// In the order the scripts expect (see lib.lua).
+    pub(super) fn all(&self) -> [String; 5] {
+        ["holders", "owners", "token", "queue", "alive"].map(|k| format!("{}:{k}", self.base))
+    }
+}
+
+/// The SCAN pattern of the holders keys of the names that start with `prefix`:
+/// `dlock:{ENCODED_PREFIX*}:holders`. Encoding is byte by byte, so the encoded prefix is a prefix
+/// of every matching encoded name, and it has no glob characters.
+pub(super) fn holders_pattern(prefix: &str) -> String {
+    format!("dlock:{{{}*}}:holders", encode_name(prefix))
+}
+
+/// The lock whose holders key `key` is, if dlock would name a lock starting with `prefix` so.
+pub(super) fn name_of_holders_key(key: &str, prefix: &str) -> Option<LockName> {
+    let encoded = key.strip_prefix("dlock:{")?.strip_suffix("}:holders")?;
+    let name = LockName::new(&decode_name(encoded)?).ok()?;
+    (name.as_str().starts_with(prefix) && Keys::of(&name).base == format!("dlock:{{{encoded}}}"))
+        .then_some(name)
+}
+
+/// Bytes that must not appear raw inside the hash tag: `%` (the escape itself), `{` and `}` (they
+/// would end the tag early and change the slot), glob characters (so `list` can SCAN by prefix),
+/// and the space and control characters (keys stay copy-pasteable in redis-cli).
+fn must_encode(b: u8) -> bool {
+    matches!(
+        b,
+        b'%' | b'{' | b'}' | b'*' | b'?' | b'[' | b']' | b'\\' | b' '
+    ) || b < 0x20
+        || b == 0x7f
+}
+
+/// A lock name as it appears inside `dlock:{...}`: readable, `%XX` for the bytes above.
+fn encode_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for (i, c) in name.char_indices() {
+        if c.is_ascii() && must_encode(c as u8) {
+            out.push_str(&format!("%{:02X}", name.as_bytes()[i]));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The inverse of `encode_name`; `None` for text it never produces.
+fn decode_name(encoded: &str) -> Option<String> {
+    let bytes = encoded.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = encoded.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_stay_inside_their_hash_tag_and_round_trip() {
+        for name in [
+            "jobs/a",
+            "a}b{c",
+            "x}:holders",
+            "50% off",
+            "glob*?[x]\\",
+            "ünï ✓",
+            "{}",
+        ] {
+            let encoded = encode_name(name);
+            assert!(
+                !encoded.contains('{') && !encoded.contains('}'),
+                "{encoded}"
+            );
+            assert!(
+                !encoded.contains(['*', '?', '[', ']', '\\', ' ']),
+                "{encoded}"
+            );
+            assert_eq!(decode_name(&encoded).as_deref(), Some(name));
+        }
+        assert_eq!(encode_name("jobs/nightly-backup"), "jobs/nightly-backup");
+        let keys = Keys::of(&LockName::new("a}b").unwrap());
+        assert_eq!(keys.all()[0], "dlock:{a%7Db}:holders");
+    }
+
+    proptest::proptest! {
+        /// Hostile names: every key of any name stays inside `dlock:{...}` with the whole encoded
+        /// name as its hash tag, and the encoding round-trips (so two names never share keys).
+        #[test]
+        fn any_name_keeps_its_keys_in_its_own_hash_tag(raw in "\\PC{1,120}") {
+            let Ok(name) = LockName::new(&raw) else { return Ok(()) };
+            let keys = Keys::of(&name);
+            let tag_start = keys.base.find('{').map(|i| i + 1);
+            let tag_end = keys.base.find('}');
+            let in_namespace = keys.base.starts_with("dlock:\u{7b}");
+            proptest::prop_assert!(in_namespace, "{} is outside dlock:{{...}}", keys.base);
+            proptest::prop_assert_eq!(tag_end, Some(keys.base.len() - 1));
+            let tag = &keys.base[tag_start.unwrap_or(0)..tag_end.unwrap_or(0)];
+            let decoded = decode_name(tag);
+            proptest::prop_assert_eq!(decoded.as_deref(), Some(name.as_str()));
+        }
+    }
+}

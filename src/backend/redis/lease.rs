@@ -1,0 +1,224 @@
+//! A lock held on Redis: renewed on a majority of the servers before its lease runs out, lost when
+//! a majority says it is no longer ours or no renewal gets through in time, released at the end.
+
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+
+use super::fault::{self, Fault};
+use super::redlock::{drift, on_all, quorum};
+use super::scripts::{Ask, Place};
+use super::server::Server;
+use super::{lock, RedisBackend, Shared};
+use crate::backend::{Lease, Released, Renewal};
+use crate::lock::Token;
+
+/// Longest one renewal attempt may wait for its answer.
+const MAX_RENEW_ATTEMPT: Duration = Duration::from_secs(1);
+
+/// A held lock. It renews and releases over the backend's shared connections.
+pub(super) struct RedisLease {
+    servers: Shared,
+    /// How many servers there are (a majority of them must confirm).
+    count: usize,
+    ask: Ask,
+    token: Token,
+    /// After this (monotonic clock) the lease may have run out on the servers: the send time of
+    /// the last renewal a majority confirmed, plus the ttl, minus the drift margin.
+    pub(super) deadline: Instant,
+    /// When the request behind the last confirmation (acquisition or renewal) was sent.
+    confirmed: Instant,
+    op_timeout: Duration,
+    /// Why the lock was lost, once it was: from then on, never renew again.
+    lost: Option<String>,
+    /// Why the last renewal did not reach a majority, for the message when the lease runs out.
+    trouble: Option<String>,
+}
+
+impl RedisBackend {
+    /// A held lock with `token`, confirmed by a request sent at `sent`.
+    pub(super) fn lease(&self, ask: &Ask, token: Token, sent: Instant) -> RedisLease {
+        let ttl = ask.ttl;
+        RedisLease {
+            servers: self.servers.clone(),
+            count: self.count,
+            ask: ask.clone(),
+            token,
+            confirmed: sent,
+            deadline: sent + ttl.saturating_sub(drift(ttl)),
+            op_timeout: self.op_timeout(self.count, ttl),
+            lost: None,
+            trouble: None,
+        }
+    }
+}
+
+impl RedisLease {
+    fn lose(&mut self, why: String) -> Renewal {
+        self.lost = Some(why.clone());
+        Renewal::Lost(why)
+    }
+
+    /// Asks every server (at once) whether the lease is ours, by `f`: `None` for a server `f`
+    /// skips, else whether the server found it ours (and renewed or released it).
+    fn ask_every_server(
+        &self,
+        f: impl Fn(&mut Server) -> Option<Result<bool, Fault>> + Sync,
+    ) -> Tally {
+        let mut servers = lock(&self.servers);
+        let answers = on_all(&mut servers, f);
+        let mut tally = Tally {
+            total: answers.len(),
+            ours: 0,
+            not_ours: Vec::new(),
+            faults: Vec::new(),
+        };
+        for (answer, server) in answers.into_iter().zip(servers.iter()) {
+            match answer {
+                Some(Ok(true)) => tally.ours += 1,
+                Some(Ok(false)) => tally.not_ours.push(server.addr.clone()),
+                Some(Err(fault)) => tally.faults.push(fault),
+                None => {}
+            }
+        }
+        tally
+    }
+}
+
+impl Lease for RedisLease {
+    fn token(&self) -> Token {
+        self.token
+    }
+
+    fn renew(&mut self) -> Renewal {
+        if let Some(why) = &self.lost {
+            return Renewal::Lost(why.clone());
+        }
+        let ttl = self.ask.ttl;
+        let sent = Instant::now();
+        // The heartbeat's first call comes right after the acquisition, which was as good as a
+        // renewal: wait for the next one due instead of a round trip that extends nothing.
+        let due = self.confirmed + ttl / 3;
+        if sent < due && self.trouble.is_none() {
+            return Renewal::Held { next: due - sent };
+        }
+        let left = self.deadline.saturating_duration_since(sent);
+        if left.is_zero() {
+            return self.lose_to_the_deadline();
+        }
+        // The supervisor renews from the thread that also forwards signals and reaps the command:
+        // one attempt may block it only briefly, and a failed one is retried until the deadline.
+        let attempt = self
+            .op_timeout
+            .min(ttl / 5)
+            .min(MAX_RENEW_ATTEMPT)
+            .min(left);
+        let ask = &self.ask;
+        let tally =
+            self.ask_every_server(|s| Some(s.call(attempt, |l| Ok(ask.renew(&mut l.conn)? == 1))));
+        if tally.confirmed() {
+            self.deadline = sent + ttl.saturating_sub(drift(ttl));
+            self.confirmed = sent;
+            self.trouble = None;
+            return Renewal::Held { next: ttl / 3 };
+        }
+        if tally.disowned() {
+            return self.lose(format!(
+                "it is no longer ours on redis at {} (expired, broken by `dlock release --force`, \
+                 deleted, or the server lost its data)",
+                tally.not_ours.join(", ")
+            ));
+        }
+        let why = fault::describe(&tally.faults);
+        self.trouble = Some(why.clone());
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return self.lose_to_the_deadline();
+        }
+        // Try again soon, but never sleep past the deadline: the next call then reports the loss.
+        let retry = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        Renewal::Unconfirmed {
+            next: retry.min(left),
+            holds_for: left,
+            why,
+        }
+    }
+
+    fn release(self: Box<Self>) -> anyhow::Result<Released> {
+        // After a loss the servers may be gone: try only those still connected, and briefly.
+        let timeout = if self.lost.is_some() {
+            self.op_timeout.min(Duration::from_millis(250))
+        } else {
+            self.op_timeout
+        };
+        let skip_unconnected = self.lost.is_some();
+        let ask = &self.ask;
+        let tally = self.ask_every_server(|s| {
+            if skip_unconnected && !s.is_connected() {
+                return None;
+            }
+            Some(s.call(
+                timeout,
+                |l| Ok(ask.release(&mut l.conn, Place::Leave)? == 1),
+            ))
+        });
+        if let Some(why) = &self.lost {
+            return Ok(Released::Lost(why.clone()));
+        }
+        if tally.confirmed() {
+            return Ok(Released::Held);
+        }
+        // The release script prunes expired holders first: a server that did not find us had let
+        // the lease pass or lost it to `release --force`. A majority of those: it was not ours.
+        if tally.disowned() {
+            return Ok(Released::Lost(format!(
+                "it was no longer ours on redis at {} (its lease had passed, or it was broken or \
+                 deleted)",
+                tally.not_ours.join(", ")
+            )));
+        }
+        Err(anyhow!(
+            "{}; the lease runs out by itself within {}",
+            fault::describe(&tally.faults),
+            humantime::format_duration(self.ask.ttl)
+        ))
+    }
+}
+
+impl RedisLease {
+    fn lose_to_the_deadline(&mut self) -> Renewal {
+        let whom = match self.count {
+            1 => "the server".to_owned(),
+            n => format!("a majority of the {n} servers"),
+        };
+        let why = self.trouble.take().unwrap_or_else(|| "no answer".into());
+        self.lose(format!(
+            "could not renew it on {whom} before the lease ({}) ran out: {why}",
+            humantime::format_duration(self.ask.ttl)
+        ))
+    }
+}
+
+/// How the servers answered a renewal or a release.
+struct Tally {
+    /// How many servers there are.
+    total: usize,
+    /// How many found the lease ours.
+    ours: usize,
+    /// The servers that found it not ours (`host:port`).
+    not_ours: Vec<String>,
+    /// Why the others did not answer.
+    faults: Vec<Fault>,
+}
+
+impl Tally {
+    /// A majority found the lease ours.
+    fn confirmed(&self) -> bool {
+        self.ours >= quorum(self.total)
+    }
+
+    /// A majority can no longer find the lease ours, even if every silent server came back.
+    fn disowned(&self) -> bool {
+        self.not_ours.len() > self.total - quorum(self.total)
+    }
+}

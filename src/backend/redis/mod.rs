@@ -1,0 +1,225 @@
+//! The Redis backend: a lock with a lease in one Redis server, or in several with Redlock.
+//!
+//! Why it looks the way it does:
+//! - Every change to a lock is one Lua script (`redis/*.lua`, with a shared prelude), run with
+//!   EVALSHA and loaded on NOSCRIPT, so Redis applies it atomically and judges expiry by its own
+//!   clock (`TIME`), never the client's. All keys of a lock share the hash tag `dlock:{NAME}`, so a
+//!   script touches one slot and runs unchanged on Redis Cluster.
+//! - Key layout, with NAME percent-encoded where it has `%`, `{`, `}`, a space or a glob character
+//!   (so no name can end the hash tag early or reach outside `dlock:`; other UTF-8 stays readable):
+//!   `dlock:{NAME}:holders` (sorted set, owner id -> lease expiry), `dlock:{NAME}:owners` (hash,
+//!   owner id -> "MODE TOKEN SINCE PID HOST"), `dlock:{NAME}:token` (the fencing counter, never
+//!   expires), `dlock:{NAME}:queue` and `dlock:{NAME}:alive` (waiters in arrival order and their
+//!   own leases). Grants are told on the pub/sub channel `dlock:wake:OWNER`.
+//! - Renew and release act only on the caller's own owner id: no client ever extends or deletes
+//!   another's lease. An expired lease is never revived, so a renewal after expiry is "lost".
+//!
+//! Waiting: each waiter takes a ticket in the lock's queue (a sorted set scored by the server's
+//! clock), on the first attempt already when dlock will wait, and subscribes to a channel of its
+//! own on the same connection (RESP3, so one connection carries commands and messages; the
+//! SUBSCRIBE goes out with that first attempt and costs no round trip). A release hands the lock
+//! to the first waiter itself, in the same script, and only when it can take it (then to the next
+//! ones too while they can join: shared and limit holders), and publishes the grant with its
+//! token. So a handoff costs one script and one message whatever the number of waiters (no herd),
+//! the next holder starts without a round trip of its own, and waiters acquire in arrival order
+//! (nobody may pass a live waiter with an earlier ticket). Pub/sub rather than BLPOP because a
+//! subscriber waits with a short socket timeout and looks at its cancellation flag without
+//! sending a command each time, and its connection stays free for the renewals of locks already
+//! held: an idle waiter costs the server nothing but its fallback re-check, which runs when the
+//! holder's lease would run out and at least every ttl/3 (it also renews the waiter's place: a
+//! waiter that dies drops out of the queue within its ttl). A lost message thus costs at most that
+//! re-check, which finds the lock already granted. The grant's lease is judged from the send time
+//! of the waiter's last attempt before the message (messages and replies come in the order the
+//! server made them, so the grant came later and its lease ends later).
+//!
+//! Several `--url`s: Redlock. Acquire runs the script on every server at once; the lock is held
+//! when a majority granted it within the validity time (ttl minus the time taken minus a drift
+//! margin), else every server is told to release (the waiter keeps its place in every queue and
+//! tries again after a short random pause); a grant from one server is only a sign to try again
+//! everywhere. A waiter's ticket comes from its own clock, the same on every server, so that all
+//! servers order the waiters alike. Renewals must reach a majority; when they cannot
+//! until the lease runs out, or a majority says "not yours", the lock is lost. The fencing token is
+//! above every counter of the servers that answered (granting or busy), and each granting server's
+//! counter is then raised to it: any later majority shares a server with this one, so tokens keep
+//! growing as long as the servers that missed an acquisition plus those that lost their data before
+//! the next one are a minority.
+//!
+//! Where things are: `server` (one server: URL, connection, calls), `fault` (what went wrong, in
+//! words), `keys` (a name's keys), `scripts` (the Lua scripts, their arguments and replies),
+//! `redlock` (a round over every server, quorum, tokens), `wait` (the queue, grants, the parked
+//! place), `lease` (renew, release), `holders` (status, list, release --force).
+
+mod fault;
+mod holders;
+mod keys;
+mod lease;
+mod redlock;
+mod scripts;
+mod server;
+mod wait;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use anyhow::anyhow;
+
+use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use crate::exit::{FailWith, Failure};
+use crate::lock::{Holder, LockName, LockRequest};
+use fault::{first_fatal, Fault};
+use redlock::on_all;
+use scripts::HoldersScript;
+use server::Server;
+use wait::Parked;
+
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// For `dlock --help` and the man page.
+pub const HELP: &str = "\
+Redis backend (--backend redis --url redis://[user:password@]host:port[/db]; rediss:// for TLS,
+trusting the system CAs or SSL_CERT_FILE; default redis://127.0.0.1:6379):
+  Keys of a lock share one hash tag, so each script touches one slot (fine on Redis Cluster).
+  NAME is percent-encoded where it has % { } * ? [ ] \\ or a space.
+    dlock:{NAME}:holders  sorted set: owner id -> lease expiry (by the server's clock)
+    dlock:{NAME}:owners   hash: owner id -> \"MODE TOKEN SINCE PID HOST\"
+    dlock:{NAME}:token    the fencing counter (INCR per acquisition; never expires)
+    dlock:{NAME}:queue    sorted set: waiters in arrival order (first come, first served)
+    dlock:{NAME}:alive    sorted set: waiter -> its own expiry (a dead waiter drops out)
+    dlock:wake:ID         pub/sub channel: a release grants the lock to the first waiter and
+                          tells it here (\"dlock:{NAME} TOKEN\"); one per dlock, on RESP3
+  Needs Redis 6 or newer (RESP3).
+  Acquire, renew and release are Lua scripts that act only on the caller's own owner id (and
+  hand a freed lock to the waiters first in line, who asked for it).
+  dlock renews the --ttl lease every ttl/3. The lock is lost when a renewal answers \"not yours\"
+  (expired, release --force, key deleted, server restarted empty), or when no renewal got
+  through for the ttl minus 1% and 2ms: the command then gets SIGTERM, SIGKILL after
+  --kill-after, and dlock exits 79. A killed dlock's lease frees the lock within the ttl.
+  Redlock (--url given 3, 5, ... times): the lock is held when a majority of the servers granted
+  it within the lease (less the time taken and the drift margin), else it is released everywhere;
+  renewals must reach a majority. DLOCK_TOKEN is above every counter of the servers that answered
+  and the granting servers' counters are raised to it: tokens keep growing as long as the servers
+  that missed an acquisition plus those that lose their data before the next one are a minority
+  (a later majority then always includes a server that remembers). Redlock assumes clocks that
+  run at about the same rate, pauses shorter than the lease, and a crashed server restarted empty
+  only after a ttl; it cannot stop a holder that was paused past its lease from acting: pass
+  DLOCK_TOKEN to the resource and have it refuse older tokens.";
+
+/// One connection per `--url`, shared by the backend and every lease it hands out: a dlock holding
+/// 10,000 names renews them over one connection per server, not 10,000. Each use locks it for one
+/// round of commands, or for one short read of a waiter listening for its grant. A poisoned lock's
+/// data is still sound: a `Server` is never left half-changed (a failed call just drops its
+/// connection).
+type Shared = Arc<Mutex<Vec<Server>>>;
+
+/// The locks in one Redis server, or in several (Redlock).
+pub struct RedisBackend {
+    servers: Shared,
+    /// How many servers (more than one: Redlock).
+    count: usize,
+    connect_timeout: Duration,
+    location: String,
+    /// The place in line a `try_acquire` took for the `acquire` that follows it.
+    parked: Mutex<Option<Parked>>,
+}
+
+impl RedisBackend {
+    /// Parses the URLs and connects to every server (at once), so an unreachable server or a wrong
+    /// password is reported before anything else happens.
+    pub fn open(config: &BackendConfig) -> anyhow::Result<RedisBackend> {
+        let urls: Vec<&str> = if config.urls.is_empty() {
+            vec![DEFAULT_URL]
+        } else {
+            config.urls.iter().map(String::as_str).collect()
+        };
+        let mut servers = urls
+            .iter()
+            .map(|url| Server::parse(url))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        for (i, s) in servers.iter().enumerate() {
+            if servers[..i].iter().any(|t| t.location == s.location) {
+                return Err(anyhow!(
+                    "{} is given twice; Redlock needs distinct servers",
+                    s.location
+                ))
+                .fail_with(Failure::Usage);
+            }
+        }
+        let location = servers
+            .iter()
+            .map(|s| s.location.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let timeout = config.connect_timeout.max(Duration::from_millis(1));
+        let faults: Vec<Fault> = on_all(&mut servers, |s| s.connect(timeout).err())
+            .into_iter()
+            .flatten()
+            .collect();
+        let backend = RedisBackend {
+            count: servers.len(),
+            servers: Arc::new(Mutex::new(servers)),
+            connect_timeout: timeout,
+            location,
+            parked: Mutex::new(None),
+        };
+        if let Some(auth) = first_fatal(&faults) {
+            return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
+        }
+        backend.check_quorum(urls.len() - faults.len(), &faults)?;
+        Ok(backend)
+    }
+
+    fn servers(&self) -> MutexGuard<'_, Vec<Server>> {
+        lock(&self.servers)
+    }
+}
+
+/// A mutex's data, also after a panic elsewhere (what it guards is never left half-changed).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Backend for RedisBackend {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn try_acquire(&self, request: &LockRequest, then_wait: bool) -> anyhow::Result<Attempt> {
+        self.try_once(request, then_wait)
+    }
+
+    fn acquire(
+        &self,
+        request: &LockRequest,
+        waiting: &Waiting,
+    ) -> anyhow::Result<Option<Box<dyn Lease>>> {
+        Ok(self
+            .wait(request, waiting)?
+            .map(|lease| lease as Box<dyn Lease>))
+    }
+
+    /// Every blocking read while waiting lasts at most `wait::CANCEL_CHECK`.
+    fn polls_while_waiting(&self) -> bool {
+        true
+    }
+
+    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+        self.read_status(name)
+    }
+
+    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+        self.list_held(prefix)
+    }
+
+    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+        self.holders_everywhere(name, HoldersScript::Break)
+    }
+}
+
+impl Drop for RedisBackend {
+    /// A place in line nobody waited in (the wait never started): give it up.
+    fn drop(&mut self) {
+        self.give_up_parked();
+    }
+}

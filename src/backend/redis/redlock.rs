@@ -1,0 +1,285 @@
+//! One acquisition round over every server: a single server, or several with Redlock, where the
+//! lock is held only when a majority granted it within the lease less the time taken and the drift
+//! margin, the fencing token is raised above every counter seen, and a minority grant is undone.
+
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+
+use super::fault::{self, first_fatal, Fault};
+use super::lease::RedisLease;
+use super::scripts::{Ask, Place, Reply};
+use super::server::Server;
+use super::wait::Line;
+use super::RedisBackend;
+use crate::exit::{FailWith, Failure};
+use crate::lock::{random_bytes, Holder, Token};
+
+/// The largest fencing token: the scripts count in Lua numbers (doubles), exact up to 2^53 - 1.
+const MAX_TOKEN: Token = (1 << 53) - 1;
+
+impl RedisBackend {
+    /// An error (exit 69) when fewer than a majority of servers answered.
+    pub(super) fn check_quorum(&self, answered: usize, faults: &[Fault]) -> anyhow::Result<()> {
+        let total = answered + faults.len();
+        if answered >= quorum(total) {
+            return Ok(());
+        }
+        if let [only] = faults {
+            if total == 1 {
+                return Err(only.to_error()).fail_with(Failure::BackendUnavailable);
+            }
+        }
+        if let Some(auth) = first_fatal(faults) {
+            return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
+        }
+        Err(anyhow!(
+            "only {answered} of {total} redis servers answered, a majority is {}: {}",
+            quorum(total),
+            fault::describe(faults)
+        ))
+        .fail_with(Failure::BackendUnavailable)
+    }
+
+    /// How long one command to one server may take. With several servers it is short, so one
+    /// stopped server costs little of the lease (Redlock's advice); alone, the connect timeout.
+    pub(super) fn op_timeout(&self, servers: usize, ttl: Duration) -> Duration {
+        if servers == 1 {
+            self.connect_timeout
+        } else {
+            (ttl / 10)
+                .max(Duration::from_millis(50))
+                .min(self.connect_timeout)
+        }
+    }
+
+    /// One acquisition round on every server.
+    pub(super) fn round(
+        &self,
+        servers: &mut [Server],
+        ask: &Ask,
+        wait: bool,
+        ticket: &mut String,
+        most: Duration,
+    ) -> anyhow::Result<Round> {
+        let timeout = self.op_timeout(servers.len(), ask.ttl).min(most);
+        if wait && ticket.is_empty() && servers.len() > 1 {
+            // Redlock: one ticket for every server, from this machine's clock, so that all of
+            // them order the waiters alike. Tickets from each server's own clock would order
+            // waiters that arrive together differently on each, and each server would then hand
+            // the lock to another waiter, none of them getting a majority.
+            *ticket = client_ticket();
+        }
+        let started = Instant::now();
+        let replies = on_all(servers, |s| s.acquire(timeout, ask, wait, ticket.as_str()));
+        // The replies tell the truth: a grant heard before them is stale.
+        forget_grants(servers, &ask.keys.base);
+        let quorum = quorum(servers.len());
+        let mut granted = Vec::new();
+        let mut busy = None;
+        let mut seen: Token = 0;
+        let mut faults = Vec::new();
+        for (i, reply) in replies.into_iter().enumerate() {
+            match reply {
+                Ok(Reply::Granted(token)) => granted.push((i, token)),
+                Ok(Reply::Busy {
+                    ticket: t,
+                    retry,
+                    counter,
+                    holders,
+                }) => {
+                    seen = seen.max(counter);
+                    // Every server queues us under the same ticket, so all agree on the order.
+                    if ticket.is_empty() {
+                        *ticket = t;
+                    }
+                    busy.get_or_insert((retry, holders, i));
+                }
+                Err(fault) => faults.push(fault),
+            }
+        }
+        if let Some(fatal) = first_fatal(&faults) {
+            let err = fatal.to_error();
+            if !granted.is_empty() {
+                self.undo(servers, ask, Place::Leave);
+            }
+            return Err(err).fail_with(Failure::BackendUnavailable);
+        }
+        if granted.len() >= quorum {
+            // Above every token a server that answered has handed out, granting or not: a
+            // server that missed acquisitions or lost its data cannot pull the token back.
+            let granted_max = granted.iter().map(|&(_, t)| t).max().unwrap_or(0);
+            let token = granted_max.max(seen.saturating_add(1));
+            if token > MAX_TOKEN {
+                self.undo(servers, ask, Place::Leave);
+                return Err(anyhow!(
+                    "a redis server's fencing counter {} is at {seen}, the last token dlock \
+                     can hand out exactly; no token is handed out from it",
+                    ask.keys.all()[2]
+                ))
+                .fail_with(Failure::BackendUnavailable);
+            }
+            let lease = self.lease(ask, token, started);
+            if Instant::now() < lease.deadline
+                && self.raise_tokens(servers, ask, &granted, token, timeout)
+            {
+                return Ok(Round::Held(Box::new(lease)));
+            }
+        }
+        if !granted.is_empty() {
+            // A minority (or too late): give back what we got, everywhere, so others can proceed,
+            // but keep our place in line.
+            let place = if wait {
+                Place::Keep(ticket)
+            } else {
+                Place::Leave
+            };
+            self.undo(servers, ask, place);
+        }
+        let answered = servers.len() - faults.len();
+        if answered < quorum {
+            return Ok(Round::Unreachable(faults));
+        }
+        let (mut retry, holders, server) = busy.unwrap_or((ask.ttl / 3, Vec::new(), 0));
+        if !granted.is_empty() {
+            // We just gave servers back and nobody will tell us for that (we may well be first in
+            // line): try again soon, after a random pause so two waiters that split the servers
+            // between them do not meet again in step.
+            retry = retry.min(jitter(Duration::from_millis(20)));
+        }
+        let line = Line {
+            sent: started,
+            retry,
+            server,
+        };
+        Ok(Round::Busy { line, holders })
+    }
+
+    /// Redlock: lift the granting servers' counters to the token handed out. Needs a majority.
+    fn raise_tokens(
+        &self,
+        servers: &mut [Server],
+        ask: &Ask,
+        granted: &[(usize, Token)],
+        token: Token,
+        timeout: Duration,
+    ) -> bool {
+        if servers.len() == 1 {
+            return true;
+        }
+        let raised = on_each(servers, |i, s| {
+            granted.iter().any(|&(g, _)| g == i)
+                && s.call(timeout, |l| ask.raise_token(&mut l.conn, token))
+                    .is_ok()
+        });
+        raised.into_iter().filter(|&ok| ok).count() >= quorum(servers.len())
+    }
+
+    /// Removes what `ask` has in the lock on every server (its lease, and its place in the queue
+    /// unless kept), best effort: whatever is left expires within the ttl.
+    pub(super) fn undo(&self, servers: &mut [Server], ask: &Ask, place: Place) {
+        let timeout = self.op_timeout(servers.len(), ask.ttl);
+        on_all(servers, |s| {
+            s.call(timeout, |l| ask.release(&mut l.conn, place)).ok()
+        });
+    }
+
+    /// `undo` on the servers still connected only: the place a failed attempt may have taken on a
+    /// server that stopped answering expires within the ttl, and reconnecting to remove it would
+    /// spend a second connect timeout.
+    pub(super) fn undo_connected(&self, servers: &mut [Server], ask: &Ask) {
+        let timeout = self.op_timeout(servers.len(), ask.ttl);
+        on_all(servers, |s| {
+            if s.is_connected() {
+                let _ = s.call(timeout, |l| ask.release(&mut l.conn, Place::Leave));
+            }
+        });
+    }
+}
+
+/// The outcome of one acquisition round over all servers.
+pub(super) enum Round {
+    Held(Box<RedisLease>),
+    /// Held by others: our place in line (when waiting), and who holds it.
+    Busy {
+        line: Line,
+        holders: Vec<Holder>,
+    },
+    /// Fewer than a majority answered.
+    Unreachable(Vec<Fault>),
+}
+
+/// Drops the grants of `base` heard so far: a round's replies, which came after them, tell the
+/// truth.
+fn forget_grants(servers: &[Server], base: &str) {
+    for server in servers {
+        let _ = server.grant(base);
+    }
+}
+
+/// The majority of `n` servers.
+pub(super) fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// The margin for clock drift between this machine and the servers: 1% of the ttl plus 2ms.
+pub(super) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// Runs `f` on every server, in parallel when there are several (so one slow server costs one
+/// timeout, not one per server), and returns the results in server order.
+pub(super) fn on_all<T: Send>(
+    servers: &mut [Server],
+    f: impl Fn(&mut Server) -> T + Sync,
+) -> Vec<T> {
+    on_each(servers, |_, server| f(server))
+}
+
+/// `on_all`, telling `f` each server's index too.
+fn on_each<T: Send>(servers: &mut [Server], f: impl Fn(usize, &mut Server) -> T + Sync) -> Vec<T> {
+    if let [only] = servers {
+        return vec![f(0, only)];
+    }
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = servers
+            .iter_mut()
+            .enumerate()
+            .map(|(i, server)| scope.spawn(move || f(i, server)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
+/// A queue ticket from this machine's clock, in the scripts' format (microseconds since the epoch).
+fn client_ticket() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    now.as_micros().to_string()
+}
+
+/// A random duration between 1ms and `most`.
+fn jitter(most: Duration) -> Duration {
+    let mut bytes = [0u8; 4];
+    let random = random_bytes(&mut bytes).map_or(0, |()| u32::from_le_bytes(bytes));
+    let most_ms = most.as_millis().max(1) as u32;
+    Duration::from_millis(u64::from(1 + random % most_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_majority_is_more_than_half() {
+        assert_eq!([1, 2, 3, 4, 5].map(quorum), [1, 2, 2, 3, 3]);
+    }
+}

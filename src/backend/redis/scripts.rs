@@ -1,0 +1,317 @@
+//! What dlock asks a Redis server, and how it reads the answers: its Lua scripts (`*.lua` here,
+//! hashed by build.rs) called with EVALSHA and given to a server that lacks them, the arguments
+//! one acquisition passes them (`Ask`), and the parsing of their replies, which hold records any
+//! client of the server could have written.
+
+use std::time::Duration;
+
+use redis::{Connection, FromRedisValue, RedisError, ToRedisArgs, Value};
+
+use super::keys::Keys;
+use crate::lock::{host_name, Holder, LockRequest, Token};
+
+/// A dlock script: the shared prelude (`lib.lua`) and its own part, with the SHA-1 that EVALSHA
+/// names it by, both made by build.rs.
+struct LuaScript {
+    body: &'static str,
+    sha1: &'static str,
+}
+
+// ACQUIRE, RENEW, RELEASE, STATUS, BREAK and RAISE_TOKEN.
+include!(concat!(env!("OUT_DIR"), "/redis_scripts.rs"));
+
+impl LuaScript {
+    /// Gives the script to a server that does not have it (NOSCRIPT).
+    fn load(&self, conn: &mut Connection) -> redis::RedisResult<()> {
+        let sha1: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(self.body)
+            .query(conn)?;
+        if sha1 != self.sha1 {
+            return Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "the server names a dlock script by another hash",
+                sha1,
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A script call being built: EVALSHA, the lock's keys, then the arguments.
+struct Call {
+    script: &'static LuaScript,
+    cmd: redis::Cmd,
+}
+
+impl Call {
+    /// A call of `script` with the keys of a lock, ready for its arguments.
+    fn new(script: &'static LuaScript, keys: &Keys) -> Call {
+        let mut cmd = redis::cmd("EVALSHA");
+        let keys = keys.all();
+        cmd.arg(script.sha1).arg(keys.len()).arg(&keys);
+        Call { script, cmd }
+    }
+
+    fn arg(mut self, arg: impl ToRedisArgs) -> Call {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Runs the script, giving it to the server first if the server does not have it.
+    fn invoke<T: FromRedisValue>(&self, conn: &mut Connection) -> redis::RedisResult<T> {
+        match self.cmd.query(conn) {
+            Err(e) if is_noscript(&e) => {
+                self.script.load(conn)?;
+                self.cmd.query(conn)
+            }
+            result => result,
+        }
+    }
+}
+
+fn is_noscript(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// The scripts that report a lock's holders (`[owner, record, owner, record, ...]`).
+#[derive(Clone, Copy)]
+pub(super) enum HoldersScript {
+    /// Reads them (`status`, `list`).
+    Status,
+    /// Removes them all and hands the lock to the waiters (`release --force`).
+    Break,
+}
+
+/// Runs `script` on the lock `keys` and returns the holders it reports.
+pub(super) fn holders(
+    conn: &mut Connection,
+    keys: &Keys,
+    script: HoldersScript,
+) -> redis::RedisResult<Vec<Holder>> {
+    let script = match script {
+        HoldersScript::Status => &STATUS,
+        HoldersScript::Break => &BREAK,
+    };
+    let value: Value = Call::new(script, keys).invoke(conn)?;
+    Ok(parse_holders(&value))
+}
+
+/// One acquisition's identity and its scripts' arguments; a lease keeps it for renewals and the
+/// release.
+#[derive(Clone)]
+pub(super) struct Ask {
+    pub(super) keys: Keys,
+    owner: String,
+    mode: String,
+    pub(super) ttl: Duration,
+    pid: String,
+    host: String,
+}
+
+impl Ask {
+    pub(super) fn new(request: &LockRequest) -> Ask {
+        Ask {
+            keys: Keys::of(&request.name),
+            owner: request.owner.clone(),
+            mode: request.mode.to_wire(),
+            ttl: request.ttl,
+            pid: std::process::id().to_string(),
+            // The record is space-separated with the host last; a host name has no spaces.
+            host: host_name().replace(' ', "_"),
+        }
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis().max(1) as u64
+    }
+
+    /// The channel this dlock hears its grants on: one for all its locks.
+    fn wake_channel(&self) -> String {
+        format!("dlock:wake:{}", self.owner)
+    }
+
+    fn acquire_call(&self, wait: bool, ticket: &str) -> Call {
+        Call::new(&ACQUIRE, &self.keys)
+            .arg(&self.owner)
+            .arg(&self.mode)
+            .arg(self.ttl_ms())
+            .arg(if wait { "1" } else { "0" })
+            .arg(ticket)
+            .arg(&self.pid)
+            .arg(&self.host)
+    }
+
+    pub(super) fn acquire(
+        &self,
+        conn: &mut Connection,
+        wait: bool,
+        ticket: &str,
+    ) -> redis::RedisResult<Reply> {
+        let value: Value = self.acquire_call(wait, ticket).invoke(conn)?;
+        parse_acquire(&value).ok_or_else(|| unexpected(&value))
+    }
+
+    /// A waiter's first attempt on a connection: it switches the connection to RESP3 (HELLO 3),
+    /// so the connection can carry messages beside replies, and subscribes to this dlock's
+    /// channel, before the attempt and in the same write, so no grant can come before it listens
+    /// and neither costs a round trip of its own.
+    pub(super) fn acquire_listening(
+        &self,
+        conn: &mut Connection,
+        ticket: &str,
+    ) -> redis::RedisResult<Reply> {
+        let call = self.acquire_call(true, ticket);
+        let mut write = redis::cmd("HELLO").arg(3).get_packed_command();
+        write.extend(
+            redis::cmd("SUBSCRIBE")
+                .arg(self.wake_channel())
+                .get_packed_command(),
+        );
+        write.extend(call.cmd.get_packed_command());
+        conn.send_packed_command(&write)?;
+        match next_reply(conn)?.extract_error() {
+            Err(e) if e.to_string().contains("unknown command") => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::RESP3NotSupported,
+                    "dlock needs Redis 6 or newer to wait (RESP3)",
+                    e.to_string(),
+                )))
+            }
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
+        let value = match next_reply(conn)?.extract_error() {
+            Err(e) if is_noscript(&e) => {
+                ACQUIRE.load(conn)?;
+                call.invoke(conn)?
+            }
+            reply => reply?,
+        };
+        parse_acquire(&value).ok_or_else(|| unexpected(&value))
+    }
+
+    /// 1 when renewed, 0 when the lock is no longer ours.
+    pub(super) fn renew(&self, conn: &mut Connection) -> redis::RedisResult<i64> {
+        Call::new(&RENEW, &self.keys)
+            .arg(&self.owner)
+            .arg(self.ttl_ms())
+            .invoke(conn)
+    }
+
+    /// 1 when a lease was released, else 0 (a waiter gives up its place either way).
+    pub(super) fn release(&self, conn: &mut Connection, place: Place) -> redis::RedisResult<i64> {
+        let (keep, ticket) = match place {
+            Place::Keep(ticket) => ("1", ticket),
+            Place::Leave => ("0", ""),
+        };
+        Call::new(&RELEASE, &self.keys)
+            .arg(&self.owner)
+            .arg(&self.mode)
+            .arg(keep)
+            .arg(ticket)
+            .arg(self.ttl_ms())
+            .arg(&self.pid)
+            .arg(&self.host)
+            .invoke(conn)
+    }
+
+    /// Redlock: lifts the server's fencing counter to `token`, the token just handed out.
+    pub(super) fn raise_token(
+        &self,
+        conn: &mut Connection,
+        token: Token,
+    ) -> redis::RedisResult<()> {
+        Call::new(&RAISE_TOKEN, &self.keys)
+            .arg(token)
+            .invoke::<Value>(conn)
+            .map(drop)
+    }
+}
+
+/// Whether undoing an acquisition keeps the waiter's place in the queue (under its ticket).
+#[derive(Clone, Copy)]
+pub(super) enum Place<'a> {
+    Keep(&'a str),
+    Leave,
+}
+
+/// The next reply on `conn`, past any messages (which go to the link's `messages`).
+fn next_reply(conn: &mut Connection) -> redis::RedisResult<Value> {
+    loop {
+        match conn.recv_response()? {
+            Value::Push { .. } => continue,
+            reply => return Ok(reply),
+        }
+    }
+}
+
+fn unexpected(value: &Value) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected answer from a dlock script",
+        format!("{value:?}"),
+    ))
+}
+
+/// What one server answered an acquisition.
+pub(super) enum Reply {
+    Granted(Token),
+    Busy {
+        ticket: String,
+        retry: Duration,
+        /// The last token this server handed out.
+        counter: Token,
+        holders: Vec<Holder>,
+    },
+}
+
+fn parse_acquire(value: &Value) -> Option<Reply> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    match (int_of(items.first()?)?, items.get(1)) {
+        (1, Some(token)) => Some(Reply::Granted(u64::try_from(int_of(token)?).ok()?)),
+        (0, Some(ticket)) => Some(Reply::Busy {
+            ticket: text_of(ticket)?,
+            retry: Duration::from_millis(u64::try_from(int_of(items.get(2)?)?).ok()?.max(1)),
+            counter: u64::try_from(int_of(items.get(3)?)?).ok()?,
+            holders: parse_holders(&Value::Array(items[4..].to_vec())),
+        }),
+        _ => None,
+    }
+}
+
+fn int_of(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+pub(super) fn text_of(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// `[owner, record, owner, record, ...]` into holders. Any client of the server can write the
+/// records: one that does not parse is still a holder (the scripts count it as one), shown as
+/// unreadable.
+fn parse_holders(value: &Value) -> Vec<Holder> {
+    let Value::Array(items) = value else {
+        return Vec::new();
+    };
+    let lossy = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        other => text_of(other).unwrap_or_default(),
+    };
+    items
+        .chunks_exact(2)
+        .map(|pair| Holder::from_record(&lossy(&pair[0]), &lossy(&pair[1])))
+        .collect()
+}

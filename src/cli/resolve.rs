@@ -1,0 +1,155 @@
+//! What clap's definition cannot say, settled once it has parsed: an option on the command line
+//! beats the environment also where the two contradict each other (`-n` against DLOCK_WAIT,
+//! `--url DIR` against DLOCK_BACKEND=redis), as a fleet-wide default must not break a command that
+//! says otherwise; and `-c` is one whole shell command, as flock(1) has it.
+
+use clap::parser::ValueSource::{CommandLine, EnvVariable};
+use clap::ArgMatches;
+
+use super::{usage::quote, Cli, Command, GlobalArgs, RunArgs};
+use crate::backend::BackendKind;
+
+/// Settles `cli`, which clap parsed into `matches`; or the one line saying what is wrong.
+pub fn resolve(cli: &mut Cli, matches: &ArgMatches) -> Result<(), String> {
+    backend_and_url(&mut cli.global, matches);
+    if let (Command::Run(run), Some(matches)) =
+        (&mut cli.command, matches.subcommand_matches("run"))
+    {
+        wait_or_not(run, matches)?;
+        shell_command(run, matches)?;
+    }
+    Ok(())
+}
+
+/// A backend and a URL that do not go together, one from the command line and one from the
+/// environment: the environment's is dropped, as if unset. `-b file` with DLOCK_URL=redis://...
+/// uses the default lock directory; `-u /srv/locks` with DLOCK_BACKEND=redis (which a parent
+/// dlock sets for its command) the file backend.
+fn backend_and_url(global: &mut GlobalArgs, matches: &ArgMatches) {
+    let fit = global.urls.iter().all(|url| takes(global.backend, url));
+    match (
+        matches.value_source("backend"),
+        matches.value_source("urls"),
+    ) {
+        (Some(CommandLine), Some(EnvVariable)) if !fit => global.urls.clear(),
+        // The default backend, as clap's definition has it.
+        (Some(EnvVariable), Some(CommandLine)) if !fit => global.backend = BackendKind::File,
+        _ => {}
+    }
+}
+
+/// Whether `kind`'s backend takes `url` for an address: the schemes each backend's own parser
+/// accepts (file: a path or file://; redis: redis:// or rediss://; zk: zk://). A test holds them to
+/// the backends.
+fn takes(kind: BackendKind, url: &str) -> bool {
+    match kind {
+        BackendKind::File => !url.contains("://") || url.starts_with("file://"),
+        BackendKind::Redis => url.starts_with("redis://") || url.starts_with("rediss://"),
+        BackendKind::Zk => url.starts_with("zk://"),
+    }
+}
+
+/// `--no-wait` and `--wait` exclude each other: the one on the command line wins over the other
+/// from the environment; both on the command line, or both in the environment, is an error.
+fn wait_or_not(run: &mut RunArgs, matches: &ArgMatches) -> Result<(), String> {
+    if !run.no_wait || run.wait.is_none() {
+        return Ok(());
+    }
+    match (
+        matches.value_source("no_wait"),
+        matches.value_source("wait"),
+    ) {
+        (Some(CommandLine), Some(CommandLine)) => {
+            Err("--no-wait cannot be used with --wait: give one of them".into())
+        }
+        (Some(CommandLine), _) => {
+            run.wait = None;
+            Ok(())
+        }
+        (_, Some(CommandLine)) => {
+            run.no_wait = false;
+            Ok(())
+        }
+        _ => Err("DLOCK_NO_WAIT and DLOCK_WAIT are both set: unset one, or give -n or -w".into()),
+    }
+}
+
+/// `-c` takes the place of `-- COMMAND`, and (as in flock's `LOCK -c COMMAND`) nothing may follow
+/// it when it comes after a lock name: `dlock run lock -c echo hi` would otherwise lock `hi` too and
+/// run `echo` alone, where flock(1) refuses.
+fn shell_command(run: &RunArgs, matches: &ArgMatches) -> Result<(), String> {
+    let Some(script) = &run.shell_command else {
+        return Ok(());
+    };
+    if !run.command.is_empty() {
+        return Err(
+            "-c runs one shell command instead of the COMMAND after `--`: give one of them".into(),
+        );
+    }
+    let (Some(at), Some(indices)) = (
+        matches.index_of("shell_command"),
+        matches.indices_of("names"),
+    ) else {
+        return Ok(());
+    };
+    let names: Vec<(usize, &String)> = indices.zip(&run.names).collect();
+    let after: Vec<&str> = names
+        .iter()
+        .filter(|(i, _)| *i > at)
+        .map(|(_, n)| n.as_str())
+        .collect();
+    if names.first().is_some_and(|(i, _)| *i < at) && !after.is_empty() {
+        let shown = |s: &str| quote(s).unwrap_or_else(|| format!("{s:?}"));
+        let whole = std::iter::once(script.as_str())
+            .chain(after.iter().copied())
+            .collect::<Vec<_>>()
+            .join(" ");
+        return Err(format!(
+            "`{}` after `-c {}` would be taken for a lock name: quote the whole shell command, as \
+             in `-c {}`, or put every lock name before -c",
+            shown(after[0]),
+            shown(script),
+            shown(&whole)
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::takes;
+    use crate::backend::{self, BackendConfig, BackendKind};
+    use crate::exit;
+
+    /// `takes` says what each backend's own parser says of an address: usage error or not.
+    #[test]
+    fn backends_take_the_urls_takes_says() {
+        let urls = [
+            "/nonexistent/dlock-test",
+            "relative/dir",
+            "file:///nonexistent/dlock-test",
+            "redis://127.0.0.1:1",
+            "rediss://127.0.0.1:1",
+            "zk://127.0.0.1:1",
+            "http://127.0.0.1:1",
+            "unix:///nonexistent.sock",
+        ];
+        for kind in [BackendKind::File, BackendKind::Redis, BackendKind::Zk] {
+            for url in urls {
+                let config = BackendConfig {
+                    kind,
+                    urls: vec![url.to_owned()],
+                    connect_timeout: Duration::from_millis(1),
+                    create: false,
+                };
+                let refused = match backend::open(&config) {
+                    Ok(_) => false,
+                    Err(e) => exit::code_of(&e) == exit::USAGE,
+                };
+                assert_eq!(takes(kind, url), !refused, "{kind:?} {url}");
+            }
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! Taking the locks: first one attempt per lock, in order, on the main thread; then, for a busy
+//! lock, a wait. The common wait (one lock, nothing else held, no status line to draw, a backend
+//! that looks at its cancellation by itself) runs on the main thread too, which looks for signals
+//! whenever the backend looks at its cancellation; any other runs on a helper thread that reports
+//! over a channel, while the main thread watches the deadline and signals and renews what is
+//! already held. Whatever happens, a wait that gives up leaves nothing held behind.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use super::heartbeat::{next_renewal, release_all, release_quietly, renew_due, round_ms, Held};
+use super::RunPlan;
+use crate::backend::{Attempt, Backend, Outage, Waiting};
+use crate::lock::{Holder, LockName, LockRequest};
+use crate::report::Reporter;
+use crate::signal::interrupt;
+use crate::signal::wait::Signals;
+use crate::signal::FORWARDED;
+
+/// How taking the locks ended.
+pub(super) enum Acquisition {
+    Held(Vec<Held>),
+    Busy(LockName, Vec<Holder>),
+    TimedOut(LockName, Vec<Holder>),
+    /// A forwarded signal came while waiting.
+    Signalled(i32),
+    /// A lock taken earlier was lost while waiting for the next: why.
+    Lost(String),
+}
+
+/// How the first attempts went.
+pub(super) enum FirstTry {
+    AllHeld,
+    /// The index of the first busy lock, and its holders.
+    Busy(usize, Vec<Holder>),
+    /// A lock taken earlier was lost meanwhile: why.
+    Lost(String),
+}
+
+/// What the acquiring thread reports to the main thread.
+enum Event {
+    Busy(LockName, Vec<Holder>),
+    /// The backend cannot be reached, or can again.
+    Outage(LockName, Outage),
+    /// One more lock taken; the main thread renews it from now on.
+    Took(Held),
+    /// Every lock taken (true), cancelled (false), or failed.
+    Done(anyhow::Result<bool>),
+}
+
+/// One attempt per lock, in order, stopping at the first busy one (`then_wait`: to wait for it
+/// next). Locks taken are renewed between attempts, since taking thousands of them can outlast a
+/// lease.
+pub(super) fn try_in_order(
+    backend: &dyn Backend,
+    requests: &[LockRequest],
+    then_wait: bool,
+    held: &mut Vec<Held>,
+    report: &Reporter,
+) -> anyhow::Result<FirstTry> {
+    for (index, request) in requests.iter().enumerate() {
+        match backend.try_acquire(request, then_wait)? {
+            Attempt::Acquired(lease) => held.push(Held::new(request, lease)),
+            Attempt::Busy(holders) => return Ok(FirstTry::Busy(index, holders)),
+        }
+        if let Err(why) = renew_due(held, report) {
+            return Ok(FirstTry::Lost(why));
+        }
+    }
+    Ok(FirstTry::AllHeld)
+}
+
+/// Waits for one lock on this thread: the common case of a single lock, nothing held meanwhile
+/// that needs renewing, no status line to draw, and a backend that looks at the cancellation by
+/// itself (`Backend::polls_while_waiting`). No helper thread is started, and the command starts
+/// as soon as the lock comes, with no hop between threads. A forwarded signal or the deadline
+/// stops the wait within the backend's polling interval (100ms at most).
+pub(super) fn wait_here(
+    backend: &dyn Backend,
+    request: &LockRequest,
+    holders: Vec<Holder>,
+    plan: &RunPlan,
+    signals: &Signals,
+    report: &Reporter,
+) -> anyhow::Result<Acquisition> {
+    report.event(&waiting_message(&request.name, &holders));
+    let last_seen = Arc::new(Mutex::new(holders));
+    let caught = Arc::new(AtomicI32::new(0));
+    let signals = *signals;
+    let waiting = Waiting::new({
+        let last_seen = last_seen.clone();
+        move |holders: &[Holder]| {
+            if let Ok(mut seen) = last_seen.lock() {
+                *seen = holders.to_vec();
+            }
+        }
+    })
+    .reporting_outages({
+        let name = request.name.clone();
+        let notice = report.notifier();
+        move |outage: &Outage| notice(&outage_message(&name, outage))
+    })
+    .stopping(plan.wait.map(|w| Instant::now() + w), {
+        let caught = caught.clone();
+        move || match interrupt::caught().or_else(|| signals.take_pending_stop()) {
+            Some(n) => {
+                caught.store(n, Ordering::SeqCst);
+                true
+            }
+            None => false,
+        }
+    });
+    if let Some(lease) = backend.acquire(request, &waiting)? {
+        return Ok(Acquisition::Held(vec![Held::new(request, lease)]));
+    }
+    let signal = caught.load(Ordering::SeqCst);
+    if signal != 0 {
+        return Ok(Acquisition::Signalled(signal));
+    }
+    let holders = last_seen.lock().map(|h| h.clone()).unwrap_or_default();
+    Ok(Acquisition::TimedOut(request.name.clone(), holders))
+}
+
+/// Waits for the remaining locks on a helper thread while the main thread watches the deadline
+/// and signals and keeps renewing the locks already held (`held`, from the first attempts, and each
+/// lock the helper reports as it gets it). On any failure everything held is released.
+pub(super) fn wait_on_helper(
+    backend: Box<dyn Backend>,
+    requests: &[LockRequest],
+    mut held: Vec<Held>,
+    plan: &RunPlan,
+    signals: &Signals,
+    report: &Reporter,
+) -> anyhow::Result<Acquisition> {
+    let (tx, rx) = mpsc::channel();
+    let main = signals.main_waker();
+    let busy_tx = tx.clone();
+    let outage_tx = tx.clone();
+    let busy_name = std::sync::Arc::new(std::sync::Mutex::new(requests[0].name.clone()));
+    let busy_name_for_waiting = busy_name.clone();
+    let outage_name = busy_name.clone();
+    let waiting = Waiting::new(move |holders: &[Holder]| {
+        let name = busy_name_for_waiting.lock().map(|n| n.clone());
+        if let Ok(name) = name {
+            let _ = busy_tx.send(Event::Busy(name, holders.to_vec()));
+            main.wake();
+        }
+    })
+    .reporting_outages(move |outage: &Outage| {
+        if let Ok(name) = outage_name.lock().map(|n| n.clone()) {
+            let _ = outage_tx.send(Event::Outage(name, outage.clone()));
+            main.wake();
+        }
+    });
+    let thread_waiting = waiting.clone();
+    let thread_requests = requests.to_vec();
+    let acquirer = thread::Builder::new()
+        .name("acquire".into())
+        .spawn(move || {
+            let send = |event| {
+                let _ = tx.send(event);
+                main.wake();
+            };
+            for request in &thread_requests {
+                if let Ok(mut n) = busy_name.lock() {
+                    *n = request.name.clone();
+                }
+                match backend.acquire(request, &thread_waiting) {
+                    Ok(Some(lease)) => send(Event::Took(Held::new(request, lease))),
+                    Ok(None) => return send(Event::Done(Ok(false))),
+                    Err(e) => return send(Event::Done(Err(e))),
+                }
+            }
+            send(Event::Done(Ok(true)));
+        })
+        .context("cannot start the acquiring thread")?;
+
+    let started = Instant::now();
+    let deadline = plan.wait.map(|w| started + w);
+    let mut waiting_for = (requests[0].name.clone(), Vec::new());
+    let tick = Duration::from_secs(1);
+    loop {
+        for event in rx.try_iter() {
+            match event {
+                Event::Took(h) => held.push(h),
+                Event::Done(done) => {
+                    report.clear_status();
+                    let _ = acquirer.join();
+                    return match done {
+                        Ok(true) => Ok(Acquisition::Held(held)),
+                        Ok(false) => {
+                            release_quietly(held);
+                            Ok(Acquisition::Busy(waiting_for.0, waiting_for.1))
+                        }
+                        Err(e) => {
+                            release_quietly(held);
+                            Err(e)
+                        }
+                    };
+                }
+                Event::Outage(name, outage) => report.notice(&outage_message(&name, &outage)),
+                Event::Busy(name, holders) => {
+                    report.event(&waiting_message(&name, &holders));
+                    waiting_for = (name, holders);
+                    draw_waiting(report, started, &waiting_for);
+                }
+            }
+        }
+        let now = Instant::now();
+        let mut timeout = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+        if report.draws_waiting_line() {
+            timeout = timeout.min(tick);
+        }
+        if let Some(due) = next_renewal(&held) {
+            timeout = timeout.min(due.saturating_duration_since(now));
+        }
+        let outcome = match signals.wait(timeout) {
+            Some(n) if FORWARDED.contains(&n) => Some(Acquisition::Signalled(n)),
+            // Otherwise the channel has news, or an inherited child exited: look again.
+            _ if deadline.is_some_and(|d| Instant::now() >= d) => Some(Acquisition::TimedOut(
+                waiting_for.0.clone(),
+                waiting_for.1.clone(),
+            )),
+            _ => renew_due(&mut held, report).err().map(Acquisition::Lost),
+        };
+        if let Some(outcome) = outcome {
+            report.clear_status();
+            cancel(&waiting, acquirer, &rx, signals, report);
+            release_all(held, report);
+            return Ok(outcome);
+        }
+        draw_waiting(report, started, &waiting_for);
+    }
+}
+
+fn draw_waiting(report: &Reporter, started: Instant, (name, holders): &(LockName, Vec<Holder>)) {
+    let holder = match holders.first() {
+        Some(h) => format!(", held{}", h.who()),
+        None => String::new(),
+    };
+    report.waiting_line(
+        started.elapsed(),
+        &format!("lock {:?}{holder}", name.as_str()),
+    );
+}
+
+/// Stops a waiting acquisition and makes sure it leaves nothing behind: interrupts the blocking
+/// call until the thread answers, and releases anything it acquired in the meantime.
+fn cancel(
+    waiting: &Waiting,
+    acquirer: JoinHandle<()>,
+    rx: &Receiver<Event>,
+    signals: &Signals,
+    report: &Reporter,
+) {
+    waiting.cancel();
+    // Bounded: a backend stuck past this (a hung server) is abandoned; the process exits anyway.
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < give_up {
+        interrupt::wake_thread(&acquirer);
+        let mut done = false;
+        for event in rx.try_iter() {
+            match event {
+                Event::Took(h) => {
+                    release_all(vec![h], report);
+                }
+                Event::Done(_) => done = true,
+                Event::Busy(..) | Event::Outage(..) => {}
+            }
+        }
+        if done {
+            break;
+        }
+        // Other signals meanwhile change nothing: dlock is already giving up.
+        signals.wait(Duration::from_millis(20));
+    }
+    if acquirer.is_finished() {
+        let _ = acquirer.join();
+    }
+}
+
+pub(super) fn busy_message(
+    name: &LockName,
+    holders: &[Holder],
+    waited: Option<Duration>,
+) -> String {
+    let who = describe_holders(holders);
+    match waited {
+        Some(w) => format!(
+            "gave up on lock {:?} after waiting {}{who}",
+            name.as_str(),
+            humantime::format_duration(w)
+        ),
+        None => format!("lock {:?} is busy{who}", name.as_str()),
+    }
+}
+
+fn waiting_message(name: &LockName, holders: &[Holder]) -> String {
+    format!(
+        "waiting for lock {:?}{}",
+        name.as_str(),
+        describe_holders(holders)
+    )
+}
+
+/// What the user hears of an outage while waiting (without --verbose too: a wait that seems to
+/// hang should say why).
+fn outage_message(name: &LockName, outage: &Outage) -> String {
+    match outage {
+        Outage::Unreachable { for_, why } if for_.is_zero() => {
+            format!("{why}; still waiting for lock {:?}", name.as_str())
+        }
+        Outage::Unreachable { for_, why } => format!(
+            "{why}; unreachable for {}, still waiting for lock {:?}",
+            humantime::format_duration(Duration::from_secs(for_.as_secs())),
+            name.as_str()
+        ),
+        Outage::Over { after } => format!(
+            "reached the backend again after {}; waiting for lock {:?}",
+            humantime::format_duration(round_ms(*after)),
+            name.as_str()
+        ),
+    }
+}
+
+fn describe_holders(holders: &[Holder]) -> String {
+    match holders {
+        [] => String::new(),
+        [one] => format!(": held {}", one.describe()),
+        [first, rest @ ..] => format!(": held {} and {} more", first.describe(), rest.len()),
+    }
+}

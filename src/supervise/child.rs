@@ -1,0 +1,168 @@
+//! The command as dlock's child: starting it (in its own process group, in the terminal's
+//! foreground when dlock has it), passing signals on to it, waiting for its end while the leases
+//! are renewed, terminating it when a lock is lost (SIGKILL after --kill-after), and turning its
+//! end into dlock's exit status.
+
+use std::io;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use rustix::process::Rlimit;
+
+use super::heartbeat::{next_renewal, release_all, renew_due, Held};
+use super::{spawn, RunPlan};
+use crate::exit;
+use crate::guard;
+use crate::job::{self, Job};
+use crate::report::Reporter;
+use crate::signal::wait::Signals;
+use crate::signal::FORWARDED;
+
+/// Starts the command, passes signals on to it, renews the locks until it ends (terminating it when
+/// one is lost, killing it once it outlives --kill-after), releases them, and returns the exit
+/// status.
+pub(super) fn supervise(
+    held: Vec<Held>,
+    program: &Path,
+    env: &[(String, String)],
+    plan: &RunPlan,
+    file_limit: Option<Rlimit>,
+    signals: &Signals,
+    report: &Reporter,
+) -> anyhow::Result<u8> {
+    let terminal = job::on_terminal();
+    let foreground = terminal && job::in_foreground();
+    let pid = match spawn::spawn(
+        program,
+        &plan.command,
+        env,
+        foreground,
+        file_limit,
+        signals.original(),
+    ) {
+        Ok(pid) => pid,
+        Err(e) => {
+            release_all(held, report);
+            return Ok(spawn_failure(&plan.command[0], &e, report));
+        }
+    };
+    if foreground {
+        // Also from the parent, as shells do, so the order of the two calls does not matter.
+        job::set_foreground(pid);
+    }
+    report.event(&format!(
+        "started {:?} as pid {pid}",
+        plan.command.join(" ")
+    ));
+
+    // Renewals happen on this thread, between events (see heartbeat.rs).
+    let mut job = Job::new(pid, terminal);
+    let mut held = held;
+    let mut lost: Option<Instant> = None;
+    let mut killed = false;
+    loop {
+        let wake = match lost {
+            None => next_renewal(&held),
+            Some(at) if !killed => Some(at + plan.kill_after),
+            Some(_) => None,
+        };
+        let timeout = wake.map_or(Duration::MAX, |w| {
+            w.saturating_duration_since(Instant::now())
+        });
+        match signals.wait(timeout) {
+            Some(libc::SIGCHLD) if job.exited() => break,
+            Some(libc::SIGCONT) => job.continued(),
+            Some(n) if FORWARDED.contains(&n) => {
+                report.event(&format!("forwarding signal {n} to the command"));
+                job.signal(n);
+            }
+            _ => {}
+        }
+        // Timers are checked after every wake, so a stream of signals cannot starve renewals.
+        let now = Instant::now();
+        match lost {
+            None if next_renewal(&held).is_some_and(|d| d <= now) => {
+                if let Err(why) = renew_due(&mut held, report) {
+                    report.error(&format!("lost the lock: {why}; terminating the command"));
+                    job.signal(libc::SIGTERM);
+                    lost = Some(Instant::now());
+                }
+            }
+            Some(at) if !killed && now >= at + plan.kill_after => {
+                report.error(&format!(
+                    "the command outlived --kill-after {}; sending SIGKILL",
+                    humantime::format_duration(plan.kill_after)
+                ));
+                job.signal(libc::SIGKILL);
+                killed = true;
+            }
+            _ => {}
+        }
+    }
+    job.take_terminal();
+    if lost.is_some() {
+        // Whatever else the command's group left running goes too: it has no lock any more. (Before
+        // the command is reaped, while its group id cannot have been reused.)
+        job.signal(libc::SIGKILL);
+    }
+    // A normal end leaves what the command started in the background alone, as flock(1) does.
+    guard::disarm();
+    let status = job.reap();
+    report.event(&format!("command exited: {status}"));
+    let lost_by_the_end = release_all(held, report);
+    if lost.is_some() {
+        return Ok(exit::LOCK_LOST);
+    }
+    // The command ended, but its lock had gone before dlock could tell (dlock was stopped past its
+    // lease, or the lock was broken): the command's own status would claim it ran under the lock.
+    if let Some(why) = lost_by_the_end {
+        report.error(&format!(
+            "the lock was lost before the command ended: {why}; exiting with {} instead of the \
+             command's status ({status})",
+            exit::LOCK_LOST
+        ));
+        return Ok(exit::LOCK_LOST);
+    }
+    Ok(exit_code_of(status))
+}
+
+/// Replaces dlock with the command (every lock is already held by a parent dlock, whose guardian
+/// and supervision cover it). Returns only when that fails: the exit status, after saying why.
+pub(super) fn replace_with(program: &Path, command: &[String], report: &Reporter) -> u8 {
+    let err = Command::new(program)
+        .arg0(&command[0])
+        .args(&command[1..])
+        .exec();
+    spawn_failure(&command[0], &err, report)
+}
+
+/// The exit status and message for a command that passed `program::resolve` but still could not
+/// be started (changed meanwhile, or a missing ELF loader).
+fn spawn_failure(program: &str, err: &io::Error, report: &Reporter) -> u8 {
+    match err.kind() {
+        io::ErrorKind::NotFound => {
+            report.error(&format!(
+                "cannot execute {program}: it or its loader was not found"
+            ));
+            exit::NOT_FOUND
+        }
+        io::ErrorKind::PermissionDenied => {
+            report.error(&format!("cannot execute {program}: permission denied"));
+            exit::NOT_EXECUTABLE
+        }
+        _ => {
+            report.error(&format!("cannot execute {program}: {err}"));
+            exit::NOT_EXECUTABLE
+        }
+    }
+}
+
+fn exit_code_of(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(n)) => exit::signalled(n),
+        (None, None) => exit::INTERNAL,
+    }
+}

@@ -1,0 +1,150 @@
+//! Keeping the locks once taken: renewing each lease when it is due, telling the user (once, out
+//! loud) when renewals fail and how long the lease still holds, noticing a loss, and letting the
+//! locks go at the end with a word on any that was lost meanwhile.
+//!
+//! Renewals happen on the main thread, between the events it waits for: a lease's renew is quick (a
+//! stat, one round trip, a state check), and one thread deciding everything keeps the order of
+//! events plain: nothing renews after a loss or after the release.
+
+use std::time::{Duration, Instant};
+
+use crate::backend::{Lease, Released, Renewal};
+use crate::lock::{LockName, LockRequest};
+use crate::report::Reporter;
+
+/// A lock this dlock holds.
+pub(super) struct Held {
+    pub(super) name: LockName,
+    /// The acquisition's owner id, which a nested dlock looks for in the backend's records.
+    pub(super) owner: String,
+    pub(super) lease: Box<dyn Lease>,
+    /// A third of the lease: when to renew first (as every backend renews); the lease then says.
+    renew_every: Duration,
+    /// When to renew next.
+    due: Instant,
+    /// When a renewal was last reported: a lease that checks often (ZooKeeper's session state)
+    /// is reported at most once per third of its lease, not at every check.
+    reported: Instant,
+    /// Since when renewals have not got through, while they do not.
+    failing_since: Option<Instant>,
+    /// Whether the user was warned (without --verbose) about the current run of failures.
+    warned: bool,
+}
+
+impl Held {
+    pub(super) fn new(request: &LockRequest, lease: Box<dyn Lease>) -> Held {
+        Held {
+            name: request.name.clone(),
+            owner: request.owner.clone(),
+            lease,
+            renew_every: request.ttl / 3,
+            due: Instant::now() + request.ttl / 3,
+            reported: Instant::now(),
+            failing_since: None,
+            warned: false,
+        }
+    }
+}
+
+/// When the next lease is due for renewal.
+pub(super) fn next_renewal(held: &[Held]) -> Option<Instant> {
+    held.iter().map(|h| h.due).min()
+}
+
+/// Renews the leases that are due. A loss ends renewing at once: the others would only prolong
+/// a doomed run.
+pub(super) fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), String> {
+    let now = Instant::now();
+    for h in held.iter_mut().filter(|h| h.due <= now) {
+        let attempted = Instant::now();
+        match h.lease.renew() {
+            Renewal::Held { next } => {
+                if let Some(since) = h.failing_since.take() {
+                    let after = round_ms(since.elapsed());
+                    let back = format!(
+                        "renewed {:?} again after {} of failed attempts",
+                        h.name.as_str(),
+                        humantime::format_duration(after)
+                    );
+                    if std::mem::take(&mut h.warned) {
+                        report.notice(&back);
+                    } else {
+                        report.event(&back);
+                    }
+                    h.reported = Instant::now();
+                } else if h.reported.elapsed() + Duration::from_millis(5) >= h.renew_every {
+                    report.event(&format!("renewed {:?}", h.name.as_str()));
+                    h.reported = Instant::now();
+                }
+                h.due = Instant::now() + next;
+            }
+            Renewal::Unconfirmed {
+                next,
+                holds_for,
+                why,
+            } => {
+                let first = h.failing_since.is_none();
+                // From the start of the first failed attempt: an attempt may wait long for its answer.
+                let since = *h.failing_since.get_or_insert(attempted);
+                let holds = humantime::format_duration(round_ms(holds_for));
+                // Every failure under --verbose, at the pace "renewed" lines come at most.
+                if first || h.reported.elapsed() + Duration::from_millis(5) >= h.renew_every {
+                    report.event(&format!(
+                        "could not renew {:?}: {why}; the lease holds for {holds} more",
+                        h.name.as_str()
+                    ));
+                    h.reported = Instant::now();
+                }
+                // Out loud once a third of the lease has gone by without a renewal (or sooner, if
+                // what is left of the lease is shorter than that).
+                if !h.warned && (since.elapsed() >= h.renew_every || holds_for <= h.renew_every) {
+                    h.warned = true;
+                    report.notice(&format!(
+                        "cannot renew lock {:?} for {}: {why}; the lease holds for {holds} more, \
+                         then the command is terminated",
+                        h.name.as_str(),
+                        humantime::format_duration(round_ms(since.elapsed()))
+                    ));
+                }
+                h.due = Instant::now() + next;
+            }
+            Renewal::Lost(why) => return Err(format!("lock {:?}: {why}", h.name.as_str())),
+        }
+    }
+    Ok(())
+}
+
+/// Releases every lock; returns why the first one found no longer held was lost, if any was.
+pub(super) fn release_all(held: Vec<Held>, report: &Reporter) -> Option<String> {
+    let mut lost = None;
+    for h in held {
+        let name = h.name.clone();
+        match h.lease.release() {
+            Ok(Released::Held) => report.event(&format!("released {:?}", name.as_str())),
+            Ok(Released::Lost(why)) => {
+                report.event(&format!(
+                    "released {:?}, which was no longer ours",
+                    name.as_str()
+                ));
+                lost.get_or_insert(format!("lock {:?}: {why}", name.as_str()));
+            }
+            // The lease runs out on its own; say so, but the command's status stands.
+            Err(e) => report.error(&format!(
+                "could not release lock {:?}: {e:#}",
+                name.as_str()
+            )),
+        }
+    }
+    lost
+}
+
+pub(super) fn release_quietly(held: Vec<Held>) {
+    for h in held {
+        let _ = h.lease.release();
+    }
+}
+
+/// A duration to the millisecond, for people.
+pub(super) fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64)
+}

@@ -1,0 +1,188 @@
+//! `dlock run`, whatever the backend: wait for the locks (cancellable by a deadline or a signal),
+//! start the command in its own process group, forward signals to it, renew the leases, terminate
+//! the command when a lock is lost, and turn the outcome into an exit status. Backends only
+//! acquire, renew and release; everything about the child happens here.
+//!
+//! One thread decides everything. Signals are never handled asynchronously once the locks are
+//! held: they are blocked from the start and taken one at a time by the main thread, in the same
+//! loop that watches deadlines, renewals and the child (see signal/mod.rs for the whole contract).
+//!
+//! Files: `acquire` takes the locks (first tries, then a wait here or on a helper thread), `child`
+//! runs the command and waits for its end (`spawn` starts it), `heartbeat` renews and releases the
+//! leases, `environment` is what the command receives; this file is the plan and the overall flow.
+
+mod acquire;
+mod child;
+mod environment;
+mod heartbeat;
+mod spawn;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use self::acquire::{try_in_order, wait_here, wait_on_helper, Acquisition, FirstTry};
+use self::heartbeat::{release_all, release_quietly};
+use crate::backend::{self, BackendConfig};
+use crate::exit;
+use crate::guard::Guardian;
+use crate::lock::LockRequest;
+use crate::program;
+use crate::reentry;
+use crate::report::{self, Reporter};
+use crate::signal::interrupt::{self, Interruptible};
+use crate::signal::wait::Signals;
+use crate::signal::FORWARDED;
+
+/// Everything `dlock run` was asked to do.
+pub struct RunPlan {
+    pub backend: BackendConfig,
+    /// The locks, already in canonical (sorted, deduplicated) order.
+    pub requests: Vec<LockRequest>,
+    pub command: Vec<String>,
+    pub no_wait: bool,
+    pub wait: Option<Duration>,
+    pub conflict_exit_code: u8,
+    pub kill_after: Duration,
+}
+
+/// `dlock run`: the exit status to end with (the command's, or dlock's own when it could not run
+/// the command under the locks).
+pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
+    // A command that cannot run is known before anything is opened or taken.
+    let program = match program::resolve(&plan.command[0]) {
+        Ok(program) => program,
+        Err(cannot) => {
+            report.error(&cannot.message(&plan.command[0]));
+            return Ok(cannot.exit_code());
+        }
+    };
+    // First of all, before a backend may start threads of its own.
+    let signals = Signals::block().context("cannot block signals")?;
+    // Before the backend opens anything, so the guardian holds no copy of a lock file or a
+    // connection (see guard.rs).
+    let guardian = Guardian::start()
+        .map_err(|e| anyhow::anyhow!("cannot start the guardian process: {}", report::plain(&e)))?;
+    interrupt::install_wake_handler().context("cannot install a signal handler")?;
+    // Until the locks are held a signal only means "stop", also in the middle of a connection
+    // to a server that does not answer: it interrupts the call, and dlock ends with 128+N.
+    let mut interruptible = Some(Interruptible::new(&FORWARDED).context("cannot unblock signals")?);
+    let backend = match backend::open(&plan.backend) {
+        Ok(backend) => backend,
+        Err(e) => return stopped(report).ok_or(e),
+    };
+    let location = backend.location();
+    report.event(&format!("using {location}"));
+    let decision = reentry::decide(
+        backend.as_ref(),
+        &location,
+        &plan.requests,
+        reentry::inherited(),
+    )?;
+    let requests = decision.to_acquire;
+    if requests.is_empty() {
+        report.event("every lock is already held by a parent dlock; running the command directly");
+        guardian.dismiss();
+        return Ok(child::replace_with(&program, &plan.command, report));
+    }
+
+    let file_limit = environment::raise_file_limit(requests.len());
+
+    let started = Instant::now();
+    // First one attempt per lock on this thread: the uncontended case needs no helper thread.
+    let mut held = Vec::new();
+    let then_wait = !plan.no_wait;
+    let acquisition = match try_in_order(backend.as_ref(), &requests, then_wait, &mut held, report)
+    {
+        Ok(FirstTry::AllHeld) => Acquisition::Held(held),
+        Ok(FirstTry::Busy(busy, holders)) if plan.no_wait => {
+            release_quietly(held);
+            Acquisition::Busy(requests[busy].name.clone(), holders)
+        }
+        Ok(FirstTry::Busy(busy, holders))
+            if held.is_empty()
+                && busy + 1 == requests.len()
+                && backend.polls_while_waiting()
+                && !report.draws_waiting_line() =>
+        {
+            wait_here(
+                backend.as_ref(),
+                &requests[busy],
+                holders,
+                &plan,
+                &signals,
+                report,
+            )?
+        }
+        Ok(FirstTry::Busy(busy, _)) => {
+            // This loop takes signals itself (sigtimedwait): block them again first.
+            drop(interruptible.take());
+            if let Some(code) = stopped(report) {
+                release_quietly(held);
+                return Ok(code);
+            }
+            wait_on_helper(backend, &requests[busy..], held, &plan, &signals, report)?
+        }
+        Ok(FirstTry::Lost(why)) => {
+            release_quietly(held);
+            Acquisition::Lost(why)
+        }
+        Err(e) => {
+            release_quietly(held);
+            return stopped(report).ok_or(e);
+        }
+    };
+    // Blocked again from here on: they are for the command now.
+    drop(interruptible.take());
+    let held = match acquisition {
+        Acquisition::Held(held) => held,
+        Acquisition::Busy(name, holders) => {
+            report.notice(&acquire::busy_message(&name, &holders, None));
+            return Ok(plan.conflict_exit_code);
+        }
+        Acquisition::TimedOut(name, holders) => {
+            report.notice(&acquire::busy_message(&name, &holders, plan.wait));
+            return Ok(plan.conflict_exit_code);
+        }
+        Acquisition::Signalled(n) => {
+            report.event(&format!("signal {n} while waiting; giving up"));
+            return Ok(exit::signalled(n));
+        }
+        Acquisition::Lost(why) => {
+            report.error(&format!(
+                "lost the lock while waiting for the others: {why}; nothing was run"
+            ));
+            return Ok(exit::LOCK_LOST);
+        }
+    };
+    for h in &held {
+        report.event(&format!(
+            "acquired {:?} after {:?} with token {}",
+            h.name.as_str(),
+            started.elapsed(),
+            h.lease.token()
+        ));
+    }
+    // A signal that came while the last lock was being taken still means "stop": honour it now,
+    // before anything was started.
+    if let Some(code) = stopped(report) {
+        release_all(held, report);
+        return Ok(code);
+    }
+    while let Some(n) = signals.wait(Duration::ZERO) {
+        if FORWARDED.contains(&n) {
+            release_all(held, report);
+            return Ok(exit::signalled(n));
+        }
+    }
+
+    let env = environment::for_command(&held, &plan, &location, &decision.passed_on);
+    child::supervise(held, &program, &env, &plan, file_limit, &signals, report)
+}
+
+/// The exit status for a stop signal caught while connecting or acquiring, if one was.
+fn stopped(report: &Reporter) -> Option<u8> {
+    let n = interrupt::caught()?;
+    report.event(&format!("signal {n} while acquiring; giving up"));
+    Some(exit::signalled(n))
+}

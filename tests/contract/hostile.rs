@@ -1,0 +1,186 @@
+//! Hostile input on every backend: holder records that other clients forged (out of range, with
+//! control characters), output into a closed pipe, and names outside the Basic Multilingual
+//! Plane. dlock must never panic, never admit anyone on a record it cannot read, and never let a
+//! terminal escape through.
+
+use std::os::unix::fs::FileExt;
+use std::process::Stdio;
+
+use super::{Holding, T};
+use crate::support::target::{Kind, Target};
+use crate::support::*;
+
+/// A holder record with a time humantime cannot print (past the year 9999).
+const FAR_FUTURE: &str = "exclusive 5 99999999999999 2 host";
+
+/// `status`, `status --json`, `list`, `list --json`, `run -n` and `release --force` on a lock whose
+/// only holder's record is forged: each exits as it would for any holder (held, listed, busy,
+/// released) and shows the record as unreadable, `shown` being what it shows of it.
+fn shows_unreadable(t: &Target, name: &str, shown: &str) {
+    let out = output(t.dlock(&["status", name]));
+    assert_eq!(code(&out), 0, "status: {}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("(unreadable record \"{shown}\")")),
+        "{text}"
+    );
+
+    let out = output(t.dlock(&["status", "--json", name]));
+    assert_eq!(code(&out), 0, "status --json: {}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("status JSON");
+    let holder = &json["holders"][0];
+    assert_eq!(holder["unreadable"], shown, "{json}");
+    assert_eq!(holder["mode"], "exclusive", "{json}");
+    for unknown in ["since", "token", "pid", "host"] {
+        assert!(holder[unknown].is_null(), "{unknown} in {json}");
+    }
+
+    let out = output(t.dlock(&["list"]));
+    assert_eq!(code(&out), 0, "list: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("{name}\texclusive (unreadable record")),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = output(t.dlock(&["list", "--json"]));
+    assert_eq!(code(&out), 0, "list --json: {}", stderr(&out));
+    let all: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("list JSON");
+    assert_eq!(all[0]["name"], name, "{all}");
+    assert_eq!(all[0]["holders"][0]["unreadable"], shown, "{all}");
+
+    // Never admitted on a record it cannot read: busy.
+    let out = output(t.dlock(&["run", "-n", name, "--", "true"]));
+    assert_eq!(code(&out), 75, "run -n: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unreadable record"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = output(t.dlock(&["release", "--force", name]));
+    assert_eq!(code(&out), 0, "release --force: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("released {name}\texclusive (unreadable record")),
+        "{}",
+        stdout(&out)
+    );
+    let out = output(t.dlock(&["status", name]));
+    assert_eq!(code(&out), 1, "released: {}", stdout(&out));
+}
+
+/// Forges the only holder record of the lock "x" where each backend keeps it, as anyone who can
+/// write there could; returns what dlock shows of it, and the holder the file backend needs.
+fn forge_record_of_x(t: &Target) -> (String, Option<Holding>) {
+    match t.kind {
+        Kind::File => {
+            // Overwrites a live holder's record slot (it keeps its OFD lock on it), with a
+            // terminal escape in the host for good measure.
+            let holder = Holding::start(t, &["--ttl", "3s", "x"]);
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(std::path::Path::new(t.urls()[0]).join("x.lock"))
+                .unwrap();
+            let mut slot = format!("dlock1 ab {FAR_FUTURE}\u{1b}[2J\n").into_bytes();
+            slot.resize(512, 0);
+            file.write_all_at(&slot, 4096).unwrap();
+            (format!("{FAR_FUTURE}\\u{{1b}}[2J"), Some(holder))
+        }
+        Kind::Redis => {
+            // On every server, so that Redlock's majority sees it too.
+            for url in t.urls() {
+                let mut conn = redis::Client::open(url)
+                    .and_then(|c| c.get_connection_with_timeout(std::time::Duration::from_secs(5)))
+                    .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+                redis::cmd("ZADD")
+                    .arg("dlock:{x}:holders")
+                    .arg(99_999_999_999_999u64)
+                    .arg("ab")
+                    .query::<()>(&mut conn)
+                    .unwrap();
+                redis::cmd("HSET")
+                    .arg("dlock:{x}:owners")
+                    .arg("ab")
+                    .arg(FAR_FUTURE)
+                    .query::<()>(&mut conn)
+                    .unwrap();
+            }
+            (FAR_FUTURE.to_owned(), None)
+        }
+        Kind::Zk => {
+            let data = r#"{"dlock":1,"mode":"exclusive","host":"h","pid":2,"owner":"ab","since":99999999999999}"#;
+            let url = t.urls()[0].strip_prefix("zk://").expect("a zk:// URL");
+            // `zk://HOSTS/CHROOT`: the chroot with its leading `/`, or nothing.
+            let (hosts, chroot) = url.find('/').map_or((url, ""), |at| url.split_at(at));
+            let node = format!("{chroot}/dlock/x/_c_forged-lock-0000000000");
+            zk_server::create_with_parents(hosts, &node, data.as_bytes());
+            (data.to_owned(), None)
+        }
+    }
+}
+
+pub fn a_forged_record_is_unreadable_and_the_lock_stays_busy(t: &Target) {
+    let (shown, holder) = forge_record_of_x(t);
+    shows_unreadable(t, "x", &shown);
+    if let Some(holder) = holder {
+        // Its lock was broken: whatever it exits with, it is gone.
+        holder.let_go();
+    }
+}
+
+/// Standard output (or error) whose reader has gone before dlock writes.
+fn closed_pipe() -> std::io::PipeWriter {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    writer
+}
+
+pub fn output_into_a_closed_pipe_ends_quietly_with_the_usual_status(t: &Target) {
+    let quiet = |args: &[&str]| {
+        let mut cmd = t.dlock(args);
+        cmd.stdout(closed_pipe());
+        output(cmd)
+    };
+    let out = quiet(&["status", "x"]);
+    assert_eq!((code(&out), stderr(&out)), (1, String::new()), "free");
+    let holder = Holding::start(t, &["--ttl", "3s", "x"]);
+    for (args, status) in [
+        (&["status", "x"][..], 0),
+        (&["status", "--json", "x"], 0),
+        (&["list"], 0),
+        (&["list", "--json"], 0),
+    ] {
+        let out = quiet(args);
+        assert_eq!(
+            (code(&out), stderr(&out)),
+            (status, String::new()),
+            "{args:?}"
+        );
+    }
+    // And a message into a closed stderr: lost, but the status stands.
+    let mut busy = t.dlock(&["run", "-n", "x", "--", "true"]);
+    busy.stderr(closed_pipe());
+    assert_eq!(code(&output(busy)), 75);
+    holder.let_go();
+}
+
+pub fn names_outside_the_basic_multilingual_plane_work(t: &Target) {
+    for name in ["😀", "a/𝄞/b", "\u{10ffff}"] {
+        let out = output(t.dlock(&["run", name, "--", "true"]));
+        assert_eq!(code(&out), 0, "{name}: {}", stderr(&out));
+        let mut holder = t
+            .dlock(&["run", name, "--", "sleep", "30"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut listed = String::new();
+        wait_until(&format!("{name} listed"), T, || {
+            listed = stdout(&output(t.dlock(&["list"])));
+            listed.contains(&format!("{name}\t"))
+        });
+        let out = output(t.dlock(&["release", "--force", name]));
+        assert_eq!(code(&out), 0, "{name}: {}", stderr(&out));
+        let _ = holder.kill();
+        let _ = holder.wait();
+    }
+}
