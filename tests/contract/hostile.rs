@@ -116,6 +116,19 @@ fn forge_record_of_x(t: &Target) -> (String, Option<Holding>) {
             zk_server::create_with_parents(hosts, &node, data.as_bytes());
             (data.to_owned(), None)
         }
+        Kind::Postgres => {
+            // A row in the target's own table (`?prefix=P`), as any client with INSERT could write.
+            let url = t.urls()[0];
+            let prefix = url.rsplit("prefix=").next().expect("a prefix in the URL");
+            crate::support::pg_server::PgServer::shared()
+                .lock()
+                .unwrap()
+                .psql(&format!(
+                    "INSERT INTO {prefix}locks VALUES ('x', 'ab', '{FAR_FUTURE}', 1, now(), \
+                 now() + interval '1 hour', 2, 'h')"
+                ));
+            (FAR_FUTURE.to_owned(), None)
+        }
     }
 }
 

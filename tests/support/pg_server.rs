@@ -372,6 +372,24 @@ impl ServerControl for FaultyPg {
 }
 
 impl Target {
+    /// The PostgreSQL backend on the test run's shared server, with tables of its own (a prefix
+    /// per test), for the contract suite.
+    pub fn suite_postgres() -> Target {
+        let prefix = format!("c{}_", super::suite_servers::next_namespace());
+        let url = PgServer::shared_url(&prefix);
+        let port = PgServer::shared()
+            .lock()
+            .map(|s| s.port())
+            .unwrap_or_default();
+        Target {
+            args: vec!["--backend".into(), "postgres".into(), "--url".into(), url],
+            kind: Kind::Postgres,
+            ports: vec![port],
+            servers: vec![],
+            scratch: LockDir::new(),
+        }
+    }
+
     /// dlock on a private PostgreSQL server.
     pub fn postgres_backend() -> Target {
         let server = PgServer::start();

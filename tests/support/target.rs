@@ -93,6 +93,7 @@ impl Target {
             Kind::File => "file",
             Kind::Redis => "redis",
             Kind::Zk => "zk",
+            Kind::Postgres => "postgres",
         }
     }
 
@@ -111,7 +112,7 @@ impl Target {
         let sixths = match self.kind {
             Kind::File => 6,
             Kind::Redis if self.ports.len() == 1 => 4,
-            Kind::Zk => 2,
+            Kind::Zk | Kind::Postgres => 2,
             Kind::Redis => 1,
         };
         (rounds * sixths / 6).max(1)
