@@ -156,8 +156,14 @@ impl Conn {
         self.connect_timeout
     }
 
-    /// Connects if there is no open connection. A new connection has a new `generation`.
+    /// Connects if there is no open connection, within the connect timeout. A new connection has
+    /// a new `generation`.
     pub fn ensure(&mut self) -> Result<(), Fault> {
+        self.ensure_within(self.connect_timeout)
+    }
+
+    /// `ensure`, giving up after `most` (or the connect timeout, if sooner).
+    fn ensure_within(&mut self, most: Duration) -> Result<(), Fault> {
         if self.client.as_ref().is_some_and(|c| !c.is_closed()) {
             return Ok(());
         }
@@ -170,7 +176,7 @@ impl Conn {
             .keepalives_idle(Duration::from_secs(10))
             .tcp_user_timeout(self.connect_timeout.max(Duration::from_secs(1)));
         let (tx, rx) = unbounded_channel();
-        let timeout = self.connect_timeout;
+        let timeout = self.connect_timeout.min(most);
         let client = match self.url.tls {
             Tls::Off => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Disable);
@@ -221,14 +227,18 @@ impl Conn {
         Ok(())
     }
 
-    /// Runs `op` on the connection (connecting first if needed), for at most `budget`. A
-    /// connection that timed out is dropped: what it answers later belongs to nobody.
+    /// Runs `op` on the connection (connecting first if needed), for at most `budget` in all: a
+    /// renewal that must reconnect gives up in time to say its lease is lost, not after the
+    /// connect timeout. A connection that timed out is dropped: what it answers later belongs to
+    /// nobody.
     pub fn call<T, F, Fut>(&mut self, budget: Duration, op: F) -> Result<T, Fault>
     where
         F: FnOnce(Arc<Client>) -> Fut,
         Fut: Future<Output = Result<T, tokio_postgres::Error>>,
     {
-        self.ensure()?;
+        let start = std::time::Instant::now();
+        self.ensure_within(budget)?;
+        let budget = budget.saturating_sub(start.elapsed());
         // The call owns a handle on the client, so its future needs no borrow of `self`.
         let Some(client) = self.client.clone() else {
             return Err(Fault::Unreachable("not connected".into()));
