@@ -356,3 +356,50 @@ fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for() {
     );
     assert!(!err.contains("SECRET"), "{err}");
 }
+
+/// While dlock waits for a later name, the lock it already holds renews on a connection of its
+/// own: another client holding the later name's counter row stalls each attempt of the wait (up
+/// to the connect timeout), and the held lock's 1 s lease must not queue behind it.
+#[test]
+fn a_held_lock_stays_held_while_the_wait_for_the_next_is_stalled_at_the_server() {
+    let pg = Pg::shared("t_stall_");
+    let (mut b, _) = pg.holder(&[], "b", "hb");
+    let ran = pg.dir.file("both");
+    let mut both = pg
+        .dlock(&["run", "--ttl", "1s", "a", "b", "--", "touch"])
+        .arg(&ran)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = Stderr::of(&mut both);
+    wait_until("the waiter to hold a", T, || {
+        code(&output(pg.dlock(&["status", "a"]))) == 0
+    });
+    let server = PgServer::shared().lock().unwrap();
+    let mut stall = server.psql_in_background(
+        "t-stall",
+        "SELECT 1 FROM t_stall_tokens WHERE name = 'b' FOR UPDATE; SELECT pg_sleep(4)",
+    );
+    wait_until("the counter row of b to be held", T, || {
+        server.psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 't-stall' \
+             AND query LIKE '%pg_sleep%' AND state = 'active'",
+        ) == "1"
+    });
+    drop(server);
+    // Three of a's leases, had they not been renewed.
+    std::thread::sleep(Duration::from_secs(3));
+    let out = output(pg.dlock(&["run", "-n", "a", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        75,
+        "a was let go while the wait for b was stalled: {} / {}",
+        stderr(&out),
+        err.text()
+    );
+    let _ = wait_exit(&mut stall, T);
+    pg.let_go("hb");
+    assert!(wait_exit(&mut b, T).success());
+    assert!(wait_exit(&mut both, T).success(), "{}", err.text());
+    assert!(ran.exists());
+}

@@ -268,6 +268,29 @@ impl PgServer {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// Runs `sql` as the superuser in the background, as application `app` (to find it in
+    /// `pg_stat_activity`), its output discarded.
+    pub fn psql_in_background(&self, app: &str, sql: &str) -> Child {
+        Command::new("psql")
+            .args(["-X", "-q", "-At", "-h"])
+            .arg(self.dir.path().join("sock"))
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                sql,
+            ])
+            .env("PGAPPNAME", app)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run psql (postgresql-client)")
+    }
+
     /// The server's processes: the postmaster and its children.
     fn family(&self) -> Vec<i32> {
         let pid = self.pid() as i32;

@@ -58,7 +58,10 @@ const DEFAULT_URL: &str = "postgres://127.0.0.1:5432/postgres";
 
 /// Locks in one PostgreSQL database, through one connection opened on first use.
 pub struct PgBackend {
+    /// The connection of every call, and of the leases taken on it (each holds a handle).
     conn: Shared,
+    url: Arc<PgUrl>,
+    connect_timeout: std::time::Duration,
     recipe: Arc<Recipe>,
     me: Me,
     location: String,
@@ -80,7 +83,9 @@ impl PgBackend {
         Ok(PgBackend {
             recipe: Arc::new(Recipe::new(&url.prefix)),
             location: url.location(),
-            conn: Arc::new(Mutex::new(Conn::new(url, config.connect_timeout)?)),
+            conn: Arc::new(Mutex::new(Conn::new(url.clone(), config.connect_timeout)?)),
+            url,
+            connect_timeout: config.connect_timeout,
             me: Me {
                 pid: i64::from(std::process::id()),
                 host: host_name(),
@@ -151,7 +156,19 @@ impl Backend for PgBackend {
         request: &LockRequest,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
-        wait::wait(&self.conn, &self.recipe, &self.me, request, waiting)
+        // A wait holds its connection while it listens and while each attempt runs (up to the
+        // connect timeout). Leases taken earlier renew on `self.conn` (a handle each) from
+        // another thread meanwhile, and must not queue behind it for longer than their lease:
+        // then the wait, and the lease it takes, get a connection of their own.
+        let conn = if Arc::strong_count(&self.conn) > 1 {
+            Arc::new(Mutex::new(Conn::new(
+                self.url.clone(),
+                self.connect_timeout,
+            )?))
+        } else {
+            self.conn.clone()
+        };
+        wait::wait(&conn, &self.recipe, &self.me, request, waiting)
     }
 
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
