@@ -28,6 +28,9 @@
 //! - Tables and functions are created on first use (`CREATE ... IF NOT EXISTS`, under an advisory
 //!   lock), prefixed `dlock_` or the URL's `?prefix=`: the first call that finds them missing
 //!   creates them and tries again, so nothing is checked on the hot path.
+//! - One connection per dlock, shared by its calls and leases; a wait that starts while leases
+//!   are held (the later names of `dlock run a b`) opens one of its own, since it holds its
+//!   connection through each attempt and the leases' renewals must not queue behind it.
 //! - LISTEN does not work through a pooler in transaction mode (the notification goes to whichever
 //!   server connection ran the LISTEN): see the README.
 //!
