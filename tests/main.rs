@@ -14,6 +14,7 @@ mod group_kill;
 mod hostile;
 mod job_control;
 mod netfaults;
+mod postgres;
 mod redis;
 mod run;
 mod zk;

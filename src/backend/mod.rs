@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::lock::{Holder, LockName, LockRequest, Token};
 
 pub mod file;
+pub mod postgres;
 pub mod redis;
 pub mod zk;
 
@@ -23,6 +24,8 @@ pub enum BackendKind {
     Redis,
     /// A ZooKeeper ensemble; cluster-wide.
     Zk,
+    /// A PostgreSQL database (tables of dlock's own); cluster-wide.
+    Postgres,
 }
 
 impl BackendKind {
@@ -31,6 +34,7 @@ impl BackendKind {
             BackendKind::File => "file",
             BackendKind::Redis => "redis",
             BackendKind::Zk => "zk",
+            BackendKind::Postgres => "postgres",
         }
     }
 }
@@ -55,6 +59,7 @@ pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(config)?)),
         BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(config)?)),
         BackendKind::Zk => Ok(Box::new(zk::ZkBackend::open(config)?)),
+        BackendKind::Postgres => Ok(Box::new(postgres::PgBackend::open(config)?)),
     }
 }
 

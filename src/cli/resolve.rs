@@ -46,6 +46,7 @@ fn takes(kind: BackendKind, url: &str) -> bool {
         BackendKind::File => !url.contains("://") || url.starts_with("file://"),
         BackendKind::Redis => url.starts_with("redis://") || url.starts_with("rediss://"),
         BackendKind::Zk => url.starts_with("zk://"),
+        BackendKind::Postgres => url.starts_with("postgres://") || url.starts_with("postgresql://"),
     }
 }
 

@@ -99,6 +99,7 @@ contract! {
         redis => Target::suite_redis(),
         redlock => Target::suite_redlock(),
         zk => Target::suite_zk(),
+        postgres => Target::suite_postgres(),
     }
     scenarios: {
         exit_codes: [

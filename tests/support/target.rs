@@ -93,6 +93,7 @@ impl Target {
             Kind::File => "file",
             Kind::Redis => "redis",
             Kind::Zk => "zk",
+            Kind::Postgres => "postgres",
         }
     }
 
@@ -111,7 +112,7 @@ impl Target {
         let sixths = match self.kind {
             Kind::File => 6,
             Kind::Redis if self.ports.len() == 1 => 4,
-            Kind::Zk => 2,
+            Kind::Zk | Kind::Postgres => 2,
             Kind::Redis => 1,
         };
         (rounds * sixths / 6).max(1)
@@ -130,6 +131,7 @@ pub enum Kind {
     File,
     Redis,
     Zk,
+    Postgres,
 }
 
 impl Kind {
@@ -153,6 +155,16 @@ impl Kind {
                     format!("zk://{}", hosts.join(",")),
                 ]
             }
+            Kind::Postgres => vec![
+                "--backend".into(),
+                "postgres".into(),
+                "--url".into(),
+                format!(
+                    "postgres://postgres:{}@127.0.0.1:{}/postgres",
+                    super::pg_server::PASSWORD,
+                    ports[0]
+                ),
+            ],
         }
     }
 }
