@@ -118,14 +118,9 @@ impl Backend for PgBackend {
         self.location.clone()
     }
 
-    /// A wait looks at the cancellation every 100 ms.
-    fn polls_while_waiting(&self) -> bool {
-        true
-    }
-
-    /// One attempt; a busy one leaves nothing behind (`then_wait` is not needed: `acquire` takes
-    /// its place in line with its own first attempt).
-    fn try_acquire(&self, request: &LockRequest, _then_wait: bool) -> anyhow::Result<Attempt> {
+    /// One attempt; a busy one leaves nothing behind (`acquire` takes its place in line with its
+    /// own first attempt).
+    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
         let ctx = || format!("cannot acquire lock {:?}", request.name.as_str());
         let sent = std::time::Instant::now();
         let mut conn = lock(&self.conn);
