@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::lock::{Holder, LockName, LockRequest, Token};
 
+pub mod etcd;
 pub mod file;
 pub mod redis;
 pub mod zk;
@@ -23,6 +24,8 @@ pub enum BackendKind {
     Redis,
     /// A ZooKeeper ensemble; cluster-wide.
     Zk,
+    /// An etcd cluster; cluster-wide.
+    Etcd,
 }
 
 impl BackendKind {
@@ -31,6 +34,7 @@ impl BackendKind {
             BackendKind::File => "file",
             BackendKind::Redis => "redis",
             BackendKind::Zk => "zk",
+            BackendKind::Etcd => "etcd",
         }
     }
 }
@@ -55,6 +59,7 @@ pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(config)?)),
         BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(config)?)),
         BackendKind::Zk => Ok(Box::new(zk::ZkBackend::open(config)?)),
+        BackendKind::Etcd => Ok(Box::new(etcd::EtcdBackend::open(config)?)),
     }
 }
 

@@ -93,6 +93,7 @@ pub enum Kind {
     File,
     Redis,
     Zk,
+    Etcd,
 }
 
 impl Kind {
@@ -114,6 +115,15 @@ impl Kind {
                     "zk".into(),
                     "--url".into(),
                     format!("zk://{}", hosts.join(",")),
+                ]
+            }
+            Kind::Etcd => {
+                let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+                vec![
+                    "--backend".into(),
+                    "etcd".into(),
+                    "--url".into(),
+                    format!("etcd://{}", hosts.join(",")),
                 ]
             }
         }
