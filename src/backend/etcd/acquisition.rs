@@ -74,7 +74,7 @@ impl Acquisition {
 
     /// A fresh lease and our key under it, and whether that key owns the lock now.
     pub(super) async fn enqueue(&self) -> Result<First, Fault> {
-        let mut leases = self.conn.client.lease_client();
+        let mut leases = self.conn.client().lease_client();
         let ttl = ttl_secs(self.request.ttl);
         let asked = Instant::now();
         let granted = bounded(CALL_TIMEOUT, leases.grant(ttl, None)).await?;
@@ -96,7 +96,7 @@ impl Acquisition {
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([put, TxnOp::get(self.prefix.as_str(), Some(first))]);
-        let mut kv = self.conn.client.kv_client();
+        let mut kv = self.conn.client().kv_client();
         let response = match bounded(CALL_TIMEOUT, kv.txn(txn)).await {
             Ok(response) => response,
             Err(fault) => {
@@ -153,7 +153,7 @@ impl Acquisition {
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
             .with_limit(HOLDERS_READ);
-        let mut kv = self.conn.client.kv_client();
+        let mut kv = self.conn.client().kv_client();
         let listed = bounded(CALL_TIMEOUT, kv.get(self.prefix.as_str(), Some(options))).await?;
         Ok(holders_in(&listed))
     }
@@ -161,7 +161,7 @@ impl Acquisition {
     /// Gives up our place: revoking the lease deletes our key. Bounded; a lease the server does
     /// not hear about expires on its own.
     pub(super) async fn leave(&self, place: &Place) {
-        let mut leases = self.conn.client.lease_client();
+        let mut leases = self.conn.client().lease_client();
         let _ = bounded(CLEANUP_TIMEOUT, leases.revoke(place.lease)).await;
     }
 
@@ -205,6 +205,7 @@ impl Acquisition {
                         "cannot reach etcd at {} ({fault})",
                         self.conn.hosts
                     ));
+                    self.conn.fail_over(CALL_TIMEOUT).await;
                     if !pause(retry, waiting).await {
                         // Nobody to tell: the lease expires on its own.
                         return Ok(None);
@@ -240,7 +241,7 @@ impl Acquisition {
             TxnOp::get(place.key.as_str(), None),
             TxnOp::get(self.prefix.as_str(), Some(ahead)),
         ]);
-        let mut kv = self.conn.client.kv_client();
+        let mut kv = self.conn.client().kv_client();
         let response = bounded(CALL_TIMEOUT, kv.txn(txn)).await?;
         let seen_at = response.header().map_or(0, |h| h.revision());
         let mut gets = response.op_responses().into_iter().filter_map(|r| match r {
@@ -315,7 +316,7 @@ impl Acquisition {
                 self.prefix.clone().into_bytes()
             }
         };
-        let mut watcher = self.conn.client.watch_client();
+        let mut watcher = self.conn.client().watch_client();
         let mut stream = bounded(CALL_TIMEOUT, watcher.watch(key, Some(options))).await?;
         let mut poll = tokio::time::interval(CANCEL_POLL);
         let renew_every = Duration::from_secs(place.ttl as u64) / 3;

@@ -4,10 +4,11 @@
 //! cannot be reached or used), named by the endpoints without credentials.
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use etcd_client::{Client, ConnectOptions, Error};
+use etcd_client::{Client, ConnectOptions, Error, GetOptions};
 
 use super::address::EtcdUrl;
 use crate::exit::{FailWith, Failure};
@@ -19,15 +20,19 @@ pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 pub(super) struct Connection {
     /// `None` only while dropping.
     runtime: Option<tokio::runtime::Runtime>,
-    pub(super) client: Client,
+    url: EtcdUrl,
+    connect_timeout: Duration,
+    /// A client of the endpoint that answered last (see `open`).
+    current: Mutex<Client>,
     /// The endpoints, for messages.
     pub(super) hosts: String,
 }
 
 impl Connection {
-    /// Connects (authenticating with the URL's credentials, if any) within `connect_timeout`. The
-    /// client connects lazily, so `probe` makes a first call within the same budget: an endpoint
-    /// that cannot be reached fails here, with exit 69, not at the first lock.
+    /// Connects (authenticating with the URL's credentials, if any) within `connect_timeout`.
+    /// Every endpoint is tried at once and the first to answer a first call is used: the
+    /// client itself connects lazily, and its balancer would send that call to an endpoint that
+    /// is down. An address that cannot be reached fails here, with exit 69, not at the first lock.
     pub(super) fn open(url: &EtcdUrl, connect_timeout: Duration) -> anyhow::Result<Connection> {
         let hosts = url.hosts();
         // One worker: the client's connection task must run while dlock's threads wait elsewhere.
@@ -38,40 +43,47 @@ impl Connection {
             .enable_all()
             .build()
             .context("cannot start the etcd client's runtime")?;
-        let mut options = ConnectOptions::new().with_connect_timeout(connect_timeout);
-        if let Some((user, password)) = &url.credentials {
-            options = options.with_user(user.clone(), password.clone());
-        }
-        if url.tls {
-            options = options.with_tls(etcd_client::TlsOptions::new().with_native_roots());
-        }
-        let endpoints = url.endpoints();
-        let connecting = async {
-            let client = Client::connect(&endpoints, Some(options)).await?;
-            // The cheapest call every server answers, to learn that one of them does.
-            client.kv_client().get("/dlock/", None).await?;
-            Ok::<_, Error>(client)
-        };
-        let bounded_connect = async { tokio::time::timeout(connect_timeout, connecting).await };
-        let client = match runtime.block_on(bounded_connect) {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => {
-                return Err(anyhow!("cannot use etcd at {hosts}: {}", why(&e)))
-                    .fail_with(Failure::BackendUnavailable)
-            }
-            Err(_) => {
+        let client = match runtime.block_on(first_to_answer(url, connect_timeout)) {
+            Ok(client) => client,
+            Err(Fault::TimedOut(_)) => {
                 return Err(anyhow!(
                     "cannot reach etcd at {hosts} within {} (--connect-timeout)",
                     humantime::format_duration(connect_timeout)
                 ))
                 .fail_with(Failure::BackendUnavailable)
             }
+            Err(fault) => {
+                return Err(anyhow!("cannot use etcd at {hosts}: {fault}"))
+                    .fail_with(Failure::BackendUnavailable)
+            }
         };
         Ok(Connection {
             runtime: Some(runtime),
-            client,
+            url: url.clone(),
+            connect_timeout,
+            current: Mutex::new(client),
             hosts,
         })
+    }
+
+    /// The client of the endpoint in use (cheap: clients share their connection).
+    pub(super) fn client(&self) -> Client {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// After a call found the endpoint in use unreachable: with several endpoints, the first of
+    /// them to answer (within `timeout`) is used from now on. A single endpoint needs nothing:
+    /// its client reconnects by itself.
+    pub(super) async fn fail_over(&self, timeout: Duration) {
+        if self.url.hosts.len() < 2 {
+            return;
+        }
+        if let Ok(client) = first_to_answer(&self.url, timeout.min(self.connect_timeout)).await {
+            *self.current.lock().unwrap_or_else(|p| p.into_inner()) = client;
+        }
     }
 
     pub(super) fn runtime(&self) -> &tokio::runtime::Runtime {
@@ -99,6 +111,47 @@ impl Connection {
             Ok(()) => unreachable!("built as an error"),
         }
     }
+}
+
+/// A client of each endpoint, all trying a first call at once; the first to answer wins. An
+/// endpoint that answers with an error (a wrong password) ends the race with that error, since the
+/// others would say the same; unreachable ones drop out, and when all have, the last reason wins.
+async fn first_to_answer(url: &EtcdUrl, timeout: Duration) -> Result<Client, Fault> {
+    let mut options = ConnectOptions::new().with_connect_timeout(timeout);
+    if let Some((user, password)) = &url.credentials {
+        options = options.with_user(user.clone(), password.clone());
+    }
+    if url.tls {
+        options = options.with_tls(etcd_client::TlsOptions::new().with_native_roots());
+    }
+    let mut racing = tokio::task::JoinSet::new();
+    for endpoint in url.endpoints() {
+        let options = options.clone();
+        racing.spawn(bounded(timeout, async move {
+            let client = Client::connect([endpoint], Some(options)).await?;
+            // The cheapest call every server answers, to learn that this one does.
+            client
+                .kv_client()
+                .get("/dlock/", Some(GetOptions::new().with_count_only()))
+                .await?;
+            Ok(client)
+        }));
+    }
+    let mut last = Fault::TimedOut(timeout);
+    // Bounded: one result per endpoint.
+    while let Some(joined) = racing.join_next().await {
+        match joined {
+            Ok(Ok(client)) => return Ok(client),
+            Ok(Err(fault)) if fault.is_unreachable() => {
+                if !matches!(fault, Fault::TimedOut(_)) || matches!(last, Fault::TimedOut(_)) {
+                    last = fault;
+                }
+            }
+            Ok(Err(fault)) => return Err(fault),
+            Err(_) => {}
+        }
+    }
+    Err(last)
 }
 
 impl Drop for Connection {

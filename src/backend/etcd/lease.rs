@@ -46,7 +46,7 @@ pub(super) async fn keep_alive(
                 )),
             };
         }
-        let opened = conn.client.lease_client().keep_alive(lease).await?;
+        let opened = conn.client().lease_client().keep_alive(lease).await?;
         *keeper = Some(opened);
         Ok(granted)
     })
@@ -115,7 +115,7 @@ impl Lease for EtcdLease {
         let (lease, key, granted) = (self.place.lease, self.place.key.clone(), self.place.ttl);
         let keeper = &mut self.keeper;
         let (kept, read) = conn.runtime().block_on(async {
-            let mut kv = conn.client.kv_client();
+            let mut kv = conn.client().kv_client();
             tokio::join!(
                 keep_alive(&conn, lease, granted, keeper, timeout),
                 bounded(timeout, kv.get(key.as_str(), None))
@@ -142,6 +142,10 @@ impl Lease for EtcdLease {
             }
             (Err(fault), _) | (_, Err(fault)) => fault,
         };
+        if fault.is_unreachable() {
+            let conn = &self.conn;
+            conn.runtime().block_on(conn.fail_over(timeout));
+        }
         let holds_for = self
             .place
             .stands_until
@@ -164,10 +168,10 @@ impl Lease for EtcdLease {
             )])
             .and_then([TxnOp::delete(place.key.as_str(), None)]);
         let result = conn.runtime().block_on(async {
-            let mut kv = conn.client.kv_client();
+            let mut kv = conn.client().kv_client();
             let deleted = bounded(CLEANUP_TIMEOUT, kv.txn(delete)).await;
             if deleted.is_ok() {
-                let mut leases = conn.client.lease_client();
+                let mut leases = conn.client().lease_client();
                 let _ = bounded(CLEANUP_TIMEOUT, leases.revoke(place.lease)).await;
             }
             deleted

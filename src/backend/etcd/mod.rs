@@ -84,7 +84,7 @@ impl EtcdBackend {
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend);
         let prefix = prefix(name);
-        let mut kv = conn.client.kv_client();
+        let mut kv = conn.client().kv_client();
         let listed = conn
             .run(CALL_TIMEOUT, kv.get(prefix.as_str(), Some(options)))
             .map_err(|f| conn.fail(f, &format!("cannot read lock {:?}", name.as_str())))?;
@@ -179,7 +179,7 @@ impl Backend for EtcdBackend {
         let options = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend);
-        let mut kv = conn.client.kv_client();
+        let mut kv = conn.client().kv_client();
         let listed = conn
             .run(CALL_TIMEOUT, kv.get(ROOT, Some(options)))
             .map_err(|f| conn.fail(f, &format!("cannot list the locks under {ROOT}")))?;
@@ -227,7 +227,7 @@ impl Backend for EtcdBackend {
                     entry.create_revision,
                 )])
                 .and_then([TxnOp::delete(entry.key.clone(), None)]);
-            let mut kv = conn.client.kv_client();
+            let mut kv = conn.client().kv_client();
             conn.runtime()
                 .block_on(bounded(CALL_TIMEOUT, kv.txn(delete)))
                 .map_err(|f| conn.fail(f, "cannot delete a holder's key"))
