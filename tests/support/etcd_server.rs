@@ -36,13 +36,52 @@ impl EtcdServer {
         etcd
     }
 
+    /// The one etcd the tests of a run share (each test uses its own lock names), started on first
+    /// use. Statics are never dropped, so it is started under a shell that kills it once this test
+    /// process has gone.
+    pub fn shared() -> &'static EtcdServer {
+        static SHARED: std::sync::OnceLock<EtcdServer> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| {
+            let dir = tempfile::tempdir().expect("etcd dir");
+            let (client, peer) = (free_port(), free_port());
+            let mut etcd = EtcdServer {
+                endpoint: format!("http://127.0.0.1:{client}"),
+                client_port: client,
+                peer_url: format!("http://127.0.0.1:{peer}"),
+                process: None,
+                dir,
+            };
+            etcd.launch_watched(Some(std::process::id()));
+            etcd
+        })
+    }
+
     fn launch(&mut self) {
+        self.launch_watched(None);
+    }
+
+    /// Starts etcd; with `watcher`, under a shell that kills it (by its pid) once that process is
+    /// gone, checking twice a second.
+    fn launch_watched(&mut self, watcher: Option<u32>) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.path().join("etcd.log"))
             .expect("etcd log");
-        let process = Command::new("etcd")
+        let mut command = match watcher {
+            None => Command::new("etcd"),
+            Some(pid) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!(
+                        "etcd \"$@\" & e=$!; while kill -0 {pid} 2>/dev/null && kill -0 $e 2>/dev/null; \
+                         do sleep 0.5; done; kill $e 2>/dev/null; wait $e"
+                    ))
+                    .arg("etcd");
+                sh
+            }
+        };
+        let process = command
             .args(["--name", "test", "--data-dir"])
             .arg(self.data_dir())
             .args([
