@@ -319,7 +319,15 @@ fn a_revoked_lease_or_a_deleted_key_terminates_the_command_with_79() {
                 .unwrap(),
         };
         assert!(done.status.success(), "{}", stderr(&done));
+        let lost_at = Instant::now();
         let status = wait_exit(&mut holder, T);
+        // Found at a renewal (every second with --ttl 3s), not when the command ends by itself
+        // (after 30s).
+        assert!(
+            lost_at.elapsed() < Duration::from_secs(15),
+            "{how}: {:?}",
+            lost_at.elapsed()
+        );
         let mut err = String::new();
         holder
             .stderr
