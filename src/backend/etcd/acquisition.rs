@@ -147,6 +147,25 @@ impl Acquisition {
         Some(verdict(&kinds, me, self.limit))
     }
 
+    /// Without writing anything: the holders, when the keys already there show that a key queued
+    /// now could not own the lock (`None`: it might, or the first `HOLDERS_READ` keys do not
+    /// tell). Spares a busy try a lease, a key and their removal: three writes.
+    pub(super) async fn busy_already(&self) -> Result<Option<Vec<Holder>>, Fault> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(HOLDERS_READ);
+        let mut kv = self.conn.client().kv_client();
+        let listed = bounded(CALL_TIMEOUT, kv.get(self.prefix.as_str(), Some(options))).await?;
+        if listed.kvs().is_empty() || (self.kind != Kind::Exclusive && listed.more()) {
+            return Ok(None);
+        }
+        let mut kinds: Vec<Kind> = listed.kvs().iter().map(|kv| Entry::of(kv).kind).collect();
+        kinds.push(self.kind);
+        let me = kinds.len() - 1;
+        Ok((verdict(&kinds, me, self.limit) != Verdict::Owns).then(|| holders_in(&listed)))
+    }
+
     /// Who holds the lock now, as far as the first `HOLDERS_READ` keys tell.
     pub(super) async fn holders(&self) -> Result<Vec<Holder>, Fault> {
         let options = GetOptions::new()

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use etcd_client::{Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, Txn, TxnOp};
+use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 
 use super::acquisition::Place;
 use super::connection::{bounded, Connection, Fault};
@@ -157,28 +157,31 @@ impl Lease for EtcdLease {
         }
     }
 
+    /// One read and one write (etcd's own mutex deletes the key, and its session revokes the
+    /// lease later): whether the key is still ours, then revoking the lease, which deletes the key
+    /// in the same write. A `release --force` that comes between the two finds the lock given up
+    /// already.
     fn release(self: Box<Self>) -> anyhow::Result<Released> {
         let conn = &self.conn;
         let place = &self.place;
-        let delete = Txn::new()
-            .when([Compare::create_revision(
-                place.key.as_str(),
-                CompareOp::Equal,
-                place.revision,
-            )])
-            .and_then([TxnOp::delete(place.key.as_str(), None)]);
         let result = conn.runtime().block_on(async {
             let mut kv = conn.client().kv_client();
-            let deleted = bounded(CLEANUP_TIMEOUT, kv.txn(delete)).await;
-            if deleted.is_ok() {
-                let mut leases = conn.client().lease_client();
-                let _ = bounded(CLEANUP_TIMEOUT, leases.revoke(place.lease)).await;
+            let read = bounded(CLEANUP_TIMEOUT, kv.get(place.key.as_str(), None)).await?;
+            let ours = read
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == place.revision);
+            let mut leases = conn.client().lease_client();
+            match bounded(CLEANUP_TIMEOUT, leases.revoke(place.lease)).await {
+                // Expired since the read: the key went with it, and was ours until then.
+                Err(fault) if fault.is_lease_not_found() => Ok(ours),
+                Err(fault) if ours => Err(fault),
+                _ => Ok(ours),
             }
-            deleted
         });
         match result {
-            Ok(response) if response.succeeded() => Ok(Released::Held),
-            Ok(_) => Ok(Released::Lost(format!(
+            Ok(true) => Ok(Released::Held),
+            Ok(false) => Ok(Released::Lost(format!(
                 "its key {} was gone (deleted by `dlock release --force`, or its lease expired)",
                 place.key
             ))),

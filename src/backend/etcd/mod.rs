@@ -113,6 +113,9 @@ impl Backend for EtcdBackend {
         let acquisition = Acquisition::new(conn.clone(), request);
         let doing = || format!("cannot take lock {:?}", request.name.as_str());
         let outcome = conn.runtime().block_on(async {
+            if let Some(holders) = acquisition.busy_already().await? {
+                return Ok(Attempt::Busy(holders));
+            }
             match acquisition.enqueue().await? {
                 First::Owns(place) => {
                     Ok(Attempt::Acquired(Box::new(acquisition.lease(place, None))))
