@@ -26,8 +26,9 @@ end
 
 complete -c dlock -n "__fish_dlock_needs_command" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
-zk\t'A ZooKeeper ensemble; cluster-wide'"
-complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
+zk\t'A ZooKeeper ensemble; cluster-wide'
+etcd\t'An etcd cluster; cluster-wide'"
+complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_needs_command" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_needs_command" -s q -l quiet -d 'Print nothing but errors'
@@ -47,8 +48,9 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-after -d 'When 
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s c -l command -d 'Run this one string with `$SHELL -c` (/bin/sh when SHELL is unset or empty) instead of a COMMAND after `--`, as flock -c does: `-c \'make && make install\'`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
-zk\t'A ZooKeeper ensemble; cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
+zk\t'A ZooKeeper ensemble; cluster-wide'
+etcd\t'An etcd cluster; cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s x -l exclusive -d 'Take the lock exclusively (the default; flock\'s -e works too)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Take the lock shared: shared holders run together, never alongside an exclusive one'
@@ -59,8 +61,9 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Print
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
-zk\t'A ZooKeeper ensemble; cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
+zk\t'A ZooKeeper ensemble; cluster-wide'
+etcd\t'An etcd cluster; cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print JSON'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
@@ -68,8 +71,9 @@ complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Pr
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
-zk\t'A ZooKeeper ensemble; cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
+zk\t'A ZooKeeper ensemble; cluster-wide'
+etcd\t'An etcd cluster; cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l json -d 'Print a JSON array'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
@@ -77,8 +81,9 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -s q -l quiet -d 'Prin
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
-zk\t'A ZooKeeper ensemble; cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
+zk\t'A ZooKeeper ensemble; cluster-wide'
+etcd\t'An etcd cluster; cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l force -d 'Required: breaking someone else\'s lock is never the default'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
@@ -87,8 +92,9 @@ complete -c dlock -n "__fish_dlock_using_subcommand release" -s h -l help -d 'Pr
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l out -d 'Directory to write completions/ and man/ into' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
-zk\t'A ZooKeeper ensemble; cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
+zk\t'A ZooKeeper ensemble; cluster-wide'
+etcd\t'An etcd cluster; cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s q -l quiet -d 'Print nothing but errors'

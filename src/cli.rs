@@ -70,7 +70,8 @@ pub struct GlobalArgs {
     pub backend: BackendKind,
 
     /// The backend's address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db]
-    /// (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot].
+    /// (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot],
+    /// etcd://[user:password@]host:port,host:port (etcds:// for TLS).
     #[arg(
         short,
         long = "url",

@@ -4,6 +4,7 @@ mod support;
 
 mod cli;
 mod contract;
+mod etcd;
 mod faults;
 mod file_backend;
 mod file_default_dir;

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::lock::{Holder, LockName, LockRequest, Token};
 
+pub mod etcd;
 pub mod file;
 pub mod postgres;
 pub mod redis;
@@ -26,6 +27,8 @@ pub enum BackendKind {
     Zk,
     /// A PostgreSQL database (tables of dlock's own); cluster-wide.
     Postgres,
+    /// An etcd cluster; cluster-wide.
+    Etcd,
 }
 
 impl BackendKind {
@@ -35,6 +38,7 @@ impl BackendKind {
             BackendKind::Redis => "redis",
             BackendKind::Zk => "zk",
             BackendKind::Postgres => "postgres",
+            BackendKind::Etcd => "etcd",
         }
     }
 }
@@ -60,6 +64,7 @@ pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
         BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(config)?)),
         BackendKind::Zk => Ok(Box::new(zk::ZkBackend::open(config)?)),
         BackendKind::Postgres => Ok(Box::new(postgres::PgBackend::open(config)?)),
+        BackendKind::Etcd => Ok(Box::new(etcd::EtcdBackend::open(config)?)),
     }
 }
 

@@ -47,6 +47,7 @@ fn takes(kind: BackendKind, url: &str) -> bool {
         BackendKind::Redis => url.starts_with("redis://") || url.starts_with("rediss://"),
         BackendKind::Zk => url.starts_with("zk://"),
         BackendKind::Postgres => url.starts_with("postgres://") || url.starts_with("postgresql://"),
+        BackendKind::Etcd => url.starts_with("etcd://") || url.starts_with("etcds://"),
     }
 }
 

@@ -133,6 +133,19 @@ fn forge_record_of_x(t: &Target) -> (String, Option<Holding>) {
                 ));
             ("exclusive 5 999999999999 2 host".to_owned(), None)
         }
+        Kind::Etcd => {
+            // A key under the lock's prefix, without a lease, as any etcd client could put: a
+            // value of `OWNER RECORD`, the owner first as dlock writes it.
+            let endpoint = t.urls()[0].replace("etcd://", "http://");
+            let out = std::process::Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &endpoint, "put", "/dlock/x/ab"])
+                .arg(format!("ab {FAR_FUTURE}"))
+                .output()
+                .expect("etcdctl put");
+            assert!(out.status.success(), "etcdctl put: {}", stderr(&out));
+            (FAR_FUTURE.to_owned(), None)
+        }
     }
 }
 

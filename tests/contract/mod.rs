@@ -100,6 +100,7 @@ contract! {
         redlock => Target::suite_redlock(),
         zk => Target::suite_zk(),
         postgres => Target::suite_postgres(),
+        etcd => Target::etcd_backend(),
     }
     scenarios: {
         exit_codes: [
