@@ -195,7 +195,7 @@ impl Job {
             }
             if rc < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
                 // Cannot happen for our own exited child; an internal error rather than a hang.
-                return ExitStatus::from_raw(crate::exit::INTERNAL as i32 * 256);
+                return ExitStatus::from_raw(i32::from(crate::exit::Status::Internal.code()) << 8);
             }
         }
     }

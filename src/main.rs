@@ -21,14 +21,14 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let cli = match cli::parse() {
         Ok(cli) => cli,
-        Err(code) => return ExitCode::from(code),
+        Err(status) => return ExitCode::from(status.code()),
     };
     let report = report::Reporter::new(cli.global.verbosity());
     match commands::run(cli, &report) {
-        Ok(code) => ExitCode::from(code),
+        Ok(status) => ExitCode::from(status.code()),
         Err(err) => {
             report.error(&exit::message_of(&err));
-            ExitCode::from(exit::code_of(&err))
+            ExitCode::from(exit::status_of(&err).code())
         }
     }
 }
