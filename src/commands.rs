@@ -132,8 +132,7 @@ fn emit(text: &str) -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
-            let why = e.to_string();
-            let why = why.split(" (os error").next().unwrap_or(&why);
+            let why = crate::report::plain(&e);
             Err(anyhow!("cannot write to standard output: {why}"))
         }
         _ => Ok(()),

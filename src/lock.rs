@@ -392,7 +392,7 @@ impl std::error::Error for TreeError {}
 pub fn new_owner_id() -> anyhow::Result<String> {
     let mut bytes = [0u8; 16];
     random_bytes(&mut bytes).map_err(|e| anyhow::anyhow!("cannot get random bytes: {e}"))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(crate::text::hex(&bytes))
 }
 
 /// Fills `buf` from the kernel's random source, getrandom(2), without the file fallback a

@@ -14,6 +14,8 @@ mod reentry;
 mod report;
 mod signal;
 mod supervise;
+mod sync;
+mod text;
 mod url;
 
 use std::process::ExitCode;

@@ -238,7 +238,7 @@ pub(super) fn write_header(file: &File, name: &LockName, token: Token) -> io::Re
 pub(super) fn write_fresh(path: &Path, name: &LockName, token: Token) -> io::Result<PathBuf> {
     let mut tag = [0u8; 8];
     random_bytes(&mut tag)?;
-    let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    let tag = crate::text::hex(&tag);
     let stem = path.file_stem().unwrap_or_default().to_string_lossy();
     let fresh = path.with_file_name(format!(".{stem}.{}-{tag}.new", std::process::id()));
     let file = OpenOptions::new()

@@ -8,10 +8,11 @@ use super::fault;
 use super::lease::RedisLease;
 use super::redlock::Round;
 use super::scripts::{Ask, Place};
-use super::{lock, RedisBackend};
+use super::RedisBackend;
 use crate::backend::{Attempt, Waiting, RETRY_FIRST, RETRY_MOST};
 use crate::lock::{Holder, LockRequest, Token};
 use crate::signal::mask::WakeBlocked;
+use crate::sync::lock;
 
 /// How often a waiter looks at its cancellation flag while nothing happens.
 const CANCEL_CHECK: Duration = Duration::from_millis(100);
