@@ -112,11 +112,7 @@ fn executable(path: &Path) -> Result<(), CannotRun> {
 }
 
 fn may_execute(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: c is a valid NUL-terminated path.
-    unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
+    rustix::fs::access(path, rustix::fs::Access::EXEC_OK).is_ok()
 }
 
 /// For a `#!` script, that its interpreter exists and may be executed. A file dlock cannot read
