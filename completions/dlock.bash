@@ -66,11 +66,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -104,11 +104,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -236,11 +236,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -270,11 +270,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -344,11 +344,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -378,11 +378,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)

@@ -27,6 +27,7 @@ end
 complete -c dlock -n "__fish_dlock_needs_command" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
 complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
@@ -49,6 +50,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s c -l command -d 'Run
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
@@ -62,6 +64,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print 
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
@@ -72,6 +75,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Pri
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
@@ -82,6 +86,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
@@ -93,6 +98,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand generate" -l out -d 'Directo
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, or ZooKeeper' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r

@@ -281,7 +281,7 @@ impl Waiting {
     /// The backend could not be reached on this try (`why`: where, and how it failed). Told once
     /// when an outage starts and then every `OUTAGE_REPORT_EVERY`; the backend keeps trying.
     pub fn unreachable(&self, why: &str) {
-        let mut state = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = crate::sync::lock(&self.outage);
         let now = Instant::now();
         let since = *state.since.get_or_insert(now);
         if state
@@ -302,7 +302,7 @@ impl Waiting {
 
     /// The backend answered again (a no-op when there was no outage).
     pub fn reachable(&self) {
-        let mut state = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = crate::sync::lock(&self.outage);
         let Some(since) = state.since.take() else {
             return;
         };

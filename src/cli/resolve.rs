@@ -148,7 +148,7 @@ mod tests {
                 };
                 let refused = match backend::open(&config) {
                     Ok(_) => false,
-                    Err(e) => exit::code_of(&e) == exit::USAGE,
+                    Err(e) => exit::status_of(&e) == exit::Status::Usage,
                 };
                 assert_eq!(takes(kind, url), !refused, "{kind:?} {url}");
             }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::heartbeat::{next_renewal, release_all, release_quietly, renew_due, round_ms, Held};
+use super::heartbeat::{next_renewal, release_all, release_quietly, renew_due, Held};
 use super::RunPlan;
 use crate::backend::{Attempt, Backend, Outage, Waiting};
 use crate::lock::{Holder, LockName, LockRequest};
@@ -22,6 +22,7 @@ use crate::report::Reporter;
 use crate::signal::interrupt;
 use crate::signal::wait::Signals;
 use crate::signal::FORWARDED;
+use crate::text::round_ms;
 
 /// How taking the locks ended.
 pub(super) enum Acquisition {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Lease, Released, Renewal};
 use crate::lock::{LockName, LockRequest};
 use crate::report::Reporter;
+use crate::text::round_ms;
 
 /// A lock this dlock holds.
 pub(super) struct Held {
@@ -142,9 +143,4 @@ pub(super) fn release_quietly(held: Vec<Held>) {
     for h in held {
         let _ = h.lease.release();
     }
-}
-
-/// A duration to the millisecond, for people.
-pub(super) fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64)
 }

@@ -25,7 +25,7 @@ use anyhow::Context;
 use self::acquire::{try_in_order, wait_here, wait_on_helper, Acquisition, FirstTry};
 use self::heartbeat::{release_all, release_quietly};
 use crate::backend::{self, BackendConfig};
-use crate::exit;
+use crate::exit::Status;
 use crate::guard::Guardian;
 use crate::lock::LockRequest;
 use crate::program;
@@ -49,13 +49,13 @@ pub struct RunPlan {
 
 /// `dlock run`: the exit status to end with (the command's, or dlock's own when it could not run
 /// the command under the locks).
-pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
+pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<Status> {
     // A command that cannot run is known before anything is opened or taken.
     let program = match program::resolve(&plan.command[0]) {
         Ok(program) => program,
         Err(cannot) => {
             report.error(&cannot.message(&plan.command[0]));
-            return Ok(cannot.exit_code());
+            return Ok(cannot.status());
         }
     };
     // First of all, before a backend may start threads of its own.
@@ -132,21 +132,21 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
         Acquisition::Held(held) => held,
         Acquisition::Busy(name, holders) => {
             report.notice(&acquire::busy_message(&name, &holders, None));
-            return Ok(plan.conflict_exit_code);
+            return Ok(Status::Busy(plan.conflict_exit_code));
         }
         Acquisition::TimedOut(name, holders) => {
             report.notice(&acquire::busy_message(&name, &holders, plan.wait));
-            return Ok(plan.conflict_exit_code);
+            return Ok(Status::Busy(plan.conflict_exit_code));
         }
         Acquisition::Signalled(n) => {
             report.event(&format!("signal {n} while waiting; giving up"));
-            return Ok(exit::signalled(n));
+            return Ok(Status::Signalled(n));
         }
         Acquisition::Lost(why) => {
             report.error(&format!(
                 "lost the lock while waiting for the others: {why}; nothing was run"
             ));
-            return Ok(exit::LOCK_LOST);
+            return Ok(Status::LockLost);
         }
     };
     for h in &held {
@@ -166,7 +166,7 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     while let Some(n) = signals.wait(Duration::ZERO) {
         if FORWARDED.contains(&n) {
             release_all(held, report);
-            return Ok(exit::signalled(n));
+            return Ok(Status::Signalled(n));
         }
     }
 
@@ -175,8 +175,8 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
 }
 
 /// The exit status for a stop signal caught while connecting or acquiring, if one was.
-fn stopped(report: &Reporter) -> Option<u8> {
+fn stopped(report: &Reporter) -> Option<Status> {
     let n = interrupt::caught()?;
     report.event(&format!("signal {n} while acquiring; giving up"));
-    Some(exit::signalled(n))
+    Some(Status::Signalled(n))
 }

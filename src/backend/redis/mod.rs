@@ -66,6 +66,7 @@ use anyhow::anyhow;
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockName, LockRequest};
+use crate::sync::lock;
 use fault::{first_fatal, Fault};
 use redlock::on_all;
 use scripts::HoldersScript;
@@ -137,13 +138,6 @@ impl RedisBackend {
     fn servers(&self) -> MutexGuard<'_, Vec<Server>> {
         lock(&self.servers)
     }
-}
-
-/// A mutex's data, also after a panic elsewhere (what it guards is never left half-changed).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Backend for RedisBackend {

@@ -36,7 +36,7 @@
 //! (what a node says), `session` (the connection and its failures), `acquisition` (a place in the
 //! queue), `wait` (waiting for a turn) and `lease` (a held lock).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
@@ -45,6 +45,7 @@ use zookeeper_client as zk;
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::lock::{Holder, LockName, LockRequest};
 use crate::signal::interrupt;
+use crate::sync::lock;
 use acquisition::{Acquisition, Outcome};
 use address::ZkUrl;
 use naming::lock_name_of;
@@ -186,12 +187,6 @@ impl ZkBackend {
             location: format!("zk://{}{dir}", self.url.hosts()),
         })
     }
-}
-
-/// The value behind `m`, also after a panic elsewhere while it was locked.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic elsewhere cannot leave these plain values half-updated.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Backend for ZkBackend {
