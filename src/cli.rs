@@ -41,7 +41,7 @@ pub struct Cli {
 
 #[derive(Args, Debug)]
 pub struct GlobalArgs {
-    /// Where locks live: lock files on this machine, Redis, or ZooKeeper.
+    /// Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd.
     #[arg(
         short,
         long,
