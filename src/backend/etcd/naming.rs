@@ -4,9 +4,8 @@
 //! names its keys. Keys are the first thing another client can forge, so the mapping is reversible
 //! and checked.
 
-use std::fmt::Write as _;
-
 use crate::lock::LockName;
+use crate::text::{percent_decode, percent_encode};
 
 /// Every lock's prefix starts with this.
 pub(super) const ROOT: &str = "/dlock/";
@@ -16,18 +15,9 @@ pub(super) const ROOT: &str = "/dlock/";
 /// keeps one lock's prefix from covering another's keys (`/dlock/a/` would otherwise cover the keys
 /// of lock `a/b`), as etcd's recipe ranges over everything under the prefix.
 pub(super) fn escaped_name(name: &LockName) -> String {
-    let mut out = String::with_capacity(name.as_str().len());
-    for c in name.as_str().chars() {
-        if c == '/' || c == '%' || c.is_whitespace() || c.is_control() {
-            let mut buf = [0u8; 4];
-            for b in c.encode_utf8(&mut buf).bytes() {
-                let _ = write!(out, "%{b:02X}");
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    percent_encode(name.as_str(), |_, c| {
+        c == '/' || c == '%' || c.is_whitespace() || c.is_control()
+    })
 }
 
 /// `/dlock/NAME/`: the prefix every key of the lock NAME starts with.
@@ -48,22 +38,6 @@ pub(super) fn lock_of(key: &[u8]) -> Option<(LockName, &[u8])> {
     let escaped = std::str::from_utf8(&rest[..slash]).ok()?;
     let name = LockName::new(&percent_decode(escaped)?).ok()?;
     (escaped_name(&name) == escaped).then_some((name, &rest[slash + 1..]))
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            out.push(u8::from_str_radix(s.get(i + 1..i + 3)?, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

@@ -166,7 +166,11 @@ mod tests {
             let e = PgUrl::parse(url).err().expect(url);
             let text = format!("{e:#}");
             assert!(!text.contains("SECRET"), "{text}");
-            assert_eq!(crate::exit::code_of(&e), crate::exit::USAGE, "{text}");
+            assert_eq!(
+                crate::exit::status_of(&e),
+                crate::exit::Status::Usage,
+                "{text}"
+            );
         }
     }
 }
