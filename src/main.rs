@@ -7,6 +7,7 @@ mod commands;
 mod exit;
 mod generate;
 mod guard;
+mod hold;
 mod job;
 mod lock;
 mod program;
