@@ -65,7 +65,7 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-b -u -v -q -h -V --backend --url --connect-timeout --verbose --quiet --keeper-for --help --version run status list hold release generate help"
+            opts="-b -u -v -q -h -V --backend --url --connect-timeout --verbose --quiet --help --version run status list hold release generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -88,10 +88,6 @@ _dlock() {
                     return 0
                     ;;
                 --connect-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --keeper-for)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_dlock_global_optspecs
-    string join \n b/backend= u/url= connect-timeout= v/verbose q/quiet keeper-for= h/help V/version
+    string join \n b/backend= u/url= connect-timeout= v/verbose q/quiet h/help V/version
 end
 
 function __fish_dlock_needs_command
@@ -29,7 +29,6 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'"
 complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot]' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
-complete -c dlock -n "__fish_dlock_needs_command" -l keeper-for -d 'Set by `dlock hold` on the keeper it starts: the shell whose hold it keeps (PID.START)' -r
 complete -c dlock -n "__fish_dlock_needs_command" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_needs_command" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -49,9 +49,6 @@ fn after_long_help() -> String {
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
-    /// Set by `dlock hold` on the keeper it starts: the shell whose hold it keeps (PID.START).
-    #[arg(long, hide = true, value_name = "PID.START")]
-    pub keeper_for: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -20,7 +20,7 @@ use rustix::process::{pidfd_open, pidfd_send_signal, PidfdFlags, Signal};
 use super::registry::{self, Process};
 use super::{shell_lines, HELD};
 use crate::cli::{GlobalArgs, HoldArgs};
-use crate::exit::{self, FailWith, Failure};
+use crate::exit;
 use crate::reentry::HELD_VAR;
 use crate::report::Reporter;
 use crate::signal::FORWARDED;
@@ -35,7 +35,7 @@ pub const LOST: &str = "lost";
 pub const REFUSED: &str = "refused";
 
 pub fn run(
-    shell: &str,
+    shell: Process,
     args: &HoldArgs,
     global: &GlobalArgs,
     report: &Reporter,
@@ -47,10 +47,12 @@ pub fn run(
     if rustix::process::getppid() != front {
         return Ok(exit::signalled(libc::SIGTERM));
     }
-    let shell = Process::parse(shell)
-        .filter(|s| front.is_some_and(|f| s.is_or_is_ancestor_of(f.as_raw_pid().unsigned_abs())))
-        .ok_or_else(|| anyhow!("--keeper-for is for dlock hold's own use"))
-        .fail_with(Failure::Usage)?;
+    if !front.is_some_and(|f| shell.is_or_is_ancestor_of(f.as_raw_pid().unsigned_abs())) {
+        return Err(anyhow!(
+            "the shell that ran dlock hold (pid {}) has ended",
+            shell.pid
+        ));
+    }
     let gone = || {
         anyhow!(
             "the shell that ran dlock hold (pid {}) has ended",

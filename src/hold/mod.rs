@@ -1,6 +1,6 @@
 //! `dlock hold NAME` and `dlock release NAME`: flock(1)'s "lock the rest of this script", for the
-//! cluster. `dlock hold` (the front, this file) starts a keeper (itself again, with `--keeper-for`
-//! naming the calling shell) and returns once the keeper holds the locks, printing their variables
+//! cluster. `dlock hold` (the front, this file) starts a keeper (itself again, with `KEEPER_VAR`
+//! naming the calling shell and the front) and returns once the keeper holds the locks, printing their variables
 //! as shell for `eval`. The keeper (keeper.rs) takes the locks with the supervisor's code, then
 //! detaches and renews them until the shell exits (watched with a pidfd, so SIGKILL counts too) or
 //! `dlock release NAME` asks from the shell or one of its descendants (release.rs), finding the
@@ -30,9 +30,14 @@ use registry::Process;
 /// locks; the variables follow.
 const HELD: &str = "held\n";
 
-/// `dlock hold`: as the front, or as the keeper when `--keeper-for` says so.
+/// Set by the front on the keeper it starts: `SHELL_PID.SHELL_START/FRONT_PID`. Not an option, so
+/// `--help` and the completions do not offer it; the front's pid makes one copied into another
+/// environment inert (the keeper's parent must be that front).
+const KEEPER_VAR: &str = "DLOCK_KEEPER_OF";
+
+/// `dlock hold`: as the front, or as the keeper the front started.
 pub fn hold(cli: &Cli, args: &HoldArgs, report: &Reporter) -> anyhow::Result<u8> {
-    if let Some(shell) = &cli.keeper_for {
+    if let Some(shell) = keeper_of() {
         return keeper::run(shell, args, &cli.global, report);
     }
     // Usage errors before anything is started.
@@ -55,9 +60,11 @@ pub fn hold(cli: &Cli, args: &HoldArgs, report: &Reporter) -> anyhow::Result<u8>
     let exe =
         std::env::current_exe().context("cannot find dlock's own program to start the keeper")?;
     let mut keeper = Command::new(exe)
-        .arg("--keeper-for")
-        .arg(shell.text())
         .args(std::env::args_os().skip(1))
+        .env(
+            KEEPER_VAR,
+            format!("{}/{}", shell.text(), std::process::id()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -81,6 +88,14 @@ pub fn hold(cli: &Cli, args: &HoldArgs, report: &Reporter) -> anyhow::Result<u8>
         (None, Some(n)) => exit::signalled(n),
         (None, None) => exit::INTERNAL,
     })
+}
+
+/// The shell to keep a hold for, when this process is a keeper its parent, a front, started.
+fn keeper_of() -> Option<Process> {
+    let value = std::env::var(KEEPER_VAR).ok()?;
+    let (shell, front) = value.split_once('/')?;
+    let parent = rustix::process::getppid()?.as_raw_pid().unsigned_abs();
+    (front.parse::<u32>().ok()? == parent).then_some(Process::parse(shell)?)
 }
 
 /// `NAME='value'` lines, exported, as `eval` in any POSIX shell reads them.
