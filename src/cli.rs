@@ -11,40 +11,26 @@ use std::time::Duration;
 use clap::{Args, FromArgMatches, Parser, Subcommand};
 
 use crate::backend::{BackendConfig, BackendKind};
-use crate::exit::{FailWith, Failure};
+use crate::exit::{self, FailWith, Failure, Status};
 use crate::lock::{new_owner_id, tree_locks, LockName, LockRequest, Mode};
 use crate::report::Verbosity;
 use crate::supervise::RunPlan;
 
 use duration::{parse_duration, parse_ttl};
 
-const EXIT_CODES: &str = "\
-Exit status:
-  the command's own     when it ran and exited
-  128+N                 the command, or dlock while waiting, was killed by signal N
-  75                    the lock is busy (--no-wait) or --wait expired (see --conflict-exit-code)
-  79                    the lock was lost while the command ran; the command was terminated
-  64                    usage error: bad option, name, duration or URL, missing `--`,
-                        or one from a DLOCK_* variable;
-                        or a nested run asks exclusively for a lock its own parent dlock
-                        holds shared or with --limit
-  69                    backend unavailable: server unreachable, authentication failed,
-                        lock directory unusable
-  70                    internal error
-  126                   the command is not executable
-  127                   the command was not found
-  status: 0 held, 1 free.  release --force: 0 released, 1 nothing held.
-  hold: 0 held (75 busy, as run).  release: 0 released, 1 no hold of this shell's,
-                        79 the hold had lost its lock.";
+/// Where `--help` points for the rest: the manual, and how each backend keeps its locks.
+const SEE_ALSO: &str = "\
+See dlock(1) and dlock-run(1), and the README's Backends section for how each backend keeps its
+locks (lock files, Redis keys, ZooKeeper nodes).";
 
-/// `--help` and the man page: the exit codes, then how each network backend keeps its locks.
+/// `--help` and the man page: the exit codes, then where to read on.
 fn after_long_help() -> String {
-    format!("{EXIT_CODES}\n\n{}", crate::backend::redis::HELP)
+    format!("{}\n\n{SEE_ALSO}", exit::help_table())
 }
 
 /// Run a command while holding a named lock: flock(1) for a whole cluster.
 #[derive(Parser, Debug)]
-#[command(name = "dlock", version, about, after_help = EXIT_CODES,
+#[command(name = "dlock", version, about, after_help = exit::help_table(),
           after_long_help = after_long_help(), max_term_width = 100)]
 pub struct Cli {
     #[command(flatten)]
@@ -55,7 +41,7 @@ pub struct Cli {
 
 #[derive(Args, Debug)]
 pub struct GlobalArgs {
-    /// Where locks live: lock files on this machine, Redis, or ZooKeeper.
+    /// Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd.
     #[arg(
         short,
         long,
@@ -67,7 +53,8 @@ pub struct GlobalArgs {
     pub backend: BackendKind,
 
     /// The backend's address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db]
-    /// (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot].
+    /// (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot],
+    /// etcd://[user:password@]host:port,host:port (etcds:// for TLS).
     #[arg(
         short,
         long = "url",
@@ -148,7 +135,7 @@ pub struct RunArgs {
     pub wait: Option<Duration>,
 
     /// Exit status when the lock could not be acquired.
-    #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = crate::exit::BUSY)]
+    #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = Status::BUSY_DEFAULT)]
     pub conflict_exit_code: u8,
 
     /// The lease: how long the lock outlives a dlock that stops renewing it (network backends).
@@ -214,7 +201,7 @@ pub struct HoldArgs {
     pub wait: Option<Duration>,
 
     /// Exit status when the lock could not be acquired.
-    #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = crate::exit::BUSY)]
+    #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = crate::exit::Status::BUSY_DEFAULT)]
     pub conflict_exit_code: u8,
 
     /// The lease: how long the lock outlives a keeper that stops renewing it (network backends).
@@ -392,7 +379,7 @@ pub fn shell() -> anyhow::Result<String> {
 /// Parses the command line and settles what clap cannot (see `resolve`). Help and version print
 /// and exit 0; any other problem prints one line naming it (and the DLOCK_* variable, when one is
 /// the cause) and exits with the usage status, 64 (clap's own default would be 2).
-pub fn parse() -> Result<Cli, u8> {
+pub fn parse() -> Result<Cli, Status> {
     use clap::error::ErrorKind;
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let refused = match command().try_get_matches_from(&args) {
@@ -414,16 +401,16 @@ pub fn parse() -> Result<Cli, u8> {
             let _ = e.print();
             return Err(
                 if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                    crate::exit::USAGE
+                    Status::Usage
                 } else {
-                    0
+                    Status::Done
                 },
             );
         }
         Err(e) => usage::explain(&e, &args),
     };
     eprintln!("dlock: {refused}");
-    Err(crate::exit::USAGE)
+    Err(Status::Usage)
 }
 
 #[cfg(test)]

@@ -270,12 +270,11 @@ impl Ancestors {
             chain.push((pid, stat.start));
             pid = stat.parent;
         }
-        // SAFETY: sysconf only reads a constant of the system.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let ticks = rustix::param::clock_ticks_per_second();
         Ancestors {
             chain,
             boot: boot_time(),
-            ticks_per_second: u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100),
+            ticks_per_second: Some(ticks).filter(|&t| t > 0).unwrap_or(100),
         }
     }
 

@@ -75,6 +75,30 @@ fn help_lists_the_exit_codes_and_exits_0() {
 }
 
 #[test]
+fn long_help_ends_with_the_exit_statuses_and_the_man_page_not_a_backend_s_layout() {
+    let out = output({
+        let mut c = dlock();
+        c.arg("--help");
+        c
+    });
+    assert_eq!(code(&out), 0);
+    let help = stdout(&out);
+    assert!(
+        !help.contains("dlock:{NAME}"),
+        "a backend's key layout belongs in the README, not --help: {help}"
+    );
+    let statuses = help.find("Exit status:").expect("exit statuses in --help");
+    let see = help
+        .find("See dlock(1)")
+        .expect("a pointer to the man page");
+    assert!(statuses < see, "{help}");
+    assert!(
+        help[see..].trim_end().lines().count() <= 2,
+        "--help ends with the pointer: {help}"
+    );
+}
+
+#[test]
 fn committed_completions_and_man_pages_are_fresh() {
     let fresh = tempfile::tempdir().unwrap();
     let out = output({

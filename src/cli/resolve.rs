@@ -53,6 +53,8 @@ fn takes(kind: BackendKind, url: &str) -> bool {
         BackendKind::File => !url.contains("://") || url.starts_with("file://"),
         BackendKind::Redis => url.starts_with("redis://") || url.starts_with("rediss://"),
         BackendKind::Zk => url.starts_with("zk://"),
+        BackendKind::Postgres => url.starts_with("postgres://") || url.starts_with("postgresql://"),
+        BackendKind::Etcd => url.starts_with("etcd://") || url.starts_with("etcds://"),
     }
 }
 
@@ -157,7 +159,7 @@ mod tests {
                 };
                 let refused = match backend::open(&config) {
                     Ok(_) => false,
-                    Err(e) => exit::code_of(&e) == exit::USAGE,
+                    Err(e) => exit::status_of(&e) == exit::Status::Usage,
                 };
                 assert_eq!(takes(kind, url), !refused, "{kind:?} {url}");
             }

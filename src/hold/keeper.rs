@@ -20,7 +20,7 @@ use rustix::process::{pidfd_open, pidfd_send_signal, PidfdFlags, Signal};
 use super::registry::{self, Process};
 use super::{shell_lines, HELD};
 use crate::cli::{GlobalArgs, HoldArgs};
-use crate::exit;
+use crate::exit::Status;
 use crate::reentry::HELD_VAR;
 use crate::report::Reporter;
 use crate::signal::FORWARDED;
@@ -39,13 +39,13 @@ pub fn run(
     args: &HoldArgs,
     global: &GlobalArgs,
     report: &Reporter,
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<Status> {
     close_inherited_descriptors();
     let front = rustix::process::getppid();
     // Dies with the front while acquiring: a `dlock hold` killed while it waits leaves nothing.
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::TERM));
     if rustix::process::getppid() != front {
-        return Ok(exit::signalled(libc::SIGTERM));
+        return Ok(Status::Signalled(libc::SIGTERM));
     }
     if !front.is_some_and(|f| shell.is_or_is_ancestor_of(f.as_raw_pid().unsigned_abs())) {
         return Err(anyhow!(
@@ -84,7 +84,7 @@ struct Keeper<'a> {
 }
 
 impl Keeper<'_> {
-    fn keep(self, kept: Kept) -> anyhow::Result<u8> {
+    fn keep(self, kept: Kept) -> anyhow::Result<Status> {
         let Kept { held, env, signals } = kept;
         let entries = match self.listen(&held) {
             Ok(entries) => entries,
@@ -107,7 +107,7 @@ impl Keeper<'_> {
             // The front is gone: nobody learnt that the locks are held.
             release_all(held, self.report);
             remove(&entries);
-            return Ok(exit::INTERNAL);
+            return Ok(Status::Internal);
         }
         detach();
 
@@ -134,7 +134,7 @@ impl Keeper<'_> {
             if shell_ended {
                 release_all(held, self.report);
                 remove(&entries);
-                return Ok(0);
+                return Ok(Status::Done);
             }
             for ((_, listener), _) in entries.iter().zip(asked).filter(|(_, a)| *a) {
                 let Ok((mut conn, _)) = listener.accept() else {
@@ -151,13 +151,13 @@ impl Keeper<'_> {
                 };
                 let _ = writeln!(conn, "{answer}");
                 remove(&entries);
-                return Ok(0);
+                return Ok(Status::Done);
             }
             while let Some(n) = signals.wait(Duration::ZERO) {
                 if FORWARDED.contains(&n) {
                     release_all(held, self.report);
                     remove(&entries);
-                    return Ok(exit::signalled(n));
+                    return Ok(Status::Signalled(n));
                 }
             }
             if lost.is_none() && next_renewal(&held).is_some_and(|d| d <= Instant::now()) {

@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 use anyhow::{anyhow, Context};
 
 use crate::cli::{Cli, HoldArgs};
-use crate::exit::{self, FailWith, Failure};
+use crate::exit::{FailWith, Failure, Status};
 use crate::report::Reporter;
 use registry::Process;
 
@@ -36,7 +36,7 @@ const HELD: &str = "held\n";
 const KEEPER_VAR: &str = "DLOCK_KEEPER_OF";
 
 /// `dlock hold`: as the front, or as the keeper the front started.
-pub fn hold(cli: &Cli, args: &HoldArgs, report: &Reporter) -> anyhow::Result<u8> {
+pub fn hold(cli: &Cli, args: &HoldArgs, report: &Reporter) -> anyhow::Result<Status> {
     if let Some(shell) = keeper_of() {
         return keeper::run(shell, args, &cli.global, report);
     }
@@ -78,15 +78,15 @@ pub fn hold(cli: &Cli, args: &HoldArgs, report: &Reporter) -> anyhow::Result<u8>
         let mut out = std::io::stdout().lock();
         // A reader gone away (`dlock hold x >&-`) changes nothing: the lock is held.
         let _ = out.write_all(vars).and_then(|()| out.flush());
-        return Ok(0);
+        return Ok(Status::Done);
     }
     let status = keeper
         .wait()
         .context("cannot wait for the keeper process")?;
     Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => code.clamp(0, 255) as u8,
-        (None, Some(n)) => exit::signalled(n),
-        (None, None) => exit::INTERNAL,
+        (Some(code), _) => Status::Command(code.clamp(0, 255) as u8),
+        (None, Some(n)) => Status::Signalled(n),
+        (None, None) => Status::Internal,
     })
 }
 

@@ -10,12 +10,12 @@ use anyhow::anyhow;
 
 use super::keeper::{read_answer, LOST, RELEASED};
 use super::registry;
-use crate::exit;
+use crate::exit::Status;
 use crate::lock::LockName;
 use crate::report::{plain, Reporter};
 
 /// The exit status: 0 released, 79 the hold had lost its lock, 1 no hold of this shell's.
-pub fn release(name: &LockName, report: &Reporter) -> anyhow::Result<u8> {
+pub fn release(name: &LockName, report: &Reporter) -> anyhow::Result<Status> {
     let dir = registry::dir(false)?;
     // This process itself holds nothing: its ancestors, nearest first.
     for process in registry::ancestry(std::process::id()).into_iter().skip(1) {
@@ -46,7 +46,7 @@ pub fn release(name: &LockName, report: &Reporter) -> anyhow::Result<u8> {
         })?;
         if answer == RELEASED {
             report.event(&format!("released {:?}", name.as_str()));
-            return Ok(0);
+            return Ok(Status::Done);
         }
         if let Some(why) = answer.strip_prefix(LOST) {
             report.error(&format!(
@@ -54,7 +54,7 @@ pub fn release(name: &LockName, report: &Reporter) -> anyhow::Result<u8> {
                 name.as_str(),
                 why.trim()
             ));
-            return Ok(exit::LOCK_LOST);
+            return Ok(Status::LockLost);
         }
         // Refused: not this shell's after all (a process reused an ancestor's pid and start).
     }
@@ -64,5 +64,5 @@ pub fn release(name: &LockName, report: &Reporter) -> anyhow::Result<u8> {
         name.as_str(),
         name.as_str()
     ));
-    Ok(exit::FREE)
+    Ok(Status::Free)
 }

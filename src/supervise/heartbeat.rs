@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Lease, Released, Renewal};
 use crate::lock::{LockName, LockRequest};
 use crate::report::Reporter;
+use crate::text::round_ms;
 
 /// A lock this dlock holds.
 pub struct Held {
@@ -22,8 +23,8 @@ pub struct Held {
     renew_every: Duration,
     /// When to renew next.
     due: Instant,
-    /// When a renewal was last reported: a lease that checks often (ZooKeeper's session state)
-    /// is reported at most once per third of its lease, not at every check.
+    /// When a renewal was last reported: a lease may ask to be renewed often (`Lease::renew`), and
+    /// is reported at most once per third of its lease, not at every renewal.
     reported: Instant,
     /// Since when renewals have not got through, while they do not.
     failing_since: Option<Instant>,
@@ -146,9 +147,4 @@ pub(super) fn release_quietly(held: Vec<Held>) {
     for h in held {
         let _ = h.lease.release();
     }
-}
-
-/// A duration to the millisecond, for people.
-pub(super) fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64)
 }

@@ -116,6 +116,36 @@ fn forge_record_of_x(t: &Target) -> (String, Option<Holding>) {
             zk_server::create_with_parents(hosts, &node, data.as_bytes());
             (data.to_owned(), None)
         }
+        Kind::Postgres => {
+            // A row in the target's own table (`?prefix=P`), as any client with INSERT could
+            // write, once dlock has made its tables (on first use: `status` makes them). Its
+            // `since` is past the year 9999, as FAR_FUTURE's is (whose own is past what a
+            // timestamptz holds); dlock shows the row's fields, space-separated.
+            assert_eq!(code(&output(t.dlock(&["status", "x"]))), 1, "x starts free");
+            let url = t.urls()[0];
+            let prefix = url.rsplit("prefix=").next().expect("a prefix in the URL");
+            crate::support::pg_server::PgServer::shared()
+                .lock()
+                .unwrap()
+                .psql(&format!(
+                    "INSERT INTO {prefix}locks VALUES ('x', 'ab', 'exclusive', 5, \
+                     to_timestamp(999999999999), now() + interval '1 hour', 2, 'host')"
+                ));
+            ("exclusive 5 999999999999 2 host".to_owned(), None)
+        }
+        Kind::Etcd => {
+            // A key under the lock's prefix, without a lease, as any etcd client could put: a
+            // value of `OWNER RECORD`, the owner first as dlock writes it.
+            let endpoint = t.urls()[0].replace("etcd://", "http://");
+            let out = std::process::Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &endpoint, "put", "/dlock/x/ab"])
+                .arg(format!("ab {FAR_FUTURE}"))
+                .output()
+                .expect("etcdctl put");
+            assert!(out.status.success(), "etcdctl put: {}", stderr(&out));
+            (FAR_FUTURE.to_owned(), None)
+        }
     }
 }
 

@@ -74,18 +74,10 @@ macro_rules! scenario_tests {
 }
 
 /// The test of one scenario on one backend, calling `contract::AREA::SCENARIO` with the backend's
-/// target. The arms before the last two are the known failures: findings that tests/ cannot fix,
-/// each ignored on its backend with the reason, until the code is fixed and its arm goes.
+/// target. Known failures, findings that tests/ cannot fix, go in arms before the last two, each
+/// ignored on its backend with the reason (`@ignore "why"`), until the code is fixed and its arm
+/// goes. There are none now.
 macro_rules! scenario_test {
-    (file, modes, limit_2_admits_two_holders_and_queues_the_third_until_a_seat_frees) => {
-        scenario_test!(
-            @ignore "the file backend's --limit waiter never says it waits (no `waiting for lock` \
-                     with -v, no status line on a terminal): src/backend/file.rs take_seat waits \
-                     at the turnstile without calling Waiting::busy",
-            modes,
-            limit_2_admits_two_holders_and_queues_the_third_until_a_seat_frees
-        );
-    };
     (@ignore $why:literal, $area:ident, $scenario:ident) => {
         #[test]
         #[ignore = $why]
@@ -108,6 +100,8 @@ contract! {
         redis => Target::suite_redis(),
         redlock => Target::suite_redlock(),
         zk => Target::suite_zk(),
+        postgres => Target::suite_postgres(),
+        etcd => Target::etcd_backend(),
     }
     scenarios: {
         exit_codes: [
