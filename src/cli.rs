@@ -86,7 +86,15 @@ pub enum Command {
     Status(StatusArgs),
     /// List every lock currently held.
     List(ListArgs),
-    /// Break a lock held by others (for an operator cleaning up after a dead holder).
+    /// Hold the lock for the rest of the calling shell script: return once it is held, leaving a
+    /// keeper that renews it until the script's shell exits or runs `dlock release NAME`.
+    ///
+    /// flock(1)'s "lock the rest of this script" for the cluster: `dlock hold -n deploy || exit 1`.
+    /// It prints the lock's variables (DLOCK_TOKEN, ...) as shell for `eval "$(dlock hold NAME)"`.
+    /// If the lock is lost, the keeper sends SIGTERM to the shell.
+    Hold(HoldArgs),
+    /// Give up early what this shell took with `dlock hold`; with --force, break a lock for
+    /// whoever holds it (for an operator cleaning up after a dead holder).
     Release(ReleaseArgs),
     /// Write shell completions and man pages.
     #[command(hide = true)]
@@ -160,6 +168,75 @@ pub struct RunArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct HoldArgs {
+    /// Take the lock exclusively (the default; flock's -e works too).
+    #[arg(short = 'x', short_alias = 'e', long, group = "mode")]
+    pub exclusive: bool,
+
+    /// Take the lock shared: shared holders run together, never alongside an exclusive one.
+    #[arg(short, long, group = "mode")]
+    pub shared: bool,
+
+    /// Take one of N seats: at most N holders with --limit at once (a semaphore).
+    #[arg(short, long, group = "mode", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
+
+    /// Treat each NAME as a path in a hierarchy: lock every ancestor shared and the path itself
+    /// exclusively (or shared, with --shared).
+    #[arg(short, long, conflicts_with = "limit")]
+    pub tree: bool,
+
+    /// Fail at once if the lock is busy (flock's --nonblock and --nb work too). On the command line
+    /// it overrides DLOCK_WAIT.
+    #[arg(short, long, aliases = ["nonblock", "nb"], env = "DLOCK_NO_WAIT",
+          value_parser = parse_switch)]
+    pub no_wait: bool,
+
+    /// Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms,
+    /// 30s, 5m), at most a year (flock's --timeout works too). Default: wait without limit. On the
+    /// command line it overrides DLOCK_NO_WAIT.
+    #[arg(short, long, alias = "timeout", env = "DLOCK_WAIT", value_name = "DURATION",
+          value_parser = parse_duration, allow_hyphen_values = true)]
+    pub wait: Option<Duration>,
+
+    /// Exit status when the lock could not be acquired.
+    #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = crate::exit::Status::BUSY_DEFAULT)]
+    pub conflict_exit_code: u8,
+
+    /// The lease: how long the lock outlives a keeper that stops renewing it (network backends).
+    #[arg(long, env = "DLOCK_TTL", value_name = "DURATION", value_parser = parse_ttl,
+          default_value = "15s", allow_hyphen_values = true)]
+    pub ttl: Duration,
+
+    /// The lock's name: 1 to 512 bytes of printable UTF-8 (`/` allowed). Several names are taken
+    /// all or nothing, and held and released together.
+    #[arg(value_name = "NAME", required = true)]
+    pub names: Vec<String>,
+}
+
+impl HoldArgs {
+    /// The plan `run` would make for the same options, with no command.
+    pub fn plan(&self, global: &GlobalArgs) -> anyhow::Result<RunPlan> {
+        RunArgs {
+            exclusive: self.exclusive,
+            shared: self.shared,
+            limit: self.limit,
+            tree: self.tree,
+            no_wait: self.no_wait,
+            wait: self.wait,
+            conflict_exit_code: self.conflict_exit_code,
+            ttl: self.ttl,
+            kill_after: Duration::ZERO,
+            names: self.names.clone(),
+            command: Vec::new(),
+            shell_command: None,
+        }
+        .plan(global)
+    }
+}
+
+#[derive(Args, Debug)]
 pub struct StatusArgs {
     pub name: String,
     /// Print JSON.
@@ -179,7 +256,7 @@ pub struct ListArgs {
 
 #[derive(Args, Debug)]
 pub struct ReleaseArgs {
-    /// Required: breaking someone else's lock is never the default.
+    /// Break the lock for whoever holds it, instead of giving up this shell's `dlock hold`.
     #[arg(long)]
     pub force: bool,
     pub name: String,

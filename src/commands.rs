@@ -1,5 +1,6 @@
 //! What each subcommand does once the command line is parsed: `run` hands over to the supervisor;
-//! `status`, `list` and `release` ask the backend and print its answer for people or as JSON.
+//! `status`, `list` and `release --force` ask the backend and print its answer for people or as
+//! JSON; `hold` and `release` without `--force` are hold/'s.
 
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
@@ -8,9 +9,9 @@ use anyhow::anyhow;
 
 use crate::backend::{self, Backend, BackendConfig, LockStatus};
 use crate::cli::{lock_name, Cli, Command};
-use crate::exit::{FailWith, Failure, Status};
+use crate::exit::Status;
 use crate::report::Reporter;
-use crate::{generate, program, supervise};
+use crate::{generate, hold, program, supervise};
 
 pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
     let global = &cli.global;
@@ -72,11 +73,7 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
         Command::Release(args) => {
             let name = lock_name(&args.name)?;
             if !args.force {
-                return Err(anyhow!(
-                    "release breaks the lock for whoever holds it; say `dlock release --force {}`",
-                    args.name
-                ))
-                .fail_with(Failure::Usage);
+                return hold::release::release(&name, report);
             }
             let removed = open_backend(&global.backend_config(), report)?.force_release(&name)?;
             if removed.is_empty() {
@@ -93,6 +90,7 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
             emit(&text)?;
             Ok(Status::Done)
         }
+        Command::Hold(args) => hold::hold(&cli, args, report),
         Command::Generate(args) => {
             generate::write_all(&args.out)?;
             Ok(Status::Done)

@@ -124,11 +124,19 @@ pub fn help_table() -> String {
         }
     }
     text.push_str(&format!(
-        "\n  status: {} held, {} free.  release: {} released, {} nothing held.",
+        "\n  status: {} held, {} free.  release --force: {} released, {} nothing held.\n  hold: {} \
+         held ({} busy, as run).  release: {} released, {} no hold of this shell's,\n  {:LABEL_WIDTH$}{} \
+         the hold had lost its lock.",
         Status::Done.code(),
         Status::Free.code(),
         Status::Done.code(),
-        Status::Free.code()
+        Status::Free.code(),
+        Status::Done.code(),
+        Status::BUSY_DEFAULT,
+        Status::Done.code(),
+        Status::Free.code(),
+        "",
+        Status::LockLost.code(),
     ));
     text
 }

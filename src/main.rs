@@ -15,6 +15,7 @@ mod commands;
 mod exit;
 mod generate;
 mod guard;
+mod hold;
 mod job;
 mod lock;
 mod program;

@@ -290,15 +290,15 @@ impl Ancestors {
     }
 }
 
-/// What re-entrancy needs from /proc/PID/stat.
-struct ProcStat {
-    parent: u32,
+/// What re-entrancy (and `dlock hold`'s keeper) needs from /proc/PID/stat.
+pub(crate) struct ProcStat {
+    pub(crate) parent: u32,
     /// Clock ticks after boot (field 22).
-    start: u64,
+    pub(crate) start: u64,
 }
 
 impl ProcStat {
-    fn read(pid: u32) -> Option<ProcStat> {
+    pub(crate) fn read(pid: u32) -> Option<ProcStat> {
         ProcStat::parse(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
     }
 

@@ -23,7 +23,6 @@ fn bad_input_exits_64_with_one_line_naming_the_problem() {
         (&["--backend", "etcd", "run", "n", "--", "true"], "etcd"),
         (&["run", "n", "true"], "missing `--`"),
         (&["run", "n"], "missing `--`"),
-        (&["release", "n"], "--force"),
         (&["frobnicate"], "frobnicate"),
     ];
     let dir = LockDir::new();

@@ -4,6 +4,8 @@
 //! says otherwise; and `-c` is one whole shell command, as flock(1) has it.
 
 use clap::parser::ValueSource::{CommandLine, EnvVariable};
+use std::time::Duration;
+
 use clap::ArgMatches;
 
 use super::{usage::quote, Cli, Command, GlobalArgs, RunArgs};
@@ -15,8 +17,13 @@ pub fn resolve(cli: &mut Cli, matches: &ArgMatches) -> Result<(), String> {
     if let (Command::Run(run), Some(matches)) =
         (&mut cli.command, matches.subcommand_matches("run"))
     {
-        wait_or_not(run, matches)?;
+        wait_or_not(&mut run.no_wait, &mut run.wait, matches)?;
         shell_command(run, matches)?;
+    }
+    if let (Command::Hold(hold), Some(matches)) =
+        (&mut cli.command, matches.subcommand_matches("hold"))
+    {
+        wait_or_not(&mut hold.no_wait, &mut hold.wait, matches)?;
     }
     Ok(())
 }
@@ -53,8 +60,12 @@ fn takes(kind: BackendKind, url: &str) -> bool {
 
 /// `--no-wait` and `--wait` exclude each other: the one on the command line wins over the other
 /// from the environment; both on the command line, or both in the environment, is an error.
-fn wait_or_not(run: &mut RunArgs, matches: &ArgMatches) -> Result<(), String> {
-    if !run.no_wait || run.wait.is_none() {
+fn wait_or_not(
+    no_wait: &mut bool,
+    wait: &mut Option<Duration>,
+    matches: &ArgMatches,
+) -> Result<(), String> {
+    if !*no_wait || wait.is_none() {
         return Ok(());
     }
     match (
@@ -65,11 +76,11 @@ fn wait_or_not(run: &mut RunArgs, matches: &ArgMatches) -> Result<(), String> {
             Err("--no-wait cannot be used with --wait: give one of them".into())
         }
         (Some(CommandLine), _) => {
-            run.wait = None;
+            *wait = None;
             Ok(())
         }
         (_, Some(CommandLine)) => {
-            run.no_wait = false;
+            *no_wait = false;
             Ok(())
         }
         _ => Err("DLOCK_NO_WAIT and DLOCK_WAIT are both set: unset one, or give -n or -w".into()),

@@ -18,12 +18,15 @@ mod environment;
 mod heartbeat;
 mod spawn;
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
 use self::acquire::{try_in_order, wait_here, wait_on_helper, Acquisition, FirstTry};
-use self::heartbeat::{release_all, release_quietly};
+use self::heartbeat::release_quietly;
+pub use self::heartbeat::Held;
+pub(crate) use self::heartbeat::{next_renewal, release_all, renew_due};
 use crate::backend::{self, BackendConfig};
 use crate::exit::Status;
 use crate::guard::Guardian;
@@ -47,17 +50,46 @@ pub struct RunPlan {
     pub kill_after: Duration,
 }
 
+/// The locks `dlock hold` took, for its keeper (src/hold/) to keep: the leases, the variables a
+/// command would get, and the signals, still blocked.
+pub struct Kept {
+    pub held: Vec<Held>,
+    pub env: Vec<(String, String)>,
+    pub signals: Signals,
+}
+
+/// What a keeper does with the locks once held; its result is dlock's exit status.
+pub type Keep<'a> = Box<dyn FnOnce(Kept) -> anyhow::Result<Status> + 'a>;
+
 /// `dlock run`: the exit status to end with (the command's, or dlock's own when it could not run
 /// the command under the locks).
 pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<Status> {
     // A command that cannot run is known before anything is opened or taken.
-    let program = match program::resolve(&plan.command[0]) {
-        Ok(program) => program,
+    match program::resolve(&plan.command[0]) {
+        Ok(program) => take(plan, After::Run(program), report),
         Err(cannot) => {
             report.error(&cannot.message(&plan.command[0]));
-            return Ok(cannot.status());
+            Ok(cannot.status())
         }
-    };
+    }
+}
+
+/// What follows taking the locks.
+enum After<'a> {
+    /// `run`: the command, as `program::resolve` found it.
+    Run(PathBuf),
+    /// `hold`: the keeper.
+    Keep(Keep<'a>),
+}
+
+/// `dlock hold`'s keeper: takes the locks as `run` does (waiting, signals, re-entrancy), then hands
+/// them to `keep` instead of starting a command. Nothing to take (every lock is held by a parent
+/// dlock) ends with 0 without calling `keep`.
+pub fn hold(plan: RunPlan, keep: Keep<'_>, report: &Reporter) -> anyhow::Result<Status> {
+    take(plan, After::Keep(keep), report)
+}
+
+fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<Status> {
     // First of all, before a backend may start threads of its own.
     let signals = Signals::block().context("cannot block signals")?;
     // Before the backend opens anything, so the guardian holds no copy of a lock file or a
@@ -82,8 +114,12 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<Status> {
     )?;
     let requests = decision.to_acquire;
     if requests.is_empty() {
-        report.event("every lock is already held by a parent dlock; running the command directly");
         guardian.dismiss();
+        let After::Run(program) = after else {
+            report.event("every lock is already held by a parent dlock; nothing to hold");
+            return Ok(Status::Done);
+        };
+        report.event("every lock is already held by a parent dlock; running the command directly");
         return Ok(child::replace_with(&program, &plan.command, report));
     }
 
@@ -171,7 +207,12 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<Status> {
     }
 
     let env = environment::for_command(&held, &plan, &location, &decision.passed_on);
-    child::supervise(held, &program, &env, &plan, file_limit, &signals, report)
+    match after {
+        After::Keep(keep) => keep(Kept { held, env, signals }),
+        After::Run(program) => {
+            child::supervise(held, &program, &env, &plan, file_limit, &signals, report)
+        }
+    }
 }
 
 /// The exit status for a stop signal caught while connecting or acquiring, if one was.

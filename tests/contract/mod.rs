@@ -1,7 +1,7 @@
 //! The contract every backend owes the user, written once and run on each backend: exit statuses,
 //! tokens, modes, several names, trees, waiting, signals, status/list/release, a lost lock, nested
-//! runs and hostile input, a file per area. Each scenario is a plain function taking the `Target`
-//! it runs on, and names the behaviour it checks.
+//! runs, `hold` in a script and hostile input, a file per area. Each scenario is a plain function
+//! taking the `Target` it runs on, and names the behaviour it checks.
 //!
 //! The backends are listed once, in `contract!` below: the file backend in a directory of its own,
 //! Redis on one server, Redlock on three, ZooKeeper on one. The servers are the suite's, shared by
@@ -18,6 +18,7 @@
 //! backend and the ZooKeeper ensemble.
 
 mod exit_codes;
+mod hold;
 mod hostile;
 mod lost_lease;
 mod modes;
@@ -164,6 +165,13 @@ contract! {
             a_mixed_set_skips_the_covered_locks_and_takes_the_others,
             an_impossible_lock_fails_the_whole_set_before_anything_is_taken,
             a_malformed_or_oversized_held_variable_is_ignored,
+        ],
+        hold: [
+            a_held_lock_keeps_others_out_until_the_script_ends_and_carries_its_token,
+            sigkill_of_the_script_frees_its_hold,
+            release_gives_the_hold_up_early_and_a_second_release_exits_1,
+            release_without_a_hold_exits_1_and_points_to_force,
+            a_lost_hold_sends_the_shell_sigterm_and_release_then_exits_79,
         ],
         hostile: [
             a_forged_record_is_unreadable_and_the_lock_stays_busy,
