@@ -28,6 +28,9 @@ pub fn wait(
     let mut listening: Option<u64> = None;
     let mut backoff = RETRY_FIRST;
     let mut reported: Option<Vec<Holder>> = None;
+    // A server unreachable at the very start is an error (69), as for `try_acquire`; once it has
+    // answered, an outage is ridden out for the wait's budget.
+    let mut answered = false;
     loop {
         if waiting.is_cancelled() {
             leave(shared, recipe, request, ticket);
@@ -64,12 +67,18 @@ pub fn wait(
                 ticket: kept,
                 expires_in,
             }) => {
+                answered = true;
                 ticket = kept;
                 backoff = RETRY_FIRST;
                 let holders = recipe
                     .holders(&mut conn, budget, request.name.as_str(), true)
                     .map(|h| h.into_iter().map(|(_, h)| h).collect::<Vec<_>>());
                 (expires_in, holders)
+            }
+            Err(Fault::Unreachable(why)) if !answered => {
+                let e = conn.error(Fault::Unreachable(why));
+                drop(conn);
+                return Err(e.context(format!("cannot acquire lock {:?}", request.name.as_str())));
             }
             Err(Fault::Unreachable(why)) => {
                 drop(conn);
