@@ -22,6 +22,9 @@ _dlock() {
             dlock,help)
                 cmd="dlock__subcmd__help"
                 ;;
+            dlock,hold)
+                cmd="dlock__subcmd__hold"
+                ;;
             dlock,list)
                 cmd="dlock__subcmd__list"
                 ;;
@@ -39,6 +42,9 @@ _dlock() {
                 ;;
             dlock__subcmd__help,help)
                 cmd="dlock__subcmd__help__subcmd__help"
+                ;;
+            dlock__subcmd__help,hold)
+                cmd="dlock__subcmd__help__subcmd__hold"
                 ;;
             dlock__subcmd__help,list)
                 cmd="dlock__subcmd__help__subcmd__list"
@@ -59,18 +65,18 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-b -u -v -q -h -V --backend --url --connect-timeout --verbose --quiet --help --version run status list release generate help"
+            opts="-b -u -v -q -h -V --backend --url --connect-timeout --verbose --quiet --help --version run status list hold release generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -104,11 +110,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -131,7 +137,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help)
-            opts="run status list release generate help"
+            opts="run status list hold release generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -159,6 +165,20 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__help__subcmd__hold)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -228,6 +248,68 @@ _dlock() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        dlock__subcmd__hold)
+            opts="-x -s -l -t -n -w -E -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --conflict-exit-code --ttl --backend --url --connect-timeout --verbose --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -w)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --conflict-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                -b)
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         dlock__subcmd__list)
             opts="-b -u -v -q -h --json --backend --url --connect-timeout --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -236,11 +318,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -270,11 +352,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -348,11 +430,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -382,11 +464,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
                     return 0
                     ;;
                 --url)

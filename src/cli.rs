@@ -11,38 +11,26 @@ use std::time::Duration;
 use clap::{Args, FromArgMatches, Parser, Subcommand};
 
 use crate::backend::{BackendConfig, BackendKind};
-use crate::exit::{FailWith, Failure};
+use crate::exit::{self, FailWith, Failure, Status};
 use crate::lock::{new_owner_id, tree_locks, LockName, LockRequest, Mode};
 use crate::report::Verbosity;
 use crate::supervise::RunPlan;
 
 use duration::{parse_duration, parse_ttl};
 
-const EXIT_CODES: &str = "\
-Exit status:
-  the command's own     when it ran and exited
-  128+N                 the command, or dlock while waiting, was killed by signal N
-  75                    the lock is busy (--no-wait) or --wait expired (see --conflict-exit-code)
-  79                    the lock was lost while the command ran; the command was terminated
-  64                    usage error: bad option, name, duration or URL, missing `--`,
-                        or one from a DLOCK_* variable;
-                        or a nested run asks exclusively for a lock its own parent dlock
-                        holds shared or with --limit
-  69                    backend unavailable: server unreachable, authentication failed,
-                        lock directory unusable
-  70                    internal error
-  126                   the command is not executable
-  127                   the command was not found
-  status: 0 held, 1 free.  release: 0 released, 1 nothing held.";
+/// Where `--help` points for the rest: the manual, and how each backend keeps its locks.
+const SEE_ALSO: &str = "\
+See dlock(1) and dlock-run(1), and the README's Backends section for how each backend keeps its
+locks (lock files, Redis keys, ZooKeeper nodes).";
 
-/// `--help` and the man page: the exit codes, then how each network backend keeps its locks.
+/// `--help` and the man page: the exit codes, then where to read on.
 fn after_long_help() -> String {
-    format!("{EXIT_CODES}\n\n{}", crate::backend::redis::HELP)
+    format!("{}\n\n{SEE_ALSO}", exit::help_table())
 }
 
 /// Run a command while holding a named lock: flock(1) for a whole cluster.
 #[derive(Parser, Debug)]
-#[command(name = "dlock", version, about, after_help = EXIT_CODES,
+#[command(name = "dlock", version, about, after_help = exit::help_table(),
           after_long_help = after_long_help(), max_term_width = 100)]
 pub struct Cli {
     #[command(flatten)]
@@ -53,7 +41,7 @@ pub struct Cli {
 
 #[derive(Args, Debug)]
 pub struct GlobalArgs {
-    /// Where locks live: lock files on this machine, Redis, or ZooKeeper.
+    /// Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd.
     #[arg(
         short,
         long,
@@ -65,7 +53,8 @@ pub struct GlobalArgs {
     pub backend: BackendKind,
 
     /// The backend's address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db]
-    /// (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot].
+    /// (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot],
+    /// etcd://[user:password@]host:port,host:port (etcds:// for TLS).
     #[arg(
         short,
         long = "url",
@@ -97,7 +86,15 @@ pub enum Command {
     Status(StatusArgs),
     /// List every lock currently held.
     List(ListArgs),
-    /// Break a lock held by others (for an operator cleaning up after a dead holder).
+    /// Hold the lock for the rest of the calling shell script: return once it is held, leaving a
+    /// keeper that renews it until the script's shell exits or runs `dlock release NAME`.
+    ///
+    /// flock(1)'s "lock the rest of this script" for the cluster: `dlock hold -n deploy || exit 1`.
+    /// It prints the lock's variables (DLOCK_TOKEN, ...) as shell for `eval "$(dlock hold NAME)"`.
+    /// If the lock is lost, the keeper sends SIGTERM to the shell.
+    Hold(HoldArgs),
+    /// Give up early what this shell took with `dlock hold`; with --force, break a lock for
+    /// whoever holds it (for an operator cleaning up after a dead holder).
     Release(ReleaseArgs),
     /// Write shell completions and man pages.
     #[command(hide = true)]
@@ -138,7 +135,7 @@ pub struct RunArgs {
     pub wait: Option<Duration>,
 
     /// Exit status when the lock could not be acquired.
-    #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = crate::exit::BUSY)]
+    #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = Status::BUSY_DEFAULT)]
     pub conflict_exit_code: u8,
 
     /// The lease: how long the lock outlives a dlock that stops renewing it (network backends).
@@ -177,6 +174,76 @@ pub struct RunArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct HoldArgs {
+    /// Take the lock exclusively (the default; flock's -e works too).
+    #[arg(short = 'x', short_alias = 'e', long, group = "mode")]
+    pub exclusive: bool,
+
+    /// Take the lock shared: shared holders run together, never alongside an exclusive one.
+    #[arg(short, long, group = "mode")]
+    pub shared: bool,
+
+    /// Take one of N seats: at most N holders with --limit at once (a semaphore).
+    #[arg(short, long, group = "mode", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
+
+    /// Treat each NAME as a path in a hierarchy: lock every ancestor shared and the path itself
+    /// exclusively (or shared, with --shared).
+    #[arg(short, long, conflicts_with = "limit")]
+    pub tree: bool,
+
+    /// Fail at once if the lock is busy (flock's --nonblock and --nb work too). On the command line
+    /// it overrides DLOCK_WAIT.
+    #[arg(short, long, aliases = ["nonblock", "nb"], env = "DLOCK_NO_WAIT",
+          value_parser = parse_switch)]
+    pub no_wait: bool,
+
+    /// Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms,
+    /// 30s, 5m), at most a year (flock's --timeout works too). Default: wait without limit. On the
+    /// command line it overrides DLOCK_NO_WAIT.
+    #[arg(short, long, alias = "timeout", env = "DLOCK_WAIT", value_name = "DURATION",
+          value_parser = parse_duration, allow_hyphen_values = true)]
+    pub wait: Option<Duration>,
+
+    /// Exit status when the lock could not be acquired.
+    #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = crate::exit::Status::BUSY_DEFAULT)]
+    pub conflict_exit_code: u8,
+
+    /// The lease: how long the lock outlives a keeper that stops renewing it (network backends).
+    #[arg(long, env = "DLOCK_TTL", value_name = "DURATION", value_parser = parse_ttl,
+          default_value = "15s", allow_hyphen_values = true)]
+    pub ttl: Duration,
+
+    /// The lock's name: 1 to 512 bytes of printable UTF-8 (`/` allowed). Several names are taken
+    /// all or nothing, and held and released together.
+    #[arg(value_name = "NAME", required = true)]
+    pub names: Vec<String>,
+}
+
+impl HoldArgs {
+    /// The plan `run` would make for the same options, with no command.
+    pub fn plan(&self, global: &GlobalArgs) -> anyhow::Result<RunPlan> {
+        RunArgs {
+            exclusive: self.exclusive,
+            shared: self.shared,
+            limit: self.limit,
+            tree: self.tree,
+            no_wait: self.no_wait,
+            wait: self.wait,
+            conflict_exit_code: self.conflict_exit_code,
+            ttl: self.ttl,
+            kill_after: Duration::ZERO,
+            names: self.names.clone(),
+            command: Vec::new(),
+            shell_command: None,
+            message: None,
+        }
+        .plan(global)
+    }
+}
+
+#[derive(Args, Debug)]
 pub struct StatusArgs {
     pub name: String,
     /// Print JSON: name, held, location, holders (mode, host, pid, owner, since, token, message,
@@ -198,7 +265,7 @@ pub struct ListArgs {
 
 #[derive(Args, Debug)]
 pub struct ReleaseArgs {
-    /// Required: breaking someone else's lock is never the default.
+    /// Break the lock for whoever holds it, instead of giving up this shell's `dlock hold`.
     #[arg(long)]
     pub force: bool,
     pub name: String,
@@ -323,7 +390,7 @@ pub fn shell() -> anyhow::Result<String> {
 /// Parses the command line and settles what clap cannot (see `resolve`). Help and version print
 /// and exit 0; any other problem prints one line naming it (and the DLOCK_* variable, when one is
 /// the cause) and exits with the usage status, 64 (clap's own default would be 2).
-pub fn parse() -> Result<Cli, u8> {
+pub fn parse() -> Result<Cli, Status> {
     use clap::error::ErrorKind;
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let refused = match command().try_get_matches_from(&args) {
@@ -345,16 +412,16 @@ pub fn parse() -> Result<Cli, u8> {
             let _ = e.print();
             return Err(
                 if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                    crate::exit::USAGE
+                    Status::Usage
                 } else {
-                    0
+                    Status::Done
                 },
             );
         }
         Err(e) => usage::explain(&e, &args),
     };
     eprintln!("dlock: {refused}");
-    Err(crate::exit::USAGE)
+    Err(Status::Usage)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! What each subcommand does once the command line is parsed: `run` hands over to the supervisor;
-//! `status`, `list` and `release` ask the backend and print its answer for people or as JSON.
+//! `status`, `list` and `release --force` ask the backend and print its answer for people or as
+//! JSON; `hold` and `release` without `--force` are hold/'s.
 
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
@@ -8,11 +9,11 @@ use anyhow::anyhow;
 
 use crate::backend::{self, Backend, BackendConfig, LockStatus};
 use crate::cli::{lock_name, Cli, Command};
-use crate::exit::{self, FailWith, Failure};
+use crate::exit::Status;
 use crate::report::Reporter;
-use crate::{generate, program, supervise};
+use crate::{generate, hold, program, supervise};
 
-pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
+pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
     let global = &cli.global;
     match &cli.command {
         Command::Run(args) => {
@@ -25,7 +26,7 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
                 if let Err(why) = program::resolve(shell) {
                     let why_not = why.message(shell);
                     report.error(&format!("{why_not} (the shell for -c, from SHELL)"));
-                    return Ok(why.exit_code());
+                    return Ok(why.status());
                 }
             }
             supervise::run(plan, report)
@@ -42,9 +43,9 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
                 emit(&status_text(&status))?;
             }
             Ok(if status.holders.is_empty() {
-                exit::FREE
+                Status::Free
             } else {
-                0
+                Status::Done
             })
         }
         Command::List(args) => {
@@ -67,16 +68,12 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
                 }
             }
             emit(&text)?;
-            Ok(0)
+            Ok(Status::Done)
         }
         Command::Release(args) => {
             let name = lock_name(&args.name)?;
             if !args.force {
-                return Err(anyhow!(
-                    "release breaks the lock for whoever holds it; say `dlock release --force {}`",
-                    args.name
-                ))
-                .fail_with(Failure::Usage);
+                return hold::release::release(&name, report);
             }
             let removed = open_backend(&global.backend_config(), report)?.force_release(&name)?;
             if removed.is_empty() {
@@ -84,18 +81,19 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<u8> {
                     "lock {:?} was not held; nothing released",
                     name.as_str()
                 ));
-                return Ok(exit::FREE);
+                return Ok(Status::Free);
             }
             let mut text = String::new();
             for holder in &removed {
                 let _ = writeln!(text, "released {}\t{}", name, holder.describe());
             }
             emit(&text)?;
-            Ok(0)
+            Ok(Status::Done)
         }
+        Command::Hold(args) => hold::hold(&cli, args, report),
         Command::Generate(args) => {
             generate::write_all(&args.out)?;
-            Ok(0)
+            Ok(Status::Done)
         }
     }
 }
@@ -141,8 +139,7 @@ fn emit(text: &str) -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
-            let why = e.to_string();
-            let why = why.split(" (os error").next().unwrap_or(&why);
+            let why = crate::report::plain(&e);
             Err(anyhow!("cannot write to standard output: {why}"))
         }
         _ => Ok(()),

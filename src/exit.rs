@@ -1,11 +1,149 @@
-//! Every exit status dlock itself can return, in one place, so scripts can rely on them and the README,
-//! the man page and the tests all speak of the same numbers. A child's own status passes through
-//! unchanged; these are the statuses dlock adds.
+//! Every exit status dlock can end with, in one place: `Status` is the table. `--help`, the man
+//! page (generated from it, see `help_table`) and the README's table speak of the same numbers (a
+//! test checks the README). A child's own status passes through unchanged; the others are dlock's.
+//! Everything inside dlock passes a `Status`; only `main` turns it into a process exit code.
 
 use std::fmt;
 
+/// How `dlock` ends. `code` is the number a shell sees; `help_table` is the table `--help` shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// The command ran and exited with this status.
+    Command(u8),
+    /// 0 for dlock's own subcommands: `status` found the lock held, `release` released it, `list`
+    /// and `generate` did their job.
+    Done,
+    /// `status`: the lock is free; `release`: nothing was held.
+    Free,
+    /// Death by signal N, as shells report it (128+N): the command's, or dlock's own while it was
+    /// connecting or waiting.
+    Signalled(i32),
+    /// The lock is held by someone else and `--no-wait` was given or `--wait` expired (EX_TEMPFAIL,
+    /// [`Status::BUSY_DEFAULT`]); the status is `--conflict-exit-code`'s.
+    Busy(u8),
+    /// The lock was lost while the command ran (lease expired, broken by `release --force`, backend
+    /// gone for longer than the lease); the command was terminated.
+    LockLost,
+    /// Bad command line (EX_USAGE), or a nested run that asks exclusively for a lock its own parent
+    /// dlock holds shared or with a limit.
+    Usage,
+    /// The backend cannot be reached or used (EX_UNAVAILABLE).
+    Unavailable,
+    /// A failure that is dlock's own (EX_SOFTWARE).
+    Internal,
+    /// The command exists but cannot be executed.
+    NotExecutable,
+    /// The command was not found.
+    NotFound,
+}
+
+/// The rows of the table in `--help`, in the order shown.
+const TABLE: [Status; 9] = [
+    Status::Command(0),
+    Status::Signalled(0),
+    Status::Busy(Status::BUSY_DEFAULT),
+    Status::LockLost,
+    Status::Usage,
+    Status::Unavailable,
+    Status::Internal,
+    Status::NotExecutable,
+    Status::NotFound,
+];
+
+impl Status {
+    /// `--conflict-exit-code`'s default.
+    pub const BUSY_DEFAULT: u8 = 75;
+
+    /// The number the process exits with.
+    pub fn code(self) -> u8 {
+        match self {
+            Status::Command(code) | Status::Busy(code) => code,
+            Status::Done => 0,
+            Status::Free => 1,
+            Status::Signalled(n) => 128_i32.saturating_add(n).clamp(0, 255) as u8,
+            Status::LockLost => 79,
+            Status::Usage => 64,
+            Status::Unavailable => 69,
+            Status::Internal => 70,
+            Status::NotExecutable => 126,
+            Status::NotFound => 127,
+        }
+    }
+
+    /// The status column of the table.
+    fn label(self) -> String {
+        match self {
+            Status::Command(_) => "the command's own".into(),
+            Status::Signalled(_) => "128+N".into(),
+            other => other.code().to_string(),
+        }
+    }
+
+    /// The meaning column of the table, a line per line shown.
+    fn meaning(self) -> &'static [&'static str] {
+        match self {
+            Status::Command(_) => &["when it ran and exited"],
+            Status::Signalled(_) => {
+                &["the command, or dlock while waiting, was killed by signal N"]
+            }
+            Status::Busy(_) => {
+                &["the lock is busy (--no-wait) or --wait expired (see --conflict-exit-code)"]
+            }
+            Status::LockLost => {
+                &["the lock was lost while the command ran; the command was terminated"]
+            }
+            Status::Usage => &[
+                "usage error: bad option, name, duration or URL, missing `--`,",
+                "or one from a DLOCK_* variable;",
+                "or a nested run asks exclusively for a lock its own parent dlock",
+                "holds shared or with --limit",
+            ],
+            Status::Unavailable => &[
+                "backend unavailable: server unreachable, authentication failed,",
+                "lock directory unusable",
+            ],
+            Status::Internal => &["internal error"],
+            Status::NotExecutable => &["the command is not executable"],
+            Status::NotFound => &["the command was not found"],
+            Status::Done => &["status: held; release: released"],
+            Status::Free => &["status: free; release: nothing held"],
+        }
+    }
+}
+
+/// The exit-status table as `--help` and the man page show it.
+pub fn help_table() -> String {
+    const LABEL_WIDTH: usize = 22;
+    let mut text = String::from("Exit status:");
+    for status in TABLE {
+        let mut lines = status.meaning().iter();
+        let first = lines.next().copied().unwrap_or_default();
+        text.push_str(&format!("\n  {:<LABEL_WIDTH$}{first}", status.label()));
+        for line in lines {
+            text.push_str(&format!("\n  {:LABEL_WIDTH$}{line}", ""));
+        }
+    }
+    text.push_str(&format!(
+        "\n  status: {} held, {} free.  release --force: {} released, {} nothing held.\n  hold: {} \
+         held ({} busy, as run).  release: {} released, {} no hold of this shell's,\n  {:LABEL_WIDTH$}{} \
+         the hold had lost its lock.",
+        Status::Done.code(),
+        Status::Free.code(),
+        Status::Done.code(),
+        Status::Free.code(),
+        Status::Done.code(),
+        Status::BUSY_DEFAULT,
+        Status::Done.code(),
+        Status::Free.code(),
+        "",
+        Status::LockLost.code(),
+    ));
+    text
+}
+
 /// A failure that carries the exit status it maps to. Code deep in a backend returns one inside an
-/// `anyhow::Error`; `main` finds it in the chain and exits with its status.
+/// `anyhow::Error`; `main` finds it in the chain and exits with its status. (The two statuses an
+/// error can mean; any other error is `Status::Internal`.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Failure {
     /// Bad command line: unknown option, bad name, bad duration, missing `--` (EX_USAGE). Also a
@@ -17,32 +155,11 @@ pub enum Failure {
     BackendUnavailable,
 }
 
-pub const USAGE: u8 = 64;
-pub const BACKEND_UNAVAILABLE: u8 = 69;
-pub const INTERNAL: u8 = 70;
-/// The lock is held by someone else and `--no-wait` was given or `--wait` expired (EX_TEMPFAIL);
-/// `--conflict-exit-code` replaces it.
-pub const BUSY: u8 = 75;
-/// The lock was lost while the command ran (lease expired, broken by `release --force`, backend gone
-/// for longer than the lease); the child was terminated.
-pub const LOCK_LOST: u8 = 79;
-/// The command exists but cannot be executed.
-pub const NOT_EXECUTABLE: u8 = 126;
-/// The command was not found.
-pub const NOT_FOUND: u8 = 127;
-/// `status`: the lock is free. (Held is 0, so `if dlock status -q NAME` reads naturally.)
-pub const FREE: u8 = 1;
-
-/// The status for death by signal `n`, as shells report it.
-pub fn signalled(n: i32) -> u8 {
-    (128 + n).clamp(0, 255) as u8
-}
-
-impl Failure {
-    pub fn code(self) -> u8 {
-        match self {
-            Failure::Usage => USAGE,
-            Failure::BackendUnavailable => BACKEND_UNAVAILABLE,
+impl From<Failure> for Status {
+    fn from(failure: Failure) -> Status {
+        match failure {
+            Failure::Usage => Status::Usage,
+            Failure::BackendUnavailable => Status::Unavailable,
         }
     }
 }
@@ -89,13 +206,55 @@ impl<T, E: Into<anyhow::Error>> FailWith<T> for Result<T, E> {
 }
 
 /// The exit status an error maps to: the outermost tag in its chain, else internal.
-pub fn code_of(err: &anyhow::Error) -> u8 {
+pub fn status_of(err: &anyhow::Error) -> Status {
     err.chain()
         .find_map(|e| e.downcast_ref::<Tagged>())
-        .map_or(INTERNAL, |t| t.failure.code())
+        .map_or(Status::Internal, |t| t.failure.into())
 }
 
 /// The one line to show for an error: its chain of causes.
 pub fn message_of(err: &anyhow::Error) -> String {
     format!("{err:#}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's table lists the statuses `--help` shows, in the same order.
+    #[test]
+    fn readme_and_help_list_the_same_exit_statuses() {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("\n## Exit status\n")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("README has an Exit status section");
+        let in_readme: Vec<&str> = section
+            .lines()
+            .filter_map(|line| line.strip_prefix("| ")?.split(" |").next())
+            .filter(|label| *label != "status")
+            .collect();
+        let in_help: Vec<String> = TABLE.iter().map(|s| s.label()).collect();
+        assert_eq!(in_readme, in_help);
+        let subcommands = format!(
+            "`status`: {} held, {} free. `release --force`: {} released, {} nothing was held.",
+            Status::Done.code(),
+            Status::Free.code(),
+            Status::Done.code(),
+            Status::Free.code()
+        );
+        assert!(section.contains(&subcommands), "{subcommands}");
+    }
+
+    #[test]
+    fn every_row_of_the_help_table_shows_its_code() {
+        let table = help_table();
+        for status in TABLE {
+            let row = format!("\n  {:<22}{}", status.label(), status.meaning()[0]);
+            assert!(table.contains(&row), "{row}");
+        }
+        assert_eq!(Status::Signalled(9).code(), 137);
+        assert_eq!(Status::Signalled(i32::MAX).code(), 255);
+    }
 }

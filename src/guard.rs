@@ -106,11 +106,11 @@ impl Guardian {
     /// Ends the guardian before dlock replaces itself with the command (`exec`), which then has a
     /// parent dlock no more: the outer dlock's guardian already covers it.
     pub fn dismiss(self) {
-        // SAFETY: kill and waitpid on our own child; __WCLONE since it has no exit signal.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-            libc::waitpid(self.pid, std::ptr::null_mut(), libc::__WCLONE);
-        }
+        // SAFETY: kill on our own child, which has no other use for its pid.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        // SAFETY: waitpid on our own child with no status pointer; __WCLONE since it has no exit
+        // signal.
+        unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), libc::__WCLONE) };
     }
 }
 

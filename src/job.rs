@@ -18,7 +18,9 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
-use rustix::process::Pid;
+use rustix::io::Errno;
+use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, WaitOptions};
+use rustix::stdio::stdin;
 
 use crate::signal::is_ignored;
 use crate::signal::mask::TtouBlocked;
@@ -85,35 +87,26 @@ impl Job {
 
     /// The next change, taken (except an exit, only looked at).
     fn next_change(&self) -> Option<Change> {
-        let peek = |flags: i32| {
-            // SAFETY: an all-zero siginfo_t is valid; waitid fills it.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            // SAFETY: waiting for our own child with a valid out-pointer.
-            let rc = unsafe {
-                libc::waitid(
-                    libc::P_PID,
-                    self.pid as libc::id_t,
-                    &mut info,
-                    flags | libc::WNOHANG,
-                )
-            };
-            // SAFETY: waitid filled `info` for a child (si_pid 0: nothing to report).
-            (rc == 0 && unsafe { info.si_pid() } != 0).then_some(info)
+        let pid = Pid::from_raw(self.pid)?;
+        // Nothing to report (or an error, which cannot happen for our own child): no change.
+        let peek = |options: WaitIdOptions| {
+            rustix::process::waitid(WaitId::Pid(pid), options | WaitIdOptions::NOHANG)
+                .ok()
+                .flatten()
         };
-        let info = peek(libc::WEXITED | libc::WSTOPPED | libc::WCONTINUED | libc::WNOWAIT)?;
-        match info.si_code {
-            libc::CLD_STOPPED => {
-                // Take exactly this stop (without WEXITED an exit meanwhile stays unreaped).
-                peek(libc::WSTOPPED);
-                // SAFETY: for CLD_STOPPED si_status is the stopping signal.
-                Some(Change::Stopped(unsafe { info.si_status() }))
-            }
-            libc::CLD_CONTINUED => {
-                peek(libc::WCONTINUED);
-                Some(Change::Continued)
-            }
-            libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED => Some(Change::Exited),
-            _ => None,
+        let all = WaitIdOptions::EXITED | WaitIdOptions::STOPPED | WaitIdOptions::CONTINUED;
+        let info = peek(all | WaitIdOptions::NOWAIT)?;
+        if let Some(signal) = info.stopping_signal() {
+            // Take exactly this stop (without EXITED an exit meanwhile stays unreaped).
+            peek(WaitIdOptions::STOPPED);
+            Some(Change::Stopped(signal))
+        } else if info.continued() {
+            peek(WaitIdOptions::CONTINUED);
+            Some(Change::Continued)
+        } else if info.exited() || info.killed() || info.dumped() {
+            Some(Change::Exited)
+        } else {
+            None
         }
     }
 
@@ -137,8 +130,9 @@ impl Job {
         } else {
             signal
         };
-        // SAFETY: kill(0, ..) signals our own process group.
-        unsafe { libc::kill(0, own) };
+        if let Some(own) = Signal::from_named_raw(own) {
+            let _ = rustix::process::kill_current_process_group(own);
+        }
     }
 
     /// dlock got SIGCONT (`fg`, `bg`): so does a stopped command, in the foreground if dlock is
@@ -147,8 +141,7 @@ impl Job {
         if !self.stopped {
             return;
         }
-        // SAFETY: getpgrp cannot fail.
-        if self.terminal && foreground() == Some(unsafe { libc::getpgrp() }) {
+        if self.terminal && foreground() == Some(own_group()) {
             set_foreground(self.pid);
         }
         signal_group(self.pid, libc::SIGCONT);
@@ -175,8 +168,7 @@ impl Job {
         if !self.terminal {
             return;
         }
-        // SAFETY: getpgrp cannot fail.
-        let own = unsafe { libc::getpgrp() };
+        let own = own_group();
         match foreground() {
             Some(group) if group == own => {}
             Some(group) if group == self.pid || !group_exists(group) => set_foreground(own),
@@ -186,16 +178,16 @@ impl Job {
 
     /// The command's exit status, once `exited` said so.
     pub fn reap(self) -> ExitStatus {
-        let mut status = 0;
+        // Cannot fail for our own exited child; if it did, an internal error rather than a hang.
+        let internal = ExitStatus::from_raw(i32::from(crate::exit::Status::Internal.code()) << 8);
+        let Some(pid) = Pid::from_raw(self.pid) else {
+            return internal;
+        };
         loop {
-            // SAFETY: waiting for our own child with a valid out-pointer.
-            let rc = unsafe { libc::waitpid(self.pid, &mut status, 0) };
-            if rc == self.pid {
-                return ExitStatus::from_raw(status);
-            }
-            if rc < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                // Cannot happen for our own exited child; an internal error rather than a hang.
-                return ExitStatus::from_raw(crate::exit::INTERNAL as i32 * 256);
+            match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
+                Ok(Some((_, status))) => return ExitStatus::from_raw(status.as_raw()),
+                Err(Errno::INTR) => {}
+                Ok(None) | Err(_) => return internal,
             }
         }
     }
@@ -203,20 +195,25 @@ impl Job {
 
 /// Whether dlock's stdin is its controlling terminal: job control applies.
 pub fn on_terminal() -> bool {
-    // SAFETY: plain queries on fd 0.
-    unsafe { libc::tcgetsid(0) >= 0 }
+    rustix::termios::tcgetsid(stdin()).is_ok()
 }
 
 /// Whether dlock's group has the terminal's foreground, so the command should get it.
 pub fn in_foreground() -> bool {
-    // SAFETY: getpgrp cannot fail.
-    foreground() == Some(unsafe { libc::getpgrp() })
+    foreground() == Some(own_group())
+}
+
+/// dlock's own process group.
+fn own_group() -> libc::pid_t {
+    rustix::process::getpgrp().as_raw_nonzero().get()
 }
 
 /// The terminal's foreground group.
 fn foreground() -> Option<libc::pid_t> {
-    // SAFETY: a plain query on fd 0.
-    let group = unsafe { libc::tcgetpgrp(0) };
+    let group = rustix::termios::tcgetpgrp(stdin())
+        .ok()?
+        .as_raw_nonzero()
+        .get();
     (group > 0).then_some(group)
 }
 
@@ -227,26 +224,36 @@ pub fn set_foreground(group: libc::pid_t) {
         return;
     };
     let _no_stop = TtouBlocked::on_this_thread();
-    let _ = rustix::termios::tcsetpgrp(rustix::stdio::stdin(), group);
+    let _ = rustix::termios::tcsetpgrp(stdin(), group);
 }
 
+/// Sends `signal` to process group `group`; errors (the group is gone) are moot.
 pub fn signal_group(group: libc::pid_t, signal: i32) {
-    // SAFETY: kill with a negative pid signals that process group; errors (group gone) are moot.
-    unsafe { libc::kill(-group, signal) };
+    if let (Some(group), Some(signal)) = (Pid::from_raw(group), Signal::from_named_raw(signal)) {
+        let _ = rustix::process::kill_process_group(group, signal);
+    }
 }
 
 fn group_exists(group: libc::pid_t) -> bool {
-    // SAFETY: signal 0 only checks.
-    let rc = unsafe { libc::kill(-group, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let Some(group) = Pid::from_raw(group) else {
+        return false;
+    };
+    matches!(
+        rustix::process::test_kill_process_group(group),
+        Ok(()) | Err(Errno::PERM)
+    )
 }
 
 /// Whether dlock's process group is orphaned: going up from dlock through its own group, the first
 /// ancestor outside it is in another session (or there is none). Then no shell can continue the
 /// group, and the kernel ignores Ctrl-Z for it. Unknown (an ancestor gone meanwhile): not orphaned.
 fn own_group_orphaned() -> bool {
-    // SAFETY: these calls cannot fail for the calling process.
-    let (group, session, mut pid) = unsafe { (libc::getpgrp(), libc::getsid(0), libc::getppid()) };
+    let group = own_group();
+    let Ok(session) = rustix::process::getsid(None) else {
+        return false;
+    };
+    let session = session.as_raw_nonzero().get();
+    let mut pid = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
     for _ in 0..64 {
         if pid <= 1 {
             return true;

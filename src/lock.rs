@@ -536,7 +536,7 @@ impl std::error::Error for TreeError {}
 pub fn new_owner_id() -> anyhow::Result<String> {
     let mut bytes = [0u8; 16];
     random_bytes(&mut bytes).map_err(|e| anyhow::anyhow!("cannot get random bytes: {e}"))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(crate::text::hex(&bytes))
 }
 
 /// Fills `buf` from the kernel's random source, getrandom(2), without the file fallback a
@@ -544,16 +544,10 @@ pub fn new_owner_id() -> anyhow::Result<String> {
 pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
     let mut filled = 0;
     while filled < buf.len() {
-        let rest = &mut buf[filled..];
-        // SAFETY: the kernel writes at most `rest.len()` bytes into `rest`.
-        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        } else {
-            filled += n as usize;
+        match rustix::rand::getrandom(&mut buf[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
@@ -561,14 +555,9 @@ pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
 
 /// This machine's host name, for holder records.
 pub fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it on success.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    // What gethostname(2) returns on Linux.
+    let name = rustix::system::uname();
+    String::from_utf8_lossy(name.nodename().to_bytes()).into_owned()
 }
 
 #[cfg(test)]

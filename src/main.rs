@@ -1,12 +1,21 @@
 //! dlock: run a command while holding a named lock, on this machine or across a cluster.
 //! `main` only parses, runs and turns the outcome into an exit status; the work is in the modules.
 
+// Linux system calls throughout, with no cheap portable fallback: clone(2) for the command and the
+// guardian, open file description locks, /proc, a parent-death signal, thread-directed timers.
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "dlock runs on Linux only: it starts the command with clone(2), locks files with open file \
+     description locks, reads /proc and asks the kernel for a parent-death signal"
+);
+
 mod backend;
 mod cli;
 mod commands;
 mod exit;
 mod generate;
 mod guard;
+mod hold;
 mod job;
 mod lock;
 mod program;
@@ -14,6 +23,8 @@ mod reentry;
 mod report;
 mod signal;
 mod supervise;
+mod sync;
+mod text;
 mod url;
 
 use std::process::ExitCode;
@@ -21,14 +32,14 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let cli = match cli::parse() {
         Ok(cli) => cli,
-        Err(code) => return ExitCode::from(code),
+        Err(status) => return ExitCode::from(status.code()),
     };
     let report = report::Reporter::new(cli.global.verbosity());
     match commands::run(cli, &report) {
-        Ok(code) => ExitCode::from(code),
+        Ok(status) => ExitCode::from(status.code()),
         Err(err) => {
             report.error(&exit::message_of(&err));
-            ExitCode::from(exit::code_of(&err))
+            ExitCode::from(exit::status_of(&err).code())
         }
     }
 }

@@ -9,7 +9,7 @@ use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::exit;
+use crate::exit::Status;
 use crate::report;
 
 /// The kernel reads at most this much of a `#!` line (BINPRM_BUF_SIZE).
@@ -30,10 +30,10 @@ pub enum CannotRun {
 impl CannotRun {
     /// The exit status, as a shell gives it: 127 when something is missing, 126 when it is there
     /// but cannot run.
-    pub fn exit_code(&self) -> u8 {
+    pub fn status(&self) -> Status {
         match self {
-            CannotRun::NotFound | CannotRun::NoInterpreter(_) => exit::NOT_FOUND,
-            CannotRun::NotExecutable(_) | CannotRun::BadInterpreter(..) => exit::NOT_EXECUTABLE,
+            CannotRun::NotFound | CannotRun::NoInterpreter(_) => Status::NotFound,
+            CannotRun::NotExecutable(_) | CannotRun::BadInterpreter(..) => Status::NotExecutable,
         }
     }
 
@@ -112,11 +112,7 @@ fn executable(path: &Path) -> Result<(), CannotRun> {
 }
 
 fn may_execute(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: c is a valid NUL-terminated path.
-    unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
+    rustix::fs::access(path, rustix::fs::Access::EXEC_OK).is_ok()
 }
 
 /// For a `#!` script, that its interpreter exists and may be executed. A file dlock cannot read

@@ -270,12 +270,11 @@ impl Ancestors {
             chain.push((pid, stat.start));
             pid = stat.parent;
         }
-        // SAFETY: sysconf only reads a constant of the system.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let ticks = rustix::param::clock_ticks_per_second();
         Ancestors {
             chain,
             boot: boot_time(),
-            ticks_per_second: u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100),
+            ticks_per_second: Some(ticks).filter(|&t| t > 0).unwrap_or(100),
         }
     }
 
@@ -291,15 +290,15 @@ impl Ancestors {
     }
 }
 
-/// What re-entrancy needs from /proc/PID/stat.
-struct ProcStat {
-    parent: u32,
+/// What re-entrancy (and `dlock hold`'s keeper) needs from /proc/PID/stat.
+pub(crate) struct ProcStat {
+    pub(crate) parent: u32,
     /// Clock ticks after boot (field 22).
-    start: u64,
+    pub(crate) start: u64,
 }
 
 impl ProcStat {
-    fn read(pid: u32) -> Option<ProcStat> {
+    pub(crate) fn read(pid: u32) -> Option<ProcStat> {
         ProcStat::parse(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
     }
 

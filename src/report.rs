@@ -68,6 +68,17 @@ impl Reporter {
         }
     }
 
+    /// `event` for a callback that must be `Send` (see `notifier`).
+    pub fn eventer(&self) -> impl Fn(&str) + Send + Sync + 'static {
+        let verbose = self.verbosity == Verbosity::Verbose;
+        move |msg: &str| {
+            if verbose {
+                let now = humantime::format_rfc3339_millis(SystemTime::now());
+                say(&format!("[{now}] dlock: {msg}"));
+            }
+        }
+    }
+
     /// A timestamped event, shown only with `--verbose`.
     pub fn event(&self, msg: &str) {
         if self.verbosity == Verbosity::Verbose {

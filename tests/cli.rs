@@ -23,7 +23,6 @@ fn bad_input_exits_64_with_one_line_naming_the_problem() {
         (&["--backend", "etcd", "run", "n", "--", "true"], "etcd"),
         (&["run", "n", "true"], "missing `--`"),
         (&["run", "n"], "missing `--`"),
-        (&["release", "n"], "--force"),
         (&["frobnicate"], "frobnicate"),
     ];
     let dir = LockDir::new();
@@ -72,6 +71,30 @@ fn help_lists_the_exit_codes_and_exits_0() {
     assert!(
         stdout(&top).contains("79"),
         "exit codes missing from --help"
+    );
+}
+
+#[test]
+fn long_help_ends_with_the_exit_statuses_and_the_man_page_not_a_backend_s_layout() {
+    let out = output({
+        let mut c = dlock();
+        c.arg("--help");
+        c
+    });
+    assert_eq!(code(&out), 0);
+    let help = stdout(&out);
+    assert!(
+        !help.contains("dlock:{NAME}"),
+        "a backend's key layout belongs in the README, not --help: {help}"
+    );
+    let statuses = help.find("Exit status:").expect("exit statuses in --help");
+    let see = help
+        .find("See dlock(1)")
+        .expect("a pointer to the man page");
+    assert!(statuses < see, "{help}");
+    assert!(
+        help[see..].trim_end().lines().count() <= 2,
+        "--help ends with the pointer: {help}"
     );
 }
 

@@ -4,6 +4,7 @@ mod support;
 
 mod cli;
 mod contract;
+mod etcd;
 mod faults;
 mod file_backend;
 mod file_default_dir;
@@ -14,6 +15,7 @@ mod group_kill;
 mod hostile;
 mod job_control;
 mod netfaults;
+mod postgres;
 mod redis;
 mod run;
 mod zk;

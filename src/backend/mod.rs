@@ -10,7 +10,9 @@ use serde::Serialize;
 
 use crate::lock::{Holder, LockName, LockRequest, Token, Waiter};
 
+pub mod etcd;
 pub mod file;
+pub mod postgres;
 pub mod redis;
 pub mod zk;
 
@@ -23,6 +25,10 @@ pub enum BackendKind {
     Redis,
     /// A ZooKeeper ensemble; cluster-wide.
     Zk,
+    /// A PostgreSQL database (tables of dlock's own); cluster-wide.
+    Postgres,
+    /// An etcd cluster; cluster-wide.
+    Etcd,
 }
 
 impl BackendKind {
@@ -31,6 +37,8 @@ impl BackendKind {
             BackendKind::File => "file",
             BackendKind::Redis => "redis",
             BackendKind::Zk => "zk",
+            BackendKind::Postgres => "postgres",
+            BackendKind::Etcd => "etcd",
         }
     }
 }
@@ -55,40 +63,54 @@ pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(config)?)),
         BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(config)?)),
         BackendKind::Zk => Ok(Box::new(zk::ZkBackend::open(config)?)),
+        BackendKind::Postgres => Ok(Box::new(postgres::PgBackend::open(config)?)),
+        BackendKind::Etcd => Ok(Box::new(etcd::EtcdBackend::open(config)?)),
     }
 }
 
 /// A lock store.
 ///
 /// Acquisition either succeeds with a `Lease` the caller then keeps alive and releases, or reports
-/// the lock busy. Methods that block take a `Waiting` so the caller can cancel them (a timeout or a
-/// signal) and learn who holds the lock meanwhile.
+/// the lock busy. The two ways to acquire are independent: neither leaves state behind that the
+/// other, or a later call, picks up, so the caller may use them in any order and any number of
+/// times.
+///
+/// Every backend's `acquire` MUST, while it waits:
+/// - look at `Waiting::is_cancelled` at least every `CANCEL_CHECK`: it blocks in slices of at most
+///   `waiting.slice(CANCEL_CHECK)` (a kernel lock under `signal::interrupt::Alarm`, a read with a
+///   socket timeout, a watch polled with a timer), so that a deadline or a stop the caller only
+///   notices when asked (`Waiting::stopping`) ends the wait within that time, on whatever thread
+///   the wait runs;
+/// - return promptly when a blocking call is interrupted by the wake signal
+///   (`signal::WAKE_SIGNAL`, EINTR): look at `is_cancelled` before retrying the call, and never
+///   block that signal while waiting (only for the last calls that clean up, see
+///   `signal::mask::WakeBlocked`). A single exchange with a server, which cannot be sliced, is
+///   bounded by the backend's own timeouts and by `waiting.slice`.
+///
+/// Given that, the caller may run any wait on its own thread, or on a helper thread it cancels
+/// and wakes; it needs to know nothing else of how a backend waits.
 pub trait Backend: Send {
     /// Where the locks live, for messages and for recognising a lock already held by an ancestor
     /// process (`file:/run/user/1000/dlock`, `redis://127.0.0.1:6379`).
     fn location(&self) -> String;
 
-    /// One attempt, never waiting. `then_wait`: if the lock is busy the caller's next call is
-    /// `acquire` for the same request, so the backend may keep a place in line for it (taken now,
-    /// the place also orders this waiter by when it first tried). Without it, a busy attempt
-    /// leaves nothing behind.
-    fn try_acquire(&self, request: &LockRequest, then_wait: bool) -> anyhow::Result<Attempt>;
+    /// One attempt, never waiting: the lock, or who holds it. A busy attempt leaves nothing
+    /// behind in the store or in the backend (no place in a queue, no node, no subscription). For
+    /// `--no-wait`, and for the first tries of several names.
+    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt>;
 
-    /// Wait until the lock is acquired, or `waiting` is cancelled (`Ok(None)`). A cancelled wait
-    /// leaves nothing of itself behind in the store.
+    /// Wait until the lock is acquired, or `waiting` is cancelled (`Ok(None)`). Makes its first
+    /// attempt at once, so a free lock costs what `try_acquire` costs, and takes its place in line
+    /// with that attempt (a backend that serves waiters in order orders this one by it). Reports
+    /// who holds the lock with `waiting.busy(..)` when it finds it busy (at least once before it
+    /// blocks), and an unreachable backend with `waiting.unreachable(..)`. A cancelled or failed
+    /// wait leaves nothing of itself behind in the store. See the trait's documentation for how
+    /// soon it must notice a cancellation.
     fn acquire(
         &self,
         request: &LockRequest,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>>;
-
-    /// Whether `acquire` looks at `Waiting::is_cancelled` by itself at least every ~100ms while it
-    /// waits, instead of blocking until a signal interrupts it. The supervisor may then run the
-    /// wait on its own thread: no helper thread to start, and no hop between threads when the
-    /// lock comes (which costs as much as the rest of a handoff on a busy machine).
-    fn polls_while_waiting(&self) -> bool {
-        false
-    }
 
     /// Who holds `name` now (an empty list: free).
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus>;
@@ -116,7 +138,11 @@ pub trait Lease: Send {
     /// This acquisition's fencing token.
     fn token(&self) -> Token;
 
-    /// Keep the lock: extend the lease, or check that it still stands. Says when to call again.
+    /// Keep the lock: extend the lease, or check that it still stands. Says when to call again:
+    /// any time, also much sooner than a third of the ttl (a lease that only looks at a state its
+    /// client keeps up by itself may ask to be checked often, to notice a loss soon). The caller
+    /// calls it when due and tells the user of a successful renewal at most once per third of the
+    /// ttl, however often it is asked to renew.
     fn renew(&mut self) -> Renewal;
 
     /// Give the lock up. Acts only on this holder's own entry, never on another's. Says whether the
@@ -202,6 +228,9 @@ pub enum Outage {
     Over { after: Duration },
 }
 
+/// How long a waiting `acquire` may go without looking at its cancellation (see `Backend`).
+pub const CANCEL_CHECK: Duration = Duration::from_millis(100);
+
 /// How often a waiter repeats that the backend is still unreachable.
 pub const OUTAGE_REPORT_EVERY: Duration = Duration::from_secs(10);
 
@@ -255,7 +284,7 @@ impl Waiting {
     /// The backend could not be reached on this try (`why`: where, and how it failed). Told once
     /// when an outage starts and then every `OUTAGE_REPORT_EVERY`; the backend keeps trying.
     pub fn unreachable(&self, why: &str) {
-        let mut state = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = crate::sync::lock(&self.outage);
         let now = Instant::now();
         let since = *state.since.get_or_insert(now);
         if state
@@ -276,7 +305,7 @@ impl Waiting {
 
     /// The backend answered again (a no-op when there was no outage).
     pub fn reachable(&self) {
-        let mut state = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = crate::sync::lock(&self.outage);
         let Some(since) = state.since.take() else {
             return;
         };
@@ -321,10 +350,9 @@ impl Waiting {
         })
     }
 
-    /// Ask the acquisition to stop. Backends check `is_cancelled` whenever a blocking call returns,
-    /// and the supervisor interrupts blocking system calls with a signal so they do return
-    /// (`signal::WAKE_SIGNAL`: a backend must not block it while it waits, nor retry a call that
-    /// returned EINTR without looking at `is_cancelled` first).
+    /// Ask the acquisition to stop. Backends look at `is_cancelled` at least every `CANCEL_CHECK`
+    /// and whenever a blocking call returns; a caller on another thread also interrupts the
+    /// blocking call with `signal::WAKE_SIGNAL` so that it returns at once (see `Backend`).
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst)
     }

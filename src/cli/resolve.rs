@@ -4,6 +4,8 @@
 //! says otherwise; and `-c` is one whole shell command, as flock(1) has it.
 
 use clap::parser::ValueSource::{CommandLine, EnvVariable};
+use std::time::Duration;
+
 use clap::ArgMatches;
 
 use super::{usage::quote, Cli, Command, GlobalArgs, RunArgs};
@@ -15,9 +17,14 @@ pub fn resolve(cli: &mut Cli, matches: &ArgMatches) -> Result<(), String> {
     if let (Command::Run(run), Some(matches)) =
         (&mut cli.command, matches.subcommand_matches("run"))
     {
-        wait_or_not(run, matches)?;
+        wait_or_not(&mut run.no_wait, &mut run.wait, matches)?;
         shell_command(run, matches)?;
         message(run, matches)?;
+    }
+    if let (Command::Hold(hold), Some(matches)) =
+        (&mut cli.command, matches.subcommand_matches("hold"))
+    {
+        wait_or_not(&mut hold.no_wait, &mut hold.wait, matches)?;
     }
     Ok(())
 }
@@ -47,13 +54,19 @@ fn takes(kind: BackendKind, url: &str) -> bool {
         BackendKind::File => !url.contains("://") || url.starts_with("file://"),
         BackendKind::Redis => url.starts_with("redis://") || url.starts_with("rediss://"),
         BackendKind::Zk => url.starts_with("zk://"),
+        BackendKind::Postgres => url.starts_with("postgres://") || url.starts_with("postgresql://"),
+        BackendKind::Etcd => url.starts_with("etcd://") || url.starts_with("etcds://"),
     }
 }
 
 /// `--no-wait` and `--wait` exclude each other: the one on the command line wins over the other
 /// from the environment; both on the command line, or both in the environment, is an error.
-fn wait_or_not(run: &mut RunArgs, matches: &ArgMatches) -> Result<(), String> {
-    if !run.no_wait || run.wait.is_none() {
+fn wait_or_not(
+    no_wait: &mut bool,
+    wait: &mut Option<Duration>,
+    matches: &ArgMatches,
+) -> Result<(), String> {
+    if !*no_wait || wait.is_none() {
         return Ok(());
     }
     match (
@@ -64,11 +77,11 @@ fn wait_or_not(run: &mut RunArgs, matches: &ArgMatches) -> Result<(), String> {
             Err("--no-wait cannot be used with --wait: give one of them".into())
         }
         (Some(CommandLine), _) => {
-            run.wait = None;
+            *wait = None;
             Ok(())
         }
         (_, Some(CommandLine)) => {
-            run.no_wait = false;
+            *no_wait = false;
             Ok(())
         }
         _ => Err("DLOCK_NO_WAIT and DLOCK_WAIT are both set: unset one, or give -n or -w".into()),
@@ -162,7 +175,7 @@ mod tests {
                 };
                 let refused = match backend::open(&config) {
                     Ok(_) => false,
-                    Err(e) => exit::code_of(&e) == exit::USAGE,
+                    Err(e) => exit::status_of(&e) == exit::Status::Usage,
                 };
                 assert_eq!(takes(kind, url), !refused, "{kind:?} {url}");
             }

@@ -1,9 +1,10 @@
-//! Taking the locks: first one attempt per lock, in order, on the main thread; then, for a busy
-//! lock, a wait. The common wait (one lock, nothing else held, no status line to draw, a backend
-//! that looks at its cancellation by itself) runs on the main thread too, which looks for signals
-//! whenever the backend looks at its cancellation; any other runs on a helper thread that reports
-//! over a channel, while the main thread watches the deadline and signals and renews what is
-//! already held. Whatever happens, a wait that gives up leaves nothing held behind.
+//! Taking the locks. The common case (one lock, no status line to draw) is one wait on the main
+//! thread: the backend makes its first attempt at once and looks at its cancellation at least every
+//! `backend::CANCEL_CHECK`, and each time the main thread looks for signals and the deadline.
+//! Otherwise: first one attempt per lock, in order, on the main thread; then, for a busy lock, a
+//! wait on a helper thread that reports over a channel, while the main thread watches the deadline
+//! and signals, renews what is already held and draws the status line. Whatever happens, a wait
+//! that gives up leaves nothing held behind.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::heartbeat::{next_renewal, release_all, release_quietly, renew_due, round_ms, Held};
+use super::heartbeat::{next_renewal, release_all, release_quietly, renew_due, Held};
 use super::RunPlan;
 use crate::backend::{Attempt, Backend, Outage, Waiting};
 use crate::lock::{Holder, LockName, LockRequest};
@@ -21,6 +22,7 @@ use crate::report::Reporter;
 use crate::signal::interrupt;
 use crate::signal::wait::Signals;
 use crate::signal::FORWARDED;
+use crate::text::round_ms;
 
 /// How taking the locks ended.
 pub(super) enum Acquisition {
@@ -53,18 +55,16 @@ enum Event {
     Done(anyhow::Result<bool>),
 }
 
-/// One attempt per lock, in order, stopping at the first busy one (`then_wait`: to wait for it
-/// next). Locks taken are renewed between attempts, since taking thousands of them can outlast a
-/// lease.
+/// One attempt per lock, in order, stopping at the first busy one. Locks taken are renewed
+/// between attempts, since taking thousands of them can outlast a lease.
 pub(super) fn try_in_order(
     backend: &dyn Backend,
     requests: &[LockRequest],
-    then_wait: bool,
     held: &mut Vec<Held>,
     report: &Reporter,
 ) -> anyhow::Result<FirstTry> {
     for (index, request) in requests.iter().enumerate() {
-        match backend.try_acquire(request, then_wait)? {
+        match backend.try_acquire(request)? {
             Attempt::Acquired(lease) => held.push(Held::new(request, lease)),
             Attempt::Busy(holders) => return Ok(FirstTry::Busy(index, holders)),
         }
@@ -75,28 +75,31 @@ pub(super) fn try_in_order(
     Ok(FirstTry::AllHeld)
 }
 
-/// Waits for one lock on this thread: the common case of a single lock, nothing held meanwhile
-/// that needs renewing, no status line to draw, and a backend that looks at the cancellation by
-/// itself (`Backend::polls_while_waiting`). No helper thread is started, and the command starts
-/// as soon as the lock comes, with no hop between threads. A forwarded signal or the deadline
-/// stops the wait within the backend's polling interval (100ms at most).
+/// Takes one lock on this thread, waiting as long as the plan allows, while nothing held needs
+/// renewing and no status line is drawn. No helper thread is started, and the command starts as
+/// soon as the lock comes, with no hop between threads. A forwarded signal or the deadline stops
+/// the wait within `backend::CANCEL_CHECK` (the `Backend` contract), or at once when the signal
+/// interrupts a blocking call.
 pub(super) fn wait_here(
     backend: &dyn Backend,
     request: &LockRequest,
-    holders: Vec<Holder>,
     plan: &RunPlan,
     signals: &Signals,
     report: &Reporter,
 ) -> anyhow::Result<Acquisition> {
-    report.event(&waiting_message(&request.name, &holders));
-    let last_seen = Arc::new(Mutex::new(holders));
+    let last_seen: Arc<Mutex<Option<Vec<Holder>>>> = Arc::default();
     let caught = Arc::new(AtomicI32::new(0));
     let signals = *signals;
     let waiting = Waiting::new({
         let last_seen = last_seen.clone();
+        let name = request.name.clone();
+        let event = report.eventer();
         move |holders: &[Holder]| {
             if let Ok(mut seen) = last_seen.lock() {
-                *seen = holders.to_vec();
+                if seen.is_none() {
+                    event(&waiting_message(&name, holders));
+                }
+                *seen = Some(holders.to_vec());
             }
         }
     })
@@ -122,8 +125,11 @@ pub(super) fn wait_here(
     if signal != 0 {
         return Ok(Acquisition::Signalled(signal));
     }
-    let holders = last_seen.lock().map(|h| h.clone()).unwrap_or_default();
-    Ok(Acquisition::TimedOut(request.name.clone(), holders))
+    let holders = last_seen.lock().ok().and_then(|h| h.clone());
+    Ok(Acquisition::TimedOut(
+        request.name.clone(),
+        holders.unwrap_or_default(),
+    ))
 }
 
 /// Waits for the remaining locks on a helper thread while the main thread watches the deadline

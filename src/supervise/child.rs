@@ -13,7 +13,7 @@ use rustix::process::Rlimit;
 
 use super::heartbeat::{next_renewal, release_all, renew_due, Held};
 use super::{spawn, RunPlan};
-use crate::exit;
+use crate::exit::Status;
 use crate::guard;
 use crate::job::{self, Job};
 use crate::report::Reporter;
@@ -31,7 +31,7 @@ pub(super) fn supervise(
     file_limit: Option<Rlimit>,
     signals: &Signals,
     report: &Reporter,
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<Status> {
     let terminal = job::on_terminal();
     let foreground = terminal && job::in_foreground();
     let pid = match spawn::spawn(
@@ -113,7 +113,7 @@ pub(super) fn supervise(
     report.event(&format!("command exited: {status}"));
     let lost_by_the_end = release_all(held, report);
     if lost.is_some() {
-        return Ok(exit::LOCK_LOST);
+        return Ok(Status::LockLost);
     }
     // The command ended, but its lock had gone before dlock could tell (dlock was stopped past its
     // lease, or the lock was broken): the command's own status would claim it ran under the lock.
@@ -121,16 +121,16 @@ pub(super) fn supervise(
         report.error(&format!(
             "the lock was lost before the command ended: {why}; exiting with {} instead of the \
              command's status ({status})",
-            exit::LOCK_LOST
+            Status::LockLost.code()
         ));
-        return Ok(exit::LOCK_LOST);
+        return Ok(Status::LockLost);
     }
     Ok(exit_code_of(status))
 }
 
 /// Replaces dlock with the command (every lock is already held by a parent dlock, whose guardian
 /// and supervision cover it). Returns only when that fails: the exit status, after saying why.
-pub(super) fn replace_with(program: &Path, command: &[String], report: &Reporter) -> u8 {
+pub(super) fn replace_with(program: &Path, command: &[String], report: &Reporter) -> Status {
     let err = Command::new(program)
         .arg0(&command[0])
         .args(&command[1..])
@@ -140,29 +140,29 @@ pub(super) fn replace_with(program: &Path, command: &[String], report: &Reporter
 
 /// The exit status and message for a command that passed `program::resolve` but still could not
 /// be started (changed meanwhile, or a missing ELF loader).
-fn spawn_failure(program: &str, err: &io::Error, report: &Reporter) -> u8 {
+fn spawn_failure(program: &str, err: &io::Error, report: &Reporter) -> Status {
     match err.kind() {
         io::ErrorKind::NotFound => {
             report.error(&format!(
                 "cannot execute {program}: it or its loader was not found"
             ));
-            exit::NOT_FOUND
+            Status::NotFound
         }
         io::ErrorKind::PermissionDenied => {
             report.error(&format!("cannot execute {program}: permission denied"));
-            exit::NOT_EXECUTABLE
+            Status::NotExecutable
         }
         _ => {
             report.error(&format!("cannot execute {program}: {err}"));
-            exit::NOT_EXECUTABLE
+            Status::NotExecutable
         }
     }
 }
 
-fn exit_code_of(status: ExitStatus) -> u8 {
+fn exit_code_of(status: ExitStatus) -> Status {
     match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(n)) => exit::signalled(n),
-        (None, None) => exit::INTERNAL,
+        (Some(code), _) => Status::Command(u8::try_from(code).unwrap_or(u8::MAX)),
+        (None, Some(n)) => Status::Signalled(n),
+        (None, None) => Status::Internal,
     }
 }

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use crate::backend::{Lease, Released, Renewal};
 use crate::lock::{LockName, LockRequest};
 use crate::report::Reporter;
+use crate::text::round_ms;
 
 /// A lock this dlock holds.
-pub(super) struct Held {
+pub struct Held {
     pub(super) name: LockName,
     /// The acquisition's owner id, which a nested dlock looks for in the backend's records.
     pub(super) owner: String,
@@ -22,8 +23,8 @@ pub(super) struct Held {
     renew_every: Duration,
     /// When to renew next.
     due: Instant,
-    /// When a renewal was last reported: a lease that checks often (ZooKeeper's session state)
-    /// is reported at most once per third of its lease, not at every check.
+    /// When a renewal was last reported: a lease may ask to be renewed often (`Lease::renew`), and
+    /// is reported at most once per third of its lease, not at every renewal.
     reported: Instant,
     /// Since when renewals have not got through, while they do not.
     failing_since: Option<Instant>,
@@ -32,6 +33,10 @@ pub(super) struct Held {
 }
 
 impl Held {
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
     pub(super) fn new(request: &LockRequest, lease: Box<dyn Lease>) -> Held {
         Held {
             name: request.name.clone(),
@@ -47,13 +52,13 @@ impl Held {
 }
 
 /// When the next lease is due for renewal.
-pub(super) fn next_renewal(held: &[Held]) -> Option<Instant> {
+pub(crate) fn next_renewal(held: &[Held]) -> Option<Instant> {
     held.iter().map(|h| h.due).min()
 }
 
 /// Renews the leases that are due. A loss ends renewing at once: the others would only prolong
 /// a doomed run.
-pub(super) fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), String> {
+pub(crate) fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), String> {
     let now = Instant::now();
     for h in held.iter_mut().filter(|h| h.due <= now) {
         let attempted = Instant::now();
@@ -115,7 +120,7 @@ pub(super) fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), Stri
 }
 
 /// Releases every lock; returns why the first one found no longer held was lost, if any was.
-pub(super) fn release_all(held: Vec<Held>, report: &Reporter) -> Option<String> {
+pub(crate) fn release_all(held: Vec<Held>, report: &Reporter) -> Option<String> {
     let mut lost = None;
     for h in held {
         let name = h.name.clone();
@@ -142,9 +147,4 @@ pub(super) fn release_quietly(held: Vec<Held>) {
     for h in held {
         let _ = h.lease.release();
     }
-}
-
-/// A duration to the millisecond, for people.
-pub(super) fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64)
 }

@@ -7,9 +7,10 @@
 //! held: they are blocked from the start and taken one at a time by the main thread, in the same
 //! loop that watches deadlines, renewals and the child (see signal/mod.rs for the whole contract).
 //!
-//! Files: `acquire` takes the locks (first tries, then a wait here or on a helper thread), `child`
-//! runs the command and waits for its end (`spawn` starts it), `heartbeat` renews and releases the
-//! leases, `environment` is what the command receives; this file is the plan and the overall flow.
+//! Files: `acquire` takes the locks (a wait here, or first tries and then a wait on a helper
+//! thread), `child` runs the command and waits for its end (`spawn` starts it), `heartbeat` renews
+//! and releases the leases, `environment` is what the command receives; this file is the plan and
+//! the overall flow.
 
 mod acquire;
 mod child;
@@ -17,14 +18,17 @@ mod environment;
 mod heartbeat;
 mod spawn;
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
 use self::acquire::{try_in_order, wait_here, wait_on_helper, Acquisition, FirstTry};
-use self::heartbeat::{release_all, release_quietly};
+use self::heartbeat::release_quietly;
+pub use self::heartbeat::Held;
+pub(crate) use self::heartbeat::{next_renewal, release_all, renew_due};
 use crate::backend::{self, BackendConfig};
-use crate::exit;
+use crate::exit::Status;
 use crate::guard::Guardian;
 use crate::lock::LockRequest;
 use crate::program;
@@ -46,17 +50,46 @@ pub struct RunPlan {
     pub kill_after: Duration,
 }
 
+/// The locks `dlock hold` took, for its keeper (src/hold/) to keep: the leases, the variables a
+/// command would get, and the signals, still blocked.
+pub struct Kept {
+    pub held: Vec<Held>,
+    pub env: Vec<(String, String)>,
+    pub signals: Signals,
+}
+
+/// What a keeper does with the locks once held; its result is dlock's exit status.
+pub type Keep<'a> = Box<dyn FnOnce(Kept) -> anyhow::Result<Status> + 'a>;
+
 /// `dlock run`: the exit status to end with (the command's, or dlock's own when it could not run
 /// the command under the locks).
-pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
+pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<Status> {
     // A command that cannot run is known before anything is opened or taken.
-    let program = match program::resolve(&plan.command[0]) {
-        Ok(program) => program,
+    match program::resolve(&plan.command[0]) {
+        Ok(program) => take(plan, After::Run(program), report),
         Err(cannot) => {
             report.error(&cannot.message(&plan.command[0]));
-            return Ok(cannot.exit_code());
+            Ok(cannot.status())
         }
-    };
+    }
+}
+
+/// What follows taking the locks.
+enum After<'a> {
+    /// `run`: the command, as `program::resolve` found it.
+    Run(PathBuf),
+    /// `hold`: the keeper.
+    Keep(Keep<'a>),
+}
+
+/// `dlock hold`'s keeper: takes the locks as `run` does (waiting, signals, re-entrancy), then hands
+/// them to `keep` instead of starting a command. Nothing to take (every lock is held by a parent
+/// dlock) ends with 0 without calling `keep`.
+pub fn hold(plan: RunPlan, keep: Keep<'_>, report: &Reporter) -> anyhow::Result<Status> {
+    take(plan, After::Keep(keep), report)
+}
+
+fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<Status> {
     // First of all, before a backend may start threads of its own.
     let signals = Signals::block().context("cannot block signals")?;
     // Before the backend opens anything, so the guardian holds no copy of a lock file or a
@@ -81,55 +114,52 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     )?;
     let requests = decision.to_acquire;
     if requests.is_empty() {
-        report.event("every lock is already held by a parent dlock; running the command directly");
         guardian.dismiss();
+        let After::Run(program) = after else {
+            report.event("every lock is already held by a parent dlock; nothing to hold");
+            return Ok(Status::Done);
+        };
+        report.event("every lock is already held by a parent dlock; running the command directly");
         return Ok(child::replace_with(&program, &plan.command, report));
     }
 
     let file_limit = environment::raise_file_limit(requests.len());
 
     let started = Instant::now();
-    // First one attempt per lock on this thread: the uncontended case needs no helper thread.
-    let mut held = Vec::new();
-    let then_wait = !plan.no_wait;
-    let acquisition = match try_in_order(backend.as_ref(), &requests, then_wait, &mut held, report)
-    {
-        Ok(FirstTry::AllHeld) => Acquisition::Held(held),
-        Ok(FirstTry::Busy(busy, holders)) if plan.no_wait => {
-            release_quietly(held);
-            Acquisition::Busy(requests[busy].name.clone(), holders)
+    let acquisition = if !plan.no_wait && requests.len() == 1 && !report.draws_waiting_line() {
+        // The common wait: one lock, nothing else to renew meanwhile, no status line to draw. The
+        // backend makes its first attempt and waits on this thread: no helper thread to start,
+        // and no hop between threads when the lock comes.
+        match wait_here(backend.as_ref(), &requests[0], &plan, &signals, report) {
+            Ok(acquisition) => acquisition,
+            Err(e) => return stopped(report).ok_or(e),
         }
-        Ok(FirstTry::Busy(busy, holders))
-            if held.is_empty()
-                && busy + 1 == requests.len()
-                && backend.polls_while_waiting()
-                && !report.draws_waiting_line() =>
-        {
-            wait_here(
-                backend.as_ref(),
-                &requests[busy],
-                holders,
-                &plan,
-                &signals,
-                report,
-            )?
-        }
-        Ok(FirstTry::Busy(busy, _)) => {
-            // This loop takes signals itself (sigtimedwait): block them again first.
-            drop(interruptible.take());
-            if let Some(code) = stopped(report) {
+    } else {
+        // First one attempt per lock on this thread: the uncontended case needs no helper thread.
+        let mut held = Vec::new();
+        match try_in_order(backend.as_ref(), &requests, &mut held, report) {
+            Ok(FirstTry::AllHeld) => Acquisition::Held(held),
+            Ok(FirstTry::Busy(busy, holders)) if plan.no_wait => {
                 release_quietly(held);
-                return Ok(code);
+                Acquisition::Busy(requests[busy].name.clone(), holders)
             }
-            wait_on_helper(backend, &requests[busy..], held, &plan, &signals, report)?
-        }
-        Ok(FirstTry::Lost(why)) => {
-            release_quietly(held);
-            Acquisition::Lost(why)
-        }
-        Err(e) => {
-            release_quietly(held);
-            return stopped(report).ok_or(e);
+            Ok(FirstTry::Busy(busy, _)) => {
+                // This loop takes signals itself (sigtimedwait): block them again first.
+                drop(interruptible.take());
+                if let Some(code) = stopped(report) {
+                    release_quietly(held);
+                    return Ok(code);
+                }
+                wait_on_helper(backend, &requests[busy..], held, &plan, &signals, report)?
+            }
+            Ok(FirstTry::Lost(why)) => {
+                release_quietly(held);
+                Acquisition::Lost(why)
+            }
+            Err(e) => {
+                release_quietly(held);
+                return stopped(report).ok_or(e);
+            }
         }
     };
     // Blocked again from here on: they are for the command now.
@@ -138,21 +168,21 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
         Acquisition::Held(held) => held,
         Acquisition::Busy(name, holders) => {
             report.notice(&acquire::busy_message(&name, &holders, None));
-            return Ok(plan.conflict_exit_code);
+            return Ok(Status::Busy(plan.conflict_exit_code));
         }
         Acquisition::TimedOut(name, holders) => {
             report.notice(&acquire::busy_message(&name, &holders, plan.wait));
-            return Ok(plan.conflict_exit_code);
+            return Ok(Status::Busy(plan.conflict_exit_code));
         }
         Acquisition::Signalled(n) => {
             report.event(&format!("signal {n} while waiting; giving up"));
-            return Ok(exit::signalled(n));
+            return Ok(Status::Signalled(n));
         }
         Acquisition::Lost(why) => {
             report.error(&format!(
                 "lost the lock while waiting for the others: {why}; nothing was run"
             ));
-            return Ok(exit::LOCK_LOST);
+            return Ok(Status::LockLost);
         }
     };
     for h in &held {
@@ -172,17 +202,22 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<u8> {
     while let Some(n) = signals.wait(Duration::ZERO) {
         if FORWARDED.contains(&n) {
             release_all(held, report);
-            return Ok(exit::signalled(n));
+            return Ok(Status::Signalled(n));
         }
     }
 
     let env = environment::for_command(&held, &plan, &location, &decision.passed_on);
-    child::supervise(held, &program, &env, &plan, file_limit, &signals, report)
+    match after {
+        After::Keep(keep) => keep(Kept { held, env, signals }),
+        After::Run(program) => {
+            child::supervise(held, &program, &env, &plan, file_limit, &signals, report)
+        }
+    }
 }
 
 /// The exit status for a stop signal caught while connecting or acquiring, if one was.
-fn stopped(report: &Reporter) -> Option<u8> {
+fn stopped(report: &Reporter) -> Option<Status> {
     let n = interrupt::caught()?;
     report.event(&format!("signal {n} while acquiring; giving up"));
-    Some(exit::signalled(n))
+    Some(Status::Signalled(n))
 }

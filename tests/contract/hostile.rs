@@ -82,6 +82,9 @@ fn forge_record_of_x(t: &Target) -> (String, Option<Holding>) {
         ),
         Kind::Redis => (FAR_FUTURE.to_owned(), FAR_FUTURE.to_owned()),
         Kind::Zk => (String::new(), data.to_owned()),
+        // A row's columns, shown space-separated (its `since` past what a timestamptz holds).
+        Kind::Postgres => (String::new(), "exclusive 5 999999999999 2 host".to_owned()),
+        Kind::Etcd => (FAR_FUTURE.to_owned(), FAR_FUTURE.to_owned()),
     };
     (shown, forge_x(t, &record, data))
 }
@@ -129,6 +132,36 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
             let (hosts, chroot) = url.find('/').map_or((url, ""), |at| url.split_at(at));
             let node = format!("{chroot}/dlock/x/_c_forged-lock-0000000000");
             zk_server::create_with_parents(hosts, &node, zk_data.as_bytes());
+            None
+        }
+        Kind::Postgres => {
+            // A row in the target's own table (`?prefix=P`), as any client with INSERT could
+            // write, once dlock has made its tables (on first use: `status` makes them). Its
+            // `since` is past the year 9999, as FAR_FUTURE's is (whose own is past what a
+            // timestamptz holds); dlock shows the row's fields, space-separated.
+            assert_eq!(code(&output(t.dlock(&["status", "x"]))), 1, "x starts free");
+            let url = t.urls()[0];
+            let prefix = url.rsplit("prefix=").next().expect("a prefix in the URL");
+            crate::support::pg_server::PgServer::shared()
+                .lock()
+                .unwrap()
+                .psql(&format!(
+                    "INSERT INTO {prefix}locks VALUES ('x', 'ab', 'exclusive', 5, \
+                     to_timestamp(999999999999), now() + interval '1 hour', 2, 'host')"
+                ));
+            None
+        }
+        Kind::Etcd => {
+            // A key under the lock's prefix, without a lease, as any etcd client could put: a
+            // value of `OWNER RECORD`, the owner first as dlock writes it.
+            let endpoint = t.urls()[0].replace("etcd://", "http://");
+            let out = std::process::Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &endpoint, "put", "/dlock/x/ab"])
+                .arg(format!("ab {record}"))
+                .output()
+                .expect("etcdctl put");
+            assert!(out.status.success(), "etcdctl put: {}", stderr(&out));
             None
         }
     }

@@ -86,14 +86,16 @@ pub fn held_names_stay_held_while_waiting_for_the_rest(t: &Target) {
     let b = Holding::start(t, &["b"]);
     let ran = t.scratch_file("both");
     let mut both = t
-        .dlock(&["run", "--ttl", "1s", "a", "b", "--", "touch", &ran])
+        .dlock(&["run", "--ttl", "2s", "a", "b", "--", "touch", &ran])
         .spawn()
         .unwrap();
     wait_until("the waiter to hold a", T, || {
         code(&output(t.dlock(&["status", "a"]))) == 0
     });
-    // Let three of its leases run out, had they not been renewed.
-    std::thread::sleep(Duration::from_secs(3));
+    // Let two and a half of its leases run out, had they not been renewed. (2 s, not less: a
+    // Redlock renewal gives each server a tenth of the lease, which a loaded 2-core machine
+    // misses at 1 s.)
+    std::thread::sleep(Duration::from_secs(5));
     let out = output(t.dlock(&["run", "-n", "a", "--", "true"]));
     assert_eq!(
         code(&out),

@@ -1,67 +1,139 @@
-//! A private single-member etcd for the benchmarks that compare dlock with `etcdctl lock`: free
-//! loopback ports, its own data directory, stopped when dropped.
+//! A private etcd on free loopback ports with its own data directory: one member for the tests and
+//! the benchmarks that compare dlock with `etcdctl lock`, which can be killed, paused and started
+//! again on the same address and data; stopped when dropped.
 
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::wait_until;
+use super::target::{Kind, ServerControl, Target};
+use super::{wait_until, LockDir};
 
 /// A single-member etcd on free loopback ports with a private data directory, killed on drop.
 pub struct EtcdServer {
     endpoint: String,
-    process: Child,
-    _dir: tempfile::TempDir,
+    client_port: u16,
+    peer_url: String,
+    process: Option<Child>,
+    dir: tempfile::TempDir,
 }
 
 impl EtcdServer {
     /// Starts etcd and waits until `etcdctl endpoint health` says it serves. Panics (never skips)
-    /// when etcd is missing: the benchmarks need the Debian packages etcd-server and etcd-client.
+    /// when etcd is missing: the tests and benchmarks need the Debian packages etcd-server and
+    /// etcd-client (scripts/test installs them).
     pub fn start() -> EtcdServer {
         let dir = tempfile::tempdir().expect("etcd dir");
         let (client, peer) = (free_port(), free_port());
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log");
-        let process = Command::new("etcd")
-            .args(["--name", "bench", "--data-dir"])
-            .arg(dir.path().join("data"))
+        let mut etcd = EtcdServer {
+            endpoint: format!("http://127.0.0.1:{client}"),
+            client_port: client,
+            peer_url: format!("http://127.0.0.1:{peer}"),
+            process: None,
+            dir,
+        };
+        etcd.launch();
+        etcd
+    }
+
+    /// The one etcd the tests of a run share (each test uses its own lock names), started on first
+    /// use. Statics are never dropped, so it is started under a shell that kills it once this test
+    /// process has gone.
+    pub fn shared() -> &'static EtcdServer {
+        static SHARED: std::sync::OnceLock<EtcdServer> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| {
+            let dir = tempfile::tempdir().expect("etcd dir");
+            let (client, peer) = (free_port(), free_port());
+            let mut etcd = EtcdServer {
+                endpoint: format!("http://127.0.0.1:{client}"),
+                client_port: client,
+                peer_url: format!("http://127.0.0.1:{peer}"),
+                process: None,
+                dir,
+            };
+            etcd.launch_watched(Some(std::process::id()));
+            etcd
+        })
+    }
+
+    fn launch(&mut self) {
+        self.launch_watched(None);
+    }
+
+    /// Starts etcd; with `watcher`, under a shell that kills it (by its pid) once that process is
+    /// gone, checking twice a second.
+    fn launch_watched(&mut self, watcher: Option<u32>) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("etcd.log"))
+            .expect("etcd log");
+        let mut command = match watcher {
+            None => Command::new("etcd"),
+            Some(pid) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!(
+                        "etcd \"$@\" & e=$!; while kill -0 {pid} 2>/dev/null && kill -0 $e 2>/dev/null; \
+                         do sleep 0.5; done; kill $e 2>/dev/null; wait $e"
+                    ))
+                    .arg("etcd");
+                sh
+            }
+        };
+        let process = command
+            .args(["--name", "test", "--data-dir"])
+            .arg(self.data_dir())
             .args([
                 "--listen-client-urls",
-                &endpoint,
+                &self.endpoint,
                 "--advertise-client-urls",
-                &endpoint,
+                &self.endpoint,
             ])
             .args([
                 "--listen-peer-urls",
-                &peer_url,
+                &self.peer_url,
                 "--initial-advertise-peer-urls",
-                &peer_url,
+                &self.peer_url,
             ])
-            .args(["--initial-cluster", &format!("bench={peer_url}")])
+            .args(["--initial-cluster", &format!("test={}", self.peer_url)])
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
             .expect("etcd is installed (Debian package etcd-server)");
-        let etcd = EtcdServer {
-            endpoint,
-            process,
-            _dir: dir,
-        };
-        wait_until("etcd to serve", Duration::from_secs(60), || {
-            Command::new("etcdctl")
-                .args(["--endpoints", &etcd.endpoint, "endpoint", "health"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-        etcd
+        self.process = Some(process);
+        wait_until("etcd to serve", Duration::from_secs(60), || self.healthy());
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn healthy(&self) -> bool {
+        self.etcdctl(&["endpoint", "health"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     }
 
     /// `http://127.0.0.1:PORT`, for `etcdctl --endpoints`.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    pub fn port(&self) -> u16 {
+        self.client_port
+    }
+
+    /// `etcd://127.0.0.1:PORT`, for `dlock --url`.
+    pub fn url(&self) -> String {
+        format!("etcd://127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.as_ref().expect("etcd is running").id()
     }
 
     pub fn version(&self) -> String {
@@ -77,25 +149,27 @@ impl EtcdServer {
             .to_owned()
     }
 
+    /// `etcdctl --endpoints THIS ARGS...` (API v3).
+    pub fn etcdctl(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("etcdctl");
+        cmd.env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoint])
+            .args(args)
+            .stdin(Stdio::null());
+        cmd
+    }
+
     /// `etcdctl lock NAME COMMAND...`
     pub fn lock(&self, name: &str, command: &[&str]) -> Command {
-        let mut cmd = Command::new("etcdctl");
-        cmd.args(["--endpoints", &self.endpoint, "lock", name, "--"])
-            .args(command);
+        let mut cmd = self.etcdctl(&["lock", name, "--"]);
+        cmd.args(command);
         cmd
     }
 
     /// How many keys (holders and waiters) the lock NAME has.
     pub fn keys(&self, name: &str) -> usize {
-        let out = Command::new("etcdctl")
-            .args([
-                "--endpoints",
-                &self.endpoint,
-                "get",
-                "--prefix",
-                "--keys-only",
-                name,
-            ])
+        let out = self
+            .etcdctl(&["get", "--prefix", "--keys-only", name])
             .output()
             .expect("etcdctl get");
         String::from_utf8_lossy(&out.stdout)
@@ -103,12 +177,30 @@ impl EtcdServer {
             .filter(|l| !l.is_empty())
             .count()
     }
+
+    /// Kills the server (SIGKILL: no clean shutdown), keeping its data for `start_again`.
+    pub fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+    }
+
+    /// Starts a stopped server again on the same address and data.
+    pub fn start_again(&mut self) {
+        self.launch();
+    }
+
+    /// A crash and restart on the same address and data (etcd keeps its keys and leases).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
 }
 
 impl Drop for EtcdServer {
     fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
+        self.stop();
     }
 }
 
@@ -117,4 +209,37 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
+}
+
+/// What a fault driver may do to a test's etcd.
+pub struct EtcdControl(pub std::sync::Mutex<EtcdServer>);
+
+impl ServerControl for EtcdControl {
+    fn pause(&self, pause: Duration) {
+        let pid = self.0.lock().expect("server handle").pid();
+        super::signal(pid, libc::SIGSTOP);
+        std::thread::sleep(pause);
+        super::signal(pid, libc::SIGCONT);
+    }
+
+    /// A crash and restart that keeps the member's data directory: etcd's data is its durable log,
+    /// and wiping it would also reset the revisions that fencing tokens are made of.
+    fn restart(&self) {
+        self.0.lock().expect("server handle").restart();
+    }
+}
+
+impl Target {
+    /// dlock on a private single-member etcd.
+    pub fn etcd_backend() -> Target {
+        let server = EtcdServer::start();
+        let ports = vec![server.port()];
+        Target {
+            args: Kind::Etcd.args(&ports),
+            kind: Kind::Etcd,
+            ports,
+            servers: vec![Box::new(EtcdControl(std::sync::Mutex::new(server)))],
+            scratch: LockDir::new(),
+        }
+    }
 }

@@ -39,7 +39,7 @@ static ZK: OnceLock<Lasting<ZkServer>> = OnceLock::new();
 /// Namespaces handed out so far; 0 is never used (Redis's default database).
 static NAMESPACES: AtomicUsize = AtomicUsize::new(0);
 
-fn next_namespace() -> usize {
+pub fn next_namespace() -> usize {
     NAMESPACES.fetch_add(1, Ordering::SeqCst) + 1
 }
 

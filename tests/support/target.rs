@@ -93,6 +93,8 @@ impl Target {
             Kind::File => "file",
             Kind::Redis => "redis",
             Kind::Zk => "zk",
+            Kind::Postgres => "postgres",
+            Kind::Etcd => "etcd",
         }
     }
 
@@ -111,16 +113,17 @@ impl Target {
         let sixths = match self.kind {
             Kind::File => 6,
             Kind::Redis if self.ports.len() == 1 => 4,
-            Kind::Zk => 2,
+            Kind::Zk | Kind::Postgres | Kind::Etcd => 2,
             Kind::Redis => 1,
         };
         (rounds * sixths / 6).max(1)
     }
 
     /// Whether each acquisition of a name takes the next token, 1, 2, 3...: a counter per name (file,
-    /// Redis), rather than ZooKeeper's zxids, which every write to the ensemble advances.
+    /// Redis, PostgreSQL), rather than ZooKeeper's zxids or etcd's revisions, which every write to
+    /// the store advances.
     pub fn tokens_count_acquisitions(&self) -> bool {
-        self.kind != Kind::Zk
+        !matches!(self.kind, Kind::Zk | Kind::Etcd)
     }
 }
 
@@ -130,6 +133,8 @@ pub enum Kind {
     File,
     Redis,
     Zk,
+    Postgres,
+    Etcd,
 }
 
 impl Kind {
@@ -151,6 +156,25 @@ impl Kind {
                     "zk".into(),
                     "--url".into(),
                     format!("zk://{}", hosts.join(",")),
+                ]
+            }
+            Kind::Postgres => vec![
+                "--backend".into(),
+                "postgres".into(),
+                "--url".into(),
+                format!(
+                    "postgres://postgres:{}@127.0.0.1:{}/postgres",
+                    super::pg_server::PASSWORD,
+                    ports[0]
+                ),
+            ],
+            Kind::Etcd => {
+                let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+                vec![
+                    "--backend".into(),
+                    "etcd".into(),
+                    "--url".into(),
+                    format!("etcd://{}", hosts.join(",")),
                 ]
             }
         }

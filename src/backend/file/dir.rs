@@ -4,10 +4,8 @@
 //! Only `run` creates a missing directory; `status`, `list` and `release` read what is there and
 //! find nothing in a directory that does not exist, so a mistyped `--url` leaves nothing behind.
 
-use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -177,13 +175,12 @@ fn explicit_dir(url: &str, create: bool) -> anyhow::Result<PathBuf> {
 }
 
 fn check_writable(dir: &Path) -> anyhow::Result<()> {
-    let c_path = CString::new(dir.as_os_str().as_bytes())?;
-    // SAFETY: c_path is a valid NUL-terminated string for the duration of the call.
-    if unsafe { libc::access(c_path.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+    use rustix::fs::Access;
+    if let Err(e) = rustix::fs::access(dir, Access::WRITE_OK | Access::EXEC_OK) {
         return Err(anyhow!(
             "lock directory {} is not writable: {}",
             dir.display(),
-            plain_io(&io::Error::last_os_error())
+            plain_io(&e.into())
         ))
         .fail_with(Failure::BackendUnavailable);
     }
@@ -191,6 +188,5 @@ fn check_writable(dir: &Path) -> anyhow::Result<()> {
 }
 
 fn current_uid() -> u32 {
-    // SAFETY: getuid cannot fail.
-    unsafe { libc::getuid() }
+    rustix::process::getuid().as_raw()
 }

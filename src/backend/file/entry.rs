@@ -10,7 +10,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -77,16 +76,8 @@ pub(super) fn open_existing(path: &Path, write: bool) -> anyhow::Result<Option<F
 }
 
 fn set_blocking(file: &File) -> io::Result<()> {
-    let fd = file.as_raw_fd();
-    // SAFETY: F_GETFL on a valid descriptor has no memory effects.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: F_SETFL on a valid descriptor has no memory effects.
-    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let flags = rustix::fs::fcntl_getfl(file)?;
+    rustix::fs::fcntl_setfl(file, flags - rustix::fs::OFlags::NONBLOCK)?;
     Ok(())
 }
 
@@ -238,7 +229,7 @@ pub(super) fn write_header(file: &File, name: &LockName, token: Token) -> io::Re
 pub(super) fn write_fresh(path: &Path, name: &LockName, token: Token) -> io::Result<PathBuf> {
     let mut tag = [0u8; 8];
     random_bytes(&mut tag)?;
-    let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    let tag = crate::text::hex(&tag);
     let stem = path.file_stem().unwrap_or_default().to_string_lossy();
     let fresh = path.with_file_name(format!(".{stem}.{}-{tag}.new", std::process::id()));
     let file = OpenOptions::new()

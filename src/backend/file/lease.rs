@@ -45,12 +45,20 @@ impl FileBackend {
 
         // A `--limit` holder first takes a seat, waiting its turn at the turnstile if all are taken.
         let seat = match request.mode {
-            Mode::Limit(n) => match take_seat(fd, n, wait).with_context(ctx)? {
+            Mode::Limit(n) => match free_seat(fd, n).with_context(ctx)? {
                 Some(seat) => Some(seat),
-                None if matches!(wait, Wait::Never) => {
-                    return Ok(Step::Busy(self.holders_of(&lock).unwrap_or_default()))
-                }
-                None => return Ok(Step::Cancelled),
+                None => match wait {
+                    Wait::Never => {
+                        return Ok(Step::Busy(self.holders_of(&lock).unwrap_or_default()))
+                    }
+                    Wait::Until(waiting) => {
+                        waiting.busy(&self.holders_of(&lock).unwrap_or_default());
+                        match wait_for_seat(fd, n, waiting).with_context(ctx)? {
+                            Some(seat) => Some(seat),
+                            None => return Ok(Step::Cancelled),
+                        }
+                    }
+                },
             },
             _ => None,
         };
@@ -117,22 +125,18 @@ impl FileBackend {
     }
 }
 
-/// Takes a free seat among the first `n`, or returns `None` (busy, or cancelled while waiting).
-fn take_seat(fd: i32, n: u32, wait: &Wait) -> io::Result<Option<u64>> {
-    let try_seats = || -> io::Result<Option<u64>> {
-        for seat in 0..u64::from(n) {
-            if try_range(fd, SEATS_OFFSET + seat, 1)? {
-                return Ok(Some(seat));
-            }
+/// Takes a free seat among the first `n`, if one is free now.
+fn free_seat(fd: i32, n: u32) -> io::Result<Option<u64>> {
+    for seat in 0..u64::from(n) {
+        if try_range(fd, SEATS_OFFSET + seat, 1)? {
+            return Ok(Some(seat));
         }
-        Ok(None)
-    };
-    if let Some(seat) = try_seats()? {
-        return Ok(Some(seat));
     }
-    let Wait::Until(waiting) = wait else {
-        return Ok(None);
-    };
+    Ok(None)
+}
+
+/// Waits for a free seat among the first `n`; `None` when cancelled.
+fn wait_for_seat(fd: i32, n: u32, waiting: &Waiting) -> io::Result<Option<u64>> {
     // The kernel cannot wait for "any of N ranges", so waiters queue on the turnstile and only the
     // one at its head polls the seats, with a short backoff: no herd, and first come first served.
     let turnstile =
@@ -145,7 +149,7 @@ fn take_seat(fd: i32, n: u32, wait: &Wait) -> io::Result<Option<u64>> {
         if waiting.is_cancelled() {
             break None;
         }
-        if let Some(seat) = try_seats()? {
+        if let Some(seat) = free_seat(fd, n)? {
             break Some(seat);
         }
         std::thread::sleep(pause);

@@ -6,15 +6,17 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::anyhow;
 use rustix::fs::FlockOperation;
 
 use super::entry::{check_name, read_header, Header};
 use super::{plain_io, HEADER_LEN};
-use crate::backend::Waiting;
+use crate::backend::{Waiting, CANCEL_CHECK};
 use crate::exit::{FailWith, Failure};
 use crate::lock::LockName;
+use crate::signal::interrupt::Alarm;
 
 /// An open lock file and the path it was opened at.
 pub(super) struct LockFile {
@@ -143,8 +145,9 @@ pub(super) fn range_is_locked(fd: i32, start: u64, len: u64) -> io::Result<bool>
     Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
 }
 
-/// Blocks until `op` succeeds, or returns `Ok(false)` once `waiting` is cancelled. The supervisor
-/// interrupts the blocking call with a signal after cancelling, so EINTR is the cue to look.
+/// Blocks until `op` succeeds, or returns `Ok(false)` once `waiting` is cancelled. Each call of
+/// `op` is cut short by an alarm after `waiting.slice(CANCEL_CHECK)` (or by the wake signal the
+/// caller may send), so the cancellation is looked at at least that often; EINTR is the cue to look.
 pub(super) fn blocking<F: FnMut() -> io::Result<()>>(
     waiting: &Waiting,
     mut op: F,
@@ -153,6 +156,7 @@ pub(super) fn blocking<F: FnMut() -> io::Result<()>>(
         if waiting.is_cancelled() {
             return Ok(false);
         }
+        let _alarm = Alarm::at(Instant::now() + waiting.slice(CANCEL_CHECK));
         match op() {
             Ok(()) => return Ok(true),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

@@ -24,7 +24,6 @@
 //! records, and `listing` answers `status`, `list` and `release --force`; this file is the layout
 //! and the backend's entry points.
 
-use std::io;
 use std::path::PathBuf;
 
 use anyhow::anyhow;
@@ -32,6 +31,8 @@ use anyhow::anyhow;
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockName, LockRequest};
+/// An OS error in words, for the messages of every file of this backend.
+use crate::report::plain as plain_io;
 
 const MAGIC: &[u8; 8] = b"dlock-v1";
 const TOKEN_OFFSET: u64 = 8;
@@ -101,25 +102,12 @@ impl FileBackend {
     }
 }
 
-/// An OS error in words, without Rust's `(os error N)`: `no space left on device`.
-fn plain_io(e: &io::Error) -> String {
-    let text = e.to_string();
-    let text = text
-        .rfind(" (os error ")
-        .map_or(&text[..], |at| &text[..at]);
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => String::new(),
-    }
-}
-
 impl Backend for FileBackend {
     fn location(&self) -> String {
         format!("file:{}", self.dir.display())
     }
 
-    fn try_acquire(&self, request: &LockRequest, _then_wait: bool) -> anyhow::Result<Attempt> {
+    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
         loop {
             match self.attempt(request, &Wait::Never)? {
                 Step::Held(lease) => return Ok(Attempt::Acquired(Box::new(lease))),

@@ -5,6 +5,7 @@
 use sha2::{Digest, Sha256};
 
 use crate::lock::LockName;
+use crate::text::{hex, percent_decode, percent_encode};
 
 /// Longest file stem kept readable before falling back to a hash of the name.
 const MAX_READABLE_STEM: usize = 200;
@@ -21,20 +22,14 @@ pub(super) fn file_stem(name: &LockName) -> String {
     if plain && bytes.len() <= MAX_READABLE_STEM {
         return name.as_str().to_owned();
     }
-    let mut encoded = String::with_capacity(bytes.len() * 3);
-    for (i, &b) in bytes.iter().enumerate() {
-        if is_plain_byte(b) && !(i == 0 && b == b'.') {
-            encoded.push(b as char);
-        } else {
-            encoded.push_str(&format!("%{b:02X}"));
-        }
-    }
+    let encoded = percent_encode(name.as_str(), |i, c| {
+        !(c.is_ascii() && is_plain_byte(c as u8)) || (i == 0 && c == '.')
+    });
     if encoded.len() <= MAX_READABLE_STEM {
         return encoded;
     }
     let digest = Sha256::digest(bytes);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("%%{hex}")
+    format!("%%{}", hex(&digest))
 }
 
 /// The lock name a file stem spells (the inverse of `file_stem`), or `None` for a hashed stem or
@@ -43,20 +38,7 @@ pub(super) fn name_of_stem(stem: &str) -> Option<String> {
     if stem.starts_with("%%") {
         return None;
     }
-    let bytes = stem.as_bytes();
-    let mut name = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            name.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            name.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(name).ok()
+    percent_decode(stem)
 }
 
 #[cfg(test)]

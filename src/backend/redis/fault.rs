@@ -10,6 +10,7 @@ use redis::RedisError;
 
 use crate::lock::escaped;
 use crate::signal::interrupt;
+use crate::text::round_ms;
 
 /// Why one server did not answer as hoped.
 #[derive(Debug, Clone)]
@@ -161,8 +162,4 @@ fn describe_io(e: &io::Error, timeout: Duration) -> String {
             }
         }
     }
-}
-
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis() as u64)
 }

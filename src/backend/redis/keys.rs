@@ -2,6 +2,7 @@
 //! percent-encoded where it could end the hash tag early, reach outside `dlock:` or act as a glob.
 
 use crate::lock::LockName;
+use crate::text::{percent_decode, percent_encode};
 
 /// The keys of one lock.
 #[derive(Clone)]
@@ -33,7 +34,7 @@ pub(super) fn holders_pattern(prefix: &str) -> String {
 /// The lock whose holders key `key` is, if dlock would name a lock starting with `prefix` so.
 pub(super) fn name_of_holders_key(key: &str, prefix: &str) -> Option<LockName> {
     let encoded = key.strip_prefix("dlock:{")?.strip_suffix("}:holders")?;
-    let name = LockName::new(&decode_name(encoded)?).ok()?;
+    let name = LockName::new(&percent_decode(encoded)?).ok()?;
     (name.as_str().starts_with(prefix) && Keys::of(&name).base == format!("dlock:{{{encoded}}}"))
         .then_some(name)
 }
@@ -51,33 +52,7 @@ fn must_encode(b: u8) -> bool {
 
 /// A lock name as it appears inside `dlock:{...}`: readable, `%XX` for the bytes above.
 fn encode_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for (i, c) in name.char_indices() {
-        if c.is_ascii() && must_encode(c as u8) {
-            out.push_str(&format!("%{:02X}", name.as_bytes()[i]));
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The inverse of `encode_name`; `None` for text it never produces.
-fn decode_name(encoded: &str) -> Option<String> {
-    let bytes = encoded.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = encoded.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    percent_encode(name, |_, c| c.is_ascii() && must_encode(c as u8))
 }
 
 #[cfg(test)]
@@ -104,7 +79,7 @@ mod tests {
                 !encoded.contains(['*', '?', '[', ']', '\\', ' ']),
                 "{encoded}"
             );
-            assert_eq!(decode_name(&encoded).as_deref(), Some(name));
+            assert_eq!(percent_decode(&encoded).as_deref(), Some(name));
         }
         assert_eq!(encode_name("jobs/nightly-backup"), "jobs/nightly-backup");
         let keys = Keys::of(&LockName::new("a}b").unwrap());
@@ -124,7 +99,7 @@ mod tests {
             proptest::prop_assert!(in_namespace, "{} is outside dlock:{{...}}", keys.base);
             proptest::prop_assert_eq!(tag_end, Some(keys.base.len() - 1));
             let tag = &keys.base[tag_start.unwrap_or(0)..tag_end.unwrap_or(0)];
-            let decoded = decode_name(tag);
+            let decoded = percent_decode(tag);
             proptest::prop_assert_eq!(decoded.as_deref(), Some(name.as_str()));
         }
     }

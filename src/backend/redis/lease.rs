@@ -9,9 +9,10 @@ use super::fault::{self, Fault};
 use super::redlock::{drift, on_all, quorum};
 use super::scripts::{Ask, Place};
 use super::server::Server;
-use super::{lock, RedisBackend, Shared};
+use super::{RedisBackend, Shared};
 use crate::backend::{Lease, Released, Renewal};
 use crate::lock::Token;
+use crate::sync::lock;
 
 /// Longest one renewal attempt may wait for its answer.
 const MAX_RENEW_ATTEMPT: Duration = Duration::from_secs(1);

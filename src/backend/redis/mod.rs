@@ -15,9 +15,9 @@
 //!   another's lease. An expired lease is never revived, so a renewal after expiry is "lost".
 //!
 //! Waiting: each waiter takes a ticket in the lock's queue (a sorted set scored by the server's
-//! clock), on the first attempt already when dlock will wait, and subscribes to a channel of its
-//! own on the same connection (RESP3, so one connection carries commands and messages; the
-//! SUBSCRIBE goes out with that first attempt and costs no round trip). A release hands the lock
+//! clock) with the first attempt of its wait (`acquire`; `try_acquire` never queues), and
+//! subscribes to a channel of its own on the same connection (RESP3, so one connection carries
+//! commands and messages; the SUBSCRIBE goes out with that first attempt and costs no round trip). A release hands the lock
 //! to the first waiter itself, in the same script, and only when it can take it (then to the next
 //! ones too while they can join: shared and limit holders), and publishes the grant with its
 //! token. So a handoff costs one script and one message whatever the number of waiters (no herd),
@@ -46,8 +46,8 @@
 //!
 //! Where things are: `server` (one server: URL, connection, calls), `fault` (what went wrong, in
 //! words), `keys` (a name's keys), `scripts` (the Lua scripts, their arguments and replies),
-//! `redlock` (a round over every server, quorum, tokens), `wait` (the queue, grants, the parked
-//! place), `lease` (renew, release), `holders` (status, list, release --force).
+//! `redlock` (a round over every server, quorum, tokens), `wait` (the queue and grants), `lease`
+//! (renew, release), `holders` (status, list, release --force).
 
 mod fault;
 mod holders;
@@ -66,43 +66,13 @@ use anyhow::anyhow;
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockName, LockRequest};
+use crate::sync::lock;
 use fault::{first_fatal, Fault};
 use redlock::on_all;
 use scripts::HoldersScript;
 use server::Server;
-use wait::Parked;
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
-
-/// For `dlock --help` and the man page.
-pub const HELP: &str = "\
-Redis backend (--backend redis --url redis://[user:password@]host:port[/db]; rediss:// for TLS,
-trusting the system CAs or SSL_CERT_FILE; default redis://127.0.0.1:6379):
-  Keys of a lock share one hash tag, so each script touches one slot (fine on Redis Cluster).
-  NAME is percent-encoded where it has % { } * ? [ ] \\ or a space.
-    dlock:{NAME}:holders  sorted set: owner id -> lease expiry (by the server's clock)
-    dlock:{NAME}:owners   hash: owner id -> \"MODE TOKEN SINCE PID HOST\"
-    dlock:{NAME}:token    the fencing counter (INCR per acquisition; never expires)
-    dlock:{NAME}:queue    sorted set: waiters in arrival order (first come, first served)
-    dlock:{NAME}:alive    sorted set: waiter -> its own expiry (a dead waiter drops out)
-    dlock:wake:ID         pub/sub channel: a release grants the lock to the first waiter and
-                          tells it here (\"dlock:{NAME} TOKEN\"); one per dlock, on RESP3
-  Needs Redis 6 or newer (RESP3).
-  Acquire, renew and release are Lua scripts that act only on the caller's own owner id (and
-  hand a freed lock to the waiters first in line, who asked for it).
-  dlock renews the --ttl lease every ttl/3. The lock is lost when a renewal answers \"not yours\"
-  (expired, release --force, key deleted, server restarted empty), or when no renewal got
-  through for the ttl minus 1% and 2ms: the command then gets SIGTERM, SIGKILL after
-  --kill-after, and dlock exits 79. A killed dlock's lease frees the lock within the ttl.
-  Redlock (--url given 3, 5, ... times): the lock is held when a majority of the servers granted
-  it within the lease (less the time taken and the drift margin), else it is released everywhere;
-  renewals must reach a majority. DLOCK_TOKEN is above every counter of the servers that answered
-  and the granting servers' counters are raised to it: tokens keep growing as long as the servers
-  that missed an acquisition plus those that lose their data before the next one are a minority
-  (a later majority then always includes a server that remembers). Redlock assumes clocks that
-  run at about the same rate, pauses shorter than the lease, and a crashed server restarted empty
-  only after a ttl; it cannot stop a holder that was paused past its lease from acting: pass
-  DLOCK_TOKEN to the resource and have it refuse older tokens.";
 
 /// One connection per `--url`, shared by the backend and every lease it hands out: a dlock holding
 /// 10,000 names renews them over one connection per server, not 10,000. Each use locks it for one
@@ -118,8 +88,6 @@ pub struct RedisBackend {
     count: usize,
     connect_timeout: Duration,
     location: String,
-    /// The place in line a `try_acquire` took for the `acquire` that follows it.
-    parked: Mutex<Option<Parked>>,
 }
 
 impl RedisBackend {
@@ -159,7 +127,6 @@ impl RedisBackend {
             servers: Arc::new(Mutex::new(servers)),
             connect_timeout: timeout,
             location,
-            parked: Mutex::new(None),
         };
         if let Some(auth) = first_fatal(&faults) {
             return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
@@ -173,20 +140,13 @@ impl RedisBackend {
     }
 }
 
-/// A mutex's data, also after a panic elsewhere (what it guards is never left half-changed).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl Backend for RedisBackend {
     fn location(&self) -> String {
         self.location.clone()
     }
 
-    fn try_acquire(&self, request: &LockRequest, then_wait: bool) -> anyhow::Result<Attempt> {
-        self.try_once(request, then_wait)
+    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+        self.try_once(request)
     }
 
     fn acquire(
@@ -199,11 +159,6 @@ impl Backend for RedisBackend {
             .map(|lease| lease as Box<dyn Lease>))
     }
 
-    /// Every blocking read while waiting lasts at most `wait::CANCEL_CHECK`.
-    fn polls_while_waiting(&self) -> bool {
-        true
-    }
-
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
         self.read_status(name)
     }
@@ -214,12 +169,5 @@ impl Backend for RedisBackend {
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         self.holders_everywhere(name, HoldersScript::Break)
-    }
-}
-
-impl Drop for RedisBackend {
-    /// A place in line nobody waited in (the wait never started): give it up.
-    fn drop(&mut self) {
-        self.give_up_parked();
     }
 }

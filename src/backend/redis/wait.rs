@@ -1,6 +1,6 @@
-//! Waiting for a busy lock: a ticket in the lock's queue, listening on this dlock's channel for the
-//! grant a release sends, a fallback look when none comes, and the place in line a `try_acquire`
-//! parks for the wait that follows it. Why it works so: the design notes in mod.rs.
+//! Waiting for a busy lock: a ticket in the lock's queue, taken by the wait's first attempt,
+//! listening on this dlock's channel for the grant a release sends, and a fallback look when none
+//! comes. Why it works so: the design notes in mod.rs.
 
 use std::time::{Duration, Instant};
 
@@ -8,24 +8,10 @@ use super::fault;
 use super::lease::RedisLease;
 use super::redlock::Round;
 use super::scripts::{Ask, Place};
-use super::{lock, RedisBackend};
-use crate::backend::{Attempt, Waiting, RETRY_FIRST, RETRY_MOST};
-use crate::lock::{Holder, LockRequest, Token};
+use super::RedisBackend;
+use crate::backend::{Attempt, Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
+use crate::lock::{LockRequest, Token};
 use crate::signal::mask::WakeBlocked;
-
-/// How often a waiter looks at its cancellation flag while nothing happens.
-const CANCEL_CHECK: Duration = Duration::from_millis(100);
-
-/// A place in line taken by `try_acquire` for the wait dlock makes next for the same request: the
-/// wait keeps it (and its subscription) instead of asking again. Any other request, or dropping
-/// the backend, gives it up.
-pub(super) struct Parked {
-    request: LockRequest,
-    ticket: String,
-    line: Line,
-    /// Who held the lock then: the wait reports them without asking again.
-    holders: Vec<Holder>,
-}
 
 /// A waiter's place after a round that found the lock busy.
 #[derive(Clone, Copy)]
@@ -39,78 +25,58 @@ pub(super) struct Line {
 }
 
 impl RedisBackend {
-    /// One attempt. With `then_wait`, a busy lock leaves this dlock in line, parked for the wait
-    /// that follows; otherwise nothing of it stays behind.
-    pub(super) fn try_once(
-        &self,
-        request: &LockRequest,
-        then_wait: bool,
-    ) -> anyhow::Result<Attempt> {
-        self.give_up_parked();
-        let ask = Ask::new(request);
-        let mut ticket = String::new();
+    /// One attempt; a busy lock leaves nothing behind.
+    pub(super) fn try_once(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+        match self.first_round(&Ask::new(request), false, &mut String::new())? {
+            Round::Held(lease) => Ok(Attempt::Acquired(lease)),
+            Round::Busy { holders, .. } => Ok(Attempt::Busy(holders)),
+            Round::Unreachable(_) => Ok(Attempt::Busy(Vec::new())),
+        }
+    }
+
+    /// The round that starts an acquisition. `queue`: a busy lock leaves this dlock in line (and
+    /// subscribed), which a failed round undoes on the servers still connected. Too few servers
+    /// answering is an error here, as when connecting: the backend cannot be used (a wait rides
+    /// out only an outage that comes later).
+    fn first_round(&self, ask: &Ask, queue: bool, ticket: &mut String) -> anyhow::Result<Round> {
         let mut servers = self.servers();
-        let round = match self.round(&mut servers, &ask, then_wait, &mut ticket, Duration::MAX) {
-            Ok(round) => round,
+        let faults = match self.round(&mut servers, ask, queue, ticket, Duration::MAX) {
+            Ok(Round::Unreachable(faults)) => faults,
+            Ok(round) => return Ok(round),
             Err(e) => {
-                if then_wait {
-                    self.undo_connected(&mut servers, &ask);
+                if queue {
+                    self.undo_connected(&mut servers, ask);
                 }
                 return Err(e);
             }
         };
-        match round {
-            Round::Held(lease) => Ok(Attempt::Acquired(lease)),
-            Round::Busy { line, holders } => {
-                if then_wait {
-                    *lock(&self.parked) = Some(Parked {
-                        request: request.clone(),
-                        ticket,
-                        line,
-                        holders: holders.clone(),
-                    });
-                }
-                Ok(Attempt::Busy(holders))
-            }
-            Round::Unreachable(faults) => {
-                if then_wait {
-                    self.undo_connected(&mut servers, &ask);
-                }
-                self.check_quorum(servers.len() - faults.len(), &faults)?;
-                Ok(Attempt::Busy(Vec::new()))
-            }
+        if queue {
+            self.undo_connected(&mut servers, ask);
         }
+        self.check_quorum(servers.len() - faults.len(), &faults)?;
+        Ok(Round::Unreachable(faults))
     }
 
-    fn take_parked(&self) -> Option<Parked> {
-        lock(&self.parked).take()
-    }
-
-    /// Gives up the place in line a `try_acquire` parked, if it did.
-    pub(super) fn give_up_parked(&self) {
-        if let Some(parked) = self.take_parked() {
-            self.abandon(&Ask::new(&parked.request));
-        }
-    }
-
-    /// Waits for the lock, in the place a `try_acquire` parked for this request if it did (any
-    /// other parked place is given up). `Ok(None)` when cancelled; a wait that ends without the
+    /// Waits for the lock: a first round at once, which takes the place in line if the lock is
+    /// busy, then the wait in that place. `Ok(None)` when cancelled; a wait that ends without the
     /// lock leaves no place in line behind.
     pub(super) fn wait(
         &self,
         request: &LockRequest,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<RedisLease>>> {
-        let parked = match self.take_parked() {
-            Some(parked) if parked.request == *request => Some(parked),
-            Some(other) => {
-                self.abandon(&Ask::new(&other.request));
-                None
-            }
-            None => None,
-        };
         let ask = Ask::new(request);
-        match self.wait_for(&ask, waiting, parked) {
+        let mut ticket = String::new();
+        let line = match self.first_round(&ask, true, &mut ticket)? {
+            Round::Held(lease) => return Ok(Some(lease)),
+            Round::Busy { line, holders } => {
+                waiting.busy(&holders);
+                Some(line)
+            }
+            // Fewer than a majority answered, yet enough may (a minority down): ask again.
+            Round::Unreachable(_) => None,
+        };
+        match self.wait_for(&ask, waiting, ticket, line) {
             Ok(Some(lease)) => Ok(Some(lease)),
             other => {
                 self.abandon(&ask);
@@ -119,21 +85,15 @@ impl RedisBackend {
         }
     }
 
-    /// Waits for the lock: see the Redis backend's module documentation. `Ok(None)` when cancelled.
-    /// `parked` is the place a `try_acquire` took in line for this request, if it did.
+    /// Waits for the lock: see the Redis backend's module documentation. `Ok(None)` when
+    /// cancelled. `line`: the place the first round took, if it did (then `ticket` is its ticket).
     fn wait_for(
         &self,
         ask: &Ask,
         waiting: &Waiting,
-        parked: Option<Parked>,
+        mut ticket: String,
+        mut line: Option<Line>,
     ) -> anyhow::Result<Option<Box<RedisLease>>> {
-        let mut ticket = String::new();
-        let mut line = None;
-        if let Some(parked) = parked {
-            waiting.busy(&parked.holders);
-            ticket = parked.ticket;
-            line = Some(parked.line);
-        }
         let mut announced = line.is_some();
         let mut retry = RETRY_FIRST;
         loop {

@@ -1,7 +1,6 @@
 //! One acquisition: taking a place in a lock's queue (the node, created with its protected prefix
 //! so that a connection loss during the create does not lose it, and the directories above it),
-//! keeping that place for the wait that follows a busy try (`Parked`), and leaving it when the
-//! acquisition ends in neither a lease nor a parked place.
+//! and leaving it when the acquisition ends without a lease.
 
 use std::sync::Arc;
 
@@ -16,49 +15,14 @@ use super::session::{is_connection_loss, retrying, Session};
 use super::MAX_RETRIES;
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
+use crate::lock::{Holder, LockRequest, Token};
 
 /// How one acquisition ended.
 pub(super) enum Outcome {
     Acquired(ZkLease),
-    /// Held by others; our node stays queued (see `Parked`).
-    Busy(Vec<Holder>, Parked),
+    /// Held by others (an attempt that does not wait); our node is gone again.
+    Busy(Vec<Holder>),
     Cancelled,
-}
-
-/// The node of a `try_acquire` that found the lock busy, left in the queue for the `acquire` that
-/// dlock makes next for the same request (it tries before it waits): the wait then keeps its
-/// place instead of leaving and queueing again. Any other request, or the end of the session
-/// (the ephemeral node goes with it), removes it.
-pub(super) struct Parked {
-    name: LockName,
-    owner: String,
-    mode: Mode,
-    node: String,
-    token: Token,
-    /// Who held the lock then: the wait reports them without asking again.
-    holders: Vec<Holder>,
-}
-
-impl Parked {
-    /// The place `parked` keeps, if it was kept for `request`; a place kept for another request is
-    /// left now (its node deleted): it must not hold a place in that queue.
-    pub(super) fn take_up(
-        parked: Option<Parked>,
-        request: &LockRequest,
-        session: &Session,
-    ) -> Option<Parked> {
-        let parked = parked?;
-        if parked.name == request.name
-            && parked.owner == request.owner
-            && parked.mode == request.mode
-        {
-            return Some(parked);
-        }
-        let path = format!("{}/{}", session.dir(&parked.name), parked.node);
-        session.runtime.block_on(session.discard(&path));
-        None
-    }
 }
 
 /// One acquisition: the node it creates and everything needed to wait for its turn.
@@ -101,34 +65,16 @@ impl Acquisition {
         format!("{}/{node}", self.dir)
     }
 
-    /// Queue up (or keep the place of a parked node), then wait for our turn (`waiting`) or give up
-    /// at once (`None`, leaving the node parked). A node that ends in neither a lease nor a parked
-    /// place is deleted.
-    pub(super) async fn run(
-        &self,
-        waiting: Option<&Waiting>,
-        resumed: Option<Parked>,
-    ) -> anyhow::Result<Outcome> {
+    /// Queue up, then wait for our turn (`waiting`) or give up at once (`None`). A node that ends
+    /// without a lease is deleted.
+    pub(super) async fn run(&self, waiting: Option<&Waiting>) -> anyhow::Result<Outcome> {
         if waiting.is_some_and(Waiting::is_cancelled) {
-            if let Some(parked) = &resumed {
-                self.delete_quietly(&parked.node).await;
-            }
             return Ok(Outcome::Cancelled);
         }
-        let (node, token, listing, known) = match resumed {
-            Some(parked) => {
-                let listing = self.list().await?;
-                (parked.node, parked.token, listing, Some(parked.holders))
-            }
-            None => {
-                let (node, token, listing) = self.enqueue().await?;
-                (node, token, listing, None)
-            }
-        };
-        let outcome = self.wait_turn(&node, token, listing, known, waiting).await;
-        match outcome {
-            Ok(Outcome::Acquired(_)) | Ok(Outcome::Busy(..)) => {}
-            _ => self.delete_quietly(&node).await,
+        let (node, token, listing) = self.enqueue().await?;
+        let outcome = self.wait_turn(&node, token, listing, waiting).await;
+        if !matches!(outcome, Ok(Outcome::Acquired(_))) {
+            self.delete_quietly(&node).await;
         }
         outcome
     }
@@ -245,24 +191,5 @@ impl Acquisition {
     pub(super) async fn holders(&self, listing: &[String]) -> anyhow::Result<Vec<Holder>> {
         let owners = holders(&self.session, &self.dir, Some((listing, self.limit))).await?;
         Ok(owners.into_iter().map(|(_, holder)| holder).collect())
-    }
-
-    /// Gives up at once, leaving our node queued for the wait that follows (see `Parked`).
-    pub(super) async fn park(
-        &self,
-        node: &str,
-        token: Token,
-        listing: &[String],
-    ) -> anyhow::Result<Outcome> {
-        let holders = self.holders(listing).await?;
-        let parked = Parked {
-            name: self.request.name.clone(),
-            owner: self.request.owner.clone(),
-            mode: self.request.mode,
-            node: node.to_owned(),
-            token,
-            holders: holders.clone(),
-        };
-        Ok(Outcome::Busy(holders, parked))
     }
 }

@@ -4,8 +4,9 @@
 
 use anyhow::{anyhow, Context};
 
-use super::naming::{allowed, percent_decode};
+use super::naming::allowed;
 use crate::exit::{FailWith, Failure};
+use crate::text::percent_decode;
 use crate::url::redact;
 
 /// The ensemble dlock tries without a `--url`.
@@ -66,10 +67,10 @@ impl ZkUrl {
                     anyhow!("ZooKeeper URL {shown:?}: credentials must be user:password")
                 })?;
                 // Not a word of the credentials in messages, only what is wrong with them.
-                let user = percent_decode(user).map_err(|_| {
+                let user = percent_decode(user).ok_or_else(|| {
                     anyhow!("ZooKeeper URL {shown:?}: bad percent escape in the user name")
                 })?;
-                let password = percent_decode(password).map_err(|_| {
+                let password = percent_decode(password).ok_or_else(|| {
                     anyhow!("ZooKeeper URL {shown:?}: bad percent escape in the password")
                 })?;
                 if user.is_empty() {

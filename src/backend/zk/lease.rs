@@ -10,9 +10,11 @@ use anyhow::anyhow;
 use zookeeper_client as zk;
 
 use super::session::{ended, is_terminal, Session};
-use super::{lock, CANCEL_POLL, CLEANUP_TIMEOUT};
+use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
 use crate::backend::{Lease, Released, Renewal};
 use crate::lock::Token;
+use crate::sync::lock;
+use crate::text::round_ms;
 
 /// Longest pause between the heartbeat's looks at the session.
 const MAX_POLL: Duration = Duration::from_millis(200);
@@ -155,7 +157,7 @@ fn session_ended(why: impl std::fmt::Display) -> String {
 
 /// A duration for a message, to the millisecond.
 fn for_people(d: Duration) -> humantime::FormattedDuration {
-    humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
+    humantime::format_duration(round_ms(d))
 }
 
 impl Lease for ZkLease {

@@ -34,9 +34,9 @@
 //! Here: `ZkBackend`, which opens sessions and answers the `Backend` calls. Beside it: `address`
 //! (the zk:// URL), `naming` (znode names), `recipe` (who owns, whom a waiter watches), `record`
 //! (what a node says), `session` (the connection and its failures), `acquisition` (a place in the
-//! queue, parked or not), `wait` (waiting for a turn) and `lease` (a held lock).
+//! queue), `wait` (waiting for a turn) and `lease` (a held lock).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
@@ -45,7 +45,8 @@ use zookeeper_client as zk;
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::lock::{Holder, LockName, LockRequest};
 use crate::signal::interrupt;
-use acquisition::{Acquisition, Outcome, Parked};
+use crate::sync::lock;
+use acquisition::{Acquisition, Outcome};
 use address::ZkUrl;
 use naming::lock_name_of;
 use record::{holders, holders_and_waiters};
@@ -63,7 +64,7 @@ mod wait;
 
 /// Session timeout asked for by `status`, `list` and `release`, which hold nothing.
 const QUERY_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often a blocked call looks at `Waiting::is_cancelled` (the supervisor asks for ~100ms).
+/// How often a blocked call looks at `Waiting::is_cancelled` (within `backend::CANCEL_CHECK`).
 const CANCEL_POLL: Duration = Duration::from_millis(50);
 /// Bound on retries of one step that keeps meeting connection losses or a vanishing directory.
 const MAX_RETRIES: u32 = 20;
@@ -76,7 +77,6 @@ pub struct ZkBackend {
     connect_timeout: Duration,
     /// Connected on first use, with the session timeout of the first request (`--ttl`).
     session: Mutex<Option<Arc<Session>>>,
-    parked: Mutex<Option<Parked>>,
 }
 
 impl ZkBackend {
@@ -85,7 +85,6 @@ impl ZkBackend {
             url: ZkUrl::from_urls(&config.urls)?,
             connect_timeout: config.connect_timeout,
             session: Mutex::new(None),
-            parked: Mutex::new(None),
         })
     }
 
@@ -135,11 +134,6 @@ impl ZkBackend {
         }
     }
 
-    /// Whether the backend's session is over (see `Session::is_over`).
-    fn session_is_over(&self) -> bool {
-        lock(&self.session).as_ref().is_some_and(|s| s.is_over())
-    }
-
     /// Whether `session` is the backend's and no lease holds it (only the backend and the caller).
     fn only_user(&self, session: &Arc<Session>) -> bool {
         lock(&self.session)
@@ -163,13 +157,12 @@ impl ZkBackend {
         };
         let acquisition = Acquisition::new(session.clone(), request.clone())?;
         let waiting = waiting.cloned();
-        let resumed = Parked::take_up(lock(&self.parked).take(), request, session);
         // Run on the runtime's worker, beside the session's own task: a watch event then reaches
         // the waiting code, and its next request the connection, without hopping threads.
         let watch = waiting.clone();
         let task = session
             .runtime
-            .spawn(async move { acquisition.run(waiting.as_ref(), resumed).await });
+            .spawn(async move { acquisition.run(waiting.as_ref()).await });
         match watched(session, task, watch.as_ref()) {
             Some(Ok(outcome)) => outcome.with_context(ctx),
             Some(Err(e)) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
@@ -194,37 +187,15 @@ impl ZkBackend {
     }
 }
 
-/// The value behind `m`, also after a panic elsewhere while it was locked.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic elsewhere cannot leave these plain values half-updated.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Backend for ZkBackend {
     fn location(&self) -> String {
         self.url.location()
     }
 
-    /// A wait looks at the cancellation every `CANCEL_POLL`.
-    fn polls_while_waiting(&self) -> bool {
-        true
-    }
-
-    /// The node of a busy attempt stays queued (`Parked`) whatever `then_wait` says: without a
-    /// wait, dlock ends and its session with it, which removes the node.
-    fn try_acquire(&self, request: &LockRequest, then_wait: bool) -> anyhow::Result<Attempt> {
-        let outcome = match self.attempt(request, None) {
-            // The session ended under the first try of a wait (the ensemble went away while it
-            // queued): the wait that follows opens a new session and queues again.
-            Err(_) if then_wait && self.session_is_over() => return Ok(Attempt::Busy(vec![])),
-            outcome => outcome?,
-        };
-        match outcome {
+    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+        match self.attempt(request, None)? {
             Outcome::Acquired(lease) => Ok(Attempt::Acquired(Box::new(lease))),
-            Outcome::Busy(holders, parked) => {
-                *lock(&self.parked) = Some(parked);
-                Ok(Attempt::Busy(holders))
-            }
+            Outcome::Busy(holders) => Ok(Attempt::Busy(holders)),
             Outcome::Cancelled => Ok(Attempt::Busy(vec![])),
         }
     }
@@ -236,7 +207,7 @@ impl Backend for ZkBackend {
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
         match self.attempt(request, Some(waiting))? {
             Outcome::Acquired(lease) => Ok(Some(Box::new(lease))),
-            Outcome::Busy(..) | Outcome::Cancelled => Ok(None),
+            Outcome::Busy(_) | Outcome::Cancelled => Ok(None),
         }
     }
 

@@ -3,34 +3,13 @@
 //! Paths are the first thing another client can forge, so every mapping here is reversible and
 //! checked against what ZooKeeper accepts.
 
-use std::fmt::Write as _;
-
 use anyhow::anyhow;
 
 use crate::lock::LockName;
+use crate::text::{hex, percent_decode, percent_encode};
 
 /// The directory every lock lives in, under the chroot.
 pub(super) const ROOT: &str = "dlock";
-
-pub(super) fn percent_decode(s: &str) -> anyhow::Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| anyhow!("bad percent escape in {s:?}"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| anyhow!("percent escapes in {s:?} are not UTF-8"))
-}
 
 /// Characters ZooKeeper accepts in a path (see its PathUtils.validatePath). It checks UTF-16 code
 /// units, so it refuses every character outside the Basic Multilingual Plane too (a surrogate pair
@@ -45,23 +24,14 @@ pub(super) fn allowed(c: char) -> bool {
 /// The one znode name for a lock name. `%` itself is escaped, so the mapping is reversible and two
 /// names never share a node. `zookeeper` needs no escape: it is reserved only at the root.
 pub(super) fn node_name(name: &LockName) -> String {
-    let mut out = String::with_capacity(name.as_str().len());
-    for (i, c) in name.as_str().char_indices() {
-        if c == '/' || c == '%' || (i == 0 && c == '.') || !allowed(c) {
-            let mut buf = [0u8; 4];
-            for b in c.encode_utf8(&mut buf).bytes() {
-                let _ = write!(out, "%{b:02X}");
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    percent_encode(name.as_str(), |i, c| {
+        c == '/' || c == '%' || (i == 0 && c == '.') || !allowed(c)
+    })
 }
 
 /// The lock name a directory stands for, if it is one of ours.
 pub(super) fn lock_name_of(node: &str) -> Option<LockName> {
-    let name = LockName::new(&percent_decode(node).ok()?).ok()?;
+    let name = LockName::new(&percent_decode(node)?).ok()?;
     (node_name(&name) == node).then_some(name)
 }
 
@@ -71,7 +41,7 @@ pub(super) fn uuid() -> anyhow::Result<String> {
     crate::lock::random_bytes(&mut b).map_err(|e| anyhow!("cannot get random bytes: {e}"))?;
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let hex = hex(&b);
     Ok(format!(
         "{}-{}-{}-{}-{}",
         &hex[..8],

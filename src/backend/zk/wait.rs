@@ -14,7 +14,7 @@ use super::session::{is_connection_loss, is_terminal, retrying, Session};
 use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, Token};
+use crate::lock::Token;
 use crate::signal::interrupt;
 
 /// What arming a data watch gives: the node's data, its stat and the watch.
@@ -105,7 +105,6 @@ impl Acquisition {
         node: &str,
         token: Token,
         mut listing: Vec<String>,
-        mut known: Option<Vec<Holder>>,
         waiting: Option<&Waiting>,
     ) -> anyhow::Result<Outcome> {
         let own_path = self.path(node);
@@ -132,7 +131,7 @@ impl Acquisition {
                 Verdict::WatchChildren => None,
             };
             let Some(waiting) = waiting else {
-                return self.park(node, token, &listing).await;
+                return Ok(Outcome::Busy(self.holders(&listing).await?));
             };
             // Arm the watch first (the request goes out now), then report who holds the lock.
             let arming = ahead
@@ -140,11 +139,7 @@ impl Acquisition {
                 .map(|path| self.client().get_and_watch_data(path));
             if !reported {
                 reported = true;
-                let holders = match known.take() {
-                    Some(holders) => holders,
-                    None => self.holders(&listing).await.unwrap_or_default(),
-                };
-                waiting.busy(&holders);
+                waiting.busy(&self.holders(&listing).await.unwrap_or_default());
             }
             // A node already gone means look again at once.
             let watcher = match (arming, &ahead) {

@@ -1,0 +1,269 @@
+//! The connection to the cluster and how it fails: one gRPC client over every endpoint (the client
+//! balances over those it can reach, as etcdctl does), on a small tokio runtime of its own, each
+//! call bounded by a timeout; and what a failed call means for the user (exit 69 when the cluster
+//! cannot be reached or used), named by the endpoints without credentials.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use etcd_client::{Client, ConnectOptions, Error, GetOptions};
+
+use super::address::EtcdUrl;
+use crate::exit::{FailWith, Failure};
+
+/// How long one call may take once connected (a renewal bounds its own calls more tightly).
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The client and the runtime it runs on, shared by the backend and every lease it hands out.
+pub(super) struct Connection {
+    /// `None` only while dropping.
+    runtime: Option<tokio::runtime::Runtime>,
+    url: EtcdUrl,
+    connect_timeout: Duration,
+    /// A client of the endpoint that answered last (see `open`).
+    current: Mutex<Client>,
+    /// The endpoints, for messages.
+    pub(super) hosts: String,
+}
+
+impl Connection {
+    /// Connects (authenticating with the URL's credentials, if any) within `connect_timeout`.
+    /// Every endpoint is tried at once and the first to answer a first call is used: the
+    /// client itself connects lazily, and its balancer would send that call to an endpoint that
+    /// is down. An address that cannot be reached fails here, with exit 69, not at the first lock.
+    pub(super) fn open(url: &EtcdUrl, connect_timeout: Duration) -> anyhow::Result<Connection> {
+        let hosts = url.hosts();
+        // One worker: the client's connection task must run while dlock's threads wait elsewhere.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(1)
+            .thread_name("dlock-etcd")
+            .enable_all()
+            .build()
+            .context("cannot start the etcd client's runtime")?;
+        let client = match runtime.block_on(first_to_answer(url, connect_timeout)) {
+            Ok(client) => client,
+            Err(Fault::TimedOut(_)) => {
+                return Err(anyhow!(
+                    "cannot reach etcd at {hosts} within {} (--connect-timeout)",
+                    humantime::format_duration(connect_timeout)
+                ))
+                .fail_with(Failure::BackendUnavailable)
+            }
+            Err(fault) => {
+                return Err(anyhow!("cannot use etcd at {hosts}: {fault}"))
+                    .fail_with(Failure::BackendUnavailable)
+            }
+        };
+        Ok(Connection {
+            runtime: Some(runtime),
+            url: url.clone(),
+            connect_timeout,
+            current: Mutex::new(client),
+            hosts,
+        })
+    }
+
+    /// The client of the endpoint in use (cheap: clients share their connection).
+    pub(super) fn client(&self) -> Client {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// After a call found the endpoint in use unreachable: with several endpoints, the first of
+    /// them to answer (within `timeout`) is used from now on. A single endpoint needs nothing:
+    /// its client reconnects by itself.
+    pub(super) async fn fail_over(&self, timeout: Duration) {
+        if self.url.hosts.len() < 2 {
+            return;
+        }
+        if let Ok(client) = first_to_answer(&self.url, timeout.min(self.connect_timeout)).await {
+            *self.current.lock().unwrap_or_else(|p| p.into_inner()) = client;
+        }
+    }
+
+    pub(super) fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime
+            .as_ref()
+            .expect("the runtime goes only when the connection is dropped")
+    }
+
+    /// Runs `call` on the runtime, bounded by `timeout`.
+    pub(super) fn run<T>(
+        &self,
+        timeout: Duration,
+        call: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Fault> {
+        self.runtime()
+            .block_on(async { bounded(timeout, call).await })
+    }
+
+    /// A failed call as the user sees it: what dlock was doing, where, and why; tagged for exit
+    /// status 69.
+    pub(super) fn fail(&self, fault: Fault, doing: &str) -> anyhow::Error {
+        let result: anyhow::Result<()> = Err(anyhow!("{doing} on etcd at {}: {fault}", self.hosts));
+        match result.fail_with(Failure::BackendUnavailable) {
+            Err(e) => e,
+            Ok(()) => unreachable!("built as an error"),
+        }
+    }
+}
+
+/// A client of each endpoint, all trying a first call at once; the first to answer wins. An
+/// endpoint that answers with an error (a wrong password) ends the race with that error, since the
+/// others would say the same; unreachable ones drop out, and when all have, the last reason wins.
+async fn first_to_answer(url: &EtcdUrl, timeout: Duration) -> Result<Client, Fault> {
+    let mut options = ConnectOptions::new().with_connect_timeout(timeout);
+    if let Some((user, password)) = &url.credentials {
+        options = options.with_user(user.clone(), password.clone());
+    }
+    if url.tls {
+        options = options.with_tls(etcd_client::TlsOptions::new().with_native_roots());
+    }
+    let mut racing = tokio::task::JoinSet::new();
+    for endpoint in url.endpoints() {
+        let options = options.clone();
+        racing.spawn(bounded(timeout, async move {
+            let client = Client::connect([endpoint], Some(options)).await?;
+            // The cheapest call every server answers, to learn that this one does.
+            client
+                .kv_client()
+                .get("/dlock/", Some(GetOptions::new().with_count_only()))
+                .await?;
+            Ok(client)
+        }));
+    }
+    let mut last = Fault::TimedOut(timeout);
+    // Bounded: one result per endpoint.
+    while let Some(joined) = racing.join_next().await {
+        match joined {
+            Ok(Ok(client)) => return Ok(client),
+            Ok(Err(fault)) if fault.is_unreachable() => {
+                if !matches!(fault, Fault::TimedOut(_)) || matches!(last, Fault::TimedOut(_)) {
+                    last = fault;
+                }
+            }
+            Ok(Err(fault)) => return Err(fault),
+            Err(_) => {}
+        }
+    }
+    Err(last)
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // Without waiting for the connection's tasks: a server gone silent must not hold dlock up.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Why a call failed.
+#[derive(Debug)]
+pub(super) enum Fault {
+    /// No answer within the time given.
+    TimedOut(Duration),
+    /// The server answered with an error, or the connection failed.
+    Failed(Error),
+}
+
+impl Fault {
+    /// Whether the cluster could not be reached (as opposed to answering with an error).
+    pub(super) fn is_unreachable(&self) -> bool {
+        if self.is_lease_not_found() {
+            return false;
+        }
+        match self {
+            Fault::TimedOut(_) => true,
+            Fault::Failed(e) => is_unreachable(e),
+        }
+    }
+
+    /// Whether the server said the lease does not exist (expired or revoked).
+    pub(super) fn is_lease_not_found(&self) -> bool {
+        match self {
+            Fault::Failed(Error::GRpcStatus(s)) => s.message().contains("lease not found"),
+            Fault::Failed(Error::LeaseKeepAliveError(m)) => m.contains("lease not found"),
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::TimedOut(t) => write!(
+                f,
+                "no answer within {}",
+                humantime::format_duration(Duration::from_millis(t.as_millis() as u64))
+            ),
+            Fault::Failed(e) => f.write_str(&why(e)),
+        }
+    }
+}
+
+/// `call`, bounded by `timeout`.
+pub(super) async fn bounded<T>(
+    timeout: Duration,
+    call: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Fault> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Fault::Failed(e)),
+        Err(_) => Err(Fault::TimedOut(timeout)),
+    }
+}
+
+fn is_unreachable(e: &Error) -> bool {
+    use tonic_code::*;
+    match e {
+        Error::GRpcStatus(s) => matches!(
+            s.code() as Code,
+            UNAVAILABLE | DEADLINE_EXCEEDED | CANCELLED | UNKNOWN | ABORTED
+        ),
+        Error::TransportError(_) | Error::IoError(_) | Error::WatchError(_) => true,
+        Error::LeaseKeepAliveError(_) => true,
+        _ => false,
+    }
+}
+
+/// gRPC status codes, as etcd-client reports them (it does not re-export tonic's `Code`).
+mod tonic_code {
+    pub type Code = i32;
+    pub const CANCELLED: Code = 1;
+    pub const UNKNOWN: Code = 2;
+    pub const DEADLINE_EXCEEDED: Code = 4;
+    pub const PERMISSION_DENIED: Code = 7;
+    pub const ABORTED: Code = 10;
+    pub const UNAVAILABLE: Code = 14;
+    pub const UNAUTHENTICATED: Code = 16;
+}
+
+/// The reason in a failed call, for people: the server's own words for an answer, a short phrase
+/// for a connection that failed, never the client library's internals.
+pub(super) fn why(e: &Error) -> String {
+    match e {
+        Error::GRpcStatus(s) => {
+            let message = crate::lock::escaped(s.message(), 200);
+            match s.code() as tonic_code::Code {
+                tonic_code::UNAUTHENTICATED | tonic_code::PERMISSION_DENIED => {
+                    format!("not authorised: {message} (give etcd://user:password@...)")
+                }
+                tonic_code::UNAVAILABLE if message.is_empty() => "unavailable".into(),
+                tonic_code::UNAVAILABLE => format!("unavailable ({message})"),
+                _ if message.is_empty() => format!("error {}", s.code() as tonic_code::Code),
+                _ => message,
+            }
+        }
+        Error::TransportError(_) | Error::IoError(_) => "the connection failed".into(),
+        Error::WatchError(_) => "the watch stream ended".into(),
+        Error::LeaseKeepAliveError(_) => "the lease keep-alive stream ended".into(),
+        Error::InvalidArgs(a) => format!("invalid arguments ({})", crate::lock::escaped(a, 200)),
+        other => crate::lock::escaped(&other.to_string(), 200),
+    }
+}

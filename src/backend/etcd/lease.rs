@@ -1,0 +1,195 @@
+//! A held etcd lock: our key, alive as long as its lease. `renew` sends one keep-alive for the
+//! lease and reads our key, both bounded; the lock is lost when the lease is gone (expired or
+//! revoked), when our key is gone or is another's (`dlock release --force`), or when no renewal got
+//! through for as long as the lease lasts. `release` deletes our key only if it is still ours, then
+//! revokes the lease.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
+
+use super::acquisition::Place;
+use super::connection::{bounded, Connection, Fault};
+use super::CLEANUP_TIMEOUT;
+use crate::backend::{Lease, Released, Renewal};
+use crate::lock::Token;
+
+/// Longest a renewal waits for an answer (less when the lease has less left).
+const RENEW_TIMEOUT: Duration = Duration::from_secs(1);
+/// Shortest pause between renewals that did not get through.
+const RETRY_SOON: Duration = Duration::from_millis(50);
+
+/// An open keep-alive stream for one lease.
+pub(super) type Keeper = (LeaseKeeper, LeaseKeepAliveStream);
+
+/// Sends one keep-alive for `lease` over `keeper` (opened when there is none; dropped when it
+/// fails, so that a late answer is never taken for the next one). Returns the TTL the server gave
+/// the lease, in seconds (`granted` when the stream was just opened: the client checks that first
+/// answer itself).
+pub(super) async fn keep_alive(
+    conn: &Connection,
+    lease: i64,
+    granted: i64,
+    keeper: &mut Option<Keeper>,
+    timeout: Duration,
+) -> Result<i64, Fault> {
+    let result = bounded(timeout, async {
+        if let Some((sender, stream)) = keeper.as_mut() {
+            sender.keep_alive().await?;
+            return match stream.message().await? {
+                Some(answer) if answer.ttl() > 0 => Ok(answer.ttl()),
+                Some(_) => Err(lease_not_found()),
+                None => Err(etcd_client::Error::LeaseKeepAliveError(
+                    "the stream ended".into(),
+                )),
+            };
+        }
+        let opened = conn.client().lease_client().keep_alive(lease).await?;
+        *keeper = Some(opened);
+        Ok(granted)
+    })
+    .await;
+    if result.is_err() {
+        *keeper = None;
+    }
+    result
+}
+
+/// What the client reports for a keep-alive the server answered with a TTL of zero.
+fn lease_not_found() -> etcd_client::Error {
+    etcd_client::Error::LeaseKeepAliveError("lease not found".into())
+}
+
+/// A held lock: our key under the lock's prefix, attached to a lease of its own.
+pub(super) struct EtcdLease {
+    conn: Arc<Connection>,
+    place: Place,
+    every: Duration,
+    keeper: Option<Keeper>,
+}
+
+impl EtcdLease {
+    pub(super) fn new(
+        conn: Arc<Connection>,
+        place: Place,
+        ttl: Duration,
+        keeper: Option<Keeper>,
+    ) -> EtcdLease {
+        EtcdLease {
+            conn,
+            place,
+            every: ttl / 3,
+            keeper,
+        }
+    }
+
+    fn lost_lease(&self) -> String {
+        format!(
+            "its lease {:x} expired or was revoked (key {})",
+            self.place.lease, self.place.key
+        )
+    }
+}
+
+impl Lease for EtcdLease {
+    fn token(&self) -> Token {
+        u64::try_from(self.place.revision).unwrap_or(0)
+    }
+
+    fn renew(&mut self) -> Renewal {
+        let left = self
+            .place
+            .stands_until
+            .saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Renewal::Lost(format!(
+                "no renewal got through for the lease's {}s: it may have expired",
+                self.place.ttl
+            ));
+        }
+        let timeout = left.min(RENEW_TIMEOUT);
+        let sent = Instant::now();
+        let conn = self.conn.clone();
+        let (lease, key, granted) = (self.place.lease, self.place.key.clone(), self.place.ttl);
+        let keeper = &mut self.keeper;
+        let (kept, read) = conn.runtime().block_on(async {
+            let mut kv = conn.client().kv_client();
+            tokio::join!(
+                keep_alive(&conn, lease, granted, keeper, timeout),
+                bounded(timeout, kv.get(key.as_str(), None))
+            )
+        });
+        let fault = match (kept, read) {
+            (Err(fault), _) if fault.is_lease_not_found() => {
+                return Renewal::Lost(self.lost_lease())
+            }
+            (_, Ok(read))
+                if read
+                    .kvs()
+                    .first()
+                    .is_none_or(|kv| kv.create_revision() != self.place.revision) =>
+            {
+                return Renewal::Lost(format!(
+                    "its key {} was deleted (dlock release --force?)",
+                    self.place.key
+                ))
+            }
+            (Ok(ttl), Ok(_)) => {
+                self.place.stands_until = sent + Duration::from_secs(ttl.max(0) as u64);
+                return Renewal::Held { next: self.every };
+            }
+            (Err(fault), _) | (_, Err(fault)) => fault,
+        };
+        if fault.is_unreachable() {
+            let conn = &self.conn;
+            conn.runtime().block_on(conn.fail_over(timeout));
+        }
+        let holds_for = self
+            .place
+            .stands_until
+            .saturating_duration_since(Instant::now());
+        Renewal::Unconfirmed {
+            next: (holds_for / 4).clamp(RETRY_SOON, self.every.max(RETRY_SOON)),
+            holds_for,
+            why: format!("cannot renew on etcd at {}: {fault}", self.conn.hosts),
+        }
+    }
+
+    /// One read and one write (etcd's own mutex deletes the key, and its session revokes the
+    /// lease later): whether the key is still ours, then revoking the lease, which deletes the key
+    /// in the same write. A `release --force` that comes between the two finds the lock given up
+    /// already.
+    fn release(self: Box<Self>) -> anyhow::Result<Released> {
+        let conn = &self.conn;
+        let place = &self.place;
+        let result = conn.runtime().block_on(async {
+            let mut kv = conn.client().kv_client();
+            let read = bounded(CLEANUP_TIMEOUT, kv.get(place.key.as_str(), None)).await?;
+            let ours = read
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == place.revision);
+            let mut leases = conn.client().lease_client();
+            match bounded(CLEANUP_TIMEOUT, leases.revoke(place.lease)).await {
+                // Expired since the read: the key went with it, and was ours until then.
+                Err(fault) if fault.is_lease_not_found() => Ok(ours),
+                Err(fault) if ours => Err(fault),
+                _ => Ok(ours),
+            }
+        });
+        match result {
+            Ok(true) => Ok(Released::Held),
+            Ok(false) => Ok(Released::Lost(format!(
+                "its key {} was gone (deleted by `dlock release --force`, or its lease expired)",
+                place.key
+            ))),
+            Err(fault) => Err(anyhow!(
+                "cannot release on etcd at {}: {fault}; the key {} goes with its lease",
+                conn.hosts,
+                place.key
+            )),
+        }
+    }
+}

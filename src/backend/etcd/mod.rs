@@ -1,0 +1,240 @@
+//! The etcd backend: etcd's own lock recipe (client/v3/concurrency's Mutex, which `etcdctl lock`
+//! uses), so that dlock and etcdctl exclude each other, extended to shared holders and seats.
+//!
+//! Layout: a lock NAME is the key prefix `/dlock/NAME/` (NAME percent-escaped where it has `/`,
+//! `%`, spaces or control characters), so `etcdctl lock /dlock/NAME` takes the same lock. Each
+//! holder or waiter is one key under it, named by its lease in hex and attached to that lease; the
+//! keys queue by create revision (first come, first served). The key's value is the holder record
+//! (`OWNER MODE 0 SINCE PID HOST`); etcdctl's keys are empty, exclusive holders.
+//!
+//! Who owns: the first key; a shared key behind no exclusive key; a seat (`--limit N`) behind no
+//! exclusive key and fewer than N seats. Every earlier key counts for etcdctl, so it waits for
+//! dlock's shared holders and seats too. A waiter watches only the key it waits for (one wake-up
+//! per release); a seat watches the prefix for deletions.
+//!
+//! The fencing token is the key's create revision: etcd orders every write, so a later key has a
+//! larger one, under any name.
+//!
+//! The lease is one etcd lease per acquisition, of `--ttl` rounded up to whole seconds, kept alive
+//! by `renew` (and while waiting); the server deletes the key when it expires.
+//!
+//! Here: `EtcdBackend`, which answers the `Backend` calls. Beside it: `address` (the etcd:// URL),
+//! `connection` (the client, its runtime and its failures), `naming` (keys), `record` (what a key
+//! says), `recipe` (who owns), `acquisition` (a place in the queue and the wait for a turn) and
+//! `lease` (a held lock).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+
+use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use crate::lock::{escaped, Holder, LockName, LockRequest};
+use crate::signal::interrupt;
+use acquisition::{interrupted, owners_of, stopped, Acquisition, First};
+use address::EtcdUrl;
+use connection::{bounded, Connection, CALL_TIMEOUT};
+use naming::{lock_of, prefix, ROOT};
+use record::Entry;
+
+mod acquisition;
+mod address;
+mod connection;
+mod lease;
+mod naming;
+mod recipe;
+mod record;
+
+/// How often a wait looks at `Waiting::is_cancelled` (the supervisor asks for 100ms at most).
+const CANCEL_POLL: Duration = Duration::from_millis(50);
+/// How long cleanup on the way out (revoking a lease, deleting a key) may take.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Locks on an etcd cluster, through one client opened on first use.
+pub struct EtcdBackend {
+    url: EtcdUrl,
+    connect_timeout: Duration,
+    connection: Mutex<Option<Arc<Connection>>>,
+}
+
+impl EtcdBackend {
+    pub fn open(config: &BackendConfig) -> anyhow::Result<EtcdBackend> {
+        Ok(EtcdBackend {
+            url: EtcdUrl::from_urls(&config.urls)?,
+            connect_timeout: config.connect_timeout,
+            connection: Mutex::new(None),
+        })
+    }
+
+    fn connection(&self) -> anyhow::Result<Arc<Connection>> {
+        // A panic elsewhere cannot leave this plain value half-updated.
+        let mut slot = self.connection.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(conn) = slot.as_ref() {
+            return Ok(conn.clone());
+        }
+        let conn = Arc::new(Connection::open(&self.url, self.connect_timeout)?);
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// The lock's keys in create-revision order.
+    fn entries(&self, conn: &Connection, name: &LockName) -> anyhow::Result<Vec<Entry>> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let prefix = prefix(name);
+        let mut kv = conn.client().kv_client();
+        let listed = conn
+            .run(CALL_TIMEOUT, kv.get(prefix.as_str(), Some(options)))
+            .map_err(|f| conn.fail(f, &format!("cannot read lock {:?}", name.as_str())))?;
+        Ok(listed.kvs().iter().map(Entry::of).collect())
+    }
+
+    fn location_of(&self, name: &LockName) -> String {
+        format!("{}{}", self.url.location(), prefix(name))
+    }
+}
+
+impl Backend for EtcdBackend {
+    fn location(&self) -> String {
+        self.url.location()
+    }
+
+    /// A busy attempt leaves nothing behind: its lease is revoked,
+    /// which deletes its key. The wait that may follow queues anew.
+    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+        let conn = self.connection()?;
+        let acquisition = Acquisition::new(conn.clone(), request);
+        let doing = || format!("cannot take lock {:?}", request.name.as_str());
+        let outcome = conn.runtime().block_on(async {
+            if let Some(holders) = acquisition.busy_already().await? {
+                return Ok(Attempt::Busy(holders));
+            }
+            match acquisition.enqueue().await? {
+                First::Owns(place) => {
+                    Ok(Attempt::Acquired(Box::new(acquisition.lease(place, None))))
+                }
+                First::Queued(place) => {
+                    let (holders, ()) =
+                        tokio::join!(acquisition.holders(), acquisition.leave(&place));
+                    Ok(Attempt::Busy(holders.unwrap_or_default()))
+                }
+            }
+        });
+        outcome.map_err(|f| conn.fail(f, &doing()))
+    }
+
+    fn acquire(
+        &self,
+        request: &LockRequest,
+        waiting: &Waiting,
+    ) -> anyhow::Result<Option<Box<dyn Lease>>> {
+        if stopped(waiting) {
+            return match interrupt::caught() {
+                Some(_) => Err(interrupted()),
+                None => Ok(None),
+            };
+        }
+        let conn = self.connection()?;
+        let acquisition = Acquisition::new(conn.clone(), request);
+        let lease = conn.runtime().block_on(async {
+            let place = match acquisition.enqueue().await {
+                Ok(First::Owns(place)) => return Ok(Some(acquisition.lease(place, None))),
+                Ok(First::Queued(place)) => place,
+                Err(f) => {
+                    return Err(
+                        conn.fail(f, &format!("cannot take lock {:?}", request.name.as_str()))
+                    )
+                }
+            };
+            waiting.busy(&acquisition.holders().await.unwrap_or_default());
+            acquisition.wait(place, waiting).await
+        })?;
+        match lease {
+            Some(lease) => Ok(Some(Box::new(lease))),
+            None if interrupt::caught().is_some() => Err(interrupted()),
+            None => Ok(None),
+        }
+    }
+
+    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+        let conn = self.connection()?;
+        let entries = self.entries(&conn, name)?;
+        let holders = owners_of(&entries)
+            .into_iter()
+            .map(|i| entries[i].holder.clone())
+            .collect();
+        Ok(LockStatus {
+            name: name.clone(),
+            holders,
+            location: self.location_of(name),
+            waiters: None,
+        })
+    }
+
+    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+        let conn = self.connection()?;
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let mut kv = conn.client().kv_client();
+        let listed = conn
+            .run(CALL_TIMEOUT, kv.get(ROOT, Some(options)))
+            .map_err(|f| conn.fail(f, &format!("cannot list the locks under {ROOT}")))?;
+        let mut locks: std::collections::BTreeMap<LockName, Vec<Entry>> = Default::default();
+        let mut unreadable = Vec::new();
+        for kv in listed.kvs() {
+            match lock_of(kv.key()) {
+                Some((name, _)) => {
+                    if name.as_str().starts_with(prefix) {
+                        locks.entry(name).or_default().push(Entry::of(kv));
+                    }
+                }
+                None => unreadable.push(format!(
+                    "key \"{}\" is under {ROOT} but belongs to no lock",
+                    escaped(&String::from_utf8_lossy(kv.key()), 120)
+                )),
+            }
+        }
+        let held = locks
+            .into_iter()
+            .map(|(name, entries)| LockStatus {
+                holders: owners_of(&entries)
+                    .into_iter()
+                    .map(|i| entries[i].holder.clone())
+                    .collect(),
+                location: self.location_of(&name),
+                name,
+                waiters: None,
+            })
+            .filter(|status| !status.holders.is_empty())
+            .collect();
+        Ok(Listing { held, unreadable })
+    }
+
+    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+        let conn = self.connection()?;
+        let entries = self.entries(&conn, name)?;
+        let mut removed = Vec::new();
+        for i in owners_of(&entries) {
+            let entry = &entries[i];
+            // Only the key we read: one created since under the same name is another holder's.
+            let delete = Txn::new()
+                .when([Compare::create_revision(
+                    entry.key.clone(),
+                    CompareOp::Equal,
+                    entry.create_revision,
+                )])
+                .and_then([TxnOp::delete(entry.key.clone(), None)]);
+            let mut kv = conn.client().kv_client();
+            conn.runtime()
+                .block_on(bounded(CALL_TIMEOUT, kv.txn(delete)))
+                .map_err(|f| conn.fail(f, "cannot delete a holder's key"))
+                .with_context(|| format!("cannot release lock {:?}", name.as_str()))?;
+            // Deleted now, or gone already (released meanwhile): either way, no longer held.
+            removed.push(entry.holder.clone());
+        }
+        Ok(removed)
+    }
+}

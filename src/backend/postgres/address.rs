@@ -1,0 +1,176 @@
+//! The `postgres://` URL: what dlock reads from it (TLS, the table prefix), and what it hands to
+//! the client library. Messages show it only through `crate::url::redact`.
+
+use std::str::FromStr;
+
+use anyhow::anyhow;
+
+use crate::exit::{FailWith, Failure};
+use crate::url::redact;
+
+/// Where dlock keeps its tables unless the URL says otherwise.
+pub const DEFAULT_PREFIX: &str = "dlock_";
+
+/// Longest prefix: PostgreSQL names are at most 63 bytes, and the longest name dlock makes is the
+/// prefix, `queue_by_name` and nothing else, or the prefix and a 32-digit owner id (a channel).
+const MAX_PREFIX_BYTES: usize = 30;
+
+/// How the connection is protected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tls {
+    /// Plain TCP (`sslmode=disable`, or none given).
+    Off,
+    /// TLS with the server's certificate checked against the trusted CAs (`sslmode=require` or
+    /// `verify-ca`), without requiring the URL's host name in it.
+    Chain,
+    /// TLS with the certificate checked and made out to the URL's host (`sslmode=verify-full`).
+    Full,
+}
+
+/// A parsed `--url`.
+pub struct PgUrl {
+    pub config: tokio_postgres::Config,
+    pub tls: Tls,
+    /// A PEM file of CAs to trust (`sslrootcert=`), instead of SSL_CERT_FILE or the system's.
+    pub root_cert: Option<String>,
+    /// The table prefix (`prefix=`).
+    pub prefix: String,
+    /// The URL for messages: credentials and query hidden.
+    pub shown: String,
+}
+
+impl PgUrl {
+    pub fn parse(url: &str) -> anyhow::Result<PgUrl> {
+        let shown = redact(url);
+        let usage = |why: String| Err(anyhow!("{why}")).fail_with(Failure::Usage);
+        let Some(rest) = url
+            .strip_prefix("postgres://")
+            .or_else(|| url.strip_prefix("postgresql://"))
+        else {
+            return usage(format!(
+                "PostgreSQL URL {shown} must start with postgres:// or postgresql://"
+            ));
+        };
+        let (base, query) = match rest.split_once('?') {
+            Some((base, query)) => (base, query),
+            None => (rest, ""),
+        };
+        let mut tls = Tls::Off;
+        let mut root_cert = None;
+        let mut prefix = DEFAULT_PREFIX.to_owned();
+        let mut passed = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "sslmode" => {
+                    tls = match value {
+                        "disable" => Tls::Off,
+                        "require" | "verify-ca" => Tls::Chain,
+                        "verify-full" => Tls::Full,
+                        _ => {
+                            return usage(format!(
+                                "PostgreSQL URL {shown}: sslmode must be disable, require, \
+                                 verify-ca or verify-full"
+                            ))
+                        }
+                    }
+                }
+                "sslrootcert" => root_cert = Some(value.to_owned()),
+                "prefix" => {
+                    if !is_prefix(value) {
+                        return usage(format!(
+                            "PostgreSQL URL {shown}: the table prefix must be 1 to \
+                             {MAX_PREFIX_BYTES} lowercase letters, digits and `_`, starting \
+                             with a letter or `_`"
+                        ));
+                    }
+                    prefix = value.to_owned();
+                }
+                _ => passed.push(pair),
+            }
+        }
+        let mut library_url = format!("postgresql://{base}");
+        if !passed.is_empty() {
+            library_url.push('?');
+            library_url.push_str(&passed.join("&"));
+        }
+        // The library's message names the option, never its value.
+        let config = tokio_postgres::Config::from_str(&library_url)
+            .map_err(|e| anyhow!("cannot read PostgreSQL URL {shown}: {e}"))
+            .fail_with(Failure::Usage)?;
+        match config.get_hosts() {
+            [tokio_postgres::config::Host::Tcp(_)] => {}
+            [] => return usage(format!("PostgreSQL URL {shown} names no host")),
+            _ => {
+                return usage(format!(
+                    "PostgreSQL URL {shown}: give one TCP host (a socket directory or several \
+                     hosts are not supported)"
+                ))
+            }
+        }
+        if config.get_dbname().is_none() {
+            return usage(format!("PostgreSQL URL {shown} names no database"));
+        }
+        Ok(PgUrl {
+            config,
+            tls,
+            root_cert,
+            prefix,
+            shown,
+        })
+    }
+
+    /// Where locks live, for messages and the nested-run check.
+    pub fn location(&self) -> String {
+        self.shown.clone()
+    }
+}
+
+/// A prefix that is a plain, unquoted PostgreSQL name.
+fn is_prefix(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_PREFIX_BYTES
+        && s.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_give_tls_prefix_and_keep_the_rest_for_the_library() {
+        let url = PgUrl::parse(
+            "postgresql://al:SECRET@db.example:6543/app?sslmode=verify-full&prefix=x_&application_name=a",
+        )
+        .unwrap();
+        assert_eq!(url.tls, Tls::Full);
+        assert_eq!(url.prefix, "x_");
+        assert_eq!(url.config.get_ports(), [6543]);
+        assert_eq!(url.config.get_dbname(), Some("app"));
+        assert!(!url.location().contains("SECRET"));
+        let plain = PgUrl::parse("postgres://h/db").unwrap();
+        assert_eq!((plain.tls, plain.prefix.as_str()), (Tls::Off, "dlock_"));
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_showing_the_password() {
+        for url in [
+            "mysql://u:SECRET@h/db",
+            "postgres://u:SECRET@h/db?sslmode=maybe",
+            "postgres://u:SECRET@h/db?prefix=Bad;drop",
+            "postgres://u:SECRET@h",
+            "postgres://u:SECRET@h:notaport/db",
+        ] {
+            let e = PgUrl::parse(url).err().expect(url);
+            let text = format!("{e:#}");
+            assert!(!text.contains("SECRET"), "{text}");
+            assert_eq!(
+                crate::exit::status_of(&e),
+                crate::exit::Status::Usage,
+                "{text}"
+            );
+        }
+    }
+}

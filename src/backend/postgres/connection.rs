@@ -1,0 +1,357 @@
+//! One connection to the server, shared by the backend and its leases: connecting (TLS or not),
+//! reconnecting after the server went away, every call bounded by a timeout, the notifications
+//! that arrive on it, and failures turned into messages that name the server.
+//!
+//! tokio-postgres on a small runtime of dlock's own rather than the blocking `postgres` crate:
+//! every call here needs a deadline (a paused server keeps the TCP connection open and answers
+//! nothing; a renewal must give up in time to report the lease lost), and the blocking crate has
+//! none per call. The runtime is single-threaded and runs only inside a call, as the blocking crate
+//! would; between calls nothing is read, so a waiter's notifications wait in the socket.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio_postgres::{AsyncMessage, Client, Notification};
+
+use super::address::{PgUrl, Tls};
+use super::tls::client_config;
+use crate::exit::{FailWith, Failure};
+
+/// The tables and functions, `{p}` standing for the prefix.
+const SCHEMA: &str = include_str!("schema.sql");
+
+/// The advisory lock key that serialises creating the schema (any fixed number: "dlock" in ASCII).
+const SCHEMA_LOCK_KEY: i64 = 0x0064_6c6f_636b;
+
+/// A connection and what arrived on it.
+pub struct Conn {
+    runtime: tokio::runtime::Runtime,
+    url: Arc<PgUrl>,
+    connect_timeout: Duration,
+    client: Option<Arc<Client>>,
+    notes: Option<UnboundedReceiver<Notification>>,
+    /// Counts connections made: a listener listens again after a reconnect.
+    pub generation: u64,
+    /// Whether the schema was created by this dlock (then not tried twice).
+    schema_made: bool,
+}
+
+pub type Shared = Arc<Mutex<Conn>>;
+
+/// The connection behind `shared`, also after a panic elsewhere while it was locked.
+pub fn lock(shared: &Shared) -> MutexGuard<'_, Conn> {
+    // A panic elsewhere leaves at worst a connection in an unknown state, which the next call
+    // notices as any other failure.
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Why a call failed.
+#[derive(Debug)]
+pub enum Fault {
+    /// The server could not be reached or did not answer in time: worth trying again.
+    Unreachable(String),
+    /// The server answered with an error (`code`: its SQLSTATE).
+    Refused { code: String, message: String },
+    /// dlock's tables could not be created: the whole error, for the user.
+    Setup(anyhow::Error),
+}
+
+impl Fault {
+    pub fn message(&self) -> String {
+        match self {
+            Fault::Unreachable(m) => m.clone(),
+            Fault::Refused { message, .. } => message.clone(),
+            Fault::Setup(e) => format!("{e:#}"),
+        }
+    }
+
+    /// A table or function of dlock's that is not there yet.
+    fn is_missing_schema(&self) -> bool {
+        matches!(self, Fault::Refused { code, .. } if code == "42P01" || code == "42883")
+    }
+
+    /// As an error tagged backend-unavailable.
+    fn into_error(self) -> anyhow::Error {
+        if let Fault::Setup(e) = self {
+            return e;
+        }
+        let message = self.message();
+        match Err::<(), _>(anyhow!("{message}")).fail_with(Failure::BackendUnavailable) {
+            Err(e) => e,
+            Ok(()) => anyhow!("{message}"),
+        }
+    }
+}
+
+/// The one line for a library error: the server's own message, or how the connection failed,
+/// without the library's wording of internals (`(os error 111)`).
+fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return db.message().to_owned();
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
+                std::io::ErrorKind::ConnectionReset => "connection reset".into(),
+                std::io::ErrorKind::TimedOut => "timed out".into(),
+                std::io::ErrorKind::UnexpectedEof => "the server closed the connection".into(),
+                _ => io
+                    .to_string()
+                    .split(" (os error")
+                    .next()
+                    .unwrap_or("")
+                    .into(),
+            };
+        }
+        if let Some(tls) = s.downcast_ref::<rustls::Error>() {
+            return format!("TLS: {tls}");
+        }
+        source = s.source();
+    }
+    if e.is_closed() {
+        return "the connection was closed".into();
+    }
+    e.to_string()
+}
+
+fn fault(e: tokio_postgres::Error) -> Fault {
+    match e.as_db_error() {
+        // Refusals that last (wrong password, no such database, no rights, a SQL error): the
+        // connection works, and trying again would not help.
+        Some(db) => Fault::Refused {
+            code: db.code().code().to_owned(),
+            message: db.message().to_owned(),
+        },
+        None => Fault::Unreachable(describe(&e)),
+    }
+}
+
+impl Conn {
+    pub fn new(url: Arc<PgUrl>, connect_timeout: Duration) -> anyhow::Result<Conn> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| anyhow!("cannot start the PostgreSQL client: {e}"))?;
+        Ok(Conn {
+            runtime,
+            url,
+            connect_timeout,
+            client: None,
+            notes: None,
+            generation: 0,
+            schema_made: false,
+        })
+    }
+
+    pub fn url(&self) -> &PgUrl {
+        &self.url
+    }
+
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Connects if there is no open connection, within the connect timeout. A new connection has
+    /// a new `generation`.
+    pub fn ensure(&mut self) -> Result<(), Fault> {
+        self.ensure_within(self.connect_timeout)
+    }
+
+    /// `ensure`, giving up after `most` (or the connect timeout, if sooner).
+    fn ensure_within(&mut self, most: Duration) -> Result<(), Fault> {
+        if self.client.as_ref().is_some_and(|c| !c.is_closed()) {
+            return Ok(());
+        }
+        self.client = None;
+        self.notes = None;
+        let mut config = self.url.config.clone();
+        config
+            .connect_timeout(self.connect_timeout)
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(10))
+            .tcp_user_timeout(self.connect_timeout.max(Duration::from_secs(1)));
+        let (tx, rx) = unbounded_channel();
+        let timeout = self.connect_timeout.min(most);
+        let client = match self.url.tls {
+            Tls::Off => {
+                config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                self.runtime.block_on(async {
+                    let (client, mut connection) =
+                        tokio::time::timeout(timeout, config.connect(tokio_postgres::NoTls))
+                            .await
+                            .map_err(|_| Fault::Unreachable("no answer in time".into()))?
+                            .map_err(fault)?;
+                    tokio::spawn(async move {
+                        while let Some(Ok(message)) =
+                            std::future::poll_fn(|cx| connection.poll_message(cx)).await
+                        {
+                            if let AsyncMessage::Notification(n) = message {
+                                let _ = tx.send(n);
+                            }
+                        }
+                    });
+                    Ok::<_, Fault>(client)
+                })?
+            }
+            tls => {
+                config.ssl_mode(tokio_postgres::config::SslMode::Require);
+                let rustls = client_config(&self.url, tls).map_err(Fault::Unreachable)?;
+                let connector = tokio_postgres_rustls::MakeRustlsConnect::new(rustls);
+                self.runtime.block_on(async {
+                    let (client, mut connection) =
+                        tokio::time::timeout(timeout, config.connect(connector))
+                            .await
+                            .map_err(|_| Fault::Unreachable("no answer in time".into()))?
+                            .map_err(fault)?;
+                    tokio::spawn(async move {
+                        while let Some(Ok(message)) =
+                            std::future::poll_fn(|cx| connection.poll_message(cx)).await
+                        {
+                            if let AsyncMessage::Notification(n) = message {
+                                let _ = tx.send(n);
+                            }
+                        }
+                    });
+                    Ok::<_, Fault>(client)
+                })?
+            }
+        };
+        self.client = Some(Arc::new(client));
+        self.notes = Some(rx);
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// Runs `op` on the connection (connecting first if needed), for at most `budget` in all: a
+    /// renewal that must reconnect gives up in time to say its lease is lost, not after the
+    /// connect timeout. A connection that timed out is dropped: what it answers later belongs to
+    /// nobody.
+    pub fn call<T, F, Fut>(&mut self, budget: Duration, op: F) -> Result<T, Fault>
+    where
+        F: FnOnce(Arc<Client>) -> Fut,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let start = std::time::Instant::now();
+        self.ensure_within(budget)?;
+        let budget = budget.saturating_sub(start.elapsed());
+        // The call owns a handle on the client, so its future needs no borrow of `self`.
+        let Some(client) = self.client.clone() else {
+            return Err(Fault::Unreachable("not connected".into()));
+        };
+        match self
+            .runtime
+            .block_on(async { tokio::time::timeout(budget, op(client)).await })
+        {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => {
+                let f = fault(e);
+                if matches!(f, Fault::Unreachable(_)) {
+                    self.client = None;
+                }
+                Err(f)
+            }
+            Err(_) => {
+                self.client = None;
+                Err(Fault::Unreachable(format!(
+                    "no answer within {}",
+                    humantime::format_duration(budget)
+                )))
+            }
+        }
+    }
+
+    /// `call`, creating dlock's tables and functions first when the server says they are missing.
+    pub fn call_creating<T, F, Fut>(&mut self, budget: Duration, op: F) -> Result<T, Fault>
+    where
+        F: Fn(Arc<Client>) -> Fut,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        match self.call(budget, &op) {
+            Err(f) if f.is_missing_schema() && !self.schema_made => {
+                self.create_schema(budget).map_err(Fault::Setup)?;
+                self.call(budget, &op)
+            }
+            result => result,
+        }
+    }
+
+    /// The error for a failed call, naming the server.
+    pub fn error(&self, f: Fault) -> anyhow::Error {
+        match f {
+            Fault::Setup(e) => e,
+            f => Fault::Unreachable(format!("postgres at {}: {}", self.url.shown, f.message()))
+                .into_error(),
+        }
+    }
+
+    /// Creates the tables and functions (`schema.sql`), in one transaction under an advisory
+    /// lock. A user without the right to gets the statement an administrator must run once.
+    fn create_schema(&mut self, budget: Duration) -> anyhow::Result<()> {
+        let sql = format!(
+            "SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n{}",
+            SCHEMA.replace("{p}", &self.url.prefix)
+        );
+        let result = self.call(budget, |c| async move { c.batch_execute(&sql).await });
+        match result {
+            Ok(()) => {
+                self.schema_made = true;
+                Ok(())
+            }
+            Err(Fault::Refused { code, message }) if code == "42501" => {
+                let grant = self
+                    .call(budget, |c| async move {
+                        c.query_one(
+                            "SELECT format('GRANT CREATE ON SCHEMA %I TO %I', \
+                             current_schema(), current_user)",
+                            &[],
+                        )
+                        .await
+                    })
+                    .ok()
+                    .and_then(|row| row.try_get::<_, String>(0).ok())
+                    .unwrap_or_else(|| "GRANT CREATE ON SCHEMA public TO <user>".into());
+                Err(anyhow!(
+                    "postgres at {}: cannot create dlock's tables ({}locks, {}tokens, {}queue): \
+                     {message}; an administrator must run once: {grant}",
+                    self.url.shown,
+                    self.url.prefix,
+                    self.url.prefix,
+                    self.url.prefix
+                ))
+                .fail_with(Failure::BackendUnavailable)
+            }
+            Err(f) => Err(self.error(f).context("cannot create dlock's tables")),
+        }
+    }
+
+    /// Waits up to `most` for a notification; `Ok(None)` when none came. Fails when the
+    /// connection is gone.
+    pub fn next_note(&mut self, most: Duration) -> Result<Option<Notification>, Fault> {
+        let Some(notes) = self.notes.as_mut() else {
+            return Err(Fault::Unreachable("not connected".into()));
+        };
+        match self
+            .runtime
+            .block_on(async { tokio::time::timeout(most, notes.recv()).await })
+        {
+            Ok(Some(n)) => Ok(Some(n)),
+            Ok(None) => {
+                self.client = None;
+                self.notes = None;
+                Err(Fault::Unreachable("the connection was closed".into()))
+            }
+            Err(_) => {
+                if self.client.as_ref().is_none_or(|c| c.is_closed()) {
+                    self.client = None;
+                    return Err(Fault::Unreachable("the connection was closed".into()));
+                }
+                Ok(None)
+            }
+        }
+    }
+}

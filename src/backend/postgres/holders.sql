@@ -1,0 +1,7 @@
+-- The live holders of the names starting with $1 (status: the one name, by $2), as text, so that a
+-- row of any content reads: each field is checked in Rust.
+SELECT name, owner, mode, token::text, extract(epoch FROM since)::bigint::text, pid::text, host
+  FROM {p}locks
+ WHERE expires_at > clock_timestamp()
+   AND CASE WHEN $2 THEN name = $1 ELSE starts_with(name, $1) END
+ ORDER BY name, token

@@ -1,0 +1,1 @@
+SELECT {p}leave_v1($1, $2)

@@ -1,0 +1,208 @@
+//! The PostgreSQL backend: locks as rows in three tables of dlock's own, changed only by short
+//! transactions that judge every lease by the server's clock.
+//!
+//! Why it looks the way it does:
+//! - Not advisory locks: they belong to a session, so a pooler in transaction mode strands them,
+//!   a holder whose connection hangs keeps them, and they carry no record of who holds them nor a
+//!   fencing token. Here a lock is a row with a lease: `<prefix>locks` (name, owner, mode, token,
+//!   since, expires_at, pid, host), renewed every ttl/3 with `clock_timestamp()`; a row whose lease
+//!   passed counts as gone, and is deleted by the next change of that name.
+//! - Fencing tokens: `<prefix>tokens` (name -> last token), raised in the transaction that
+//!   grants, so a token is exactly as durable as the grant (never a sequence, which is not
+//!   transactional and may go back after a failover).
+//! - Every change of a name (acquire, release, leave the line, break) is one PL/pgSQL function
+//!   call (`schema.sql`) that first locks that name's counter row (`SELECT ... FOR UPDATE`): the
+//!   changes of one name are serialised, those of different names do not meet. Each is one round
+//!   trip (`query_typed`), as a Lua script is on Redis.
+//! - Waiting, first come first served: a busy waiter takes a ticket in `<prefix>queue` (bigserial:
+//!   it only orders the waiters alive at one time) and LISTENs on a channel of its own
+//!   (`<prefix><owner id>`), pipelined with its first attempt. A grant must fit beside the holders
+//!   and every live waiter ahead (counted as if holding), so nobody passes a waiter who came
+//!   first, while shared and limit waiters in a row go in together. A release, a waiter leaving or
+//!   `release --force` NOTIFYs exactly the waiters at the head of the line that now fit (in the
+//!   same transaction: the notification goes out at commit), and those re-attempt: a handoff costs
+//!   the release plus one call per waiter let in, whatever the length of the line, and an idle
+//!   waiter sends nothing. Nobody tells of a holder that died: a waiter re-checks when the first
+//!   holder's lease would run out, and at least every third of its own ttl, which renews its
+//!   place in line (a waiter that dies drops out within its ttl).
+//! - Tables and functions are created on first use (`CREATE ... IF NOT EXISTS`, under an advisory
+//!   lock), prefixed `dlock_` or the URL's `?prefix=`: the first call that finds them missing
+//!   creates them and tries again, so nothing is checked on the hot path.
+//! - One connection per dlock, shared by its calls and leases; a wait that starts while leases
+//!   are held (the later names of `dlock run a b`) opens one of its own, since it holds its
+//!   connection through each attempt and the leases' renewals must not queue behind it.
+//! - LISTEN does not work through a pooler in transaction mode (the notification goes to whichever
+//!   server connection ran the LISTEN): see the README.
+//!
+//! Here: `PgBackend`, answering the `Backend` calls. Beside it: `address` (the URL), `tls`,
+//! `connection` (one connection with timeouts and reconnection), `recipe` (the statements, in the
+//! `.sql` files), `wait` (the line) and `lease` (a held lock).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+
+use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use crate::lock::{host_name, Holder, LockName, LockRequest};
+use address::PgUrl;
+use connection::{lock, Conn, Shared};
+use lease::PgLease;
+use recipe::{Me, Recipe, Reply};
+
+mod address;
+mod connection;
+mod lease;
+mod recipe;
+mod tls;
+mod wait;
+
+const DEFAULT_URL: &str = "postgres://127.0.0.1:5432/postgres";
+
+/// Locks in one PostgreSQL database, through one connection opened on first use.
+pub struct PgBackend {
+    /// The connection of every call, and of the leases taken on it (each holds a handle).
+    conn: Shared,
+    url: Arc<PgUrl>,
+    connect_timeout: std::time::Duration,
+    recipe: Arc<Recipe>,
+    me: Me,
+    location: String,
+}
+
+impl PgBackend {
+    pub fn open(config: &BackendConfig) -> anyhow::Result<PgBackend> {
+        let url = match config.urls.as_slice() {
+            [] => DEFAULT_URL,
+            [url] => url.as_str(),
+            _ => {
+                return Err(anyhow::anyhow!("the postgres backend takes one --url")).map_err(|e| {
+                    use crate::exit::{FailWith, Failure};
+                    Err::<(), _>(e).fail_with(Failure::Usage).unwrap_err()
+                })
+            }
+        };
+        let url = Arc::new(PgUrl::parse(url)?);
+        Ok(PgBackend {
+            recipe: Arc::new(Recipe::new(&url.prefix)),
+            location: url.location(),
+            conn: Arc::new(Mutex::new(Conn::new(url.clone(), config.connect_timeout)?)),
+            url,
+            connect_timeout: config.connect_timeout,
+            me: Me {
+                pid: i64::from(std::process::id()),
+                host: host_name(),
+            },
+        })
+    }
+
+    fn holders(&self, name: &str, exact: bool) -> anyhow::Result<Vec<(String, Holder)>> {
+        let mut conn = lock(&self.conn);
+        let budget = conn.connect_timeout();
+        self.recipe
+            .holders(&mut conn, budget, name, exact)
+            .map_err(|f| conn.error(f))
+    }
+
+    fn status_of(&self, name: LockName, holders: Vec<Holder>) -> LockStatus {
+        LockStatus {
+            location: format!("{} row {:?}", self.location, name.as_str()),
+            name,
+            holders,
+            waiters: None,
+        }
+    }
+}
+
+impl Backend for PgBackend {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    /// One attempt; a busy one leaves nothing behind (`acquire` takes its place in line with its
+    /// own first attempt).
+    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+        let ctx = || format!("cannot acquire lock {:?}", request.name.as_str());
+        let sent = std::time::Instant::now();
+        let mut conn = lock(&self.conn);
+        let budget = conn.connect_timeout();
+        let reply = self
+            .recipe
+            .acquire(&mut conn, budget, request, &self.me, false, None, None)
+            .map_err(|f| conn.error(f))
+            .with_context(ctx)?;
+        drop(conn);
+        match reply {
+            Reply::Granted(token) => Ok(Attempt::Acquired(Box::new(PgLease::new(
+                self.conn.clone(),
+                self.recipe.clone(),
+                request.name.clone(),
+                request.owner.clone(),
+                token,
+                request.ttl,
+                sent,
+            )))),
+            Reply::Busy { .. } => Ok(Attempt::Busy(
+                self.holders(request.name.as_str(), true)
+                    .map(|h| h.into_iter().map(|(_, h)| h).collect())
+                    .unwrap_or_default(),
+            )),
+        }
+    }
+
+    fn acquire(
+        &self,
+        request: &LockRequest,
+        waiting: &Waiting,
+    ) -> anyhow::Result<Option<Box<dyn Lease>>> {
+        // A wait holds its connection while it listens and while each attempt runs (up to the
+        // connect timeout). Leases taken earlier renew on `self.conn` (a handle each) from
+        // another thread meanwhile, and must not queue behind it for longer than their lease:
+        // then the wait, and the lease it takes, get a connection of their own.
+        let conn = if Arc::strong_count(&self.conn) > 1 {
+            Arc::new(Mutex::new(Conn::new(
+                self.url.clone(),
+                self.connect_timeout,
+            )?))
+        } else {
+            self.conn.clone()
+        };
+        wait::wait(&conn, &self.recipe, &self.me, request, waiting)
+    }
+
+    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+        let holders = self
+            .holders(name.as_str(), true)
+            .with_context(|| format!("cannot read lock {:?}", name.as_str()))?;
+        Ok(self.status_of(name.clone(), holders.into_iter().map(|(_, h)| h).collect()))
+    }
+
+    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+        let rows = self.holders(prefix, false).context("cannot list locks")?;
+        let mut by_name: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
+        for (name, holder) in rows {
+            by_name.entry(name).or_default().push(holder);
+        }
+        let mut listing = Listing::default();
+        for (name, holders) in by_name {
+            match LockName::new(&name) {
+                Ok(lock_name) => listing.held.push(self.status_of(lock_name, holders)),
+                Err(e) => listing.unreadable.push(format!(
+                    "row {:?} in {}: {e}",
+                    crate::lock::escaped(&name, 80),
+                    self.location
+                )),
+            }
+        }
+        Ok(listing)
+    }
+
+    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+        let mut conn = lock(&self.conn);
+        let budget = conn.connect_timeout();
+        self.recipe
+            .break_lock(&mut conn, budget, name)
+            .map_err(|f| conn.error(f))
+            .with_context(|| format!("cannot release lock {:?}", name.as_str()))
+    }
+}

@@ -1,0 +1,275 @@
+//! The statements dlock sends (the `.sql` files beside this one, with the table prefix filled
+//! in), each one round trip (`query_typed`: no separate prepare), and what their rows mean.
+
+use std::time::Duration;
+
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Row;
+
+use super::connection::{Conn, Fault};
+use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
+
+/// The statements, with the prefix filled in.
+pub struct Recipe {
+    acquire: String,
+    renew: String,
+    release: String,
+    leave: String,
+    brk: String,
+    holders: String,
+    /// The prefix of each waiter's notification channel (`PREFIX` + owner id).
+    channel: String,
+}
+
+/// What an acquisition attempt found.
+pub enum Reply {
+    Granted(Token),
+    /// Busy: the place in line kept (when one was asked for), and when the first lease would run
+    /// out (none when the lock waits only for waiters ahead).
+    Busy {
+        ticket: Option<i64>,
+        expires_in: Option<Duration>,
+    },
+}
+
+/// This process, as written in holder rows.
+pub struct Me {
+    pub pid: i64,
+    pub host: String,
+}
+
+impl Recipe {
+    pub fn new(prefix: &str) -> Recipe {
+        let fill = |sql: &str| sql.replace("{p}", prefix);
+        Recipe {
+            acquire: fill(include_str!("acquire.sql")),
+            renew: fill(include_str!("renew.sql")),
+            release: fill(include_str!("release.sql")),
+            leave: fill(include_str!("leave.sql")),
+            brk: fill(include_str!("break.sql")),
+            holders: fill(include_str!("holders.sql")),
+            channel: prefix.to_owned(),
+        }
+    }
+
+    /// The channel a waiter with `owner` listens on (owner ids are hex: a plain name).
+    pub fn channel(&self, owner: &str) -> String {
+        format!("{}{owner}", self.channel)
+    }
+
+    /// One attempt. `queue`: keep (or take, without `ticket`) a place in line when busy.
+    /// `listen`: a channel to LISTEN on first, in the same round trip.
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        request: &LockRequest,
+        me: &Me,
+        queue: bool,
+        ticket: Option<i64>,
+        listen: Option<&str>,
+    ) -> Result<Reply, Fault> {
+        let (limit, mode) = match request.mode {
+            Mode::Limit(n) => (i32::try_from(n).unwrap_or(i32::MAX), request.mode.to_wire()),
+            m => (0, m.to_wire()),
+        };
+        let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
+        let listen = listen.map(|c| format!("LISTEN \"{c}\""));
+        let row = conn.call_creating(budget, |client| {
+            let listen = listen.clone();
+            let (name, owner, mode, host) = (
+                request.name.as_str().to_owned(),
+                request.owner.clone(),
+                mode.clone(),
+                me.host.clone(),
+            );
+            let (pid, sql) = (me.pid, self.acquire.clone());
+            async move {
+                let params: [(&(dyn ToSql + Sync), Type); 9] = [
+                    (&name, Type::TEXT),
+                    (&owner, Type::TEXT),
+                    (&mode, Type::TEXT),
+                    (&limit, Type::INT4),
+                    (&ttl_ms, Type::INT8),
+                    (&pid, Type::INT8),
+                    (&host, Type::TEXT),
+                    (&queue, Type::BOOL),
+                    (&ticket, Type::INT8),
+                ];
+                let attempt = client.query_typed(&sql, &params);
+                let rows = match &listen {
+                    // Pipelined: the LISTEN is in force before the attempt runs, so no wake-up
+                    // sent after the attempt can be missed.
+                    Some(listen) => {
+                        let (listened, rows) = tokio::join!(client.batch_execute(listen), attempt);
+                        listened?;
+                        rows?
+                    }
+                    None => attempt.await?,
+                };
+                Ok(rows)
+            }
+        })?;
+        let Some(row) = row.first() else {
+            return Err(odd("no answer from acquire"));
+        };
+        let granted: Option<i64> = row.try_get(0).map_err(|_| odd("acquire"))?;
+        if let Some(token) = granted {
+            return Token::try_from(token)
+                .ok()
+                .filter(|&t| t > 0)
+                .map(Reply::Granted)
+                .ok_or_else(|| odd("a token below 1"));
+        }
+        let ticket: Option<i64> = row.try_get(1).map_err(|_| odd("acquire"))?;
+        let retry_ms: Option<i64> = row.try_get(2).map_err(|_| odd("acquire"))?;
+        Ok(Reply::Busy {
+            ticket,
+            expires_in: retry_ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        })
+    }
+
+    /// Extends `owner`'s lease on `name` by `ttl`: whether it was still ours.
+    pub fn renew(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        name: &LockName,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, Fault> {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let rows = conn.call(budget, |client| {
+            let (name, owner, sql) = (name.as_str().to_owned(), owner.to_owned(), &self.renew);
+            async move {
+                let params: [(&(dyn ToSql + Sync), Type); 3] = [
+                    (&name, Type::TEXT),
+                    (&owner, Type::TEXT),
+                    (&ttl_ms, Type::INT8),
+                ];
+                client.query_typed(sql, &params).await
+            }
+        })?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Gives up `owner`'s hold: whether it was still ours.
+    pub fn release(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        name: &LockName,
+        owner: &str,
+    ) -> Result<bool, Fault> {
+        let rows = conn.call(budget, |client| {
+            let (name, owner, sql) = (name.as_str().to_owned(), owner.to_owned(), &self.release);
+            async move {
+                let params: [(&(dyn ToSql + Sync), Type); 2] =
+                    [(&name, Type::TEXT), (&owner, Type::TEXT)];
+                client.query_typed(sql, &params).await
+            }
+        })?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.try_get::<_, bool>(0).ok())
+            .unwrap_or(false))
+    }
+
+    /// Leaves the line (a waiter that gave up).
+    pub fn leave(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        name: &LockName,
+        ticket: i64,
+    ) -> Result<(), Fault> {
+        conn.call(budget, |client| {
+            let (name, sql) = (name.as_str().to_owned(), &self.leave);
+            async move {
+                let params: [(&(dyn ToSql + Sync), Type); 2] =
+                    [(&name, Type::TEXT), (&ticket, Type::INT8)];
+                client.query_typed(sql, &params).await
+            }
+        })?;
+        Ok(())
+    }
+
+    /// The live holders of `name` (`exact`) or of every name starting with it, by name.
+    pub fn holders(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        name: &str,
+        exact: bool,
+    ) -> Result<Vec<(String, Holder)>, Fault> {
+        let rows = conn.call_creating(budget, |client| {
+            let (name, sql) = (name.to_owned(), self.holders.clone());
+            async move {
+                let params: [(&(dyn ToSql + Sync), Type); 2] =
+                    [(&name, Type::TEXT), (&exact, Type::BOOL)];
+                client.query_typed(&sql, &params).await
+            }
+        })?;
+        Ok(rows.iter().map(holder_of).collect())
+    }
+
+    /// Removes every holder of `name`; returns them.
+    pub fn break_lock(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        name: &LockName,
+    ) -> Result<Vec<Holder>, Fault> {
+        let rows = conn.call_creating(budget, |client| {
+            let (name, sql) = (name.as_str().to_owned(), self.brk.clone());
+            async move {
+                let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
+                client.query_typed(&sql, &params).await
+            }
+        })?;
+        Ok(rows.iter().map(|r| holder_of(r).1).collect())
+    }
+}
+
+fn odd(what: &str) -> Fault {
+    Fault::Unreachable(format!("unexpected answer from the server ({what})"))
+}
+
+/// A holder row (name, owner, mode, token, since, pid, host; all text, any content: other clients
+/// may write these tables), checked field by field. What does not read is an unreadable holder,
+/// counted as the server counts it.
+fn holder_of(row: &Row) -> (String, Holder) {
+    let text = |i: usize| row.try_get::<_, Option<String>>(i).ok().flatten();
+    let (name, owner, mode, token, since, pid, host) = (
+        text(0).unwrap_or_default(),
+        text(1).unwrap_or_default(),
+        text(2).unwrap_or_default(),
+        text(3).unwrap_or_default(),
+        text(4).unwrap_or_default(),
+        text(5).unwrap_or_default(),
+        text(6).unwrap_or_default(),
+    );
+    let parsed = Mode::from_wire(&mode).and_then(|m| {
+        Holder::checked(
+            m,
+            &owner,
+            &host,
+            pid.parse().ok()?,
+            since.parse().ok()?,
+            Some(token.parse().ok().filter(|&t: &Token| t > 0)?),
+        )
+    });
+    let holder = parsed.unwrap_or_else(|| {
+        let counted = match Mode::from_wire(&mode) {
+            Some(m @ (Mode::Shared | Mode::Limit(_))) => m,
+            _ => Mode::Exclusive,
+        };
+        Holder::unreadable(
+            counted,
+            &owner,
+            &format!("{mode} {token} {since} {pid} {host}"),
+        )
+    });
+    (name, holder)
+}

@@ -1,0 +1,1 @@
+SELECT {p}release_v1($1, $2)

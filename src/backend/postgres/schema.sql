@@ -1,0 +1,182 @@
+-- dlock's tables and functions, created on first use. `{p}` is the table prefix (default `dlock_`).
+-- Run in one transaction under an advisory lock, so that two dlocks creating them at once do not
+-- collide. The functions are versioned by name (`_v1`): a newer dlock adds its own beside them.
+
+-- The fencing counter of each name: the last token handed out. Updated in the transaction that
+-- grants, so it is as durable as the grant; never a sequence, which may go back after a failover.
+CREATE TABLE IF NOT EXISTS {p}tokens (
+    name text PRIMARY KEY,
+    last_token bigint NOT NULL
+);
+
+-- The holders: one row per (name, owner). `expires_at` is the lease, by the server's clock.
+CREATE TABLE IF NOT EXISTS {p}locks (
+    name text NOT NULL,
+    owner text NOT NULL,
+    mode text NOT NULL,
+    token bigint NOT NULL,
+    since timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,
+    pid bigint NOT NULL,
+    host text NOT NULL,
+    PRIMARY KEY (name, owner)
+);
+
+-- The waiters in arrival order; a waiter renews `alive_until` while it waits, and one that stops
+-- doing so drops out of the line.
+CREATE TABLE IF NOT EXISTS {p}queue (
+    ticket bigserial PRIMARY KEY,
+    name text NOT NULL,
+    owner text NOT NULL,
+    mode text NOT NULL,
+    alive_until timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS {p}queue_by_name ON {p}queue (name, ticket);
+
+-- How a stored mode counts: 'shared', 'limit' or (anything else, a foreign or garbled row)
+-- 'exclusive', so a row dlock cannot read makes others wait and never lets two holders in.
+CREATE OR REPLACE FUNCTION {p}kind_v1(mode text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN mode = 'shared' THEN 'shared'
+        WHEN mode ~ '^limit:[1-9][0-9]{0,9}$' THEN 'limit'
+        ELSE 'exclusive'
+    END
+$$;
+
+-- One acquisition attempt on `p_name`, serialised with every other change of that name by the
+-- row lock on its counter. Grants when the mode fits beside the live holders AND beside every live
+-- waiter ahead of this one (counted as if it held already): first come, first served, while
+-- shared and limit waiters in a row still go in together. Busy: with `p_queue`, keeps (or takes)
+-- a place in line, renewed for `p_ttl_ms`, and says after how long the first lease would run out.
+CREATE OR REPLACE FUNCTION {p}acquire_v1(
+    p_name text, p_owner text, p_mode text, p_limit integer, p_ttl_ms bigint, p_pid bigint,
+    p_host text, p_queue boolean, p_ticket bigint
+) RETURNS TABLE (granted_token bigint, queue_ticket bigint, retry_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz;
+    v_last bigint;
+    v_kind text := {p}kind_v1(p_mode);
+    v_excl bigint;
+    v_seats bigint;
+    v_total bigint;
+    v_fits boolean;
+    v_ticket bigint;
+BEGIN
+    INSERT INTO {p}tokens (name, last_token) VALUES (p_name, 0) ON CONFLICT (name) DO NOTHING;
+    SELECT t.last_token INTO v_last FROM {p}tokens t WHERE t.name = p_name FOR UPDATE;
+    v_now := clock_timestamp();
+    DELETE FROM {p}locks l WHERE l.name = p_name AND l.expires_at <= v_now;
+    DELETE FROM {p}queue q WHERE q.name = p_name AND q.alive_until <= v_now;
+    IF p_ticket IS NOT NULL THEN
+        SELECT q.ticket INTO v_ticket FROM {p}queue q WHERE q.ticket = p_ticket AND q.owner = p_owner;
+    END IF;
+    SELECT count(*) FILTER (WHERE k = 'exclusive'), count(*) FILTER (WHERE k = 'limit'), count(*)
+      INTO v_excl, v_seats, v_total
+      FROM (SELECT {p}kind_v1(l.mode) AS k FROM {p}locks l WHERE l.name = p_name
+            UNION ALL
+            SELECT {p}kind_v1(q.mode) FROM {p}queue q
+             WHERE q.name = p_name AND (v_ticket IS NULL OR q.ticket < v_ticket)) AS ahead;
+    v_fits := CASE v_kind
+        WHEN 'exclusive' THEN v_total = 0
+        WHEN 'shared' THEN v_excl = 0
+        ELSE v_excl = 0 AND v_seats < p_limit
+    END;
+    IF v_fits THEN
+        UPDATE {p}tokens t SET last_token = v_last + 1 WHERE t.name = p_name;
+        INSERT INTO {p}locks (name, owner, mode, token, since, expires_at, pid, host)
+        VALUES (p_name, p_owner, p_mode, v_last + 1, v_now,
+                v_now + p_ttl_ms * interval '1 millisecond', p_pid, p_host);
+        IF v_ticket IS NOT NULL THEN
+            DELETE FROM {p}queue q WHERE q.ticket = v_ticket;
+        END IF;
+        RETURN QUERY SELECT v_last + 1, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    IF p_queue THEN
+        IF v_ticket IS NULL THEN
+            INSERT INTO {p}queue (name, owner, mode, alive_until)
+            VALUES (p_name, p_owner, p_mode, v_now + p_ttl_ms * interval '1 millisecond')
+            RETURNING ticket INTO v_ticket;
+        ELSE
+            UPDATE {p}queue q SET alive_until = v_now + p_ttl_ms * interval '1 millisecond'
+             WHERE q.ticket = v_ticket;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT NULL::bigint, v_ticket,
+        (SELECT greatest(0, ceil(extract(epoch FROM min(l.expires_at) - v_now) * 1000))::bigint
+           FROM {p}locks l WHERE l.name = p_name);
+END
+$$;
+
+-- Tells the waiters at the head of `p_name`'s line that now fit (on the channel `{p}` || owner),
+-- and no others: a handoff wakes only those it lets in, whatever the length of the line. The
+-- caller holds the counter's row lock.
+CREATE OR REPLACE FUNCTION {p}wake_v1(p_name text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_excl bigint;
+    v_seats bigint;
+    v_total bigint;
+    w record;
+    v_kind text;
+    v_limit bigint;
+BEGIN
+    SELECT count(*) FILTER (WHERE {p}kind_v1(l.mode) = 'exclusive'),
+           count(*) FILTER (WHERE {p}kind_v1(l.mode) = 'limit'), count(*)
+      INTO v_excl, v_seats, v_total
+      FROM {p}locks l WHERE l.name = p_name AND l.expires_at > v_now;
+    FOR w IN SELECT q.owner, q.mode FROM {p}queue q
+              WHERE q.name = p_name AND q.alive_until > v_now ORDER BY q.ticket LOOP
+        v_kind := {p}kind_v1(w.mode);
+        IF v_kind = 'exclusive' THEN
+            EXIT WHEN v_total > 0;
+            v_excl := v_excl + 1;
+        ELSIF v_kind = 'shared' THEN
+            EXIT WHEN v_excl > 0;
+        ELSE
+            v_limit := substr(w.mode, 7)::bigint;
+            EXIT WHEN v_excl > 0 OR v_seats >= v_limit;
+            v_seats := v_seats + 1;
+        END IF;
+        v_total := v_total + 1;
+        PERFORM pg_notify('{p}' || w.owner, p_name);
+    END LOOP;
+END
+$$;
+
+-- Gives up `p_owner`'s hold on `p_name` and wakes who may come next. True when it was still held.
+CREATE OR REPLACE FUNCTION {p}release_v1(p_name text, p_owner text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_held boolean;
+BEGIN
+    PERFORM 1 FROM {p}tokens t WHERE t.name = p_name FOR UPDATE;
+    DELETE FROM {p}locks l WHERE l.name = p_name AND l.owner = p_owner
+    RETURNING l.expires_at > clock_timestamp() INTO v_held;
+    PERFORM {p}wake_v1(p_name);
+    RETURN coalesce(v_held, false);
+END
+$$;
+
+-- Leaves `p_name`'s line (a waiter that gave up), waking who may come next in its place.
+CREATE OR REPLACE FUNCTION {p}leave_v1(p_name text, p_ticket bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM {p}tokens t WHERE t.name = p_name FOR UPDATE;
+    DELETE FROM {p}queue q WHERE q.ticket = p_ticket;
+    PERFORM {p}wake_v1(p_name);
+END
+$$;
+
+-- Breaks `p_name` for every holder (`release --force`); returns the rows removed.
+CREATE OR REPLACE FUNCTION {p}break_v1(p_name text) RETURNS SETOF {p}locks
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM {p}tokens t WHERE t.name = p_name FOR UPDATE;
+    RETURN QUERY DELETE FROM {p}locks l WHERE l.name = p_name RETURNING l.*;
+    PERFORM {p}wake_v1(p_name);
+END
+$$;

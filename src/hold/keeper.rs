@@ -1,0 +1,268 @@
+//! The keeper: takes the locks for a shell (with the supervisor's acquisition), tells the front,
+//! detaches, and keeps them (with the supervisor's heartbeat) until the shell exits, however it
+//! exits, or `dlock release` asks from the shell or a descendant of it. When a lock is lost it
+//! sends SIGTERM to the shell and tells a later `dlock release` so.
+//!
+//! The shell is watched with a pidfd, taken before anything else and checked against the shell's
+//! start time, so a pid reused by another process is never watched or signalled instead.
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::process::{pidfd_open, pidfd_send_signal, PidfdFlags, Signal};
+
+use super::registry::{self, Process};
+use super::{shell_lines, HELD};
+use crate::cli::{GlobalArgs, HoldArgs};
+use crate::exit::Status;
+use crate::reentry::HELD_VAR;
+use crate::report::Reporter;
+use crate::signal::FORWARDED;
+use crate::supervise::{self, next_renewal, release_all, renew_due, Held, Kept};
+
+/// How often the keeper looks for signals sent to it (it waits in poll, not for signals).
+const SIGNAL_TICK: Duration = Duration::from_millis(200);
+
+/// What a keeper answers `dlock release`, one line.
+pub const RELEASED: &str = "released";
+pub const LOST: &str = "lost";
+pub const REFUSED: &str = "refused";
+
+pub fn run(
+    shell: Process,
+    args: &HoldArgs,
+    global: &GlobalArgs,
+    report: &Reporter,
+) -> anyhow::Result<Status> {
+    close_inherited_descriptors();
+    let front = rustix::process::getppid();
+    // Dies with the front while acquiring: a `dlock hold` killed while it waits leaves nothing.
+    let _ = rustix::process::set_parent_process_death_signal(Some(Signal::TERM));
+    if rustix::process::getppid() != front {
+        return Ok(Status::Signalled(libc::SIGTERM));
+    }
+    if !front.is_some_and(|f| shell.is_or_is_ancestor_of(f.as_raw_pid().unsigned_abs())) {
+        return Err(anyhow!(
+            "the shell that ran dlock hold (pid {}) has ended",
+            shell.pid
+        ));
+    }
+    let gone = || {
+        anyhow!(
+            "the shell that ran dlock hold (pid {}) has ended",
+            shell.pid
+        )
+    };
+    let pid = rustix::process::Pid::from_raw(shell.pid.try_into().unwrap_or(0)).ok_or_else(gone)?;
+    let pidfd = pidfd_open(pid, PidfdFlags::empty()).map_err(|_| gone())?;
+    // The pidfd names whichever process has the pid now: the shell, if it started when it did.
+    if Process::now(shell.pid) != Some(shell) {
+        return Err(gone());
+    }
+    let plan = args.plan(global)?;
+    let dir = registry::dir(true)?;
+    let keeper = Keeper {
+        shell,
+        pidfd,
+        dir,
+        report,
+    };
+    supervise::hold(plan, Box::new(move |kept| keeper.keep(kept)), report)
+}
+
+struct Keeper<'a> {
+    shell: Process,
+    pidfd: OwnedFd,
+    dir: PathBuf,
+    report: &'a Reporter,
+}
+
+impl Keeper<'_> {
+    fn keep(self, kept: Kept) -> anyhow::Result<Status> {
+        let Kept { held, env, signals } = kept;
+        let entries = match self.listen(&held) {
+            Ok(entries) => entries,
+            Err(e) => {
+                release_all(held, self.report);
+                return Err(e);
+            }
+        };
+        // The nested-run claim names the keeper, which is no ancestor of the script's commands: a
+        // nested run could not prove it, so it is left out (and an inherited one left as it is).
+        let vars: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != HELD_VAR).collect();
+        // From here the front may exit without ending the keeper.
+        let _ = rustix::process::set_parent_process_death_signal(None);
+        let told = {
+            let mut out = io::stdout().lock();
+            out.write_all(format!("{HELD}{}", shell_lines(&vars)).as_bytes())
+                .and_then(|()| out.flush())
+        };
+        if told.is_err() {
+            // The front is gone: nobody learnt that the locks are held.
+            release_all(held, self.report);
+            remove(&entries);
+            return Ok(Status::Internal);
+        }
+        detach();
+
+        let mut held = held;
+        let mut lost: Option<String> = None;
+        loop {
+            let now = Instant::now();
+            let mut timeout = SIGNAL_TICK;
+            if lost.is_none() {
+                if let Some(due) = next_renewal(&held) {
+                    timeout = timeout.min(due.saturating_duration_since(now));
+                }
+            }
+            let mut fds = vec![PollFd::new(&self.pidfd, PollFlags::IN)];
+            fds.extend(entries.iter().map(|(_, l)| PollFd::new(l, PollFlags::IN)));
+            let spec = Timespec::try_from(timeout).unwrap_or(Timespec {
+                tv_sec: 0,
+                tv_nsec: 200_000_000,
+            });
+            let _ = poll(&mut fds, Some(&spec));
+            let shell_ended = !fds[0].revents().is_empty();
+            let asked: Vec<bool> = fds[1..].iter().map(|f| !f.revents().is_empty()).collect();
+            drop(fds);
+            if shell_ended {
+                release_all(held, self.report);
+                remove(&entries);
+                return Ok(Status::Done);
+            }
+            for ((_, listener), _) in entries.iter().zip(asked).filter(|(_, a)| *a) {
+                let Ok((mut conn, _)) = listener.accept() else {
+                    continue;
+                };
+                if !self.may_release(&conn) {
+                    let _ = writeln!(conn, "{REFUSED}");
+                    continue;
+                }
+                let lost_at_end = release_all(std::mem::take(&mut held), self.report);
+                let answer = match lost.take().or(lost_at_end) {
+                    Some(why) => format!("{LOST} {why}"),
+                    None => RELEASED.to_owned(),
+                };
+                let _ = writeln!(conn, "{answer}");
+                remove(&entries);
+                return Ok(Status::Done);
+            }
+            while let Some(n) = signals.wait(Duration::ZERO) {
+                if FORWARDED.contains(&n) {
+                    release_all(held, self.report);
+                    remove(&entries);
+                    return Ok(Status::Signalled(n));
+                }
+            }
+            if lost.is_none() && next_renewal(&held).is_some_and(|d| d <= Instant::now()) {
+                if let Err(why) = renew_due(&mut held, self.report) {
+                    // The others go too: the script runs on no lock of this hold any more.
+                    release_all(std::mem::take(&mut held), self.report);
+                    let _ = pidfd_send_signal(&self.pidfd, Signal::TERM);
+                    lost = Some(why);
+                }
+            }
+        }
+    }
+
+    /// A socket per lock in the registry. An entry left by a keeper that is gone is replaced; one
+    /// whose keeper answers means this shell already holds the lock (two `dlock hold`s at once).
+    fn listen(&self, held: &[Held]) -> anyhow::Result<Vec<(PathBuf, UnixListener)>> {
+        let mut entries = Vec::new();
+        for h in held {
+            let path = registry::entry(&self.dir, self.shell, h.name());
+            let listener = match UnixListener::bind(&path) {
+                Err(e)
+                    if e.kind() == io::ErrorKind::AddrInUse
+                        && UnixStream::connect(&path).is_err() =>
+                {
+                    let _ = fs::remove_file(&path);
+                    UnixListener::bind(&path)
+                }
+                other => other,
+            };
+            match listener {
+                Ok(listener) => entries.push((path, listener)),
+                Err(e) => {
+                    remove(&entries);
+                    return Err(e).with_context(|| {
+                        format!(
+                            "cannot register the hold of lock {:?} in {}",
+                            h.name().as_str(),
+                            self.dir.display()
+                        )
+                    });
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Whether the process at the other end of `conn` may release this hold: the user's own, and
+    /// the shell itself or a descendant of it. (The registry is private to the user; this stops
+    /// the user's other shells and daemons.)
+    fn may_release(&self, conn: &UnixStream) -> bool {
+        let Ok(peer) = rustix::net::sockopt::socket_peercred(conn.as_fd()) else {
+            return false;
+        };
+        peer.uid == rustix::process::getuid()
+            && self
+                .shell
+                .is_or_is_ancestor_of(peer.pid.as_raw_nonzero().get().unsigned_abs())
+    }
+}
+
+fn remove(entries: &[(PathBuf, UnixListener)]) {
+    for (path, _) in entries {
+        let _ = fs::remove_file(path);
+    }
+}
+
+/// The keeper lives on after the front: in a session of its own (no terminal, no job control
+/// signals), in `/`, with its standard streams on /dev/null.
+fn detach() {
+    let _ = rustix::process::setsid();
+    let _ = rustix::process::chdir("/");
+    if let Ok(null) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
+        let _ = rustix::stdio::dup2_stderr(&null);
+    }
+}
+
+/// Closes every descriptor beyond the standard streams that the keeper inherited from the shell
+/// (through the front): the keeper outlives neither the shell nor its files, and must not keep a
+/// pipe or a lock file of the script's open.
+fn close_inherited_descriptors() {
+    let Ok(listing) = fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = listing
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    // The listing's own descriptor is closed by now, and closing it again only fails (EBADF).
+    for fd in fds {
+        // SAFETY: called first thing in the keeper, before it opens anything: no object in this
+        // process owns these descriptors, so none is left dangling.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// A keeper's answer to `dlock release`, read.
+pub fn read_answer(mut conn: UnixStream) -> io::Result<String> {
+    conn.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer)?;
+    Ok(answer.trim_end().to_owned())
+}

@@ -1,0 +1,158 @@
+//! Where a keeper can be found: one Unix socket per lock it keeps, in a directory private to the
+//! user, named by the shell that took the hold (pid and start time) and the lock's name. Only the
+//! user can create or reach an entry; the keeper still checks who connects (see keeper.rs), so an
+//! entry copied or guessed by the user's other processes releases nothing it should not.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::anyhow;
+use sha2::{Digest, Sha256};
+
+use crate::exit::{FailWith, Failure};
+use crate::lock::LockName;
+use crate::report::plain;
+
+/// Where the directory goes, first existing one wins: the same for every session of the host (as
+/// the file backend's default directory), so `hold` and `release` always agree, whatever the
+/// environment says.
+const BASES: [&str; 3] = ["/run/lock", "/var/lock", "/tmp"];
+
+/// A process named so that a reused pid is not taken for it: its pid and start time (clock ticks
+/// after boot, field 22 of /proc/PID/stat).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    pub start: u64,
+}
+
+impl Process {
+    /// The process `pid` as it is now, if it exists.
+    pub fn now(pid: u32) -> Option<Process> {
+        let stat = crate::reentry::ProcStat::read(pid)?;
+        Some(Process {
+            pid,
+            start: stat.start,
+        })
+    }
+
+    /// `PID.START`, as the keeper is told its shell.
+    pub fn text(self) -> String {
+        format!("{}.{}", self.pid, self.start)
+    }
+
+    pub fn parse(text: &str) -> Option<Process> {
+        let (pid, start) = text.split_once('.')?;
+        Some(Process {
+            pid: pid.parse().ok().filter(|&p| p > 0)?,
+            start: start.parse().ok()?,
+        })
+    }
+
+    /// Whether this process is `pid` itself or one of its ancestors (walking /proc up from `pid`).
+    pub fn is_or_is_ancestor_of(self, pid: u32) -> bool {
+        ancestry(pid).contains(&self)
+    }
+}
+
+/// `pid` and its ancestors, nearest first, as far as /proc shows them.
+pub fn ancestry(pid: u32) -> Vec<Process> {
+    const MOST: usize = 1024;
+    let mut chain = Vec::new();
+    let mut pid = pid;
+    while pid != 0 && chain.len() < MOST {
+        let Some(stat) = crate::reentry::ProcStat::read(pid) else {
+            break;
+        };
+        chain.push(Process {
+            pid,
+            start: stat.start,
+        });
+        pid = stat.parent;
+    }
+    chain
+}
+
+/// The directory for this user's holds: `/run/lock/dlock-holds-UID`. With `create`, made mode
+/// 0700 if missing. It sits where every user can write, so one found there must be a real
+/// directory, ours, that nobody else may enter.
+pub fn dir(create: bool) -> anyhow::Result<PathBuf> {
+    let uid = rustix::process::getuid().as_raw();
+    let base = BASES
+        .iter()
+        .find(|base| fs::metadata(base).is_ok_and(|m| m.is_dir()))
+        .unwrap_or(&BASES[2]);
+    let dir = Path::new(base).join(format!("dlock-holds-{uid}"));
+    if create {
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(anyhow!(
+                    "cannot create the directory of holds {}: {}",
+                    dir.display(),
+                    plain(&e)
+                ))
+                .fail_with(Failure::BackendUnavailable)
+            }
+            _ => {}
+        }
+    }
+    let meta = match fs::symlink_metadata(&dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(dir),
+        Err(e) => {
+            return Err(anyhow!(
+                "cannot inspect the directory of holds {}: {}",
+                dir.display(),
+                plain(&e)
+            ))
+            .fail_with(Failure::BackendUnavailable)
+        }
+    };
+    let mode = meta.permissions().mode() & 0o7777;
+    let wrong = if !meta.file_type().is_dir() {
+        Some("it is not a directory".to_owned())
+    } else if meta.uid() != uid {
+        Some(format!("it belongs to uid {}, not to you", meta.uid()))
+    } else if mode & 0o077 != 0 {
+        Some(format!(
+            "other users may use it (mode {mode:o}); it should be 700"
+        ))
+    } else {
+        None
+    };
+    match wrong {
+        Some(why) => Err(anyhow!(
+            "refusing the directory of holds {}: {why}",
+            dir.display()
+        ))
+        .fail_with(Failure::BackendUnavailable),
+        None => Ok(dir),
+    }
+}
+
+/// The entry of `shell`'s hold of `name` in `dir`. The name is hashed: it may hold `/` and be
+/// longer than a socket's path may be.
+pub fn entry(dir: &Path, shell: Process, name: &LockName) -> PathBuf {
+    let digest = Sha256::digest(name.as_str().as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    dir.join(format!("{}.{}.{hex}", shell.pid, shell.start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_round_trips_and_nonsense_is_refused() {
+        let p = Process {
+            pid: 42,
+            start: 123456,
+        };
+        assert_eq!(Process::parse(&p.text()), Some(p));
+        for bad in ["", "42", "0.1", "x.1", "42.", ".5", "42.-1"] {
+            assert_eq!(Process::parse(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,537 @@
+//! The etcd backend against a real etcd (one shared by the tests of a run, each test with its own
+//! lock names; a private one for tests that stop the server or count its events): interop with
+//! `etcdctl lock` both ways, modes, tokens, first come first served with one wake-up per release,
+//! losing the lock, status/list/release --force, hostile keys, bad addresses and a restart.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::etcd_server::{free_port, EtcdServer};
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+fn shared() -> &'static EtcdServer {
+    EtcdServer::shared()
+}
+
+/// `dlock --backend etcd --url <server> ARGS`.
+fn on(server: &EtcdServer, args: &[&str]) -> Command {
+    let mut cmd = dlock();
+    cmd.args(["--backend", "etcd", "--url", &server.url()])
+        .args(args);
+    cmd
+}
+
+/// `dlock --backend etcd --url URL ARGS`.
+fn at(url: &str, args: &[&str]) -> Command {
+    let mut cmd = dlock();
+    cmd.args(["--backend", "etcd", "--url", url]).args(args);
+    cmd
+}
+
+/// A shell loop that waits (at most 30s) for `go` to appear.
+fn hold_until(go: &Path) -> String {
+    format!(
+        "i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
+        go = go.display()
+    )
+}
+
+/// `dlock run [flags] NAME -- sh -c 'echo $DLOCK_TOKEN > TAG.in; <hold until TAG.go>'`, in the
+/// background; returns once the child runs (the lock is held).
+fn start_holder(
+    server: &EtcdServer,
+    dir: &LockDir,
+    flags: &[&str],
+    name: &str,
+    tag: &str,
+) -> Child {
+    let child = spawn_holder(server, dir, flags, name, tag);
+    wait_for_file(&dir.file(&format!("{tag}.in")), T);
+    child
+}
+
+/// As `start_holder`, without waiting for the lock.
+fn spawn_holder(
+    server: &EtcdServer,
+    dir: &LockDir,
+    flags: &[&str],
+    name: &str,
+    tag: &str,
+) -> Child {
+    let script = format!(
+        "echo $DLOCK_TOKEN > {in_}.tmp && mv {in_}.tmp {in_}; echo {tag} >> {order}; {hold}",
+        in_ = dir.file(&format!("{tag}.in")).display(),
+        order = dir.file("order").display(),
+        hold = hold_until(&dir.file(&format!("{tag}.go")))
+    );
+    let mut args = vec!["run"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[name, "--", "sh", "-c", &script]);
+    on(server, &args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn let_go(dir: &LockDir, tag: &str) {
+    std::fs::write(dir.file(&format!("{tag}.go")), "").unwrap();
+}
+
+fn token_of(dir: &LockDir, tag: &str) -> u64 {
+    read_pid(&dir.file(&format!("{tag}.in"))) as u64
+}
+
+fn is_in(dir: &LockDir, tag: &str) -> bool {
+    dir.file(&format!("{tag}.in")).exists()
+}
+
+/// Waits until the lock's prefix holds `n` keys (holders and waiters).
+fn wait_for_keys(server: &EtcdServer, name: &str, n: usize) {
+    let prefix = format!("/dlock/{name}/");
+    wait_until(&format!("{n} keys under {prefix}"), T, || {
+        server.keys(&prefix) == n
+    });
+}
+
+fn exit_code(child: &mut Child) -> i32 {
+    wait_exit(child, T).code().expect("exit code")
+}
+
+#[test]
+fn exclusive_lock_and_etcdctl_lock_exclude_each_other_both_ways() {
+    let server = shared();
+    let dir = LockDir::new();
+    // etcdctl holds: dlock finds the lock busy, then waits for it and gets it once etcdctl lets go.
+    let go = dir.file("etcdctl.go");
+    let marker = dir.file("etcdctl.in");
+    let script = format!(
+        "echo $ETCD_LOCK_REV > {}; {}",
+        marker.display(),
+        hold_until(&go)
+    );
+    let mut etcdctl = server
+        .lock("/dlock/interop", &["sh", "-c", &script])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&marker, T);
+    let out = output(on(server, &["run", "--no-wait", "interop", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let mut dlock_waiter = spawn_holder(server, &dir, &[], "interop", "d");
+    wait_for_keys(server, "interop", 2);
+    assert!(!is_in(&dir, "d"), "dlock ran while etcdctl held the lock");
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut etcdctl, T).success());
+    wait_for_file(&dir.file("d.in"), T);
+    let etcdctl_rev = read_pid(&marker) as u64;
+    assert!(token_of(&dir, "d") > etcdctl_rev);
+
+    // dlock holds: etcdctl waits until dlock lets go.
+    let etcdctl_in = dir.file("etcdctl2.in");
+    let mut etcdctl = server
+        .lock(
+            "/dlock/interop",
+            &[
+                "sh",
+                "-c",
+                &format!("echo $ETCD_LOCK_REV > {}", etcdctl_in.display()),
+            ],
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_keys(server, "interop", 2);
+    assert!(
+        !etcdctl_in.exists(),
+        "etcdctl ran while dlock held the lock"
+    );
+    let_go(&dir, "d");
+    assert_eq!(exit_code(&mut dlock_waiter), 0);
+    assert!(wait_exit(&mut etcdctl, T).success());
+    assert!(read_pid(&etcdctl_in) as u64 > token_of(&dir, "d"));
+}
+
+#[test]
+fn etcdctl_waits_for_shared_and_limit_holders() {
+    let server = shared();
+    let dir = LockDir::new();
+    for (flags, name) in [
+        (&["--shared"][..], "interop-shared"),
+        (&["--limit", "3"][..], "interop-seat"),
+    ] {
+        let mut holder = start_holder(server, &dir, flags, name, name);
+        let got = dir.file(&format!("{name}.etcdctl"));
+        let mut etcdctl = server
+            .lock(
+                &format!("/dlock/{name}"),
+                &["sh", "-c", &format!("touch {}", got.display())],
+            )
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_keys(server, name, 2);
+        assert!(!got.exists(), "etcdctl ran beside a dlock {flags:?} holder");
+        let_go(&dir, name);
+        assert_eq!(exit_code(&mut holder), 0);
+        assert!(wait_exit(&mut etcdctl, T).success());
+        assert!(got.exists());
+    }
+}
+
+#[test]
+fn shared_holders_run_together_and_limit_admits_n() {
+    let server = shared();
+    let dir = LockDir::new();
+    let mut r1 = start_holder(server, &dir, &["--shared"], "rw", "r1");
+    let mut r2 = start_holder(server, &dir, &["--shared"], "rw", "r2");
+    let out = output(on(server, &["run", "-n", "rw", "--", "true"]));
+    assert_eq!(code(&out), 75, "an exclusive holder beside shared ones");
+    let mut a = start_holder(server, &dir, &["--limit", "2"], "pool", "a");
+    let mut b = start_holder(server, &dir, &["--limit", "2"], "pool", "b");
+    let out = output(on(
+        server,
+        &["run", "-n", "--limit", "2", "pool", "--", "true"],
+    ));
+    assert_eq!(code(&out), 75, "a third seat of two: {}", stderr(&out));
+    let out = output(on(server, &["run", "-n", "--shared", "pool", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        0,
+        "shared holders take no seat: {}",
+        stderr(&out)
+    );
+    // A seat waiter gets in when either seat is given up.
+    let mut c = spawn_holder(server, &dir, &["--limit", "2"], "pool", "c");
+    wait_for_keys(server, "pool", 3);
+    let_go(&dir, "b");
+    wait_for_file(&dir.file("c.in"), T);
+    for (child, tag) in [
+        (&mut r1, "r1"),
+        (&mut r2, "r2"),
+        (&mut a, "a"),
+        (&mut b, "b"),
+        (&mut c, "c"),
+    ] {
+        let_go(&dir, tag);
+        assert_eq!(exit_code(child), 0, "{tag}");
+    }
+    // Nothing is left behind, busy attempts included.
+    wait_for_keys(server, "rw", 0);
+    wait_for_keys(server, "pool", 0);
+}
+
+#[test]
+fn tokens_are_create_revisions_and_grow() {
+    let server = shared();
+    let dir = LockDir::new();
+    let mut last = 0;
+    for i in 0..3 {
+        let tag = format!("t{i}");
+        let mut holder = start_holder(server, &dir, &[], "tokens", &tag);
+        let token = token_of(&dir, &tag);
+        let out = server
+            .etcdctl(&["get", "--prefix", "/dlock/tokens/", "-w", "json"])
+            .output()
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["kvs"][0]["create_revision"].as_u64(), Some(token));
+        assert!(token > last, "{token} after {last}");
+        last = token;
+        let_go(&dir, &tag);
+        assert_eq!(exit_code(&mut holder), 0);
+    }
+}
+
+/// `etcd_debugging_mvcc_events_total`: the events the server has sent to watchers.
+fn events_sent(server: &EtcdServer) -> u64 {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_events_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("the events metric") as u64
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order_with_one_wake_up_per_release() {
+    // A private server: the events metric counts every watcher's events.
+    let server = EtcdServer::start();
+    let dir = LockDir::new();
+    let mut holder = start_holder(&server, &dir, &[], "fifo", "h");
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let tag = format!("w{i}");
+        waiters.push((spawn_holder(&server, &dir, &[], "fifo", &tag), tag));
+        wait_for_keys(&server, "fifo", i + 2);
+    }
+    let before = events_sent(&server);
+    let_go(&dir, "h");
+    assert_eq!(exit_code(&mut holder), 0);
+    for (i, (child, tag)) in waiters.iter_mut().enumerate() {
+        wait_for_file(&dir.file(&format!("{tag}.in")), T);
+        // One release, one event: only the waiter just behind was told.
+        assert_eq!(
+            events_sent(&server) - before,
+            i as u64 + 1,
+            "after {tag} came in"
+        );
+        let_go(&dir, tag);
+        assert_eq!(exit_code(child), 0);
+    }
+    let order = std::fs::read_to_string(dir.file("order")).unwrap();
+    assert_eq!(
+        order.split_whitespace().collect::<Vec<_>>(),
+        ["h", "w0", "w1", "w2", "w3"]
+    );
+}
+
+/// The lease id of the lock NAME's only key, in hex (as etcdctl takes it).
+fn lease_of(server: &EtcdServer, name: &str) -> String {
+    let out = server
+        .etcdctl(&["get", "--prefix", &format!("/dlock/{name}/"), "-w", "json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    format!("{:x}", json["kvs"][0]["lease"].as_u64().expect("a lease"))
+}
+
+#[test]
+fn a_revoked_lease_or_a_deleted_key_terminates_the_command_with_79() {
+    let server = shared();
+    let dir = LockDir::new();
+    for (name, how) in [("lost-revoked", "revoke"), ("lost-deleted", "delete")] {
+        let mut holder = start_holder(server, &dir, &["--ttl", "3s"], name, name);
+        let done = match how {
+            "revoke" => server
+                .etcdctl(&["lease", "revoke", &lease_of(server, name)])
+                .output()
+                .unwrap(),
+            _ => server
+                .etcdctl(&["del", "--prefix", &format!("/dlock/{name}/")])
+                .output()
+                .unwrap(),
+        };
+        assert!(done.status.success(), "{}", stderr(&done));
+        let lost_at = Instant::now();
+        let status = wait_exit(&mut holder, T);
+        // Found at a renewal (every second with --ttl 3s), not when the command ends by itself
+        // (after 30s).
+        assert!(
+            lost_at.elapsed() < Duration::from_secs(15),
+            "{how}: {:?}",
+            lost_at.elapsed()
+        );
+        let mut err = String::new();
+        holder
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert_eq!(status.code(), Some(79), "{how}: {err}");
+        assert!(err.contains("lost"), "{how}: {err}");
+    }
+}
+
+#[test]
+fn release_force_breaks_the_lock_and_its_holder_exits_79() {
+    let server = shared();
+    let dir = LockDir::new();
+    let mut holder = start_holder(server, &dir, &["--ttl", "3s"], "broken", "b");
+    let out = output(on(server, &["release", "broken"]));
+    assert_eq!(code(&out), 64, "refused without --force");
+    let out = output(on(server, &["release", "--force", "broken"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(exit_code(&mut holder), 79);
+    let out = output(on(server, &["status", "broken"]));
+    assert_eq!(code(&out), 1, "free: {}", stdout(&out));
+}
+
+#[test]
+fn status_and_list_show_holder_records_as_json() {
+    let server = shared();
+    let dir = LockDir::new();
+    let mut holder = start_holder(server, &dir, &[], "records/a b", "r");
+    let token = token_of(&dir, "r");
+    let out = output(on(server, &["status", "--json", "records/a b"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let h = &json["holders"][0];
+    assert_eq!(h["mode"], "exclusive");
+    assert_eq!(h["token"].as_u64(), Some(token));
+    assert_eq!(h["pid"].as_u64(), Some(u64::from(holder.id())));
+    assert!(h["host"].is_string() && h["since"].is_string(), "{json}");
+    assert_eq!(h["owner"].as_str().map(str::len), Some(32), "{json}");
+    assert_eq!(
+        json["location"].as_str().unwrap(),
+        format!("{}/dlock/records%2Fa%20b/", server.url())
+    );
+    let out = output(on(server, &["list", "--json", "records/"]));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed[0]["name"], "records/a b", "{listed}");
+    assert_eq!(listed[0]["holders"][0]["token"].as_u64(), Some(token));
+    let_go(&dir, "r");
+    assert_eq!(exit_code(&mut holder), 0);
+}
+
+#[test]
+fn hostile_keys_are_unreadable_holders_never_a_panic() {
+    let server = shared();
+    let garbage = "\u{1b}[2Jnot a record";
+    for (key, value) in [
+        ("/dlock/hostile/forged", garbage),
+        ("/dlock/hostile/x", "zz exclusive 1 99999999999999 1 h"),
+        ("/dlock/no-lock-here", "x"),
+    ] {
+        let out = server.etcdctl(&["put", key, value]).output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = output(on(server, &["status", "hostile"]));
+    let text = stdout(&out) + &stderr(&out);
+    assert_eq!(code(&out), 0, "a forged key holds the lock: {text}");
+    assert!(text.contains("unreadable"), "{text}");
+    assert!(!text.contains('\u{1b}'), "{text}");
+    let out = output(on(server, &["run", "-n", "hostile", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let out = output(on(server, &["list", "hostile"]));
+    assert!(!stderr(&out).contains("panick"), "{}", stderr(&out));
+    let out = output(on(server, &["list"]));
+    assert!(stderr(&out).contains("no-lock-here"), "{}", stderr(&out));
+    for key in ["/dlock/hostile/", "/dlock/no-lock-here"] {
+        server.etcdctl(&["del", "--prefix", key]).output().unwrap();
+    }
+}
+
+#[test]
+fn no_message_shows_the_password() {
+    let server = shared();
+    for url in [
+        "etcd://alice:SECRET@127.0.0.1:1".to_owned(),
+        format!("etcd://alice:SECRET@127.0.0.1:{}", server.port()),
+        "etcd://alice:SECRET@127.0.0.1:bad".to_owned(),
+    ] {
+        let out = output(at(
+            &url,
+            &["--connect-timeout", "2s", "-v", "run", "pw", "--", "true"],
+        ));
+        let text = stdout(&out) + &stderr(&out);
+        assert_ne!(code(&out), 0, "{text}");
+        assert!(!text.contains("SECRET"), "{url}: {text}");
+        assert!(
+            text.contains("***@") || text.contains("127.0.0.1"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn an_unreachable_endpoint_exits_69_within_the_connect_timeout() {
+    // One that refuses, and one that accepts connections but never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    for port in [free_port(), silent_port] {
+        let started = Instant::now();
+        let out = output_within(
+            at(
+                &format!("etcd://127.0.0.1:{port}"),
+                &["--connect-timeout", "1s", "run", "x", "--", "true"],
+            ),
+            Duration::from_secs(10),
+        );
+        assert_eq!(code(&out), 69, "{}", stderr(&out));
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(stderr(&out).starts_with("dlock: "), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("127.0.0.1:{port}")),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn every_endpoint_is_tried() {
+    let server = shared();
+    let dead = free_port();
+    let url = format!("etcd://127.0.0.1:{dead},127.0.0.1:{}", server.port());
+    let out = output(at(&url, &["run", "endpoints", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn a_busy_try_and_a_cancelled_wait_leave_nothing_behind() {
+    let server = shared();
+    let dir = LockDir::new();
+    let mut holder = start_holder(server, &dir, &[], "tidy", "h");
+    let out = output(on(server, &["run", "-n", "tidy", "--", "true"]));
+    assert_eq!(code(&out), 75);
+    let out = output(on(
+        server,
+        &["run", "--wait", "300ms", "tidy", "--", "true"],
+    ));
+    assert_eq!(code(&out), 75);
+    assert_eq!(server.keys("/dlock/tidy/"), 1, "only the holder's key");
+    let_go(&dir, "h");
+    assert_eq!(exit_code(&mut holder), 0);
+    assert_eq!(server.keys("/dlock/tidy/"), 0);
+}
+
+#[test]
+fn a_waiter_rides_out_a_restart_of_etcd() {
+    let mut server = EtcdServer::start();
+    let dir = LockDir::new();
+    let mut holder = start_holder(&server, &dir, &["--ttl", "20s"], "restart", "h");
+    let mut waiter = spawn_holder(&server, &dir, &["--ttl", "20s"], "restart", "w");
+    wait_for_keys(&server, "restart", 2);
+    server.restart();
+    let_go(&dir, "h");
+    assert_eq!(exit_code(&mut holder), 0);
+    wait_for_file(&dir.file("w.in"), T);
+    assert!(token_of(&dir, "w") > token_of(&dir, "h"));
+    let_go(&dir, "w");
+    assert_eq!(exit_code(&mut waiter), 0);
+}
+
+#[test]
+fn several_names_and_trees_through_the_supervisor() {
+    let server = shared();
+    let dir = LockDir::new();
+    let mut holder = start_holder(server, &dir, &["--tree"], "/proj/site", "t");
+    // A sibling runs alongside; the parent, taken exclusively, must wait.
+    let out = output(on(
+        server,
+        &["run", "-n", "--tree", "/proj/other", "--", "true"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = output(on(server, &["run", "-n", "--tree", "/proj", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let_go(&dir, "t");
+    assert_eq!(exit_code(&mut holder), 0);
+    // Several names: all or nothing (taken in sorted order, so multi-a first).
+    let mut holder = start_holder(server, &dir, &[], "multi-z", "z");
+    let out = output(on(
+        server,
+        &["run", "-n", "multi-a", "multi-z", "--", "true"],
+    ));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert_eq!(
+        server.keys("/dlock/multi-a/"),
+        0,
+        "nothing kept of a partial take"
+    );
+    let_go(&dir, "z");
+    assert_eq!(exit_code(&mut holder), 0);
+    let out = output(on(server, &["run", "multi-a", "multi-b", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}

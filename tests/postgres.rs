@@ -1,0 +1,405 @@
+//! The PostgreSQL backend's own mechanism, through the real binary on a real server: exclusion,
+//! shared and limit holders, tokens that survive a crash, waiting on notifications in arrival
+//! order, lost leases, hostile rows, rights and passwords.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::support::pg_server::{PgServer, PASSWORD};
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(30);
+
+/// dlock on one URL, with a scratch directory for markers.
+struct Pg {
+    url: String,
+    dir: LockDir,
+}
+
+impl Pg {
+    /// On the shared server, with tables of the test's own (`prefix`).
+    fn shared(prefix: &str) -> Pg {
+        Pg {
+            url: PgServer::shared_url(prefix),
+            dir: LockDir::new(),
+        }
+    }
+
+    fn on(server: &PgServer, query: &str) -> Pg {
+        Pg {
+            url: server.url_with(query),
+            dir: LockDir::new(),
+        }
+    }
+
+    fn dlock(&self, args: &[&str]) -> Command {
+        let mut cmd = dlock();
+        cmd.args(["--backend", "postgres", "--url", &self.url])
+            .args(args);
+        cmd
+    }
+
+    /// `dlock run FLAGS NAME -- sh -c 'echo $DLOCK_TOKEN > TAG.in; <hold until TAG.go>'` in the
+    /// background, once its command runs.
+    fn holder(&self, flags: &[&str], name: &str, tag: &str) -> (Child, Stderr) {
+        let (mut child, err) = self.start(flags, name, tag);
+        wait_for_file(&self.dir.file(&format!("{tag}.in")), T);
+        let _ = &mut child;
+        (child, err)
+    }
+
+    /// As `holder`, without waiting for the command to run.
+    fn start(&self, flags: &[&str], name: &str, tag: &str) -> (Child, Stderr) {
+        let script = format!(
+            "echo $DLOCK_TOKEN > {tag}.in; i=0; while [ ! -e {tag}.go ] && [ $i -lt 600 ]; do \
+             sleep 0.05; i=$((i+1)); done"
+        );
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&[name, "--", "sh", "-c", &script]);
+        let mut child = self
+            .dlock(&args)
+            .current_dir(self.dir.path())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = Stderr::of(&mut child);
+        (child, err)
+    }
+
+    fn let_go(&self, tag: &str) {
+        std::fs::write(self.dir.file(&format!("{tag}.go")), "").unwrap();
+    }
+
+    fn runs(&self, tag: &str) -> bool {
+        self.dir.file(&format!("{tag}.in")).exists()
+    }
+
+    fn token(&self, tag: &str) -> u64 {
+        read_pid(&self.dir.file(&format!("{tag}.in"))) as u64
+    }
+
+    fn status_json(&self, name: &str) -> serde_json::Value {
+        let out = output(self.dlock(&["status", "--json", name]));
+        serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
+    }
+}
+
+/// A child's stderr, collected on a thread.
+struct Stderr(Arc<Mutex<String>>);
+
+impl Stderr {
+    fn of(child: &mut Child) -> Stderr {
+        let pipe = child.stderr.take().expect("stderr piped");
+        let text = Arc::new(Mutex::new(String::new()));
+        let sink = text.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut t = sink.lock().unwrap();
+                t.push_str(&line);
+                t.push('\n');
+            }
+        });
+        Stderr(text)
+    }
+
+    fn text(&self) -> String {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn exclusive_lock_excludes_others_and_status_shows_the_holder() {
+    let pg = Pg::shared("t_excl_");
+    let (mut holder, _) = pg.holder(&[], "deploy", "h");
+    let out = output(pg.dlock(&["run", "--no-wait", "deploy", "--", "touch", "ran"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(stderr(&out).contains("busy"), "{}", stderr(&out));
+    assert!(!pg.dir.file("ran").exists());
+
+    let json = pg.status_json("deploy");
+    let holders = json["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{json}");
+    assert_eq!(holders[0]["mode"], "exclusive");
+    assert_eq!(holders[0]["pid"], holder.id());
+    assert_eq!(holders[0]["token"], pg.token("h"));
+    assert!(holders[0]["since"].is_string(), "{json}");
+    assert!(holders[0]["host"].is_string(), "{json}");
+    assert_eq!(holders[0]["owner"].as_str().unwrap().len(), 32, "{json}");
+    let list = output(pg.dlock(&["list", "--json"]));
+    assert!(stdout(&list).contains("deploy"), "{}", stdout(&list));
+
+    pg.let_go("h");
+    assert!(wait_exit(&mut holder, T).success());
+    let out = output(pg.dlock(&["status", "deploy"]));
+    assert_eq!(code(&out), 1, "free again: {}", stdout(&out));
+    // The refused attempt left nothing in line.
+    let out = output(pg.dlock(&["run", "--no-wait", "deploy", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn tokens_increase_per_name() {
+    let pg = Pg::shared("t_tokens_");
+    let mut seen = vec![];
+    for _ in 0..3 {
+        let out = output(pg.dlock(&["run", "tok", "--", "sh", "-c", "echo $DLOCK_TOKEN"]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        seen.push(stdout(&out).trim().parse::<u64>().unwrap());
+    }
+    assert_eq!(seen, [1, 2, 3]);
+}
+
+#[test]
+fn shared_holders_run_together_and_a_limit_counts_seats() {
+    let pg = Pg::shared("t_shared_");
+    let (mut r1, _) = pg.holder(&["--shared"], "rw", "r1");
+    let (mut r2, _) = pg.holder(&["--shared"], "rw", "r2");
+    let out = output(pg.dlock(&["run", "--no-wait", "rw", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        75,
+        "exclusive waits for readers: {}",
+        stderr(&out)
+    );
+    let (mut s1, _) = pg.holder(&["--limit", "2"], "seats", "s1");
+    let (mut s2, _) = pg.holder(&["--limit", "2"], "seats", "s2");
+    let out = output(pg.dlock(&["run", "--no-wait", "--limit", "2", "seats", "--", "true"]));
+    assert_eq!(code(&out), 75, "a third seat: {}", stderr(&out));
+    for (tag, child) in [
+        ("r1", &mut r1),
+        ("r2", &mut r2),
+        ("s1", &mut s1),
+        ("s2", &mut s2),
+    ] {
+        pg.let_go(tag);
+        assert!(wait_exit(child, T).success());
+    }
+}
+
+#[test]
+fn tokens_survive_a_server_crash() {
+    let mut server = PgServer::start();
+    let pg = Pg::on(&server, "");
+    let token = |pg: &Pg| {
+        let out = output(pg.dlock(&["run", "crash", "--", "sh", "-c", "echo $DLOCK_TOKEN"]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        stdout(&out).trim().parse::<u64>().unwrap()
+    };
+    assert_eq!((token(&pg), token(&pg)), (1, 2));
+    // An immediate shutdown: no checkpoint, the server recovers from its log at the next start.
+    server.restart();
+    assert_eq!(token(&pg), 3);
+}
+
+/// Lines the server logged for connections named `app`.
+fn statements_by(server_log: &str, app: &str) -> usize {
+    server_log
+        .lines()
+        .filter(|l| l.starts_with(&format!("{app}|")) && l.contains("statement:"))
+        .count()
+}
+
+#[test]
+fn waiters_start_in_arrival_order_when_told_and_send_nothing_while_idle() {
+    let server = PgServer::start();
+    let pg = Pg::on(&server, "prefix=t_fifo_");
+    let waiters = Pg {
+        url: server.url_with("prefix=t_fifo_&application_name=dlockwaiter"),
+        dir: LockDir::new(),
+    };
+    let (mut h, _) = pg.holder(&[], "q", "h");
+    let queued = |n: &str| server.psql("SELECT count(*) FROM t_fifo_queue") == n;
+    let (mut w1, _) = waiters.start(&["--ttl", "30s"], "q", "w1");
+    wait_until("w1 in line", T, || queued("1"));
+    let (mut w2, _) = waiters.start(&["--ttl", "30s"], "q", "w2");
+    wait_until("w2 in line", T, || queued("2"));
+
+    // Idle: the waiters' next re-check is a third of their ttl away (10s); in this window they
+    // must send nothing at all.
+    let before = statements_by(&server.log(), "dlockwaiter");
+    assert!(before > 0, "the log names the waiters: {}", server.log());
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        statements_by(&server.log(), "dlockwaiter"),
+        before,
+        "no statement while idle"
+    );
+
+    // The release tells the first waiter, which starts long before any re-check would.
+    let released = Instant::now();
+    pg.let_go("h");
+    wait_for_file(&waiters.dir.file("w1.in"), Duration::from_secs(5));
+    let took = released.elapsed();
+    assert!(took < Duration::from_secs(3), "woken, not polled: {took:?}");
+    assert!(wait_exit(&mut h, T).success());
+    assert!(!waiters.runs("w2"), "w2 came second");
+    waiters.let_go("w1");
+    wait_for_file(&waiters.dir.file("w2.in"), Duration::from_secs(5));
+    assert!(waiters.token("w2") > waiters.token("w1"));
+    waiters.let_go("w2");
+    assert!(wait_exit(&mut w1, T).success());
+    assert!(wait_exit(&mut w2, T).success());
+    assert_eq!(server.psql("SELECT count(*) FROM t_fifo_queue"), "0");
+}
+
+#[test]
+fn a_deleted_row_is_a_lost_lease_and_the_command_is_killed_79() {
+    let pg = Pg::shared("t_lost_");
+    let (mut h, err) = pg.holder(&["--ttl", "1s"], "lost", "h");
+    PgServer::shared()
+        .lock()
+        .unwrap()
+        .psql("DELETE FROM t_lost_locks WHERE name = 'lost'");
+    let status = wait_exit(&mut h, T);
+    assert_eq!(status.code(), Some(79), "{}", err.text());
+    assert!(err.text().contains("no longer ours"), "{}", err.text());
+}
+
+#[test]
+fn release_force_breaks_the_lock_and_the_holder_exits_79() {
+    let pg = Pg::shared("t_force_");
+    let (mut h, err) = pg.holder(&["--ttl", "1s"], "stuck", "h");
+    let out = output(pg.dlock(&["release", "--force", "stuck"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = output(pg.dlock(&["run", "--no-wait", "stuck", "--", "true"]));
+    assert_eq!(code(&out), 0, "free after the break: {}", stderr(&out));
+    assert_eq!(wait_exit(&mut h, T).code(), Some(79), "{}", err.text());
+}
+
+#[test]
+fn hostile_rows_are_shown_unreadable_and_still_hold() {
+    let pg = Pg::shared("t_hostile_");
+    assert_eq!(code(&output(pg.dlock(&["run", "x", "--", "true"]))), 0);
+    PgServer::shared().lock().unwrap().psql(
+        "INSERT INTO t_hostile_locks VALUES ('evil', E'own\\x1b[2J', 'bogus', -5, now(), \
+         now() + interval '1 hour', 99999999999, E'h\\x1bost')",
+    );
+    let json = pg.status_json("evil");
+    let holders = json["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{json}");
+    assert!(holders[0]["unreadable"].is_string(), "{json}");
+    let out = output(pg.dlock(&["status", "evil"]));
+    assert!(!stdout(&out).contains('\u{1b}'), "{}", stdout(&out));
+    let out = output(pg.dlock(&["run", "--no-wait", "evil", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        75,
+        "a row it cannot read still holds: {}",
+        stderr(&out)
+    );
+    let out = output(pg.dlock(&["list"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!stdout(&out).contains('\u{1b}'));
+}
+
+#[test]
+fn passwords_never_show_in_messages() {
+    let server = PgServer::shared().lock().unwrap();
+    let port = server.port();
+    drop(server);
+    let wrong = format!("postgres://postgres:wrong-SECRET@127.0.0.1:{port}/postgres");
+    let free_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nobody = format!("postgres://postgres:{PASSWORD}@127.0.0.1:{free_port}/postgres");
+    for url in [&wrong, &nobody] {
+        let mut cmd = dlock();
+        cmd.args([
+            "--backend",
+            "postgres",
+            "--url",
+            url,
+            "run",
+            "p",
+            "--",
+            "true",
+        ]);
+        let out = output(cmd);
+        assert_eq!(code(&out), 69, "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(!err.contains("SECRET") && !err.contains(PASSWORD), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for() {
+    let server = PgServer::shared().lock().unwrap();
+    server.psql("DROP ROLE IF EXISTS lowly; CREATE ROLE lowly LOGIN PASSWORD 'low-SECRET'");
+    let url = format!(
+        "postgres://lowly:low-SECRET@127.0.0.1:{}/postgres?prefix=t_ddl_",
+        server.port()
+    );
+    drop(server);
+    let mut cmd = dlock();
+    cmd.args([
+        "--backend",
+        "postgres",
+        "--url",
+        &url,
+        "run",
+        "d",
+        "--",
+        "true",
+    ]);
+    let out = output(cmd);
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("GRANT CREATE ON SCHEMA public TO lowly"),
+        "{err}"
+    );
+    assert!(!err.contains("SECRET"), "{err}");
+}
+
+/// While dlock waits for a later name, the lock it already holds renews on a connection of its
+/// own: another client holding the later name's counter row stalls each attempt of the wait (up
+/// to the connect timeout), and the held lock's 1 s lease must not queue behind it.
+#[test]
+fn a_held_lock_stays_held_while_the_wait_for_the_next_is_stalled_at_the_server() {
+    let pg = Pg::shared("t_stall_");
+    let (mut b, _) = pg.holder(&[], "b", "hb");
+    let ran = pg.dir.file("both");
+    let mut both = pg
+        .dlock(&["run", "--ttl", "1s", "a", "b", "--", "touch"])
+        .arg(&ran)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = Stderr::of(&mut both);
+    wait_until("the waiter to hold a", T, || {
+        code(&output(pg.dlock(&["status", "a"]))) == 0
+    });
+    let server = PgServer::shared().lock().unwrap();
+    let mut stall = server.psql_in_background(
+        "t-stall",
+        "SELECT 1 FROM t_stall_tokens WHERE name = 'b' FOR UPDATE; SELECT pg_sleep(4)",
+    );
+    wait_until("the counter row of b to be held", T, || {
+        server.psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 't-stall' \
+             AND query LIKE '%pg_sleep%' AND state = 'active'",
+        ) == "1"
+    });
+    drop(server);
+    // Three of a's leases, had they not been renewed.
+    std::thread::sleep(Duration::from_secs(3));
+    let out = output(pg.dlock(&["run", "-n", "a", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        75,
+        "a was let go while the wait for b was stalled: {} / {}",
+        stderr(&out),
+        err.text()
+    );
+    let _ = wait_exit(&mut stall, T);
+    pg.let_go("hb");
+    assert!(wait_exit(&mut b, T).success());
+    assert!(wait_exit(&mut both, T).success(), "{}", err.text());
+    assert!(ran.exists());
+}

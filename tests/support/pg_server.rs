@@ -1,0 +1,428 @@
+//! A private PostgreSQL 15 server for the tests: initdb into a temporary directory, listening on a
+//! free loopback port (password auth) and a socket in that directory (trust, for `psql` set-up),
+//! every statement logged so tests can count what dlock sends. As root (initdb refuses root) it
+//! runs as `nobody`. One shared server per test run (`PgServer::shared`), each test with its own
+//! table prefix; tests that crash or pause the server start their own.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::target::{Kind, ServerControl, Target};
+use super::LockDir;
+
+pub const BIN: &str = "/usr/lib/postgresql/15/bin";
+/// The superuser's password on the TCP port.
+pub const PASSWORD: &str = "pg-test-secret";
+const READY_WITHIN: Duration = Duration::from_secs(30);
+
+pub struct PgServer {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+    /// `postgres -c` settings beyond the usual ones (TLS).
+    extra: Vec<String>,
+}
+
+/// Runs `cmd` as `nobody` when we are root (setpriv execs, so a child's pid is the program's).
+fn as_server_user(program: &str) -> Command {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "--",
+            program,
+        ]);
+        cmd
+    } else {
+        Command::new(program)
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn give_to_server_user(path: &Path) {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let status = Command::new("chown")
+            .args(["-R", "nobody:nogroup"])
+            .arg(path)
+            .status()
+            .expect("chown");
+        assert!(status.success(), "chown {}", path.display());
+    }
+}
+
+impl PgServer {
+    pub fn start() -> PgServer {
+        PgServer::start_with(vec![])
+    }
+
+    /// A server that also speaks TLS with `cert`, `key` (copied into its directory).
+    pub fn start_tls(cert: &Path, key: &Path) -> PgServer {
+        let mut server = PgServer::init();
+        let (c, k) = (
+            server.dir.path().join("server.crt"),
+            server.dir.path().join("server.key"),
+        );
+        std::fs::copy(cert, &c).expect("copy cert");
+        std::fs::copy(key, &k).expect("copy key");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o600)).unwrap();
+        give_to_server_user(&c);
+        give_to_server_user(&k);
+        server.extra = vec![
+            "ssl=on".into(),
+            format!("ssl_cert_file={}", c.display()),
+            format!("ssl_key_file={}", k.display()),
+        ];
+        server.launch();
+        server
+    }
+
+    fn start_with(extra: Vec<String>) -> PgServer {
+        let mut server = PgServer::init();
+        server.extra = extra;
+        server.launch();
+        server
+    }
+
+    fn init() -> PgServer {
+        assert!(
+            Path::new(BIN).join("initdb").exists(),
+            "PostgreSQL 15 is not installed ({BIN}/initdb is missing): run scripts/test, which \
+             installs it"
+        );
+        let dir = tempfile::tempdir().expect("temp dir for postgres");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let pwfile = dir.path().join("pw");
+        std::fs::write(&pwfile, PASSWORD).unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        std::fs::create_dir(dir.path().join("sock")).unwrap();
+        give_to_server_user(dir.path());
+        let out = as_server_user(&format!("{BIN}/initdb"))
+            .args(["-D"])
+            .arg(dir.path().join("data"))
+            .args([
+                "-U",
+                "postgres",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "--no-sync",
+                "--no-instructions",
+            ])
+            .arg(format!("--pwfile={}", pwfile.display()))
+            .env("LC_ALL", "C")
+            .output()
+            .expect("run initdb");
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PgServer {
+            dir,
+            port: free_port(),
+            child: None,
+            extra: vec![],
+        }
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("server log");
+        let mut cmd = as_server_user(&format!("{BIN}/postgres"));
+        cmd.arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(self.dir.path().join("sock"));
+        for setting in [
+            "listen_addresses=127.0.0.1",
+            "fsync=off",
+            "log_statement=all",
+            "log_line_prefix=%a|%p| ",
+            "max_connections=200",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(self.extra.iter().cloned())
+        {
+            cmd.args(["-c", &setting]);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        self.child = Some(cmd.spawn().expect("start postgres"));
+        let start = Instant::now();
+        loop {
+            let ready = Command::new(format!("{BIN}/pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return;
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!("postgres exited ({status}): {}", self.log());
+            }
+            assert!(
+                start.elapsed() < READY_WITHIN,
+                "postgres not ready: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The server shared by the tests of this run, stopped when the run ends.
+    pub fn shared() -> &'static Mutex<PgServer> {
+        static SHARED: OnceLock<Mutex<PgServer>> = OnceLock::new();
+        SHARED.get_or_init(|| {
+            let server = PgServer::start();
+            STOP_AT_EXIT
+                .set((server.pid(), server.dir.path().to_owned()))
+                .ok();
+            extern "C" fn stop() {
+                if let Some((pid, dir)) = STOP_AT_EXIT.get() {
+                    stop_pid(*pid);
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+            }
+            // SAFETY: `stop` is a plain function that stays valid for the life of the process.
+            unsafe { libc::atexit(stop) };
+            Mutex::new(server)
+        })
+    }
+
+    /// A URL for the shared server with a table prefix of the test's own.
+    pub fn shared_url(prefix: &str) -> String {
+        let server = PgServer::shared().lock().unwrap_or_else(|p| p.into_inner());
+        server.url_with(&format!("prefix={prefix}"))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// `postgres://postgres:PASSWORD@127.0.0.1:PORT/postgres?QUERY`
+    pub fn url_with(&self, query: &str) -> String {
+        let mut url = format!(
+            "postgres://postgres:{PASSWORD}@127.0.0.1:{}/postgres",
+            self.port
+        );
+        if !query.is_empty() {
+            url.push('?');
+            url.push_str(query);
+        }
+        url
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Runs `sql` as the superuser through the socket; its output, unaligned and tuples only.
+    pub fn psql(&self, sql: &str) -> String {
+        let out = Command::new("psql")
+            .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h"])
+            .arg(self.dir.path().join("sock"))
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                sql,
+            ])
+            .env("PGAPPNAME", "test-psql")
+            .output()
+            .expect("run psql (postgresql-client)");
+        assert!(
+            out.status.success(),
+            "psql {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Runs `sql` as the superuser in the background, as application `app` (to find it in
+    /// `pg_stat_activity`), its output discarded.
+    pub fn psql_in_background(&self, app: &str, sql: &str) -> Child {
+        Command::new("psql")
+            .args(["-X", "-q", "-At", "-h"])
+            .arg(self.dir.path().join("sock"))
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                sql,
+            ])
+            .env("PGAPPNAME", app)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run psql (postgresql-client)")
+    }
+
+    /// The server's processes: the postmaster and its children.
+    fn family(&self) -> Vec<i32> {
+        let pid = self.pid() as i32;
+        let mut pids = vec![pid];
+        if let Ok(entries) = std::fs::read_dir("/proc") {
+            for entry in entries.flatten() {
+                let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                    continue;
+                };
+                let stat =
+                    std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+                // The parent pid is the second field after the `)` closing the command name.
+                let ppid = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|p| p.parse::<i32>().ok());
+                if ppid == Some(pid) {
+                    pids.push(child);
+                }
+            }
+        }
+        pids
+    }
+
+    fn signal_all(&self, signal: i32) {
+        for pid in self.family() {
+            // SAFETY: kill has no memory effects; the pids are this server's processes.
+            unsafe { libc::kill(pid, signal) };
+        }
+    }
+
+    pub fn pause(&self) {
+        self.signal_all(libc::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        self.signal_all(libc::SIGCONT);
+    }
+
+    /// Stops the server as a crash would (immediate shutdown: no checkpoint, recovery at the next
+    /// start) and waits for it.
+    pub fn crash(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            self.resume();
+            stop_pid(child.id());
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.crash();
+        self.launch();
+    }
+}
+
+static STOP_AT_EXIT: OnceLock<(u32, PathBuf)> = OnceLock::new();
+
+/// SIGQUIT (immediate shutdown), and SIGKILL if it is still there after a few seconds.
+fn stop_pid(pid: u32) {
+    let pid = pid as i32;
+    // SAFETY: kill has no memory effects.
+    unsafe {
+        libc::kill(pid, libc::SIGCONT);
+        libc::kill(pid, libc::SIGQUIT);
+    }
+    let start = Instant::now();
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 && start.elapsed() < Duration::from_secs(10) {
+        let mut status = 0;
+        // SAFETY: reaps our own child if it is one; WNOHANG never blocks.
+        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.crash();
+    }
+}
+
+/// A server the fault checker pauses and crashes.
+pub struct FaultyPg(pub Mutex<PgServer>);
+
+impl ServerControl for FaultyPg {
+    fn pause(&self, pause: Duration) {
+        if let Ok(server) = self.0.lock() {
+            server.pause();
+            std::thread::sleep(pause);
+            server.resume();
+        }
+    }
+
+    /// An immediate shutdown and a start on the same port, keeping the data (a crash).
+    fn restart(&self) {
+        if let Ok(mut server) = self.0.lock() {
+            server.restart();
+        }
+    }
+}
+
+impl Target {
+    /// The PostgreSQL backend on the test run's shared server, with tables of its own (a prefix
+    /// per test), for the contract suite.
+    pub fn suite_postgres() -> Target {
+        let prefix = format!("c{}_", super::suite_servers::next_namespace());
+        let url = PgServer::shared_url(&prefix);
+        let port = PgServer::shared()
+            .lock()
+            .map(|s| s.port())
+            .unwrap_or_default();
+        Target {
+            args: vec!["--backend".into(), "postgres".into(), "--url".into(), url],
+            kind: Kind::Postgres,
+            ports: vec![port],
+            servers: vec![],
+            scratch: LockDir::new(),
+        }
+    }
+
+    /// dlock on a private PostgreSQL server.
+    pub fn postgres_backend() -> Target {
+        let server = PgServer::start();
+        let ports = vec![server.port()];
+        Target {
+            args: Kind::Postgres.args(&ports),
+            kind: Kind::Postgres,
+            ports,
+            servers: vec![Box::new(FaultyPg(Mutex::new(server)))],
+            scratch: LockDir::new(),
+        }
+    }
+}
