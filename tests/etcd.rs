@@ -346,7 +346,7 @@ fn release_force_breaks_the_lock_and_its_holder_exits_79() {
     let dir = LockDir::new();
     let mut holder = start_holder(server, &dir, &["--ttl", "3s"], "broken", "b");
     let out = output(on(server, &["release", "broken"]));
-    assert_eq!(code(&out), 64, "refused without --force");
+    assert_eq!(code(&out), 1, "no hold of this shell's without --force");
     let out = output(on(server, &["release", "--force", "broken"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(exit_code(&mut holder), 79);

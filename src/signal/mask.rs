@@ -57,6 +57,14 @@ pub fn block(set: &SigSet) -> io::Result<SigSet> {
     change(libc::SIG_BLOCK, set)
 }
 
+/// Blocks every signal in this thread for good: for threads that libraries start (a tokio
+/// runtime's workers, `on_thread_start`), which must never take a signal meant for the supervisor
+/// (whatever mask was current when they were started: stop signals are unblocked while dlock
+/// connects, see `interrupt`).
+pub fn block_all_in_this_thread() {
+    let _ = block(&SigSet::full());
+}
+
 /// While alive, a change of this thread's mask; dropping it puts back the mask before.
 pub struct Masked {
     before: SigSet,

@@ -40,6 +40,8 @@ impl Connection {
             .worker_threads(1)
             .max_blocking_threads(1)
             .thread_name("dlock-etcd")
+            // Signals are the supervisor's: never let one land in a runtime thread.
+            .on_thread_start(crate::signal::mask::block_all_in_this_thread)
             .enable_all()
             .build()
             .context("cannot start the etcd client's runtime")?;

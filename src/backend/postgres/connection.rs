@@ -134,6 +134,9 @@ fn fault(e: tokio_postgres::Error) -> Fault {
 impl Conn {
     pub fn new(url: Arc<PgUrl>, connect_timeout: Duration) -> anyhow::Result<Conn> {
         let runtime = tokio::runtime::Builder::new_current_thread()
+            // Signals are the supervisor's: never let one land in a runtime thread (a blocking
+            // thread resolving a host name).
+            .on_thread_start(crate::signal::mask::block_all_in_this_thread)
             .enable_all()
             .build()
             .map_err(|e| anyhow!("cannot start the PostgreSQL client: {e}"))?;

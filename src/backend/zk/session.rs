@@ -167,6 +167,8 @@ impl Session {
             .worker_threads(1)
             .max_blocking_threads(1)
             .thread_name("dlock-zk")
+            // Signals are the supervisor's: never let one land in a runtime thread.
+            .on_thread_start(crate::signal::mask::block_all_in_this_thread)
             .enable_time()
             .build()
             .context("cannot start the ZooKeeper client's runtime")
