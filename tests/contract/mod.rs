@@ -85,12 +85,6 @@ macro_rules! scenario_test {
     (postgres, hostile, a_forged_message_is_unreadable_and_never_reaches_a_terminal) => {
         scenario_test!(@ignore "the PostgreSQL backend does not store --message yet (its holder row has no message column)", hostile, a_forged_message_is_unreadable_and_never_reaches_a_terminal);
     };
-    (postgres, who, status_and_list_show_the_lease_end_and_the_waiters_in_order) => {
-        scenario_test!(@ignore "the PostgreSQL backend does not report expires_at or its queue's waiters in status/list yet", who, status_and_list_show_the_lease_end_and_the_waiters_in_order);
-    };
-    (etcd, who, status_and_list_show_the_lease_end_and_the_waiters_in_order) => {
-        scenario_test!(@ignore "the etcd backend does not report expires_at (its lease's TTL) or the waiters in line in status/list yet", who, status_and_list_show_the_lease_end_and_the_waiters_in_order);
-    };
     (@ignore $why:literal, $area:ident, $scenario:ident) => {
         #[test]
         #[ignore = $why]
