@@ -46,8 +46,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Take 
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms, 30s, 5m), at most a year (flock\'s --timeout works too). Default: wait without limit. On the command line it overrides DLOCK_NO_WAIT' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock could not be acquired' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'The lease: how long the lock outlives a dlock that stops renewing it (network backends)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-after -d 'When the lock is lost: SIGTERM the command\'s process group, wait this long, then SIGKILL' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l message -d 'Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a newline, tab or escape; refused, not escaped). Kept with the holder record until release' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-after -d 'When the lock is lost: SIGTERM the command\'s process group, wait this long, then SIGKILL' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s c -l command -d 'Run this one string with `$SHELL -c` (/bin/sh when SHELL is unset or empty) instead of a COMMAND after `--`, as flock -c does: `-c \'make && make install\'`' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
@@ -88,7 +88,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s l -l limit -d 'Take one of N seats: at most N holders with --limit at once (a semaphore)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s w -l wait -d 'Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms, 30s, 5m), at most a year (flock\'s --timeout works too). Default: wait without limit. On the command line it overrides DLOCK_NO_WAIT' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s E -l conflict-exit-code -d 'Exit status when the lock could not be acquired' -r
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -l ttl -d 'The lease: how long the lock outlives a keeper that stops renewing it (network backends)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l ttl -d 'The lease: how long the lock outlives a dlock that stops renewing it (network backends)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l message -d 'Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a newline, tab or escape; refused, not escaped). Kept with the holder record until release' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'

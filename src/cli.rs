@@ -101,8 +101,9 @@ pub enum Command {
     Generate(GenerateArgs),
 }
 
-#[derive(Args, Debug)]
-pub struct RunArgs {
+/// How `run` and `hold` take their locks and keep them: the options the two share.
+#[derive(Args, Debug, Clone)]
+pub struct LockArgs {
     /// Take the lock exclusively (the default; flock's -e works too).
     #[arg(short = 'x', short_alias = 'e', long, group = "mode")]
     pub exclusive: bool,
@@ -143,11 +144,6 @@ pub struct RunArgs {
           default_value = "15s", allow_hyphen_values = true)]
     pub ttl: Duration,
 
-    /// When the lock is lost: SIGTERM the command's process group, wait this long, then SIGKILL.
-    #[arg(long, env = "DLOCK_KILL_AFTER", value_name = "DURATION", value_parser = parse_duration,
-          default_value = "10s", allow_hyphen_values = true)]
-    pub kill_after: Duration,
-
     /// Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by
     /// $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a
     /// newline, tab or escape; refused, not escaped). Kept with the holder record until release.
@@ -158,6 +154,17 @@ pub struct RunArgs {
     /// all or nothing, in sorted order (so no two dlocks deadlock on the same set).
     #[arg(value_name = "NAME", required = true)]
     pub names: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub lock: LockArgs,
+
+    /// When the lock is lost: SIGTERM the command's process group, wait this long, then SIGKILL.
+    #[arg(long, env = "DLOCK_KILL_AFTER", value_name = "DURATION", value_parser = parse_duration,
+          default_value = "10s", allow_hyphen_values = true)]
+    pub kill_after: Duration,
 
     /// The command to run and its arguments, after `--`.
     #[arg(
@@ -175,71 +182,14 @@ pub struct RunArgs {
 
 #[derive(Args, Debug)]
 pub struct HoldArgs {
-    /// Take the lock exclusively (the default; flock's -e works too).
-    #[arg(short = 'x', short_alias = 'e', long, group = "mode")]
-    pub exclusive: bool,
-
-    /// Take the lock shared: shared holders run together, never alongside an exclusive one.
-    #[arg(short, long, group = "mode")]
-    pub shared: bool,
-
-    /// Take one of N seats: at most N holders with --limit at once (a semaphore).
-    #[arg(short, long, group = "mode", value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub limit: Option<u32>,
-
-    /// Treat each NAME as a path in a hierarchy: lock every ancestor shared and the path itself
-    /// exclusively (or shared, with --shared).
-    #[arg(short, long, conflicts_with = "limit")]
-    pub tree: bool,
-
-    /// Fail at once if the lock is busy (flock's --nonblock and --nb work too). On the command line
-    /// it overrides DLOCK_WAIT.
-    #[arg(short, long, aliases = ["nonblock", "nb"], env = "DLOCK_NO_WAIT",
-          value_parser = parse_switch)]
-    pub no_wait: bool,
-
-    /// Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms,
-    /// 30s, 5m), at most a year (flock's --timeout works too). Default: wait without limit. On the
-    /// command line it overrides DLOCK_NO_WAIT.
-    #[arg(short, long, alias = "timeout", env = "DLOCK_WAIT", value_name = "DURATION",
-          value_parser = parse_duration, allow_hyphen_values = true)]
-    pub wait: Option<Duration>,
-
-    /// Exit status when the lock could not be acquired.
-    #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = crate::exit::Status::BUSY_DEFAULT)]
-    pub conflict_exit_code: u8,
-
-    /// The lease: how long the lock outlives a keeper that stops renewing it (network backends).
-    #[arg(long, env = "DLOCK_TTL", value_name = "DURATION", value_parser = parse_ttl,
-          default_value = "15s", allow_hyphen_values = true)]
-    pub ttl: Duration,
-
-    /// The lock's name: 1 to 512 bytes of printable UTF-8 (`/` allowed). Several names are taken
-    /// all or nothing, and held and released together.
-    #[arg(value_name = "NAME", required = true)]
-    pub names: Vec<String>,
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 impl HoldArgs {
     /// The plan `run` would make for the same options, with no command.
     pub fn plan(&self, global: &GlobalArgs) -> anyhow::Result<RunPlan> {
-        RunArgs {
-            exclusive: self.exclusive,
-            shared: self.shared,
-            limit: self.limit,
-            tree: self.tree,
-            no_wait: self.no_wait,
-            wait: self.wait,
-            conflict_exit_code: self.conflict_exit_code,
-            ttl: self.ttl,
-            kill_after: Duration::ZERO,
-            names: self.names.clone(),
-            command: Vec::new(),
-            shell_command: None,
-            message: None,
-        }
-        .plan(global)
+        self.lock.plan(global, Vec::new(), Duration::ZERO)
     }
 }
 
@@ -317,6 +267,17 @@ pub fn lock_name(raw: &str) -> anyhow::Result<LockName> {
 }
 
 impl RunArgs {
+    /// The plain plan the supervisor runs (see `LockArgs::plan`).
+    pub fn plan(&self, global: &GlobalArgs) -> anyhow::Result<RunPlan> {
+        let command = match &self.shell_command {
+            Some(script) => vec![shell()?, "-c".into(), script.clone()],
+            None => self.command.clone(),
+        };
+        self.lock.plan(global, command, self.kill_after)
+    }
+}
+
+impl LockArgs {
     pub fn mode(&self) -> Mode {
         match (self.shared, self.limit) {
             (true, _) => Mode::Shared,
@@ -328,7 +289,12 @@ impl RunArgs {
     /// The plain plan the supervisor runs: names validated, expanded for --tree, deduplicated
     /// (keeping the strongest mode asked for a name) and put in canonical, sorted order, so two
     /// dlocks asking for the same set in different orders cannot deadlock.
-    pub fn plan(&self, global: &GlobalArgs) -> anyhow::Result<RunPlan> {
+    pub fn plan(
+        &self,
+        global: &GlobalArgs,
+        command: Vec<String>,
+        kill_after: Duration,
+    ) -> anyhow::Result<RunPlan> {
         let owner = new_owner_id()?;
         let mut wanted: Vec<(LockName, Mode)> = Vec::new();
         for raw in &self.names {
@@ -363,14 +329,11 @@ impl RunArgs {
                 ..global.backend_config()
             },
             requests,
-            command: match &self.shell_command {
-                Some(script) => vec![shell()?, "-c".into(), script.clone()],
-                None => self.command.clone(),
-            },
+            command,
             no_wait: self.no_wait,
             wait: self.wait,
             conflict_exit_code: self.conflict_exit_code,
-            kill_after: self.kill_after,
+            kill_after,
         })
     }
 }

@@ -13,6 +13,10 @@
 //!    process with the same pid proves nothing);
 //! 3. the mode is the one in the backend's record, and it must cover the request.
 //!
+//! Inside a script that took the lock with `dlock hold`, the claim comes from the hold's keeper
+//! instead (src/hold/nested.rs): no ancestor, so step 1 checks that the keeper that answered still
+//! runs with the pid and start time it claims; steps 2 and 3 are the same.
+//!
 //! The uncontended path pays for none of this: without a `DLOCK_HELD` line naming the same location
 //! and lock, nothing is read.
 
@@ -46,6 +50,10 @@ pub struct Claim {
     owner: String,
     pid: u32,
     start: u64,
+    /// Told by the keeper of a `dlock hold` of an ancestor shell (src/hold/nested.rs), which is no
+    /// ancestor of this process: proven by its pid and start time as it is now. Never from
+    /// `DLOCK_HELD`, and never passed on in it.
+    kept: bool,
 }
 
 impl Claim {
@@ -58,6 +66,7 @@ impl Claim {
             owner: owner.to_owned(),
             pid: std::process::id(),
             start: start?,
+            kept: false,
         })
     }
 
@@ -87,6 +96,16 @@ impl Claim {
             owner: owner.to_owned(),
             pid,
             start,
+            kept: false,
+        })
+    }
+
+    /// A claim a hold's keeper told, whose answer came from the process `keeper`: only its own.
+    pub(crate) fn from_keeper(line: &str, keeper: u32) -> Option<Claim> {
+        let claim = Claim::parse(line).filter(|c| c.pid == keeper)?;
+        Some(Claim {
+            kept: true,
+            ..claim
         })
     }
 
@@ -181,7 +200,7 @@ pub fn decide(
                         .find_map(|h| proves(h, claim, started, &host))
                 });
                 match mode {
-                    Some(mode) => proven.push((mode, claim.pid)),
+                    Some(mode) => proven.push((mode, claim)),
                     None => {
                         false_claims.insert(i);
                     }
@@ -191,10 +210,14 @@ pub fn decide(
         if proven.iter().any(|(held, _)| covers(*held, request.mode)) {
             continue;
         }
-        if let Some((held, pid)) = proven.iter().find(|(held, _)| blocks(*held, request.mode)) {
+        if let Some((held, claim)) = proven.iter().find(|(held, _)| blocks(*held, request.mode)) {
+            let by = if claim.kept {
+                format!("this script's dlock hold (its keeper, pid {})", claim.pid)
+            } else {
+                format!("a parent dlock (pid {})", claim.pid)
+            };
             return Err(anyhow::anyhow!(
-                "lock {:?} is held {held} by a parent dlock (pid {pid}); a nested {} request would \
-                 wait for it forever",
+                "lock {:?} is held {held} by {by}; a nested {} request would wait for it forever",
                 request.name.as_str(),
                 request.mode
             ))
@@ -205,7 +228,7 @@ pub fn decide(
     let passed_on = claims
         .into_iter()
         .enumerate()
-        .filter(|(i, _)| !false_claims.contains(i))
+        .filter(|(i, c)| !false_claims.contains(i) && !c.kept)
         .map(|(_, c)| c)
         .collect();
     Ok(Decision {
@@ -278,9 +301,15 @@ impl Ancestors {
         }
     }
 
-    /// When the ancestor a claim names started (wall clock), if it is one of ours.
+    /// When the process a claim names started (wall clock), if it is one of our ancestors (or, for
+    /// a keeper's claim, the keeper still running).
     fn started(&self, claim: &Claim) -> Option<SystemTime> {
-        if !self.chain.contains(&(claim.pid, claim.start)) {
+        let alive = if claim.kept {
+            ProcStat::read(claim.pid).is_some_and(|stat| stat.start == claim.start)
+        } else {
+            self.chain.contains(&(claim.pid, claim.start))
+        };
+        if !alive {
             return None;
         }
         let after_boot = Duration::from_secs(claim.start / self.ticks_per_second)
@@ -352,6 +381,7 @@ mod tests {
             owner: "00ff".into(),
             pid: 42,
             start: 12345,
+            kept: false,
         }
     }
 

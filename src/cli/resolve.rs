@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::ArgMatches;
 
-use super::{usage::quote, Cli, Command, GlobalArgs, RunArgs};
+use super::{usage::quote, Cli, Command, GlobalArgs, LockArgs, RunArgs};
 use crate::backend::BackendKind;
 
 /// Settles `cli`, which clap parsed into `matches`; or the one line saying what is wrong.
@@ -17,15 +17,21 @@ pub fn resolve(cli: &mut Cli, matches: &ArgMatches) -> Result<(), String> {
     if let (Command::Run(run), Some(matches)) =
         (&mut cli.command, matches.subcommand_matches("run"))
     {
-        wait_or_not(&mut run.no_wait, &mut run.wait, matches)?;
+        lock_options(&mut run.lock, matches)?;
         shell_command(run, matches)?;
-        message(run, matches)?;
     }
     if let (Command::Hold(hold), Some(matches)) =
         (&mut cli.command, matches.subcommand_matches("hold"))
     {
-        wait_or_not(&mut hold.no_wait, &mut hold.wait, matches)?;
+        lock_options(&mut hold.lock, matches)?;
     }
+    Ok(())
+}
+
+/// What `run` and `hold` share (`LockArgs`).
+fn lock_options(lock: &mut LockArgs, matches: &ArgMatches) -> Result<(), String> {
+    wait_or_not(&mut lock.no_wait, &mut lock.wait, matches)?;
+    message(lock, matches)?;
     Ok(())
 }
 
@@ -106,7 +112,7 @@ fn shell_command(run: &RunArgs, matches: &ArgMatches) -> Result<(), String> {
     ) else {
         return Ok(());
     };
-    let names: Vec<(usize, &String)> = indices.zip(&run.names).collect();
+    let names: Vec<(usize, &String)> = indices.zip(&run.lock.names).collect();
     let after: Vec<&str> = names
         .iter()
         .filter(|(i, _)| *i > at)
@@ -131,8 +137,8 @@ fn shell_command(run: &RunArgs, matches: &ArgMatches) -> Result<(), String> {
 
 /// `--message` is shown to other users: refused (never escaped) unless it is printable text within
 /// the limit. Checked here rather than by clap, which would print the refused text back raw.
-fn message(run: &RunArgs, matches: &ArgMatches) -> Result<(), String> {
-    let Some(text) = &run.message else {
+fn message(lock: &LockArgs, matches: &ArgMatches) -> Result<(), String> {
+    let Some(text) = &lock.message else {
         return Ok(());
     };
     let option = match matches.value_source("message") {

@@ -21,13 +21,21 @@ use super::registry::{self, Process};
 use super::{shell_lines, HELD};
 use crate::cli::{GlobalArgs, HoldArgs};
 use crate::exit::Status;
-use crate::reentry::HELD_VAR;
+use crate::reentry::{Claim, HELD_VAR};
 use crate::report::Reporter;
 use crate::signal::FORWARDED;
 use crate::supervise::{self, next_renewal, release_all, renew_due, Held, Kept};
 
 /// How often the keeper looks for signals sent to it (it waits in poll, not for signals).
 const SIGNAL_TICK: Duration = Duration::from_millis(200);
+
+/// What the keeper is asked, one line: give the hold up (`dlock release`), or say what it holds (a
+/// `dlock run` of the lock inside the script, src/hold/nested.rs).
+pub const RELEASE: &str = "release";
+pub const WHO: &str = "who";
+
+/// How long a keeper waits for the line that says what it is asked.
+const ASKED_WITHIN: Duration = Duration::from_secs(1);
 
 /// What a keeper answers `dlock release`, one line.
 pub const RELEASED: &str = "released";
@@ -95,7 +103,15 @@ impl Keeper<'_> {
         };
         // The nested-run claim names the keeper, which is no ancestor of the script's commands: a
         // nested run could not prove it, so it is left out (and an inherited one left as it is).
-        let vars: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != HELD_VAR).collect();
+        let (claims, vars): (Vec<_>, Vec<_>) = env.into_iter().partition(|(k, _)| k == HELD_VAR);
+        // What it tells a nested run: its own claims (by its pid), one per line.
+        let own = std::process::id();
+        let told_nested: String = claims
+            .iter()
+            .flat_map(|(_, value)| value.lines())
+            .filter(|line| Claim::from_keeper(line, own).is_some())
+            .map(|line| format!("{line}\n"))
+            .collect();
         // From here the front may exit without ending the keeper.
         let _ = rustix::process::set_parent_process_death_signal(None);
         let told = {
@@ -140,9 +156,23 @@ impl Keeper<'_> {
                 let Ok((mut conn, _)) = listener.accept() else {
                     continue;
                 };
-                if !self.may_release(&conn) {
+                if !self.is_the_shells(&conn) {
                     let _ = writeln!(conn, "{REFUSED}");
                     continue;
+                }
+                match read_request(&mut conn).as_deref() {
+                    Some(RELEASE) => {}
+                    Some(WHO) => {
+                        // A lost hold covers no nested run.
+                        if lost.is_none() {
+                            let _ = conn.write_all(told_nested.as_bytes());
+                        }
+                        continue;
+                    }
+                    _ => {
+                        let _ = writeln!(conn, "{REFUSED}");
+                        continue;
+                    }
                 }
                 let lost_at_end = release_all(std::mem::take(&mut held), self.report);
                 let answer = match lost.take().or(lost_at_end) {
@@ -204,10 +234,10 @@ impl Keeper<'_> {
         Ok(entries)
     }
 
-    /// Whether the process at the other end of `conn` may release this hold: the user's own, and
-    /// the shell itself or a descendant of it. (The registry is private to the user; this stops
-    /// the user's other shells and daemons.)
-    fn may_release(&self, conn: &UnixStream) -> bool {
+    /// Whether the process at the other end of `conn` may release this hold or run under it: the
+    /// user's own, and the shell itself or a descendant of it. (The registry is private to the
+    /// user; this stops the user's other shells and daemons.)
+    fn is_the_shells(&self, conn: &UnixStream) -> bool {
         let Ok(peer) = rustix::net::sockopt::socket_peercred(conn.as_fd()) else {
             return false;
         };
@@ -259,7 +289,22 @@ fn close_inherited_descriptors() {
     }
 }
 
-/// A keeper's answer to `dlock release`, read.
+/// The one line a client sends, without its newline; `None` if none came in time.
+fn read_request(conn: &mut UnixStream) -> Option<String> {
+    conn.set_read_timeout(Some(ASKED_WITHIN)).ok()?;
+    let mut line = Vec::new();
+    let mut byte = [0u8];
+    while line.len() < 16 {
+        match conn.read(&mut byte) {
+            Ok(1) if byte[0] == b'\n' => return String::from_utf8(line).ok(),
+            Ok(1) => line.push(byte[0]),
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// A keeper's answer, read.
 pub fn read_answer(mut conn: UnixStream) -> io::Result<String> {
     conn.set_read_timeout(Some(Duration::from_secs(120)))?;
     let mut answer = String::new();

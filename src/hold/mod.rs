@@ -11,6 +11,7 @@
 //! waits leaves nothing behind, as `run` does.
 
 mod keeper;
+pub mod nested;
 mod registry;
 pub mod release;
 

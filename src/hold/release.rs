@@ -3,12 +3,12 @@
 //! waits for its answer.
 
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
 
 use anyhow::anyhow;
 
-use super::keeper::{read_answer, LOST, RELEASED};
+use super::keeper::{read_answer, LOST, RELEASE, RELEASED};
 use super::registry;
 use crate::exit::Status;
 use crate::lock::LockName;
@@ -20,7 +20,10 @@ pub fn release(name: &LockName, report: &Reporter) -> anyhow::Result<Status> {
     // This process itself holds nothing: its ancestors, nearest first.
     for process in registry::ancestry(std::process::id()).into_iter().skip(1) {
         let path = registry::entry(&dir, process, name);
-        let conn = match UnixStream::connect(&path) {
+        let conn = match UnixStream::connect(&path).and_then(|mut conn| {
+            writeln!(conn, "{RELEASE}")?;
+            Ok(conn)
+        }) {
             Ok(conn) => conn,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {

@@ -30,7 +30,7 @@ pub(crate) use self::heartbeat::{next_renewal, release_all, renew_due};
 use crate::backend::{self, BackendConfig};
 use crate::exit::Status;
 use crate::guard::Guardian;
-use crate::lock::LockRequest;
+use crate::lock::{LockName, LockRequest};
 use crate::program;
 use crate::reentry;
 use crate::report::{self, Reporter};
@@ -106,12 +106,13 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
     };
     let location = backend.location();
     report.event(&format!("using {location}"));
-    let decision = reentry::decide(
-        backend.as_ref(),
-        &location,
-        &plan.requests,
-        reentry::inherited(),
-    )?;
+    let mut claims = reentry::inherited();
+    if matches!(after, After::Run(_)) {
+        // Inside a script that holds a lock with `dlock hold`, the hold covers the run.
+        let names: Vec<&LockName> = plan.requests.iter().map(|r| &r.name).collect();
+        claims.extend(crate::hold::nested::claims(&names));
+    }
+    let decision = reentry::decide(backend.as_ref(), &location, &plan.requests, claims)?;
     let requests = decision.to_acquire;
     if requests.is_empty() {
         guardian.dismiss();

@@ -133,8 +133,8 @@ pub fn release_gives_the_hold_up_early_and_a_second_release_exits_1(t: &Target) 
         &["hold/r"],
         &format!(
             "while [ ! -e go1 ]; do sleep 0.05; done\n\
-             {release}; echo $? > rel1\n\
-             {release} 2> rel2.err; echo $? > rel2"
+             {release}; echo $? > rel1.tmp; mv rel1.tmp rel1\n\
+             {release} 2> rel2.err; echo $? > rel2.tmp; mv rel2.tmp rel2"
         ),
     );
     assert_eq!(busy(t, "hold/r"), 75);
@@ -169,10 +169,69 @@ pub fn a_lost_hold_sends_the_shell_sigterm_and_release_then_exits_79(t: &Target)
         t,
         "hold-l",
         &["--ttl", "1s", "hold/l"],
-        &format!("trap '{release}; echo $? > rel; exit 0' TERM"),
+        &format!("trap '{release}; echo $? > rel.tmp; mv rel.tmp rel; exit 0' TERM"),
     );
     let out = output(t.dlock(&["release", "--force", "hold/l"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     script.wait_for("rel");
     assert_eq!(script.read("rel").trim(), "79", "{}", script.read("err"));
+}
+
+pub fn a_hold_keeps_its_message_for_status(t: &Target) {
+    let _script = Script::start(
+        t,
+        "hold-m",
+        &["--message", "migrate v2 by ci", "hold/m"],
+        "",
+    );
+    let out = output(t.dlock(&["status", "--json", "hold/m"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("status JSON");
+    assert_eq!(
+        json["holders"][0]["message"], "migrate v2 by ci",
+        "hold --message is kept with the holder record: {json}"
+    );
+}
+
+/// A `dlock run` of the held lock inside the script runs its command under the script's hold
+/// (no wait for itself), in any mode the hold covers; one the hold can never grant is refused (64).
+pub fn a_run_inside_the_script_runs_under_its_hold(t: &Target) {
+    let nested = t.shell_words(&["run", "-w", "20s", "hold/in", "--", "sh", "-c", "echo ran"]);
+    let nested_shared = t.shell_words(&["run", "-n", "-s", "hold/in", "--", "true"]);
+    let script = Script::start(
+        t,
+        "hold-in",
+        &["hold/in"],
+        &format!(
+            "{nested} > out 2> out.err; echo $? > rc.tmp; mv rc.tmp rc\n\
+             {nested_shared}; echo $? > rc2.tmp; mv rc2.tmp rc2"
+        ),
+    );
+    script.wait_for("rc2");
+    assert_eq!(
+        (script.read("rc").trim(), script.read("out").trim()),
+        ("0", "ran"),
+        "the nested run ran under the hold: {}",
+        script.read("out.err")
+    );
+    assert_eq!(script.read("rc2").trim(), "0", "shared inside exclusive");
+    assert_eq!(
+        busy(t, "hold/in"),
+        75,
+        "the hold is kept after the nested runs"
+    );
+
+    // A shared hold cannot grant an exclusive run: it would wait for itself.
+    let nested_exclusive = t.shell_words(&["run", "-w", "20s", "hold/ins", "--", "true"]);
+    let shared = Script::start(
+        t,
+        "hold-ins",
+        &["-s", "hold/ins"],
+        &format!("{nested_exclusive} 2> out.err; echo $? > rc.tmp; mv rc.tmp rc"),
+    );
+    shared.wait_for("rc");
+    assert_eq!(shared.read("rc").trim(), "64", "{}", shared.read("out.err"));
+
+    // Another script's hold is not this one's: a run outside it waits and gives up.
+    let out = output(t.dlock(&["run", "-w", "0.3", "hold/in", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
 }

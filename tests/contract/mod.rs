@@ -85,6 +85,9 @@ macro_rules! scenario_test {
     (postgres, hostile, a_forged_message_is_unreadable_and_never_reaches_a_terminal) => {
         scenario_test!(@ignore "the PostgreSQL backend does not store --message yet (its holder row has no message column)", hostile, a_forged_message_is_unreadable_and_never_reaches_a_terminal);
     };
+    (postgres, hold, a_hold_keeps_its_message_for_status) => {
+        scenario_test!(@ignore "the PostgreSQL backend does not store --message yet (its holder row has no message column)", hold, a_hold_keeps_its_message_for_status);
+    };
     (@ignore $why:literal, $area:ident, $scenario:ident) => {
         #[test]
         #[ignore = $why]
@@ -184,6 +187,8 @@ contract! {
             release_gives_the_hold_up_early_and_a_second_release_exits_1,
             release_without_a_hold_exits_1_and_points_to_force,
             a_lost_hold_sends_the_shell_sigterm_and_release_then_exits_79,
+            a_hold_keeps_its_message_for_status,
+            a_run_inside_the_script_runs_under_its_hold,
         ],
         hostile: [
             a_forged_record_is_unreadable_and_the_lock_stays_busy,
