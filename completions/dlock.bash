@@ -249,7 +249,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__hold)
-            opts="-x -s -l -t -n -w -E -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --conflict-exit-code --ttl --message --backend --url --connect-timeout --verbose --quiet --help"
+            opts="-x -s -l -t -n -w -E -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --ttl --message --backend --url --connect-timeout --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -268,6 +268,10 @@ _dlock() {
                     return 0
                     ;;
                 -w)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --progress-every)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -383,7 +387,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__run)
-            opts="-x -s -l -t -n -w -E -c -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --conflict-exit-code --ttl --message --kill-after --command --backend --url --connect-timeout --verbose --quiet --help"
+            opts="-x -s -l -t -n -w -E -c -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --ttl --message --kill-after --command --backend --url --connect-timeout --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -402,6 +406,10 @@ _dlock() {
                     return 0
                     ;;
                 -w)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --progress-every)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -44,6 +44,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "generate" -d 'Write she
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Take one of N seats: at most N holders with --limit at once (a semaphore)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms, 30s, 5m), at most a year (flock\'s --timeout works too). Default: wait without limit. On the command line it overrides DLOCK_NO_WAIT' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l progress-every -d 'While waiting with stderr not a terminal (a CI log), say every this often how long it has waited and how much of --wait is left (0: only the first line, when the wait starts)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock could not be acquired' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'The lease: how long the lock outlives a dlock that stops renewing it (network backends)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l message -d 'Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a newline, tab or escape; refused, not escaped). Kept with the holder record until release' -r
@@ -87,6 +88,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -s q -l quiet -d 'Prin
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s l -l limit -d 'Take one of N seats: at most N holders with --limit at once (a semaphore)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s w -l wait -d 'Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms, 30s, 5m), at most a year (flock\'s --timeout works too). Default: wait without limit. On the command line it overrides DLOCK_NO_WAIT' -r
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l progress-every -d 'While waiting with stderr not a terminal (a CI log), say every this often how long it has waited and how much of --wait is left (0: only the first line, when the wait starts)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s E -l conflict-exit-code -d 'Exit status when the lock could not be acquired' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l ttl -d 'The lease: how long the lock outlives a dlock that stops renewing it (network backends)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l message -d 'Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a newline, tab or escape; refused, not escaped). Kept with the holder record until release' -r

@@ -135,6 +135,12 @@ pub struct LockArgs {
           value_parser = parse_duration, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
 
+    /// While waiting with stderr not a terminal (a CI log), say every this often how long it has
+    /// waited and how much of --wait is left (0: only the first line, when the wait starts).
+    #[arg(long, env = "DLOCK_PROGRESS_EVERY", value_name = "DURATION", value_parser = parse_duration,
+          default_value = crate::supervise::progress::EVERY_DEFAULT, allow_hyphen_values = true)]
+    pub progress_every: Duration,
+
     /// Exit status when the lock could not be acquired.
     #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = Status::BUSY_DEFAULT)]
     pub conflict_exit_code: u8,
@@ -334,6 +340,7 @@ impl LockArgs {
             wait: self.wait,
             conflict_exit_code: self.conflict_exit_code,
             kill_after,
+            progress_every: self.progress_every,
         })
     }
 }

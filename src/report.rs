@@ -2,7 +2,7 @@
 //! events with `--verbose`, and the one-line waiting status redrawn in place on a terminal.
 
 use std::io::{IsTerminal, Write};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// One line on stderr. A stderr nobody reads any more (a closed pipe) loses the line, never the
 /// exit status (eprintln! would panic).
@@ -88,19 +88,44 @@ impl Reporter {
         }
     }
 
-    /// Draws the waiting line in place, on a terminal only and never with --verbose or --quiet
-    /// (where it would interleave with event lines or break the silence).
-    pub fn waiting_line(&self, elapsed: Duration, what: &str) {
-        if !self.terminal || self.verbosity != Verbosity::Normal {
+    /// A line about a wait in progress (src/supervise/progress.rs): for a log, not a terminal,
+    /// where the status line says it; a timestamped event with --verbose; nothing with --quiet.
+    pub fn progress(&self, msg: &str) {
+        match self.verbosity {
+            Verbosity::Quiet => {}
+            Verbosity::Verbose => self.event(msg),
+            Verbosity::Normal if self.terminal => {}
+            Verbosity::Normal => say(&format!("dlock: {msg}")),
+        }
+    }
+
+    /// `progress` for a callback that must be `Send` (see `notifier`).
+    pub fn progress_logger(&self) -> std::sync::Arc<dyn Fn(&str) + Send + Sync> {
+        let (verbosity, terminal) = (self.verbosity, self.terminal);
+        let event = self.eventer();
+        std::sync::Arc::new(move |msg: &str| match verbosity {
+            Verbosity::Quiet => {}
+            Verbosity::Verbose => event(msg),
+            Verbosity::Normal if terminal => {}
+            Verbosity::Normal => say(&format!("dlock: {msg}")),
+        })
+    }
+
+    /// Draws the waiting status line in place, made by `line` for the terminal's width, on a
+    /// terminal only and never with --verbose or --quiet (where it would interleave with event
+    /// lines or break the silence). One column is left free: a line that fills the last one
+    /// wraps on some terminals.
+    pub fn status_line(&self, line: impl FnOnce(usize) -> String) {
+        if !self.draws_waiting_line() {
             return;
         }
-        let secs = Duration::from_secs(elapsed.as_secs());
+        let columns = rustix::termios::tcgetwinsize(std::io::stderr())
+            .map(|size| usize::from(size.ws_col))
+            .ok()
+            .filter(|&c| c > 0)
+            .unwrap_or(80);
         let mut err = std::io::stderr().lock();
-        let _ = write!(
-            err,
-            "\r\x1b[Kdlock: waiting {} for {what}",
-            humantime::format_duration(secs)
-        );
+        let _ = write!(err, "\r\x1b[K{}", line(columns - 1));
         let _ = err.flush();
         self.status_shown.set(true);
     }

@@ -56,7 +56,7 @@ fn a_redis_waiter_rides_out_an_outage_and_gets_the_lock() {
         server.keys().iter().any(|k| k.ends_with(":queue"))
     });
     server.kill();
-    waiter.wait_for("still waiting for lock \"o\"", T);
+    waiter.wait_for("; still waiting for lock \"o\"", T);
     // Down for a few seconds: longer than --connect-timeout, far shorter than --wait.
     std::thread::sleep(Duration::from_secs(6));
     server.restart_keeping_data();
@@ -371,7 +371,7 @@ fn a_zookeeper_waiter_reports_an_outage_and_still_gets_the_lock() {
         server.children("/dlock/z").is_some_and(|c| c.len() == 2)
     });
     server.stop();
-    waiter.wait_for("still waiting for lock \"z\"", T);
+    waiter.wait_for("; still waiting for lock \"z\"", T);
     server.start_again();
     std::fs::write(dir.file("h.go"), "").unwrap();
     let mut holder = holder;

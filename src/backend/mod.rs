@@ -219,6 +219,9 @@ type StopCheck = dyn Fn() -> bool + Send + Sync;
 /// Where a waiting acquisition reports an outage of the backend.
 type OutageReport = dyn Fn(&Outage) + Send + Sync;
 
+/// Where a waiting acquisition reports how many wait in line before it.
+type PlaceReport = dyn Fn(usize) + Send + Sync;
+
 /// News of an outage while waiting, at most once per `OUTAGE_REPORT_EVERY` while it lasts.
 #[derive(Clone, Debug)]
 pub enum Outage {
@@ -258,6 +261,7 @@ pub struct Waiting {
     deadline: Option<Instant>,
     on_outage: Option<Arc<OutageReport>>,
     outage: Arc<std::sync::Mutex<OutageState>>,
+    on_place: Option<Arc<PlaceReport>>,
 }
 
 impl Waiting {
@@ -269,6 +273,21 @@ impl Waiting {
             deadline: None,
             on_outage: None,
             outage: Arc::default(),
+            on_place: None,
+        }
+    }
+
+    /// A wait that reports its place in line to `report` (see `in_line`).
+    pub fn reporting_place(mut self, report: impl Fn(usize) + Send + Sync + 'static) -> Waiting {
+        self.on_place = Some(Arc::new(report));
+        self
+    }
+
+    /// How many wait in line before this waiter, for a backend that keeps a line (Redis, ZooKeeper):
+    /// told when the wait starts and whenever it changes, for the user's status line.
+    pub fn in_line(&self, ahead: usize) {
+        if let Some(report) = &self.on_place {
+            report(ahead)
         }
     }
 

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use super::heartbeat::{next_renewal, release_all, release_quietly, renew_due, Held};
+use super::progress::{describe_holders, Progress};
 use super::RunPlan;
 use crate::backend::{Attempt, Backend, Outage, Waiting};
 use crate::lock::{Holder, LockName, LockRequest};
@@ -47,6 +48,8 @@ pub(super) enum FirstTry {
 /// What the acquiring thread reports to the main thread.
 enum Event {
     Busy(LockName, Vec<Holder>),
+    /// How many wait in line before this one.
+    InLine(usize),
     /// The backend cannot be reached, or can again.
     Outage(LockName, Outage),
     /// One more lock taken; the main thread renews it from now on.
@@ -88,20 +91,29 @@ pub(super) fn wait_here(
     report: &Reporter,
 ) -> anyhow::Result<Acquisition> {
     let last_seen: Arc<Mutex<Option<Vec<Holder>>>> = Arc::default();
+    let progress = Arc::new(Mutex::new(Progress::new(
+        &request.name,
+        plan.wait,
+        plan.progress_every,
+    )));
+    let log = report.progress_logger();
     let caught = Arc::new(AtomicI32::new(0));
     let signals = *signals;
     let waiting = Waiting::new({
         let last_seen = last_seen.clone();
+        let progress = progress.clone();
         let name = request.name.clone();
-        let event = report.eventer();
+        let log = log.clone();
         move |holders: &[Holder]| {
-            if let Ok(mut seen) = last_seen.lock() {
-                if seen.is_none() {
-                    event(&waiting_message(&name, holders));
-                }
-                *seen = Some(holders.to_vec());
+            if let Some(line) = crate::sync::lock(&progress).busy(&name, holders) {
+                log(&line);
             }
+            *crate::sync::lock(&last_seen) = Some(holders.to_vec());
         }
+    })
+    .reporting_place({
+        let progress = progress.clone();
+        move |ahead| crate::sync::lock(&progress).in_line(ahead)
     })
     .reporting_outages({
         let name = request.name.clone();
@@ -110,12 +122,18 @@ pub(super) fn wait_here(
     })
     .stopping(plan.wait.map(|w| Instant::now() + w), {
         let caught = caught.clone();
-        move || match interrupt::caught().or_else(|| signals.take_pending_stop()) {
-            Some(n) => {
-                caught.store(n, Ordering::SeqCst);
-                true
+        move || {
+            // Asked at least every CANCEL_CHECK while waiting: the CI log's steady lines too.
+            if let Some(line) = crate::sync::lock(&progress).tick() {
+                log(&line);
             }
-            None => false,
+            match interrupt::caught().or_else(|| signals.take_pending_stop()) {
+                Some(n) => {
+                    caught.store(n, Ordering::SeqCst);
+                    true
+                }
+                None => false,
+            }
         }
     });
     if let Some(lease) = backend.acquire(request, &waiting)? {
@@ -125,7 +143,7 @@ pub(super) fn wait_here(
     if signal != 0 {
         return Ok(Acquisition::Signalled(signal));
     }
-    let holders = last_seen.lock().ok().and_then(|h| h.clone());
+    let holders = crate::sync::lock(&last_seen).clone();
     Ok(Acquisition::TimedOut(
         request.name.clone(),
         holders.unwrap_or_default(),
@@ -147,6 +165,7 @@ pub(super) fn wait_on_helper(
     let main = signals.main_waker();
     let busy_tx = tx.clone();
     let outage_tx = tx.clone();
+    let place_tx = tx.clone();
     let busy_name = std::sync::Arc::new(std::sync::Mutex::new(requests[0].name.clone()));
     let busy_name_for_waiting = busy_name.clone();
     let outage_name = busy_name.clone();
@@ -156,6 +175,10 @@ pub(super) fn wait_on_helper(
             let _ = busy_tx.send(Event::Busy(name, holders.to_vec()));
             main.wake();
         }
+    })
+    .reporting_place(move |ahead| {
+        let _ = place_tx.send(Event::InLine(ahead));
+        main.wake();
     })
     .reporting_outages(move |outage: &Outage| {
         if let Ok(name) = outage_name.lock().map(|n| n.clone()) {
@@ -189,6 +212,7 @@ pub(super) fn wait_on_helper(
     let started = Instant::now();
     let deadline = plan.wait.map(|w| started + w);
     let mut waiting_for = (requests[0].name.clone(), Vec::new());
+    let mut progress = Progress::new(&requests[0].name, plan.wait, plan.progress_every);
     let tick = Duration::from_secs(1);
     loop {
         for event in rx.try_iter() {
@@ -211,16 +235,21 @@ pub(super) fn wait_on_helper(
                 }
                 Event::Outage(name, outage) => report.notice(&outage_message(&name, &outage)),
                 Event::Busy(name, holders) => {
-                    report.event(&waiting_message(&name, &holders));
+                    if let Some(line) = progress.busy(&name, &holders) {
+                        report.progress(&line);
+                    }
                     waiting_for = (name, holders);
-                    draw_waiting(report, started, &waiting_for);
                 }
+                Event::InLine(ahead) => progress.in_line(ahead),
             }
         }
         let now = Instant::now();
         let mut timeout = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
         if report.draws_waiting_line() {
             timeout = timeout.min(tick);
+        }
+        if let Some(due) = progress.due() {
+            timeout = timeout.min(due.saturating_duration_since(now));
         }
         if let Some(due) = next_renewal(&held) {
             timeout = timeout.min(due.saturating_duration_since(now));
@@ -240,19 +269,11 @@ pub(super) fn wait_on_helper(
             release_all(held, report);
             return Ok(outcome);
         }
-        draw_waiting(report, started, &waiting_for);
+        if let Some(line) = progress.tick() {
+            report.progress(&line);
+        }
+        report.status_line(|width| progress.status_line(width));
     }
-}
-
-fn draw_waiting(report: &Reporter, started: Instant, (name, holders): &(LockName, Vec<Holder>)) {
-    let holder = match holders.first() {
-        Some(h) => format!(", held{}", h.who()),
-        None => String::new(),
-    };
-    report.waiting_line(
-        started.elapsed(),
-        &format!("lock {:?}{holder}", name.as_str()),
-    );
 }
 
 /// Stops a waiting acquisition and makes sure it leaves nothing behind: interrupts the blocking
@@ -276,7 +297,7 @@ fn cancel(
                     release_all(vec![h], report);
                 }
                 Event::Done(_) => done = true,
-                Event::Busy(..) | Event::Outage(..) => {}
+                Event::Busy(..) | Event::InLine(..) | Event::Outage(..) => {}
             }
         }
         if done {
@@ -306,14 +327,6 @@ pub(super) fn busy_message(
     }
 }
 
-fn waiting_message(name: &LockName, holders: &[Holder]) -> String {
-    format!(
-        "waiting for lock {:?}{}",
-        name.as_str(),
-        describe_holders(holders)
-    )
-}
-
 /// What the user hears of an outage while waiting (without --verbose too: a wait that seems to
 /// hang should say why).
 fn outage_message(name: &LockName, outage: &Outage) -> String {
@@ -331,13 +344,5 @@ fn outage_message(name: &LockName, outage: &Outage) -> String {
             humantime::format_duration(round_ms(*after)),
             name.as_str()
         ),
-    }
-}
-
-fn describe_holders(holders: &[Holder]) -> String {
-    match holders {
-        [] => String::new(),
-        [one] => format!(": held {}", one.describe()),
-        [first, rest @ ..] => format!(": held {} and {} more", first.describe(), rest.len()),
     }
 }

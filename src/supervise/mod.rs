@@ -16,6 +16,7 @@ mod acquire;
 mod child;
 mod environment;
 mod heartbeat;
+pub mod progress;
 mod spawn;
 
 use std::path::PathBuf;
@@ -48,6 +49,8 @@ pub struct RunPlan {
     pub wait: Option<Duration>,
     pub conflict_exit_code: u8,
     pub kill_after: Duration,
+    /// How often a wait says it still waits, in a log (`--progress-every`; zero: never).
+    pub progress_every: Duration,
 }
 
 /// The locks `dlock hold` took, for its keeper (src/hold/) to keep: the leases, the variables a

@@ -147,7 +147,8 @@ contract! {
         waiting: [
             one_wait_budget_covers_the_whole_set,
             a_release_wakes_the_next_waiter_at_once,
-            on_a_terminal_the_waiting_line_shows_the_holder_and_is_erased,
+            on_a_terminal_the_waiting_line_fits_the_width_and_is_erased,
+            in_a_log_a_wait_says_who_holds_then_how_long_it_has_waited,
         ],
         signals: [
             signals_are_forwarded_to_the_child_and_its_status_returned,

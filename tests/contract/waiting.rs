@@ -5,7 +5,7 @@ use std::process::Child;
 use std::time::Duration;
 
 use super::{waiting, Holding, T};
-use crate::support::target::Target;
+use crate::support::target::{Kind, Target};
 use crate::support::*;
 
 /// `--wait` is one budget for the whole set, not one per name: with `a` freed after 1.5s and `b`
@@ -69,22 +69,102 @@ pub fn a_release_wakes_the_next_waiter_at_once(t: &Target) {
     assert_eq!(status, 0, "{err}");
 }
 
-pub fn on_a_terminal_the_waiting_line_shows_the_holder_and_is_erased(t: &Target) {
-    let holder = Holding::start(t, &["n"]);
-    let child = on_a_terminal(&t.shell_words(&["run", "-w", "1500ms", "n", "--", "true"]));
+/// On a terminal one status line, redrawn in place and cut to the terminal's width (it never wraps
+/// into a trail of lines), shows how long dlock has waited, how much of `--wait` is left, the holder
+/// and, where the backend keeps a line (ZooKeeper), the place in it; it is erased before the next
+/// message.
+pub fn on_a_terminal_the_waiting_line_fits_the_width_and_is_erased(t: &Target) {
+    let message = "x".repeat(120);
+    let holder = Holding::start(t, &["--message", &message, "n"]);
+    let waiter = t.shell_words(&["run", "-w", "2500ms", "n", "--", "true"]);
+    let child = on_a_terminal(&format!("stty cols 100 && {waiter}"));
     let out = child.wait_with_output().unwrap();
     let screen = String::from_utf8_lossy(&out.stdout);
+    let drawn: Vec<&str> = screen
+        .split("\r\x1b[K")
+        .filter(|line| line.starts_with("dlock: waiting"))
+        .collect();
+    assert!(drawn.len() >= 2, "redrawn as the wait goes on: {screen:?}");
+    for line in &drawn {
+        assert!(
+            line.chars().count() <= 99 && !line.contains('\n'),
+            "fits 100 columns with one to spare: {line:?}"
+        );
+    }
     assert!(
-        screen.contains("\r\x1b[Kdlock: waiting 1s for lock \"n\", held by "),
-        "{screen:?}"
+        drawn[0].starts_with("dlock: waiting 0s for lock \"n\" (2s of --wait left"),
+        "{:?}",
+        drawn[0]
     );
+    let held = drawn
+        .iter()
+        .find(|line| line.contains(", held"))
+        .unwrap_or_else(|| panic!("the holder is shown: {screen:?}"));
+    assert!(held.ends_with('…'), "a long line is cut: {held:?}");
+    if matches!(t.kind, Kind::Zk | Kind::Redis) {
+        assert!(
+            drawn.iter().any(|line| line.contains(", next in")),
+            "the place in line: {screen:?}"
+        );
+    }
+    let last = drawn[drawn.len() - 1];
     assert!(
-        screen.contains(&format!("pid {}", holder.dlock.id())),
-        "{screen:?}"
+        last.starts_with("dlock: waiting 2s for lock \"n\" (0s of --wait left"),
+        "{last:?}"
     );
     assert!(
         screen.contains("\r\x1b[Kdlock: gave up on lock \"n\""),
         "line erased first: {screen:?}"
     );
+    assert!(holder.let_go().success());
+}
+
+/// In a CI log (stderr not a terminal) a wait says once who holds the lock and for how long it will
+/// wait, then every `--progress-every` how long it has waited and how much of `--wait` is left;
+/// `-q` silences it all.
+pub fn in_a_log_a_wait_says_who_holds_then_how_long_it_has_waited(t: &Target) {
+    let holder = Holding::start(t, &["log"]);
+    let waiter = [
+        "run",
+        "-w",
+        "2s",
+        "--progress-every",
+        "300ms",
+        "log",
+        "--",
+        "true",
+    ];
+    let out = output(t.dlock(&waiter));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    let first = lines.first().copied().unwrap_or_default();
+    assert!(
+        first.starts_with("dlock: waiting for lock \"log\": held exclusive by ")
+            && first.contains(&format!("pid {}", holder.dlock.id()))
+            && first.ends_with("(giving up after 2s)"),
+        "{err}"
+    );
+    let steady: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("dlock: still waiting for lock \"log\" after "))
+        .collect();
+    assert!(steady.len() >= 3, "a line every 300ms over 2s: {err}");
+    assert!(
+        steady.iter().all(|l| l.contains(" of --wait left")),
+        "{err}"
+    );
+    assert!(
+        lines
+            .last()
+            .is_some_and(|l| l.starts_with("dlock: gave up on lock \"log\"")),
+        "{err}"
+    );
+
+    let mut quiet = vec!["-q"];
+    quiet.extend_from_slice(&waiter);
+    let out = output(t.dlock(&quiet));
+    assert_eq!(code(&out), 75);
+    assert_eq!(stderr(&out), "", "-q prints nothing but errors");
     assert!(holder.let_go().success());
 }

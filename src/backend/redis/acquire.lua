@@ -66,7 +66,7 @@ local oldest = redis.call('ZRANGE', ALIVE, 0, 0, 'WITHSCORES')
 if oldest[2] and oldest[1] ~= member then
   retry = math.min(retry, tonumber(oldest[2]) - now)
 end
-local reply = {0, ticket, math.max(retry, 1), (counter())}
+local reply = {0, ticket, math.max(retry, 1), (counter()), ahead}
 for _, v in ipairs(live_holders(now)) do
   reply[#reply + 1] = v
 end

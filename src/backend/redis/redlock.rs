@@ -86,6 +86,7 @@ impl RedisBackend {
                     ticket: t,
                     retry,
                     counter,
+                    ahead,
                     holders,
                 }) => {
                     seen = seen.max(counter);
@@ -93,7 +94,7 @@ impl RedisBackend {
                     if ticket.is_empty() {
                         *ticket = t;
                     }
-                    busy.get_or_insert((retry, holders, i));
+                    busy.get_or_insert((retry, holders, i, ahead));
                 }
                 Err(fault) => faults.push(fault),
             }
@@ -140,7 +141,7 @@ impl RedisBackend {
         if answered < quorum {
             return Ok(Round::Unreachable(faults));
         }
-        let (mut retry, holders, server) = busy.unwrap_or((ask.ttl / 3, Vec::new(), 0));
+        let (mut retry, holders, server, ahead) = busy.unwrap_or((ask.ttl / 3, Vec::new(), 0, 0));
         if !granted.is_empty() {
             // We just gave servers back and nobody will tell us for that (we may well be first in
             // line): try again soon, after a random pause so two waiters that split the servers
@@ -151,6 +152,7 @@ impl RedisBackend {
             sent: started,
             retry,
             server,
+            ahead,
         };
         Ok(Round::Busy { line, holders })
     }

@@ -343,6 +343,8 @@ pub(super) enum Reply {
         retry: Duration,
         /// The last token this server handed out.
         counter: Token,
+        /// Waiters in this server's line before this one.
+        ahead: usize,
         holders: Vec<Holder>,
     },
 }
@@ -357,7 +359,8 @@ fn parse_acquire(value: &Value) -> Option<Reply> {
             ticket: text_of(ticket)?,
             retry: Duration::from_millis(u64::try_from(int_of(items.get(2)?)?).ok()?.max(1)),
             counter: u64::try_from(int_of(items.get(3)?)?).ok()?,
-            holders: parse_holders(&Value::Array(items[4..].to_vec())),
+            ahead: usize::try_from(int_of(items.get(4)?)?).ok()?,
+            holders: parse_holders(&Value::Array(items[5..].to_vec())),
         }),
         _ => None,
     }

@@ -22,6 +22,8 @@ pub(super) struct Line {
     pub(super) retry: Duration,
     /// A server that answered, whose connection to listen on.
     pub(super) server: usize,
+    /// Waiters in line before this one, by that server.
+    pub(super) ahead: usize,
 }
 
 impl RedisBackend {
@@ -131,6 +133,7 @@ impl RedisBackend {
                     }
                 }
             };
+            waiting.in_line(place.ahead);
             let ttl = ask.ttl;
             let until = place.sent + place.retry.min(ttl / 3);
             if let Some(token) = self.listen(&ask.keys.base, place.server, until, waiting) {

@@ -111,9 +111,11 @@ impl Acquisition {
         // The watch on our own node that the lease needs, armed together with a listing when we can.
         let mut own: Option<zk::OneshotWatcher> = None;
         let mut reported = false;
+        let mut told_place = None;
         loop {
             // The node whose end we wait for; none: any change among the children.
-            let ahead = match self.judge(&listing, node)? {
+            let (verdict, in_line) = self.judge(&listing, node)?;
+            let ahead = match verdict {
                 Verdict::Owns => match self.watch_own(&own_path, own.take()).await? {
                     Some(watcher) => {
                         let ttl = self.request.ttl;
@@ -141,6 +143,10 @@ impl Acquisition {
                 reported = true;
                 waiting.busy(&self.holders(&listing).await.unwrap_or_default());
             }
+            if told_place != Some(in_line) {
+                told_place = Some(in_line);
+                waiting.in_line(in_line);
+            }
             // A node already gone means look again at once.
             let watcher = match (arming, &ahead) {
                 (Some(arming), Some(path)) => self.watch_ahead(arming, path).await?,
@@ -167,7 +173,8 @@ impl Acquisition {
     }
 
     /// Where our node stands in `listing`: it owns the lock, or what it waits for.
-    fn judge(&self, listing: &[String], node: &str) -> anyhow::Result<Verdict> {
+    /// What our node waits for, and how many waiters are in line before it.
+    fn judge(&self, listing: &[String], node: &str) -> anyhow::Result<(Verdict, usize)> {
         let queue = queue(listing);
         let Some(me) = queue.iter().position(|c| c.name == node) else {
             return Err(anyhow!(
@@ -176,7 +183,10 @@ impl Acquisition {
             ))
             .fail_with(Failure::BackendUnavailable);
         };
-        Ok(verdict(&queue, me, self.limit))
+        let ahead = (0..me)
+            .filter(|&i| verdict(&queue, i, self.limit) != Verdict::Owns)
+            .count();
+        Ok((verdict(&queue, me, self.limit), ahead))
     }
 
     /// The watch on our own node that the lease needs: the one armed with the last look, or one
