@@ -396,7 +396,7 @@ fn a_zookeeper_waiter_gives_up_with_75_when_its_wait_ends_during_an_outage() {
     });
     server.stop();
     let (code, stderr) = {
-        waiter.wait_for("still waiting", T);
+        waiter.wait_for("; still waiting", T);
         waiter.finish(T)
     };
     assert_eq!(code, 75, "{stderr}");
