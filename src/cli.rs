@@ -138,6 +138,14 @@ pub struct RunArgs {
     #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = Status::BUSY_DEFAULT)]
     pub conflict_exit_code: u8,
 
+    /// Keep the lock taken until at least this long after it was acquired, judged by the lock
+    /// store's clock, even once the command ended (dlock exits at once with its status) or dlock
+    /// died: other runs see it busy until then. Same forms as --wait, at most a year; 0 is none.
+    /// `dlock release --force` ends it early.
+    #[arg(long, env = "DLOCK_MIN_HOLD", value_name = "DURATION", value_parser = parse_duration,
+          allow_hyphen_values = true)]
+    pub min_hold: Option<Duration>,
+
     /// The lease: how long the lock outlives a dlock that stops renewing it (network backends).
     #[arg(long, env = "DLOCK_TTL", value_name = "DURATION", value_parser = parse_ttl,
           default_value = "15s", allow_hyphen_values = true)]
@@ -210,6 +218,14 @@ pub struct HoldArgs {
     #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = crate::exit::Status::BUSY_DEFAULT)]
     pub conflict_exit_code: u8,
 
+    /// Keep the lock taken until at least this long after it was acquired, judged by the lock
+    /// store's clock, even once `dlock release` gave it up or its shell ended: other runs see it
+    /// busy until then. Same forms as --wait, at most a year; 0 is none. `dlock release --force`
+    /// ends it early.
+    #[arg(long, env = "DLOCK_MIN_HOLD", value_name = "DURATION", value_parser = parse_duration,
+          allow_hyphen_values = true)]
+    pub min_hold: Option<Duration>,
+
     /// The lease: how long the lock outlives a keeper that stops renewing it (network backends).
     #[arg(long, env = "DLOCK_TTL", value_name = "DURATION", value_parser = parse_ttl,
           default_value = "15s", allow_hyphen_values = true)]
@@ -233,6 +249,7 @@ impl HoldArgs {
             wait: self.wait,
             conflict_exit_code: self.conflict_exit_code,
             ttl: self.ttl,
+            min_hold: self.min_hold,
             kill_after: Duration::ZERO,
             names: self.names.clone(),
             command: Vec::new(),
@@ -355,6 +372,8 @@ impl RunArgs {
                 owner: owner.clone(),
                 // An empty message (DLOCK_MESSAGE= set fleet-wide) is none.
                 message: self.message.clone().filter(|m| !m.is_empty()),
+                // 0 (DLOCK_MIN_HOLD=0 set fleet-wide, overridden per job) is none.
+                min_hold: self.min_hold.filter(|d| !d.is_zero()),
             })
             .collect();
         Ok(RunPlan {

@@ -38,6 +38,8 @@ pub(super) fn value_of(request: &LockRequest) -> String {
         unreadable: None,
         message: request.message.clone(),
         expires_at: None,
+        kept_until: None,
+        kept: None,
     };
     format!("{} {}", request.owner, holder.record())
 }
@@ -59,6 +61,8 @@ impl Entry {
                 unreadable: None,
                 message: None,
                 expires_at: None,
+                kept_until: None,
+                kept: None,
             },
             Ok(text) => match text.split_once(' ') {
                 Some((owner, record)) => {
