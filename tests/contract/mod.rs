@@ -21,6 +21,7 @@ mod exit_codes;
 mod hold;
 mod hostile;
 mod lost_lease;
+mod min_hold;
 mod modes;
 mod names;
 mod reentry;
@@ -184,6 +185,15 @@ contract! {
             release_gives_the_hold_up_early_and_a_second_release_exits_1,
             release_without_a_hold_exits_1_and_points_to_force,
             a_lost_hold_sends_the_shell_sigterm_and_release_then_exits_79,
+        ],
+        min_hold: [
+            run_exits_at_once_and_the_lock_stays_busy_until_min_hold_after_acquisition,
+            status_and_list_show_kept_until_and_why,
+            release_force_ends_a_min_hold_at_once,
+            hold_with_min_hold_stays_taken_after_release,
+            dlock_min_hold_from_the_environment_and_the_flag_beating_it,
+            a_callers_wrong_clock_cannot_shorten_it,
+            limit_holders_keep_their_seats_and_shared_ones_still_join,
         ],
         hostile: [
             a_forged_record_is_unreadable_and_the_lock_stays_busy,
