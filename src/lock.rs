@@ -165,6 +165,26 @@ pub struct Kept {
     pub ended: bool,
 }
 
+impl Kept {
+    /// `HOLD_MS` or `HOLD_MS ended`, the min-hold in milliseconds as a store keeps it beside the
+    /// holder; `None` for anything dlock would not have written.
+    pub fn from_note(note: &str) -> Option<Kept> {
+        let (hold, ended) = match note.strip_suffix(" ended") {
+            Some(hold) => (hold, true),
+            None => (note, false),
+        };
+        Some(Kept {
+            min_hold: Some(Duration::from_millis(number(hold)?)),
+            ended,
+        })
+    }
+}
+
+/// A time in milliseconds since the epoch, as a store keeps it, if a record may carry it.
+pub fn time_from_millis(ms: u64) -> Option<SystemTime> {
+    (ms / 1000 <= MAX_SINCE_SECS).then(|| UNIX_EPOCH + Duration::from_millis(ms))
+}
+
 /// Someone in line for a lock, as `status` and `list` show it: who, in which mode, since when.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Waiter {

@@ -31,6 +31,8 @@ pub struct PgLease {
     pub confirmed: Instant,
     pub trouble: Option<String>,
     pub lost: Option<String>,
+    /// Taken with `--min-hold`: the row stays until its end, past the release.
+    pub kept: bool,
 }
 
 impl PgLease {
@@ -54,6 +56,15 @@ impl PgLease {
             confirmed: sent,
             trouble: None,
             lost: None,
+            kept: false,
+        }
+    }
+
+    /// A lease taken with `min_hold`.
+    pub fn keeping(self, min_hold: Option<std::time::Duration>) -> PgLease {
+        PgLease {
+            kept: min_hold.is_some(),
+            ..self
         }
     }
 
@@ -102,7 +113,7 @@ impl Lease for PgLease {
             .min(left);
         let result = self
             .recipe
-            .renew(&mut conn, attempt, &self.name, &self.owner, ttl);
+            .renew(&mut conn, attempt, &self.name, &self.owner, ttl, self.kept);
         let shown = conn.url().shown.clone();
         drop(conn);
         match result {
@@ -145,6 +156,21 @@ impl Lease for PgLease {
         } else {
             conn.connect_timeout()
         };
+        if self.kept && self.lost.is_none() {
+            match self
+                .recipe
+                .let_go(&mut conn, budget, &self.name, &self.owner)
+            {
+                Ok(true) => return Ok(Released::Held),
+                // The min-hold is over (or the lock lost): as without one.
+                Ok(false) => {}
+                Err(f) => {
+                    return Err(conn
+                        .error(f)
+                        .context(format!("cannot release lock {:?}", self.name.as_str())))
+                }
+            }
+        }
         match self
             .recipe
             .release(&mut conn, budget, &self.name, &self.owner)

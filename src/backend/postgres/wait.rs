@@ -53,15 +53,18 @@ pub fn wait(
             Ok(Reply::Granted(token)) => {
                 drop(conn);
                 waiting.reachable();
-                return Ok(Some(Box::new(PgLease::new(
-                    shared.clone(),
-                    recipe.clone(),
-                    request.name.clone(),
-                    request.owner.clone(),
-                    token,
-                    request.ttl,
-                    sent,
-                ))));
+                return Ok(Some(Box::new(
+                    PgLease::new(
+                        shared.clone(),
+                        recipe.clone(),
+                        request.name.clone(),
+                        request.owner.clone(),
+                        token,
+                        request.ttl,
+                        sent,
+                    )
+                    .keeping(request.min_hold),
+                )));
             }
             Ok(Reply::Busy {
                 ticket: kept,

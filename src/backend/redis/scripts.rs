@@ -3,12 +3,12 @@
 //! one acquisition passes them (`Ask`), and the parsing of their replies, which hold records any
 //! client of the server could have written.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use redis::{Connection, FromRedisValue, RedisError, ToRedisArgs, Value};
 
 use super::keys::Keys;
-use crate::lock::{host_name, Holder, Kept, LockRequest, Mode, Token, Waiter, MAX_SINCE_SECS};
+use crate::lock::{host_name, time_from_millis, Holder, Kept, LockRequest, Mode, Token, Waiter};
 
 /// A dlock script: the shared prelude (`lib.lua`) and its own part, with the SHA-1 that EVALSHA
 /// names it by, both made by build.rs.
@@ -122,7 +122,7 @@ fn parse_status(value: &Value) -> Option<ServerStatus> {
         .chunks_exact(4)
         .map(|h| {
             let mut holder = Holder::from_record(&lossy(&h[0]), &lossy(&h[1]));
-            holder.expires_at = whole(&h[2]).and_then(server_time);
+            holder.expires_at = whole(&h[2]).and_then(time_from_millis);
             if let Some((until, kept)) = read_kept(&lossy(&h[3])) {
                 holder.kept_until = Some(until);
                 holder.kept = Some(kept);
@@ -137,28 +137,13 @@ fn parse_status(value: &Value) -> Option<ServerStatus> {
     Some(ServerStatus { holders, waiters })
 }
 
-/// A time in server milliseconds since the epoch, within what a record may carry.
-fn server_time(ms: u64) -> Option<SystemTime> {
-    (ms / 1000 <= MAX_SINCE_SECS).then(|| UNIX_EPOCH + Duration::from_millis(ms))
-}
-
 /// A holder's entry in the kept hash, `UNTIL HOLD[ ended]` (lib.lua), if dlock could have
-/// written it: when --min-hold keeps the lock until, and why.
+/// written it: when --min-hold keeps the lock until (server ms), and why.
 fn read_kept(entry: &str) -> Option<(SystemTime, Kept)> {
-    let mut fields = entry.split(' ');
-    let until = server_time(fields.next()?.parse().ok()?)?;
-    let hold = Duration::from_millis(fields.next()?.parse().ok()?);
-    let ended = match fields.next() {
-        None => false,
-        Some("ended") => true,
-        Some(_) => return None,
-    };
+    let (until, note) = entry.split_once(' ')?;
     Some((
-        until,
-        Kept {
-            min_hold: Some(hold),
-            ended,
-        },
+        time_from_millis(until.parse().ok()?)?,
+        Kept::from_note(note)?,
     ))
 }
 
