@@ -6,6 +6,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::T;
 use crate::support::target::{Kind, Target};
 use crate::support::*;
 
@@ -261,4 +262,39 @@ pub fn limit_holders_keep_their_seats_and_shared_ones_still_join(t: &Target) {
         Instant::now() + ROUNDING >= started + D,
         "a seat was free early"
     );
+}
+
+pub fn a_command_longer_than_the_min_hold_keeps_the_lock_to_its_end_then_frees_it(t: &Target) {
+    let started = Instant::now();
+    let holder = super::Holding::start(t, &["--min-hold", "1", "--ttl", "1s", "mh/i"]);
+    // Past the min-hold (and any store's rounding of it up to whole seconds): only the running
+    // command holds the lock now.
+    std::thread::sleep(
+        (started + Duration::from_secs(3)).saturating_duration_since(Instant::now()),
+    );
+    let out = output(t.dlock(&["run", "-n", "mh/i", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        75,
+        "held while its command runs: {}",
+        stderr(&out)
+    );
+    assert!(holder.let_go().success());
+    let out = output(t.dlock(&["run", "-n", "mh/i", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        0,
+        "free once the command ended after the min-hold: {}",
+        stderr(&out)
+    );
+}
+
+pub fn a_holder_that_dies_keeps_the_lock_until_the_min_hold_ends(t: &Target) {
+    let started = Instant::now();
+    let mut holder = super::Holding::start(t, &["--min-hold", D_TEXT, "--ttl", "1s", "mh/j"]);
+    let token = holder.token();
+    signal(holder.dlock.id(), libc::SIGKILL);
+    wait_exit(&mut holder.dlock, T);
+    busy_before(t, "mh/j", started);
+    assert!(waiter_after(t, "mh/j", started) > token);
 }

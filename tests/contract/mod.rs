@@ -197,6 +197,8 @@ contract! {
             dlock_min_hold_from_the_environment_and_the_flag_beating_it,
             a_callers_wrong_clock_cannot_shorten_it,
             limit_holders_keep_their_seats_and_shared_ones_still_join,
+            a_command_longer_than_the_min_hold_keeps_the_lock_to_its_end_then_frees_it,
+            a_holder_that_dies_keeps_the_lock_until_the_min_hold_ends,
         ],
         hostile: [
             a_forged_record_is_unreadable_and_the_lock_stays_busy,
