@@ -141,7 +141,7 @@ pub struct RunArgs {
     /// Keep the lock taken until at least this long after it was acquired, judged by the lock
     /// store's clock, even once the command ended (dlock exits at once with its status) or dlock
     /// died: other runs see it busy until then. Same forms as --wait, at most a year; 0 is none.
-    /// `dlock release --force` ends it early.
+    /// `dlock release --force` ends it early. Not on the zk backend yet.
     #[arg(long, env = "DLOCK_MIN_HOLD", value_name = "DURATION", value_parser = parse_duration,
           allow_hyphen_values = true)]
     pub min_hold: Option<Duration>,
@@ -221,7 +221,7 @@ pub struct HoldArgs {
     /// Keep the lock taken until at least this long after it was acquired, judged by the lock
     /// store's clock, even once `dlock release` gave it up or its shell ended: other runs see it
     /// busy until then. Same forms as --wait, at most a year; 0 is none. `dlock release --force`
-    /// ends it early.
+    /// ends it early. Not on the zk backend yet.
     #[arg(long, env = "DLOCK_MIN_HOLD", value_name = "DURATION", value_parser = parse_duration,
           allow_hyphen_values = true)]
     pub min_hold: Option<Duration>,
@@ -264,7 +264,8 @@ impl HoldArgs {
 pub struct StatusArgs {
     pub name: String,
     /// Print JSON: name, held, location, holders (mode, host, pid, owner, since, token, message,
-    /// expires_at: the lease's end by the server's clock, null without a lease) and waiters (in
+    /// expires_at: the lease's end by the server's clock, null without a lease; kept_until: until
+    /// when --min-hold keeps the lock, null without one) and waiters (in
     /// line, first first; null where the backend keeps no line).
     #[arg(long)]
     pub json: bool,
