@@ -290,11 +290,40 @@ pub fn a_command_longer_than_the_min_hold_keeps_the_lock_to_its_end_then_frees_i
 }
 
 pub fn a_holder_that_dies_keeps_the_lock_until_the_min_hold_ends(t: &Target) {
+    // Long enough to outlast the dead holder's lease (1s, which etcd makes at least about 2s) by
+    // far: the lock must be busy after the lease, and before the min-hold ends.
+    let hold = Duration::from_secs(6);
     let started = Instant::now();
-    let mut holder = super::Holding::start(t, &["--min-hold", D_TEXT, "--ttl", "1s", "mh/j"]);
+    let mut holder = super::Holding::start(t, &["--min-hold", "6", "--ttl", "1s", "mh/j"]);
     let token = holder.token();
     signal(holder.dlock.id(), libc::SIGKILL);
     wait_exit(&mut holder.dlock, T);
-    busy_before(t, "mh/j", started);
-    assert!(waiter_after(t, "mh/j", started) > token);
+    std::thread::sleep(
+        (started + Duration::from_secs(4)).saturating_duration_since(Instant::now()),
+    );
+    let out = output(t.dlock(&["run", "-n", "mh/j", "--", "true"]));
+    assert!(Instant::now() < started + hold, "too slow to check");
+    assert_eq!(
+        code(&out),
+        75,
+        "kept after its holder died: {}",
+        stderr(&out)
+    );
+    let out = output(t.dlock(&[
+        "run",
+        "-w",
+        "60",
+        "mh/j",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_TOKEN",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        Instant::now() + ROUNDING >= started + hold,
+        "the waiter ran early"
+    );
+    let next: u64 = stdout(&out).trim().parse().expect("the waiter's token");
+    assert!(next > token, "token {next} after {token}");
 }
