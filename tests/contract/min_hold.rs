@@ -51,19 +51,16 @@ fn run_exiting_3(t: &Target, args: &[&str]) -> u64 {
 /// The token a `run -w 60 NAME` gets once the min-hold ran out, and that it ran no sooner than
 /// `started + D`.
 fn waiter_after(t: &Target, name: &str, started: Instant) -> u64 {
-    let out = output(t.dlock(&[
-        "run",
-        "-w",
-        "60",
-        name,
-        "--",
-        "sh",
-        "-c",
-        "echo $DLOCK_TOKEN",
-    ]));
+    waiter_after_hold(t, name, started + D)
+}
+
+/// The token a `run -w 60 NAME` gets, and that it ran no sooner than `kept_until`.
+fn waiter_after_hold(t: &Target, name: &str, kept_until: Instant) -> u64 {
+    let echo = ["sh", "-c", "echo $DLOCK_TOKEN"];
+    let out = output(t.dlock(&[&["run", "-w", "60", name, "--"][..], &echo].concat()));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(
-        Instant::now() + ROUNDING >= started + D,
+        Instant::now() + ROUNDING >= kept_until,
         "the waiter ran before the min-hold ended"
     );
     stdout(&out).trim().parse().expect("the waiter's token")
@@ -309,21 +306,6 @@ pub fn a_holder_that_dies_keeps_the_lock_until_the_min_hold_ends(t: &Target) {
         "kept after its holder died: {}",
         stderr(&out)
     );
-    let out = output(t.dlock(&[
-        "run",
-        "-w",
-        "60",
-        "mh/j",
-        "--",
-        "sh",
-        "-c",
-        "echo $DLOCK_TOKEN",
-    ]));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(
-        Instant::now() + ROUNDING >= started + hold,
-        "the waiter ran early"
-    );
-    let next: u64 = stdout(&out).trim().parse().expect("the waiter's token");
+    let next = waiter_after_hold(t, "mh/j", started + hold);
     assert!(next > token, "token {next} after {token}");
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::connection::{lock, Fault, Shared};
 use super::recipe::Recipe;
 use crate::backend::{Lease, Released, Renewal};
-use crate::lock::{LockName, Token};
+use crate::lock::{LockName, LockRequest, Token};
 
 /// Longest one renewal attempt may wait for its answer: the supervisor renews from the thread
 /// that also forwards signals and reaps the command.
@@ -60,11 +60,18 @@ impl PgLease {
         }
     }
 
-    /// A lease taken with `min_hold`.
-    pub fn keeping(self, min_hold: Option<std::time::Duration>) -> PgLease {
+    /// The lease `request` was granted with `token` (asked at `sent`).
+    pub fn granted(
+        conn: Shared,
+        recipe: Arc<Recipe>,
+        request: &LockRequest,
+        token: Token,
+        sent: Instant,
+    ) -> PgLease {
+        let (name, owner) = (request.name.clone(), request.owner.clone());
         PgLease {
-            kept: min_hold.is_some(),
-            ..self
+            kept: request.min_hold.is_some(),
+            ..PgLease::new(conn, recipe, name, owner, token, request.ttl, sent)
         }
     }
 

@@ -133,18 +133,13 @@ impl Backend for PgBackend {
             .with_context(ctx)?;
         drop(conn);
         match reply {
-            Reply::Granted(token) => Ok(Attempt::Acquired(Box::new(
-                PgLease::new(
-                    self.conn.clone(),
-                    self.recipe.clone(),
-                    request.name.clone(),
-                    request.owner.clone(),
-                    token,
-                    request.ttl,
-                    sent,
-                )
-                .keeping(request.min_hold),
-            ))),
+            Reply::Granted(token) => Ok(Attempt::Acquired(Box::new(PgLease::granted(
+                self.conn.clone(),
+                self.recipe.clone(),
+                request,
+                token,
+                sent,
+            )))),
             Reply::Busy { .. } => Ok(Attempt::Busy(
                 self.holders(request.name.as_str(), true)
                     .map(|h| h.into_iter().map(|(_, h)| h).collect())

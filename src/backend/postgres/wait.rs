@@ -53,18 +53,13 @@ pub fn wait(
             Ok(Reply::Granted(token)) => {
                 drop(conn);
                 waiting.reachable();
-                return Ok(Some(Box::new(
-                    PgLease::new(
-                        shared.clone(),
-                        recipe.clone(),
-                        request.name.clone(),
-                        request.owner.clone(),
-                        token,
-                        request.ttl,
-                        sent,
-                    )
-                    .keeping(request.min_hold),
-                )));
+                return Ok(Some(Box::new(PgLease::granted(
+                    shared.clone(),
+                    recipe.clone(),
+                    request,
+                    token,
+                    sent,
+                ))));
             }
             Ok(Reply::Busy {
                 ticket: kept,
