@@ -144,11 +144,14 @@ end
 
 -- OWNER's entry lasts TTL more, and at least until its min-hold ends.
 local function extend(owner, now, ttl)
-  local expiry = math.max(now + ttl, kept_until(owner))
+  local kept = kept_until(owner)
+  local expiry = math.max(now + ttl, kept)
   redis.call('ZADD', HOLDERS, expiry, owner)
   keep(HOLDERS, expiry - now)
   keep(OWNERS, expiry - now)
-  keep(KEPT, expiry - now)
+  if kept > 0 then
+    keep(KEPT, expiry - now)
+  end
 end
 
 -- Make OWNER a holder with a new token; returns the token. The token only ever grows: INCR on a
