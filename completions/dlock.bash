@@ -249,7 +249,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__hold)
-            opts="-x -s -l -t -n -w -E -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --ttl --message --backend --url --connect-timeout --verbose --quiet --help"
+            opts="-x -s -l -t -n -w -E -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --min-hold --ttl --message --backend --url --connect-timeout --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -280,6 +280,10 @@ _dlock() {
                     return 0
                     ;;
                 -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --min-hold)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -387,7 +391,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__run)
-            opts="-x -s -l -t -n -w -E -c -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --ttl --message --kill-after --command --backend --url --connect-timeout --verbose --quiet --help"
+            opts="-x -s -l -t -n -w -E -c -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --min-hold --ttl --message --kill-after --command --backend --url --connect-timeout --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -418,6 +422,10 @@ _dlock() {
                     return 0
                     ;;
                 -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --min-hold)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

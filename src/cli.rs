@@ -145,6 +145,14 @@ pub struct LockArgs {
     #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = Status::BUSY_DEFAULT)]
     pub conflict_exit_code: u8,
 
+    /// Keep the lock taken until at least this long after it was acquired, judged by the lock
+    /// store's clock, even once the command ended (dlock exits at once with its status) or dlock
+    /// died: other runs see it busy until then. Same forms as --wait, at most a year; 0 is none.
+    /// `dlock release --force` ends it early. Not on the zk backend yet.
+    #[arg(long, env = "DLOCK_MIN_HOLD", value_name = "DURATION", value_parser = parse_duration,
+          allow_hyphen_values = true)]
+    pub min_hold: Option<Duration>,
+
     /// The lease: how long the lock outlives a dlock that stops renewing it (network backends).
     #[arg(long, env = "DLOCK_TTL", value_name = "DURATION", value_parser = parse_ttl,
           default_value = "15s", allow_hyphen_values = true)]
@@ -203,7 +211,8 @@ impl HoldArgs {
 pub struct StatusArgs {
     pub name: String,
     /// Print JSON: name, held, location, holders (mode, host, pid, owner, since, token, message,
-    /// expires_at: the lease's end by the server's clock, null without a lease) and waiters (in
+    /// expires_at: the lease's end by the server's clock, null without a lease; kept_until: until
+    /// when --min-hold keeps the lock, null without one) and waiters (in
     /// line, first first; null where the backend keeps no line).
     #[arg(long)]
     pub json: bool,
@@ -327,6 +336,8 @@ impl LockArgs {
                 owner: owner.clone(),
                 // An empty message (DLOCK_MESSAGE= set fleet-wide) is none.
                 message: self.message.clone().filter(|m| !m.is_empty()),
+                // 0 (DLOCK_MIN_HOLD=0 set fleet-wide, overridden per job) is none.
+                min_hold: self.min_hold.filter(|d| !d.is_zero()),
             })
             .collect();
         Ok(RunPlan {

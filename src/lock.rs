@@ -143,9 +143,46 @@ pub struct Holder {
     /// keeps no lease others can see (a lock file, a ZooKeeper session).
     #[serde(serialize_with = "serialize_time")]
     pub expires_at: Option<SystemTime>,
+    /// Until when `--min-hold` keeps the lock taken, by the store's clock (the host's for the file
+    /// backend); `None` without a min-hold.
+    #[serde(serialize_with = "serialize_time")]
+    pub kept_until: Option<SystemTime>,
+    /// Why it is kept, for people: the min-hold asked for, and whether the holder is gone (its
+    /// command ended or it died) so that only the min-hold keeps the lock.
+    #[serde(skip)]
+    pub kept: Option<Kept>,
     /// The stored record, escaped and truncated, when it could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreadable: Option<String>,
+}
+
+/// Why a lock is kept past its holder's command (`--min-hold`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// The `--min-hold` asked for, when the store says.
+    pub min_hold: Option<Duration>,
+    /// The holder let go (its command ended) or died: only the min-hold keeps the lock now.
+    pub ended: bool,
+}
+
+impl Kept {
+    /// `HOLD_MS` or `HOLD_MS ended`, the min-hold in milliseconds as a store keeps it beside the
+    /// holder; `None` for anything dlock would not have written.
+    pub fn from_note(note: &str) -> Option<Kept> {
+        let (hold, ended) = match note.strip_suffix(" ended") {
+            Some(hold) => (hold, true),
+            None => (note, false),
+        };
+        Some(Kept {
+            min_hold: Some(Duration::from_millis(number(hold)?)),
+            ended,
+        })
+    }
+}
+
+/// A time in milliseconds since the epoch, as a store keeps it, if a record may carry it.
+pub fn time_from_millis(ms: u64) -> Option<SystemTime> {
+    (ms / 1000 <= MAX_SINCE_SECS).then(|| UNIX_EPOCH + Duration::from_millis(ms))
 }
 
 /// Someone in line for a lock, as `status` and `list` show it: who, in which mode, since when.
@@ -192,6 +229,8 @@ impl Waiter {
             token: None,
             message: self.message.clone(),
             expires_at: None,
+            kept_until: None,
+            kept: None,
             unreadable: self.unreadable.clone(),
         }
         .describe()
@@ -316,6 +355,8 @@ impl Holder {
             token: None,
             message: None,
             expires_at: None,
+            kept_until: None,
+            kept: None,
             unreadable: Some(escaped(raw, MAX_SHOWN_CHARS)),
         }
     }
@@ -347,6 +388,17 @@ impl Holder {
         }
         if let Some(expires) = self.expires_at.and_then(rfc3339) {
             out.push_str(&format!(", lease until {expires}"));
+        }
+        if let Some(until) = self.kept_until.and_then(rfc3339) {
+            out.push_str(&format!(", kept until {until}"));
+            if let Some(kept) = self.kept {
+                if let Some(d) = kept.min_hold {
+                    out.push_str(&format!(" by --min-hold {}", humantime::format_duration(d)));
+                }
+                if kept.ended {
+                    out.push_str("; its command ended");
+                }
+            }
         }
         if let Some(message) = &self.message {
             // Quoted as lock names are (`"` and anything unprintable escaped).
@@ -445,6 +497,8 @@ impl Holder {
             token,
             message: None,
             expires_at: None,
+            kept_until: None,
+            kept: None,
             unreadable: None,
         })
     }
@@ -477,6 +531,9 @@ pub struct LockRequest {
     pub owner: String,
     /// What the holder says it holds the lock for (`--message`), checked by `check_message`.
     pub message: Option<String>,
+    /// `--min-hold`: the lock stays taken until this long after it was acquired, by the store's
+    /// clock, even once its holder released it or died. `None`: released at once.
+    pub min_hold: Option<Duration>,
 }
 
 /// The locks a tree lock on `path` takes, in the tree-locking scheme of document stores: every
@@ -622,6 +679,8 @@ mod tests {
             token: Some(7),
             message: None,
             expires_at: None,
+            kept_until: None,
+            kept: None,
             unreadable: None,
         }
     }

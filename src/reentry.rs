@@ -451,6 +451,8 @@ mod tests {
             token: Some(1),
             message: None,
             expires_at: None,
+            kept_until: None,
+            kept: None,
             unreadable: None,
         };
         assert_eq!(

@@ -103,6 +103,25 @@ fn exit_code(child: &mut Child) -> i32 {
 }
 
 #[test]
+fn etcdctl_lock_waits_out_a_min_hold() {
+    let server = shared();
+    let started = Instant::now();
+    let out = output(on(
+        server,
+        &["run", "--min-hold", "3", "interop-kept", "--", "true"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // The owner's key stays, on a lease of 3s that etcd keeps: etcdctl queues behind it.
+    let out = output(server.lock("/dlock/interop-kept", &["true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "etcdctl took the lock {:?} after a run with --min-hold 3",
+        started.elapsed()
+    );
+}
+
+#[test]
 fn exclusive_lock_and_etcdctl_lock_exclude_each_other_both_ways() {
     let server = shared();
     let dir = LockDir::new();

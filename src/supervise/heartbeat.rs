@@ -43,7 +43,10 @@ impl Held {
             owner: request.owner.clone(),
             lease,
             renew_every: request.ttl / 3,
-            due: Instant::now() + request.ttl / 3,
+            // A lease kept by --min-hold on a lease of its own (etcd) must hear from us before
+            // that one ends, however long the ttl.
+            due: Instant::now()
+                + (request.ttl / 3).min(request.min_hold.map_or(request.ttl, |d| d / 3)),
             reported: Instant::now(),
             failing_since: None,
             warned: false,

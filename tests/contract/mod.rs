@@ -21,6 +21,7 @@ mod exit_codes;
 mod hold;
 mod hostile;
 mod lost_lease;
+mod min_hold;
 mod modes;
 mod names;
 mod reentry;
@@ -87,6 +88,9 @@ macro_rules! scenario_test {
     };
     (postgres, hold, a_hold_keeps_its_message_for_status) => {
         scenario_test!(@ignore "the PostgreSQL backend does not store --message yet (its holder row has no message column)", hold, a_hold_keeps_its_message_for_status);
+    };
+    (zk, min_hold, $scenario:ident) => {
+        scenario_test!(@ignore "the ZooKeeper backend does not keep --min-hold yet (it refuses it with 64)", min_hold, $scenario);
     };
     (@ignore $why:literal, $area:ident, $scenario:ident) => {
         #[test]
@@ -190,6 +194,16 @@ contract! {
             a_lost_hold_sends_the_shell_sigterm_and_release_then_exits_79,
             a_hold_keeps_its_message_for_status,
             a_run_inside_the_script_runs_under_its_hold,
+        ],
+        min_hold: [
+            run_exits_at_once_and_the_lock_stays_busy_until_min_hold_after_acquisition,
+            status_and_list_show_kept_until_and_why,
+            release_force_ends_a_min_hold_at_once,
+            hold_with_min_hold_stays_taken_after_release,
+            dlock_min_hold_from_the_environment_and_the_flag_beating_it,
+            limit_holders_keep_their_seats_and_shared_ones_still_join,
+            a_command_longer_than_the_min_hold_keeps_the_lock_to_its_end_then_frees_it,
+            a_holder_that_dies_keeps_the_lock_until_the_min_hold_ends,
         ],
         hostile: [
             a_forged_record_is_unreadable_and_the_lock_stays_busy,

@@ -16,6 +16,7 @@ use etcd_client::{
 };
 
 use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
+use super::kept::keep;
 use super::lease::{keep_alive, EtcdLease, Keeper};
 use super::naming::{key, prefix};
 use super::recipe::{kind_of, owners, verdict, Kind, Verdict};
@@ -184,8 +185,22 @@ impl Acquisition {
         let _ = bounded(CLEANUP_TIMEOUT, leases.revoke(place.lease)).await;
     }
 
-    pub(super) fn lease(&self, place: Place, keeper: Option<Keeper>) -> EtcdLease {
-        EtcdLease::new(self.conn.clone(), place, self.request.ttl, keeper)
+    /// The lease of a place that owns the lock; with `--min-hold`, its key moved to the min-hold's
+    /// lease first (our place is left if that fails).
+    pub(super) async fn lease(
+        &self,
+        place: Place,
+        keeper: Option<Keeper>,
+    ) -> Result<EtcdLease, Fault> {
+        let kept = match keep(&self.conn, &place, &self.request, value_of(&self.request)).await {
+            Ok(kept) => kept,
+            Err(fault) => {
+                self.leave(&place).await;
+                return Err(fault);
+            }
+        };
+        let ttl = self.request.ttl;
+        Ok(EtcdLease::new(self.conn.clone(), place, ttl, keeper, kept))
     }
 
     /// Waits for our turn from `place`, keeping the lease alive meanwhile. `Ok(None)`: cancelled
@@ -208,7 +223,12 @@ impl Acquisition {
             match self.round(&mut place, &mut keeper, waiting).await {
                 Ok(Round::Owns) => {
                     waiting.reachable();
-                    return Ok(Some(self.lease(place, keeper)));
+                    return match self.lease(place, keeper).await {
+                        Ok(lease) => Ok(Some(lease)),
+                        Err(fault) => {
+                            Err(self.conn.fail(fault, &format!("taking {}", self.doing())))
+                        }
+                    };
                 }
                 Ok(Round::Again) => {
                     waiting.reachable();
@@ -304,6 +324,7 @@ impl Acquisition {
                 kind: self.kind,
                 limit: self.limit,
                 holder: Holder::unreadable(self.request.mode, "", ""),
+                kept_lease: None,
             });
             match self.judge(&entries, place.revision) {
                 Some(Verdict::Owns) | None => return Ok(Round::Owns),

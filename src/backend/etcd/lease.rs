@@ -12,6 +12,7 @@ use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 
 use super::acquisition::Place;
 use super::connection::{bounded, Connection, Fault};
+use super::kept::{hand_back, let_go, KeptKey};
 use super::CLEANUP_TIMEOUT;
 use crate::backend::{Lease, Released, Renewal};
 use crate::lock::Token;
@@ -68,6 +69,9 @@ pub(super) struct EtcdLease {
     place: Place,
     every: Duration,
     keeper: Option<Keeper>,
+    /// `--min-hold`'s lease (see `kept`), and whether our key lives by it now.
+    kept: Option<KeptKey>,
+    on_kept: bool,
 }
 
 impl EtcdLease {
@@ -76,12 +80,15 @@ impl EtcdLease {
         place: Place,
         ttl: Duration,
         keeper: Option<Keeper>,
+        kept: Option<KeptKey>,
     ) -> EtcdLease {
         EtcdLease {
             conn,
             place,
             every: ttl / 3,
             keeper,
+            on_kept: kept.is_some(),
+            kept,
         }
     }
 
@@ -138,7 +145,22 @@ impl Lease for EtcdLease {
             }
             (Ok(ttl), Ok(_)) => {
                 self.place.stands_until = sent + Duration::from_secs(ttl.max(0) as u64);
-                return Renewal::Held { next: self.every };
+                let mut next = self.every;
+                if let Some(kept) = self.kept.as_ref().filter(|_| self.on_kept) {
+                    // Two more chances before the min-hold's lease ends (renewals come every
+                    // third of what it has left); one that does not get through is tried again
+                    // soon.
+                    let margin = (self.every * 2).max(RENEW_TIMEOUT * 2);
+                    match conn
+                        .runtime()
+                        .block_on(hand_back(&conn, &self.place, kept, margin))
+                    {
+                        Ok(Some(left)) => next = next.min((left - margin) / 2).max(RETRY_SOON),
+                        Ok(None) => self.on_kept = false,
+                        Err(_) => next = RETRY_SOON * 4,
+                    }
+                }
+                return Renewal::Held { next };
             }
             (Err(fault), _) | (_, Err(fault)) => fault,
         };
@@ -164,7 +186,16 @@ impl Lease for EtcdLease {
     fn release(self: Box<Self>) -> anyhow::Result<Released> {
         let conn = &self.conn;
         let place = &self.place;
+        let kept = &self.kept;
         let result = conn.runtime().block_on(async {
+            if let Some(kept) = kept {
+                if let Some(ours) = let_go(conn, place, kept).await? {
+                    // Our own lease has no key left; the kept one ends on its own.
+                    let mut leases = conn.client().lease_client();
+                    let _ = bounded(CLEANUP_TIMEOUT, leases.revoke(place.lease)).await;
+                    return Ok(ours);
+                }
+            }
             let mut kv = conn.client().kv_client();
             let read = bounded(CLEANUP_TIMEOUT, kv.get(place.key.as_str(), None)).await?;
             let ours = read

@@ -41,6 +41,7 @@ use record::Entry;
 mod acquisition;
 mod address;
 mod connection;
+mod kept;
 mod lease;
 mod naming;
 mod recipe;
@@ -112,9 +113,9 @@ impl Backend for EtcdBackend {
                 return Ok(Attempt::Busy(holders));
             }
             match acquisition.enqueue().await? {
-                First::Owns(place) => {
-                    Ok(Attempt::Acquired(Box::new(acquisition.lease(place, None))))
-                }
+                First::Owns(place) => Ok(Attempt::Acquired(Box::new(
+                    acquisition.lease(place, None).await?,
+                ))),
                 First::Queued(place) => {
                     let (holders, ()) =
                         tokio::join!(acquisition.holders(), acquisition.leave(&place));
@@ -138,15 +139,17 @@ impl Backend for EtcdBackend {
         }
         let conn = self.connection()?;
         let acquisition = Acquisition::new(conn.clone(), request);
+        let doing = || format!("cannot take lock {:?}", request.name.as_str());
         let lease = conn.runtime().block_on(async {
             let place = match acquisition.enqueue().await {
-                Ok(First::Owns(place)) => return Ok(Some(acquisition.lease(place, None))),
-                Ok(First::Queued(place)) => place,
-                Err(f) => {
-                    return Err(
-                        conn.fail(f, &format!("cannot take lock {:?}", request.name.as_str()))
-                    )
+                Ok(First::Owns(place)) => {
+                    return match acquisition.lease(place, None).await {
+                        Ok(lease) => Ok(Some(lease)),
+                        Err(f) => Err(conn.fail(f, &doing())),
+                    }
                 }
+                Ok(First::Queued(place)) => place,
+                Err(f) => return Err(conn.fail(f, &doing())),
             };
             waiting.busy(&acquisition.holders().await.unwrap_or_default());
             acquisition.wait(place, waiting).await
@@ -163,7 +166,7 @@ impl Backend for EtcdBackend {
         let entries = self.entries(&conn, name)?;
         let holders = owners_of(&entries)
             .into_iter()
-            .map(|i| entries[i].holder.clone())
+            .map(|i| with_kept_until(&conn, &entries[i]))
             .collect();
         Ok(LockStatus {
             name: name.clone(),
@@ -202,7 +205,7 @@ impl Backend for EtcdBackend {
             .map(|(name, entries)| LockStatus {
                 holders: owners_of(&entries)
                     .into_iter()
-                    .map(|i| entries[i].holder.clone())
+                    .map(|i| with_kept_until(&conn, &entries[i]))
                     .collect(),
                 location: self.location_of(&name),
                 name,
@@ -237,4 +240,13 @@ impl Backend for EtcdBackend {
         }
         Ok(removed)
     }
+}
+
+/// An owner's holder, with when `--min-hold` keeps its key until, if it does.
+fn with_kept_until(conn: &Connection, entry: &Entry) -> Holder {
+    let mut holder = entry.holder.clone();
+    if let Some(lease) = entry.kept_lease {
+        holder.kept_until = conn.runtime().block_on(kept::kept_until(conn, lease));
+    }
+    holder
 }

@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use etcd_client::KeyValue;
 
+use super::kept::split;
 use super::recipe::Kind;
 use crate::lock::{escaped, host_name, Holder, LockRequest, Mode};
 
@@ -20,6 +21,8 @@ pub(super) struct Entry {
     /// The limit a seat is judged by (its own request's `--limit`); 1 otherwise.
     pub(super) limit: u32,
     pub(super) holder: Holder,
+    /// The lease of `--min-hold` the key lives by, when it does (see `kept`).
+    pub(super) kept_lease: Option<i64>,
 }
 
 /// The value dlock writes into the key of `request`, by this process, now.
@@ -38,6 +41,8 @@ pub(super) fn value_of(request: &LockRequest) -> String {
         unreadable: None,
         message: request.message.clone(),
         expires_at: None,
+        kept_until: None,
+        kept: None,
     };
     format!("{} {}", request.owner, holder.record())
 }
@@ -47,7 +52,16 @@ impl Entry {
         let create_revision = kv.create_revision();
         let token = u64::try_from(create_revision).ok();
         let lease = format!("{:x}", kv.lease());
-        let holder = match std::str::from_utf8(kv.value()) {
+        let (value, kept) = match std::str::from_utf8(kv.value()) {
+            Ok(text) => {
+                let (record, kept) = split(text);
+                (Ok(record), kept)
+            }
+            Err(e) => (Err(e), None),
+        };
+        // Only while the key lives by that lease: one moved back to its holder's is held as usual.
+        let kept = kept.filter(|&(lease, _)| lease == kv.lease());
+        let mut holder = match value {
             // etcd's mutex: an exclusive holder known by its lease alone.
             Ok("") => Holder {
                 mode: Mode::Exclusive,
@@ -59,6 +73,8 @@ impl Entry {
                 unreadable: None,
                 message: None,
                 expires_at: None,
+                kept_until: None,
+                kept: None,
             },
             Ok(text) => match text.split_once(' ') {
                 Some((owner, record)) => {
@@ -76,6 +92,9 @@ impl Entry {
                 &escaped(&String::from_utf8_lossy(kv.value()), 120),
             ),
         };
+        if let Some((_, why)) = kept {
+            holder.kept = Some(why);
+        }
         let (kind, limit) = match holder.mode {
             Mode::Exclusive => (Kind::Exclusive, 1),
             Mode::Shared => (Kind::Shared, 0),
@@ -87,6 +106,7 @@ impl Entry {
             kind,
             limit,
             holder,
+            kept_lease: kept.map(|(lease, _)| lease),
         }
     }
 }

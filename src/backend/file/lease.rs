@@ -11,10 +11,11 @@ use anyhow::{anyhow, Context};
 use rustix::fs::FlockOperation;
 
 use super::entry::{self, next_token};
+use super::kept::{kept_until, sleep_until};
 use super::lock_file::{
     blocking, flock, is_would_block, lock_header, ofd_lock, try_range, unlock_range, LockFile,
 };
-use super::record::claim_record;
+use super::record::{claim_record, slots, KeptLine};
 use super::{plain_io, FileBackend, HEADER_LEN, RECORD_LEN, SEATS_OFFSET, TURNSTILE_OFFSET};
 use crate::backend::{Lease, Released, Renewal, Waiting};
 use crate::exit::{FailWith, Failure};
@@ -45,7 +46,7 @@ impl FileBackend {
 
         // A `--limit` holder first takes a seat, waiting its turn at the turnstile if all are taken.
         let seat = match request.mode {
-            Mode::Limit(n) => match free_seat(fd, n).with_context(ctx)? {
+            Mode::Limit(n) => match free_seat(&lock, n).with_context(ctx)? {
                 Some(seat) => Some(seat),
                 None => match wait {
                     Wait::Never => {
@@ -53,7 +54,7 @@ impl FileBackend {
                     }
                     Wait::Until(waiting) => {
                         waiting.busy(&self.holders_of(&lock).unwrap_or_default());
-                        match wait_for_seat(fd, n, waiting).with_context(ctx)? {
+                        match wait_for_seat(&lock, n, waiting).with_context(ctx)? {
                             Some(seat) => Some(seat),
                             None => return Ok(Step::Cancelled),
                         }
@@ -95,40 +96,70 @@ impl FileBackend {
         if !lock.is_current() {
             return Ok(Step::Retry);
         }
+        // A holder gone before its --min-hold ran out still keeps the lock (see `kept`).
+        if let Some(until) = kept_until(&lock, request.mode, seat).with_context(ctx)? {
+            unlock_range(fd, 0, HEADER_LEN);
+            let holders = self.holders_of(&lock).unwrap_or_default();
+            drop(lock);
+            return match wait {
+                Wait::Never => Ok(Step::Busy(holders)),
+                Wait::Until(waiting) => {
+                    waiting.busy(&holders);
+                    Ok(if sleep_until(until, waiting) {
+                        Step::Retry
+                    } else {
+                        Step::Cancelled
+                    })
+                }
+            };
+        }
         let token = next_token(&lock.header(&request.name)?, &lock.path)?;
         entry::write_header(&lock.file, &request.name, token)
             .map_err(|e| anyhow!("cannot write lock file {path}: {}", plain_io(&e)))
             .fail_with(Failure::BackendUnavailable)?;
         unlock_range(fd, 0, HEADER_LEN);
 
+        let now = SystemTime::now();
+        let kept = request.min_hold.map(|min_hold| KeptLine {
+            until: now + min_hold,
+            min_hold,
+            seat,
+        });
         let holder = Holder {
             mode: request.mode,
             host: Some(host_name()),
             pid: Some(std::process::id()),
             owner: request.owner.clone(),
-            since: Some(SystemTime::now()),
+            since: Some(now),
             token: Some(token),
             message: request.message.clone(),
             expires_at: None,
+            kept_until: None,
+            kept: None,
             unreadable: None,
         };
-        let record = claim_record(&lock, &holder)
+        let record = claim_record(&lock, &holder, kept.as_ref())
             .map_err(|e| anyhow!("cannot write a holder record in {path}: {}", plain_io(&e)))
             .fail_with(Failure::BackendUnavailable)?;
-        let _ = seat; // the seat's lock lives as long as the file stays open
+        // The seat's lock lives as long as the file stays open.
         Ok(Step::Held(FileLease {
             lock,
             token,
             record,
             check_every: request.ttl / 3,
+            kept_until: kept.map(|k| k.until),
         }))
     }
 }
 
-/// Takes a free seat among the first `n`, if one is free now.
-fn free_seat(fd: i32, n: u32) -> io::Result<Option<u64>> {
+/// Takes a free seat among the first `n`, if one is free now: neither held nor kept by a holder's
+/// `--min-hold` (a seat's kept record was written while its holder held it, so once the seat is
+/// ours no new one can appear for it).
+fn free_seat(lock: &LockFile, n: u32) -> io::Result<Option<u64>> {
+    let fd = lock.fd();
+    let kept: Vec<u64> = slots(lock)?.into_iter().filter_map(|s| s.seat).collect();
     for seat in 0..u64::from(n) {
-        if try_range(fd, SEATS_OFFSET + seat, 1)? {
+        if !kept.contains(&seat) && try_range(fd, SEATS_OFFSET + seat, 1)? {
             return Ok(Some(seat));
         }
     }
@@ -136,7 +167,8 @@ fn free_seat(fd: i32, n: u32) -> io::Result<Option<u64>> {
 }
 
 /// Waits for a free seat among the first `n`; `None` when cancelled.
-fn wait_for_seat(fd: i32, n: u32, waiting: &Waiting) -> io::Result<Option<u64>> {
+fn wait_for_seat(lock: &LockFile, n: u32, waiting: &Waiting) -> io::Result<Option<u64>> {
+    let fd = lock.fd();
     // The kernel cannot wait for "any of N ranges", so waiters queue on the turnstile and only the
     // one at its head polls the seats, with a short backoff: no herd, and first come first served.
     let turnstile =
@@ -149,7 +181,7 @@ fn wait_for_seat(fd: i32, n: u32, waiting: &Waiting) -> io::Result<Option<u64>> 
         if waiting.is_cancelled() {
             break None;
         }
-        if let Some(seat) = free_seat(fd, n)? {
+        if let Some(seat) = free_seat(lock, n)? {
             break Some(seat);
         }
         std::thread::sleep(pause);
@@ -165,6 +197,8 @@ pub(super) struct FileLease {
     token: Token,
     record: u64,
     check_every: Duration,
+    /// Until when `--min-hold` keeps the lock (this host's clock).
+    kept_until: Option<SystemTime>,
 }
 
 impl FileLease {
@@ -198,10 +232,16 @@ impl Lease for FileLease {
             Released::Lost(self.replaced())
         };
         // Clear the record first so nobody reads it as ours after the locks go; closing unlocks.
-        let _ = self
-            .lock
-            .file
-            .write_all_at(&[0u8; RECORD_LEN as usize], self.record);
+        // A record `--min-hold` still keeps stays: it keeps the lock taken until its end.
+        if self
+            .kept_until
+            .is_none_or(|until| until <= SystemTime::now())
+        {
+            let _ = self
+                .lock
+                .file
+                .write_all_at(&[0u8; RECORD_LEN as usize], self.record);
+        }
         drop(self.lock);
         Ok(released)
     }

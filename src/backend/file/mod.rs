@@ -8,7 +8,8 @@
 //!   this range, which is independent of the flock(2) lock that decides who holds the name.
 //! - from 4096, holder records of 512 bytes, one line of text each. A holder keeps an OFD write lock
 //!   on its record's range while it holds, so `status` asks the kernel which records are live and a
-//!   record left by a killed holder is simply ignored.
+//!   record left by a killed holder is simply ignored; one whose second line says `--min-hold`
+//!   keeps it until a time still to come stands until then (see `kept`).
 //! - `--limit N` seats are one-byte OFD locks far past the end of the file (no data there).
 //!
 //! `release --force` cannot take a flock(2) lock away from a process; it replaces the file (keeping
@@ -21,7 +22,7 @@
 //! lock's path may be used (and creates new lock files whole), `naming` turns a lock's name into
 //! its file's name and back, `lock_file` holds the kernel's locks on an open lock file, `lease`
 //! takes a lock (a seat first for `--limit`) and keeps it, `record` writes and reads the holder
-//! records, and `listing` answers `status`, `list` and `release --force`; this file is the layout
+//! records, `kept` makes acquirers wait out the records `--min-hold` keeps, and `listing` answers `status`, `list` and `release --force`; this file is the layout
 //! and the backend's entry points.
 
 use std::path::PathBuf;
@@ -49,6 +50,7 @@ const TURNSTILE_OFFSET: u64 = SEATS_OFFSET - 1;
 
 mod dir;
 mod entry;
+mod kept;
 mod lease;
 mod listing;
 mod lock_file;

@@ -68,9 +68,11 @@ impl Fault {
         }
     }
 
-    /// A table or function of dlock's that is not there yet.
+    /// A table, function or column of dlock's that is not there yet (a column: made by an older
+    /// dlock, before `--min-hold`).
     fn is_missing_schema(&self) -> bool {
-        matches!(self, Fault::Refused { code, .. } if code == "42P01" || code == "42883")
+        matches!(self, Fault::Refused { code, .. }
+            if code == "42P01" || code == "42883" || code == "42703")
     }
 
     /// As an error tagged backend-unavailable.

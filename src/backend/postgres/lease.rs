@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::connection::{lock, Fault, Shared};
 use super::recipe::Recipe;
 use crate::backend::{Lease, Released, Renewal};
-use crate::lock::{LockName, Token};
+use crate::lock::{LockName, LockRequest, Token};
 
 /// Longest one renewal attempt may wait for its answer: the supervisor renews from the thread
 /// that also forwards signals and reaps the command.
@@ -31,6 +31,8 @@ pub struct PgLease {
     pub confirmed: Instant,
     pub trouble: Option<String>,
     pub lost: Option<String>,
+    /// Taken with `--min-hold`: the row stays until its end, past the release.
+    pub kept: bool,
 }
 
 impl PgLease {
@@ -54,6 +56,22 @@ impl PgLease {
             confirmed: sent,
             trouble: None,
             lost: None,
+            kept: false,
+        }
+    }
+
+    /// The lease `request` was granted with `token` (asked at `sent`).
+    pub fn granted(
+        conn: Shared,
+        recipe: Arc<Recipe>,
+        request: &LockRequest,
+        token: Token,
+        sent: Instant,
+    ) -> PgLease {
+        let (name, owner) = (request.name.clone(), request.owner.clone());
+        PgLease {
+            kept: request.min_hold.is_some(),
+            ..PgLease::new(conn, recipe, name, owner, token, request.ttl, sent)
         }
     }
 
@@ -102,7 +120,7 @@ impl Lease for PgLease {
             .min(left);
         let result = self
             .recipe
-            .renew(&mut conn, attempt, &self.name, &self.owner, ttl);
+            .renew(&mut conn, attempt, &self.name, &self.owner, ttl, self.kept);
         let shown = conn.url().shown.clone();
         drop(conn);
         match result {
@@ -145,6 +163,21 @@ impl Lease for PgLease {
         } else {
             conn.connect_timeout()
         };
+        if self.kept && self.lost.is_none() {
+            match self
+                .recipe
+                .let_go(&mut conn, budget, &self.name, &self.owner)
+            {
+                Ok(true) => return Ok(Released::Held),
+                // The min-hold is over (or the lock lost): as without one.
+                Ok(false) => {}
+                Err(f) => {
+                    return Err(conn
+                        .error(f)
+                        .context(format!("cannot release lock {:?}", self.name.as_str())))
+                }
+            }
+        }
         match self
             .recipe
             .release(&mut conn, budget, &self.name, &self.owner)

@@ -133,13 +133,11 @@ impl Backend for PgBackend {
             .with_context(ctx)?;
         drop(conn);
         match reply {
-            Reply::Granted(token) => Ok(Attempt::Acquired(Box::new(PgLease::new(
+            Reply::Granted(token) => Ok(Attempt::Acquired(Box::new(PgLease::granted(
                 self.conn.clone(),
                 self.recipe.clone(),
-                request.name.clone(),
-                request.owner.clone(),
+                request,
                 token,
-                request.ttl,
                 sent,
             )))),
             Reply::Busy { .. } => Ok(Attempt::Busy(

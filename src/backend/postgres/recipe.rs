@@ -7,7 +7,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
 use super::connection::{Conn, Fault};
-use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
+use crate::lock::{time_from_millis, Holder, Kept, LockName, LockRequest, Mode, Token};
 
 /// The statements, with the prefix filled in.
 pub struct Recipe {
@@ -17,6 +17,11 @@ pub struct Recipe {
     leave: String,
     brk: String,
     holders: String,
+    /// `--min-hold`: keep the row past its holder (`keep`), renew without ending it sooner
+    /// (`renew_kept`), and let it go at the min-hold's end (`let_go`).
+    keep: String,
+    renew_kept: String,
+    let_go: String,
     /// The prefix of each waiter's notification channel (`PREFIX` + owner id).
     channel: String,
 }
@@ -48,6 +53,9 @@ impl Recipe {
             leave: fill(include_str!("leave.sql")),
             brk: fill(include_str!("break.sql")),
             holders: fill(include_str!("holders.sql")),
+            keep: fill(include_str!("keep.sql")),
+            renew_kept: fill(include_str!("renew_kept.sql")),
+            let_go: fill(include_str!("let_go.sql")),
             channel: prefix.to_owned(),
         }
     }
@@ -116,11 +124,19 @@ impl Recipe {
         };
         let granted: Option<i64> = row.try_get(0).map_err(|_| odd("acquire"))?;
         if let Some(token) = granted {
-            return Token::try_from(token)
+            let token = Token::try_from(token)
                 .ok()
                 .filter(|&t| t > 0)
-                .map(Reply::Granted)
-                .ok_or_else(|| odd("a token below 1"));
+                .ok_or_else(|| odd("a token below 1"))?;
+            if let Some(hold) = request.min_hold {
+                // Before the command runs: a dlock that dies between the grant and this has run
+                // nothing, and its lock ends with its lease.
+                let (name, owner) = (&request.name, &request.owner);
+                if !self.own_row(conn, budget, &self.keep, name, owner, hold, true)? {
+                    return Err(odd("the lock just granted is gone"));
+                }
+            }
+            return Ok(Reply::Granted(token));
         }
         let ticket: Option<i64> = row.try_get(1).map_err(|_| odd("acquire"))?;
         let retry_ms: Option<i64> = row.try_get(2).map_err(|_| odd("acquire"))?;
@@ -138,23 +154,56 @@ impl Recipe {
         name: &LockName,
         owner: &str,
         ttl: Duration,
+        kept: bool,
     ) -> Result<bool, Fault> {
-        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        let rows = conn.call(budget, |client| {
-            let (name, owner, sql) = (name.as_str().to_owned(), owner.to_owned(), &self.renew);
+        let sql = if kept { &self.renew_kept } else { &self.renew };
+        self.own_row(conn, budget, sql, name, owner, ttl, false)
+    }
+
+    /// For a holder with `--min-hold` whose command ended: keeps its row until the min-hold's end.
+    /// False when that has passed (or the lock is no longer ours): then release it as usual.
+    pub fn let_go(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        name: &LockName,
+        owner: &str,
+    ) -> Result<bool, Fault> {
+        let sql = &self.let_go;
+        self.own_row(conn, budget, sql, name, owner, Duration::ZERO, false)
+    }
+
+    /// Runs `sql`, an UPDATE of the caller's own live row (`$1` name, `$2` owner, `$3` a duration in
+    /// ms) that returns a row when it applied; `creating`: makes dlock's schema first if it is
+    /// missing (or older).
+    #[allow(clippy::too_many_arguments)]
+    fn own_row(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        sql: &str,
+        name: &LockName,
+        owner: &str,
+        ms: Duration,
+        creating: bool,
+    ) -> Result<bool, Fault> {
+        let ms = i64::try_from(ms.as_millis()).unwrap_or(i64::MAX);
+        let op = |client: std::sync::Arc<tokio_postgres::Client>| {
+            let (name, owner, sql) = (name.as_str().to_owned(), owner.to_owned(), sql.to_owned());
             async move {
-                let params: [(&(dyn ToSql + Sync), Type); 3] = [
-                    (&name, Type::TEXT),
-                    (&owner, Type::TEXT),
-                    (&ttl_ms, Type::INT8),
-                ];
-                client.query_typed(sql, &params).await
+                let params: [(&(dyn ToSql + Sync), Type); 3] =
+                    [(&name, Type::TEXT), (&owner, Type::TEXT), (&ms, Type::INT8)];
+                client.query_typed(&sql, &params).await
             }
-        })?;
+        };
+        let rows = if creating {
+            conn.call_creating(budget, op)?
+        } else {
+            conn.call(budget, op)?
+        };
         Ok(!rows.is_empty())
     }
 
-    /// Gives up `owner`'s hold: whether it was still ours.
     pub fn release(
         &self,
         conn: &mut Conn,
@@ -236,7 +285,8 @@ fn odd(what: &str) -> Fault {
     Fault::Unreachable(format!("unexpected answer from the server ({what})"))
 }
 
-/// A holder row (name, owner, mode, token, since, pid, host; all text, any content: other clients
+/// A holder row (name, owner, mode, token, since, pid, host, then kept_until in ms and kept_note
+/// where the query reads them; all text, any content: other clients
 /// may write these tables), checked field by field. What does not read is an unreadable holder,
 /// counted as the server counts it.
 fn holder_of(row: &Row) -> (String, Holder) {
@@ -250,6 +300,10 @@ fn holder_of(row: &Row) -> (String, Holder) {
         text(5).unwrap_or_default(),
         text(6).unwrap_or_default(),
     );
+    let kept_until = text(7)
+        .and_then(|ms| ms.parse().ok())
+        .and_then(time_from_millis);
+    let kept = text(8).and_then(|note| Kept::from_note(&note));
     let parsed = Mode::from_wire(&mode).and_then(|m| {
         Holder::checked(
             m,
@@ -259,6 +313,11 @@ fn holder_of(row: &Row) -> (String, Holder) {
             since.parse().ok()?,
             Some(token.parse().ok().filter(|&t: &Token| t > 0)?),
         )
+        .map(|h| Holder {
+            kept_until,
+            kept: kept.filter(|_| kept_until.is_some()),
+            ..h
+        })
     });
     let holder = parsed.unwrap_or_else(|| {
         let counted = match Mode::from_wire(&mode) {

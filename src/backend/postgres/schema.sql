@@ -21,6 +21,11 @@ CREATE TABLE IF NOT EXISTS {p}locks (
     host text NOT NULL,
     PRIMARY KEY (name, owner)
 );
+-- --min-hold (added after the first version, so also to tables made before): until when the row
+-- stays past its holder's release or death, by the server's clock, and "HOLD_MS[ ended]" for
+-- status.
+ALTER TABLE {p}locks ADD COLUMN IF NOT EXISTS kept_until timestamptz;
+ALTER TABLE {p}locks ADD COLUMN IF NOT EXISTS kept_note text;
 
 -- The waiters in arrival order; a waiter renews `alive_until` while it waits, and one that stops
 -- doing so drops out of the line.

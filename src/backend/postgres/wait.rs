@@ -53,13 +53,11 @@ pub fn wait(
             Ok(Reply::Granted(token)) => {
                 drop(conn);
                 waiting.reachable();
-                return Ok(Some(Box::new(PgLease::new(
+                return Ok(Some(Box::new(PgLease::granted(
                     shared.clone(),
                     recipe.clone(),
-                    request.name.clone(),
-                    request.owner.clone(),
+                    request,
                     token,
-                    request.ttl,
                     sent,
                 ))));
             }

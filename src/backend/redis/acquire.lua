@@ -1,19 +1,19 @@
 -- Take the lock, or report it busy (and, when waiting, keep a place in the queue).
--- ARGV: owner, mode, ttl ms, wait (1: queue when busy), ticket ('' the first time), pid, host.
+-- ARGV: owner, mode, ttl ms, wait (1: queue when busy), ticket ('' the first time), pid, host,
+-- min-hold ms (0: none).
 -- Returns {1, token} when held, or {0, ticket, retry ms, counter, owner, record, ...} when busy
 -- (counter: the last token this server handed out, which Redlock's next token must exceed).
 local owner, mode, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local waits, ticket, pid, host = ARGV[4] == '1', ARGV[5], ARGV[6], ARGV[7]
+local hold = tonumber(ARGV[8]) or 0
 local now, seconds, micros = clock()
 prune(now)
-local member = waiter(owner, mode, ttl, pid, host)
+local member = waiter(owner, mode, ttl, pid, host, hold)
 
 -- Already ours: granted while we waited, or an earlier call's answer was lost. Same token.
 local mine = redis.call('ZSCORE', HOLDERS, owner)
 if mine then
-  redis.call('ZADD', HOLDERS, now + ttl, owner)
-  keep(HOLDERS, ttl)
-  keep(OWNERS, ttl)
+  extend(owner, now, ttl)
   local record = redis.call('HGET', OWNERS, owner) or ''
   return {1, tonumber(string.match(record, '^%S+ (%d+)') or '0')}
 end
@@ -36,7 +36,7 @@ else
 end
 
 if ahead == 0 and admits(mode) then
-  local token = take(owner, mode, ttl, now, seconds, pid, host)
+  local token = take(owner, mode, ttl, now, seconds, pid, host, hold)
   if rank then
     redis.call('ZREM', QUEUE, member)
     redis.call('ZREM', ALIVE, member)

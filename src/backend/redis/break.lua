@@ -4,6 +4,6 @@
 local now, seconds = clock()
 prune(now)
 local removed = live_holders(now)
-redis.call('DEL', HOLDERS, OWNERS)
+redis.call('DEL', HOLDERS, OWNERS, KEPT)
 grant_waiting(now, seconds)
 return removed

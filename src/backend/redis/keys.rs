@@ -19,8 +19,9 @@ impl Keys {
     }
 
     /// In the order the scripts expect (see lib.lua).
-    pub(super) fn all(&self) -> [String; 5] {
-        ["holders", "owners", "token", "queue", "alive"].map(|k| format!("{}:{k}", self.base))
+    pub(super) fn all(&self) -> [String; 6] {
+        ["holders", "owners", "token", "queue", "alive", "kept"]
+            .map(|k| format!("{}:{k}", self.base))
     }
 }
 

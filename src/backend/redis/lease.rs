@@ -7,7 +7,7 @@ use anyhow::anyhow;
 
 use super::fault::{self, Fault};
 use super::redlock::{drift, on_all, quorum};
-use super::scripts::{Ask, Place};
+use super::scripts::Ask;
 use super::server::Server;
 use super::{RedisBackend, Shared};
 use crate::backend::{Lease, Released, Renewal};
@@ -158,10 +158,7 @@ impl Lease for RedisLease {
             if skip_unconnected && !s.is_connected() {
                 return None;
             }
-            Some(s.call(
-                timeout,
-                |l| Ok(ask.release(&mut l.conn, Place::Leave)? == 1),
-            ))
+            Some(s.call(timeout, |l| Ok(ask.let_go(&mut l.conn)? == 1)))
         });
         if let Some(why) = &self.lost {
             return Ok(Released::Lost(why.clone()));

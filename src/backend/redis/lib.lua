@@ -5,7 +5,10 @@
 --   KEYS[3] token    the fencing counter (never expires: tokens only grow)
 --   KEYS[4] queue    sorted set: waiter -> arrival ticket (server us), the FIFO of waiters
 --   KEYS[5] alive    sorted set: waiter -> waiter expiry (server ms), so a dead waiter leaves
--- A waiter is "OWNER MODE TTL PID HOST": all it takes to grant it the lock in its absence. A release
+--   KEYS[6] kept     hash: owner id -> "UNTIL HOLD" (server ms; " ended" once released) for a
+--                    holder with --min-hold: its entry in holders lasts at least until UNTIL, also
+--                    past its release or its death, so the server's clock alone judges the hold
+-- A waiter is "OWNER MODE TTL[:HOLD] PID HOST": all it takes to grant it the lock in its absence. A release
 -- hands the lock to the waiters first in line and tells each on the pub/sub channel
 -- `dlock:wake:OWNER` (a channel, not a key) with "dlock:{NAME} TOKEN".
 
@@ -14,7 +17,7 @@ if redis.replicate_commands then
   pcall(redis.replicate_commands)
 end
 
-local HOLDERS, OWNERS, TOKEN, QUEUE, ALIVE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local HOLDERS, OWNERS, TOKEN, QUEUE, ALIVE, KEPT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local BASE = (string.gsub(HOLDERS, ':holders$', ''))
 
 -- The largest token: Lua numbers are doubles, exact up to 2^53 - 1, and tokens must stay exact.
@@ -65,6 +68,7 @@ local function prune(now)
   if #dead > 0 then
     redis.call('ZREMRANGEBYSCORE', HOLDERS, '-inf', now)
     redis.call('HDEL', OWNERS, unpack(dead))
+    redis.call('HDEL', KEPT, unpack(dead))
   end
   local gone = redis.call('ZRANGEBYSCORE', ALIVE, '-inf', now)
   if #gone > 0 then
@@ -123,21 +127,46 @@ local function live_holders(now)
   return out
 end
 
--- A waiter's entry in the queue.
-local function waiter(owner, mode, ttl, pid, host)
-  return owner .. ' ' .. mode .. ' ' .. ttl .. ' ' .. pid .. ' ' .. host
+-- A waiter's entry in the queue (HOLD: its --min-hold in ms, 0 for none).
+local function waiter(owner, mode, ttl, pid, host, hold)
+  local lease = ttl
+  if hold > 0 then
+    lease = ttl .. ':' .. string.format('%d', hold)
+  end
+  return owner .. ' ' .. mode .. ' ' .. lease .. ' ' .. pid .. ' ' .. host
+end
+
+-- Until when --min-hold keeps OWNER's entry (server ms; 0: it does not).
+local function kept_until(owner)
+  local kept = redis.call('HGET', KEPT, owner)
+  return kept and tonumber(string.match(kept, '^(%d+) ') or '0') or 0
+end
+
+-- OWNER's entry lasts TTL more, and at least until its min-hold ends.
+local function extend(owner, now, ttl)
+  local kept = kept_until(owner)
+  local expiry = math.max(now + ttl, kept)
+  redis.call('ZADD', HOLDERS, expiry, owner)
+  keep(HOLDERS, expiry - now)
+  keep(OWNERS, expiry - now)
+  if kept > 0 then
+    keep(KEPT, expiry - now)
+  end
 end
 
 -- Make OWNER a holder with a new token; returns the token. The token only ever grows: INCR on a
 -- key that never expires. The caller has checked the counter (token_fault). Written with %d: Lua
--- would write 1e+14 for a large number.
-local function take(owner, mode, ttl, now, seconds, pid, host)
+-- would write 1e+14 for a large number. HOLD: --min-hold in ms (0: none).
+local function take(owner, mode, ttl, now, seconds, pid, host, hold)
   local token = redis.call('INCR', TOKEN)
   local text = string.format('%d', token)
-  redis.call('ZADD', HOLDERS, now + ttl, owner)
   redis.call('HSET', OWNERS, owner, mode .. ' ' .. text .. ' ' .. seconds .. ' ' .. pid .. ' ' .. host)
-  keep(HOLDERS, ttl)
-  keep(OWNERS, ttl)
+  if hold > 0 then
+    redis.call('HSET', KEPT, owner, string.format('%d %d', now + hold, hold))
+  else
+    redis.call('HDEL', KEPT, owner)
+  end
+  extend(owner, now, ttl)
   return token
 end
 
@@ -156,7 +185,8 @@ local function grant_waiting(now, seconds, stop)
     if token_fault() then
       return
     end
-    local owner, mode, ttl, pid, host = string.match(head, '^(%x+) (%S+) (%d+) (%d+) (.*)$')
+    local owner, mode, ttl, hold, pid, host =
+      string.match(head, '^(%x+) (%S+) (%d+):?(%d*) (%d+) (.*)$')
     if owner and not admits(mode) then
       return
     end
@@ -164,7 +194,7 @@ local function grant_waiting(now, seconds, stop)
     redis.call('ZREM', ALIVE, head)
     -- An entry that does not parse was not written by this version: drop it, grant nothing.
     if owner then
-      local token = take(owner, mode, tonumber(ttl), now, seconds, pid, host)
+      local token = take(owner, mode, tonumber(ttl), now, seconds, pid, host, tonumber(hold) or 0)
       redis.call('PUBLISH', 'dlock:wake:' .. owner, BASE .. ' ' .. string.format('%d', token))
     end
   end

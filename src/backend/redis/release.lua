@@ -1,14 +1,26 @@
 -- Give up what this owner has in the lock: its lease if it holds one, and its place in the queue
 -- unless told to keep it. Used for release, for a waiter that gives up, and to undo a Redlock
 -- acquisition that missed the majority. Acts only on this owner's own entries.
--- ARGV: owner, mode, keep place ('1' or '0'), ticket, ttl ms, pid, host. Returns 1 when a lease
--- was released, else 0.
+-- ARGV: owner, mode, keep place ('1' or '0'), ticket, ttl ms, pid, host, min-hold ms, let go ('1':
+-- the holder's command ended, so its --min-hold keeps the lease; '0': an undone or abandoned
+-- acquisition, which keeps nothing). Returns 1 when a lease was released, else 0.
 local owner, mode, keep_place, ticket, ttl = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4], tonumber(ARGV[5])
-local member = waiter(owner, mode, ttl, ARGV[6], ARGV[7])
+local hold, let_go = tonumber(ARGV[8]) or 0, ARGV[9] == '1'
+local member = waiter(owner, mode, ttl, ARGV[6], ARGV[7], hold)
 local now, seconds = clock()
 prune(now)
-local released = redis.call('ZREM', HOLDERS, owner)
-redis.call('HDEL', OWNERS, owner)
+local released
+local kept_end = kept_until(owner)
+if let_go and kept_end > now and redis.call('ZSCORE', HOLDERS, owner) then
+  -- Kept to its min-hold's end, by this server's clock, and no longer.
+  redis.call('ZADD', HOLDERS, kept_end, owner)
+  redis.call('HSET', KEPT, owner, string.format('%d %d ended', kept_end, hold))
+  released = 1
+else
+  released = redis.call('ZREM', HOLDERS, owner)
+  redis.call('HDEL', OWNERS, owner)
+  redis.call('HDEL', KEPT, owner)
+end
 local left = 0
 if keep_place then
   -- Undoing a Redlock grant, which took us out of this server's queue: stand in line again under

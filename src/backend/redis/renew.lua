@@ -11,11 +11,10 @@ if tonumber(expiry) <= now then
   -- and hand the lock on.
   redis.call('ZREM', HOLDERS, owner)
   redis.call('HDEL', OWNERS, owner)
+  redis.call('HDEL', KEPT, owner)
   prune(now)
   grant_waiting(now, seconds)
   return 0
 end
-redis.call('ZADD', HOLDERS, now + ttl, owner)
-keep(HOLDERS, ttl)
-keep(OWNERS, ttl)
+extend(owner, now, ttl)
 return 1

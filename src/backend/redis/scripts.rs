@@ -3,12 +3,12 @@
 //! one acquisition passes them (`Ask`), and the parsing of their replies, which hold records any
 //! client of the server could have written.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use redis::{Connection, FromRedisValue, RedisError, ToRedisArgs, Value};
 
 use super::keys::Keys;
-use crate::lock::{host_name, Holder, LockRequest, Mode, Token, Waiter, MAX_SINCE_SECS};
+use crate::lock::{host_name, time_from_millis, Holder, Kept, LockRequest, Mode, Token, Waiter};
 
 /// A dlock script: the shared prelude (`lib.lua`) and its own part, with the SHA-1 that EVALSHA
 /// names it by, both made by build.rs.
@@ -110,7 +110,7 @@ pub(super) fn status(conn: &mut Connection, keys: &Keys) -> redis::RedisResult<S
     parse_status(&value).ok_or_else(|| unexpected(&value))
 }
 
-/// `[[owner, record, expiry ms, ...], [waiter, ticket, ...]]`, as status.lua answers.
+/// `[[owner, record, expiry ms, kept, ...], [waiter, ticket, ...]]`, as status.lua answers.
 fn parse_status(value: &Value) -> Option<ServerStatus> {
     let Value::Array(parts) = value else {
         return None;
@@ -119,12 +119,14 @@ fn parse_status(value: &Value) -> Option<ServerStatus> {
         return None;
     };
     let holders = holders
-        .chunks_exact(3)
+        .chunks_exact(4)
         .map(|h| {
             let mut holder = Holder::from_record(&lossy(&h[0]), &lossy(&h[1]));
-            holder.expires_at = whole(&h[2])
-                .filter(|ms| ms / 1000 <= MAX_SINCE_SECS)
-                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
+            holder.expires_at = whole(&h[2]).and_then(time_from_millis);
+            if let Some((until, kept)) = read_kept(&lossy(&h[3])) {
+                holder.kept_until = Some(until);
+                holder.kept = Some(kept);
+            }
             holder
         })
         .collect();
@@ -135,7 +137,17 @@ fn parse_status(value: &Value) -> Option<ServerStatus> {
     Some(ServerStatus { holders, waiters })
 }
 
-/// A queue entry, `OWNER MODE TTL PID HOST[\tMESSAGE]` (lib.lua's `waiter`), with its ticket
+/// A holder's entry in the kept hash, `UNTIL HOLD[ ended]` (lib.lua), if dlock could have
+/// written it: when --min-hold keeps the lock until (server ms), and why.
+fn read_kept(entry: &str) -> Option<(SystemTime, Kept)> {
+    let (until, note) = entry.split_once(' ')?;
+    Some((
+        time_from_millis(until.parse().ok()?)?,
+        Kept::from_note(note)?,
+    ))
+}
+
+/// A queue entry, `OWNER MODE TTL[:HOLD] PID HOST[\tMESSAGE]` (lib.lua's `waiter`), with its ticket
 /// (server microseconds when it joined the line). Any client can write the queue: an entry dlock
 /// could not have written is shown as unreadable.
 fn waiter(entry: &str, ticket: Option<u64>) -> Waiter {
@@ -181,6 +193,8 @@ pub(super) struct Ask {
     owner: String,
     mode: String,
     pub(super) ttl: Duration,
+    /// `--min-hold` in milliseconds, 0 for none.
+    hold_ms: u64,
     pid: String,
     /// The record's tail: the host, then a tab and the message if there is one. The scripts keep
     /// it as they get it, in the waiter's entry and the holder's record (`Holder::record`).
@@ -194,6 +208,9 @@ impl Ask {
             owner: request.owner.clone(),
             mode: request.mode.to_wire(),
             ttl: request.ttl,
+            hold_ms: request.min_hold.map_or(0, |d| {
+                u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+            }),
             pid: std::process::id().to_string(),
             // The record is space-separated with the host last; a host name has no spaces.
             host: match &request.message {
@@ -221,6 +238,7 @@ impl Ask {
             .arg(ticket)
             .arg(&self.pid)
             .arg(&self.host)
+            .arg(self.hold_ms)
     }
 
     pub(super) fn acquire(
@@ -280,8 +298,19 @@ impl Ask {
             .invoke(conn)
     }
 
-    /// 1 when a lease was released, else 0 (a waiter gives up its place either way).
+    /// The holder's command ended: gives the lock up, but for what its `--min-hold` keeps on this
+    /// server until its end by this server's clock. 1 when it was still this holder's, else 0.
+    pub(super) fn let_go(&self, conn: &mut Connection) -> redis::RedisResult<i64> {
+        self.release_call(Place::Leave, true).invoke(conn)
+    }
+
+    /// Undoes an acquisition (nothing kept, whatever its min-hold): 1 when a lease was released,
+    /// else 0 (a waiter gives up its place either way).
     pub(super) fn release(&self, conn: &mut Connection, place: Place) -> redis::RedisResult<i64> {
+        self.release_call(place, false).invoke(conn)
+    }
+
+    fn release_call(&self, place: Place, let_go: bool) -> Call {
         let (keep, ticket) = match place {
             Place::Keep(ticket) => ("1", ticket),
             Place::Leave => ("0", ""),
@@ -294,7 +323,8 @@ impl Ask {
             .arg(self.ttl_ms())
             .arg(&self.pid)
             .arg(&self.host)
-            .invoke(conn)
+            .arg(self.hold_ms)
+            .arg(if let_go { "1" } else { "0" })
     }
 
     /// Redlock: lifts the server's fencing counter to `token`, the token just handed out.

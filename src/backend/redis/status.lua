@@ -1,5 +1,6 @@
--- Reads only. Returns {{owner, record, expiry, ...}, {waiter, ticket, ...}}: the live holders, each
--- with its lease's expiry (server ms: the server's clock judges it), and the live waiters in
+-- Reads only. Returns {{owner, record, expiry, kept, ...}, {waiter, ticket, ...}}: the live holders,
+-- each with its lease's expiry (server ms: the server's clock judges it) and what --min-hold keeps
+-- ("UNTIL HOLD[ ended]", '' for none), and the live waiters in
 -- arrival order (the first 1000).
 local now = clock()
 local holders = {}
@@ -10,11 +11,13 @@ if #scored > 0 then
     owners[#owners + 1] = scored[i]
   end
   local records = redis.call('HMGET', OWNERS, unpack(owners))
+  local kept = redis.call('HMGET', KEPT, unpack(owners))
   for i, owner in ipairs(owners) do
     holders[#holders + 1] = owner
     -- Shown as unreadable, and counted as exclusive.
     holders[#holders + 1] = records[i] or '(no record)'
     holders[#holders + 1] = scored[2 * i]
+    holders[#holders + 1] = kept[i] or ''
   end
 end
 local waiters = {}

@@ -193,6 +193,7 @@ impl Backend for ZkBackend {
     }
 
     fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+        super::refuse_min_hold("zk", request)?;
         match self.attempt(request, None)? {
             Outcome::Acquired(lease) => Ok(Attempt::Acquired(Box::new(lease))),
             Outcome::Busy(holders) => Ok(Attempt::Busy(holders)),
@@ -205,6 +206,7 @@ impl Backend for ZkBackend {
         request: &LockRequest,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
+        super::refuse_min_hold("zk", request)?;
         match self.attempt(request, Some(waiting))? {
             Outcome::Acquired(lease) => Ok(Some(Box::new(lease))),
             Outcome::Busy(_) | Outcome::Cancelled => Ok(None),

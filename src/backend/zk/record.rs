@@ -97,6 +97,8 @@ pub(super) fn holder_of(child: &Child, data: &[u8], stat: &zk::Stat) -> Holder {
         token,
         message: None,
         expires_at: None,
+        kept_until: None,
+        kept: None,
         unreadable: None,
     }
 }

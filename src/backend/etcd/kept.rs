@@ -1,0 +1,146 @@
+//! `--min-hold` on etcd: once a holder owns the lock, its key moves to a second lease of D granted
+//! then (`keep`), which nobody keeps alive, so etcd alone judges when it ends. The key keeps its
+//! create revision, its place in the queue: dlock's waiters and `etcdctl lock` wait for it as for
+//! any holder, and one that dies leaves it there. A holder whose command still runs when that lease
+//! is nearly over moves its key back to its own lease (`hand_back`, from `renew`, which comes soon
+//! enough: see `Renewal` and the heartbeat's first renewal); when the command ends, the key goes
+//! to (or stays on) the min-hold's lease while that lasts (`let_go`). The key's value then says so
+//! in a second line, `kept LEASE HOLD_MS[ ended]`, for `status`.
+
+use std::time::{Duration, SystemTime};
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+
+use super::acquisition::Place;
+use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
+use crate::lock::{Kept, LockRequest};
+
+/// The lease a held key lives by while `--min-hold` keeps it, and the key's value then.
+pub(super) struct KeptKey {
+    pub(super) lease: i64,
+    /// The holder's record, as on its own lease.
+    record: String,
+    hold_ms: u128,
+}
+
+impl KeptKey {
+    fn value(&self, ended: bool) -> String {
+        let ended = if ended { " ended" } else { "" };
+        format!(
+            "{}\nkept {:x} {}{ended}",
+            self.record, self.lease, self.hold_ms
+        )
+    }
+}
+
+/// Puts `value` into our key with `lease`, only if the key is still ours; whether it was.
+async fn put_ours(
+    conn: &Connection,
+    place: &Place,
+    value: String,
+    lease: i64,
+) -> Result<bool, Fault> {
+    let put = TxnOp::put(
+        place.key.as_str(),
+        value,
+        Some(PutOptions::new().with_lease(lease)),
+    );
+    let txn = Txn::new()
+        .when([Compare::create_revision(
+            place.key.as_str(),
+            CompareOp::Equal,
+            place.revision,
+        )])
+        .and_then([put]);
+    let mut kv = conn.client().kv_client();
+    Ok(bounded(CALL_TIMEOUT, kv.txn(txn)).await?.succeeded())
+}
+
+/// Moves our just-owned key to a fresh lease of `request.min_hold` (none without one).
+pub(super) async fn keep(
+    conn: &Connection,
+    place: &Place,
+    request: &LockRequest,
+    record: String,
+) -> Result<Option<KeptKey>, Fault> {
+    let Some(hold) = request.min_hold else {
+        return Ok(None);
+    };
+    let secs = hold.as_secs() + u64::from(hold.subsec_nanos() > 0);
+    let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
+    let mut leases = conn.client().lease_client();
+    let lease = bounded(CALL_TIMEOUT, leases.grant(secs, None)).await?.id();
+    let kept = KeptKey {
+        lease,
+        record,
+        hold_ms: hold.as_millis(),
+    };
+    match put_ours(conn, place, kept.value(false), lease).await {
+        Ok(true) => Ok(Some(kept)),
+        // Gone already: `renew` finds the lock lost.
+        Ok(false) => Ok(None),
+        Err(fault) => {
+            let _ = bounded(CALL_TIMEOUT, leases.revoke(lease)).await;
+            Err(fault)
+        }
+    }
+}
+
+/// While the command runs and our key lives by the min-hold's lease: how long that lease has
+/// left by etcd's count; when no more than `margin`, moves our key back to our own lease, which
+/// `renew` keeps alive (`None`: moved, or the lease is gone).
+pub(super) async fn hand_back(
+    conn: &Connection,
+    place: &Place,
+    kept: &KeptKey,
+    margin: Duration,
+) -> Result<Option<Duration>, Fault> {
+    let mut leases = conn.client().lease_client();
+    let left = bounded(CALL_TIMEOUT, leases.time_to_live(kept.lease, None))
+        .await?
+        .ttl();
+    let left = Duration::from_secs(u64::try_from(left).unwrap_or(0));
+    if left > margin {
+        return Ok(Some(left));
+    }
+    put_ours(conn, place, kept.record.clone(), place.lease).await?;
+    Ok(None)
+}
+
+/// The command ended: our key moves to (or stays on) the min-hold's lease, marked ended, until
+/// that lease ends. `Ok(None)` when it has ended already (then release as without a min-hold),
+/// else whether the key was still ours.
+pub(super) async fn let_go(
+    conn: &Connection,
+    place: &Place,
+    kept: &KeptKey,
+) -> Result<Option<bool>, Fault> {
+    match put_ours(conn, place, kept.value(true), kept.lease).await {
+        Err(fault) if fault.is_lease_not_found() => Ok(None),
+        other => other.map(Some),
+    }
+}
+
+/// A key's value without its `kept` line, and what that line says: the min-hold's lease and why
+/// it keeps the key.
+pub(super) fn split(value: &str) -> (&str, Option<(i64, Kept)>) {
+    let Some((record, line)) = value.split_once("\nkept ") else {
+        return (value, None);
+    };
+    let read = || {
+        let (lease, note) = line.split_once(' ')?;
+        Some((i64::from_str_radix(lease, 16).ok()?, Kept::from_note(note)?))
+    };
+    (record, read())
+}
+
+/// When the min-hold's `lease` ends: its time left by etcd's count, from now (etcd tells no
+/// time of day; whole seconds). `None` when it has ended.
+pub(super) async fn kept_until(conn: &Connection, lease: i64) -> Option<SystemTime> {
+    let mut leases = conn.client().lease_client();
+    let left = bounded(CALL_TIMEOUT, leases.time_to_live(lease, None))
+        .await
+        .ok()?
+        .ttl();
+    (left > 0).then(|| SystemTime::now() + Duration::from_secs(left as u64))
+}

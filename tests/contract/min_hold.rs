@@ -1,0 +1,273 @@
+//! `--min-hold D` (and DLOCK_MIN_HOLD): the lock stays taken until D after it was acquired, by the
+//! store's clock, although the command ended and dlock exited with its status at once; other runs
+//! see it busy (75 with `-n`), waiters wait it out, `status`/`list` show `kept_until`, `release
+//! --force` ends it, and the next holder's token is higher.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::T;
+use crate::support::target::Target;
+use crate::support::*;
+
+/// The min-hold of the scenarios: short, so the suite stays fast, and long enough for a few runs.
+const D: Duration = Duration::from_secs(2);
+const D_TEXT: &str = "2s";
+
+/// Store clocks count in milliseconds (ZooKeeper's, Redis's); this much rounding is allowed.
+const ROUNDING: Duration = Duration::from_millis(20);
+
+/// `run -n NAME` exits 75 while the lock is kept; `started` is before the holder acquired it, so
+/// the lock is kept at least until `started + D` and the check must end before then to say so.
+fn busy_before(t: &Target, name: &str, started: Instant) {
+    let out = output(t.dlock(&["run", "-n", name, "--", "true"]));
+    assert!(
+        Instant::now() < started + D,
+        "the machine took over {D:?} for a few runs; cannot check that {name} stays busy"
+    );
+    assert_eq!(
+        code(&out),
+        75,
+        "{name} kept by --min-hold: {}",
+        stderr(&out)
+    );
+}
+
+/// Runs `run ARGS -- sh -c 'echo $DLOCK_TOKEN; exit 3'`: exits 3 with the command at once.
+fn run_exiting_3(t: &Target, args: &[&str]) -> u64 {
+    let started = Instant::now();
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--", "sh", "-c", "echo $DLOCK_TOKEN; exit 3"]);
+    let out = output(t.dlock(&all));
+    assert_eq!(code(&out), 3, "the command's status: {}", stderr(&out));
+    assert!(
+        started.elapsed() < D,
+        "dlock exits when its command does, not after the min-hold"
+    );
+    stdout(&out).trim().parse().expect("the command's token")
+}
+
+/// The token a `run -w 60 NAME` gets once the min-hold ran out, and that it ran no sooner than
+/// `started + D`.
+fn waiter_after(t: &Target, name: &str, started: Instant) -> u64 {
+    waiter_after_hold(t, name, started + D)
+}
+
+/// The token a `run -w 60 NAME` gets, and that it ran no sooner than `kept_until`.
+fn waiter_after_hold(t: &Target, name: &str, kept_until: Instant) -> u64 {
+    let echo = ["sh", "-c", "echo $DLOCK_TOKEN"];
+    let out = output(t.dlock(&[&["run", "-w", "60", name, "--"][..], &echo].concat()));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        Instant::now() + ROUNDING >= kept_until,
+        "the waiter ran before the min-hold ended"
+    );
+    stdout(&out).trim().parse().expect("the waiter's token")
+}
+
+pub fn run_exits_at_once_and_the_lock_stays_busy_until_min_hold_after_acquisition(t: &Target) {
+    let started = Instant::now();
+    let token = run_exiting_3(t, &["--min-hold", D_TEXT, "mh/a"]);
+    busy_before(t, "mh/a", started);
+    let next = waiter_after(t, "mh/a", started);
+    assert!(next > token, "token {next} after {token}");
+    let out = output(t.dlock(&["run", "-n", "mh/a", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        0,
+        "free once the waiter is done: {}",
+        stderr(&out)
+    );
+}
+
+pub fn status_and_list_show_kept_until_and_why(t: &Target) {
+    let started = Instant::now();
+    let token = run_exiting_3(t, &["--min-hold", D_TEXT, "mh/b"]);
+    let out = output(t.dlock(&["status", "mh/b"]));
+    assert_eq!(code(&out), 0, "held: {}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("token {token}"))
+            && text.contains(", kept until ")
+            && text.contains("by --min-hold 2s; its command ended"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&output(t.dlock(&["status", "--json", "mh/b"])))).unwrap();
+    assert_eq!(json["held"], true, "{json}");
+    assert_eq!(json["holders"][0]["token"], token, "{json}");
+    let kept = json["holders"][0]["kept_until"]
+        .as_str()
+        .expect("kept_until");
+    let until = humantime::parse_rfc3339(kept).expect("RFC 3339");
+    let since = json["holders"][0]["since"].as_str().expect("since");
+    let since = humantime::parse_rfc3339(since).expect("RFC 3339");
+    // Both to the second: the end is D after the acquisition, give or take a second's rounding.
+    let span = until.duration_since(since).expect("kept_until after since");
+    assert!(
+        span >= D - Duration::from_secs(1) && span <= D + Duration::from_secs(1),
+        "{json}"
+    );
+    let list: serde_json::Value =
+        serde_json::from_str(&stdout(&output(t.dlock(&["list", "--json", "mh/"])))).unwrap();
+    assert_eq!(list[0]["holders"][0]["kept_until"], kept, "{list}");
+    let text = stdout(&output(t.dlock(&["list", "mh/"])));
+    assert!(
+        text.starts_with("mh/b\t") && text.contains("kept until"),
+        "{text}"
+    );
+    busy_before(t, "mh/b", started);
+
+    // Without --min-hold, kept_until is null.
+    let holder = super::Holding::start(t, &["mh/c"]);
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&output(t.dlock(&["status", "--json", "mh/c"])))).unwrap();
+    assert!(json["holders"][0]["kept_until"].is_null(), "{json}");
+    assert!(holder.let_go().success());
+}
+
+pub fn release_force_ends_a_min_hold_at_once(t: &Target) {
+    let token = run_exiting_3(t, &["--min-hold", "1h", "mh/d"]);
+    let out = output(t.dlock(&["run", "-n", "mh/d", "--", "true"]));
+    assert_eq!(code(&out), 75, "kept for an hour: {}", stderr(&out));
+    let out = output(t.dlock(&["release", "--force", "mh/d"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = output(t.dlock(&["run", "-n", "mh/d", "--", "sh", "-c", "echo $DLOCK_TOKEN"]));
+    assert_eq!(
+        code(&out),
+        0,
+        "free after release --force: {}",
+        stderr(&out)
+    );
+    let next: u64 = stdout(&out).trim().parse().unwrap();
+    assert!(next > token, "token {next} after {token}");
+}
+
+pub fn hold_with_min_hold_stays_taken_after_release(t: &Target) {
+    let started = Instant::now();
+    let script = format!(
+        "eval \"$({hold})\" || exit 9; echo $DLOCK_TOKEN; {release} || exit 8",
+        hold = t.shell_words(&["hold", "--min-hold", D_TEXT, "mh/e"]),
+        release = t.shell_words(&["release", "mh/e"]),
+    );
+    let out = output({
+        let mut sh = Command::new("sh");
+        sh.args(["-c", &script]);
+        sh
+    });
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let token: u64 = stdout(&out).trim().parse().expect("the hold's token");
+    busy_before(t, "mh/e", started);
+    assert!(waiter_after(t, "mh/e", started) > token);
+}
+
+pub fn dlock_min_hold_from_the_environment_and_the_flag_beating_it(t: &Target) {
+    let env = |cmd: &mut Command, value: &str| {
+        cmd.env("DLOCK_MIN_HOLD", value);
+    };
+    let mut cmd = t.dlock(&["run", "mh/f", "--", "true"]);
+    env(&mut cmd, "1h");
+    assert_eq!(code(&output(cmd)), 0);
+    let out = output(t.dlock(&["run", "-n", "mh/f", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        75,
+        "DLOCK_MIN_HOLD=1h keeps it: {}",
+        stderr(&out)
+    );
+    assert_eq!(code(&output(t.dlock(&["release", "--force", "mh/f"]))), 0);
+
+    let mut cmd = t.dlock(&["run", "--min-hold", "0", "mh/f", "--", "true"]);
+    env(&mut cmd, "1h");
+    assert_eq!(code(&output(cmd)), 0);
+    let out = output(t.dlock(&["run", "-n", "mh/f", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        0,
+        "--min-hold 0 beats DLOCK_MIN_HOLD: {}",
+        stderr(&out)
+    );
+
+    for bad in ["-1", "2y", "soon", "nan"] {
+        let mut cmd = t.dlock(&["run", "mh/f", "--", "true"]);
+        env(&mut cmd, bad);
+        let out = output(cmd);
+        assert_eq!(code(&out), 64, "DLOCK_MIN_HOLD={bad}: {}", stderr(&out));
+        assert!(stderr(&out).contains("DLOCK_MIN_HOLD"), "{}", stderr(&out));
+        let out = output(t.dlock(&["run", "--min-hold", bad, "mh/f", "--", "true"]));
+        assert_eq!(code(&out), 64, "--min-hold {bad}: {}", stderr(&out));
+    }
+}
+
+pub fn limit_holders_keep_their_seats_and_shared_ones_still_join(t: &Target) {
+    let started = Instant::now();
+    let first = run_exiting_3(t, &["-l", "2", "--min-hold", D_TEXT, "mh/h"]);
+    let second = run_exiting_3(t, &["-l", "2", "--min-hold", D_TEXT, "mh/h"]);
+    assert!(second > first);
+    let shared = output(t.dlock(&["run", "-n", "-s", "mh/h", "--", "true"]));
+    let limit = output(t.dlock(&["run", "-n", "-l", "2", "mh/h", "--", "true"]));
+    busy_before(t, "mh/h", started);
+    assert_eq!(
+        code(&shared),
+        0,
+        "a reader takes no seat: {}",
+        stderr(&shared)
+    );
+    assert_eq!(code(&limit), 75, "both seats kept: {}", stderr(&limit));
+    let out = output(t.dlock(&["run", "-w", "60", "-l", "2", "mh/h", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        Instant::now() + ROUNDING >= started + D,
+        "a seat was free early"
+    );
+}
+
+pub fn a_command_longer_than_the_min_hold_keeps_the_lock_to_its_end_then_frees_it(t: &Target) {
+    let started = Instant::now();
+    let holder = super::Holding::start(t, &["--min-hold", "1", "--ttl", "1s", "mh/i"]);
+    // Past the min-hold (and any store's rounding of it up to whole seconds): only the running
+    // command holds the lock now.
+    std::thread::sleep(
+        (started + Duration::from_secs(3)).saturating_duration_since(Instant::now()),
+    );
+    let out = output(t.dlock(&["run", "-n", "mh/i", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        75,
+        "held while its command runs: {}",
+        stderr(&out)
+    );
+    assert!(holder.let_go().success());
+    let out = output(t.dlock(&["run", "-n", "mh/i", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        0,
+        "free once the command ended after the min-hold: {}",
+        stderr(&out)
+    );
+}
+
+pub fn a_holder_that_dies_keeps_the_lock_until_the_min_hold_ends(t: &Target) {
+    // Long enough to outlast the dead holder's lease (1s, which etcd makes at least about 2s) by
+    // far: the lock must be busy after the lease, and before the min-hold ends.
+    let hold = Duration::from_secs(6);
+    let started = Instant::now();
+    let mut holder = super::Holding::start(t, &["--min-hold", "6", "--ttl", "1s", "mh/j"]);
+    let token = holder.token();
+    signal(holder.dlock.id(), libc::SIGKILL);
+    wait_exit(&mut holder.dlock, T);
+    std::thread::sleep(
+        (started + Duration::from_secs(4)).saturating_duration_since(Instant::now()),
+    );
+    let out = output(t.dlock(&["run", "-n", "mh/j", "--", "true"]));
+    assert!(Instant::now() < started + hold, "too slow to check");
+    assert_eq!(
+        code(&out),
+        75,
+        "kept after its holder died: {}",
+        stderr(&out)
+    );
+    let next = waiter_after_hold(t, "mh/j", started + hold);
+    assert!(next > token, "token {next} after {token}");
+}
