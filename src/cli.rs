@@ -148,7 +148,7 @@ pub struct LockArgs {
     /// Keep the lock taken until at least this long after it was acquired, judged by the lock
     /// store's clock, even once the command ended (dlock exits at once with its status) or dlock
     /// died: other runs see it busy until then. Same forms as --wait, at most a year; 0 is none.
-    /// `dlock release --force` ends it early. Not on the zk backend yet.
+    /// `dlock release --force` ends it early.
     #[arg(long, env = "DLOCK_MIN_HOLD", value_name = "DURATION", value_parser = parse_duration,
           allow_hyphen_values = true)]
     pub min_hold: Option<Duration>,

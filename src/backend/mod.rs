@@ -68,21 +68,6 @@ pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
     }
 }
 
-/// For a backend that cannot keep `--min-hold` yet: refuses a request with one (a usage error),
-/// before anything is taken, rather than run the job without the guarantee it asked for.
-pub(crate) fn refuse_min_hold(backend: &str, request: &LockRequest) -> anyhow::Result<()> {
-    use crate::exit::{FailWith, Failure};
-    match request.min_hold {
-        Some(_) => Err(anyhow::anyhow!(
-            "the {backend} backend cannot keep --min-hold yet (lock {:?}); the file, redis and \
-             postgres backends can",
-            request.name.as_str()
-        ))
-        .fail_with(Failure::Usage),
-        None => Ok(()),
-    }
-}
-
 /// A lock store.
 ///
 /// Acquisition either succeeds with a `Lease` the caller then keeps alive and releases, or reports

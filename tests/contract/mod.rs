@@ -89,9 +89,6 @@ macro_rules! scenario_test {
     (postgres, hold, a_hold_keeps_its_message_for_status) => {
         scenario_test!(@ignore "the PostgreSQL backend does not store --message yet (its holder row has no message column)", hold, a_hold_keeps_its_message_for_status);
     };
-    (zk, min_hold, $scenario:ident) => {
-        scenario_test!(@ignore "the ZooKeeper backend does not keep --min-hold yet (it refuses it with 64)", min_hold, $scenario);
-    };
     (@ignore $why:literal, $area:ident, $scenario:ident) => {
         #[test]
         #[ignore = $why]

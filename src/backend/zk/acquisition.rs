@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use zookeeper_client as zk;
 
+use super::kept::EnsembleClock;
 use super::lease::ZkLease;
 use super::naming::uuid;
 use super::recipe::kind_of;
@@ -71,17 +72,17 @@ impl Acquisition {
         if waiting.is_some_and(Waiting::is_cancelled) {
             return Ok(Outcome::Cancelled);
         }
-        let (node, token, listing) = self.enqueue().await?;
-        let outcome = self.wait_turn(&node, token, listing, waiting).await;
+        let (node, token, listing, clock) = self.enqueue().await?;
+        let outcome = self.wait_turn(&node, token, listing, waiting, clock).await;
         if !matches!(outcome, Ok(Outcome::Acquired(_))) {
             self.delete_quietly(&node).await;
         }
         outcome
     }
 
-    /// Creates our node; returns its name, its creation zxid (the token) and the directory listing
-    /// taken right after it.
-    async fn enqueue(&self) -> anyhow::Result<(String, Token, Vec<String>)> {
+    /// Creates our node; returns its name, its creation zxid (the token), the directory listing
+    /// taken right after it, and the ensemble's time by its creation.
+    async fn enqueue(&self) -> anyhow::Result<(String, Token, Vec<String>, EnsembleClock)> {
         let client = self.client();
         let prefix = format!("{}/{}{}", self.dir, self.protection, self.kind);
         let options =
@@ -95,12 +96,12 @@ impl Acquisition {
             match created {
                 Ok((stat, sequence)) => {
                     let node = format!("{}{}{sequence}", self.protection, self.kind);
-                    let token = self.token_of(&node, &stat).await?;
+                    let (token, stat) = self.token_of(&node, stat).await?;
                     let listing = match listed {
                         Ok(listing) => listing,
                         Err(_) => self.list().await?,
                     };
-                    return Ok((node, token, listing));
+                    return Ok((node, token, listing, EnsembleClock::from(&stat)));
                 }
                 Err(zk::Error::NoNode) => self.make_dirs().await?,
                 Err(e) if is_connection_loss(&e) => {
@@ -108,8 +109,8 @@ impl Acquisition {
                     let listing = self.list().await?;
                     if let Some(node) = listing.iter().find(|n| n.starts_with(&self.protection)) {
                         let node = node.clone();
-                        let token = self.read_token(&node).await?;
-                        return Ok((node, token, listing));
+                        let (token, stat) = self.read_token(&node).await?;
+                        return Ok((node, token, listing, EnsembleClock::from(&stat)));
                     }
                 }
                 Err(e) => {
@@ -124,21 +125,22 @@ impl Acquisition {
         .fail_with(Failure::BackendUnavailable)
     }
 
-    /// The creation zxid; servers before 3.5 return no stat from create, so ask for it then.
-    async fn token_of(&self, node: &str, stat: &zk::Stat) -> anyhow::Result<Token> {
+    /// The creation zxid, and the node's stat; servers before 3.5 return no stat from create, so
+    /// ask for it then.
+    async fn token_of(&self, node: &str, stat: zk::Stat) -> anyhow::Result<(Token, zk::Stat)> {
         if !stat.is_invalid() && stat.czxid > 0 {
-            return Ok(stat.czxid as Token);
+            return Ok((stat.czxid as Token, stat));
         }
         self.read_token(node).await
     }
 
-    /// The creation zxid of our node, read from the ensemble.
-    async fn read_token(&self, node: &str) -> anyhow::Result<Token> {
+    /// The creation zxid of our node, and its stat, read from the ensemble.
+    async fn read_token(&self, node: &str) -> anyhow::Result<(Token, zk::Stat)> {
         let path = self.path(node);
         let (_, stat) = retrying(|| self.client().get_data(&path))
             .await
             .map_err(|e| self.fail(e, "cannot read our own lock node"))?;
-        Ok(stat.czxid.max(0) as Token)
+        Ok((stat.czxid.max(0) as Token, stat))
     }
 
     pub(super) async fn list(&self) -> anyhow::Result<Vec<String>> {

@@ -40,9 +40,18 @@ pub(super) struct ZkLease {
     /// When `renew` last ran: a long gap means this process was stopped.
     last_renewal: Instant,
     watchers: Vec<tokio::task::JoinHandle<()>>,
+    /// `--min-hold`: the kept node (kept.rs) and when the min-hold ends on this machine's
+    /// monotonic clock, after which the release deletes it.
+    kept: Option<(String, Instant)>,
 }
 
 impl ZkLease {
+    /// A lease whose lock a kept node keeps for `hold` from now (see kept.rs).
+    pub(super) fn keeping(mut self, kept: Option<(String, Duration)>) -> ZkLease {
+        self.kept = kept.map(|(path, hold)| (path, Instant::now() + hold));
+        self
+    }
+
     /// Starts watching the session and, through `watcher` (armed on our node before the lease
     /// exists, so that its removal at release is certain to precede the delete), our node at
     /// `path`.
@@ -80,6 +89,7 @@ impl ZkLease {
             last_renewal: Instant::now(),
             watchers: vec![state_watcher, node_watcher],
             session,
+            kept: None,
         }
     }
 }
@@ -219,6 +229,12 @@ impl Lease for ZkLease {
                 let _ = w.await;
             }
         });
+        // A min-hold that has run out by now: its kept node goes first, with no one to wait for it.
+        if let Some((kept, until)) = &self.kept {
+            if Instant::now() >= *until {
+                self.session.runtime.block_on(self.session.discard(kept));
+            }
+        }
         // The last user of the session closes it right behind the delete: one round trip, and one
         // write to the server's log, for both.
         let closing = Arc::get_mut(&mut self.session).and_then(|s| s.client.take());

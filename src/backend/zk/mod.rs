@@ -55,6 +55,7 @@ use wait::watched;
 
 mod acquisition;
 mod address;
+mod kept;
 mod lease;
 mod naming;
 mod recipe;
@@ -193,7 +194,6 @@ impl Backend for ZkBackend {
     }
 
     fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
-        super::refuse_min_hold("zk", request)?;
         match self.attempt(request, None)? {
             Outcome::Acquired(lease) => Ok(Attempt::Acquired(Box::new(lease))),
             Outcome::Busy(holders) => Ok(Attempt::Busy(holders)),
@@ -206,7 +206,6 @@ impl Backend for ZkBackend {
         request: &LockRequest,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
-        super::refuse_min_hold("zk", request)?;
         match self.attempt(request, Some(waiting))? {
             Outcome::Acquired(lease) => Ok(Some(Box::new(lease))),
             Outcome::Busy(_) | Outcome::Cancelled => Ok(None),
@@ -254,6 +253,12 @@ impl Backend for ZkBackend {
                         return Err(session.fail(e, &format!("cannot delete {path}")))
                             .with_context(|| format!("cannot release lock {:?}", name.as_str()))
                     }
+                }
+            }
+            // And what `--min-hold` keeps (kept.rs), expired or not.
+            for node in session.children(&dir).await? {
+                if kept::is_kept(&node) {
+                    session.discard(&format!("{dir}/{node}")).await;
                 }
             }
             Ok(removed)

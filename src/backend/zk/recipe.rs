@@ -3,6 +3,7 @@
 //! (an exclusive node when first, a shared one behind no exclusive node, a seat behind no exclusive
 //! node and fewer than N seats) or whom a waiter watches. Pure functions of a directory listing.
 
+use super::kept::is_kept;
 use crate::lock::Mode;
 
 const EXCLUSIVE_KIND: &str = "lock-";
@@ -52,7 +53,10 @@ impl Child {
 /// The lock's nodes in queue order.
 pub(super) fn queue(names: &[String]) -> Vec<Child> {
     let mut children: Vec<Child> = names.iter().filter_map(|n| Child::parse(n)).collect();
-    children.sort_by(|a, b| (a.sequence, &a.name).cmp(&(b.sequence, &b.name)));
+    // Kept nodes (`--min-hold`, kept.rs) come before every queued node.
+    children.sort_by(|a, b| {
+        (!is_kept(&a.name), a.sequence, &a.name).cmp(&(!is_kept(&b.name), b.sequence, &b.name))
+    });
     children
 }
 

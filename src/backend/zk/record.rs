@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
+use super::kept::{ensemble_now_ms, is_kept, KeptNode};
 use super::recipe::{owners, queue, Child, Kind};
 use super::session::{is_connection_loss, Session};
 use super::MAX_RETRIES;
@@ -28,6 +29,12 @@ pub(super) struct NodeData {
     /// `--message`; left out when none, so nodes without one read as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     message: Option<String>,
+    /// `--min-hold` in milliseconds, in a kept node's data only (kept.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) kept_ms: Option<u64>,
+    /// The holder's token (its node's creation zxid), in a kept node's data only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) token: Option<u64>,
 }
 
 impl NodeData {
@@ -45,7 +52,39 @@ impl NodeData {
             owner: request.owner.clone(),
             since,
             message: request.message.clone(),
+            kept_ms: None,
+            token: None,
         })?)
+    }
+
+    /// The record of a kept node for `request`, which holds the lock now (kept.rs).
+    pub(super) fn kept(
+        request: &LockRequest,
+        hold: Duration,
+        token: u64,
+    ) -> anyhow::Result<Vec<u8>> {
+        let mut data: NodeData = serde_json::from_slice(&NodeData::of(request)?)?;
+        data.kept_ms = Some(u64::try_from(hold.as_millis()).unwrap_or(u64::MAX));
+        data.token = Some(token);
+        Ok(serde_json::to_vec(&data)?)
+    }
+
+    /// The holder this record names, if every field is within bounds.
+    pub(super) fn holder(&self) -> Option<Holder> {
+        let mode = Mode::from_wire(&self.mode)?;
+        Holder::checked(
+            mode,
+            &self.owner,
+            &self.host,
+            self.pid,
+            self.since,
+            self.token,
+        )?
+        .with_message(self.message.as_deref())
+    }
+
+    pub(super) fn owner(&self) -> &str {
+        &self.owner
     }
 
     pub(super) fn parse(data: &[u8]) -> Option<NodeData> {
@@ -113,14 +152,56 @@ pub(super) async fn holders(
     dir: &str,
     known: Option<(&[String], u32)>,
 ) -> anyhow::Result<Vec<(String, Holder)>> {
-    let (present, owning) = read_queue(session, dir, known).await?;
-    Ok(owning
+    let (present, owning, kept) = read_queue(session, dir, known).await?;
+    let mut holders: Vec<(String, Holder)> = owning
         .into_iter()
         .map(|i| {
             let (child, data, stat) = &present[i];
             (child.name.clone(), holder_of(child, data, stat))
         })
-        .collect())
+        .collect();
+    // An acquirer's listing holds only kept nodes it found still keeping the lock.
+    let now = match known {
+        Some(_) => None,
+        None => ensemble_now(session, &kept).await?,
+    };
+    for node in read_kept(session, dir, &kept, now).await {
+        match holders
+            .iter_mut()
+            .find(|(_, h)| h.owner == node.data.owner())
+        {
+            Some((_, holder)) => node.mark(holder, false),
+            None => holders.extend(node.holder().map(|h| (node.name.clone(), h))),
+        }
+    }
+    Ok(holders)
+}
+
+/// The ensemble's time, asked only when there are kept nodes to judge.
+async fn ensemble_now(session: &Session, kept: &[String]) -> anyhow::Result<Option<i64>> {
+    if kept.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(ensemble_now_ms(session).await?))
+}
+
+/// The kept nodes among `names` that still keep the lock at `now` (ensemble milliseconds; `None`:
+/// all of them).
+async fn read_kept(
+    session: &Session,
+    dir: &str,
+    names: &[String],
+    now: Option<i64>,
+) -> Vec<KeptNode> {
+    let mut kept = Vec::new();
+    for name in names {
+        if let Some(node) = KeptNode::read(session, dir, name).await {
+            if now.is_none_or(|now| node.until_ms > now) {
+                kept.push(node);
+            }
+        }
+    }
+    kept
 }
 
 /// For `status` and `list`: the owners of the lock in `dir` and, after them, the nodes still in
@@ -129,7 +210,7 @@ pub(super) async fn holders_and_waiters(
     session: &Session,
     dir: &str,
 ) -> anyhow::Result<(Vec<Holder>, Vec<Waiter>)> {
-    let (present, owning) = read_queue(session, dir, None).await?;
+    let (present, owning, kept) = read_queue(session, dir, None).await?;
     let mut holders = Vec::new();
     let mut waiters = Vec::new();
     for (i, (child, data, stat)) in present.iter().enumerate() {
@@ -140,27 +221,40 @@ pub(super) async fn holders_and_waiters(
             waiters.push(Waiter::from(node));
         }
     }
+    let now = ensemble_now(session, &kept).await?;
+    for node in read_kept(session, dir, &kept, now).await {
+        match holders.iter_mut().find(|h| h.owner == node.data.owner()) {
+            Some(holder) => node.mark(holder, false),
+            None => holders.extend(node.holder()),
+        }
+    }
     Ok((holders, waiters))
 }
 
-/// The nodes of the lock in `dir` that are still there, in queue order, with their data, and which
-/// of them own the lock (see `holders`).
+/// The nodes of the lock in `dir` that are still there, in queue order, with their data, which
+/// of them own the lock (see `holders`), and the names of the kept nodes (kept.rs), which are
+/// no place in the queue.
 async fn read_queue(
     session: &Session,
     dir: &str,
     known: Option<(&[String], u32)>,
-) -> anyhow::Result<(Vec<(Child, Vec<u8>, zk::Stat)>, Vec<usize>)> {
+) -> anyhow::Result<(Vec<(Child, Vec<u8>, zk::Stat)>, Vec<usize>, Vec<String>)> {
     let client = session.client();
+    let listed = match known {
+        Some((names, _)) => names.to_vec(),
+        None => session.children(dir).await?,
+    };
+    let (kept, names): (Vec<String>, Vec<String>) = listed.into_iter().partition(|n| is_kept(n));
     let (queue, limit) = match known {
-        Some((names, limit)) => {
-            let all = queue(names);
+        Some((_, limit)) => {
+            let all = queue(&names);
             let owning = owners(&all, |_| limit).into_iter().map(|i| all[i].clone());
             (owning.collect::<Vec<_>>(), Some(limit))
         }
-        None => (queue(&session.children(dir).await?), None),
+        None => (queue(&names), None),
     };
     if queue.is_empty() {
-        return Ok((vec![], vec![]));
+        return Ok((vec![], vec![], kept));
     }
     // One multi-read: a consistent view of every node's data.
     let mut tries = 0;
@@ -196,7 +290,7 @@ async fn read_queue(
         own.or(limit).unwrap_or(1)
     };
     let owning = owners(&queue, limit_of);
-    Ok((present, owning))
+    Ok((present, owning, kept))
 }
 
 #[cfg(test)]
@@ -213,6 +307,8 @@ mod tests {
             owner: "ab".into(),
             since: 1_700_000_000,
             message: None,
+            kept_ms: None,
+            token: None,
         })
         .unwrap();
         let stat = zk::Stat {

@@ -8,6 +8,7 @@ use anyhow::anyhow;
 use zookeeper_client as zk;
 
 use super::acquisition::{Acquisition, Outcome};
+use super::kept::{self, is_kept, EnsembleClock};
 use super::lease::ZkLease;
 use super::recipe::{queue, verdict, Verdict};
 use super::session::{is_connection_loss, is_terminal, retrying, Session};
@@ -106,6 +107,7 @@ impl Acquisition {
         token: Token,
         mut listing: Vec<String>,
         waiting: Option<&Waiting>,
+        clock: EnsembleClock,
     ) -> anyhow::Result<Outcome> {
         let own_path = self.path(node);
         // The watch on our own node that the lease needs, armed together with a listing when we can.
@@ -113,14 +115,23 @@ impl Acquisition {
         let mut reported = false;
         let mut told_place = None;
         loop {
+            // Kept nodes (`--min-hold`) that still keep the lock stand ahead of everyone; expired
+            // ones are deleted on the way.
+            let (kept, kept_end) = kept::live(self, &listing, &clock).await;
+            listing.retain(|n| !is_kept(n) || kept.contains(n));
             // The node whose end we wait for; none: any change among the children.
             let (verdict, in_line) = self.judge(&listing, node)?;
             let ahead = match verdict {
                 Verdict::Owns => match self.watch_own(&own_path, own.take()).await? {
                     Some(watcher) => {
                         let ttl = self.request.ttl;
+                        let kept = match self.request.min_hold {
+                            Some(hold) => Some((kept::create(self, hold, token).await?, hold)),
+                            None => None,
+                        };
                         let lease =
-                            ZkLease::start(self.session.clone(), own_path, token, ttl, watcher);
+                            ZkLease::start(self.session.clone(), own_path, token, ttl, watcher)
+                                .keeping(kept);
                         return Ok(Outcome::Acquired(lease));
                     }
                     // Deleted under us: the next look reports it.
@@ -161,7 +172,7 @@ impl Acquisition {
                 }
             };
             if let Some(watcher) = watcher {
-                if !fires(watcher, waiting).await? {
+                if !fires(watcher, waiting, kept_end).await? {
                     return Ok(Outcome::Cancelled);
                 }
             }
@@ -247,9 +258,25 @@ impl Acquisition {
 
 /// Waits until `watcher` fires (`true`) or the wait is cancelled (`false`); a session that ends
 /// meanwhile fails the wait.
-async fn fires(watcher: zk::OneshotWatcher, waiting: &Waiting) -> anyhow::Result<bool> {
-    let Some(event) = cancellable(watcher.changed(), || !waiting.is_cancelled()).await else {
+async fn fires(
+    watcher: zk::OneshotWatcher,
+    waiting: &Waiting,
+    until: Option<std::time::Instant>,
+) -> anyhow::Result<bool> {
+    let changed = async {
+        match until {
+            // A kept node ends without an event: look again then.
+            Some(until) => tokio::time::timeout_at(until.into(), watcher.changed())
+                .await
+                .ok(),
+            None => Some(watcher.changed().await),
+        }
+    };
+    let Some(event) = cancellable(changed, || !waiting.is_cancelled()).await else {
         return Ok(false);
+    };
+    let Some(event) = event else {
+        return Ok(true);
     };
     if event.event_type == zk::EventType::Session && is_terminal(event.session_state) {
         return Err(anyhow!(
