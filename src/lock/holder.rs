@@ -1,122 +1,12 @@
-//! The lock vocabulary every backend shares: what a lock name may be, the modes a holder can take,
-//! who holds a lock, and the request a `dlock run` makes. Backends translate these into their own
-//! storage (a file, Redis keys, znodes); nothing here knows about any backend.
+//! Who holds a lock, as `status` and `list` show it and as backends store it beside the lock: the
+//! holder and waiter records, their bounds (records come from outside) and their text forms.
 
-use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-/// Longest lock name accepted, in bytes of UTF-8.
-pub const MAX_NAME_BYTES: usize = 512;
-
-/// A validated lock name: 1 to 512 bytes of UTF-8 with no control characters.
-/// Any other printable character, `/` included, is allowed; each backend maps the name to its storage
-/// in a way that cannot escape its namespace.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct LockName(String);
-
-impl LockName {
-    pub fn new(name: &str) -> Result<LockName, NameError> {
-        if name.is_empty() {
-            return Err(NameError::Empty);
-        }
-        if name.len() > MAX_NAME_BYTES {
-            return Err(NameError::TooLong(name.len()));
-        }
-        if let Some(c) = name.chars().find(|c| c.is_control()) {
-            return Err(NameError::ControlCharacter(c));
-        }
-        Ok(LockName(name.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for LockName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum NameError {
-    Empty,
-    TooLong(usize),
-    ControlCharacter(char),
-}
-
-impl fmt::Display for NameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NameError::Empty => write!(f, "lock name is empty"),
-            NameError::TooLong(n) => {
-                write!(
-                    f,
-                    "lock name is {n} bytes long; the limit is {MAX_NAME_BYTES}"
-                )
-            }
-            NameError::ControlCharacter(c) => {
-                write!(f, "lock name contains the control character {:?}", c)
-            }
-        }
-    }
-}
-
-impl std::error::Error for NameError {}
-
-/// How a holder holds a lock.
-///
-/// Exclusive excludes every other holder. Shared holders run together and exclude exclusive ones.
-/// `Limit(n)` is a counting semaphore: at most `n` limit-holders at once; they exclude and are excluded
-/// by exclusive holders, and run alongside shared holders (shared holders take no seat).
-/// Everyone using one name is expected to pass the same limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase", tag = "mode", content = "limit")]
-pub enum Mode {
-    Exclusive,
-    Shared,
-    Limit(u32),
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Mode::Exclusive => write!(f, "exclusive"),
-            Mode::Shared => write!(f, "shared"),
-            Mode::Limit(n) => write!(f, "limit {n}"),
-        }
-    }
-}
-
-impl Mode {
-    /// The mode's word as stored by backends: `exclusive`, `shared` or `limit:N`.
-    pub fn to_wire(self) -> String {
-        match self {
-            Mode::Exclusive => "exclusive".into(),
-            Mode::Shared => "shared".into(),
-            Mode::Limit(n) => format!("limit:{n}"),
-        }
-    }
-
-    pub fn from_wire(s: &str) -> Option<Mode> {
-        match s {
-            "exclusive" => Some(Mode::Exclusive),
-            "shared" => Some(Mode::Shared),
-            // Only the spelling dlock writes: `limit:` and a count from 1, digits alone.
-            _ => number(s.strip_prefix("limit:")?)
-                .filter(|&n| n >= 1)
-                .map(Mode::Limit),
-        }
-    }
-}
-
-/// A fencing token: strictly increasing for a name across all its acquisitions, so a resource that
-/// remembers the highest token it has seen can refuse writes from a holder whose lease has passed.
-pub type Token = u64;
+use super::plain::{escaped, is_plain, message_ok, number};
+use super::{Mode, Token};
 
 /// Who a holder is, as shown by `status` and `list` and stored by the backend beside the lock.
 ///
@@ -265,81 +155,6 @@ fn serialize_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<
 pub fn rfc3339(t: SystemTime) -> Option<String> {
     let secs = t.duration_since(UNIX_EPOCH).ok()?.as_secs();
     (secs <= MAX_SINCE_SECS).then(|| humantime::format_rfc3339_seconds(t).to_string())
-}
-
-/// Text from outside made safe to print: control and other invisible characters escaped (`\u{1b}`,
-/// `\n`), at most `max` characters kept (then `...`). A terminal shows it as it is written.
-pub fn escaped(raw: &str, max: usize) -> String {
-    let mut out = String::new();
-    for (i, c) in raw.chars().enumerate() {
-        if i == max {
-            out.push_str("...");
-            break;
-        }
-        match c {
-            '"' | '\'' | '\\' => out.push(c),
-            _ => out.extend(c.escape_debug()),
-        }
-    }
-    out
-}
-
-/// Whether `text` needs no escaping to be printed.
-pub fn is_plain(text: &str) -> bool {
-    text.chars()
-        .all(|c| matches!(c, '"' | '\'' | '\\') || c.escape_debug().eq([c]))
-}
-
-/// Whether `text` prints as itself where it is shown to other users: no control characters (a
-/// newline, a tab, a terminal escape), nothing invisible that reorders or hides what follows
-/// (U+202E), no combining mark at its start. The rule `--message` is held to.
-pub fn prints_as_itself(text: &str) -> bool {
-    // str::escape_debug leaves printable text as it is but for a backslash before `"`, `'` and `\`.
-    let mut expected = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '"' | '\'' | '\\') {
-            expected.push('\\');
-        }
-        expected.push(c);
-    }
-    text.escape_debug().eq(expected.chars())
-}
-
-/// A `--message` as given, or why it is refused: at most `MAX_MESSAGE_BYTES` and printable.
-pub fn check_message(text: &str) -> Result<String, String> {
-    if text.len() > MAX_MESSAGE_BYTES {
-        return Err(format!(
-            "the message is {} bytes long; the limit is {MAX_MESSAGE_BYTES} bytes",
-            text.len()
-        ));
-    }
-    if !prints_as_itself(text) {
-        // A combining mark is refused only at the start, where it has nothing to combine with.
-        let c = text
-            .chars()
-            .find(|c| !prints_as_itself(&format!("a{c}")))
-            .or(text.chars().next())
-            .unwrap_or(' ');
-        return Err(format!(
-            "the message contains {}, which does not print as itself (other users read it on \
-             their terminals); use printable text, at most {MAX_MESSAGE_BYTES} bytes",
-            c.escape_debug()
-        ));
-    }
-    Ok(text.to_owned())
-}
-
-/// A message read from a store, if dlock could have written it.
-fn message_ok(text: &str) -> bool {
-    !text.is_empty() && text.len() <= MAX_MESSAGE_BYTES && prints_as_itself(text)
-}
-
-/// A decimal number in its plain spelling (no sign, no spaces), within `T`.
-fn number<T: std::str::FromStr>(s: &str) -> Option<T> {
-    if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
 }
 
 impl Holder {
@@ -520,154 +335,9 @@ fn shown_owner(owner: &str) -> String {
     }
 }
 
-/// What `dlock run` asks a backend for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LockRequest {
-    pub name: LockName,
-    pub mode: Mode,
-    /// The lease: how long the lock outlives a holder that stops renewing it.
-    pub ttl: Duration,
-    /// This acquisition's identity, written beside the lock.
-    pub owner: String,
-    /// What the holder says it holds the lock for (`--message`), checked by `check_message`.
-    pub message: Option<String>,
-    /// `--min-hold`: the lock stays taken until this long after it was acquired, by the store's
-    /// clock, even once its holder released it or died. `None`: released at once.
-    pub min_hold: Option<Duration>,
-}
-
-/// The locks a tree lock on `path` takes, in the tree-locking scheme of document stores: every
-/// ancestor shared, the path itself in `leaf` mode. `/projects/site/README.txt` gives `/projects`
-/// and `/projects/site` shared and `/projects/site/README.txt` as asked. So siblings run together,
-/// while a holder of `/projects/site` excludes (and waits for) all work below it.
-///
-/// The path is normalised (repeated and trailing `/`, `.` removed; a leading `/` added) and `..`
-/// is refused, since it would let two spellings of one path take different locks.
-pub fn tree_locks(path: &str, leaf: Mode) -> Result<Vec<(LockName, Mode)>, TreeError> {
-    let mut parts = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => return Err(TreeError::ParentComponent(path.to_owned())),
-            _ => parts.push(part),
-        }
-    }
-    if parts.is_empty() {
-        return Ok(vec![(LockName::new("/").map_err(TreeError::Name)?, leaf)]);
-    }
-    let mut locks = Vec::with_capacity(parts.len());
-    let mut prefix = String::new();
-    for (i, part) in parts.iter().enumerate() {
-        prefix.push('/');
-        prefix.push_str(part);
-        let mode = if i + 1 == parts.len() {
-            leaf
-        } else {
-            Mode::Shared
-        };
-        locks.push((LockName::new(&prefix).map_err(TreeError::Name)?, mode));
-    }
-    Ok(locks)
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum TreeError {
-    ParentComponent(String),
-    Name(NameError),
-}
-
-impl fmt::Display for TreeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TreeError::ParentComponent(p) => {
-                write!(f, "tree path {p:?} contains `..`; give it without")
-            }
-            TreeError::Name(e) => write!(f, "tree path: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for TreeError {}
-
-/// A new random 128-bit owner id in hex.
-pub fn new_owner_id() -> anyhow::Result<String> {
-    let mut bytes = [0u8; 16];
-    random_bytes(&mut bytes).map_err(|e| anyhow::anyhow!("cannot get random bytes: {e}"))?;
-    Ok(crate::text::hex(&bytes))
-}
-
-/// Fills `buf` from the kernel's random source, getrandom(2), without the file fallback a
-/// library takes in a static executable (which opens and polls /dev/random at every start).
-pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match rustix::rand::getrandom(&mut buf[filled..], rustix::rand::GetRandomFlags::empty()) {
-            Ok(n) => filled += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
-/// This machine's host name, for holder records.
-pub fn host_name() -> String {
-    // What gethostname(2) returns on Linux.
-    let name = rustix::system::uname();
-    String::from_utf8_lossy(name.nodename().to_bytes()).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_accept_slashes_and_unicode_and_refuse_control_characters() {
-        assert!(LockName::new("a/b/../c").is_ok());
-        assert!(LockName::new("über lock ✓").is_ok());
-        assert_eq!(LockName::new(""), Err(NameError::Empty));
-        assert!(matches!(
-            LockName::new("a\nb"),
-            Err(NameError::ControlCharacter('\n'))
-        ));
-        assert!(matches!(
-            LockName::new("a\u{7f}"),
-            Err(NameError::ControlCharacter(_))
-        ));
-        assert!(LockName::new(&"x".repeat(512)).is_ok());
-        assert_eq!(
-            LockName::new(&"x".repeat(513)),
-            Err(NameError::TooLong(513))
-        );
-    }
-
-    #[test]
-    fn tree_locks_take_ancestors_shared_and_the_leaf_as_asked() {
-        let names = |p: &str, m| {
-            tree_locks(p, m)
-                .unwrap()
-                .into_iter()
-                .map(|(n, m)| format!("{n} {m}"))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            names("/projects/site/README.txt", Mode::Exclusive),
-            [
-                "/projects shared",
-                "/projects/site shared",
-                "/projects/site/README.txt exclusive"
-            ]
-        );
-        assert_eq!(
-            names("projects//./site/", Mode::Shared),
-            ["/projects shared", "/projects/site shared"]
-        );
-        assert_eq!(names("/", Mode::Exclusive), ["/ exclusive"]);
-        assert!(matches!(
-            tree_locks("/a/../b", Mode::Exclusive),
-            Err(TreeError::ParentComponent(_))
-        ));
-    }
 
     fn holder() -> Holder {
         Holder {
@@ -724,33 +394,6 @@ mod tests {
     }
 
     #[test]
-    fn messages_are_refused_unless_they_print_as_themselves_within_the_limit() {
-        for ok in [
-            "deploy v1.4 by https://ci/1",
-            "é \"q\" \\ '",
-            "e\u{301}",
-            "日本語",
-        ] {
-            assert!(check_message(ok).is_ok(), "{ok:?}");
-        }
-        assert!(check_message(&"é".repeat(128)).is_ok());
-        for bad in [
-            "a\nb",
-            "a\tb",
-            "\u{1b}[2J",
-            "a\u{7f}",
-            "a\u{9b}",
-            "r\u{202e}l",
-            "\u{301}e",
-        ] {
-            let why = check_message(bad).unwrap_err();
-            assert!(!why.chars().any(char::is_control), "{why}");
-        }
-        let why = check_message(&"é".repeat(129)).unwrap_err();
-        assert!(why.contains("258 bytes") && why.contains("256"), "{why}");
-    }
-
-    #[test]
     fn records_out_of_range_are_unreadable_holders_that_still_hold() {
         for (record, mode) in [
             ("exclusive 5 99999999999999 2 host", Mode::Exclusive),
@@ -780,13 +423,6 @@ mod tests {
     }
 
     #[test]
-    fn escaping_keeps_text_printable_and_short() {
-        assert_eq!(escaped("plain \"host\" \\", 50), "plain \"host\" \\");
-        assert_eq!(escaped("a\nb\u{1b}c\u{202e}", 50), "a\\nb\\u{1b}c\\u{202e}");
-        assert_eq!(escaped("abcdef", 3), "abc...");
-    }
-
-    #[test]
     fn times_outside_rfc3339_years_are_unknown_not_a_panic() {
         let mut h = holder();
         h.since = Some(UNIX_EPOCH + Duration::from_secs(MAX_SINCE_SECS + 1));
@@ -801,26 +437,7 @@ mod tests {
         assert!(h.describe().contains("since 9999-12-31T23:59:59Z"));
     }
 
-    #[test]
-    fn modes_round_trip_through_their_wire_form() {
-        for m in [Mode::Exclusive, Mode::Shared, Mode::Limit(3)] {
-            assert_eq!(Mode::from_wire(&m.to_wire()), Some(m));
-        }
-        assert_eq!(Mode::from_wire("limit:x"), None);
-        assert_eq!(Mode::from_wire("limit:+3"), None);
-        assert_eq!(Mode::from_wire("limit:0"), None);
-    }
-
     proptest::proptest! {
-        /// Hostile names never panic: each is accepted or refused with a reason.
-        #[test]
-        fn any_string_is_a_name_or_a_clear_refusal(raw in "\\PC*|[\\x00-\\x1f]{0,4}.{0,600}") {
-            match LockName::new(&raw) {
-                Ok(name) => proptest::prop_assert!(!name.as_str().is_empty() && name.as_str().len() <= MAX_NAME_BYTES),
-                Err(e) => proptest::prop_assert!(!e.to_string().is_empty()),
-            }
-        }
-
         /// Whatever a record holds, it parses into a holder that formats and prints: every field at
         /// its extremes, as text for people and as JSON, with nothing unprintable in either.
         #[test]
@@ -845,20 +462,6 @@ mod tests {
                 proptest::prop_assert_eq!(Holder::from_record(&h.owner, &h.record()), h);
             } else {
                 proptest::prop_assert!(h.since.is_none() && h.token.is_none() && h.pid.is_none());
-            }
-        }
-
-        /// Tree paths never yield a `..` component, and every lock is an ancestor of the last.
-        #[test]
-        fn tree_locks_are_nested_and_never_climb(path in "[a-z./]{0,40}") {
-            if let Ok(locks) = tree_locks(&path, Mode::Exclusive) {
-                let last = locks.last().map(|(n, _)| n.as_str().to_owned()).unwrap_or_default();
-                for (name, _) in &locks {
-                    proptest::prop_assert!(!name.as_str().split('/').any(|c| c == ".." || c == "."));
-                    proptest::prop_assert!(last.starts_with(name.as_str()));
-                }
-            } else {
-                proptest::prop_assert!(path.split('/').any(|c| c == ".."));
             }
         }
     }
