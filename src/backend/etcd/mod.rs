@@ -94,6 +94,45 @@ impl EtcdBackend {
     fn location_of(&self, name: &LockName) -> String {
         format!("{}{}", self.url.location(), prefix(name))
     }
+
+    /// The status of `name` from its keys in create-revision order: the holders, each with its
+    /// lease's end as the server judges it (LeaseTimeToLive: the seconds it has left), and the
+    /// rest, in line.
+    fn status_of(&self, conn: &Connection, name: LockName, entries: Vec<Entry>) -> LockStatus {
+        let owners = owners_of(&entries);
+        let mut holders = Vec::with_capacity(owners.len());
+        let mut waiters = Vec::new();
+        for (i, entry) in entries.into_iter().enumerate() {
+            if owners.contains(&i) {
+                let mut holder = entry.holder;
+                holder.expires_at = lease_end(conn, entry.lease);
+                holders.push(holder);
+            } else {
+                waiters.push(entry.holder.into());
+            }
+        }
+        LockStatus {
+            location: self.location_of(&name),
+            name,
+            holders,
+            waiters: Some(waiters),
+        }
+    }
+}
+
+/// When `lease` runs out unless kept alive, by the seconds the server says it has left; `None`
+/// for a key without a lease, one already gone, or a server that does not answer in time.
+fn lease_end(conn: &Connection, lease: i64) -> Option<std::time::SystemTime> {
+    if lease == 0 {
+        return None;
+    }
+    let mut leases = conn.client().lease_client();
+    let left = conn
+        .run(CALL_TIMEOUT, leases.time_to_live(lease, None))
+        .ok()?
+        .ttl();
+    let left = u64::try_from(left).ok()?;
+    std::time::SystemTime::now().checked_add(Duration::from_secs(left))
 }
 
 impl Backend for EtcdBackend {
@@ -161,16 +200,7 @@ impl Backend for EtcdBackend {
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
         let conn = self.connection()?;
         let entries = self.entries(&conn, name)?;
-        let holders = owners_of(&entries)
-            .into_iter()
-            .map(|i| entries[i].holder.clone())
-            .collect();
-        Ok(LockStatus {
-            name: name.clone(),
-            holders,
-            location: self.location_of(name),
-            waiters: None,
-        })
+        Ok(self.status_of(&conn, name.clone(), entries))
     }
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
@@ -199,15 +229,7 @@ impl Backend for EtcdBackend {
         }
         let held = locks
             .into_iter()
-            .map(|(name, entries)| LockStatus {
-                holders: owners_of(&entries)
-                    .into_iter()
-                    .map(|i| entries[i].holder.clone())
-                    .collect(),
-                location: self.location_of(&name),
-                name,
-                waiters: None,
-            })
+            .map(|(name, entries)| self.status_of(&conn, name, entries))
             .filter(|status| !status.holders.is_empty())
             .collect();
         Ok(Listing { held, unreadable })

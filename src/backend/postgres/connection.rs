@@ -68,9 +68,9 @@ impl Fault {
         }
     }
 
-    /// A table or function of dlock's that is not there yet.
+    /// A table, column or function of dlock's that is not there yet (tables an older dlock made).
     fn is_missing_schema(&self) -> bool {
-        matches!(self, Fault::Refused { code, .. } if code == "42P01" || code == "42883")
+        matches!(self, Fault::Refused { code, .. } if ["42P01", "42703", "42883"].contains(&code.as_str()))
     }
 
     /// As an error tagged backend-unavailable.

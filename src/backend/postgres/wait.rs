@@ -71,8 +71,8 @@ pub fn wait(
                 ticket = kept;
                 backoff = RETRY_FIRST;
                 let holders = recipe
-                    .holders(&mut conn, budget, request.name.as_str(), true)
-                    .map(|h| h.into_iter().map(|(_, h)| h).collect::<Vec<_>>());
+                    .entries(&mut conn, budget, request.name.as_str(), true)
+                    .map(super::recipe::holders_of);
                 (expires_in, holders)
             }
             Err(Fault::Unreachable(why)) if !answered => {
