@@ -16,6 +16,9 @@ pub struct EtcdServer {
     peer_url: String,
     process: Option<Child>,
     dir: tempfile::TempDir,
+    /// The member's name, and the whole cluster's `--initial-cluster` when it has other members.
+    name: String,
+    cluster: Option<String>,
 }
 
 impl EtcdServer {
@@ -31,6 +34,8 @@ impl EtcdServer {
             peer_url: format!("http://127.0.0.1:{peer}"),
             process: None,
             dir,
+            name: "test".into(),
+            cluster: None,
         };
         etcd.launch();
         etcd
@@ -50,6 +55,8 @@ impl EtcdServer {
                 peer_url: format!("http://127.0.0.1:{peer}"),
                 process: None,
                 dir,
+                name: "test".into(),
+                cluster: None,
             };
             etcd.launch_watched(Some(std::process::id()));
             etcd
@@ -63,6 +70,12 @@ impl EtcdServer {
     /// Starts etcd; with `watcher`, under a shell that kills it (by its pid) once that process is
     /// gone, checking twice a second.
     fn launch_watched(&mut self, watcher: Option<u32>) {
+        self.spawn(watcher);
+        wait_until("etcd to serve", Duration::from_secs(60), || self.healthy());
+    }
+
+    /// Starts etcd without waiting for it (a cluster member serves only once a majority is up).
+    fn spawn(&mut self, watcher: Option<u32>) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -82,7 +95,7 @@ impl EtcdServer {
             }
         };
         let process = command
-            .args(["--name", "test", "--data-dir"])
+            .args(["--name", &self.name, "--data-dir"])
             .arg(self.data_dir())
             .args([
                 "--listen-client-urls",
@@ -96,14 +109,19 @@ impl EtcdServer {
                 "--initial-advertise-peer-urls",
                 &self.peer_url,
             ])
-            .args(["--initial-cluster", &format!("test={}", self.peer_url)])
+            .args([
+                "--initial-cluster",
+                &self
+                    .cluster
+                    .clone()
+                    .unwrap_or_else(|| format!("{}={}", self.name, self.peer_url)),
+            ])
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
             .expect("etcd is installed (Debian package etcd-server)");
         self.process = Some(process);
-        wait_until("etcd to serve", Duration::from_secs(60), || self.healthy());
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -239,6 +257,114 @@ impl Target {
             kind: Kind::Etcd,
             ports,
             servers: vec![Box::new(EtcdControl(std::sync::Mutex::new(server)))],
+            scratch: LockDir::new(),
+        }
+    }
+}
+
+/// A private three-member etcd cluster on loopback, for the fault checker: faults hit the leader
+/// (killed and started again on its data, or frozen), and the other two elect a new one.
+pub struct EtcdCluster {
+    members: Vec<EtcdServer>,
+}
+
+impl EtcdCluster {
+    pub fn start() -> EtcdCluster {
+        let mut members: Vec<EtcdServer> = (0..3)
+            .map(|i| {
+                let (client, peer) = (free_port(), free_port());
+                EtcdServer {
+                    endpoint: format!("http://127.0.0.1:{client}"),
+                    client_port: client,
+                    peer_url: format!("http://127.0.0.1:{peer}"),
+                    process: None,
+                    dir: tempfile::tempdir().expect("etcd dir"),
+                    name: format!("m{i}"),
+                    cluster: None,
+                }
+            })
+            .collect();
+        let cluster = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url))
+            .collect::<Vec<_>>()
+            .join(",");
+        for member in &mut members {
+            member.cluster = Some(cluster.clone());
+            member.spawn(None);
+        }
+        for member in &members {
+            wait_until("etcd member to serve", Duration::from_secs(60), || {
+                member.healthy()
+            });
+        }
+        EtcdCluster { members }
+    }
+
+    pub fn ports(&self) -> Vec<u16> {
+        self.members.iter().map(|m| m.client_port).collect()
+    }
+
+    /// The member that leads now (by `etcdctl endpoint status`), or the first while none does.
+    fn leader(&self) -> usize {
+        let endpoints: Vec<&str> = self.members.iter().map(|m| m.endpoint()).collect();
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &endpoints.join(","), "endpoint", "status"])
+            .args(["-w", "json", "--command-timeout", "2s"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("etcdctl");
+        let status: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        status
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| {
+                let id = &s["Status"]["header"]["member_id"];
+                !id.is_null() && *id == s["Status"]["leader"]
+            })
+            .and_then(|s| s["Endpoint"].as_str())
+            .and_then(|e| endpoints.iter().position(|m| *m == e))
+            .unwrap_or(0)
+    }
+}
+
+/// What the fault driver does to a cluster: to its leader.
+pub struct EtcdClusterControl(pub std::sync::Mutex<EtcdCluster>);
+
+impl ServerControl for EtcdClusterControl {
+    fn what(&self) -> &'static str {
+        "leader"
+    }
+
+    fn pause(&self, pause: Duration) {
+        let cluster = self.0.lock().expect("cluster handle");
+        let pid = cluster.members[cluster.leader()].pid();
+        super::signal(pid, libc::SIGSTOP);
+        std::thread::sleep(pause);
+        super::signal(pid, libc::SIGCONT);
+    }
+
+    /// SIGKILL the leader and start it again on its data: the other two elect a leader meanwhile.
+    fn restart(&self) {
+        let mut cluster = self.0.lock().expect("cluster handle");
+        let leader = cluster.leader();
+        cluster.members[leader].restart();
+    }
+}
+
+impl Target {
+    /// dlock on a private three-member etcd cluster; faults hit its leader.
+    pub fn etcd_cluster() -> Target {
+        let cluster = EtcdCluster::start();
+        let ports = cluster.ports();
+        Target {
+            args: Kind::Etcd.args(&ports),
+            kind: Kind::Etcd,
+            ports,
+            servers: vec![Box::new(EtcdClusterControl(std::sync::Mutex::new(cluster)))],
             scratch: LockDir::new(),
         }
     }
