@@ -19,6 +19,8 @@ pub struct EtcdServer {
     /// The member's name, and the whole cluster's `--initial-cluster` when it has other members.
     name: String,
     cluster: Option<String>,
+    /// Serving clients over TLS with these (then `https://` endpoints, `etcds://` URLs).
+    tls: Option<(PathBuf, PathBuf, PathBuf)>,
 }
 
 impl EtcdServer {
@@ -36,6 +38,24 @@ impl EtcdServer {
             dir,
             name: "test".into(),
             cluster: None,
+            tls: None,
+        };
+        etcd.launch();
+        etcd
+    }
+
+    /// A member serving clients over TLS only, with a certificate the test CA in `files` signed.
+    pub fn start_tls(files: &super::tls::TlsFiles) -> EtcdServer {
+        let (client, peer) = (free_port(), free_port());
+        let mut etcd = EtcdServer {
+            endpoint: format!("https://127.0.0.1:{client}"),
+            client_port: client,
+            peer_url: format!("http://127.0.0.1:{peer}"),
+            process: None,
+            dir: tempfile::tempdir().expect("etcd dir"),
+            name: "test".into(),
+            cluster: None,
+            tls: Some((files.cert.clone(), files.key.clone(), files.ca.clone())),
         };
         etcd.launch();
         etcd
@@ -57,6 +77,7 @@ impl EtcdServer {
                 dir,
                 name: "test".into(),
                 cluster: None,
+                tls: None,
             };
             etcd.launch_watched(Some(std::process::id()));
             etcd
@@ -95,6 +116,14 @@ impl EtcdServer {
             }
         };
         let process = command
+            .args(self.tls.iter().flat_map(|(cert, key, _)| {
+                [
+                    "--cert-file".to_owned(),
+                    cert.display().to_string(),
+                    "--key-file".to_owned(),
+                    key.display().to_string(),
+                ]
+            }))
             .args(["--name", &self.name, "--data-dir"])
             .arg(self.data_dir())
             .args([
@@ -145,9 +174,10 @@ impl EtcdServer {
         self.client_port
     }
 
-    /// `etcd://127.0.0.1:PORT`, for `dlock --url`.
+    /// `etcd://127.0.0.1:PORT` (`etcds://` with TLS), for `dlock --url`.
     pub fn url(&self) -> String {
-        format!("etcd://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "etcds" } else { "etcd" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     pub fn pid(&self) -> u32 {
@@ -171,9 +201,11 @@ impl EtcdServer {
     pub fn etcdctl(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("etcdctl");
         cmd.env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoint])
-            .args(args)
-            .stdin(Stdio::null());
+            .args(["--endpoints", &self.endpoint]);
+        if let Some((_, _, ca)) = &self.tls {
+            cmd.arg("--cacert").arg(ca);
+        }
+        cmd.args(args).stdin(Stdio::null());
         cmd
     }
 
@@ -281,6 +313,7 @@ impl EtcdCluster {
                     dir: tempfile::tempdir().expect("etcd dir"),
                     name: format!("m{i}"),
                     cluster: None,
+                    tls: None,
                 }
             })
             .collect();

@@ -9,6 +9,7 @@ pub mod redis_server;
 pub mod relay;
 pub mod suite_servers;
 pub mod target;
+pub mod tls;
 pub mod watched;
 
 use std::path::{Path, PathBuf};
