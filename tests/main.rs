@@ -17,6 +17,7 @@ mod hostile;
 mod job_control;
 mod netfaults;
 mod postgres;
+mod postgres_pooler;
 mod postgres_tls;
 mod redis;
 mod run;

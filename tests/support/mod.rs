@@ -5,6 +5,7 @@
 
 pub mod etcd_server;
 pub mod pg_server;
+pub mod pgbouncer;
 pub mod redis_server;
 pub mod relay;
 pub mod suite_servers;
