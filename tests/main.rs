@@ -15,6 +15,7 @@ mod flock_habits;
 mod group_kill;
 mod hostile;
 mod job_control;
+mod many_waiters;
 mod netfaults;
 mod postgres;
 mod postgres_pooler;

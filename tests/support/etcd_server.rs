@@ -197,6 +197,19 @@ impl EtcdServer {
             .to_owned()
     }
 
+    /// `etcd_debugging_mvcc_events_total`: the events the server has sent to watchers.
+    pub fn events_sent(&self) -> u64 {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port())).unwrap();
+        write!(stream, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_events_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .expect("the events metric") as u64
+    }
+
     /// `etcdctl --endpoints THIS ARGS...` (API v3).
     pub fn etcdctl(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("etcdctl");

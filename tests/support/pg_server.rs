@@ -89,7 +89,8 @@ impl PgServer {
         server
     }
 
-    fn start_with(extra: Vec<String>) -> PgServer {
+    /// A server with `postgres -c` settings beyond the usual ones (`max_connections=1100`).
+    pub fn start_with(extra: Vec<String>) -> PgServer {
         let mut server = PgServer::init();
         server.extra = extra;
         server.launch();
