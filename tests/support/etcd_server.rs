@@ -28,35 +28,32 @@ impl EtcdServer {
     /// when etcd is missing: the tests and benchmarks need the Debian packages etcd-server and
     /// etcd-client (scripts/test installs them).
     pub fn start() -> EtcdServer {
-        let dir = tempfile::tempdir().expect("etcd dir");
-        let (client, peer) = (free_port(), free_port());
-        let mut etcd = EtcdServer {
-            endpoint: format!("http://127.0.0.1:{client}"),
-            client_port: client,
-            peer_url: format!("http://127.0.0.1:{peer}"),
-            process: None,
-            dir,
-            name: "test".into(),
-            cluster: None,
-            tls: None,
-        };
+        let mut etcd = EtcdServer::unstarted("test", None);
         etcd.launch();
         etcd
     }
 
-    /// A member serving clients over TLS only, with a certificate the test CA in `files` signed.
-    pub fn start_tls(files: &super::tls::TlsFiles) -> EtcdServer {
+    /// A member on fresh loopback ports and a fresh data directory, not started yet; clients over
+    /// TLS with `tls` (certificate, key, CA).
+    fn unstarted(name: &str, tls: Option<(PathBuf, PathBuf, PathBuf)>) -> EtcdServer {
         let (client, peer) = (free_port(), free_port());
-        let mut etcd = EtcdServer {
-            endpoint: format!("https://127.0.0.1:{client}"),
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        EtcdServer {
+            endpoint: format!("{scheme}://127.0.0.1:{client}"),
             client_port: client,
             peer_url: format!("http://127.0.0.1:{peer}"),
             process: None,
             dir: tempfile::tempdir().expect("etcd dir"),
-            name: "test".into(),
+            name: name.to_owned(),
             cluster: None,
-            tls: Some((files.cert.clone(), files.key.clone(), files.ca.clone())),
-        };
+            tls,
+        }
+    }
+
+    /// A member serving clients over TLS only, with a certificate the test CA in `files` signed.
+    pub fn start_tls(files: &super::tls::TlsFiles) -> EtcdServer {
+        let tls = (files.cert.clone(), files.key.clone(), files.ca.clone());
+        let mut etcd = EtcdServer::unstarted("test", Some(tls));
         etcd.launch();
         etcd
     }
@@ -67,18 +64,7 @@ impl EtcdServer {
     pub fn shared() -> &'static EtcdServer {
         static SHARED: std::sync::OnceLock<EtcdServer> = std::sync::OnceLock::new();
         SHARED.get_or_init(|| {
-            let dir = tempfile::tempdir().expect("etcd dir");
-            let (client, peer) = (free_port(), free_port());
-            let mut etcd = EtcdServer {
-                endpoint: format!("http://127.0.0.1:{client}"),
-                client_port: client,
-                peer_url: format!("http://127.0.0.1:{peer}"),
-                process: None,
-                dir,
-                name: "test".into(),
-                cluster: None,
-                tls: None,
-            };
+            let mut etcd = EtcdServer::unstarted("test", None);
             etcd.launch_watched(Some(std::process::id()));
             etcd
         })
@@ -316,19 +302,7 @@ pub struct EtcdCluster {
 impl EtcdCluster {
     pub fn start() -> EtcdCluster {
         let mut members: Vec<EtcdServer> = (0..3)
-            .map(|i| {
-                let (client, peer) = (free_port(), free_port());
-                EtcdServer {
-                    endpoint: format!("http://127.0.0.1:{client}"),
-                    client_port: client,
-                    peer_url: format!("http://127.0.0.1:{peer}"),
-                    process: None,
-                    dir: tempfile::tempdir().expect("etcd dir"),
-                    name: format!("m{i}"),
-                    cluster: None,
-                    tls: None,
-                }
-            })
+            .map(|i| EtcdServer::unstarted(&format!("m{i}"), None))
             .collect();
         let cluster = members
             .iter()

@@ -5,8 +5,9 @@
 //! - Not advisory locks: they belong to a session, so a pooler in transaction mode strands them,
 //!   a holder whose connection hangs keeps them, and they carry no record of who holds them nor a
 //!   fencing token. Here a lock is a row with a lease: `<prefix>locks` (name, owner, mode, token,
-//!   since, expires_at, pid, host, message), renewed every ttl/3 with `clock_timestamp()`; a row whose lease
-//!   passed counts as gone, and is deleted by the next change of that name.
+//!   since, expires_at, pid, host, message), renewed every ttl/3 with `clock_timestamp()`; a row
+//!   whose lease passed counts as gone, and is deleted by the next change of that name. A live row
+//!   of the acquisition's own owner id is its own grant, to an attempt whose answer it missed.
 //! - Fencing tokens: `<prefix>tokens` (name -> last token), raised in the transaction that
 //!   grants, so a token is exactly as durable as the grant (never a sequence, which is not
 //!   transactional and may go back after a failover).
@@ -16,15 +17,16 @@
 //!   trip (`query_typed`), as a Lua script is on Redis.
 //! - Waiting, first come first served: a busy waiter takes a ticket in `<prefix>queue` (bigserial:
 //!   it only orders the waiters alive at one time) and LISTENs on a channel of its own
-//!   (`<prefix><owner id>`), pipelined with its first attempt. A grant must fit beside the holders
-//!   and every live waiter ahead (counted as if holding), so nobody passes a waiter who came
-//!   first, while shared and limit waiters in a row go in together. A release, a waiter leaving or
-//!   `release --force` NOTIFYs exactly the waiters at the head of the line that now fit (in the
-//!   same transaction: the notification goes out at commit), and those re-attempt: a handoff costs
-//!   the release plus one call per waiter let in, whatever the length of the line, and an idle
-//!   waiter sends nothing. Nobody tells of a holder that died: a waiter re-checks when the first
-//!   holder's lease would run out, and at least every third of its own ttl, which renews its
-//!   place in line (a waiter that dies drops out within its ttl).
+//!   (`<prefix><owner id>`), pipelined with its second attempt (a free lock costs no LISTEN). A
+//!   grant must fit beside the holders and every live waiter ahead (counted as if holding), so
+//!   nobody passes a waiter who came first, while shared and limit waiters in a row go in
+//!   together. A release, a waiter leaving or `release --force` NOTIFYs exactly the waiters at
+//!   the head of the line that now fit (in the same transaction: the notification goes out at
+//!   commit), and those re-attempt: a handoff costs the release plus one call per waiter let in,
+//!   whatever the length of the line, and an idle waiter sends nothing. Nobody tells of a holder
+//!   that died: a waiter re-checks when the first holder's lease would run out, and at least
+//!   every third of its own ttl, which renews its place in line (a waiter that dies drops out
+//!   within its ttl).
 //! - Tables and functions are created on first use (`CREATE ... IF NOT EXISTS`, under an advisory
 //!   lock), prefixed `dlock_` or the URL's `?prefix=`: the first call that finds them missing
 //!   creates them and tries again, so nothing is checked on the hot path.
