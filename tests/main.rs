@@ -18,6 +18,7 @@ mod job_control;
 mod many_waiters;
 mod netfaults;
 mod postgres;
+mod postgres_late;
 mod postgres_pooler;
 mod postgres_tls;
 mod redis;

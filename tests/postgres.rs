@@ -10,17 +10,17 @@ use std::time::{Duration, Instant};
 use crate::support::pg_server::{PgServer, PASSWORD};
 use crate::support::*;
 
-const T: Duration = Duration::from_secs(30);
+pub(crate) const T: Duration = Duration::from_secs(30);
 
 /// dlock on one URL, with a scratch directory for markers.
-struct Pg {
+pub(crate) struct Pg {
     url: String,
-    dir: LockDir,
+    pub(crate) dir: LockDir,
 }
 
 impl Pg {
     /// On the shared server, with tables of the test's own (`prefix`).
-    fn shared(prefix: &str) -> Pg {
+    pub(crate) fn shared(prefix: &str) -> Pg {
         Pg {
             url: PgServer::shared_url(prefix),
             dir: LockDir::new(),
@@ -43,7 +43,7 @@ impl Pg {
 
     /// `dlock run FLAGS NAME -- sh -c 'echo $DLOCK_TOKEN > TAG.in; <hold until TAG.go>'` in the
     /// background, once its command runs.
-    fn holder(&self, flags: &[&str], name: &str, tag: &str) -> (Child, Stderr) {
+    pub(crate) fn holder(&self, flags: &[&str], name: &str, tag: &str) -> (Child, Stderr) {
         let (mut child, err) = self.start(flags, name, tag);
         wait_for_file(&self.dir.file(&format!("{tag}.in")), T);
         let _ = &mut child;
@@ -51,7 +51,7 @@ impl Pg {
     }
 
     /// As `holder`, without waiting for the command to run.
-    fn start(&self, flags: &[&str], name: &str, tag: &str) -> (Child, Stderr) {
+    pub(crate) fn start(&self, flags: &[&str], name: &str, tag: &str) -> (Child, Stderr) {
         let script = format!(
             "echo $DLOCK_TOKEN > {tag}.in; i=0; while [ ! -e {tag}.go ] && [ $i -lt 600 ]; do \
              sleep 0.05; i=$((i+1)); done"
@@ -69,7 +69,7 @@ impl Pg {
         (child, err)
     }
 
-    fn let_go(&self, tag: &str) {
+    pub(crate) fn let_go(&self, tag: &str) {
         std::fs::write(self.dir.file(&format!("{tag}.go")), "").unwrap();
     }
 
@@ -77,7 +77,7 @@ impl Pg {
         self.dir.file(&format!("{tag}.in")).exists()
     }
 
-    fn token(&self, tag: &str) -> u64 {
+    pub(crate) fn token(&self, tag: &str) -> u64 {
         read_pid(&self.dir.file(&format!("{tag}.in"))) as u64
     }
 
@@ -88,7 +88,7 @@ impl Pg {
 }
 
 /// A child's stderr, collected on a thread.
-struct Stderr(Arc<Mutex<String>>);
+pub(crate) struct Stderr(Arc<Mutex<String>>);
 
 impl Stderr {
     fn of(child: &mut Child) -> Stderr {
@@ -105,7 +105,7 @@ impl Stderr {
         Stderr(text)
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.0.lock().unwrap().clone()
     }
 }
@@ -402,75 +402,4 @@ fn a_held_lock_stays_held_while_the_wait_for_the_next_is_stalled_at_the_server()
     assert!(wait_exit(&mut b, T).success());
     assert!(wait_exit(&mut both, T).success(), "{}", err.text());
     assert!(ran.exists());
-}
-
-/// An attempt that timed out at the client may still be granted at the server once it gets its
-/// turn (its transaction commits although nobody reads the answer): the row it left is the
-/// waiter's own, and the waiter's next attempt takes it as granted, with the token it was given,
-/// rather than failing on a duplicate row or waiting behind itself until that row's lease ends.
-#[test]
-fn an_attempt_granted_after_it_timed_out_is_taken_as_granted() {
-    let pg = Pg::shared("t_late_");
-    let (mut h, _) = pg.holder(&[], "late", "h");
-    // Shared: beside its own stray row, an attempt without the fix would insert a second one.
-    let (mut w, werr) = pg.start(
-        &["--shared", "--ttl", "3s", "--connect-timeout", "1s"],
-        "late",
-        "w",
-    );
-    let server = PgServer::shared().lock().unwrap();
-    wait_until("w in line", T, || {
-        server.psql("SELECT count(*) FROM t_late_queue") == "1"
-    });
-    // Every change of "late" now queues behind this transaction for 4 s: first the holder's
-    // release, then the waiter's re-checks (one a second), each given up by the waiter after 1 s.
-    let mut stall = server.psql_in_background(
-        "t-late",
-        "SELECT 1 FROM t_late_tokens WHERE name = 'late' FOR UPDATE; SELECT pg_sleep(4)",
-    );
-    let waiting_on_row = |n: usize| {
-        server
-            .psql(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-                 AND query LIKE '%acquire_v%'",
-            )
-            .parse::<usize>()
-            .unwrap_or(0)
-            >= n
-    };
-    wait_until("the counter row of late to be held", T, || {
-        server.psql(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 't-late' \
-             AND query LIKE '%pg_sleep%' AND state = 'active'",
-        ) == "1"
-    });
-    pg.let_go("h");
-    wait_until("the release to queue for the row", T, || {
-        server.psql(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-             AND query LIKE '%release_v1%'",
-        ) == "1"
-    });
-    // Two attempts of the waiter behind the release: the first is granted after the waiter gave
-    // up on it.
-    wait_until("two attempts to queue behind it", T, || waiting_on_row(2));
-    drop(server);
-    assert!(wait_exit(&mut h, T).success());
-    let _ = wait_exit(&mut stall, T);
-    wait_for_file(&pg.dir.file("w.in"), T);
-    assert_eq!(
-        pg.token("w"),
-        pg.token("h") + 1,
-        "the token of the grant it missed: {}",
-        werr.text()
-    );
-    pg.let_go("w");
-    assert!(wait_exit(&mut w, T).success(), "{}", werr.text());
-    assert_eq!(
-        PgServer::shared()
-            .lock()
-            .unwrap()
-            .psql("SELECT count(*) FROM t_late_locks"),
-        "0"
-    );
 }
