@@ -3,7 +3,7 @@
 //! `etcdctl lock` both ways, modes, tokens, first come first served with one wake-up per release,
 //! losing the lock, status/list/release --force, hostile keys, bad addresses and a restart.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -266,18 +266,6 @@ fn tokens_are_create_revisions_and_grow() {
     }
 }
 
-/// `etcd_debugging_mvcc_events_total`: the events the server has sent to watchers.
-fn events_sent(server: &EtcdServer) -> u64 {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
-    write!(stream, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_events_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .expect("the events metric") as u64
-}
-
 #[test]
 fn waiters_are_served_in_arrival_order_with_one_wake_up_per_release() {
     // A private server: the events metric counts every watcher's events.
@@ -290,14 +278,14 @@ fn waiters_are_served_in_arrival_order_with_one_wake_up_per_release() {
         waiters.push((spawn_holder(&server, &dir, &[], "fifo", &tag), tag));
         wait_for_keys(&server, "fifo", i + 2);
     }
-    let before = events_sent(&server);
+    let before = server.events_sent();
     let_go(&dir, "h");
     assert_eq!(exit_code(&mut holder), 0);
     for (i, (child, tag)) in waiters.iter_mut().enumerate() {
         wait_for_file(&dir.file(&format!("{tag}.in")), T);
         // One release, one event: only the waiter just behind was told.
         assert_eq!(
-            events_sent(&server) - before,
+            server.events_sent() - before,
             i as u64 + 1,
             "after {tag} came in"
         );

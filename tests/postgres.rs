@@ -10,17 +10,17 @@ use std::time::{Duration, Instant};
 use crate::support::pg_server::{PgServer, PASSWORD};
 use crate::support::*;
 
-const T: Duration = Duration::from_secs(30);
+pub(crate) const T: Duration = Duration::from_secs(30);
 
 /// dlock on one URL, with a scratch directory for markers.
-struct Pg {
+pub(crate) struct Pg {
     url: String,
-    dir: LockDir,
+    pub(crate) dir: LockDir,
 }
 
 impl Pg {
     /// On the shared server, with tables of the test's own (`prefix`).
-    fn shared(prefix: &str) -> Pg {
+    pub(crate) fn shared(prefix: &str) -> Pg {
         Pg {
             url: PgServer::shared_url(prefix),
             dir: LockDir::new(),
@@ -43,7 +43,7 @@ impl Pg {
 
     /// `dlock run FLAGS NAME -- sh -c 'echo $DLOCK_TOKEN > TAG.in; <hold until TAG.go>'` in the
     /// background, once its command runs.
-    fn holder(&self, flags: &[&str], name: &str, tag: &str) -> (Child, Stderr) {
+    pub(crate) fn holder(&self, flags: &[&str], name: &str, tag: &str) -> (Child, Stderr) {
         let (mut child, err) = self.start(flags, name, tag);
         wait_for_file(&self.dir.file(&format!("{tag}.in")), T);
         let _ = &mut child;
@@ -51,7 +51,7 @@ impl Pg {
     }
 
     /// As `holder`, without waiting for the command to run.
-    fn start(&self, flags: &[&str], name: &str, tag: &str) -> (Child, Stderr) {
+    pub(crate) fn start(&self, flags: &[&str], name: &str, tag: &str) -> (Child, Stderr) {
         let script = format!(
             "echo $DLOCK_TOKEN > {tag}.in; i=0; while [ ! -e {tag}.go ] && [ $i -lt 600 ]; do \
              sleep 0.05; i=$((i+1)); done"
@@ -69,7 +69,7 @@ impl Pg {
         (child, err)
     }
 
-    fn let_go(&self, tag: &str) {
+    pub(crate) fn let_go(&self, tag: &str) {
         std::fs::write(self.dir.file(&format!("{tag}.go")), "").unwrap();
     }
 
@@ -77,7 +77,7 @@ impl Pg {
         self.dir.file(&format!("{tag}.in")).exists()
     }
 
-    fn token(&self, tag: &str) -> u64 {
+    pub(crate) fn token(&self, tag: &str) -> u64 {
         read_pid(&self.dir.file(&format!("{tag}.in"))) as u64
     }
 
@@ -88,7 +88,7 @@ impl Pg {
 }
 
 /// A child's stderr, collected on a thread.
-struct Stderr(Arc<Mutex<String>>);
+pub(crate) struct Stderr(Arc<Mutex<String>>);
 
 impl Stderr {
     fn of(child: &mut Child) -> Stderr {
@@ -105,7 +105,7 @@ impl Stderr {
         Stderr(text)
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.0.lock().unwrap().clone()
     }
 }
@@ -249,10 +249,7 @@ fn waiters_start_in_arrival_order_when_told_and_send_nothing_while_idle() {
 fn a_deleted_row_is_a_lost_lease_and_the_command_is_killed_79() {
     let pg = Pg::shared("t_lost_");
     let (mut h, err) = pg.holder(&["--ttl", "1s"], "lost", "h");
-    PgServer::shared()
-        .lock()
-        .unwrap()
-        .psql("DELETE FROM t_lost_locks WHERE name = 'lost'");
+    PgServer::use_shared().psql("DELETE FROM t_lost_locks WHERE name = 'lost'");
     let status = wait_exit(&mut h, T);
     assert_eq!(status.code(), Some(79), "{}", err.text());
     assert!(err.text().contains("no longer ours"), "{}", err.text());
@@ -273,8 +270,9 @@ fn release_force_breaks_the_lock_and_the_holder_exits_79() {
 fn hostile_rows_are_shown_unreadable_and_still_hold() {
     let pg = Pg::shared("t_hostile_");
     assert_eq!(code(&output(pg.dlock(&["run", "x", "--", "true"]))), 0);
-    PgServer::shared().lock().unwrap().psql(
-        "INSERT INTO t_hostile_locks VALUES ('evil', E'own\\x1b[2J', 'bogus', -5, now(), \
+    PgServer::use_shared().psql(
+        "INSERT INTO t_hostile_locks (name, owner, mode, token, since, expires_at, pid, host) \
+         VALUES ('evil', E'own\\x1b[2J', 'bogus', -5, now(), \
          now() + interval '1 hour', 99999999999, E'h\\x1bost')",
     );
     let json = pg.status_json("evil");
@@ -297,7 +295,7 @@ fn hostile_rows_are_shown_unreadable_and_still_hold() {
 
 #[test]
 fn passwords_never_show_in_messages() {
-    let server = PgServer::shared().lock().unwrap();
+    let server = PgServer::use_shared();
     let port = server.port();
     drop(server);
     let wrong = format!("postgres://postgres:wrong-SECRET@127.0.0.1:{port}/postgres");
@@ -329,7 +327,7 @@ fn passwords_never_show_in_messages() {
 
 #[test]
 fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for() {
-    let server = PgServer::shared().lock().unwrap();
+    let server = PgServer::use_shared();
     server.psql("DROP ROLE IF EXISTS lowly; CREATE ROLE lowly LOGIN PASSWORD 'low-SECRET'");
     let url = format!(
         "postgres://lowly:low-SECRET@127.0.0.1:{}/postgres?prefix=t_ddl_",
@@ -375,7 +373,7 @@ fn a_held_lock_stays_held_while_the_wait_for_the_next_is_stalled_at_the_server()
     wait_until("the waiter to hold a", T, || {
         code(&output(pg.dlock(&["status", "a"]))) == 0
     });
-    let server = PgServer::shared().lock().unwrap();
+    let server = PgServer::use_shared();
     let mut stall = server.psql_in_background(
         "t-stall",
         "SELECT 1 FROM t_stall_tokens WHERE name = 'b' FOR UPDATE; SELECT pg_sleep(4)",

@@ -7,7 +7,8 @@
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use crate::support::redis_server::{dlock_at, RedisServer, TlsFiles};
+use crate::support::redis_server::{dlock_at, RedisServer};
+use crate::support::tls::make_tls_files;
 use crate::support::watched::Watched;
 use crate::support::*;
 
@@ -641,84 +642,6 @@ fn passwords_and_acl_users_work_and_a_wrong_password_exits_69() {
             "no secret in the message: {}",
             stderr(&out)
         );
-    }
-}
-
-/// A CA and a server certificate for 127.0.0.1, made with the openssl command.
-fn make_tls_files(dir: &LockDir) -> TlsFiles {
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir.path())
-            .output()
-            .expect("openssl is needed for the TLS test");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    openssl(
-        &[
-            &["req", "-x509"][..],
-            &ec,
-            &[
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.crt",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=dlock test CA",
-            ],
-        ]
-        .concat(),
-    );
-    openssl(
-        &[
-            &["req"][..],
-            &ec,
-            &[
-                "-keyout",
-                "server.key",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=127.0.0.1",
-            ],
-        ]
-        .concat(),
-    );
-    std::fs::write(dir.file("san.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "san.cnf",
-    ]);
-    TlsFiles {
-        cert: dir.file("server.crt"),
-        key: dir.file("server.key"),
-        ca: dir.file("ca.crt"),
     }
 }
 

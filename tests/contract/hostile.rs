@@ -83,7 +83,10 @@ fn forge_record_of_x(t: &Target) -> (String, Option<Holding>) {
         Kind::Redis => (FAR_FUTURE.to_owned(), FAR_FUTURE.to_owned()),
         Kind::Zk => (String::new(), data.to_owned()),
         // A row's columns, shown space-separated (its `since` past what a timestamptz holds).
-        Kind::Postgres => (String::new(), "exclusive 5 999999999999 2 host".to_owned()),
+        Kind::Postgres => (
+            "exclusive 5 999999999999 2 host".to_owned(),
+            "exclusive 5 999999999999 2 host".to_owned(),
+        ),
         Kind::Etcd => (FAR_FUTURE.to_owned(), FAR_FUTURE.to_owned()),
     };
     (shown, forge_x(t, &record, data))
@@ -142,13 +145,17 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
             assert_eq!(code(&output(t.dlock(&["status", "x"]))), 1, "x starts free");
             let url = t.urls()[0];
             let prefix = url.rsplit("prefix=").next().expect("a prefix in the URL");
-            crate::support::pg_server::PgServer::shared()
-                .lock()
-                .unwrap()
-                .psql(&format!(
-                    "INSERT INTO {prefix}locks VALUES ('x', 'ab', 'exclusive', 5, \
-                     to_timestamp(999999999999), now() + interval '1 hour', 2, 'host')"
-                ));
+            // A message goes in its own column, as dlock writes it.
+            let (fields, message) = match record.split_once('\t') {
+                Some((fields, message)) => (fields, format!("'{message}'")),
+                None => (record, "NULL".to_owned()),
+            };
+            let since = fields.split(' ').nth(2).expect("a since field");
+            crate::support::pg_server::PgServer::use_shared().psql(&format!(
+                "INSERT INTO {prefix}locks (name, owner, mode, token, since, expires_at, pid, \
+                     host, message) VALUES ('x', 'ab', 'exclusive', 5, \
+                     to_timestamp({since}), now() + interval '1 hour', 2, 'host', {message})"
+            ));
             None
         }
         Kind::Etcd => {

@@ -80,15 +80,6 @@ macro_rules! scenario_tests {
 /// ignored on its backend with the reason (`@ignore "why"`), until the code is fixed and its arm
 /// goes.
 macro_rules! scenario_test {
-    (postgres, who, a_message_is_shown_by_status_list_their_json_and_waiters) => {
-        scenario_test!(@ignore "the PostgreSQL backend does not store --message yet (its holder row has no message column)", who, a_message_is_shown_by_status_list_their_json_and_waiters);
-    };
-    (postgres, hostile, a_forged_message_is_unreadable_and_never_reaches_a_terminal) => {
-        scenario_test!(@ignore "the PostgreSQL backend does not store --message yet (its holder row has no message column)", hostile, a_forged_message_is_unreadable_and_never_reaches_a_terminal);
-    };
-    (postgres, hold, a_hold_keeps_its_message_for_status) => {
-        scenario_test!(@ignore "the PostgreSQL backend does not store --message yet (its holder row has no message column)", hold, a_hold_keeps_its_message_for_status);
-    };
     (@ignore $why:literal, $area:ident, $scenario:ident) => {
         #[test]
         #[ignore = $why]

@@ -126,9 +126,10 @@ pub fn a_message_with_control_characters_or_over_256_bytes_is_a_usage_error(t: &
 }
 
 /// `status` and `list` give each holder's lease end where the backend keeps a lease others can see
-/// (Redis: by the server's clock, within the ttl), null where it does not (a lock file; a
-/// ZooKeeper session's end, which only its own client sees); and the waiters in line, first first,
-/// where the backend keeps a line (Redis, ZooKeeper), null for the file backend.
+/// (Redis, PostgreSQL: by the server's clock; etcd: the seconds the server says the lease has
+/// left; within the ttl), null where it does not (a lock file; a ZooKeeper session's end, which
+/// only its own client sees); and the waiters in line, first first, where the backend keeps a line
+/// (all but the file backend, whose waiters block in the kernel), null for the file backend.
 pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
     let holder = Holding::start(t, &["--ttl", "10s", "q"]);
     let first = waiting(t, &["run", "--message", "first", "q", "--", "true"]);
@@ -140,7 +141,8 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
     let status: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("status JSON");
     let expires = &status["holders"][0]["expires_at"];
     let waiters = &status["waiters"];
-    if t.kind == Kind::Redis {
+    let leased = matches!(t.kind, Kind::Redis | Kind::Postgres | Kind::Etcd);
+    if leased {
         let at = humantime::parse_rfc3339(expires.as_str().expect("an RFC 3339 time"))
             .expect("RFC 3339");
         // Renewed every third of the ttl, so between a third of it and all of it from now.
@@ -151,9 +153,8 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
     } else {
         assert!(expires.is_null(), "{status}");
     }
-    // The file backend keeps no queue; PostgreSQL and etcd keep one but do not report it yet
-    // (issue 13): null, never a wrong list.
-    if matches!(t.kind, Kind::File | Kind::Postgres | Kind::Etcd) {
+    // The file backend keeps no queue: null, never a wrong list.
+    if t.kind == Kind::File {
         assert!(waiters.is_null(), "{status}");
     } else {
         let pids: Vec<_> = waiters
@@ -185,7 +186,7 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
         );
         assert!(lines[3].starts_with("  waiting: shared by "), "{text}");
     }
-    if t.kind == Kind::Redis {
+    if leased {
         let text = stdout(&output(t.dlock(&["status", "q"])));
         assert!(text.contains(", lease until 20"), "{text}");
     }

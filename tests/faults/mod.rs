@@ -294,6 +294,10 @@ fn redlock_ttl() -> Duration {
     }
 }
 const ZK_TTL: Duration = Duration::from_millis(500);
+/// PostgreSQL: every acquisition, renewal and release is a transaction on one server.
+const PG_TTL: Duration = Duration::from_millis(1000);
+/// etcd counts leases in whole seconds and grants at least its minimum (about 2 s): 2 s.
+const ETCD_TTL: Duration = Duration::from_secs(2);
 
 /// The backends the checker runs on, one line each: the test, its target, how the report names
 /// it, and the lease. Not the contract suite's list: the driver stops, crashes and restarts these
@@ -326,6 +330,11 @@ checked_backends! {
         Target::zk_backend(), "zk", ZK_TTL;
     zk_ensemble_keeps_mutual_exclusion_under_faults:
         Target::zk_ensemble(), "zk, ensemble of three", ZK_TTL;
+    // A private server: killed (an immediate shutdown, recovering from its log), paused, cut off.
+    postgres_backend_keeps_mutual_exclusion_under_faults:
+        Target::postgres_backend(), "postgres", PG_TTL;
+    etcd_cluster_keeps_mutual_exclusion_under_faults:
+        Target::etcd_cluster(), "etcd, cluster of three", ETCD_TTL;
 }
 
 #[test]

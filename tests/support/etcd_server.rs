@@ -16,6 +16,11 @@ pub struct EtcdServer {
     peer_url: String,
     process: Option<Child>,
     dir: tempfile::TempDir,
+    /// The member's name, and the whole cluster's `--initial-cluster` when it has other members.
+    name: String,
+    cluster: Option<String>,
+    /// Serving clients over TLS with these (then `https://` endpoints, `etcds://` URLs).
+    tls: Option<(PathBuf, PathBuf, PathBuf)>,
 }
 
 impl EtcdServer {
@@ -23,15 +28,32 @@ impl EtcdServer {
     /// when etcd is missing: the tests and benchmarks need the Debian packages etcd-server and
     /// etcd-client (scripts/test installs them).
     pub fn start() -> EtcdServer {
-        let dir = tempfile::tempdir().expect("etcd dir");
+        let mut etcd = EtcdServer::unstarted("test", None);
+        etcd.launch();
+        etcd
+    }
+
+    /// A member on fresh loopback ports and a fresh data directory, not started yet; clients over
+    /// TLS with `tls` (certificate, key, CA).
+    fn unstarted(name: &str, tls: Option<(PathBuf, PathBuf, PathBuf)>) -> EtcdServer {
         let (client, peer) = (free_port(), free_port());
-        let mut etcd = EtcdServer {
-            endpoint: format!("http://127.0.0.1:{client}"),
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        EtcdServer {
+            endpoint: format!("{scheme}://127.0.0.1:{client}"),
             client_port: client,
             peer_url: format!("http://127.0.0.1:{peer}"),
             process: None,
-            dir,
-        };
+            dir: tempfile::tempdir().expect("etcd dir"),
+            name: name.to_owned(),
+            cluster: None,
+            tls,
+        }
+    }
+
+    /// A member serving clients over TLS only, with a certificate the test CA in `files` signed.
+    pub fn start_tls(files: &super::tls::TlsFiles) -> EtcdServer {
+        let tls = (files.cert.clone(), files.key.clone(), files.ca.clone());
+        let mut etcd = EtcdServer::unstarted("test", Some(tls));
         etcd.launch();
         etcd
     }
@@ -42,15 +64,7 @@ impl EtcdServer {
     pub fn shared() -> &'static EtcdServer {
         static SHARED: std::sync::OnceLock<EtcdServer> = std::sync::OnceLock::new();
         SHARED.get_or_init(|| {
-            let dir = tempfile::tempdir().expect("etcd dir");
-            let (client, peer) = (free_port(), free_port());
-            let mut etcd = EtcdServer {
-                endpoint: format!("http://127.0.0.1:{client}"),
-                client_port: client,
-                peer_url: format!("http://127.0.0.1:{peer}"),
-                process: None,
-                dir,
-            };
+            let mut etcd = EtcdServer::unstarted("test", None);
             etcd.launch_watched(Some(std::process::id()));
             etcd
         })
@@ -63,6 +77,12 @@ impl EtcdServer {
     /// Starts etcd; with `watcher`, under a shell that kills it (by its pid) once that process is
     /// gone, checking twice a second.
     fn launch_watched(&mut self, watcher: Option<u32>) {
+        self.spawn(watcher);
+        wait_until("etcd to serve", Duration::from_secs(60), || self.healthy());
+    }
+
+    /// Starts etcd without waiting for it (a cluster member serves only once a majority is up).
+    fn spawn(&mut self, watcher: Option<u32>) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -82,7 +102,15 @@ impl EtcdServer {
             }
         };
         let process = command
-            .args(["--name", "test", "--data-dir"])
+            .args(self.tls.iter().flat_map(|(cert, key, _)| {
+                [
+                    "--cert-file".to_owned(),
+                    cert.display().to_string(),
+                    "--key-file".to_owned(),
+                    key.display().to_string(),
+                ]
+            }))
+            .args(["--name", &self.name, "--data-dir"])
             .arg(self.data_dir())
             .args([
                 "--listen-client-urls",
@@ -96,14 +124,19 @@ impl EtcdServer {
                 "--initial-advertise-peer-urls",
                 &self.peer_url,
             ])
-            .args(["--initial-cluster", &format!("test={}", self.peer_url)])
+            .args([
+                "--initial-cluster",
+                &self
+                    .cluster
+                    .clone()
+                    .unwrap_or_else(|| format!("{}={}", self.name, self.peer_url)),
+            ])
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
             .expect("etcd is installed (Debian package etcd-server)");
         self.process = Some(process);
-        wait_until("etcd to serve", Duration::from_secs(60), || self.healthy());
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -127,9 +160,10 @@ impl EtcdServer {
         self.client_port
     }
 
-    /// `etcd://127.0.0.1:PORT`, for `dlock --url`.
+    /// `etcd://127.0.0.1:PORT` (`etcds://` with TLS), for `dlock --url`.
     pub fn url(&self) -> String {
-        format!("etcd://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "etcds" } else { "etcd" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     pub fn pid(&self) -> u32 {
@@ -149,13 +183,28 @@ impl EtcdServer {
             .to_owned()
     }
 
+    /// `etcd_debugging_mvcc_events_total`: the events the server has sent to watchers.
+    pub fn events_sent(&self) -> u64 {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port())).unwrap();
+        write!(stream, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_events_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .expect("the events metric") as u64
+    }
+
     /// `etcdctl --endpoints THIS ARGS...` (API v3).
     pub fn etcdctl(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("etcdctl");
         cmd.env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoint])
-            .args(args)
-            .stdin(Stdio::null());
+            .args(["--endpoints", &self.endpoint]);
+        if let Some((_, _, ca)) = &self.tls {
+            cmd.arg("--cacert").arg(ca);
+        }
+        cmd.args(args).stdin(Stdio::null());
         cmd
     }
 
@@ -239,6 +288,103 @@ impl Target {
             kind: Kind::Etcd,
             ports,
             servers: vec![Box::new(EtcdControl(std::sync::Mutex::new(server)))],
+            scratch: LockDir::new(),
+        }
+    }
+}
+
+/// A private three-member etcd cluster on loopback, for the fault checker: faults hit the leader
+/// (killed and started again on its data, or frozen), and the other two elect a new one.
+pub struct EtcdCluster {
+    members: Vec<EtcdServer>,
+}
+
+impl EtcdCluster {
+    pub fn start() -> EtcdCluster {
+        let mut members: Vec<EtcdServer> = (0..3)
+            .map(|i| EtcdServer::unstarted(&format!("m{i}"), None))
+            .collect();
+        let cluster = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url))
+            .collect::<Vec<_>>()
+            .join(",");
+        for member in &mut members {
+            member.cluster = Some(cluster.clone());
+            member.spawn(None);
+        }
+        for member in &members {
+            wait_until("etcd member to serve", Duration::from_secs(60), || {
+                member.healthy()
+            });
+        }
+        EtcdCluster { members }
+    }
+
+    pub fn ports(&self) -> Vec<u16> {
+        self.members.iter().map(|m| m.client_port).collect()
+    }
+
+    /// The member that leads now (by `etcdctl endpoint status`), or the first while none does.
+    fn leader(&self) -> usize {
+        let endpoints: Vec<&str> = self.members.iter().map(|m| m.endpoint()).collect();
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &endpoints.join(","), "endpoint", "status"])
+            .args(["-w", "json", "--command-timeout", "2s"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("etcdctl");
+        let status: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        status
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| {
+                let id = &s["Status"]["header"]["member_id"];
+                !id.is_null() && *id == s["Status"]["leader"]
+            })
+            .and_then(|s| s["Endpoint"].as_str())
+            .and_then(|e| endpoints.iter().position(|m| *m == e))
+            .unwrap_or(0)
+    }
+}
+
+/// What the fault driver does to a cluster: to its leader.
+pub struct EtcdClusterControl(pub std::sync::Mutex<EtcdCluster>);
+
+impl ServerControl for EtcdClusterControl {
+    fn what(&self) -> &'static str {
+        "leader"
+    }
+
+    fn pause(&self, pause: Duration) {
+        let cluster = self.0.lock().expect("cluster handle");
+        let pid = cluster.members[cluster.leader()].pid();
+        super::signal(pid, libc::SIGSTOP);
+        std::thread::sleep(pause);
+        super::signal(pid, libc::SIGCONT);
+    }
+
+    /// SIGKILL the leader and start it again on its data: the other two elect a leader meanwhile.
+    fn restart(&self) {
+        let mut cluster = self.0.lock().expect("cluster handle");
+        let leader = cluster.leader();
+        cluster.members[leader].restart();
+    }
+}
+
+impl Target {
+    /// dlock on a private three-member etcd cluster; faults hit its leader.
+    pub fn etcd_cluster() -> Target {
+        let cluster = EtcdCluster::start();
+        let ports = cluster.ports();
+        Target {
+            args: Kind::Etcd.args(&ports),
+            kind: Kind::Etcd,
+            ports,
+            servers: vec![Box::new(EtcdClusterControl(std::sync::Mutex::new(cluster)))],
             scratch: LockDir::new(),
         }
     }

@@ -5,10 +5,12 @@
 
 pub mod etcd_server;
 pub mod pg_server;
+pub mod pgbouncer;
 pub mod redis_server;
 pub mod relay;
 pub mod suite_servers;
 pub mod target;
+pub mod tls;
 pub mod watched;
 
 use std::path::{Path, PathBuf};

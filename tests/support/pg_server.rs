@@ -26,7 +26,7 @@ pub struct PgServer {
 }
 
 /// Runs `cmd` as `nobody` when we are root (setpriv execs, so a child's pid is the program's).
-fn as_server_user(program: &str) -> Command {
+pub fn as_server_user(program: &str) -> Command {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         let mut cmd = Command::new("setpriv");
@@ -43,14 +43,14 @@ fn as_server_user(program: &str) -> Command {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
 }
 
-fn give_to_server_user(path: &Path) {
+pub fn give_to_server_user(path: &Path) {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         let status = Command::new("chown")
@@ -89,7 +89,8 @@ impl PgServer {
         server
     }
 
-    fn start_with(extra: Vec<String>) -> PgServer {
+    /// A server with `postgres -c` settings beyond the usual ones (`max_connections=1100`).
+    pub fn start_with(extra: Vec<String>) -> PgServer {
         let mut server = PgServer::init();
         server.extra = extra;
         server.launch();
@@ -207,9 +208,15 @@ impl PgServer {
         })
     }
 
+    /// The shared server, for one test's use: a test that failed while holding it (a psql
+    /// statement refused) leaves it as usable as before, so the others go on.
+    pub fn use_shared() -> std::sync::MutexGuard<'static, PgServer> {
+        PgServer::shared().lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// A URL for the shared server with a table prefix of the test's own.
     pub fn shared_url(prefix: &str) -> String {
-        let server = PgServer::shared().lock().unwrap_or_else(|p| p.into_inner());
+        let server = PgServer::use_shared();
         server.url_with(&format!("prefix={prefix}"))
     }
 
@@ -400,10 +407,7 @@ impl Target {
     pub fn suite_postgres() -> Target {
         let prefix = format!("c{}_", super::suite_servers::next_namespace());
         let url = PgServer::shared_url(&prefix);
-        let port = PgServer::shared()
-            .lock()
-            .map(|s| s.port())
-            .unwrap_or_default();
+        let port = PgServer::use_shared().port();
         Target {
             args: vec!["--backend".into(), "postgres".into(), "--url".into(), url],
             kind: Kind::Postgres,

@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -16,12 +16,7 @@ use super::LockDir;
 /// How long a server may take to say it is ready.
 const READY_WITHIN: Duration = Duration::from_secs(20);
 
-/// TLS material for a server started with `RedisServer::start_tls`.
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub ca: PathBuf,
-}
+pub use super::tls::TlsFiles;
 
 pub struct RedisServer {
     child: Option<Child>,

@@ -321,6 +321,7 @@ impl Acquisition {
             entries.push(Entry {
                 key: place.key.clone().into_bytes(),
                 create_revision: place.revision,
+                lease: 0,
                 kind: self.kind,
                 limit: self.limit,
                 holder: Holder::unreadable(self.request.mode, "", ""),

@@ -95,6 +95,78 @@ impl EtcdBackend {
     fn location_of(&self, name: &LockName) -> String {
         format!("{}{}", self.url.location(), prefix(name))
     }
+
+    /// The status of `name` from its keys in create-revision order: the holders, each with its
+    /// lease's end from `ends`, and the rest, in line.
+    fn status_of(
+        &self,
+        conn: &Connection,
+        name: LockName,
+        entries: Vec<Entry>,
+        ends: &LeaseEnds,
+    ) -> LockStatus {
+        let owners = owners_of(&entries);
+        let mut holders = Vec::with_capacity(owners.len());
+        let mut waiters = Vec::new();
+        for (i, entry) in entries.into_iter().enumerate() {
+            if owners.contains(&i) {
+                let mut holder = with_kept_until(conn, &entry);
+                holder.expires_at = ends.get(&entry.lease).copied();
+                holders.push(holder);
+            } else {
+                waiters.push(entry.holder.into());
+            }
+        }
+        LockStatus {
+            location: self.location_of(&name),
+            name,
+            holders,
+            waiters: Some(waiters),
+        }
+    }
+}
+
+/// When each lease runs out unless kept alive.
+type LeaseEnds = std::collections::HashMap<i64, std::time::SystemTime>;
+
+/// How many LeaseTimeToLive calls `lease_ends` has in flight at once.
+const LEASE_CALLS_AT_ONCE: usize = 256;
+
+/// When the leases of the holders among `entries` run out, by the seconds the server says each
+/// has left (LeaseTimeToLive), asked for together. A key without a lease, a lease already gone or
+/// a call without an answer in time has no end to show.
+fn lease_ends<'a>(conn: &Connection, entries: impl Iterator<Item = &'a [Entry]>) -> LeaseEnds {
+    let mut leases: Vec<i64> = entries
+        .flat_map(|entries| owners_of(entries).into_iter().map(|i| entries[i].lease))
+        .filter(|&lease| lease != 0)
+        .collect();
+    leases.sort_unstable();
+    leases.dedup();
+    let mut ends = LeaseEnds::new();
+    for chunk in leases.chunks(LEASE_CALLS_AT_ONCE) {
+        conn.runtime().block_on(async {
+            let mut calls = tokio::task::JoinSet::new();
+            for &lease in chunk {
+                let mut client = conn.client().lease_client();
+                calls.spawn(async move {
+                    (
+                        lease,
+                        bounded(CALL_TIMEOUT, client.time_to_live(lease, None)).await,
+                    )
+                });
+            }
+            while let Some(done) = calls.join_next().await {
+                let Ok((lease, Ok(reply))) = done else {
+                    continue;
+                };
+                let left = u64::try_from(reply.ttl()).ok().map(Duration::from_secs);
+                if let Some(end) = left.and_then(|l| std::time::SystemTime::now().checked_add(l)) {
+                    ends.insert(lease, end);
+                }
+            }
+        });
+    }
+    ends
 }
 
 impl Backend for EtcdBackend {
@@ -164,16 +236,8 @@ impl Backend for EtcdBackend {
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
         let conn = self.connection()?;
         let entries = self.entries(&conn, name)?;
-        let holders = owners_of(&entries)
-            .into_iter()
-            .map(|i| with_kept_until(&conn, &entries[i]))
-            .collect();
-        Ok(LockStatus {
-            name: name.clone(),
-            holders,
-            location: self.location_of(name),
-            waiters: None,
-        })
+        let ends = lease_ends(&conn, std::iter::once(entries.as_slice()));
+        Ok(self.status_of(&conn, name.clone(), entries, &ends))
     }
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
@@ -200,17 +264,10 @@ impl Backend for EtcdBackend {
                 )),
             }
         }
+        let ends = lease_ends(&conn, locks.values().map(Vec::as_slice));
         let held = locks
             .into_iter()
-            .map(|(name, entries)| LockStatus {
-                holders: owners_of(&entries)
-                    .into_iter()
-                    .map(|i| with_kept_until(&conn, &entries[i]))
-                    .collect(),
-                location: self.location_of(&name),
-                name,
-                waiters: None,
-            })
+            .map(|(name, entries)| self.status_of(&conn, name, entries, &ends))
             .filter(|status| !status.holders.is_empty())
             .collect();
         Ok(Listing { held, unreadable })

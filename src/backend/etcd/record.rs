@@ -17,6 +17,8 @@ use crate::lock::{escaped, host_name, Holder, LockRequest, Mode};
 pub(super) struct Entry {
     pub(super) key: Vec<u8>,
     pub(super) create_revision: i64,
+    /// The lease the key is bound to (0: none).
+    pub(super) lease: i64,
     pub(super) kind: Kind,
     /// The limit a seat is judged by (its own request's `--limit`); 1 otherwise.
     pub(super) limit: u32,
@@ -103,6 +105,7 @@ impl Entry {
         Entry {
             key: kv.key().to_vec(),
             create_revision,
+            lease: kv.lease(),
             kind,
             limit,
             holder,

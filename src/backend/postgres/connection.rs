@@ -68,11 +68,10 @@ impl Fault {
         }
     }
 
-    /// A table, function or column of dlock's that is not there yet (a column: made by an older
-    /// dlock, before `--min-hold`).
+    /// A table, column or function of dlock's that is not there yet (tables an older dlock made,
+    /// before `--message` or `--min-hold`).
     fn is_missing_schema(&self) -> bool {
-        matches!(self, Fault::Refused { code, .. }
-            if code == "42P01" || code == "42883" || code == "42703")
+        matches!(self, Fault::Refused { code, .. } if ["42P01", "42703", "42883"].contains(&code.as_str()))
     }
 
     /// As an error tagged backend-unavailable.

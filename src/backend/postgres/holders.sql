@@ -1,10 +1,24 @@
--- The live holders of the names starting with $1 (status: the one name, by $2), as text, so that a
--- row of any content reads: each field is checked in Rust. The min-hold columns are read through
--- to_jsonb, so that the statement also reads a table made before they were added.
-SELECT name, owner, mode, token::text, extract(epoch FROM since)::bigint::text, pid::text, host,
-       (extract(epoch FROM (to_jsonb(l) ->> 'kept_until')::timestamptz) * 1000)::bigint::text,
-       to_jsonb(l) ->> 'kept_note'
-  FROM {p}locks l
- WHERE expires_at > clock_timestamp()
-   AND CASE WHEN $2 THEN name = $1 ELSE starts_with(name, $1) END
- ORDER BY name, token
+-- The live holders ('h') and waiters ('w', in line order) of the names starting with $1 (status:
+-- the one name, by $2), as text, so that a row of any content reads: each field is checked in
+-- Rust. `expires`: the lease's end by the server's clock, in Unix milliseconds; `kept_until` (in
+-- milliseconds) and `kept_note`: what `--min-hold` keeps, read through to_jsonb so that the
+-- statement also reads a table made before those columns were added.
+SELECT kind, name, owner, mode, token, since, pid, host, message, expires, kept_until, kept_note
+  FROM (
+    SELECT 'h' AS kind, name, owner, mode, token::text AS token,
+           extract(epoch FROM since)::bigint::text AS since, pid::text AS pid, host, message,
+           floor(extract(epoch FROM expires_at) * 1000)::bigint::text AS expires,
+           (extract(epoch FROM (to_jsonb(l) ->> 'kept_until')::timestamptz) * 1000)::bigint::text
+               AS kept_until,
+           to_jsonb(l) ->> 'kept_note' AS kept_note, token AS n
+      FROM {p}locks l
+     WHERE expires_at > clock_timestamp()
+       AND CASE WHEN $2 THEN name = $1 ELSE starts_with(name, $1) END
+    UNION ALL
+    SELECT 'w', name, owner, mode, NULL, extract(epoch FROM since)::bigint::text, pid::text,
+           host, message, NULL, NULL, NULL, ticket
+      FROM {p}queue
+     WHERE alive_until > clock_timestamp()
+       AND CASE WHEN $2 THEN name = $1 ELSE starts_with(name, $1) END
+) AS entries
+ ORDER BY name, kind, n

@@ -5,8 +5,9 @@
 //! - Not advisory locks: they belong to a session, so a pooler in transaction mode strands them,
 //!   a holder whose connection hangs keeps them, and they carry no record of who holds them nor a
 //!   fencing token. Here a lock is a row with a lease: `<prefix>locks` (name, owner, mode, token,
-//!   since, expires_at, pid, host), renewed every ttl/3 with `clock_timestamp()`; a row whose lease
-//!   passed counts as gone, and is deleted by the next change of that name.
+//!   since, expires_at, pid, host, message), renewed every ttl/3 with `clock_timestamp()`; a row
+//!   whose lease passed counts as gone, and is deleted by the next change of that name. A live row
+//!   of the acquisition's own owner id is its own grant, to an attempt whose answer it missed.
 //! - Fencing tokens: `<prefix>tokens` (name -> last token), raised in the transaction that
 //!   grants, so a token is exactly as durable as the grant (never a sequence, which is not
 //!   transactional and may go back after a failover).
@@ -16,15 +17,16 @@
 //!   trip (`query_typed`), as a Lua script is on Redis.
 //! - Waiting, first come first served: a busy waiter takes a ticket in `<prefix>queue` (bigserial:
 //!   it only orders the waiters alive at one time) and LISTENs on a channel of its own
-//!   (`<prefix><owner id>`), pipelined with its first attempt. A grant must fit beside the holders
-//!   and every live waiter ahead (counted as if holding), so nobody passes a waiter who came
-//!   first, while shared and limit waiters in a row go in together. A release, a waiter leaving or
-//!   `release --force` NOTIFYs exactly the waiters at the head of the line that now fit (in the
-//!   same transaction: the notification goes out at commit), and those re-attempt: a handoff costs
-//!   the release plus one call per waiter let in, whatever the length of the line, and an idle
-//!   waiter sends nothing. Nobody tells of a holder that died: a waiter re-checks when the first
-//!   holder's lease would run out, and at least every third of its own ttl, which renews its
-//!   place in line (a waiter that dies drops out within its ttl).
+//!   (`<prefix><owner id>`), pipelined with its second attempt (a free lock costs no LISTEN). A
+//!   grant must fit beside the holders and every live waiter ahead (counted as if holding), so
+//!   nobody passes a waiter who came first, while shared and limit waiters in a row go in
+//!   together. A release, a waiter leaving or `release --force` NOTIFYs exactly the waiters at
+//!   the head of the line that now fit (in the same transaction: the notification goes out at
+//!   commit), and those re-attempt: a handoff costs the release plus one call per waiter let in,
+//!   whatever the length of the line, and an idle waiter sends nothing. Nobody tells of a holder
+//!   that died: a waiter re-checks when the first holder's lease would run out, and at least
+//!   every third of its own ttl, which renews its place in line (a waiter that dies drops out
+//!   within its ttl).
 //! - Tables and functions are created on first use (`CREATE ... IF NOT EXISTS`, under an advisory
 //!   lock), prefixed `dlock_` or the URL's `?prefix=`: the first call that finds them missing
 //!   creates them and tries again, so nothing is checked on the hot path.
@@ -48,7 +50,7 @@ use crate::lock::{host_name, Holder, LockName, LockRequest};
 use address::PgUrl;
 use connection::{lock, Conn, Shared};
 use lease::PgLease;
-use recipe::{Me, Recipe, Reply};
+use recipe::{Entry, Me, Recipe, Reply};
 
 mod address;
 mod connection;
@@ -96,20 +98,30 @@ impl PgBackend {
         })
     }
 
-    fn holders(&self, name: &str, exact: bool) -> anyhow::Result<Vec<(String, Holder)>> {
+    fn entries(&self, name: &str, exact: bool) -> anyhow::Result<Vec<Entry>> {
         let mut conn = lock(&self.conn);
         let budget = conn.connect_timeout();
         self.recipe
-            .holders(&mut conn, budget, name, exact)
+            .entries(&mut conn, budget, name, exact)
             .map_err(|f| conn.error(f))
     }
 
-    fn status_of(&self, name: LockName, holders: Vec<Holder>) -> LockStatus {
+    /// The holders of `name` now, as a busy attempt reports them.
+    fn holders(&self, name: &LockName) -> Vec<Holder> {
+        self.entries(name.as_str(), true)
+            .map(recipe::holders_of)
+            .unwrap_or_default()
+    }
+
+    /// The status of `name` from its entries (holders, then waiters in line order).
+    fn status_of(&self, name: LockName, entries: Vec<Entry>) -> LockStatus {
+        let (waiters, holders): (Vec<Entry>, Vec<Entry>) =
+            entries.into_iter().partition(|e| e.waiting);
         LockStatus {
             location: format!("{} row {:?}", self.location, name.as_str()),
             name,
-            holders,
-            waiters: None,
+            holders: holders.into_iter().map(|e| e.holder).collect(),
+            waiters: Some(waiters.into_iter().map(|e| e.holder.into()).collect()),
         }
     }
 }
@@ -140,11 +152,7 @@ impl Backend for PgBackend {
                 token,
                 sent,
             )))),
-            Reply::Busy { .. } => Ok(Attempt::Busy(
-                self.holders(request.name.as_str(), true)
-                    .map(|h| h.into_iter().map(|(_, h)| h).collect())
-                    .unwrap_or_default(),
-            )),
+            Reply::Busy { .. } => Ok(Attempt::Busy(self.holders(&request.name))),
         }
     }
 
@@ -169,22 +177,24 @@ impl Backend for PgBackend {
     }
 
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
-        let holders = self
-            .holders(name.as_str(), true)
+        let entries = self
+            .entries(name.as_str(), true)
             .with_context(|| format!("cannot read lock {:?}", name.as_str()))?;
-        Ok(self.status_of(name.clone(), holders.into_iter().map(|(_, h)| h).collect()))
+        Ok(self.status_of(name.clone(), entries))
     }
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
-        let rows = self.holders(prefix, false).context("cannot list locks")?;
-        let mut by_name: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
-        for (name, holder) in rows {
-            by_name.entry(name).or_default().push(holder);
+        let rows = self.entries(prefix, false).context("cannot list locks")?;
+        let mut by_name: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
+        for entry in rows {
+            by_name.entry(entry.name.clone()).or_default().push(entry);
         }
         let mut listing = Listing::default();
-        for (name, holders) in by_name {
+        // A name with waiters only (its holder just left) is not held.
+        by_name.retain(|_, entries| entries.iter().any(|e| !e.waiting));
+        for (name, entries) in by_name {
             match LockName::new(&name) {
-                Ok(lock_name) => listing.held.push(self.status_of(lock_name, holders)),
+                Ok(lock_name) => listing.held.push(self.status_of(lock_name, entries)),
                 Err(e) => listing.unreadable.push(format!(
                     "row {:?} in {}: {e}",
                     crate::lock::escaped(&name, 80),

@@ -92,9 +92,9 @@ impl Recipe {
                 mode.clone(),
                 me.host.clone(),
             );
-            let (pid, sql) = (me.pid, self.acquire.clone());
+            let (pid, sql, message) = (me.pid, self.acquire.clone(), request.message.clone());
             async move {
-                let params: [(&(dyn ToSql + Sync), Type); 9] = [
+                let params: [(&(dyn ToSql + Sync), Type); 10] = [
                     (&name, Type::TEXT),
                     (&owner, Type::TEXT),
                     (&mode, Type::TEXT),
@@ -104,6 +104,7 @@ impl Recipe {
                     (&host, Type::TEXT),
                     (&queue, Type::BOOL),
                     (&ticket, Type::INT8),
+                    (&message, Type::TEXT),
                 ];
                 let attempt = client.query_typed(&sql, &params);
                 let rows = match &listen {
@@ -244,14 +245,15 @@ impl Recipe {
         Ok(())
     }
 
-    /// The live holders of `name` (`exact`) or of every name starting with it, by name.
-    pub fn holders(
+    /// The live holders and waiters of `name` (`exact`) or of every name starting with it, by
+    /// name, holders first by token, then waiters in line order.
+    pub fn entries(
         &self,
         conn: &mut Conn,
         budget: Duration,
         name: &str,
         exact: bool,
-    ) -> Result<Vec<(String, Holder)>, Fault> {
+    ) -> Result<Vec<Entry>, Fault> {
         let rows = conn.call_creating(budget, |client| {
             let (name, sql) = (name.to_owned(), self.holders.clone());
             async move {
@@ -260,7 +262,7 @@ impl Recipe {
                 client.query_typed(&sql, &params).await
             }
         })?;
-        Ok(rows.iter().map(holder_of).collect())
+        Ok(rows.iter().map(entry_of).collect())
     }
 
     /// Removes every holder of `name`; returns them.
@@ -277,7 +279,7 @@ impl Recipe {
                 client.query_typed(&sql, &params).await
             }
         })?;
-        Ok(rows.iter().map(|r| holder_of(r).1).collect())
+        Ok(rows.iter().map(|r| entry_of(r).holder).collect())
     }
 }
 
@@ -285,38 +287,70 @@ fn odd(what: &str) -> Fault {
     Fault::Unreachable(format!("unexpected answer from the server ({what})"))
 }
 
-/// A holder row (name, owner, mode, token, since, pid, host, then kept_until in ms and kept_note
-/// where the query reads them; all text, any content: other clients
-/// may write these tables), checked field by field. What does not read is an unreadable holder,
-/// counted as the server counts it.
-fn holder_of(row: &Row) -> (String, Holder) {
+/// The holders among `entries`, as a busy attempt reports them (without their lease's end, which
+/// moves at each renewal, so that a waiter reports a change of holders only).
+pub fn holders_of(entries: Vec<Entry>) -> Vec<Holder> {
+    entries
+        .into_iter()
+        .filter(|e| !e.waiting)
+        .map(|e| Holder {
+            expires_at: None,
+            ..e.holder
+        })
+        .collect()
+}
+
+/// A holder's or a waiter's row, as read.
+pub struct Entry {
+    pub name: String,
+    pub waiting: bool,
+    pub holder: Holder,
+}
+
+/// A row of `holders.sql` (kind, name, owner, mode, token, since, pid, host, message, expires,
+/// then kept_until in ms and kept_note where the statement reads them;
+/// all text, any content: other clients may write these tables), checked field by field. What
+/// does not read is an unreadable holder, counted as the server counts it.
+fn entry_of(row: &Row) -> Entry {
     let text = |i: usize| row.try_get::<_, Option<String>>(i).ok().flatten();
-    let (name, owner, mode, token, since, pid, host) = (
-        text(0).unwrap_or_default(),
+    let waiting = text(0).as_deref() == Some("w");
+    let (name, owner, mode, since, pid, host) = (
         text(1).unwrap_or_default(),
         text(2).unwrap_or_default(),
         text(3).unwrap_or_default(),
-        text(4).unwrap_or_default(),
         text(5).unwrap_or_default(),
         text(6).unwrap_or_default(),
+        text(7).unwrap_or_default(),
     );
-    let kept_until = text(7)
+    let (token, message) = (text(4), text(8));
+    // A waiter has no token yet; a holder must have one above 0.
+    let token_ok = match (&token, waiting) {
+        (None, true) => Some(None),
+        (Some(t), false) => t.parse().ok().filter(|&t: &Token| t > 0).map(Some),
+        _ => None,
+    };
+    let expires_at = text(9)
         .and_then(|ms| ms.parse().ok())
         .and_then(time_from_millis);
-    let kept = text(8).and_then(|note| Kept::from_note(&note));
+    let kept_until = text(10)
+        .and_then(|ms| ms.parse().ok())
+        .and_then(time_from_millis);
+    let kept = text(11).and_then(|note| Kept::from_note(&note));
     let parsed = Mode::from_wire(&mode).and_then(|m| {
-        Holder::checked(
+        let holder = Holder::checked(
             m,
             &owner,
             &host,
             pid.parse().ok()?,
             since.parse().ok()?,
-            Some(token.parse().ok().filter(|&t: &Token| t > 0)?),
-        )
-        .map(|h| Holder {
+            token_ok?,
+        )?
+        .with_message(message.as_deref())?;
+        Some(Holder {
+            expires_at,
             kept_until,
             kept: kept.filter(|_| kept_until.is_some()),
-            ..h
+            ..holder
         })
     });
     let holder = parsed.unwrap_or_else(|| {
@@ -324,11 +358,19 @@ fn holder_of(row: &Row) -> (String, Holder) {
             Some(m @ (Mode::Shared | Mode::Limit(_))) => m,
             _ => Mode::Exclusive,
         };
-        Holder::unreadable(
-            counted,
-            &owner,
-            &format!("{mode} {token} {since} {pid} {host}"),
-        )
+        let mut raw = format!(
+            "{mode} {} {since} {pid} {host}",
+            token.as_deref().unwrap_or("")
+        );
+        if let Some(message) = &message {
+            raw.push('\t');
+            raw.push_str(message);
+        }
+        Holder::unreadable(counted, &owner, &raw)
     });
-    (name, holder)
+    Entry {
+        name,
+        waiting,
+        holder,
+    }
 }

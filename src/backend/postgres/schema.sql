@@ -38,6 +38,28 @@ CREATE TABLE IF NOT EXISTS {p}queue (
 );
 CREATE INDEX IF NOT EXISTS {p}queue_by_name ON {p}queue (name, ticket);
 
+-- Added after the first release (tables made by an older dlock gain them here): the holder's
+-- `--message`, and who waits, for `status` and `list`. Null in rows an older dlock wrote. Only
+-- when missing: ALTER TABLE locks the table even when the column is there, and would deadlock
+-- with the dlocks using the tables meanwhile.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = '{p}locks'::regclass AND attname = 'message'
+                      AND NOT attisdropped) THEN
+        ALTER TABLE {p}locks ADD COLUMN IF NOT EXISTS message text;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = '{p}queue'::regclass AND attname = 'message'
+                      AND NOT attisdropped) THEN
+        ALTER TABLE {p}queue ADD COLUMN IF NOT EXISTS since timestamptz,
+            ADD COLUMN IF NOT EXISTS pid bigint,
+            ADD COLUMN IF NOT EXISTS host text,
+            ADD COLUMN IF NOT EXISTS message text;
+    END IF;
+END
+$$;
+
 -- How a stored mode counts: 'shared', 'limit' or (anything else, a foreign or garbled row)
 -- 'exclusive', so a row dlock cannot read makes others wait and never lets two holders in.
 CREATE OR REPLACE FUNCTION {p}kind_v1(mode text) RETURNS text
@@ -54,9 +76,12 @@ $$;
 -- waiter ahead of this one (counted as if it held already): first come, first served, while
 -- shared and limit waiters in a row still go in together. Busy: with `p_queue`, keeps (or takes)
 -- a place in line, renewed for `p_ttl_ms`, and says after how long the first lease would run out.
-CREATE OR REPLACE FUNCTION {p}acquire_v1(
+-- v2: a live row of `p_owner` is this acquisition's own, granted to an earlier attempt whose
+-- caller stopped waiting for the answer (it timed out, the transaction still committed): it is
+-- taken as granted, with its token and a fresh lease, never inserted twice nor waited behind.
+CREATE OR REPLACE FUNCTION {p}acquire_v2(
     p_name text, p_owner text, p_mode text, p_limit integer, p_ttl_ms bigint, p_pid bigint,
-    p_host text, p_queue boolean, p_ticket bigint
+    p_host text, p_queue boolean, p_ticket bigint, p_message text
 ) RETURNS TABLE (granted_token bigint, queue_ticket bigint, retry_ms bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -68,12 +93,21 @@ DECLARE
     v_total bigint;
     v_fits boolean;
     v_ticket bigint;
+    v_own bigint;
 BEGIN
     INSERT INTO {p}tokens (name, last_token) VALUES (p_name, 0) ON CONFLICT (name) DO NOTHING;
     SELECT t.last_token INTO v_last FROM {p}tokens t WHERE t.name = p_name FOR UPDATE;
     v_now := clock_timestamp();
     DELETE FROM {p}locks l WHERE l.name = p_name AND l.expires_at <= v_now;
     DELETE FROM {p}queue q WHERE q.name = p_name AND q.alive_until <= v_now;
+    UPDATE {p}locks l SET expires_at = v_now + p_ttl_ms * interval '1 millisecond'
+     WHERE l.name = p_name AND l.owner = p_owner
+    RETURNING l.token INTO v_own;
+    IF v_own IS NOT NULL THEN
+        DELETE FROM {p}queue q WHERE q.name = p_name AND q.owner = p_owner;
+        RETURN QUERY SELECT v_own, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
     IF p_ticket IS NOT NULL THEN
         SELECT q.ticket INTO v_ticket FROM {p}queue q WHERE q.ticket = p_ticket AND q.owner = p_owner;
     END IF;
@@ -90,9 +124,9 @@ BEGIN
     END;
     IF v_fits THEN
         UPDATE {p}tokens t SET last_token = v_last + 1 WHERE t.name = p_name;
-        INSERT INTO {p}locks (name, owner, mode, token, since, expires_at, pid, host)
+        INSERT INTO {p}locks (name, owner, mode, token, since, expires_at, pid, host, message)
         VALUES (p_name, p_owner, p_mode, v_last + 1, v_now,
-                v_now + p_ttl_ms * interval '1 millisecond', p_pid, p_host);
+                v_now + p_ttl_ms * interval '1 millisecond', p_pid, p_host, p_message);
         IF v_ticket IS NOT NULL THEN
             DELETE FROM {p}queue q WHERE q.ticket = v_ticket;
         END IF;
@@ -101,8 +135,9 @@ BEGIN
     END IF;
     IF p_queue THEN
         IF v_ticket IS NULL THEN
-            INSERT INTO {p}queue (name, owner, mode, alive_until)
-            VALUES (p_name, p_owner, p_mode, v_now + p_ttl_ms * interval '1 millisecond')
+            INSERT INTO {p}queue (name, owner, mode, alive_until, since, pid, host, message)
+            VALUES (p_name, p_owner, p_mode, v_now + p_ttl_ms * interval '1 millisecond',
+                    v_now, p_pid, p_host, p_message)
             RETURNING ticket INTO v_ticket;
         ELSE
             UPDATE {p}queue q SET alive_until = v_now + p_ttl_ms * interval '1 millisecond'

@@ -40,10 +40,14 @@ pub fn wait(
         let mut conn = lock(shared);
         let budget = conn.connect_timeout();
         let result = conn.ensure().and_then(|()| {
+            // The LISTEN goes with the attempts after the first: a free lock (the common case)
+            // costs no LISTEN, and a release between the first attempt and the LISTEN is seen
+            // by the attempt that goes with it.
             let generation = conn.generation;
-            let listen = (listening != Some(generation)).then_some(channel.as_str());
+            let listen_now = answered && listening != Some(generation);
+            let listen = listen_now.then_some(channel.as_str());
             let reply = recipe.acquire(&mut conn, budget, request, me, true, ticket, listen);
-            if reply.is_ok() && conn.generation == generation {
+            if reply.is_ok() && listen_now && conn.generation == generation {
                 listening = Some(generation);
             }
             reply
@@ -68,9 +72,13 @@ pub fn wait(
                 answered = true;
                 ticket = kept;
                 backoff = RETRY_FIRST;
+                if listening != Some(conn.generation) {
+                    // In line now; listen, and look again, at once.
+                    continue;
+                }
                 let holders = recipe
-                    .holders(&mut conn, budget, request.name.as_str(), true)
-                    .map(|h| h.into_iter().map(|(_, h)| h).collect::<Vec<_>>());
+                    .entries(&mut conn, budget, request.name.as_str(), true)
+                    .map(super::recipe::holders_of);
                 (expires_in, holders)
             }
             Err(Fault::Unreachable(why)) if !answered => {

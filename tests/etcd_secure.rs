@@ -1,0 +1,129 @@
+//! The etcd backend over TLS (`etcds://`, the server's certificate checked against the CAs in
+//! SSL_CERT_FILE) and with etcd's authentication (a user whose role may touch only dlock's keys),
+//! through the real binary on a real etcd.
+
+use std::process::Command;
+
+use crate::support::etcd_server::EtcdServer;
+use crate::support::tls::make_tls_files;
+use crate::support::*;
+
+fn dlock_at(url: &str, args: &[&str]) -> Command {
+    let mut cmd = dlock();
+    cmd.args(["--backend", "etcd", "--url", url, "--connect-timeout", "5s"])
+        .args(args)
+        .env_remove("SSL_CERT_DIR");
+    cmd
+}
+
+#[test]
+fn etcds_works_with_the_servers_ca_and_fails_69_with_another() {
+    let dir = LockDir::new();
+    let files = make_tls_files(&dir);
+    let other = LockDir::new();
+    let stranger = make_tls_files(&other);
+    let server = EtcdServer::start_tls(&files);
+    assert!(server.url().starts_with("etcds://"));
+
+    let mut cmd = dlock_at(
+        &server.url(),
+        &["run", "tls", "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+    );
+    cmd.env("SSL_CERT_FILE", &files.ca);
+    let out = output(cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).trim().parse::<u64>().is_ok_and(|t| t > 0),
+        "{}",
+        stdout(&out)
+    );
+
+    // A CA that did not sign the server's certificate: refused, one line naming the server.
+    let mut cmd = dlock_at(&server.url(), &["run", "tls", "--", "touch", "ran"]);
+    cmd.env("SSL_CERT_FILE", &stranger.ca)
+        .current_dir(dir.path());
+    let out = output(cmd);
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("127.0.0.1"), "{}", stderr(&out));
+    assert!(!dir.file("ran").exists());
+}
+
+/// `etcdctl ARGS` on `server`, which must succeed.
+fn etcdctl_ok(server: &EtcdServer, args: &[&str]) {
+    let out = server.etcdctl(args).output().expect("etcdctl");
+    assert!(out.status.success(), "etcdctl {args:?}: {}", stderr(&out));
+}
+
+#[test]
+fn a_user_whose_role_has_only_the_dlock_prefix_can_lock_and_a_wrong_password_is_69() {
+    let server = EtcdServer::start();
+    etcdctl_ok(
+        &server,
+        &["user", "add", "root", "--new-user-password=root-SECRET"],
+    );
+    etcdctl_ok(
+        &server,
+        &["user", "add", "app", "--new-user-password=app-SECRET"],
+    );
+    etcdctl_ok(&server, &["role", "add", "locker"]);
+    etcdctl_ok(
+        &server,
+        &[
+            "role",
+            "grant-permission",
+            "locker",
+            "--prefix=true",
+            "readwrite",
+            "/dlock/",
+        ],
+    );
+    etcdctl_ok(&server, &["user", "grant-role", "app", "locker"]);
+    etcdctl_ok(&server, &["auth", "enable"]);
+
+    let url = |password: &str| format!("etcd://app:{password}@127.0.0.1:{}", server.port());
+    let out = output(dlock_at(
+        &url("app-SECRET"),
+        &["run", "auth", "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let mut holder = dlock_at(
+        &url("app-SECRET"),
+        &["run", "--message", "m", "auth", "--", "sleep", "30"],
+    )
+    .spawn()
+    .unwrap();
+    wait_until(
+        "the holder to show",
+        std::time::Duration::from_secs(30),
+        || code(&output(dlock_at(&url("app-SECRET"), &["status", "auth"]))) == 0,
+    );
+    let out = output(dlock_at(&url("app-SECRET"), &["list"]));
+    assert!(stdout(&out).contains("auth\t"), "{}", stdout(&out));
+    let out = output(dlock_at(
+        &url("app-SECRET"),
+        &["release", "--force", "auth"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    for args in [
+        &["run", "auth", "--", "true"][..],
+        &["status", "auth"],
+        &["list"],
+    ] {
+        let out = output(dlock_at(&url("wrong-PASSWORD"), args));
+        let err = stderr(&out);
+        assert_eq!(code(&out), 69, "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            !err.contains("PASSWORD") && !err.contains("SECRET"),
+            "{err}"
+        );
+        assert!(
+            err.contains("authentication") || err.contains("password"),
+            "{err}"
+        );
+    }
+}

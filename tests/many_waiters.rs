@@ -1,0 +1,147 @@
+//! Many waiters on one lock, on etcd and on PostgreSQL: all get through, in arrival order, and a
+//! handoff costs the same whatever the length of the line. Counted at the server, not timed: etcd's
+//! watch events (one per release: each waiter watches only the key just ahead of it), PostgreSQL's
+//! statement log (the granted attempt and the release, nothing from the waiters still in line).
+//! 100 waiters; `DLOCK_LOAD=1`: 1,000.
+
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use crate::support::etcd_server::EtcdServer;
+use crate::support::pg_server::PgServer;
+use crate::support::*;
+
+fn waiter_count() -> usize {
+    if std::env::var("DLOCK_LOAD").is_ok_and(|v| v == "1") {
+        1000
+    } else {
+        100
+    }
+}
+
+/// Long enough that no waiter re-checks (a third of the ttl) while the line drains.
+const TTL: &str = "10m";
+
+fn within(count: usize) -> Duration {
+    Duration::from_secs(60 + count as u64 / 2)
+}
+
+/// `dlock ARGS run --ttl TTL NAME -- sh -c 'echo I >> order'`, in the background.
+fn waiter(base: &[String], name: &str, i: usize, dir: &LockDir) -> Child {
+    let script = format!("echo {i} >> {}", dir.file("order").display());
+    dlock()
+        .args(base)
+        .args(["run", "--ttl", TTL, name, "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// A holder of NAME until `dir/go` appears, started once it holds.
+fn holder(base: &[String], name: &str, dir: &LockDir) -> Child {
+    let script = format!(
+        "touch {in_}; i=0; while [ ! -e {go} ] && [ $i -lt 6000 ]; do sleep 0.05; i=$((i+1)); done",
+        in_ = dir.file("h.in").display(),
+        go = dir.file("go").display()
+    );
+    let child = dlock()
+        .args(base)
+        .args(["run", "--ttl", TTL, name, "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&dir.file("h.in"), Duration::from_secs(60));
+    child
+}
+
+/// Lets the holder go, waits for everyone, and checks that all came through in arrival order.
+fn drain(mut holder: Child, mut waiters: Vec<Child>, dir: &LockDir) {
+    let count = waiters.len();
+    std::fs::write(dir.file("go"), "").unwrap();
+    assert!(wait_exit(&mut holder, within(count)).success());
+    for (i, w) in waiters.iter_mut().enumerate() {
+        assert!(wait_exit(w, within(count)).success(), "waiter {i}");
+    }
+    let order = std::fs::read_to_string(dir.file("order")).unwrap();
+    let order: Vec<usize> = order.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(order, (0..count).collect::<Vec<_>>(), "arrival order");
+}
+
+#[test]
+fn etcd_many_waiters_all_get_through_with_one_watch_event_per_release() {
+    let server = EtcdServer::start();
+    let base = vec![
+        "--backend".to_owned(),
+        "etcd".to_owned(),
+        "--url".to_owned(),
+        server.url(),
+    ];
+    let dir = LockDir::new();
+    let count = waiter_count();
+    let holder = holder(&base, "many", &dir);
+    let mut waiters = Vec::with_capacity(count);
+    for i in 0..count {
+        waiters.push(waiter(&base, "many", i, &dir));
+        // In line before the next one comes: arrival order is what the test checks.
+        wait_until(
+            &format!("waiter {i} in line"),
+            Duration::from_secs(60),
+            || server.keys("/dlock/many/") == i + 2,
+        );
+    }
+    let before = server.events_sent();
+    drain(holder, waiters, &dir);
+    // One event per release but the last (nobody watches the last key): the holder's and the
+    // first count - 1 waiters'.
+    assert_eq!(server.events_sent() - before, count as u64);
+}
+
+/// The statements the server logged for connections named `app` (simple queries and executions
+/// of the extended protocol, one log line each).
+fn statements_by(server: &PgServer, app: &str) -> usize {
+    server
+        .log()
+        .lines()
+        .filter(|l| l.starts_with(&format!("{app}|")))
+        .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+        .count()
+}
+
+#[test]
+fn postgres_many_waiters_all_get_through_with_two_statements_per_handoff() {
+    let count = waiter_count();
+    let server = PgServer::start_with(vec![format!("max_connections={}", count + 50)]);
+    let url = |app: &str| server.url_with(&format!("prefix=t_many_&application_name={app}"));
+    let base = |app: &str| {
+        vec![
+            "--backend".to_owned(),
+            "postgres".to_owned(),
+            "--url".to_owned(),
+            url(app),
+        ]
+    };
+    let dir = LockDir::new();
+    let holder = holder(&base("dlockholder"), "many", &dir);
+    let mut waiters = Vec::with_capacity(count);
+    for i in 0..count {
+        waiters.push(waiter(&base("dlockwaiter"), "many", i, &dir));
+        wait_until(
+            &format!("waiter {i} in line"),
+            Duration::from_secs(60),
+            || server.psql("SELECT count(*) FROM t_many_queue") == (i + 1).to_string(),
+        );
+    }
+    // Each waiter sent its LISTEN, its first attempt and the look at the holders; then nothing.
+    let before = statements_by(&server, "dlockwaiter");
+    drain(holder, waiters, &dir);
+    let during = statements_by(&server, "dlockwaiter") - before;
+    // Each handoff: the granted attempt of the waiter let in, and later its release. No waiter
+    // still in line sends anything: the release notifies only the one it lets in.
+    assert_eq!(
+        during,
+        2 * count,
+        "statements while {count} waiters went through"
+    );
+}

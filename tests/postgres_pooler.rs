@@ -1,0 +1,74 @@
+//! The PostgreSQL backend through Debian's PgBouncer in transaction mode: every call dlock makes is
+//! one statement in a transaction of its own (no session state, no named prepared statements, no
+//! advisory locks), so locks, tokens, status and release work; only a waiter's LISTEN is lost to
+//! whichever server connection ran it, and the waiter gets in at its re-check instead.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::pg_server::PgServer;
+use crate::support::pgbouncer::PgBouncer;
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+fn dlock_at(url: &str, args: &[&str]) -> Command {
+    let mut cmd = dlock();
+    cmd.args(["--backend", "postgres", "--url", url]).args(args);
+    cmd
+}
+
+#[test]
+fn through_pgbouncer_in_transaction_mode_locks_exclude_and_a_waiter_gets_in() {
+    let server = PgServer::start();
+    let bouncer = PgBouncer::start(&server, "transaction");
+    let url = bouncer.url_with("prefix=t_pool_");
+    let dir = LockDir::new();
+    let token = || {
+        let out = output(dlock_at(
+            &url,
+            &["run", "pool", "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+        ));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        stdout(&out).trim().parse::<u64>().unwrap()
+    };
+    assert_eq!((token(), token()), (1, 2));
+
+    let hold = format!(
+        "touch {0}/h.in; i=0; while [ ! -e {0}/h.go ] && [ $i -lt 600 ]; do sleep 0.05; \
+         i=$((i+1)); done",
+        dir.path().display()
+    );
+    let mut holder = dlock_at(
+        &url,
+        &["run", "--ttl", "3s", "pool", "--", "sh", "-c", &hold],
+    )
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_for_file(&dir.file("h.in"), T);
+    let out = output(dlock_at(&url, &["run", "-n", "pool", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let out = output(dlock_at(&url, &["status", "--json", "pool"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(status["holders"][0]["pid"], holder.id(), "{status}");
+
+    let mut waiter = dlock_at(&url, &["run", "--ttl", "3s", "pool", "--", "touch"])
+        .arg(dir.file("w.ran"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the waiter in line", T, || {
+        server.psql("SELECT count(*) FROM t_pool_queue") == "1"
+    });
+    // Held through a renewal or two (each a transaction of its own) while the waiter waits.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!dir.file("w.ran").exists(), "the waiter passed the holder");
+    std::fs::write(dir.file("h.go"), "").unwrap();
+    assert!(wait_exit(&mut holder, T).success());
+    assert!(wait_exit(&mut waiter, T).success());
+    assert!(dir.file("w.ran").exists());
+    assert_eq!(token(), 5, "tokens went on counting");
+    assert_eq!(server.psql("SELECT count(*) FROM t_pool_queue"), "0");
+}
