@@ -65,7 +65,7 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-b -u -v -q -h -V --backend --url --connect-timeout --verbose --quiet --help --version run status list hold release generate help"
+            opts="-b -u -v -q -h -V --backend --url --connect-timeout --replicas --verbose --quiet --help --version run status list hold release generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -91,6 +91,10 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -99,7 +103,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__generate)
-            opts="-b -u -v -q -h --out --backend --url --connect-timeout --verbose --quiet --help"
+            opts="-b -u -v -q -h --out --backend --url --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -126,6 +130,10 @@ _dlock() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -249,7 +257,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__hold)
-            opts="-x -s -l -t -n -w -E -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --conflict-exit-code --ttl --backend --url --connect-timeout --verbose --quiet --help"
+            opts="-x -s -l -t -n -w -E -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --conflict-exit-code --ttl --backend --url --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -303,6 +311,10 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -311,7 +323,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__list)
-            opts="-b -u -v -q -h --json --backend --url --connect-timeout --verbose --quiet --help"
+            opts="-b -u -v -q -h --json --backend --url --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -334,6 +346,10 @@ _dlock() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -345,7 +361,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__release)
-            opts="-b -u -v -q -h --force --backend --url --connect-timeout --verbose --quiet --help"
+            opts="-b -u -v -q -h --force --backend --url --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -371,6 +387,10 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -379,7 +399,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__run)
-            opts="-x -s -l -t -n -w -E -c -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --conflict-exit-code --ttl --kill-after --message --command --backend --url --connect-timeout --verbose --quiet --help"
+            opts="-x -s -l -t -n -w -E -c -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --conflict-exit-code --ttl --kill-after --message --command --backend --url --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -449,6 +469,10 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -457,7 +481,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__status)
-            opts="-b -u -v -q -h --json --backend --url --connect-timeout --verbose --quiet --help"
+            opts="-b -u -v -q -h --json --backend --url --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -480,6 +504,10 @@ _dlock() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

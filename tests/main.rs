@@ -18,4 +18,5 @@ mod netfaults;
 mod postgres;
 mod redis;
 mod run;
+mod sentinel;
 mod zk;

@@ -52,7 +52,9 @@ fn backend_and_url(global: &mut GlobalArgs, matches: &ArgMatches) {
 fn takes(kind: BackendKind, url: &str) -> bool {
     match kind {
         BackendKind::File => !url.contains("://") || url.starts_with("file://"),
-        BackendKind::Redis => url.starts_with("redis://") || url.starts_with("rediss://"),
+        BackendKind::Redis => ["redis://", "rediss://", "redis+sentinel://"]
+            .iter()
+            .any(|scheme| url.starts_with(scheme)),
         BackendKind::Zk => url.starts_with("zk://"),
         BackendKind::Postgres => url.starts_with("postgres://") || url.starts_with("postgresql://"),
         BackendKind::Etcd => url.starts_with("etcd://") || url.starts_with("etcds://"),
@@ -161,6 +163,7 @@ mod tests {
             "file:///nonexistent/dlock-test",
             "redis://127.0.0.1:1",
             "rediss://127.0.0.1:1",
+            "redis+sentinel://127.0.0.1:1/main",
             "zk://127.0.0.1:1",
             "http://127.0.0.1:1",
             "unix:///nonexistent.sock",
@@ -172,6 +175,7 @@ mod tests {
                     urls: vec![url.to_owned()],
                     connect_timeout: Duration::from_millis(1),
                     create: false,
+                    replicas: 0,
                 };
                 let refused = match backend::open(&config) {
                     Ok(_) => false,

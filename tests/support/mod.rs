@@ -7,6 +7,7 @@ pub mod etcd_server;
 pub mod pg_server;
 pub mod redis_server;
 pub mod relay;
+pub mod sentinel_set;
 pub mod suite_servers;
 pub mod target;
 pub mod watched;
