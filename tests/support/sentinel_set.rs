@@ -3,6 +3,7 @@
 //! every sentinel knows them), all killed when dropped. Only processes started here are signalled.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,7 @@ pub struct SentinelSet {
 struct Sentinel {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Sentinel {
@@ -36,10 +37,15 @@ impl Drop for Sentinel {
 
 impl SentinelSet {
     pub fn start() -> SentinelSet {
+        SentinelSet::start_with(&[])
+    }
+
+    /// A set whose data nodes get `args` too (`["--databases", "1000"]`).
+    pub fn start_with(args: &[&str]) -> SentinelSet {
         // A replica that must resync in full after the failover (it followed the old master
         // past the point where the new one was promoted) starts at once, not after Redis's
         // default 5 s of waiting for other replicas to share the transfer with.
-        let quick = ["--repl-diskless-sync-delay", "0"];
+        let quick = [args, &["--repl-diskless-sync-delay", "0"]].concat();
         let master = RedisServer::start_with(&quick);
         let of = master.port().to_string();
         let mut nodes = vec![master];
@@ -74,6 +80,13 @@ impl SentinelSet {
             });
         }
         set
+    }
+
+    /// Every process of the set, with its directory: for a reaper that outlives a static set.
+    pub fn processes(&self) -> Vec<(u32, &Path)> {
+        let nodes = self.nodes.iter().map(|n| (n.pid(), n.dir()));
+        let sentinels = self.sentinels.iter().map(|s| (s.child.id(), s.dir.path()));
+        nodes.chain(sentinels).collect()
     }
 
     /// `redis+sentinel://` with every sentinel, naming `master`.
@@ -208,11 +221,7 @@ impl Sentinel {
                 }
             });
             if rx.recv_timeout(WITHIN).is_ok() {
-                return Sentinel {
-                    child,
-                    port,
-                    _dir: dir,
-                };
+                return Sentinel { child, port, dir };
             }
             // It exited (its port was taken) or never got ready: try another port.
             let _ = child.kill();
