@@ -226,3 +226,68 @@ fn replicas_is_for_the_redis_backend_only() {
     assert_eq!(code(&out), 64, "{}", stderr(&out));
     assert!(stderr(&out).contains("--replicas"), "{}", stderr(&out));
 }
+
+/// `--replicas` also on a plain `redis://` master with a replica of its own: granted once the
+/// replica acknowledged, refused (69, lock given back) while it does not answer.
+#[test]
+fn replicas_work_on_a_plain_master_too() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_until("the replica online", T, || {
+        crate::support::sentinel_set::info(&master, "replication").contains("state=online")
+    });
+    let run = |options: &[&str]| {
+        let mut args = vec!["--connect-timeout", "1s", "run"];
+        args.extend_from_slice(options);
+        args.extend_from_slice(&["job", "--", "true"]);
+        output(master.dlock(&args))
+    };
+    let out = run(&["--replicas", "1"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    replica.pause();
+    let out = run(&["--replicas", "1"]);
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("only 0 of 1 replicas acknowledged"),
+        "{}",
+        stderr(&out)
+    );
+    // Also when it would not wait (its refusal leaves no queue place to clean up after it).
+    let out = run(&["-n", "--replicas", "2"]);
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    replica.resume();
+    let out = run(&["-n"]);
+    assert_eq!(
+        code(&out),
+        0,
+        "the refused runs gave the lock back: {}",
+        stderr(&out)
+    );
+}
+
+/// A sentinel's answer is outside input: a master "address" with a terminal escape in it is
+/// refused (69), and the message does not carry the escape.
+#[test]
+fn a_sentinel_naming_an_unreadable_address_is_refused() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let port = listener.local_addr().expect("its address").port();
+    let liar = std::thread::spawn(move || {
+        // One connection, one question, one answer: [host with an escape, port].
+        let (mut conn, _) = listener.accept().expect("dlock connects");
+        conn.set_read_timeout(Some(T)).expect("a read timeout");
+        let mut question = [0u8; 512];
+        let _ = conn.read(&mut question);
+        let _ = conn.write_all(b"*2\r\n$8\r\nevil\x1b[2J\r\n$4\r\n6379\r\n");
+    });
+    let url = format!("redis+sentinel://127.0.0.1:{port}/main");
+    let out = output(dlock_at(&[url], &["run", "job", "--", "true"]));
+    let _ = liar.join();
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("not a host name or IP") && !err.contains('\u{1b}'),
+        "{err:?}"
+    );
+}

@@ -159,12 +159,17 @@ fn host_port(text: &str) -> Option<(String, u16)> {
         Some(v6) => v6.strip_suffix(']')?,
         None => host,
     };
-    let valid = !host.is_empty()
+    valid_host(host).then_some(())?;
+    Some((host.to_owned(), port.parse().ok().filter(|p| *p != 0)?))
+}
+
+/// A host name, an IPv4 or an IPv6 address (without brackets).
+fn valid_host(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 255
         && host
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-._:".contains(c));
-    valid.then_some(())?;
-    Some((host.to_owned(), port.parse().ok().filter(|p| *p != 0)?))
+            .all(|c| c.is_ascii_alphanumeric() || "-._:".contains(c))
 }
 
 fn show_addr(host: &str, port: u16) -> String {
@@ -268,7 +273,15 @@ impl Sentinels {
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.master)
             .query(&mut conn)?;
-        Ok(reply)
+        // The answer names where dlock connects next, and what its messages show: a host name or
+        // an address, nothing else.
+        match reply {
+            Some((host, _)) if !valid_host(&host) => Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "the sentinel named the master by an address that is not a host name or IP",
+            ))),
+            reply => Ok(reply),
+        }
     }
 }
 
