@@ -69,8 +69,9 @@ fn with_replicas_a_failover_keeps_the_lock_and_tokens_keep_growing() {
     let old = set.master_port();
     let new = set.fail_over();
     assert_ne!(old, new);
-    // The holder renews on the new master (twice: once at least after the move settled).
-    a.wait_for_more("renewed", 2, T);
+    // The holder renews on the new master for longer than its lease, so the waiter, whose
+    // connection went to the old master, must have followed too to keep waiting.
+    a.wait_for_more("renewed", 4, T);
     assert!(
         !b_token.exists(),
         "the waiter got the lock while it was held"
@@ -122,8 +123,12 @@ fn a_holder_renews_on_the_new_master_after_a_forced_failover() {
             replica.keys().contains(&"dlock:{job}:holders".to_owned())
         });
     }
+    let (b_token, b_done) = (dir.file("b.token"), dir.file("b.done"));
+    let mut b = holder(&set, &["--ttl", "3s"], "job", &b_token, &b_done);
+    b.wait_for("waiting for lock", T);
     set.fail_over();
-    // Longer than the lease: only renewals on the new master keep it there.
+    // Longer than the lease: only renewals on the new master keep it there, and only a waiter
+    // that followed too does not find it free on the old one.
     a.wait_for_more("renewed", 5, T);
     let out = output(set.dlock(&["status", "job"]));
     assert_eq!(
@@ -132,8 +137,17 @@ fn a_holder_renews_on_the_new_master_after_a_forced_failover() {
         "the lock is free on the new master: {}",
         stdout(&out)
     );
+    assert!(
+        !b_token.exists(),
+        "the waiter got the lock while it was held"
+    );
     touch(&done);
     let (status, err) = a.finish(T);
+    assert_eq!(status, 0, "{err}");
+    wait_for_file(&b_token, T);
+    assert!(token_in(&b_token) > token_in(&token));
+    touch(&b_done);
+    let (status, err) = b.finish(T);
     assert_eq!(status, 0, "{err}");
 }
 

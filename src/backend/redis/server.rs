@@ -350,6 +350,10 @@ impl Server {
         ticket: &str,
         replicas: u32,
     ) -> Result<Reply, Fault> {
+        // Behind Sentinel, a waiter's connection may still go to a master the sentinels replaced,
+        // where the lock looks free once its holder renews on the new one: ask where the master
+        // is now (at most once a second).
+        self.master_moved(timeout / 2, false);
         let listen = |link: &mut Link| {
             if wait && !link.subscribed {
                 let reply = ask.acquire_listening(&mut link.conn, ticket)?;
