@@ -239,6 +239,11 @@ fn replicas_is_for_the_redis_backend_only() {
     let out = output(dir.dlock(&["run", "--replicas", "1", "job", "--", "true"]));
     assert_eq!(code(&out), 64, "{}", stderr(&out));
     assert!(stderr(&out).contains("--replicas"), "{}", stderr(&out));
+    // From the environment (set fleet-wide for Redis) it does not break another backend's run.
+    let mut cmd = dir.dlock(&["run", "job", "--", "true"]);
+    cmd.env("DLOCK_REPLICAS", "1");
+    let out = output(cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
 }
 
 /// `--replicas` also on a plain `redis://` master with a replica of its own: granted once the

@@ -14,6 +14,12 @@ use crate::backend::BackendKind;
 /// Settles `cli`, which clap parsed into `matches`; or the one line saying what is wrong.
 pub fn resolve(cli: &mut Cli, matches: &ArgMatches) -> Result<(), String> {
     backend_and_url(&mut cli.global, matches);
+    // DLOCK_REPLICAS set fleet-wide for Redis: not an error for a command on another backend.
+    if cli.global.backend != BackendKind::Redis
+        && matches.value_source("replicas") == Some(EnvVariable)
+    {
+        cli.global.replicas = 0;
+    }
     if let (Command::Run(run), Some(matches)) =
         (&mut cli.command, matches.subcommand_matches("run"))
     {
