@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_dlock_global_optspecs
-    string join \n b/backend= u/url= connect-timeout= v/verbose q/quiet h/help V/version
+    string join \n b/backend= u/url= connect-timeout= replicas= v/verbose q/quiet h/help V/version
 end
 
 function __fish_dlock_needs_command
@@ -29,8 +29,9 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
-complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
+complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_needs_command" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
 complete -c dlock -n "__fish_dlock_needs_command" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_needs_command" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -56,8 +57,9 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s x -l exclusive -d 'Take the lock exclusively (the default; flock\'s -e works too)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Take the lock shared: shared holders run together, never alongside an exclusive one'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s t -l tree -d 'Treat each NAME as a path in a hierarchy: lock every ancestor shared and the path itself exclusively (or shared, with --shared)'
@@ -70,8 +72,9 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print JSON: name, held, location, holders (mode, host, pid, owner, since, token, message, expires_at: the lease\'s end by the server\'s clock, null without a lease; kept_until: until when --min-hold keeps the lock, null without one) and waiters (in line, first first; null where the backend keeps no line)'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Print nothing but errors'
@@ -81,8 +84,9 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l json -d 'Print a JSON array of what `status --json` prints, one per held lock'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s q -l quiet -d 'Print nothing but errors'
@@ -99,8 +103,9 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s x -l exclusive -d 'Take the lock exclusively (the default; flock\'s -e works too)'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s s -l shared -d 'Take the lock shared: shared holders run together, never alongside an exclusive one'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s t -l tree -d 'Treat each NAME as a path in a hierarchy: lock every ancestor shared and the path itself exclusively (or shared, with --shared)'
@@ -113,8 +118,9 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_using_subcommand release" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l force -d 'Break the lock for whoever holds it, instead of giving up this shell\'s `dlock hold`'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s q -l quiet -d 'Print nothing but errors'
@@ -125,8 +131,9 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s h -l help -d 'Print help (see more with \'--help\')'

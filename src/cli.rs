@@ -53,8 +53,10 @@ pub struct GlobalArgs {
     pub backend: BackendKind,
 
     /// The backend's address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db]
-    /// (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot],
-    /// etcd://[user:password@]host:port,host:port (etcds:// for TLS).
+    /// (give it 3, 5, ... times for Redlock) or
+    /// redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P],
+    /// zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port
+    /// (etcds:// for TLS).
     #[arg(
         short,
         long = "url",
@@ -68,6 +70,17 @@ pub struct GlobalArgs {
     #[arg(long, global = true, env = "DLOCK_CONNECT_TIMEOUT", value_name = "DURATION",
           value_parser = parse_duration, default_value = "5s", allow_hyphen_values = true)]
     pub connect_timeout: Duration,
+
+    /// Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT)
+    /// before the command starts or the lease counts as renewed, so a failover keeps the lock.
+    #[arg(
+        long,
+        global = true,
+        env = "DLOCK_REPLICAS",
+        value_name = "N",
+        default_value_t = 0
+    )]
+    pub replicas: u32,
 
     /// Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited.
     #[arg(short, long, global = true, conflicts_with = "quiet")]
@@ -272,6 +285,7 @@ impl GlobalArgs {
             urls: self.urls.clone(),
             connect_timeout: self.connect_timeout,
             create: false,
+            replicas: self.replicas,
         }
     }
 }

@@ -181,6 +181,13 @@ pub struct Tagged {
     cause: anyhow::Error,
 }
 
+impl Tagged {
+    /// `cause`, tagged with `failure`.
+    pub fn error(failure: Failure, cause: anyhow::Error) -> anyhow::Error {
+        anyhow::Error::new(Tagged { failure, cause })
+    }
+}
+
 impl fmt::Display for Tagged {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:#}", self.cause)

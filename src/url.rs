@@ -107,6 +107,7 @@ mod tests {
                 urls: vec![url.to_owned()],
                 connect_timeout: Duration::from_millis(1),
                 create: false,
+                replicas: 0,
             };
             match backend::open(&config) {
                 Ok(b) => messages.push(b.location()),

@@ -23,4 +23,5 @@ mod postgres_pooler;
 mod postgres_tls;
 mod redis;
 mod run;
+mod sentinel;
 mod zk;

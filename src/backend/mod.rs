@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::exit::FailWith;
 use crate::lock::{Holder, LockName, LockRequest, Token, Waiter};
 
 pub mod etcd;
@@ -54,11 +55,20 @@ pub struct BackendConfig {
     /// Create the place locks are kept if it is missing (the file backend's directory): `run`
     /// only, so `status`, `list` and `release` with a mistyped address leave nothing behind.
     pub create: bool,
+    /// Redis: how many replicas must acknowledge each acquisition and renewal (`--replicas`).
+    pub replicas: u32,
 }
 
 /// Opens the configured backend. Errors are tagged with the exit status they map to (usage for a
 /// malformed address, backend-unavailable for one that cannot be used).
 pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
+    if config.replicas > 0 && config.kind != BackendKind::Redis {
+        return Err(anyhow::anyhow!(
+            "--replicas (DLOCK_REPLICAS) is for the redis backend, not {}",
+            config.kind.as_str()
+        ))
+        .fail_with(crate::exit::Failure::Usage);
+    }
     match config.kind {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(config)?)),
         BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(config)?)),

@@ -14,6 +14,12 @@ use crate::backend::BackendKind;
 /// Settles `cli`, which clap parsed into `matches`; or the one line saying what is wrong.
 pub fn resolve(cli: &mut Cli, matches: &ArgMatches) -> Result<(), String> {
     backend_and_url(&mut cli.global, matches);
+    // DLOCK_REPLICAS set fleet-wide for Redis: not an error for a command on another backend.
+    if cli.global.backend != BackendKind::Redis
+        && matches.value_source("replicas") == Some(EnvVariable)
+    {
+        cli.global.replicas = 0;
+    }
     if let (Command::Run(run), Some(matches)) =
         (&mut cli.command, matches.subcommand_matches("run"))
     {
@@ -58,7 +64,9 @@ fn backend_and_url(global: &mut GlobalArgs, matches: &ArgMatches) {
 fn takes(kind: BackendKind, url: &str) -> bool {
     match kind {
         BackendKind::File => !url.contains("://") || url.starts_with("file://"),
-        BackendKind::Redis => url.starts_with("redis://") || url.starts_with("rediss://"),
+        BackendKind::Redis => ["redis://", "rediss://", "redis+sentinel://"]
+            .iter()
+            .any(|scheme| url.starts_with(scheme)),
         BackendKind::Zk => url.starts_with("zk://"),
         BackendKind::Postgres => url.starts_with("postgres://") || url.starts_with("postgresql://"),
         BackendKind::Etcd => url.starts_with("etcd://") || url.starts_with("etcds://"),
@@ -167,6 +175,7 @@ mod tests {
             "file:///nonexistent/dlock-test",
             "redis://127.0.0.1:1",
             "rediss://127.0.0.1:1",
+            "redis+sentinel://127.0.0.1:1/main",
             "zk://127.0.0.1:1",
             "http://127.0.0.1:1",
             "unix:///nonexistent.sock",
@@ -178,6 +187,7 @@ mod tests {
                     urls: vec![url.to_owned()],
                     connect_timeout: Duration::from_millis(1),
                     create: false,
+                    replicas: 0,
                 };
                 let refused = match backend::open(&config) {
                     Ok(_) => false,

@@ -110,8 +110,8 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
         }
         Kind::Redis => {
             // On every server, so that Redlock's majority sees it too.
-            for url in t.urls() {
-                let mut conn = redis::Client::open(url)
+            for url in t.redis_urls() {
+                let mut conn = redis::Client::open(url.as_str())
                     .and_then(|c| c.get_connection_with_timeout(std::time::Duration::from_secs(5)))
                     .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
                 redis::cmd("ZADD")

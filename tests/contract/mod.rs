@@ -101,6 +101,7 @@ contract! {
         file => Target::file_backend(),
         redis => Target::suite_redis(),
         redlock => Target::suite_redlock(),
+        sentinel => Target::suite_sentinel(),
         zk => Target::suite_zk(),
         postgres => Target::suite_postgres(),
         etcd => Target::etcd_backend(),

@@ -256,7 +256,8 @@ pub fn dlock_at(urls: &[impl AsRef<str>], args: &[&str]) -> Command {
     cmd
 }
 
-fn free_port() -> u16 {
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use super::redis_server::RedisServer;
+use super::sentinel_set::SentinelSet;
 use super::target::{Kind, Target};
 use super::zk_server::ZkServer;
 use super::LockDir;
@@ -28,13 +29,14 @@ const REDIS_DATABASES: usize = 1000;
 /// A server of the suite with the reaper that ends it.
 struct Lasting<S> {
     server: S,
-    /// Holds the write end of the reaper's pipe open for as long as this process lives.
-    _reaper: Child,
+    /// Holds the write end of each reaper's pipe open for as long as this process lives.
+    _reaper: Vec<Child>,
 }
 
 static REDIS: OnceLock<Lasting<RedisServer>> = OnceLock::new();
 static REDLOCK: OnceLock<Vec<Lasting<RedisServer>>> = OnceLock::new();
 static ZK: OnceLock<Lasting<ZkServer>> = OnceLock::new();
+static SENTINEL: OnceLock<Lasting<SentinelSet>> = OnceLock::new();
 
 /// Namespaces handed out so far; 0 is never used (Redis's default database).
 static NAMESPACES: AtomicUsize = AtomicUsize::new(0);
@@ -45,7 +47,7 @@ pub fn next_namespace() -> usize {
 
 fn lasting_redis() -> Lasting<RedisServer> {
     let server = RedisServer::start_with(&["--databases", &REDIS_DATABASES.to_string()]);
-    let _reaper = reaper(server.pid(), server.dir());
+    let _reaper = vec![reaper(server.pid(), server.dir())];
     Lasting { server, _reaper }
 }
 
@@ -70,6 +72,16 @@ rm -rf -- "$2""#;
         .expect("start the reaper of a suite server")
 }
 
+/// A namespace for a Redis target: a database of the suite's servers.
+fn redis_database() -> usize {
+    let db = next_namespace();
+    assert!(
+        db < REDIS_DATABASES,
+        "the suite's Redis servers have {REDIS_DATABASES} databases: raise REDIS_DATABASES"
+    );
+    db
+}
+
 impl Target {
     /// The Redis backend on the suite's server, in a database of its own.
     pub fn suite_redis() -> Target {
@@ -83,12 +95,37 @@ impl Target {
         Target::redis_namespace(&servers.iter().map(|s| &s.server).collect::<Vec<_>>())
     }
 
+    /// Redis behind Sentinel (a master, two replicas, three sentinels), in a database of its own.
+    pub fn suite_sentinel() -> Target {
+        let set = &SENTINEL
+            .get_or_init(|| {
+                let server =
+                    SentinelSet::start_with(&["--databases", &REDIS_DATABASES.to_string()]);
+                let _reaper = server
+                    .processes()
+                    .into_iter()
+                    .map(|(pid, dir)| reaper(pid, dir))
+                    .collect();
+                Lasting { server, _reaper }
+            })
+            .server;
+        let db = redis_database();
+        Target {
+            args: vec![
+                "--backend".into(),
+                "redis".into(),
+                "--url".into(),
+                format!("{}/{db}", set.url()),
+            ],
+            kind: Kind::Redis,
+            ports: vec![set.nodes[0].port()],
+            servers: vec![],
+            scratch: LockDir::new(),
+        }
+    }
+
     fn redis_namespace(servers: &[&RedisServer]) -> Target {
-        let db = next_namespace();
-        assert!(
-            db < REDIS_DATABASES,
-            "the suite's Redis servers have {REDIS_DATABASES} databases: raise REDIS_DATABASES"
-        );
+        let db = redis_database();
         let mut args = vec!["--backend".to_owned(), "redis".to_owned()];
         for server in servers {
             args.extend(["--url".to_owned(), format!("{}/{db}", server.url())]);
@@ -107,7 +144,7 @@ impl Target {
         let server = &ZK
             .get_or_init(|| {
                 let server = ZkServer::start();
-                let _reaper = reaper(server.pid(), server.dir());
+                let _reaper = vec![reaper(server.pid(), server.dir())];
                 Lasting { server, _reaper }
             })
             .server;

@@ -107,6 +107,21 @@ impl Target {
             .collect()
     }
 
+    /// The Redis servers' own URLs, for a scenario that writes to them directly: for a
+    /// `redis+sentinel://` URL its master's (the suite's sentinel set never fails over), in the
+    /// same database.
+    pub fn redis_urls(&self) -> Vec<String> {
+        let urls = self.urls().into_iter().zip(&self.ports);
+        urls.map(|(url, port)| match url.strip_prefix("redis+sentinel://") {
+            Some(rest) => {
+                let db = rest.rsplit('/').next().unwrap_or("0");
+                format!("redis://127.0.0.1:{port}/{db}")
+            }
+            None => url.to_owned(),
+        })
+        .collect()
+    }
+
     /// `rounds` on the file backend, fewer where an acquisition costs more (ZooKeeper's writes,
     /// Redlock's majority), so that a loop of contending runs takes about as long on each backend.
     pub fn rounds(&self, rounds: usize) -> usize {

@@ -32,6 +32,10 @@ pub(super) enum FaultKind {
     Protocol,
     /// The ACL user may not run a command dlock needs.
     NoPermission,
+    /// The sentinels monitor no master of the name given.
+    NoMaster,
+    /// The master granted or renewed, but too few replicas acknowledged it in time (`--replicas`).
+    Unreplicated,
 }
 
 impl Fault {
@@ -88,6 +92,19 @@ impl Fault {
         !matches!(self.kind, FaultKind::Down)
     }
 
+    /// How it failed, without where.
+    pub(super) fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    /// A failover under way, as a sentinel-managed master shows it: a node that is now a replica
+    /// (READONLY), still loading its data, or without its master: reconnect to whichever node the
+    /// sentinels name. (For a plain `redis://` address these stay errors: the URL names a replica.)
+    pub(super) fn failover(addr: &str, e: &RedisError) -> Option<Fault> {
+        matches!(e.code(), Some("READONLY" | "LOADING" | "MASTERDOWN"))
+            .then(|| Fault::new(addr, FaultKind::Down, escaped(&e.to_string(), 300)))
+    }
+
     pub(super) fn to_error(&self) -> anyhow::Error {
         match self.kind {
             FaultKind::Down => anyhow!("cannot reach redis at {}: {}", self.addr, self.detail),
@@ -101,6 +118,8 @@ impl Fault {
                 self.detail,
                 self.addr
             ),
+            FaultKind::NoMaster => anyhow!("the redis sentinels at {} {}", self.addr, self.detail),
+            FaultKind::Unreplicated => anyhow!("redis at {}: {}", self.addr, self.detail),
             FaultKind::Refused => {
                 anyhow!(
                     "redis at {} answered with an error: {}",

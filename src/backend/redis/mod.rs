@@ -44,7 +44,12 @@
 //! growing as long as the servers that missed an acquisition plus those that lost their data before
 //! the next one are a minority.
 //!
-//! Where things are: `server` (one server: URL, connection, calls), `fault` (what went wrong, in
+//! Behind Sentinel (`redis+sentinel://`), a server is whichever node the sentinels name as the
+//! master when a connection opens (`sentinel`); with `--replicas N` every grant and renewal waits
+//! for N replicas (`replication`), so a failover to one of them keeps the lease and the counter.
+//!
+//! Where things are: `server` (one server: URL, connection, calls), `sentinel` (finding the master),
+//! `replication` (WAIT), `fault` (what went wrong, in
 //! words), `keys` (a name's keys), `scripts` (the Lua scripts, their arguments and replies),
 //! `redlock` (a round over every server, quorum, tokens), `wait` (the queue and grants), `lease`
 //! (renew, release), `holders` (status, list, release --force).
@@ -54,7 +59,9 @@ mod holders;
 mod keys;
 mod lease;
 mod redlock;
+mod replication;
 mod scripts;
+mod sentinel;
 mod server;
 mod wait;
 
@@ -88,6 +95,8 @@ pub struct RedisBackend {
     count: usize,
     connect_timeout: Duration,
     location: String,
+    /// How many replicas must acknowledge each grant and renewal (`--replicas`).
+    replicas: u32,
 }
 
 impl RedisBackend {
@@ -127,6 +136,7 @@ impl RedisBackend {
             servers: Arc::new(Mutex::new(servers)),
             connect_timeout: timeout,
             location,
+            replicas: config.replicas,
         };
         if let Some(auth) = first_fatal(&faults) {
             return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);

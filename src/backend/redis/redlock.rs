@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-use super::fault::{self, first_fatal, Fault};
+use super::fault::{self, first_fatal, Fault, FaultKind};
 use super::lease::RedisLease;
 use super::scripts::{Ask, Place, Reply};
 use super::server::Server;
@@ -71,7 +71,10 @@ impl RedisBackend {
             *ticket = client_ticket();
         }
         let started = Instant::now();
-        let replies = on_all(servers, |s| s.acquire(timeout, ask, wait, ticket.as_str()));
+        let replicas = self.replicas;
+        let replies = on_all(servers, |s| {
+            s.acquire(timeout, ask, wait, ticket.as_str(), replicas)
+        });
         // The replies tell the truth: a grant heard before them is stale.
         forget_grants(servers, &ask.keys.base);
         let quorum = quorum(servers.len());
@@ -101,7 +104,9 @@ impl RedisBackend {
         }
         if let Some(fatal) = first_fatal(&faults) {
             let err = fatal.to_error();
-            if !granted.is_empty() {
+            // A grant too few replicas acknowledged is given back like any other.
+            let unreplicated = matches!(fatal.kind, FaultKind::Unreplicated);
+            if !granted.is_empty() || unreplicated {
                 self.undo(servers, ask, Place::Leave);
             }
             return Err(err).fail_with(Failure::BackendUnavailable);
@@ -171,8 +176,13 @@ impl RedisBackend {
         }
         let raised = on_each(servers, |i, s| {
             granted.iter().any(|&(g, _)| g == i)
-                && s.call(timeout, |l| ask.raise_token(&mut l.conn, token))
-                    .is_ok()
+                && s.call_acked(
+                    timeout,
+                    self.replicas,
+                    |l| ask.raise_token(&mut l.conn, token),
+                    |_| true,
+                )
+                .is_ok()
         });
         raised.into_iter().filter(|&ok| ok).count() >= quorum(servers.len())
     }

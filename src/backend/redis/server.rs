@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use redis::{
-    Client, Connection, ConnectionAddr, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind,
-    RedisError,
+    Client, Connection, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion,
+    PushInfo, PushKind, RedisError,
 };
 
 use super::fault::{self, Fault, FaultKind};
 use super::scripts::{self, Ask, Reply};
+use super::sentinel::{self, Sentinels};
 use crate::exit::{FailWith, Failure};
 use crate::lock::Token;
 use crate::signal::interrupt;
@@ -35,14 +36,19 @@ pub(super) struct Server {
     pub(super) location: String,
     /// `host:port`, what messages name.
     pub(super) addr: String,
-    client: Client,
-    link: Option<Link>,
+    pub(super) client: Client,
+    pub(super) link: Option<Link>,
     /// The socket timeouts last set on the connection, to skip needless system calls.
     timeout: Option<Duration>,
     /// A new connection's budget: connecting (TCP, TLS, AUTH) and its first reply share one.
     first_reply_by: Option<Instant>,
     /// The ACL user the URL names (not `default`): its permissions are checked on connecting.
     acl_user: Option<String>,
+    /// For `redis+sentinel://`: who names the master each new connection goes to, and the
+    /// settings (credentials, db, TCP) that connection is opened with.
+    pub(super) sentinel: Option<(Sentinels, ConnectionInfo)>,
+    /// The node the sentinels named last, and when they were asked.
+    pub(super) master: Option<((String, u16), Instant)>,
 }
 
 /// A connection to one server (RESP3), and the messages read on it.
@@ -74,7 +80,22 @@ fn grant_of(message: &PushInfo, base: &str) -> Option<Token> {
 
 impl Server {
     pub(super) fn parse(url: &str) -> anyhow::Result<Server> {
-        let shown = redact(url);
+        if !url.starts_with(sentinel::SCHEME) {
+            return Server::parse_plain(url, &redact(url));
+        }
+        let parsed = sentinel::parse(url)?;
+        let mut server = Server::parse_plain(&parsed.data_url, &redact(url))?;
+        server.addr = format!("master {:?}", parsed.sentinels.master);
+        server.location = parsed.location;
+        server.sentinel = Some((
+            parsed.sentinels,
+            server.client.get_connection_info().clone(),
+        ));
+        Ok(server)
+    }
+
+    /// A `redis://` or `rediss://` URL (`shown`: how messages show it).
+    fn parse_plain(url: &str, shown: &str) -> anyhow::Result<Server> {
         if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
             return Err(anyhow!(
                 "{shown:?} is not a redis URL: use redis://[user:password@]host:port[/db] or rediss://..."
@@ -159,6 +180,8 @@ impl Server {
             timeout: None,
             first_reply_by: None,
             acl_user,
+            sentinel: None,
+            master: None,
         })
     }
 
@@ -173,7 +196,7 @@ impl Server {
         self.link.as_ref().and_then(|l| l.grant(base))
     }
 
-    fn fault(&self, kind: FaultKind, detail: String) -> Fault {
+    pub(super) fn fault(&self, kind: FaultKind, detail: String) -> Fault {
         Fault::new(&self.addr, kind, detail)
     }
 
@@ -181,6 +204,12 @@ impl Server {
     /// permission check of an ACL user), however slowly the server answers.
     pub(super) fn connect(&mut self, timeout: Duration) -> Result<(), Fault> {
         let until = Instant::now() + timeout;
+        let timeout = match self.find_master(timeout)? {
+            true => until
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1)),
+            false => timeout,
+        };
         let alarm = interrupt::Alarm::at(until + ALARM_SLACK);
         match self.client.get_connection_with_timeout(timeout) {
             Ok(mut conn) => {
@@ -226,16 +255,39 @@ impl Server {
 
     /// Runs `f` on the connection (reconnecting first if it broke) with `timeout` on each socket
     /// operation. A connection that failed is dropped, so no late answer can be mistaken for the
-    /// next one.
+    /// next one. A sentinel-managed master that failed over (the connection broke, or the node
+    /// is now a replica) is looked up again and `f` run once more there, within what is left of
+    /// `timeout`: every call dlock makes may be repeated (each script finds its own earlier
+    /// effect, and a WAIT is sent on the connection that carried the write it waits for).
     pub(super) fn call<T>(
         &mut self,
         timeout: Duration,
-        f: impl FnOnce(&mut Link) -> redis::RedisResult<T>,
+        mut f: impl FnMut(&mut Link) -> redis::RedisResult<T>,
     ) -> Result<T, Fault> {
+        let started = Instant::now();
+        let had_link = self.link.is_some();
+        match self.call_once(timeout, &mut f) {
+            Err((fault, true)) if had_link && self.sentinel.is_some() => {
+                let left = timeout.saturating_sub(started.elapsed());
+                if left < Duration::from_millis(1) {
+                    return Err(fault);
+                }
+                self.call_once(left, &mut f).map_err(|(fault, _)| fault)
+            }
+            result => result.map_err(|(fault, _)| fault),
+        }
+    }
+
+    /// One `call`; a failure says whether it looks like a failover (worth one more try).
+    fn call_once<T>(
+        &mut self,
+        timeout: Duration,
+        f: &mut impl FnMut(&mut Link) -> redis::RedisResult<T>,
+    ) -> Result<T, (Fault, bool)> {
         let budget = timeout.max(Duration::from_millis(1));
         let mut timeout = budget;
         if self.link.is_none() {
-            self.connect(timeout)?;
+            self.connect(timeout).map_err(|fault| (fault, false))?;
         }
         if let Some(by) = self.first_reply_by.take() {
             let left = by.saturating_duration_since(Instant::now());
@@ -243,16 +295,21 @@ impl Server {
                 timeout = timeout.min(left);
             }
         }
-        self.set_timeout(timeout)?;
+        self.set_timeout(timeout).map_err(|fault| (fault, false))?;
         // Socket timeouts bound each system call; this bounds the whole exchange.
         let _alarm = interrupt::Alarm::at(Instant::now() + timeout + ALARM_SLACK);
         let Some(link) = self.link.as_mut() else {
-            return Err(self.fault(FaultKind::Down, "not connected".into()));
+            return Err((self.fault(FaultKind::Down, "not connected".into()), false));
         };
         match f(link) {
             Ok(value) => Ok(value),
             Err(e) => {
-                let fault = self.classify(&e, budget);
+                let failover = match self.sentinel {
+                    Some(_) => Fault::failover(&self.addr, &e),
+                    None => None,
+                };
+                let again = failover.is_some() || e.is_connection_dropped();
+                let fault = failover.unwrap_or_else(|| self.classify(&e, budget));
                 // A server error leaves the connection as it was, but one without RESP3 is now
                 // half in pub/sub mode.
                 if !matches!(fault.kind, FaultKind::Refused)
@@ -260,7 +317,7 @@ impl Server {
                 {
                     self.link = None;
                 }
-                Err(fault)
+                Err((fault, again))
             }
         }
     }
@@ -283,21 +340,30 @@ impl Server {
         Ok(())
     }
 
-    /// One acquisition attempt. A waiter's first one on a connection also makes it listen.
+    /// One acquisition attempt. A waiter's first one on a connection also makes it listen. A
+    /// grant counts once `replicas` replicas acknowledged it (see `call_acked`).
     pub(super) fn acquire(
         &mut self,
         timeout: Duration,
         ask: &Ask,
         wait: bool,
         ticket: &str,
+        replicas: u32,
     ) -> Result<Reply, Fault> {
-        self.call(timeout, |link| {
+        // Behind Sentinel, a waiter's connection may still go to a master the sentinels replaced,
+        // where the lock looks free once its holder renews on the new one: ask where the master
+        // is now (at most once a second).
+        self.master_moved(timeout / 2, false);
+        let listen = |link: &mut Link| {
             if wait && !link.subscribed {
                 let reply = ask.acquire_listening(&mut link.conn, ticket)?;
                 link.subscribed = true;
                 return Ok(reply);
             }
             ask.acquire(&mut link.conn, wait, ticket)
+        };
+        self.call_acked(timeout, replicas, listen, |reply| {
+            matches!(reply, Reply::Granted(_))
         })
     }
 
@@ -322,7 +388,7 @@ impl Server {
         }
     }
 
-    fn classify(&self, e: &RedisError, timeout: Duration) -> Fault {
+    pub(super) fn classify(&self, e: &RedisError, timeout: Duration) -> Fault {
         Fault::classify(&self.addr, e, timeout)
     }
 }

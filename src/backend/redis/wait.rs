@@ -139,8 +139,10 @@ impl RedisBackend {
             if let Some(token) = self.listen(&ask.keys.base, place.server, until, waiting) {
                 // Alone, the grant is the lock, with a lease that ends after the last attempt's
                 // send time plus the ttl; take it unless that time is old. With Redlock it only
-                // says "try again now", everywhere.
-                if self.count == 1 && place.sent.elapsed() < ttl / 6 {
+                // says "try again now", everywhere; with --replicas too, as the grant was written
+                // by the releaser's connection, and only a write of our own (the next round finds
+                // the lock ours and extends it) can be waited for on ours.
+                if self.count == 1 && self.replicas == 0 && place.sent.elapsed() < ttl / 6 {
                     return Ok(Some(Box::new(self.lease(ask, token, place.sent))));
                 }
             }

@@ -1,0 +1,377 @@
+//! A master found through Redis Sentinel: `redis+sentinel://[user:password@]host:port[,host:port…]
+//! /MASTER[/db][?sentinel_password=P]`. The user and password are the data nodes'; the sentinels'
+//! own password, if they have one, is the query parameter. The master's address is asked of the
+//! sentinels (`SENTINEL GET-MASTER-ADDR-BY-NAME`) on every new connection, so a connection that
+//! broke or met a demoted master (READONLY) is reopened to whichever node the sentinels now name.
+
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
+
+use super::fault::{Fault, FaultKind};
+use super::server::Server;
+use crate::exit::{Failure, Tagged};
+use crate::signal::interrupt;
+use crate::text::percent_decode;
+use crate::url::redact;
+
+pub(super) const SCHEME: &str = "redis+sentinel://";
+
+/// How long a sentinel that answers nothing may hold up the question at least, before the next
+/// one is asked (each gets a share of the connect timeout, but no less than this).
+const LEAST_PER_SENTINEL: Duration = Duration::from_millis(200);
+
+/// The sentinels that name the master, and how to ask them.
+pub(super) struct Sentinels {
+    /// The master's name as the sentinels know it.
+    pub(super) master: String,
+    /// `host:port` of each sentinel, in the order given.
+    addrs: Vec<(String, u16)>,
+    password: Option<String>,
+}
+
+/// A sentinel URL taken apart: the sentinels, and a plain `redis://` URL for the data nodes with
+/// a placeholder address, which the master's replaces on each connection.
+pub(super) struct Parsed {
+    pub(super) sentinels: Sentinels,
+    pub(super) data_url: String,
+    /// `redis+sentinel://host:port,.../MASTER[/db]`, without credentials.
+    pub(super) location: String,
+}
+
+fn usage(message: String) -> anyhow::Error {
+    Tagged::error(Failure::Usage, anyhow!(message))
+}
+
+/// Takes a `redis+sentinel://` URL apart, or says what is wrong with it (a usage error).
+pub(super) fn parse(url: &str) -> anyhow::Result<Parsed> {
+    let shown = redact(url);
+    let rest = url
+        .strip_prefix(SCHEME)
+        .ok_or_else(|| usage(format!("{shown:?} is not a redis+sentinel:// URL")))?;
+    let (rest, query) = match rest.split_once('?') {
+        Some((rest, query)) => (rest, Some(query)),
+        None => (rest, None),
+    };
+    if rest.contains('#') {
+        return Err(usage(format!(
+            "malformed redis URL {shown:?}: write `#` in a password as %23"
+        )));
+    }
+    let (authority, path) = rest.split_once('/').ok_or_else(|| {
+        usage(format!(
+            "redis sentinel URL {shown:?} names no master: use {SCHEME}host:port,host:port/MASTER"
+        ))
+    })?;
+    if path.contains('@') {
+        return Err(usage(format!(
+            "malformed redis URL {shown:?}: write `/`, `?`, `#` and `@` in a user name or \
+             password as %2F, %3F, %23 and %40"
+        )));
+    }
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (Some(userinfo), hosts),
+        None => (None, authority),
+    };
+    let addrs = hosts
+        .split(',')
+        .map(|h| {
+            host_port(h).ok_or_else(|| {
+                usage(format!(
+                    "redis sentinel URL {shown:?}: {h:?} is not host:port"
+                ))
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (master, db) = match path.split_once('/') {
+        Some((master, db)) => (master, Some(db)),
+        None => (path, None),
+    };
+    let master = percent_decode(master)
+        .filter(|m| !m.is_empty() && !m.chars().any(char::is_control))
+        .ok_or_else(|| {
+            usage(format!(
+                "redis sentinel URL {shown:?} names no readable master"
+            ))
+        })?;
+    let db = match db {
+        None | Some("") => 0,
+        Some(db) => db.parse::<u32>().map_err(|_| {
+            usage(format!(
+                "redis sentinel URL {shown:?}: {db:?} is not a database number"
+            ))
+        })?,
+    };
+    let mut password = None;
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match pair.split_once('=') {
+            Some(("sentinel_password", value)) => {
+                password = Some(percent_decode(value).ok_or_else(|| {
+                    usage(format!(
+                        "redis sentinel URL {shown:?}: unreadable sentinel_password"
+                    ))
+                })?)
+            }
+            _ => {
+                return Err(usage(format!(
+                    "redis sentinel URL {shown:?}: the only query parameter is sentinel_password"
+                )))
+            }
+        }
+    }
+    let hosts_shown: Vec<String> = addrs.iter().map(|(h, p)| show_addr(h, *p)).collect();
+    let db_shown = if db == 0 {
+        String::new()
+    } else {
+        format!("/{db}")
+    };
+    let location = format!(
+        "{SCHEME}{}/{}{db_shown}",
+        hosts_shown.join(","),
+        shown_master(&master)
+    );
+    let credentials = userinfo.map_or(String::new(), |u| format!("{u}@"));
+    Ok(Parsed {
+        sentinels: Sentinels {
+            master,
+            addrs,
+            password,
+        },
+        data_url: format!("redis://{credentials}127.0.0.1:6379/{db}"),
+        location,
+    })
+}
+
+/// A master name as the location shows it: printable, at most 100 characters.
+fn shown_master(master: &str) -> String {
+    crate::lock::escaped(master, 100)
+}
+
+/// `host:port` or `[v6]:port`.
+fn host_port(text: &str) -> Option<(String, u16)> {
+    let (host, port) = text.rsplit_once(':')?;
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.strip_suffix(']')?,
+        None => host,
+    };
+    valid_host(host).then_some(())?;
+    Some((host.to_owned(), port.parse().ok().filter(|p| *p != 0)?))
+}
+
+/// A host name, an IPv4 or an IPv6 address (without brackets).
+fn valid_host(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 255
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._:".contains(c))
+}
+
+fn show_addr(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+impl Sentinels {
+    /// The sentinels, as messages name them.
+    fn shown(&self) -> String {
+        let addrs: Vec<String> = self.addrs.iter().map(|(h, p)| show_addr(h, *p)).collect();
+        addrs.join(",")
+    }
+
+    /// Asks the sentinels in turn for the master's address, within `timeout` in all. A sentinel
+    /// that answers becomes the first asked next time. `template`: the data nodes' settings,
+    /// whose TCP settings the question uses too.
+    pub(super) fn master_addr(
+        &mut self,
+        template: &ConnectionInfo,
+        timeout: Duration,
+    ) -> Result<(String, u16), Fault> {
+        let until = Instant::now() + timeout;
+        let mut failures: Vec<String> = Vec::new();
+        let mut unknown = false;
+        for i in 0..self.addrs.len() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let share = left
+                .checked_div(u32::try_from(self.addrs.len() - i).unwrap_or(u32::MAX))
+                .unwrap_or(left)
+                .max(LEAST_PER_SENTINEL)
+                .min(left);
+            let (host, port) = self.addrs[i].clone();
+            let shown = show_addr(&host, port);
+            match self.ask(template, &host, port, share) {
+                Ok(Some(found)) => {
+                    self.addrs[..=i].rotate_right(1);
+                    return Ok(found);
+                }
+                Ok(None) => unknown = true,
+                Err(e) => {
+                    let fault = Fault::classify(&format!("sentinel {shown}"), &e, share);
+                    if fault.is_fatal() {
+                        return Err(fault);
+                    }
+                    failures.push(format!("{shown}: {}", fault.detail()));
+                }
+            }
+        }
+        let master = shown_master(&self.master);
+        if unknown {
+            return Err(Fault::new(
+                &self.shown(),
+                FaultKind::NoMaster,
+                format!("monitor no master named {master:?}"),
+            ));
+        }
+        if failures.is_empty() {
+            failures.push(format!(
+                "no answer within {}",
+                humantime::format_duration(timeout)
+            ));
+        }
+        Err(Fault::new(
+            &format!("any sentinel of {master:?}"),
+            FaultKind::Down,
+            failures.join("; "),
+        ))
+    }
+
+    /// One sentinel's answer: the master's address, or `None` when it monitors no such master.
+    fn ask(
+        &self,
+        template: &ConnectionInfo,
+        host: &str,
+        port: u16,
+        timeout: Duration,
+    ) -> redis::RedisResult<Option<(String, u16)>> {
+        let _alarm = interrupt::Alarm::at(Instant::now() + timeout + Duration::from_millis(20));
+        let mut settings = redis::RedisConnectionInfo::default()
+            .set_skip_set_lib_name()
+            .set_protocol(ProtocolVersion::RESP2);
+        if let Some(password) = &self.password {
+            settings = settings.set_password(password);
+        }
+        let info = template
+            .clone()
+            .set_addr(ConnectionAddr::Tcp(host.to_owned(), port))
+            .set_redis_settings(settings)
+            .into_connection_info()?;
+        let mut conn = redis::Client::open(info)?.get_connection_with_timeout(timeout)?;
+        conn.set_read_timeout(Some(timeout))?;
+        conn.set_write_timeout(Some(timeout))?;
+        let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.master)
+            .query(&mut conn)?;
+        // The answer names where dlock connects next, and what its messages show: a host name or
+        // an address, nothing else.
+        match reply {
+            Some((host, _)) if !valid_host(&host) => Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "the sentinel named the master by an address that is not a host name or IP",
+            ))),
+            reply => Ok(reply),
+        }
+    }
+}
+
+/// How often a holder asks the sentinels whether its master is still the master.
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
+impl Server {
+    /// For a sentinel-managed master: asks the sentinels where it is now and points the client
+    /// there. False when there are no sentinels to ask.
+    pub(super) fn find_master(&mut self, timeout: Duration) -> Result<bool, Fault> {
+        let Some((sentinels, settings)) = self.sentinel.as_mut() else {
+            return Ok(false);
+        };
+        let (host, port) = sentinels.master_addr(settings, timeout)?;
+        self.master = Some(((host.clone(), port), Instant::now()));
+        self.addr = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let info = settings.clone().set_addr(ConnectionAddr::Tcp(host, port));
+        self.client = Client::open(info).map_err(|e| self.classify(&e, timeout))?;
+        Ok(true)
+    }
+
+    /// For a sentinel-managed master: whether the sentinels now name another node than the one
+    /// this connection goes to, asked at most every `LOOK_AGAIN` unless `now`. A forced failover
+    /// leaves the old master running, and taking writes, for seconds before the sentinels make it
+    /// a replica (and close its connections): a holder that kept renewing there would renew a
+    /// lease that no longer counts. When it moved, the connection is dropped, so the next call
+    /// goes to the new master. A lookup that fails changes nothing.
+    pub(super) fn master_moved(&mut self, timeout: Duration, now: bool) -> bool {
+        let (Some((sentinels, settings)), Some((addr, asked))) =
+            (self.sentinel.as_mut(), self.master.as_mut())
+        else {
+            return false;
+        };
+        if self.link.is_none() || (!now && asked.elapsed() < LOOK_AGAIN) {
+            return false;
+        }
+        *asked = Instant::now();
+        match sentinels.master_addr(settings, timeout) {
+            Ok(found) if found != *addr => {
+                self.link = None;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sentinel_url_names_sentinels_master_and_db() {
+        let p = parse(
+            "redis+sentinel://u:pw@127.0.0.1:26379,[::1]:26380/main/2?sentinel_password=s%40x",
+        )
+        .unwrap();
+        assert_eq!(
+            p.location,
+            "redis+sentinel://127.0.0.1:26379,[::1]:26380/main/2"
+        );
+        assert_eq!(p.sentinels.master, "main");
+        assert_eq!(p.sentinels.password.as_deref(), Some("s@x"));
+        assert_eq!(p.data_url, "redis://u:pw@127.0.0.1:6379/2");
+        for bad in [
+            "redis+sentinel://127.0.0.1:26379",
+            "redis+sentinel://127.0.0.1:26379/",
+            "redis+sentinel://127.0.0.1/main",
+            "redis+sentinel://127.0.0.1:26379/main/x",
+            "redis+sentinel://127.0.0.1:26379/main?password=x",
+            "redis+sentinel://a:b@c@127.0.0.1:1/main/@",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Passwords anywhere: no refusal and no location shows them.
+        #[test]
+        fn no_message_shows_a_password(url in crate::url::with_password()) {
+            let url = url.replacen("redis://", SCHEME, 1);
+            let shown = match parse(&url) {
+                Ok(p) => p.location,
+                Err(e) => format!("{e:#}"),
+            };
+            proptest::prop_assert!(!shown.contains("SECRET"), "{} gave {}", url, shown);
+        }
+    }
+}

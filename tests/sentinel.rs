@@ -1,0 +1,312 @@
+//! Redis behind Sentinel (`redis+sentinel://`) and `--replicas`, against a real master, two
+//! replicas and three sentinels started per test: a forced failover while a lock is held and
+//! waited for, replicas that do not acknowledge, and sentinels that cannot help.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::redis_server::{dlock_at, free_port, RedisServer};
+use crate::support::sentinel_set::SentinelSet;
+use crate::support::watched::Watched;
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+/// A `dlock -v run` whose command writes its token to `token_file` and then runs until
+/// `release_file` exists (bounded to a minute).
+fn holder(
+    set: &SentinelSet,
+    options: &[&str],
+    name: &str,
+    token_file: &Path,
+    release_file: &Path,
+) -> Watched {
+    let script = format!(
+        "echo $DLOCK_TOKEN > {t}.tmp; mv {t}.tmp {t}; i=0; \
+         while [ ! -e {r} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done",
+        t = token_file.display(),
+        r = release_file.display()
+    );
+    let mut args = vec!["-v", "run"];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&[name, "--", "sh", "-c", &script]);
+    Watched::start(set.dlock(&args))
+}
+
+fn token_in(path: &Path) -> u64 {
+    let text = std::fs::read_to_string(path).expect("token file");
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("not a token: {text:?}"))
+}
+
+fn touch(path: &Path) {
+    std::fs::write(path, "").expect("touch");
+}
+
+/// The fencing counter of `name` on `node`.
+fn counter(node: &RedisServer, name: &str) -> u64 {
+    redis::cmd("GET")
+        .arg(format!("dlock:{{{name}}}:token"))
+        .query::<Option<u64>>(&mut node.connection())
+        .expect("GET the token")
+        .unwrap_or(0)
+}
+
+#[test]
+fn with_replicas_a_failover_keeps_the_lock_and_tokens_keep_growing() {
+    let set = SentinelSet::start();
+    let dir = LockDir::new();
+    let options = ["--replicas", "1", "--ttl", "6s"];
+    let (a_token, a_done) = (dir.file("a.token"), dir.file("a.done"));
+    let mut a = holder(&set, &options, "job", &a_token, &a_done);
+    wait_for_file(&a_token, T);
+    let first = token_in(&a_token);
+    let (b_token, b_done) = (dir.file("b.token"), dir.file("b.done"));
+    let mut b = holder(&set, &options, "job", &b_token, &b_done);
+    b.wait_for("waiting for lock", T);
+
+    let old = set.master_port();
+    let new = set.fail_over();
+    assert_ne!(old, new);
+    // The holder renews on the new master for longer than its lease, so the waiter, whose
+    // connection went to the old master, must have followed too to keep waiting.
+    a.wait_for_more("renewed", 4, T);
+    assert!(
+        !b_token.exists(),
+        "the waiter got the lock while it was held"
+    );
+    touch(&a_done);
+    let (status, err) = a.finish(T);
+    assert_eq!(
+        status, 0,
+        "the holder must keep its lock through the failover:\n{err}"
+    );
+
+    wait_for_file(&b_token, T);
+    let second = token_in(&b_token);
+    assert!(second > first, "token {second} after {first}");
+    touch(&b_done);
+    let (status, err) = b.finish(T);
+    assert_eq!(status, 0, "{err}");
+
+    let out = output(set.dlock(&[
+        "run",
+        "--replicas",
+        "1",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_TOKEN",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let third: u64 = stdout(&out).trim().parse().expect("a token");
+    assert!(third > second, "token {third} after {second}");
+    assert!(counter(set.master(), "job") >= third);
+}
+
+/// A forced failover leaves the old master running, and taking writes, for seconds before the
+/// sentinels turn it into a replica: a holder that kept renewing there would let its lease on the
+/// new master run out. It asks the sentinels and renews on the new master.
+#[test]
+fn a_holder_renews_on_the_new_master_after_a_forced_failover() {
+    let set = SentinelSet::start();
+    let dir = LockDir::new();
+    let (token, done) = (dir.file("a.token"), dir.file("a.done"));
+    let mut a = holder(&set, &["--ttl", "3s"], "job", &token, &done);
+    wait_for_file(&token, T);
+    // Without --replicas nothing waits for the replicas (the window the README states): here
+    // the test does, so that the new master starts with the lease.
+    for replica in set.replicas() {
+        wait_until("the lease on a replica", T, || {
+            replica.keys().contains(&"dlock:{job}:holders".to_owned())
+        });
+    }
+    let (b_token, b_done) = (dir.file("b.token"), dir.file("b.done"));
+    let mut b = holder(&set, &["--ttl", "3s"], "job", &b_token, &b_done);
+    b.wait_for("waiting for lock", T);
+    set.fail_over();
+    // Longer than the lease: only renewals on the new master keep it there, and only a waiter
+    // that followed too does not find it free on the old one.
+    a.wait_for_more("renewed", 5, T);
+    let out = output(set.dlock(&["status", "job"]));
+    assert_eq!(
+        code(&out),
+        0,
+        "the lock is free on the new master: {}",
+        stdout(&out)
+    );
+    assert!(
+        !b_token.exists(),
+        "the waiter got the lock while it was held"
+    );
+    touch(&done);
+    let (status, err) = a.finish(T);
+    assert_eq!(status, 0, "{err}");
+    wait_for_file(&b_token, T);
+    assert!(token_in(&b_token) > token_in(&token));
+    touch(&b_done);
+    let (status, err) = b.finish(T);
+    assert_eq!(status, 0, "{err}");
+}
+
+#[test]
+fn replicas_that_do_not_acknowledge_refuse_the_lock_or_end_the_lease() {
+    let set = SentinelSet::start();
+    let dir = LockDir::new();
+    let (token, done) = (dir.file("a.token"), dir.file("a.done"));
+    let a = holder(
+        &set,
+        &["--replicas", "2", "--ttl", "3s"],
+        "job",
+        &token,
+        &done,
+    );
+    wait_for_file(&token, T);
+
+    let replicas = set.replicas();
+    for r in &replicas {
+        r.pause();
+    }
+    // Renewals are no longer acknowledged: the lease runs out and the command is stopped.
+    let (status, err) = a.finish(T);
+    assert_eq!(status, 79, "{err}");
+    assert!(err.contains("replicas acknowledged"), "{err}");
+
+    // The same without acknowledgements: refused, and the lock given back (a later run without
+    // --replicas gets it at once).
+    let out = output(set.dlock(&[
+        "--connect-timeout",
+        "1s",
+        "run",
+        "--replicas",
+        "1",
+        "job",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("only 0 of 1 replicas acknowledged"),
+        "{}",
+        stderr(&out)
+    );
+    // Without --replicas dlock does not wait for them: the lock is granted though no replica has
+    // it (the window the README describes).
+    let out = output(set.dlock(&["run", "-n", "job", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    for r in &replicas {
+        r.resume();
+    }
+}
+
+#[test]
+fn a_master_the_sentinels_do_not_know_is_a_clear_error() {
+    let set = SentinelSet::start();
+    let out = output(dlock_at(
+        &[set.url_for("nosuch")],
+        &["run", "job", "--", "true"],
+    ));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("monitor no master named \"nosuch\""),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn sentinels_all_down_is_backend_unavailable() {
+    let ports = [free_port(), free_port()];
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{}/main",
+        ports[0], ports[1]
+    );
+    let out = output(dlock_at(&[url], &["run", "job", "--", "true"]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("any sentinel of \"main\"") && err.contains("connection refused"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn replicas_is_for_the_redis_backend_only() {
+    let dir = LockDir::new();
+    let out = output(dir.dlock(&["run", "--replicas", "1", "job", "--", "true"]));
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--replicas"), "{}", stderr(&out));
+    // From the environment (set fleet-wide for Redis) it does not break another backend's run.
+    let mut cmd = dir.dlock(&["run", "job", "--", "true"]);
+    cmd.env("DLOCK_REPLICAS", "1");
+    let out = output(cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+/// `--replicas` also on a plain `redis://` master with a replica of its own: granted once the
+/// replica acknowledged, refused (69, lock given back) while it does not answer.
+#[test]
+fn replicas_work_on_a_plain_master_too() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_until("the replica online", T, || {
+        crate::support::sentinel_set::info(&master, "replication").contains("state=online")
+    });
+    let run = |options: &[&str]| {
+        let mut args = vec!["--connect-timeout", "1s", "run"];
+        args.extend_from_slice(options);
+        args.extend_from_slice(&["job", "--", "true"]);
+        output(master.dlock(&args))
+    };
+    let out = run(&["--replicas", "1"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    replica.pause();
+    let out = run(&["--replicas", "1"]);
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("only 0 of 1 replicas acknowledged"),
+        "{}",
+        stderr(&out)
+    );
+    // Also when it would not wait (its refusal leaves no queue place to clean up after it).
+    let out = run(&["-n", "--replicas", "2"]);
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    replica.resume();
+    let out = run(&["-n"]);
+    assert_eq!(
+        code(&out),
+        0,
+        "the refused runs gave the lock back: {}",
+        stderr(&out)
+    );
+}
+
+/// A sentinel's answer is outside input: a master "address" with a terminal escape in it is
+/// refused (69), and the message does not carry the escape.
+#[test]
+fn a_sentinel_naming_an_unreadable_address_is_refused() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let port = listener.local_addr().expect("its address").port();
+    let liar = std::thread::spawn(move || {
+        // One connection, one question, one answer: [host with an escape, port].
+        let (mut conn, _) = listener.accept().expect("dlock connects");
+        conn.set_read_timeout(Some(T)).expect("a read timeout");
+        let mut question = [0u8; 512];
+        let _ = conn.read(&mut question);
+        let _ = conn.write_all(b"*2\r\n$8\r\nevil\x1b[2J\r\n$4\r\n6379\r\n");
+    });
+    let url = format!("redis+sentinel://127.0.0.1:{port}/main");
+    let out = output(dlock_at(&[url], &["run", "job", "--", "true"]));
+    let _ = liar.join();
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("not a host name or IP") && !err.contains('\u{1b}'),
+        "{err:?}"
+    );
+}

@@ -1,0 +1,232 @@
+//! A Redis master with two replicas and three sentinels (Debian's redis-sentinel) for one test, on
+//! free loopback ports with their own temp dirs; ready when `start` returns (both replicas online,
+//! every sentinel knows them), all killed when dropped. Only processes started here are signalled.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::redis_server::{dlock_at, free_port, RedisServer};
+use super::wait_until;
+
+/// The master's name as the sentinels know it.
+pub const MASTER: &str = "main";
+
+/// How long the set may take to be ready, or a failover to finish.
+const WITHIN: Duration = Duration::from_secs(30);
+
+pub struct SentinelSet {
+    /// The first master, then the two replicas (roles change with a failover).
+    pub nodes: Vec<RedisServer>,
+    sentinels: Vec<Sentinel>,
+}
+
+struct Sentinel {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl SentinelSet {
+    pub fn start() -> SentinelSet {
+        SentinelSet::start_with(&[])
+    }
+
+    /// A set whose data nodes get `args` too (`["--databases", "1000"]`).
+    pub fn start_with(args: &[&str]) -> SentinelSet {
+        // A replica that must resync in full after the failover (it followed the old master
+        // past the point where the new one was promoted) starts at once, not after Redis's
+        // default 5 s of waiting for other replicas to share the transfer with.
+        let quick = [args, &["--repl-diskless-sync-delay", "0"]].concat();
+        let master = RedisServer::start_with(&quick);
+        let of = master.port().to_string();
+        let mut nodes = vec![master];
+        for _ in 0..2 {
+            nodes.push(RedisServer::start_with(
+                &[&quick[..], &["--replicaof", "127.0.0.1", &of]].concat(),
+            ));
+        }
+        wait_until("both replicas online", WITHIN, || {
+            info(&nodes[0], "replication")
+                .matches("state=online")
+                .count()
+                == 2
+        });
+        // Online is not yet streaming: wait until a write reaches both.
+        let _: () = redis::cmd("SET")
+            .arg("sentinel-set:ready")
+            .arg(1)
+            .query(&mut nodes[0].connection())
+            .expect("SET on the master");
+        for replica in &nodes[1..] {
+            wait_until("a write to reach a replica", WITHIN, || {
+                replica.keys().contains(&"sentinel-set:ready".to_owned())
+            });
+        }
+        let sentinels = (0..3).map(|_| Sentinel::start(nodes[0].port())).collect();
+        let set = SentinelSet { nodes, sentinels };
+        for i in 0..set.sentinels.len() {
+            wait_until("a sentinel that knows both replicas", WITHIN, || {
+                set.sentinel_query(i, &["SENTINEL", "REPLICAS", MASTER])
+                    .is_ok_and(|v| matches!(v, redis::Value::Array(r) if r.len() == 2))
+            });
+        }
+        set
+    }
+
+    /// Every process of the set, with its directory: for a reaper that outlives a static set.
+    pub fn processes(&self) -> Vec<(u32, &Path)> {
+        let nodes = self.nodes.iter().map(|n| (n.pid(), n.dir()));
+        let sentinels = self.sentinels.iter().map(|s| (s.child.id(), s.dir.path()));
+        nodes.chain(sentinels).collect()
+    }
+
+    /// `redis+sentinel://` with every sentinel, naming `master`.
+    pub fn url_for(&self, master: &str) -> String {
+        let addrs: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!("redis+sentinel://{}/{master}", addrs.join(","))
+    }
+
+    pub fn url(&self) -> String {
+        self.url_for(MASTER)
+    }
+
+    /// `dlock --backend redis --url <the sentinels> ARGS`.
+    pub fn dlock(&self, args: &[&str]) -> Command {
+        dlock_at(&[self.url()], args)
+    }
+
+    fn sentinel_query(&self, i: usize, args: &[&str]) -> redis::RedisResult<redis::Value> {
+        let url = format!("redis://127.0.0.1:{}", self.sentinels[i].port);
+        let mut conn = redis::Client::open(url)?.get_connection_with_timeout(WITHIN)?;
+        conn.set_read_timeout(Some(WITHIN))?;
+        let mut cmd = redis::cmd(args[0]);
+        cmd.arg(&args[1..]);
+        cmd.query(&mut conn)
+    }
+
+    /// The port of the master the sentinels name now.
+    pub fn master_port(&self) -> u16 {
+        let addr: (String, u16) = self
+            .sentinel_query(0, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER])
+            .and_then(|v| Ok(redis::from_redis_value(v)?))
+            .expect("the sentinel names the master");
+        addr.1
+    }
+
+    /// The node that is the master now.
+    pub fn master(&self) -> &RedisServer {
+        let port = self.master_port();
+        self.nodes
+            .iter()
+            .find(|n| n.port() == port)
+            .expect("the master is one of the nodes")
+    }
+
+    /// The nodes that are replicas now.
+    pub fn replicas(&self) -> Vec<&RedisServer> {
+        let port = self.master_port();
+        self.nodes.iter().filter(|n| n.port() != port).collect()
+    }
+
+    /// `SENTINEL FAILOVER` (retried while the sentinel finds no replica good enough yet), then
+    /// waits until the sentinels name the new master, it answers as one, and a replica follows it.
+    /// Returns the new master's port.
+    pub fn fail_over(&self) -> u16 {
+        let old = self.master_port();
+        let end = Instant::now() + WITHIN;
+        loop {
+            match self.sentinel_query(0, &["SENTINEL", "FAILOVER", MASTER]) {
+                Ok(_) => break,
+                Err(e) if Instant::now() < end => {
+                    eprintln!("SENTINEL FAILOVER: {e}; again");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("SENTINEL FAILOVER failed: {e}"),
+            }
+        }
+        wait_until("the sentinels to name a new master", WITHIN, || {
+            (0..self.sentinels.len()).all(|i| {
+                self.sentinel_query(i, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER])
+                    .and_then(|v| Ok(redis::from_redis_value::<(String, u16)>(v)?))
+                    .is_ok_and(|(_, port)| port != old)
+            })
+        });
+        let new = self.master_port();
+        wait_until("the new master to have a replica online", WITHIN, || {
+            let node = self.nodes.iter().find(|n| n.port() == new);
+            node.is_some_and(|n| info(n, "replication").contains("state=online"))
+        });
+        new
+    }
+}
+
+/// `INFO section` of `node`, or "" when it does not answer.
+pub fn info(node: &RedisServer, section: &str) -> String {
+    redis::cmd("INFO")
+        .arg(section)
+        .query(&mut node.connection())
+        .unwrap_or_default()
+}
+
+impl Sentinel {
+    fn start(master_port: u16) -> Sentinel {
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = tempfile::tempdir().expect("temp dir for redis-sentinel");
+            let conf = dir.path().join("sentinel.conf");
+            let text = format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir {dir}\n\
+                 sentinel monitor {MASTER} 127.0.0.1 {master_port} 2\n\
+                 sentinel down-after-milliseconds {MASTER} 2000\n\
+                 sentinel failover-timeout {MASTER} 10000\n\
+                 sentinel parallel-syncs {MASTER} 2\n",
+                dir = dir.path().display()
+            );
+            std::fs::write(&conf, text).expect("write sentinel.conf");
+            let mut child = match Command::new("redis-sentinel")
+                .arg(&conf)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+            {
+                Ok(child) => child,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+                    "redis-sentinel is not installed; scripts/test installs it \
+                     (apt-get install redis-sentinel)"
+                ),
+                Err(e) => panic!("cannot start redis-sentinel: {e}"),
+            };
+            let stdout = child.stdout.take().expect("piped stdout");
+            let (tx, rx) = std::sync::mpsc::channel();
+            // Drains the sentinel's output while it runs, and says when it monitors the master.
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if line.contains("+monitor master") {
+                        let _ = tx.send(());
+                    }
+                }
+            });
+            if rx.recv_timeout(WITHIN).is_ok() {
+                return Sentinel { child, port, dir };
+            }
+            // It exited (its port was taken) or never got ready: try another port.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("redis-sentinel did not start after 5 tries");
+    }
+}
