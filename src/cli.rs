@@ -355,6 +355,7 @@ impl RunArgs {
                 owner: owner.clone(),
                 // An empty message (DLOCK_MESSAGE= set fleet-wide) is none.
                 message: self.message.clone().filter(|m| !m.is_empty()),
+                min_hold: None,
             })
             .collect();
         Ok(RunPlan {

@@ -477,6 +477,9 @@ pub struct LockRequest {
     pub owner: String,
     /// What the holder says it holds the lock for (`--message`), checked by `check_message`.
     pub message: Option<String>,
+    /// Keep the lock taken until this long after the acquisition (by the store's clock), also
+    /// when the holder ends sooner (`--min-hold`).
+    pub min_hold: Option<Duration>,
 }
 
 /// The locks a tree lock on `path` takes, in the tree-locking scheme of document stores: every

@@ -56,6 +56,7 @@ fn takes(kind: BackendKind, url: &str) -> bool {
         BackendKind::Zk => url.starts_with("zk://"),
         BackendKind::Postgres => url.starts_with("postgres://") || url.starts_with("postgresql://"),
         BackendKind::Etcd => url.starts_with("etcd://") || url.starts_with("etcds://"),
+        BackendKind::Mysql => url.starts_with("mysql://"),
     }
 }
 

@@ -109,6 +109,7 @@ contract! {
         zk => Target::suite_zk(),
         postgres => Target::suite_postgres(),
         etcd => Target::etcd_backend(),
+        mysql => Target::suite_mysql(),
     }
     scenarios: {
         exit_codes: [

@@ -126,7 +126,7 @@ pub fn a_message_with_control_characters_or_over_256_bytes_is_a_usage_error(t: &
 }
 
 /// `status` and `list` give each holder's lease end where the backend keeps a lease others can see
-/// (Redis: by the server's clock, within the ttl), null where it does not (a lock file; a
+/// (Redis, MySQL: by the server's clock, within the ttl), null where it does not (a lock file; a
 /// ZooKeeper session's end, which only its own client sees); and the waiters in line, first first,
 /// where the backend keeps a line (Redis, ZooKeeper), null for the file backend.
 pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
@@ -140,7 +140,7 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
     let status: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("status JSON");
     let expires = &status["holders"][0]["expires_at"];
     let waiters = &status["waiters"];
-    if t.kind == Kind::Redis {
+    if matches!(t.kind, Kind::Redis | Kind::Mysql) {
         let at = humantime::parse_rfc3339(expires.as_str().expect("an RFC 3339 time"))
             .expect("RFC 3339");
         // Renewed every third of the ttl, so between a third of it and all of it from now.
@@ -151,9 +151,12 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
     } else {
         assert!(expires.is_null(), "{status}");
     }
-    // The file backend keeps no queue; PostgreSQL and etcd keep one but do not report it yet
-    // (issue 13): null, never a wrong list.
-    if matches!(t.kind, Kind::File | Kind::Postgres | Kind::Etcd) {
+    // The file backend keeps no queue; PostgreSQL, etcd and MySQL keep one but do not report it
+    // yet (issue 13): null, never a wrong list.
+    if matches!(
+        t.kind,
+        Kind::File | Kind::Postgres | Kind::Etcd | Kind::Mysql
+    ) {
         assert!(waiters.is_null(), "{status}");
     } else {
         let pids: Vec<_> = waiters
