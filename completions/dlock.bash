@@ -72,11 +72,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -110,11 +110,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -284,11 +284,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -318,11 +318,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -352,11 +352,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -430,11 +430,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -464,11 +464,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)

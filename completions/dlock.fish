@@ -28,7 +28,8 @@ complete -c dlock -n "__fish_dlock_needs_command" -s b -l backend -d 'Where lock
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_needs_command" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
@@ -53,7 +54,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Whe
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s x -l exclusive -d 'Take the lock exclusively (the default; flock\'s -e works too)'
@@ -67,7 +69,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d '
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print JSON: name, held, location, holders (mode, host, pid, owner, since, token, message, expires_at: the lease\'s end by the server\'s clock, null without a lease) and waiters (in line, first first; null where the backend keeps no line)'
@@ -78,7 +81,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -s b -l backend -d 'Wh
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l json -d 'Print a JSON array of what `status --json` prints, one per held lock'
@@ -93,7 +97,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand hold" -s b -l backend -d 'Wh
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s x -l exclusive -d 'Take the lock exclusively (the default; flock\'s -e works too)'
@@ -107,7 +112,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand release" -s b -l backend -d 
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l force -d 'Break the lock for whoever holds it, instead of giving up this shell\'s `dlock hold`'
@@ -119,7 +125,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand generate" -s b -l backend -d
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'

@@ -14,6 +14,7 @@ mod flock_habits;
 mod group_kill;
 mod hostile;
 mod job_control;
+mod mysql;
 mod netfaults;
 mod postgres;
 mod redis;

@@ -645,7 +645,7 @@ fn passwords_and_acl_users_work_and_a_wrong_password_exits_69() {
 }
 
 /// A CA and a server certificate for 127.0.0.1, made with the openssl command.
-fn make_tls_files(dir: &LockDir) -> TlsFiles {
+pub fn make_tls_files(dir: &LockDir) -> TlsFiles {
     let openssl = |args: &[&str]| {
         let out = Command::new("openssl")
             .args(args)

@@ -165,8 +165,14 @@ mod tests {
             "zk://127.0.0.1:1",
             "http://127.0.0.1:1",
             "unix:///nonexistent.sock",
+            "mysql://127.0.0.1:1/db",
         ];
-        for kind in [BackendKind::File, BackendKind::Redis, BackendKind::Zk] {
+        for kind in [
+            BackendKind::File,
+            BackendKind::Redis,
+            BackendKind::Zk,
+            BackendKind::Mysql,
+        ] {
             for url in urls {
                 let config = BackendConfig {
                     kind,

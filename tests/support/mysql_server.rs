@@ -24,6 +24,8 @@ pub struct MyServer {
     child: Option<Child>,
     /// `mariadbd` options beyond the usual ones (TLS).
     extra: Vec<String>,
+    /// Environment beyond the inherited one (a clock shifted by libfaketime).
+    env: Vec<(String, String)>,
 }
 
 /// Runs `program` as `nobody` when we are root (setpriv execs, so a child's pid is the program's).
@@ -123,7 +125,27 @@ impl MyServer {
             port: free_port(),
             child: None,
             extra: vec![],
+            env: vec![],
         }
+    }
+
+    /// A server whose clock runs `shift` behind (`-`) or ahead of the machine's, through
+    /// libfaketime (Debian's `faketime`).
+    pub fn start_with_clock(shift: &str) -> MyServer {
+        let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+        assert!(
+            Path::new(lib).exists(),
+            "libfaketime is not installed ({lib} is missing): run scripts/test, which installs it"
+        );
+        let mut server = MyServer::init();
+        server.env = vec![
+            ("LD_PRELOAD".into(), lib.into()),
+            ("FAKETIME".into(), shift.into()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ];
+        server.launch();
+        server.setup();
+        server
     }
 
     fn launch(&mut self) {
@@ -132,8 +154,12 @@ impl MyServer {
             .append(true)
             .open(self.log_path())
             .expect("server log");
-        let mut cmd = as_server_user("/usr/sbin/mariadbd");
-        cmd.arg("--no-defaults")
+        // The environment through `env`, after setpriv: preloaded into setpriv itself, libfaketime
+        // would make its semaphore as root, which mariadbd as nobody then cannot open.
+        let mut cmd = as_server_user("/usr/bin/env");
+        cmd.args(self.env.iter().map(|(k, v)| format!("{k}={v}")))
+            .arg("/usr/sbin/mariadbd")
+            .arg("--no-defaults")
             .arg(format!(
                 "--datadir={}",
                 self.dir.path().join("data").display()

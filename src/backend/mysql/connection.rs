@@ -21,6 +21,8 @@ const SCHEMA: &str = include_str!("schema.sql");
 
 /// Longest a call may wait for an answer (the read timeout), whatever the connect timeout.
 const MAX_CALL: Duration = Duration::from_secs(10);
+/// How long creating the schema may wait for each statement.
+const SCHEMA_CALL: Duration = Duration::from_secs(30);
 /// Shortest read timeout: below it a loaded server's answers would look like outages.
 const MIN_CALL: Duration = Duration::from_millis(200);
 
@@ -88,20 +90,7 @@ fn fault(e: mysql::Error) -> Fault {
             code: e.code,
             message: e.message,
         },
-        Error::IoError(io) => Fault::Unreachable(match io.kind() {
-            std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
-            std::io::ErrorKind::ConnectionReset => "connection reset".into(),
-            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
-                "no answer in time".into()
-            }
-            std::io::ErrorKind::UnexpectedEof => "the server closed the connection".into(),
-            _ => io
-                .to_string()
-                .split(" (os error")
-                .next()
-                .unwrap_or("")
-                .to_owned(),
-        }),
+        Error::IoError(io) => Fault::Unreachable(io_failure(&io)),
         Error::DriverError(DriverError::ConnectTimeout) => {
             Fault::Unreachable("no answer in time".into())
         }
@@ -113,11 +102,37 @@ fn fault(e: mysql::Error) -> Fault {
         }
         Error::TlsError(e) => Fault::Unreachable(format!("TLS: {e}")),
         Error::DriverError(e) => Fault::Unreachable(e.to_string()),
-        Error::CodecError(_) => Fault::Unreachable("the connection broke".into()),
+        // A read or write that failed inside the packet codec.
+        Error::CodecError(c) => Fault::Unreachable(
+            std::error::Error::source(&c)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .map_or_else(|| "the connection broke".into(), io_failure),
+        ),
         Error::UrlError(e) => Fault::Unreachable(e.to_string()),
         Error::FromValueError(_) | Error::FromRowError(_) => {
             Fault::Unreachable("unexpected answer from the server".into())
         }
+    }
+}
+
+/// How a read or write failed, as people say it.
+fn io_failure(io: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match io.kind() {
+        ErrorKind::ConnectionRefused => "connection refused".into(),
+        ErrorKind::ConnectionReset => "connection reset".into(),
+        ErrorKind::TimedOut | ErrorKind::WouldBlock => "no answer in time".into(),
+        ErrorKind::UnexpectedEof => "the server closed the connection".into(),
+        // A TLS failure comes wrapped in an I/O error: its own message, which names the cause.
+        _ => match io.get_ref() {
+            Some(inner) => format!("TLS: {inner}"),
+            None => io
+                .to_string()
+                .split(" (os error")
+                .next()
+                .unwrap_or("")
+                .to_owned(),
+        },
     }
 }
 
@@ -148,6 +163,14 @@ impl Conn {
         if self.conn.is_some() {
             return Ok(());
         }
+        let conn = mysql::Conn::new(self.opts(self.call_timeout)?).map_err(fault)?;
+        self.conn = Some(conn);
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// The client's settings for a connection whose calls wait `call_timeout` at most.
+    fn opts(&self, call_timeout: Duration) -> Result<mysql::OptsBuilder, Fault> {
         let url = &self.url;
         let mut opts = mysql::OptsBuilder::new()
             .ip_or_hostname(Some(url.host.clone()))
@@ -158,8 +181,8 @@ impl Conn {
             .prefer_socket(false)
             .tcp_nodelay(true)
             .tcp_connect_timeout(Some(self.connect_timeout))
-            .read_timeout(Some(self.call_timeout))
-            .write_timeout(Some(self.call_timeout))
+            .read_timeout(Some(call_timeout))
+            .write_timeout(Some(call_timeout))
             .tcp_keepalive_time_ms(Some(10_000))
             // Known, so the client does not ask for it on every connection.
             .max_allowed_packet(Some(4 << 20));
@@ -181,10 +204,7 @@ impl Conn {
             }
             opts = opts.ssl_opts(Some(ssl));
         }
-        let conn = mysql::Conn::new(opts).map_err(fault)?;
-        self.conn = Some(conn);
-        self.generation += 1;
-        Ok(())
+        Ok(opts)
     }
 
     /// Runs `op` on the connection, connecting first if needed; a deadlock the server rolled
@@ -248,22 +268,11 @@ impl Conn {
         let schema = SCHEMA.replace("{p}", &prefix);
         let key = format!("{prefix}schema");
         let wait = self.connect_timeout.as_secs().max(1);
-        let result = self.call(|c| {
-            c.exec_drop("DO GET_LOCK(?, ?)", (&key, wait))?;
-            let mut result = Ok(());
-            for statement in schema.split("\n;;\n") {
-                match c.query_drop(statement) {
-                    Err(mysql::Error::MySqlError(e)) if e.code == PROCEDURE_EXISTS => {}
-                    Err(e) => {
-                        result = Err(e);
-                        break;
-                    }
-                    Ok(()) => {}
-                }
-            }
-            c.exec_drop("DO RELEASE_LOCK(?)", (&key,))?;
-            result
-        });
+        // On a connection of its own: DDL may take longer than a fifth of a lease.
+        let result = self
+            .opts(self.connect_timeout.max(SCHEMA_CALL))
+            .and_then(|opts| mysql::Conn::new(opts).map_err(fault))
+            .and_then(|mut c| create(&mut c, &key, wait, &schema).map_err(fault));
         match result {
             Ok(()) => {
                 self.schema_made = true;
@@ -292,4 +301,18 @@ impl Conn {
             Err(f) => Err(self.error(f).context("cannot create dlock's tables")),
         }
     }
+}
+
+/// Runs the schema's statements under the named lock `key` (waiting `wait` seconds for it); a
+/// procedure that exists already is kept.
+fn create(c: &mut mysql::Conn, key: &str, wait: u64, schema: &str) -> mysql::Result<()> {
+    c.exec_drop("DO GET_LOCK(?, ?)", (key, wait))?;
+    for statement in schema.split("\n;;\n") {
+        match c.query_drop(statement) {
+            Err(mysql::Error::MySqlError(e)) if e.code == PROCEDURE_EXISTS => {}
+            other => other?,
+        }
+    }
+    // The session ends with the connection, and its named lock with it.
+    Ok(())
 }

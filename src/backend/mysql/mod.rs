@@ -113,7 +113,6 @@ impl Backend for MyBackend {
     /// own first attempt).
     fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
         let ctx = || format!("cannot acquire lock {:?}", request.name.as_str());
-        let sent = std::time::Instant::now();
         let mut conn = lock(&self.conn);
         conn.fit_ttl(request.ttl);
         let reply = self
@@ -123,7 +122,7 @@ impl Backend for MyBackend {
             .with_context(ctx)?;
         drop(conn);
         match reply {
-            Reply::Granted(token) => Ok(Attempt::Acquired(Box::new(MyLease::new(
+            Reply::Granted(token, sent) => Ok(Attempt::Acquired(Box::new(MyLease::new(
                 self.conn.clone(),
                 self.recipe.clone(),
                 request,

@@ -2,7 +2,7 @@
 //! beside this one, with the table prefix filled in) and what their rows mean. Each is one round
 //! trip once prepared (the client keeps the prepared statements of its connection).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mysql::prelude::Queryable;
 use mysql::{Row, Value};
@@ -26,7 +26,9 @@ pub struct Recipe {
 
 /// What an acquisition attempt found.
 pub enum Reply {
-    Granted(Token),
+    /// The token, and when the call that was granted it was sent (its lease counts from then: a
+    /// first call that had to create the tables first may have taken long before it).
+    Granted(Token, Instant),
     /// Busy: the place in line kept (when one was asked for), and the entry to wait for: its lock
     /// key and how long its lease or place in line lasts (none found: a row dlock cannot read).
     Busy {
@@ -105,7 +107,11 @@ impl Recipe {
             queue.into(),
             ticket.into(),
         ];
-        let rows = conn.call_creating(|c| first_set(c, &self.acquire, params.clone()))?;
+        let mut sent = Instant::now();
+        let rows = conn.call_creating(|c| {
+            sent = Instant::now();
+            first_set(c, &self.acquire, params.clone())
+        })?;
         let Some(row) = rows.first() else {
             return Err(odd("no answer from acquire"));
         };
@@ -113,7 +119,7 @@ impl Recipe {
             return Token::try_from(token)
                 .ok()
                 .filter(|&t| t > 0)
-                .map(Reply::Granted)
+                .map(|t| Reply::Granted(t, sent))
                 .ok_or_else(|| odd("a token below 1"));
         }
         let blocker = text(row, 2).map(|owner| {

@@ -52,8 +52,9 @@ CREATE PROCEDURE {p}acquire_v1(
     IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_mode VARBINARY(32), IN p_limit INT,
     IN p_ttl_ms BIGINT, IN p_pid BIGINT, IN p_host VARBINARY(255), IN p_message VARBINARY(1024),
     IN p_key VARCHAR(64), IN p_queue TINYINT, IN p_ticket BIGINT)
-BEGIN
+attempt: BEGIN
     DECLARE v_now DATETIME(6);
+    DECLARE v_mine BIGINT DEFAULT NULL;
     DECLARE v_last BIGINT;
     DECLARE v_kind CHAR(1);
     DECLARE v_ticket BIGINT DEFAULT NULL;
@@ -79,6 +80,8 @@ BEGIN
         WHEN p_mode LIKE 'limit:%' THEN 'l'
         ELSE 'x'
     END;
+    -- No gap locks: changes of different names never wait for each other.
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
     INSERT INTO {p}tokens (name, last_token) VALUES (p_name, 0)
         ON DUPLICATE KEY UPDATE last_token = last_token;
@@ -88,6 +91,17 @@ BEGIN
     DELETE FROM {p}queue WHERE name = p_name AND alive_until <= v_now;
     IF p_ticket IS NOT NULL THEN
         SET v_ticket = (SELECT ticket FROM {p}queue WHERE ticket = p_ticket AND owner = p_owner);
+    END IF;
+    -- Granted already, to this very acquisition (owner ids are never reused), by an attempt whose
+    -- answer was lost on the way: the same grant, its lease renewed.
+    SET v_mine = (SELECT token FROM {p}locks WHERE name = p_name AND owner = p_owner);
+    IF v_mine IS NOT NULL THEN
+        UPDATE {p}locks SET expires_at = v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND
+         WHERE name = p_name AND owner = p_owner;
+        DELETE FROM {p}queue WHERE ticket = v_ticket;
+        COMMIT;
+        SELECT v_mine AS granted_token, NULL AS queue_ticket, NULL AS blocker, NULL AS blocker_us;
+        LEAVE attempt;
     END IF;
     SELECT COALESCE(SUM(k = 'x'), 0), COALESCE(SUM(k = 'l'), 0), COUNT(*)
       INTO v_excl, v_seats, v_total
@@ -156,7 +170,7 @@ BEGIN
         SELECT NULL AS granted_token, v_ticket AS queue_ticket, v_block_owner AS blocker,
                GREATEST(0, v_block_us) AS blocker_us;
     END IF;
-END
+END attempt
 ;;
 -- Extends the caller's own lease by the server's clock (an expired lease is never revived), and
 -- keeps its lock key held by this session (a renewal after a reconnection takes it again); a

@@ -39,11 +39,10 @@ pub fn wait(
             leave(shared, recipe, request, ticket);
             return Ok(None);
         }
-        let sent = Instant::now();
         let mut conn = lock(shared);
         let shown = conn.url().shown.clone();
         let (blocker, holders) = match recipe.acquire(&mut conn, request, me, true, ticket) {
-            Ok(Reply::Granted(token)) => {
+            Ok(Reply::Granted(token, sent)) => {
                 drop(conn);
                 waiting.reachable();
                 return Ok(Some(Box::new(MyLease::new(
