@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::pg_server::{as_server_user, free_port, give_to_server_user};
 use super::target::{Kind, ServerControl, Target};
 use super::LockDir;
 
@@ -26,43 +27,6 @@ pub struct MyServer {
     extra: Vec<String>,
     /// Environment beyond the inherited one (a clock shifted by libfaketime).
     env: Vec<(String, String)>,
-}
-
-/// Runs `program` as `nobody` when we are root (setpriv execs, so a child's pid is the program's).
-fn as_server_user(program: &str) -> Command {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        let mut cmd = Command::new("setpriv");
-        cmd.args([
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-            "--",
-            program,
-        ]);
-        cmd
-    } else {
-        Command::new(program)
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-fn give_to_server_user(path: &Path) {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        let status = Command::new("chown")
-            .args(["-R", "nobody:nogroup"])
-            .arg(path)
-            .status()
-            .expect("chown");
-        assert!(status.success(), "chown {}", path.display());
-    }
 }
 
 impl MyServer {

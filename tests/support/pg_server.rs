@@ -26,7 +26,7 @@ pub struct PgServer {
 }
 
 /// Runs `cmd` as `nobody` when we are root (setpriv execs, so a child's pid is the program's).
-fn as_server_user(program: &str) -> Command {
+pub fn as_server_user(program: &str) -> Command {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         let mut cmd = Command::new("setpriv");
@@ -43,14 +43,14 @@ fn as_server_user(program: &str) -> Command {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
 }
 
-fn give_to_server_user(path: &Path) {
+pub fn give_to_server_user(path: &Path) {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         let status = Command::new("chown")

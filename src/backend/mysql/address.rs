@@ -4,6 +4,7 @@
 use anyhow::anyhow;
 
 use crate::exit::{FailWith, Failure};
+use crate::text::percent_decode;
 use crate::url::redact;
 
 /// Where dlock keeps its tables unless the URL says otherwise.
@@ -159,24 +160,6 @@ impl MyUrl {
     pub fn location(&self) -> String {
         self.shown.clone()
     }
-}
-
-/// `%XX` decoded, or `None` when it is not valid %-encoding of UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// A prefix that is a plain, unquoted MySQL name in any case setting.
