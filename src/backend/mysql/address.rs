@@ -74,14 +74,27 @@ impl MyUrl {
                 ((!user.is_empty()).then_some(user), password)
             }
         };
-        let (host, port) = match host_port.rsplit_once(':') {
-            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => match p.parse::<u16>() {
-                Ok(port) if port > 0 => (h, port),
-                _ => return usage(format!("MySQL URL {shown}: the port must be 1 to 65535")),
+        let bad_port = || usage(format!("MySQL URL {shown}: the port must be 1 to 65535"));
+        // `host`, `host:port`, `[v6]`, `[v6]:port`.
+        let (host, port) = match host_port.strip_prefix('[') {
+            Some(v6) => match v6.split_once(']') {
+                Some((h, "")) => (h, None),
+                Some((h, rest)) => match rest.strip_prefix(':') {
+                    Some(p) => (h, Some(p)),
+                    None => return bad_port(),
+                },
+                None => return usage(format!("MySQL URL {shown}: a `[` without its `]`")),
             },
-            _ => (host_port, DEFAULT_PORT),
+            None => match host_port.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (host_port, None),
+            },
         };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port = match port.map(str::parse::<u16>) {
+            None => DEFAULT_PORT,
+            Some(Ok(port)) if port > 0 => port,
+            Some(_) => return bad_port(),
+        };
         if host.is_empty() {
             return usage(format!("MySQL URL {shown} names no host"));
         }
@@ -189,6 +202,10 @@ mod tests {
         assert_eq!(url.ssl_ca.as_deref(), Some("/ca.pem"));
         assert_eq!(url.prefix, "x_");
         assert!(!url.location().contains("CRET"));
+        let v6 = MyUrl::parse("mysql://[::1]/db").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 3306));
+        let v6 = MyUrl::parse("mysql://[::1]:3307/db").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 3307));
         let plain = MyUrl::parse("mysql://h/db").unwrap();
         assert_eq!(
             (plain.port, plain.tls, plain.prefix.as_str()),
@@ -204,6 +221,8 @@ mod tests {
             "mysql://u:SECRET@h",
             "mysql://u:SECRET@h:0/db",
             "mysql://u:SECRET@h:99999/db",
+            "mysql://u:SECRET@[::1/db",
+            "mysql://u:SECRET@h:1:2/db",
             "mysql://u:SECRET@/db",
             "mysql://u:SECRET@h/db?ssl-mode=SOMETIMES",
             "mysql://u:SECRET@h/db?prefix=Bad-Prefix",
