@@ -45,10 +45,11 @@ fn main() {
             format!("{client} -e \"SELECT GET_LOCK('bench', 31536000);\nsystem true\" >/dev/null"),
         ),
         (
+            // Its own counter: the contended loop around it counts with `i`.
             "seed recipe (50 ms)",
             format!(
-                "i=0; until {client} -e \"INSERT INTO seed_locks VALUES ('bench')\" 2>/dev/null; \
-                 do [ $i -lt 2000 ] || exit 1; i=$((i+1)); sleep 0.05; done; true; \
+                "j=0; until {client} -e \"INSERT INTO seed_locks VALUES ('bench')\" 2>/dev/null; \
+                 do [ $j -lt 2000 ] || exit 1; j=$((j+1)); sleep 0.05; done; true; \
                  {client} -e \"DELETE FROM seed_locks WHERE name = 'bench'\""
             ),
         ),
