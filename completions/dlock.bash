@@ -72,11 +72,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -114,11 +114,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -304,11 +304,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -342,11 +342,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -380,11 +380,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -470,11 +470,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -508,11 +508,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)

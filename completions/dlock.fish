@@ -28,7 +28,8 @@ complete -c dlock -n "__fish_dlock_needs_command" -s b -l backend -d 'Where lock
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
@@ -56,7 +57,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Whe
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
@@ -71,7 +73,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d '
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
@@ -83,7 +86,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -s b -l backend -d 'Wh
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
@@ -102,7 +106,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand hold" -s b -l backend -d 'Wh
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
@@ -117,7 +122,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand release" -s b -l backend -d 
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r
@@ -130,7 +136,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand generate" -s b -l backend -d
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-etcd\t'An etcd cluster; cluster-wide'"
+etcd\t'An etcd cluster; cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P], zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r

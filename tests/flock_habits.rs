@@ -232,7 +232,11 @@ fn an_error_from_the_environment_names_the_variable() {
     for (var, value, why) in [
         ("DLOCK_WAIT", "abc", "expected number"),
         ("DLOCK_NO_WAIT", "maybe", "use 1 or 0"),
-        ("DLOCK_BACKEND", "consul", "file, redis, zk, postgres, etcd"),
+        (
+            "DLOCK_BACKEND",
+            "consul",
+            "file, redis, zk, postgres, etcd, mysql",
+        ),
         ("DLOCK_CONFLICT_EXIT_CODE", "300", "0..=255"),
         ("DLOCK_TTL", "1ms", "at least 100ms"),
         ("DLOCK_KILL_AFTER", "x", "expected number"),

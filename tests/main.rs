@@ -16,6 +16,7 @@ mod group_kill;
 mod hostile;
 mod job_control;
 mod many_waiters;
+mod mysql;
 mod netfaults;
 mod postgres;
 mod postgres_late;

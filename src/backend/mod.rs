@@ -13,6 +13,7 @@ use crate::lock::{Holder, LockName, LockRequest, Token, Waiter};
 
 pub mod etcd;
 pub mod file;
+pub mod mysql;
 pub mod postgres;
 pub mod redis;
 pub mod zk;
@@ -30,6 +31,8 @@ pub enum BackendKind {
     Postgres,
     /// An etcd cluster; cluster-wide.
     Etcd,
+    /// A MySQL or MariaDB database (tables of dlock's own); cluster-wide.
+    Mysql,
 }
 
 impl BackendKind {
@@ -40,6 +43,7 @@ impl BackendKind {
             BackendKind::Zk => "zk",
             BackendKind::Postgres => "postgres",
             BackendKind::Etcd => "etcd",
+            BackendKind::Mysql => "mysql",
         }
     }
 }
@@ -75,6 +79,7 @@ pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
         BackendKind::Zk => Ok(Box::new(zk::ZkBackend::open(config)?)),
         BackendKind::Postgres => Ok(Box::new(postgres::PgBackend::open(config)?)),
         BackendKind::Etcd => Ok(Box::new(etcd::EtcdBackend::open(config)?)),
+        BackendKind::Mysql => Ok(Box::new(mysql::MyBackend::open(config)?)),
     }
 }
 

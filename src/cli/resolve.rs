@@ -70,6 +70,7 @@ fn takes(kind: BackendKind, url: &str) -> bool {
         BackendKind::Zk => url.starts_with("zk://"),
         BackendKind::Postgres => url.starts_with("postgres://") || url.starts_with("postgresql://"),
         BackendKind::Etcd => url.starts_with("etcd://") || url.starts_with("etcds://"),
+        BackendKind::Mysql => url.starts_with("mysql://"),
     }
 }
 
@@ -179,8 +180,14 @@ mod tests {
             "zk://127.0.0.1:1",
             "http://127.0.0.1:1",
             "unix:///nonexistent.sock",
+            "mysql://127.0.0.1:1/db",
         ];
-        for kind in [BackendKind::File, BackendKind::Redis, BackendKind::Zk] {
+        for kind in [
+            BackendKind::File,
+            BackendKind::Redis,
+            BackendKind::Zk,
+            BackendKind::Mysql,
+        ] {
             for url in urls {
                 let config = BackendConfig {
                     kind,

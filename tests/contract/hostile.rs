@@ -88,6 +88,11 @@ fn forge_record_of_x(t: &Target) -> (String, Option<Holding>) {
             "exclusive 5 999999999999 2 host".to_owned(),
         ),
         Kind::Etcd => (FAR_FUTURE.to_owned(), FAR_FUTURE.to_owned()),
+        // A DATETIME cannot be past the year 9999: a row's columns with a pid below zero instead.
+        Kind::Mysql => {
+            let record = "exclusive 5 1700000000 -2 host";
+            (record.to_owned(), record.to_owned())
+        }
     };
     (shown, forge_x(t, &record, data))
 }
@@ -156,6 +161,32 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
                      host, message) VALUES ('x', 'ab', 'exclusive', 5, \
                      to_timestamp({since}), now() + interval '1 hour', 2, 'host', {message})"
             ));
+            None
+        }
+        Kind::Mysql => {
+            // A row in the target's own table (`?prefix=P`), as any client with INSERT could
+            // write, once dlock has made its tables (on first use: `status` makes them): the
+            // record's fields as columns, the message after the tab.
+            assert_eq!(code(&output(t.dlock(&["status", "x"]))), 1, "x starts free");
+            let url = t.urls()[0];
+            let prefix = url.rsplit("prefix=").next().expect("a prefix in the URL");
+            let (fields, message) = record.split_once('\t').unwrap_or((record, ""));
+            let f: Vec<&str> = fields.split(' ').collect();
+            let hex = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+            let message = if message.is_empty() {
+                "NULL".to_owned()
+            } else {
+                format!("UNHEX('{}')", hex(message))
+            };
+            crate::support::mysql_server::MyServer::shared()
+                .lock()
+                .unwrap()
+                .sql(&format!(
+                    "REPLACE INTO {prefix}locks VALUES ('x', 'ab', '{}', {}, \
+                     '1970-01-01' + INTERVAL {} SECOND, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, {}, \
+                     '{}', {message})",
+                    f[0], f[1], f[2], f[3], f[4]
+                ));
             None
         }
         Kind::Etcd => {

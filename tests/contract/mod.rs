@@ -80,6 +80,9 @@ macro_rules! scenario_tests {
 /// ignored on its backend with the reason (`@ignore "why"`), until the code is fixed and its arm
 /// goes.
 macro_rules! scenario_test {
+    (mysql, min_hold, $scenario:ident) => {
+        scenario_test!(@ignore "the MySQL backend does not keep --min-hold yet (it refuses it with 64)", min_hold, $scenario);
+    };
     (@ignore $why:literal, $area:ident, $scenario:ident) => {
         #[test]
         #[ignore = $why]
@@ -105,6 +108,7 @@ contract! {
         zk => Target::suite_zk(),
         postgres => Target::suite_postgres(),
         etcd => Target::etcd_backend(),
+        mysql => Target::suite_mysql(),
     }
     scenarios: {
         exit_codes: [

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod etcd_server;
+pub mod mysql_server;
 pub mod pg_server;
 pub mod pgbouncer;
 pub mod redis_server;

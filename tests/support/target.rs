@@ -95,6 +95,7 @@ impl Target {
             Kind::Zk => "zk",
             Kind::Postgres => "postgres",
             Kind::Etcd => "etcd",
+            Kind::Mysql => "mysql",
         }
     }
 
@@ -128,14 +129,14 @@ impl Target {
         let sixths = match self.kind {
             Kind::File => 6,
             Kind::Redis if self.ports.len() == 1 => 4,
-            Kind::Zk | Kind::Postgres | Kind::Etcd => 2,
+            Kind::Zk | Kind::Postgres | Kind::Etcd | Kind::Mysql => 2,
             Kind::Redis => 1,
         };
         (rounds * sixths / 6).max(1)
     }
 
     /// Whether each acquisition of a name takes the next token, 1, 2, 3...: a counter per name (file,
-    /// Redis, PostgreSQL), rather than ZooKeeper's zxids or etcd's revisions, which every write to
+    /// Redis, PostgreSQL, MySQL), rather than ZooKeeper's zxids or etcd's revisions, which every write to
     /// the store advances.
     pub fn tokens_count_acquisitions(&self) -> bool {
         !matches!(self.kind, Kind::Zk | Kind::Etcd)
@@ -150,6 +151,7 @@ pub enum Kind {
     Zk,
     Postgres,
     Etcd,
+    Mysql,
 }
 
 impl Kind {
@@ -181,6 +183,17 @@ impl Kind {
                     "postgres://postgres:{}@127.0.0.1:{}/postgres",
                     super::pg_server::PASSWORD,
                     ports[0]
+                ),
+            ],
+            Kind::Mysql => vec![
+                "--backend".into(),
+                "mysql".into(),
+                "--url".into(),
+                format!(
+                    "mysql://root:{}@127.0.0.1:{}/{}",
+                    super::mysql_server::PASSWORD,
+                    ports[0],
+                    super::mysql_server::DATABASE
                 ),
             ],
             Kind::Etcd => {

@@ -5,6 +5,7 @@
 use anyhow::{anyhow, Context};
 
 use crate::exit::{FailWith, Failure};
+use crate::text::percent_decode;
 use crate::url::redact;
 
 /// The server dlock tries without a `--url`.
@@ -114,24 +115,6 @@ impl EtcdUrl {
         let scheme = if self.tls { "etcds" } else { "etcd" };
         format!("{scheme}://{}", self.hosts())
     }
-}
-
-/// `%XX` escapes decoded; `None` for a bad escape or bytes that are not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// `host:port` with the port defaulting to 2379; `[v6]:port` too.

@@ -1,0 +1,136 @@
+//! dlock on MySQL (MariaDB) side by side with flock(1), the mysql idiom (a `GET_LOCK` held by a
+//! mysql client session while it runs the command) and the seed recipe (insert into a unique-key
+//! table, retry every 50 ms, delete), all on this machine, in one run: uncontended latency and
+//! 8-way contended acquisitions per second, reported as ratios.
+//!
+//! Run: `cargo bench --bench mysql`. It starts its own MariaDB server (tests/support) and stops it
+//! at the end. Every loop is bounded by a count.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::mysql_server::{MyServer, DATABASE, PASSWORD};
+
+const UNCONTENDED_RUNS: usize = 40;
+const CONTENDERS: usize = 8;
+const ROUNDS_EACH: usize = 10;
+
+fn main() {
+    let dlock = support::dlock_bin();
+    let work = tempfile::tempdir().expect("temp dir");
+    let server = MyServer::start();
+    server.sql("CREATE TABLE seed_locks (name VARCHAR(64) PRIMARY KEY)");
+    let url = server.url_with("");
+    let client = format!(
+        "mariadb --no-defaults -h 127.0.0.1 -P {} -uroot {DATABASE}",
+        server.port()
+    );
+    let flock_file = work.path().join("flock.lock");
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let tools: Vec<(&str, String)> = vec![
+        (
+            "dlock mysql",
+            format!(
+                "{} --backend mysql --url {} run bench -- true",
+                quote(dlock),
+                quote(&url)
+            ),
+        ),
+        (
+            "mysql GET_LOCK idiom",
+            // MariaDB takes no negative (endless) timeout: a year.
+            format!("{client} -e \"SELECT GET_LOCK('bench', 31536000);\nsystem true\" >/dev/null"),
+        ),
+        (
+            // Its own counter: the contended loop around it counts with `i`.
+            "seed recipe (50 ms)",
+            format!(
+                "j=0; until {client} -e \"INSERT INTO seed_locks VALUES ('bench')\" 2>/dev/null; \
+                 do [ $j -lt 2000 ] || exit 1; j=$((j+1)); sleep 0.05; done; true; \
+                 {client} -e \"DELETE FROM seed_locks WHERE name = 'bench'\""
+            ),
+        ),
+        (
+            "flock(1)",
+            format!("flock {} true", quote(&flock_file.display().to_string())),
+        ),
+    ];
+    let flock = tools.len() - 1;
+    // Warm up (creates dlock's tables).
+    for (_, line) in &tools {
+        shell(line);
+    }
+    println!("uncontended `run NAME -- true`, median of {UNCONTENDED_RUNS} (interleaved):");
+    let mut samples: Vec<Vec<Duration>> = vec![vec![]; tools.len()];
+    for _ in 0..UNCONTENDED_RUNS {
+        for (i, (_, line)) in tools.iter().enumerate() {
+            samples[i].push(shell(line));
+        }
+    }
+    let medians: Vec<f64> = samples
+        .iter_mut()
+        .map(|s| {
+            s.sort();
+            s[s.len() / 2].as_secs_f64() * 1000.0
+        })
+        .collect();
+    for ((name, _), m) in tools.iter().zip(&medians) {
+        println!(
+            "  {name:<24} {m:8.2} ms  ({:.2}x flock)",
+            m / medians[flock]
+        );
+    }
+    println!(
+        "  goal: within 3x of flock(1): {:.2}x; faster than the mysql idiom: {:.2}x of it",
+        medians[0] / medians[flock],
+        medians[0] / medians[1]
+    );
+    println!("\n{CONTENDERS}-way contended, {ROUNDS_EACH} acquisitions each:");
+    let mut rates = vec![];
+    for (name, line) in &tools {
+        let start = Instant::now();
+        let children: Vec<_> = (0..CONTENDERS)
+            .map(|_| {
+                Command::new("sh")
+                    .arg("-c")
+                    .arg(format!(
+                        "i=0; while [ $i -lt {ROUNDS_EACH} ]; do {line}; i=$((i+1)); done"
+                    ))
+                    .env("MYSQL_PWD", PASSWORD)
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("sh")
+            })
+            .collect();
+        for mut child in children {
+            let _ = child.wait();
+        }
+        let rate = (CONTENDERS * ROUNDS_EACH) as f64 / start.elapsed().as_secs_f64();
+        println!("  {name:<24} {rate:8.1} acquisitions/s");
+        rates.push(rate);
+    }
+    println!(
+        "  goal: at least the mysql idiom: {:.2}x of it; {:.2}x of the seed recipe; {:.2}x of flock",
+        rates[0] / rates[1],
+        rates[0] / rates[2],
+        rates[0] / rates[flock]
+    );
+    drop(server);
+}
+
+/// Runs `line` with sh; the time taken.
+fn shell(line: &str) -> Duration {
+    let start = Instant::now();
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(line)
+        .env("MYSQL_PWD", PASSWORD)
+        .stdout(Stdio::null())
+        .status()
+        .expect("sh");
+    assert!(status.success(), "{line}");
+    start.elapsed()
+}

@@ -1,0 +1,238 @@
+//! The `mysql://` URL: what dlock reads from it (TLS, the table prefix) and the client options it
+//! makes of it. Messages show it only through `crate::url::redact`.
+
+use anyhow::anyhow;
+
+use crate::exit::{FailWith, Failure};
+use crate::text::percent_decode;
+use crate::url::redact;
+
+/// Where dlock keeps its tables unless the URL says otherwise.
+pub const DEFAULT_PREFIX: &str = "dlock_";
+
+/// Longest prefix: a lock key (`GET_LOCK`) is the prefix and 32 hex digits, and MySQL takes at
+/// most 64 characters there.
+const MAX_PREFIX_BYTES: usize = 30;
+
+const DEFAULT_PORT: u16 = 3306;
+
+/// How the connection is protected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tls {
+    /// Plain TCP (`ssl-mode=DISABLED`, or none given).
+    Off,
+    /// TLS with the server's certificate checked against the trusted CAs, without requiring the
+    /// URL's host in it (`ssl-mode=REQUIRED` or `VERIFY_CA`).
+    Chain,
+    /// TLS with the certificate checked and made out to the URL's host (`VERIFY_IDENTITY`).
+    Full,
+}
+
+/// A parsed `--url`.
+pub struct MyUrl {
+    pub host: String,
+    pub port: u16,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub database: String,
+    pub tls: Tls,
+    /// A PEM file of CAs to trust (`ssl-ca=`), instead of the built-in web roots.
+    pub ssl_ca: Option<String>,
+    /// The table prefix (`prefix=`).
+    pub prefix: String,
+    /// The URL for messages: credentials and query hidden.
+    pub shown: String,
+}
+
+impl MyUrl {
+    pub fn parse(url: &str) -> anyhow::Result<MyUrl> {
+        let shown = redact(url);
+        let usage = |why: String| Err(anyhow!("{why}")).fail_with(Failure::Usage);
+        let Some(rest) = url.strip_prefix("mysql://") else {
+            return usage(format!("MySQL URL {shown} must start with mysql://"));
+        };
+        let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, database) = base.split_once('/').unwrap_or((base, ""));
+        let (credentials, host_port) = match authority.rsplit_once('@') {
+            Some((c, h)) => (Some(c), h),
+            None => (None, authority),
+        };
+        let (user, password) = match credentials {
+            None => (None, None),
+            Some(c) => {
+                let (u, p) = match c.split_once(':') {
+                    Some((u, p)) => (u, Some(p)),
+                    None => (c, None),
+                };
+                let decode = |s: &str| {
+                    percent_decode(s).ok_or_else(|| {
+                        anyhow!("MySQL URL {shown}: the user or password is not valid %-encoding")
+                    })
+                };
+                let user = decode(u).fail_with(Failure::Usage)?;
+                let password = p.map(decode).transpose().fail_with(Failure::Usage)?;
+                ((!user.is_empty()).then_some(user), password)
+            }
+        };
+        let bad_port = || usage(format!("MySQL URL {shown}: the port must be 1 to 65535"));
+        // `host`, `host:port`, `[v6]`, `[v6]:port`.
+        let (host, port) = match host_port.strip_prefix('[') {
+            Some(v6) => match v6.split_once(']') {
+                Some((h, "")) => (h, None),
+                Some((h, rest)) => match rest.strip_prefix(':') {
+                    Some(p) => (h, Some(p)),
+                    None => return bad_port(),
+                },
+                None => return usage(format!("MySQL URL {shown}: a `[` without its `]`")),
+            },
+            None => match host_port.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (host_port, None),
+            },
+        };
+        let port = match port.map(str::parse::<u16>) {
+            None => DEFAULT_PORT,
+            Some(Ok(port)) if port > 0 => port,
+            Some(_) => return bad_port(),
+        };
+        if host.is_empty() {
+            return usage(format!("MySQL URL {shown} names no host"));
+        }
+        if database.is_empty() || database.contains('/') {
+            return usage(format!(
+                "MySQL URL {shown} names no database (mysql://HOST/DATABASE)"
+            ));
+        }
+        let database = percent_decode(database)
+            .ok_or_else(|| anyhow!("MySQL URL {shown}: the database is not valid %-encoding"))
+            .fail_with(Failure::Usage)?;
+        let mut tls = Tls::Off;
+        let mut ssl_ca = None;
+        let mut prefix = DEFAULT_PREFIX.to_owned();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "ssl-mode" | "ssl_mode" | "sslmode" => {
+                    tls = match value.to_ascii_uppercase().as_str() {
+                        "DISABLED" => Tls::Off,
+                        "REQUIRED" | "VERIFY_CA" => Tls::Chain,
+                        "VERIFY_IDENTITY" => Tls::Full,
+                        _ => {
+                            return usage(format!(
+                                "MySQL URL {shown}: ssl-mode must be DISABLED, REQUIRED, \
+                                 VERIFY_CA or VERIFY_IDENTITY"
+                            ))
+                        }
+                    }
+                }
+                "ssl-ca" | "ssl_ca" => {
+                    let path = percent_decode(value)
+                        .filter(|p| !p.is_empty())
+                        .ok_or_else(|| anyhow!("MySQL URL {shown}: ssl-ca needs a file"))
+                        .fail_with(Failure::Usage)?;
+                    ssl_ca = Some(path);
+                }
+                "prefix" => {
+                    if !is_prefix(value) {
+                        return usage(format!(
+                            "MySQL URL {shown}: the table prefix must be 1 to {MAX_PREFIX_BYTES} \
+                             lowercase letters, digits and `_`, starting with a letter or `_`"
+                        ));
+                    }
+                    prefix = value.to_owned();
+                }
+                _ => {
+                    // Only the key: its value may be a secret.
+                    let key = crate::lock::escaped(key, 40);
+                    return usage(format!(
+                        "MySQL URL {shown}: unknown option {key:?} (known: ssl-mode, ssl-ca, \
+                         prefix)"
+                    ));
+                }
+            }
+        }
+        if ssl_ca.is_some() && tls == Tls::Off {
+            return usage(format!(
+                "MySQL URL {shown}: ssl-ca needs ssl-mode=REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
+            ));
+        }
+        Ok(MyUrl {
+            host: host.to_owned(),
+            port,
+            user,
+            password,
+            database,
+            tls,
+            ssl_ca,
+            prefix,
+            shown,
+        })
+    }
+
+    /// Where locks live, for messages and the nested-run check.
+    pub fn location(&self) -> String {
+        self.shown.clone()
+    }
+}
+
+/// A prefix that is a plain, unquoted MySQL name in any case setting.
+fn is_prefix(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_PREFIX_BYTES
+        && s.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_give_host_credentials_tls_and_prefix() {
+        let url = MyUrl::parse(
+            "mysql://al:S%40CRET@db.example:3307/app?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem&prefix=x_",
+        )
+        .unwrap();
+        assert_eq!((url.host.as_str(), url.port), ("db.example", 3307));
+        assert_eq!(url.user.as_deref(), Some("al"));
+        assert_eq!(url.password.as_deref(), Some("S@CRET"));
+        assert_eq!(url.database, "app");
+        assert_eq!(url.tls, Tls::Full);
+        assert_eq!(url.ssl_ca.as_deref(), Some("/ca.pem"));
+        assert_eq!(url.prefix, "x_");
+        assert!(!url.location().contains("CRET"));
+        let v6 = MyUrl::parse("mysql://[::1]/db").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 3306));
+        let v6 = MyUrl::parse("mysql://[::1]:3307/db").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 3307));
+        let plain = MyUrl::parse("mysql://h/db").unwrap();
+        assert_eq!(
+            (plain.port, plain.tls, plain.prefix.as_str()),
+            (3306, Tls::Off, "dlock_")
+        );
+        assert_eq!(plain.user, None);
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_showing_the_password() {
+        for bad in [
+            "postgres://u:SECRET@h/db",
+            "mysql://u:SECRET@h",
+            "mysql://u:SECRET@h:0/db",
+            "mysql://u:SECRET@h:99999/db",
+            "mysql://u:SECRET@[::1/db",
+            "mysql://u:SECRET@h:1:2/db",
+            "mysql://u:SECRET@/db",
+            "mysql://u:SECRET@h/db?ssl-mode=SOMETIMES",
+            "mysql://u:SECRET@h/db?prefix=Bad-Prefix",
+            "mysql://u:SECRET@h/db?password=SECRET",
+            "mysql://u:SECRET@h/db?ssl-ca=/x.pem",
+        ] {
+            let e = MyUrl::parse(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(!format!("{e:#}").contains("SECRET"), "{e:#}");
+        }
+    }
+}

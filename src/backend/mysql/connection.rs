@@ -1,0 +1,318 @@
+//! One connection to the server, shared by the backend and its leases: connecting (TLS or not),
+//! reconnecting after the server went away, every call bounded by the connection's read and write
+//! timeouts, dlock's tables made on first use, and failures turned into messages that name the
+//! server.
+//!
+//! The synchronous `mysql` crate: dlock's calls are sequential on the supervisor's thread, and the
+//! crate's per-connection read and write timeouts bound each of them (set when it connects, to a
+//! fifth of the ttl at most, so that a renewal gives up in time to report its lease lost).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use mysql::prelude::Queryable;
+
+use super::address::{MyUrl, Tls};
+use crate::exit::{FailWith, Failure};
+
+/// The tables and procedures, `{p}` standing for the prefix, statements separated by `;;` lines.
+const SCHEMA: &str = include_str!("schema.sql");
+
+/// Longest a call may wait for an answer (the read timeout), whatever the connect timeout.
+const MAX_CALL: Duration = Duration::from_secs(10);
+/// How long creating the schema may wait for each statement.
+const SCHEMA_CALL: Duration = Duration::from_secs(30);
+/// Shortest read timeout: below it a loaded server's answers would look like outages.
+const MIN_CALL: Duration = Duration::from_millis(200);
+
+/// MySQL's codes for what dlock's first call meets before its tables exist, and for a refusal of
+/// the right to create them.
+const NO_SUCH_TABLE: u16 = 1146;
+const NO_SUCH_PROCEDURE: u16 = 1305;
+const PROCEDURE_EXISTS: u16 = 1304;
+const DENIED: [u16; 4] = [1044, 1142, 1227, 1370];
+/// A deadlock or lock wait timeout: the transaction was rolled back and may be tried again.
+const ROLLED_BACK: [u16; 2] = [1213, 1205];
+
+/// A connection and its settings.
+pub struct Conn {
+    url: Arc<MyUrl>,
+    connect_timeout: Duration,
+    /// The read and write timeout of connections made from now on.
+    call_timeout: Duration,
+    conn: Option<mysql::Conn>,
+    /// Counts connections made: lock keys held by an older one are gone.
+    pub generation: u64,
+    /// Whether the schema was created by this dlock (then not tried twice).
+    schema_made: bool,
+}
+
+pub type Shared = Arc<Mutex<Conn>>;
+
+/// The connection behind `shared`, also after a panic elsewhere while it was locked.
+pub fn lock(shared: &Shared) -> MutexGuard<'_, Conn> {
+    // A panic elsewhere leaves at worst a connection in an unknown state, which the next call
+    // notices as any other failure.
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Why a call failed.
+#[derive(Debug)]
+pub enum Fault {
+    /// The server could not be reached or did not answer in time: worth trying again.
+    Unreachable(String),
+    /// The server answered with an error (`code`: its error number).
+    Refused { code: u16, message: String },
+    /// dlock's tables could not be created: the whole error, for the user.
+    Setup(anyhow::Error),
+}
+
+impl Fault {
+    pub fn message(&self) -> String {
+        match self {
+            Fault::Unreachable(m) => m.clone(),
+            Fault::Refused { message, .. } => message.clone(),
+            Fault::Setup(e) => format!("{e:#}"),
+        }
+    }
+
+    fn is_missing_schema(&self) -> bool {
+        matches!(self, Fault::Refused { code, .. } if *code == NO_SUCH_TABLE || *code == NO_SUCH_PROCEDURE)
+    }
+}
+
+/// A library error as a fault, in one line without the library's wording of internals.
+fn fault(e: mysql::Error) -> Fault {
+    use mysql::{DriverError, Error};
+    match e {
+        Error::MySqlError(e) => Fault::Refused {
+            code: e.code,
+            message: e.message,
+        },
+        Error::IoError(io) => Fault::Unreachable(io_failure(&io)),
+        Error::DriverError(DriverError::ConnectTimeout) => {
+            Fault::Unreachable("no answer in time".into())
+        }
+        Error::DriverError(DriverError::TlsNotSupported) => {
+            Fault::Unreachable("the server does not offer TLS".into())
+        }
+        Error::DriverError(DriverError::CouldNotConnect(Some((_, message, _)))) => {
+            Fault::Unreachable(message.split(" (os error").next().unwrap_or("").to_owned())
+        }
+        Error::TlsError(e) => Fault::Unreachable(format!("TLS: {e}")),
+        Error::DriverError(e) => Fault::Unreachable(e.to_string()),
+        // A read or write that failed inside the packet codec.
+        Error::CodecError(c) => Fault::Unreachable(
+            std::error::Error::source(&c)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .map_or_else(|| "the connection broke".into(), io_failure),
+        ),
+        Error::UrlError(e) => Fault::Unreachable(e.to_string()),
+        Error::FromValueError(_) | Error::FromRowError(_) => {
+            Fault::Unreachable("unexpected answer from the server".into())
+        }
+    }
+}
+
+/// How a read or write failed, as people say it.
+fn io_failure(io: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match io.kind() {
+        ErrorKind::ConnectionRefused => "connection refused".into(),
+        ErrorKind::ConnectionReset => "connection reset".into(),
+        ErrorKind::TimedOut | ErrorKind::WouldBlock => "no answer in time".into(),
+        ErrorKind::UnexpectedEof => "the server closed the connection".into(),
+        // A TLS failure comes wrapped in an I/O error: its own message, which names the cause.
+        _ => match io.get_ref() {
+            Some(inner) => format!("TLS: {inner}"),
+            None => io
+                .to_string()
+                .split(" (os error")
+                .next()
+                .unwrap_or("")
+                .to_owned(),
+        },
+    }
+}
+
+impl Conn {
+    pub fn new(url: Arc<MyUrl>, connect_timeout: Duration) -> Conn {
+        Conn {
+            url,
+            connect_timeout,
+            call_timeout: connect_timeout.clamp(MIN_CALL, MAX_CALL),
+            conn: None,
+            generation: 0,
+            schema_made: false,
+        }
+    }
+
+    pub fn url(&self) -> &MyUrl {
+        &self.url
+    }
+
+    /// Bounds every call of connections made from now on by a fifth of `ttl` (a renewal must give
+    /// up in time to report its lease lost).
+    pub fn fit_ttl(&mut self, ttl: Duration) {
+        self.call_timeout = self.call_timeout.min((ttl / 5).max(MIN_CALL));
+    }
+
+    /// Connects if there is no open connection. A new connection has a new `generation`.
+    pub fn ensure(&mut self) -> Result<(), Fault> {
+        if self.conn.is_some() {
+            return Ok(());
+        }
+        let conn = mysql::Conn::new(self.opts(self.call_timeout)?).map_err(fault)?;
+        self.conn = Some(conn);
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// The client's settings for a connection whose calls wait `call_timeout` at most.
+    fn opts(&self, call_timeout: Duration) -> Result<mysql::OptsBuilder, Fault> {
+        let url = &self.url;
+        let mut opts = mysql::OptsBuilder::new()
+            .ip_or_hostname(Some(url.host.clone()))
+            .tcp_port(url.port)
+            .user(url.user.clone())
+            .pass(url.password.clone())
+            .db_name(Some(url.database.clone()))
+            .prefer_socket(false)
+            .tcp_nodelay(true)
+            .tcp_connect_timeout(Some(self.connect_timeout))
+            .read_timeout(Some(call_timeout))
+            .write_timeout(Some(call_timeout))
+            .tcp_keepalive_time_ms(Some(10_000))
+            // Known, so the client does not ask for it on every connection.
+            .max_allowed_packet(Some(4 << 20));
+        if url.tls != Tls::Off {
+            let mut ssl =
+                mysql::SslOpts::default().with_danger_skip_domain_validation(url.tls == Tls::Chain);
+            let ca = url.ssl_ca.clone().or_else(|| {
+                std::env::var("SSL_CERT_FILE")
+                    .ok()
+                    .filter(|f| !f.is_empty())
+            });
+            if let Some(ca) = ca {
+                if std::fs::metadata(&ca).is_err() {
+                    return Err(Fault::Unreachable(format!(
+                        "cannot read the CA file {ca:?}"
+                    )));
+                }
+                ssl = ssl.with_root_cert_path(Some(std::path::PathBuf::from(ca)));
+            }
+            opts = opts.ssl_opts(Some(ssl));
+        }
+        Ok(opts)
+    }
+
+    /// Runs `op` on the connection, connecting first if needed; a deadlock the server rolled
+    /// back is tried again (twice). A connection that failed or timed out is dropped: what it
+    /// answers later belongs to nobody.
+    pub fn call<T>(
+        &mut self,
+        mut op: impl FnMut(&mut mysql::Conn) -> mysql::Result<T>,
+    ) -> Result<T, Fault> {
+        let mut tries = 0;
+        loop {
+            self.ensure()?;
+            let Some(conn) = self.conn.as_mut() else {
+                return Err(Fault::Unreachable("not connected".into()));
+            };
+            match op(conn).map_err(fault) {
+                Ok(value) => return Ok(value),
+                Err(Fault::Refused { code, .. }) if ROLLED_BACK.contains(&code) && tries < 2 => {
+                    tries += 1;
+                }
+                Err(f) => {
+                    if matches!(f, Fault::Unreachable(_)) {
+                        self.conn = None;
+                    }
+                    return Err(f);
+                }
+            }
+        }
+    }
+
+    /// `call`, creating dlock's tables and procedures first when the server says they are missing.
+    pub fn call_creating<T>(
+        &mut self,
+        mut op: impl FnMut(&mut mysql::Conn) -> mysql::Result<T>,
+    ) -> Result<T, Fault> {
+        match self.call(&mut op) {
+            Err(f) if f.is_missing_schema() && !self.schema_made => {
+                self.create_schema().map_err(Fault::Setup)?;
+                self.call(op)
+            }
+            result => result,
+        }
+    }
+
+    /// The error for a failed call, naming the server, tagged backend-unavailable.
+    pub fn error(&self, f: Fault) -> anyhow::Error {
+        if let Fault::Setup(e) = f {
+            return e;
+        }
+        let message = format!("mysql at {}: {}", self.url.shown, f.message());
+        match Err::<(), _>(anyhow!("{message}")).fail_with(Failure::BackendUnavailable) {
+            Err(e) => e,
+            Ok(()) => anyhow!("{message}"),
+        }
+    }
+
+    /// Creates the tables and procedures (`schema.sql`) under a named lock. A user without the
+    /// right to gets the statement an administrator must run once.
+    fn create_schema(&mut self) -> anyhow::Result<()> {
+        let prefix = self.url.prefix.clone();
+        let schema = SCHEMA.replace("{p}", &prefix);
+        let key = format!("{prefix}schema");
+        let wait = self.connect_timeout.as_secs().max(1);
+        // On a connection of its own: DDL may take longer than a fifth of a lease.
+        let result = self
+            .opts(self.connect_timeout.max(SCHEMA_CALL))
+            .and_then(|opts| mysql::Conn::new(opts).map_err(fault))
+            .and_then(|mut c| create(&mut c, &key, wait, &schema).map_err(fault));
+        match result {
+            Ok(()) => {
+                self.schema_made = true;
+                Ok(())
+            }
+            Err(Fault::Refused { code, message }) if DENIED.contains(&code) => {
+                let database = self.url.database.replace('`', "``");
+                let user = self
+                    .call(|c| c.query_first::<String, _>("SELECT CURRENT_USER()"))
+                    .ok()
+                    .flatten()
+                    .and_then(|u| {
+                        let (name, host) = u.rsplit_once('@')?;
+                        Some(format!("'{name}'@'{host}'"))
+                    })
+                    .unwrap_or_else(|| "<user>".into());
+                Err(anyhow!(
+                    "mysql at {}: cannot create dlock's tables and procedures ({prefix}locks, \
+                     {prefix}tokens, {prefix}queue, {prefix}acquire_v1...): {message}; an \
+                     administrator must run once: GRANT CREATE, CREATE ROUTINE ON `{database}`.* \
+                     TO {user}",
+                    self.url.shown,
+                ))
+                .fail_with(Failure::BackendUnavailable)
+            }
+            Err(f) => Err(self.error(f).context("cannot create dlock's tables")),
+        }
+    }
+}
+
+/// Runs the schema's statements under the named lock `key` (waiting `wait` seconds for it); a
+/// procedure that exists already is kept.
+fn create(c: &mut mysql::Conn, key: &str, wait: u64, schema: &str) -> mysql::Result<()> {
+    c.exec_drop("DO GET_LOCK(?, ?)", (key, wait))?;
+    for statement in schema.split("\n;;\n") {
+        match c.query_drop(statement) {
+            Err(mysql::Error::MySqlError(e)) if e.code == PROCEDURE_EXISTS => {}
+            other => other?,
+        }
+    }
+    // The session ends with the connection, and its named lock with it.
+    Ok(())
+}

@@ -1,0 +1,304 @@
+//! The statements dlock sends (procedure calls in `schema.sql`, the queries in the `.sql` files
+//! beside this one, with the table prefix filled in) and what their rows mean. Each is one round
+//! trip once prepared (the client keeps the prepared statements of its connection).
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mysql::prelude::Queryable;
+use mysql::{Row, Value};
+use sha2::{Digest, Sha256};
+
+use super::connection::{Conn, Fault};
+use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
+
+/// The statements, with the prefix filled in.
+pub struct Recipe {
+    prefix: String,
+    acquire: String,
+    renew: String,
+    release: String,
+    leave: String,
+    brk: String,
+    holders: String,
+    holders_from: String,
+    wait: String,
+}
+
+/// What an acquisition attempt found.
+pub enum Reply {
+    /// The token, and when the call that was granted it was sent (its lease counts from then: a
+    /// first call that had to create the tables first may have taken long before it).
+    Granted(Token, Instant),
+    /// Busy: the place in line kept (when one was asked for), and the entry to wait for: its lock
+    /// key and how long its lease or place in line lasts (none found: a row dlock cannot read).
+    Busy {
+        ticket: Option<i64>,
+        blocker: Option<(String, Duration)>,
+    },
+}
+
+/// This process, as written in holder rows.
+pub struct Me {
+    pub pid: i64,
+    pub host: String,
+}
+
+/// What a wait on a lock key found.
+pub enum Woken {
+    /// The key was free, or freed: its holder released, left or its session ended.
+    Freed,
+    /// Still held when the slice ran out.
+    Held,
+}
+
+impl Recipe {
+    pub fn new(prefix: &str) -> Recipe {
+        let fill = |sql: &str| sql.replace("{p}", prefix);
+        Recipe {
+            prefix: prefix.to_owned(),
+            acquire: fill("CALL {p}acquire_v1(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            renew: fill("CALL {p}renew_v1(?, ?, ?, ?)"),
+            release: fill("CALL {p}release_v1(?, ?, ?)"),
+            leave: fill("CALL {p}leave_v1(?, ?, ?)"),
+            brk: fill("CALL {p}break_v1(?)"),
+            holders: fill(include_str!("holders.sql")).replace("{where}", "name = ?"),
+            holders_from: fill(include_str!("holders.sql"))
+                .replace("{where}", "LEFT(name, LENGTH(?)) = ?"),
+            wait: include_str!("wait.sql").to_owned(),
+        }
+    }
+
+    /// The lock key (`GET_LOCK`) the session of `owner` holds while it holds or waits for `name`:
+    /// the prefix and 128 bits of a hash, within MySQL's 64 characters for any name.
+    pub fn key(&self, owner: &str, name: &str) -> String {
+        let mut hash = Sha256::new();
+        hash.update(owner.as_bytes());
+        hash.update([0]);
+        hash.update(name.as_bytes());
+        let digest = hash.finalize();
+        format!("{}{}", self.prefix, crate::text::hex(&digest[..16]))
+    }
+
+    /// One attempt. `queue`: keep (or take, without `ticket`) a place in line when busy.
+    pub fn acquire(
+        &self,
+        conn: &mut Conn,
+        request: &LockRequest,
+        me: &Me,
+        queue: bool,
+        ticket: Option<i64>,
+    ) -> Result<Reply, Fault> {
+        let limit = match request.mode {
+            Mode::Limit(n) => i64::from(n),
+            _ => 0,
+        };
+        let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
+        let name = request.name.as_str();
+        let params: Vec<Value> = vec![
+            name.into(),
+            request.owner.as_str().into(),
+            request.mode.to_wire().into(),
+            limit.into(),
+            ttl_ms.into(),
+            me.pid.into(),
+            me.host.as_str().into(),
+            request.message.as_deref().into(),
+            self.key(&request.owner, name).into(),
+            queue.into(),
+            ticket.into(),
+        ];
+        let mut sent = Instant::now();
+        let rows = conn.call_creating(|c| {
+            sent = Instant::now();
+            first_set(c, &self.acquire, params.clone())
+        })?;
+        let Some(row) = rows.first() else {
+            return Err(odd("no answer from acquire"));
+        };
+        if let Some(token) = int(row, 0) {
+            return Token::try_from(token)
+                .ok()
+                .filter(|&t| t > 0)
+                .map(|t| Reply::Granted(t, sent))
+                .ok_or_else(|| odd("a token below 1"));
+        }
+        let blocker = text(row, 2).map(|owner| {
+            let lasts = int(row, 3)
+                .and_then(|us| u64::try_from(us).ok())
+                .unwrap_or(0);
+            (self.key(&owner, name), Duration::from_micros(lasts))
+        });
+        Ok(Reply::Busy {
+            ticket: int(row, 1),
+            blocker,
+        })
+    }
+
+    /// Extends `owner`'s lease on `name` by `ttl`: whether it was still ours.
+    pub fn renew(
+        &self,
+        conn: &mut Conn,
+        name: &LockName,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, Fault> {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let key = self.key(owner, name.as_str());
+        let params: Vec<Value> = vec![
+            name.as_str().into(),
+            owner.into(),
+            ttl_ms.into(),
+            key.into(),
+        ];
+        let rows = conn.call(|c| first_set(c, &self.renew, params.clone()))?;
+        Ok(rows.first().and_then(|r| int(r, 0)).unwrap_or(0) > 0)
+    }
+
+    /// Gives up `owner`'s hold: whether it was still ours.
+    pub fn release(&self, conn: &mut Conn, name: &LockName, owner: &str) -> Result<bool, Fault> {
+        let key = self.key(owner, name.as_str());
+        let params: Vec<Value> = vec![name.as_str().into(), owner.into(), key.into()];
+        let rows = conn.call(|c| first_set(c, &self.release, params.clone()))?;
+        Ok(rows.first().and_then(|r| int(r, 0)).unwrap_or(0) > 0)
+    }
+
+    /// Leaves the line (a waiter that gave up).
+    pub fn leave(
+        &self,
+        conn: &mut Conn,
+        name: &LockName,
+        owner: &str,
+        ticket: Option<i64>,
+    ) -> Result<(), Fault> {
+        let key = self.key(owner, name.as_str());
+        let params: Vec<Value> = vec![owner.into(), ticket.into(), key.into()];
+        conn.call(|c| first_set(c, &self.leave, params.clone()))?;
+        Ok(())
+    }
+
+    /// Waits up to `most` for the lock key `key` to be free (and lets it go at once).
+    pub fn wait_for_key(&self, conn: &mut Conn, key: &str, most: Duration) -> Result<Woken, Fault> {
+        let seconds = most.as_secs_f64().max(0.001);
+        let rows =
+            conn.call(|c| first_set(c, &self.wait, vec![key.into(), seconds.into(), key.into()]))?;
+        Ok(match rows.first().and_then(|r| int(r, 0)) {
+            Some(1) => Woken::Freed,
+            _ => Woken::Held,
+        })
+    }
+
+    /// The live holders of `name` (`exact`) or of every name starting with it, by name.
+    pub fn holders(
+        &self,
+        conn: &mut Conn,
+        name: &str,
+        exact: bool,
+    ) -> Result<Vec<(String, Holder)>, Fault> {
+        let (sql, params): (&str, Vec<Value>) = if exact {
+            (&self.holders, vec![name.into()])
+        } else {
+            (&self.holders_from, vec![name.into(), name.into()])
+        };
+        let rows = conn.call_creating(|c| first_set(c, sql, params.clone()))?;
+        Ok(rows.iter().map(holder_of).collect())
+    }
+
+    /// Removes every holder of `name`; returns them.
+    pub fn break_lock(&self, conn: &mut Conn, name: &LockName) -> Result<Vec<Holder>, Fault> {
+        let params: Vec<Value> = vec![name.as_str().into()];
+        let rows = conn.call_creating(|c| first_set(c, &self.brk, params.clone()))?;
+        Ok(rows.iter().map(|r| holder_of(r).1).collect())
+    }
+}
+
+/// The rows of the first result of `sql` (a procedure's later results, and its status, read and
+/// dropped).
+fn first_set(c: &mut mysql::Conn, sql: &str, params: Vec<Value>) -> mysql::Result<Vec<Row>> {
+    let mut result = c.exec_iter(sql, params)?;
+    let mut rows = Vec::new();
+    let mut first = true;
+    while let Some(set) = result.iter() {
+        for row in set {
+            let row = row?;
+            if first {
+                rows.push(row);
+            }
+        }
+        first = rows.is_empty();
+    }
+    Ok(rows)
+}
+
+fn odd(what: &str) -> Fault {
+    Fault::Unreachable(format!("unexpected answer from the server ({what})"))
+}
+
+/// Column `i` as text, whatever the protocol sent (`None`: NULL, or not text).
+fn text(row: &Row, i: usize) -> Option<String> {
+    match row.as_ref(i)? {
+        Value::Bytes(b) => String::from_utf8(b.clone()).ok(),
+        Value::Int(n) => Some(n.to_string()),
+        Value::UInt(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Column `i` as a number, whatever the protocol sent.
+fn int(row: &Row, i: usize) -> Option<i64> {
+    match row.as_ref(i)? {
+        Value::Int(n) => Some(*n),
+        Value::UInt(n) => i64::try_from(*n).ok(),
+        Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+/// A holder row (name, owner, mode, token, since, pid, host, message, expires_at; any content:
+/// other clients may write these tables), checked field by field. What does not read is an
+/// unreadable holder, counted as the server counts it.
+fn holder_of(row: &Row) -> (String, Holder) {
+    let raw = |i: usize| match row.as_ref(i) {
+        Some(Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+        _ => text(row, i).unwrap_or_default(),
+    };
+    let (name, owner, mode, token, since, pid, host) =
+        (raw(0), raw(1), raw(2), raw(3), raw(4), raw(5), raw(6));
+    let message = match row.as_ref(7) {
+        Some(Value::NULL) | None => None,
+        _ => Some(raw(7)),
+    };
+    let utf8 = |i: usize| !matches!(row.as_ref(i), Some(Value::Bytes(b)) if std::str::from_utf8(b).is_err());
+    let expires_at = int(row, 8)
+        .and_then(|us| u64::try_from(us).ok())
+        .and_then(|us| UNIX_EPOCH.checked_add(Duration::from_micros(us)));
+    let parsed = Mode::from_wire(&mode)
+        .filter(|_| (0..8).all(utf8))
+        .and_then(|m| {
+            Holder::checked(
+                m,
+                &owner,
+                &host,
+                pid.parse().ok()?,
+                since.parse().ok()?,
+                Some(token.parse().ok().filter(|&t: &Token| t > 0)?),
+            )
+        })
+        .and_then(|h| h.with_message(message.as_deref()))
+        .map(|h| Holder {
+            expires_at: expires_at.filter(|&t| t > SystemTime::UNIX_EPOCH),
+            ..h
+        });
+    let holder = parsed.unwrap_or_else(|| {
+        let counted = match Mode::from_wire(&mode) {
+            Some(m @ (Mode::Shared | Mode::Limit(_))) => m,
+            _ => Mode::Exclusive,
+        };
+        let mut record = format!("{mode} {token} {since} {pid} {host}");
+        if let Some(message) = &message {
+            record.push('\t');
+            record.push_str(message);
+        }
+        Holder::unreadable(counted, &owner, &record)
+    });
+    (name, holder)
+}

@@ -1,0 +1,249 @@
+//! The MySQL backend's own mechanism, through the real binary on a real MariaDB: the URL, rights,
+//! passwords, TLS, leases judged by the server's clock, tokens that survive a crash, and a holder
+//! whose session is killed from outside.
+
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use crate::support::mysql_server::{MyServer, DATABASE, PASSWORD};
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+fn mysql_dlock(url: &str, args: &[&str]) -> Command {
+    let mut cmd = dlock();
+    cmd.args(["--backend", "mysql", "--url", url]).args(args);
+    cmd
+}
+
+/// `dlock run NAME -- sh -c 'echo $DLOCK_TOKEN > DIR/TAG.in; <until DIR/TAG.go>'`, returned once
+/// the command runs.
+fn holder(url: &str, dir: &LockDir, flags: &[&str], name: &str, tag: &str) -> Child {
+    let script = format!(
+        "echo $DLOCK_TOKEN > '{d}/{tag}.in'; i=0; while [ ! -e '{d}/{tag}.go' ] && [ $i -lt 1200 ]; \
+         do sleep 0.05; i=$((i+1)); done",
+        d = dir.path().display()
+    );
+    let mut args = vec!["run"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[name, "--", "sh", "-c", &script]);
+    let child = mysql_dlock(url, &args).spawn().expect("start a holder");
+    wait_for_file(&dir.file(&format!("{tag}.in")), T);
+    child
+}
+
+fn let_go(dir: &LockDir, tag: &str) {
+    std::fs::write(dir.file(&format!("{tag}.go")), "").unwrap();
+}
+
+fn token(dir: &LockDir, tag: &str) -> u64 {
+    read_pid(&dir.file(&format!("{tag}.in"))) as u64
+}
+
+#[test]
+fn urls_that_cannot_be_read_are_usage_errors_that_never_show_the_password() {
+    for url in [
+        "mysql://u:SECRET@127.0.0.1",
+        "mysql://u:SECRET@127.0.0.1:0/db",
+        "mysql://u:SECRET@127.0.0.1/db?ssl-mode=SOMETIMES",
+        "mysql://u:SECRET@127.0.0.1/db?prefix=Robert');DROP",
+        "mysql://u:SECRET@127.0.0.1/db?password=SECRET",
+    ] {
+        let out = output(mysql_dlock(url, &["run", "m", "--", "true"]));
+        assert_eq!(code(&out), 64, "{url}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.starts_with("dlock: ") && !err.contains("SECRET"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn passwords_never_show_in_messages() {
+    let port = MyServer::shared().lock().unwrap().port();
+    let free_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for url in [
+        format!("mysql://root:wrong-SECRET@127.0.0.1:{port}/{DATABASE}"),
+        format!("mysql://root:{PASSWORD}@127.0.0.1:{free_port}/{DATABASE}"),
+    ] {
+        let out = output(mysql_dlock(&url, &["run", "p", "--", "true"]));
+        assert_eq!(code(&out), 69, "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(!err.contains("SECRET") && !err.contains(PASSWORD), "{err}");
+        assert!(err.contains("mysql at mysql://***@127.0.0.1:"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for_and_the_minimal_grants_suffice() {
+    let server = MyServer::shared().lock().unwrap();
+    server.sql(
+        "DROP USER IF EXISTS lowly@'127.0.0.1'; \
+         CREATE USER lowly@'127.0.0.1' IDENTIFIED BY 'low-SECRET'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON dlock.* TO lowly@'127.0.0.1'",
+    );
+    let port = server.port();
+    drop(server);
+    let lowly = format!("mysql://lowly:low-SECRET@127.0.0.1:{port}/{DATABASE}?prefix=t_ddl_");
+    let out = output(mysql_dlock(&lowly, &["run", "d", "--", "true"]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("an administrator must run once: GRANT CREATE, CREATE ROUTINE ON `dlock`.* TO 'lowly'@'127.0.0.1'"),
+        "{err}"
+    );
+    assert!(!err.contains("SECRET"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    // Once an administrator made the tables, the README's grants are all a user needs.
+    let admin = MyServer::shared_url("t_min_");
+    let out = output(mysql_dlock(&admin, &["status", "d"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let server = MyServer::shared().lock().unwrap();
+    server.sql(
+        "DROP USER IF EXISTS runner@'127.0.0.1'; \
+         CREATE USER runner@'127.0.0.1' IDENTIFIED BY 'run-SECRET'; \
+         GRANT EXECUTE ON dlock.* TO runner@'127.0.0.1'; \
+         GRANT SELECT ON dlock.t_min_locks TO runner@'127.0.0.1'",
+    );
+    drop(server);
+    let runner = format!("mysql://runner:run-SECRET@127.0.0.1:{port}/{DATABASE}?prefix=t_min_");
+    let dir = LockDir::new();
+    let mut held = holder(&runner, &dir, &[], "d", "h");
+    let out = output(mysql_dlock(&runner, &["status", "d"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = output(mysql_dlock(&runner, &["run", "-n", "d", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let_go(&dir, "h");
+    assert!(wait_exit(&mut held, T).success());
+    let out = output(mysql_dlock(&runner, &["release", "--force", "d"]));
+    assert!(code(&out) == 0 || code(&out) == 1, "{}", stderr(&out));
+}
+
+#[test]
+fn tls_verify_identity_works_with_the_test_ca_and_fails_69_without_it() {
+    let dir = LockDir::new();
+    let files = crate::support::tls::make_tls_files(&dir);
+    let server = MyServer::start_tls(&files.cert, &files.key);
+    server.sql("ALTER USER root@'127.0.0.1' REQUIRE SSL");
+    let ca = files.ca.display().to_string();
+    let port = server.port();
+    let base = format!("mysql://root:{PASSWORD}@127.0.0.1:{port}/{DATABASE}");
+    for mode in ["VERIFY_IDENTITY", "REQUIRED"] {
+        let url = format!("{base}?ssl-mode={mode}&ssl-ca={ca}");
+        let out = output(mysql_dlock(
+            &url,
+            &["run", "t", "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+        ));
+        assert_eq!(code(&out), 0, "{mode}: {}", stderr(&out));
+    }
+    // Without TLS the server refuses root; with TLS but without the test CA, dlock refuses the
+    // server.
+    let out = output(mysql_dlock(&base, &["run", "t", "--", "true"]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    let other = LockDir::new();
+    let stranger = crate::support::tls::make_tls_files(&other);
+    let url = format!(
+        "{base}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
+        stranger.ca.display()
+    );
+    let out = output(mysql_dlock(&url, &["run", "t", "--", "true"]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("TLS") && !err.contains(PASSWORD), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// The server's clock is an hour behind this machine's: a lease it grants runs out an hour before
+/// now by the client's clock, and still the lock is held, shown and busy until the holder ends.
+#[test]
+fn leases_are_judged_by_the_servers_clock() {
+    let server = MyServer::start_with_clock("-3600");
+    let url = server.url_with("");
+    let dir = LockDir::new();
+    let mut held = holder(&url, &dir, &["--ttl", "5s"], "c", "h");
+    // Past a renewal, so that a renewal too is judged by the server.
+    std::thread::sleep(Duration::from_secs(2));
+    let out = output(mysql_dlock(&url, &["run", "-n", "c", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let out = output(mysql_dlock(&url, &["status", "--json", "c"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let until =
+        humantime::parse_rfc3339(json["holders"][0]["expires_at"].as_str().unwrap()).unwrap();
+    let behind = std::time::SystemTime::now()
+        .duration_since(until)
+        .expect("the lease ends in the past by this machine's clock");
+    assert!(behind > Duration::from_secs(3000), "{json}");
+    let_go(&dir, "h");
+    assert!(wait_exit(&mut held, T).success());
+    let out = output(mysql_dlock(&url, &["run", "-n", "c", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn tokens_survive_a_server_crash() {
+    let mut server = MyServer::start();
+    let url = server.url_with("");
+    for expected in 1..=3u64 {
+        let out = output(mysql_dlock(
+            &url,
+            &["run", "k", "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+        ));
+        assert_eq!(
+            stdout(&out).trim(),
+            expected.to_string(),
+            "{}",
+            stderr(&out)
+        );
+    }
+    server.restart();
+    let out = output(mysql_dlock(
+        &url,
+        &["run", "k", "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+    ));
+    assert_eq!(stdout(&out).trim(), "4", "{}", stderr(&out));
+}
+
+/// Another client kills the holder's connection (`KILL`): its session's lock keys go, but the
+/// lease stands; the holder reconnects at its next renewal, keeps the lock to the end, and a
+/// waiter gets it after it.
+#[test]
+fn a_holder_whose_connection_is_killed_keeps_its_lock() {
+    let url = MyServer::shared_url("t_kill_");
+    let dir = LockDir::new();
+    let mut held = holder(&url, &dir, &["--ttl", "3s"], "k", "h");
+    let first = token(&dir, "h");
+    let mut waiter = mysql_dlock(&url, &["run", "k", "--", "true"])
+        .spawn()
+        .unwrap();
+    let server = MyServer::shared().lock().unwrap();
+    let ids = server.sql(
+        "SELECT id FROM information_schema.processlist WHERE db = 'dlock' AND host LIKE '127.0.0.1:%'",
+    );
+    assert!(!ids.is_empty(), "dlock's connections");
+    for id in ids.lines() {
+        let _ = server
+            .client(DATABASE)
+            .args(["-e", &format!("KILL {id}")])
+            .output();
+    }
+    drop(server);
+    // Two leases: the holder renewed on a new connection, and nobody else got in meanwhile.
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(held.try_wait().unwrap().is_none(), "the holder ended");
+    assert!(waiter.try_wait().unwrap().is_none(), "the waiter got in");
+    let out = output(mysql_dlock(&url, &["status", "--json", "k"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["holders"][0]["token"], first, "{json}");
+    let_go(&dir, "h");
+    assert!(wait_exit(&mut held, T).success());
+    assert!(wait_exit(&mut waiter, T).success());
+}

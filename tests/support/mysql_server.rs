@@ -1,0 +1,376 @@
+//! A private MariaDB server for the tests: mariadb-install-db into a temporary directory, listening
+//! on a free loopback port (root with a password) and a socket in that directory (root without
+//! one, for `mariadb` set-up). As root (mariadbd refuses root) it runs as `nobody`. One shared
+//! server per test run (`MyServer::shared`), each test with its own table prefix; tests that
+//! crash, pause or reconfigure the server start their own.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::pg_server::{as_server_user, free_port, give_to_server_user};
+use super::target::{Kind, ServerControl, Target};
+use super::LockDir;
+
+/// root's password on the TCP port.
+pub const PASSWORD: &str = "my-test-secret";
+/// The database dlock's tables go in.
+pub const DATABASE: &str = "dlock";
+const READY_WITHIN: Duration = Duration::from_secs(60);
+
+pub struct MyServer {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+    /// `mariadbd` options beyond the usual ones (TLS).
+    extra: Vec<String>,
+    /// Environment beyond the inherited one (a clock shifted by libfaketime).
+    env: Vec<(String, String)>,
+}
+
+impl MyServer {
+    pub fn start() -> MyServer {
+        let mut server = MyServer::init();
+        server.launch();
+        server.setup();
+        server
+    }
+
+    /// A server that also speaks TLS with `cert`, `key` (copied into its directory).
+    pub fn start_tls(cert: &Path, key: &Path) -> MyServer {
+        let mut server = MyServer::init();
+        let (c, k) = (
+            server.dir.path().join("server.crt"),
+            server.dir.path().join("server.key"),
+        );
+        std::fs::copy(cert, &c).expect("copy cert");
+        std::fs::copy(key, &k).expect("copy key");
+        give_to_server_user(&c);
+        give_to_server_user(&k);
+        server.extra = vec![
+            format!("--ssl-cert={}", c.display()),
+            format!("--ssl-key={}", k.display()),
+        ];
+        server.launch();
+        server.setup();
+        server
+    }
+
+    fn init() -> MyServer {
+        assert!(
+            Path::new("/usr/sbin/mariadbd").exists(),
+            "MariaDB is not installed (/usr/sbin/mariadbd is missing): run scripts/test, which \
+             installs it"
+        );
+        let dir = tempfile::tempdir().expect("temp dir for mariadb");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        give_to_server_user(dir.path());
+        let out = as_server_user("mariadb-install-db")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.path().join("data").display()))
+            .args([
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--skip-name-resolve",
+            ])
+            .output()
+            .expect("run mariadb-install-db");
+        assert!(
+            out.status.success(),
+            "mariadb-install-db failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        MyServer {
+            dir,
+            port: free_port(),
+            child: None,
+            extra: vec![],
+            env: vec![],
+        }
+    }
+
+    /// A server whose clock runs `shift` behind (`-`) or ahead of the machine's, through
+    /// libfaketime (Debian's `faketime`).
+    pub fn start_with_clock(shift: &str) -> MyServer {
+        let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+        assert!(
+            Path::new(lib).exists(),
+            "libfaketime is not installed ({lib} is missing): run scripts/test, which installs it"
+        );
+        let mut server = MyServer::init();
+        server.env = vec![
+            ("LD_PRELOAD".into(), lib.into()),
+            ("FAKETIME".into(), shift.into()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ];
+        server.launch();
+        server.setup();
+        server
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("server log");
+        // The environment through `env`, after setpriv: preloaded into setpriv itself, libfaketime
+        // would make its semaphore as root, which mariadbd as nobody then cannot open.
+        let mut cmd = as_server_user("/usr/bin/env");
+        cmd.args(self.env.iter().map(|(k, v)| format!("{k}={v}")))
+            .arg("/usr/sbin/mariadbd")
+            .arg("--no-defaults")
+            .arg(format!(
+                "--datadir={}",
+                self.dir.path().join("data").display()
+            ))
+            .arg(format!("--socket={}", self.socket().display()))
+            .arg(format!(
+                "--pid-file={}",
+                self.dir.path().join("pid").display()
+            ))
+            .arg(format!("--port={}", self.port))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                "--innodb-flush-log-at-trx-commit=2",
+                "--innodb-buffer-pool-size=32M",
+                "--max-connections=300",
+                "--skip-log-bin",
+            ])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        self.child = Some(cmd.spawn().expect("start mariadbd"));
+        let start = Instant::now();
+        loop {
+            let ready = Command::new("mariadb-admin")
+                .arg("--no-defaults")
+                .arg(format!("--socket={}", self.socket().display()))
+                .args(["-uroot", "--connect-timeout=2", "ping"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return;
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!("mariadbd exited ({status}): {}", self.log());
+            }
+            assert!(
+                start.elapsed() < READY_WITHIN,
+                "mariadbd not ready: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// root's password on TCP, and dlock's database.
+    fn setup(&self) {
+        self.sql_in(
+            "mysql",
+            &format!(
+                "SET PASSWORD FOR root@'127.0.0.1' = PASSWORD('{PASSWORD}'); \
+             CREATE DATABASE IF NOT EXISTS {DATABASE};"
+            ),
+        );
+    }
+
+    /// The server shared by the tests of this run, stopped when the run ends.
+    pub fn shared() -> &'static Mutex<MyServer> {
+        static SHARED: OnceLock<Mutex<MyServer>> = OnceLock::new();
+        SHARED.get_or_init(|| {
+            let server = MyServer::start();
+            STOP_AT_EXIT
+                .set((server.pid(), server.dir.path().to_owned()))
+                .ok();
+            extern "C" fn stop() {
+                if let Some((pid, dir)) = STOP_AT_EXIT.get() {
+                    stop_pid(*pid);
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+            }
+            // SAFETY: `stop` is a plain function that stays valid for the life of the process.
+            unsafe { libc::atexit(stop) };
+            Mutex::new(server)
+        })
+    }
+
+    /// A URL for the shared server with a table prefix of the test's own.
+    pub fn shared_url(prefix: &str) -> String {
+        let server = MyServer::shared().lock().unwrap_or_else(|p| p.into_inner());
+        server.url_with(&format!("prefix={prefix}"))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("sock")
+    }
+
+    /// `mysql://root:PASSWORD@127.0.0.1:PORT/dlock?QUERY`
+    pub fn url_with(&self, query: &str) -> String {
+        let mut url = format!("mysql://root:{PASSWORD}@127.0.0.1:{}/{DATABASE}", self.port);
+        if !query.is_empty() {
+            url.push('?');
+            url.push_str(query);
+        }
+        url
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// A `mariadb` client as root through the socket, in `database`, tab-separated output.
+    pub fn client(&self, database: &str) -> Command {
+        let mut cmd = Command::new("mariadb");
+        cmd.arg("--no-defaults")
+            .arg(format!("--socket={}", self.socket().display()))
+            .args(["-uroot", "-N", "-B", database]);
+        cmd
+    }
+
+    /// Runs `sql` as root through the socket in dlock's database; its output, tab-separated
+    /// without column names.
+    pub fn sql(&self, sql: &str) -> String {
+        self.sql_in(DATABASE, sql)
+    }
+
+    fn sql_in(&self, database: &str, sql: &str) -> String {
+        let out = self
+            .client(database)
+            .args(["-e", sql])
+            .output()
+            .expect("run mariadb (mariadb-client)");
+        assert!(
+            out.status.success(),
+            "mariadb {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    pub fn pause(&self) {
+        // SAFETY: kill has no memory effects; the pid is this server's.
+        unsafe { libc::kill(self.pid() as i32, libc::SIGSTOP) };
+    }
+
+    pub fn resume(&self) {
+        // SAFETY: as above.
+        unsafe { libc::kill(self.pid() as i32, libc::SIGCONT) };
+    }
+
+    /// Kills the server as a crash would (SIGKILL: InnoDB recovers at the next start).
+    pub fn crash(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGCONT);
+                libc::kill(child.id() as i32, libc::SIGKILL);
+            }
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.crash();
+        self.launch();
+    }
+}
+
+static STOP_AT_EXIT: OnceLock<(u32, PathBuf)> = OnceLock::new();
+
+/// SIGKILL, and wait (bounded) until it is gone.
+fn stop_pid(pid: u32) {
+    let pid = pid as i32;
+    // SAFETY: kill has no memory effects.
+    unsafe {
+        libc::kill(pid, libc::SIGCONT);
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let start = Instant::now();
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 && start.elapsed() < Duration::from_secs(10) {
+        let mut status = 0;
+        // SAFETY: reaps our own child if it is one; WNOHANG never blocks.
+        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl Drop for MyServer {
+    fn drop(&mut self) {
+        self.crash();
+    }
+}
+
+/// A server the fault checker pauses and crashes.
+pub struct FaultyMy(pub Mutex<MyServer>);
+
+impl ServerControl for FaultyMy {
+    fn pause(&self, pause: Duration) {
+        if let Ok(server) = self.0.lock() {
+            server.pause();
+            std::thread::sleep(pause);
+            server.resume();
+        }
+    }
+
+    /// A SIGKILL and a start on the same port, keeping the data (a crash).
+    fn restart(&self) {
+        if let Ok(mut server) = self.0.lock() {
+            server.restart();
+        }
+    }
+}
+
+impl Target {
+    /// The MySQL backend on the test run's shared MariaDB, with tables of its own (a prefix per
+    /// test), for the contract suite.
+    pub fn suite_mysql() -> Target {
+        let prefix = format!("c{}_", super::suite_servers::next_namespace());
+        let url = MyServer::shared_url(&prefix);
+        let port = MyServer::shared()
+            .lock()
+            .map(|s| s.port())
+            .unwrap_or_default();
+        Target {
+            args: vec!["--backend".into(), "mysql".into(), "--url".into(), url],
+            kind: Kind::Mysql,
+            ports: vec![port],
+            servers: vec![],
+            scratch: LockDir::new(),
+        }
+    }
+
+    /// dlock on a private MariaDB server.
+    pub fn mysql_backend() -> Target {
+        let server = MyServer::start();
+        let ports = vec![server.port()];
+        Target {
+            args: Kind::Mysql.args(&ports),
+            kind: Kind::Mysql,
+            ports,
+            servers: vec![Box::new(FaultyMy(Mutex::new(server)))],
+            scratch: LockDir::new(),
+        }
+    }
+}
