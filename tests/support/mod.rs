@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod build;
 pub mod etcd_server;
 pub mod pg_server;
 pub mod redis_server;
@@ -21,7 +22,7 @@ pub fn dlock_bin() -> &'static str {
 }
 
 /// A `dlock` command with the environment cleared of DLOCK_* variables from the caller, so tests
-/// see only what they set.
+/// see only what they set, and reading no configuration file (the machine's /etc/dlock/config).
 pub fn dlock() -> Command {
     let mut cmd = Command::new(dlock_bin());
     for (key, _) in std::env::vars() {
@@ -29,6 +30,7 @@ pub fn dlock() -> Command {
             cmd.env_remove(key);
         }
     }
+    cmd.env("DLOCK_CONFIG", "");
     cmd.stdin(Stdio::null());
     cmd
 }
