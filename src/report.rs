@@ -99,7 +99,7 @@ impl Reporter {
         let _ = write!(
             err,
             "\r\x1b[Kdlock: waiting {} for {what}",
-            humantime::format_duration(secs)
+            crate::text::duration(secs)
         );
         let _ = err.flush();
         self.status_shown.set(true);

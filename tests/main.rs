@@ -3,6 +3,7 @@
 mod support;
 
 mod cli;
+mod config;
 mod contract;
 mod etcd;
 mod faults;
@@ -14,6 +15,8 @@ mod flock_habits;
 mod group_kill;
 mod hostile;
 mod job_control;
+mod manual;
+mod messages;
 mod netfaults;
 mod postgres;
 mod redis;

@@ -58,6 +58,20 @@ impl LockDir {
         cmd
     }
 
+    /// `dlock run NAME` holding the lock in this directory with a command that sleeps, returned
+    /// once the command has started (so the lock is held). Its stderr is discarded.
+    pub fn hold_in_background(&self, name: &str) -> Child {
+        let ready = self.file(&format!("{name}.ready"));
+        let script = format!("touch '{}'; exec sleep 30", ready.display());
+        let child = self
+            .dlock(&["run", name, "--", "sh", "-c", &script])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn dlock");
+        wait_for_file(&ready, Duration::from_secs(20));
+        child
+    }
+
     pub fn file(&self, name: &str) -> PathBuf {
         self.path().join(name)
     }
