@@ -157,3 +157,27 @@ fn help_ends_with_exit_statuses_and_the_manual_and_run_help_sets_global_options_
     assert!(text[global..].contains("--backend"), "{text}");
     assert!(!text[..global].contains("--backend"), "{text}");
 }
+
+#[test]
+fn a_redis_refusal_reads_without_the_client_s_names_for_errors() {
+    let server = crate::support::redis_server::RedisServer::start();
+    let mut conn = server.connection();
+    redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "weak", "on", ">pw", "~*", "+ping", "+hello", "+auth", "+client",
+        ])
+        .query::<()>(&mut conn)
+        .expect("ACL SETUSER");
+    let url = format!("redis://weak:pw@127.0.0.1:{}", server.port());
+    let out = output({
+        let mut cmd = dlock();
+        cmd.args(["-b", "redis", "-u", &url, "run", "x", "--", "true"]);
+        cmd
+    });
+    let err = stderr(&out);
+    assert_eq!(code(&out), 69, "{err}");
+    assert!(err.contains("no permissions to run"), "{err}");
+    for internal in ["NoPerm", "ResponseError", "Server("] {
+        assert!(!err.contains(internal), "{err}");
+    }
+}

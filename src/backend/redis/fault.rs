@@ -55,7 +55,11 @@ impl Fault {
             return fault(FaultKind::Auth, String::new());
         }
         if matches!(e.code(), Some("NOPERM")) {
-            return fault(FaultKind::NoPermission, e.to_string());
+            // The server's own words, without the client's name for the error's kind (`NoPerm:`).
+            let detail = e
+                .detail()
+                .unwrap_or("this user lacks a permission dlock needs");
+            return fault(FaultKind::NoPermission, detail.to_owned());
         }
         if e.kind() == redis::ErrorKind::Parse {
             return fault(
