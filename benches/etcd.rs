@@ -25,6 +25,10 @@ const CONTENDED_LIMIT: Duration = Duration::from_secs(120);
 const CONTENDED_ROUNDS: usize = 5;
 
 fn main() {
+    println!(
+        "{}",
+        support::build::describe(std::path::Path::new(support::dlock_bin()))
+    );
     let dlock = support::dlock_bin();
     let etcd = EtcdServer::start();
     let url = etcd.url();

@@ -1,13 +1,17 @@
 //! dlock on the file backend side by side with util-linux flock(1), in one run, reported as ratios:
 //! uncontended latency, 8-way contended throughput, and dlock's peak memory.
 //!
-//! Run: `cargo bench --bench file` (a release build).
+//! Run: `cargo bench --bench file` (the plain release build), or `scripts/static bench --bench
+//! file` for the static build the reference figures come from; the report says which it measured.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+#[path = "../tests/support/build.rs"]
+mod build;
 
 const UNCONTENDED_RUNS: usize = 300;
 const CONTENDERS: usize = 8;
@@ -89,6 +93,7 @@ fn peak_rss_kib(cmd: &mut Command) -> i64 {
 
 fn main() {
     let dlock = dlock_bin();
+    println!("{}", build::describe(&dlock));
     let dir = tempfile::tempdir().expect("temp dir");
     let lock_file = dir.path().join("bench.lock");
     let dlock_cmd = || {

@@ -18,6 +18,10 @@ const CONTENDERS: usize = 8;
 const ROUNDS_EACH: usize = 10;
 
 fn main() {
+    println!(
+        "{}",
+        support::build::describe(std::path::Path::new(support::dlock_bin()))
+    );
     let dlock = support::dlock_bin();
     let work = tempfile::tempdir().expect("temp dir");
     let server = PgServer::start();

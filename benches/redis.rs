@@ -41,6 +41,7 @@ fn main() {
         return;
     }
     let dlock = support::dlock_bin();
+    println!("{}", support::build::describe(Path::new(dlock)));
     let work = tempfile::tempdir().expect("temp dir");
     let redis = RedisServer::start();
     let etcd = EtcdServer::start();

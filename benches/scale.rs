@@ -217,6 +217,10 @@ fn mntr(zk: &ZkServer, key: &str) -> Option<u64> {
 }
 
 fn main() {
+    println!(
+        "{}",
+        support::build::describe(std::path::Path::new(support::dlock_bin()))
+    );
     let bin = PathBuf::from(support::dlock_bin());
     let zk = std::sync::Arc::new(ZkServer::start_for_benchmark());
     let scratch = tempfile::tempdir().expect("scratch");

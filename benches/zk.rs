@@ -37,6 +37,10 @@ const LIMIT: Duration = Duration::from_secs(120);
 const CONTENDED_ROUNDS: usize = 5;
 
 fn main() {
+    println!(
+        "{}",
+        support::build::describe(std::path::Path::new(support::dlock_bin()))
+    );
     let zk = ZkServer::start_for_benchmark();
     let etcd = EtcdServer::start();
     let dir = tempfile::tempdir().expect("temp dir");

@@ -1,14 +1,17 @@
 //! The command line, declared once with clap: the one source for parsing, `--help`, the shell
 //! completions and the man pages. Parsing ends in plain values (`Command`) the rest of dlock uses.
 
+mod config;
 mod duration;
 mod resolve;
+mod urls;
 mod usage;
+mod values;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, FromArgMatches, Parser, Subcommand};
+use clap::{Args, FromArgMatches, Parser, Subcommand, ValueHint};
 
 use crate::backend::{BackendConfig, BackendKind};
 use crate::exit::{self, FailWith, Failure, Status};
@@ -17,21 +20,21 @@ use crate::report::Verbosity;
 use crate::supervise::RunPlan;
 
 use duration::{parse_duration, parse_ttl};
+use values::{parse_seats, parse_switch};
 
-/// Where `--help` points for the rest: the manual, and how each backend keeps its locks.
-const SEE_ALSO: &str = "\
-See dlock(1) and dlock-run(1), and the README's Backends section for how each backend keeps its
-locks (lock files, Redis keys, ZooKeeper nodes).";
+/// Where `--help` points for the rest.
+const READ_ON: &str = "\
+Options beat DLOCK_* variables, which beat the configuration file (/etc/dlock/config,
+~/.config/dlock/config or $DLOCK_CONFIG). The manual: man dlock, man dlock-run.";
 
-/// `--help` and the man page: the exit codes, then where to read on.
-fn after_long_help() -> String {
-    format!("{}\n\n{SEE_ALSO}", exit::help_table())
+/// The end of `--help` (dlock's and run's): the exit statuses, then where to read on.
+fn after_help() -> String {
+    format!("{}\n\n{READ_ON}", exit::help_table())
 }
 
 /// Run a command while holding a named lock: flock(1) for a whole cluster.
 #[derive(Parser, Debug)]
-#[command(name = "dlock", version, about, after_help = exit::help_table(),
-          after_long_help = after_long_help(), max_term_width = 100)]
+#[command(name = "dlock", version, about, after_help = after_help(), max_term_width = 100)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -39,7 +42,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Options every subcommand takes (before or after it), shown apart in each `--help`.
 #[derive(Args, Debug)]
+#[command(next_help_heading = "Global options")]
 pub struct GlobalArgs {
     /// Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd.
     #[arg(
@@ -56,7 +61,8 @@ pub struct GlobalArgs {
     /// (give it 3, 5, ... times for Redlock) or
     /// redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P],
     /// zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port
-    /// (etcds:// for TLS).
+    /// (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file's url
+    /// may list several, separated by commas or spaces.
     #[arg(
         short,
         long = "url",
@@ -66,9 +72,16 @@ pub struct GlobalArgs {
     )]
     pub urls: Vec<String>,
 
+    /// Read the servers' password from the first line of this file, for every URL that has none
+    /// (after its user name, if it has one), so that no password is on a command line.
+    #[arg(long, global = true, env = "DLOCK_PASSWORD_FILE", value_name = "PATH",
+          value_hint = ValueHint::FilePath)]
+    pub password_file: Option<PathBuf>,
+
     /// How long to try to reach a server before giving up with exit status 69.
     #[arg(long, global = true, env = "DLOCK_CONNECT_TIMEOUT", value_name = "DURATION",
-          value_parser = parse_duration, default_value = "5s", allow_hyphen_values = true)]
+          value_parser = parse_duration, default_value = "5s", allow_hyphen_values = true,
+          value_hint = ValueHint::Other)]
     pub connect_timeout: Duration,
 
     /// Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT)
@@ -78,7 +91,8 @@ pub struct GlobalArgs {
         global = true,
         env = "DLOCK_REPLICAS",
         value_name = "N",
-        default_value_t = 0
+        default_value_t = 0,
+        value_hint = ValueHint::Other
     )]
     pub replicas: u32,
 
@@ -94,6 +108,7 @@ pub struct GlobalArgs {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Acquire the lock, run COMMAND while holding it, release it when COMMAND exits.
+    #[command(after_help = after_help())]
     Run(RunArgs),
     /// Show who holds a lock. Exit status 0 when held, 1 when free.
     Status(StatusArgs),
@@ -127,7 +142,7 @@ pub struct LockArgs {
 
     /// Take one of N seats: at most N holders with --limit at once (a semaphore).
     #[arg(short, long, group = "mode", value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..))]
+          value_parser = parse_seats, value_hint = ValueHint::Other)]
     pub limit: Option<u32>,
 
     /// Treat each NAME as a path in a hierarchy: lock every ancestor shared and the path itself
@@ -145,17 +160,18 @@ pub struct LockArgs {
     /// 30s, 5m), at most a year (flock's --timeout works too). Default: wait without limit. On the
     /// command line it overrides DLOCK_NO_WAIT.
     #[arg(short, long, alias = "timeout", env = "DLOCK_WAIT", value_name = "DURATION",
-          value_parser = parse_duration, allow_hyphen_values = true)]
+          value_parser = parse_duration, allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub wait: Option<Duration>,
 
     /// While waiting with stderr not a terminal (a CI log), say every this often how long it has
     /// waited and how much of --wait is left (0: only the first line, when the wait starts).
     #[arg(long, env = "DLOCK_PROGRESS_EVERY", value_name = "DURATION", value_parser = parse_duration,
-          default_value = crate::supervise::progress::EVERY_DEFAULT, allow_hyphen_values = true)]
+          default_value = crate::supervise::progress::EVERY_DEFAULT, allow_hyphen_values = true,
+          value_hint = ValueHint::Other)]
     pub progress_every: Duration,
 
     /// Exit status when the lock could not be acquired.
-    #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = Status::BUSY_DEFAULT)]
+    #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = Status::BUSY_DEFAULT, value_hint = ValueHint::Other)]
     pub conflict_exit_code: u8,
 
     /// Keep the lock taken until at least this long after it was acquired, judged by the lock
@@ -163,18 +179,18 @@ pub struct LockArgs {
     /// died: other runs see it busy until then. Same forms as --wait, at most a year; 0 is none.
     /// `dlock release --force` ends it early.
     #[arg(long, env = "DLOCK_MIN_HOLD", value_name = "DURATION", value_parser = parse_duration,
-          allow_hyphen_values = true)]
+          allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub min_hold: Option<Duration>,
 
     /// The lease: how long the lock outlives a dlock that stops renewing it (network backends).
     #[arg(long, env = "DLOCK_TTL", value_name = "DURATION", value_parser = parse_ttl,
-          default_value = "15s", allow_hyphen_values = true)]
+          default_value = "15s", allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub ttl: Duration,
 
     /// Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by
     /// $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a
     /// newline, tab or escape; refused, not escaped). Kept with the holder record until release.
-    #[arg(long, env = "DLOCK_MESSAGE", value_name = "TEXT")]
+    #[arg(long, env = "DLOCK_MESSAGE", value_name = "TEXT", value_hint = ValueHint::Other)]
     pub message: Option<String>,
 
     /// The lock's name: 1 to 512 bytes of printable UTF-8 (`/` allowed). Several names are taken
@@ -190,20 +206,22 @@ pub struct RunArgs {
 
     /// When the lock is lost: SIGTERM the command's process group, wait this long, then SIGKILL.
     #[arg(long, env = "DLOCK_KILL_AFTER", value_name = "DURATION", value_parser = parse_duration,
-          default_value = "10s", allow_hyphen_values = true)]
+          default_value = "10s", allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub kill_after: Duration,
 
     /// The command to run and its arguments, after `--`.
     #[arg(
         last = true,
         required_unless_present = "shell_command",
-        value_name = "COMMAND"
+        value_name = "COMMAND",
+        value_hint = ValueHint::CommandWithArguments
     )]
     pub command: Vec<String>,
 
     /// Run this one string with `$SHELL -c` (/bin/sh when SHELL is unset or empty) instead of a
     /// COMMAND after `--`, as flock -c does: `-c 'make && make install'`.
-    #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND")]
+    #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND",
+          value_hint = ValueHint::CommandString)]
     pub shell_command: Option<String>,
 }
 
@@ -254,15 +272,6 @@ pub struct GenerateArgs {
     /// Directory to write completions/ and man/ into.
     #[arg(long)]
     pub out: PathBuf,
-}
-
-/// A switch from the environment (`DLOCK_NO_WAIT=1`); on the command line clap gives it "true".
-fn parse_switch(text: &str) -> Result<bool, String> {
-    match text.to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err("use 1 or 0 (or true/false, yes/no, on/off)".into()),
-    }
 }
 
 /// The clap command, for completions and man pages.
@@ -388,9 +397,20 @@ pub fn shell() -> anyhow::Result<String> {
 pub fn parse() -> Result<Cli, Status> {
     use clap::error::ErrorKind;
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let refused = match command().try_get_matches_from(&args) {
+    let configured = config::Config::load().and_then(|config| {
+        let command = config.apply(command())?;
+        Ok((config, command))
+    });
+    let (config, command) = match configured {
+        Ok(both) => both,
+        Err(line) => {
+            eprintln!("dlock: {line}");
+            return Err(Status::Usage);
+        }
+    };
+    let refused = match command.try_get_matches_from(&args) {
         Ok(matches) => match Cli::from_arg_matches(&matches) {
-            Ok(mut cli) => match resolve::resolve(&mut cli, &matches) {
+            Ok(mut cli) => match resolve::resolve(&mut cli, &matches, &config) {
                 Ok(()) => return Ok(cli),
                 Err(line) => line,
             },
@@ -413,7 +433,7 @@ pub fn parse() -> Result<Cli, Status> {
                 },
             );
         }
-        Err(e) => usage::explain(&e, &args),
+        Err(e) => usage::explain(&e, &args, &config),
     };
     eprintln!("dlock: {refused}");
     Err(Status::Usage)

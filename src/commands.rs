@@ -87,7 +87,10 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
             for holder in &removed {
                 let _ = writeln!(text, "released {}\t{}", name, holder.describe());
             }
-            emit(&text)?;
+            // The exit status says it was released; -q asks for nothing else.
+            if !global.quiet {
+                emit(&text)?;
+            }
             Ok(Status::Done)
         }
         Command::Hold(args) => hold::hold(&cli, args, report),

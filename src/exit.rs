@@ -123,10 +123,34 @@ pub fn help_table() -> String {
             text.push_str(&format!("\n  {:LABEL_WIDTH$}{line}", ""));
         }
     }
-    text.push_str(&format!(
-        "\n  status: {} held, {} free.  release --force: {} released, {} nothing held.\n  hold: {} \
-         held ({} busy, as run).  release: {} released, {} no hold of this shell's,\n  {:LABEL_WIDTH$}{} \
-         the hold had lost its lock.",
+    // The other subcommands' statuses, filled to the width of the table's rows.
+    let mut line = String::from("\n ");
+    for word in subcommand_statuses().split(' ') {
+        if line.len() + 1 + word.len() > 2 + LABEL_WIDTH + 72 {
+            text.push_str(&line);
+            line = String::from("\n ");
+        }
+        line.push(' ');
+        line.push_str(word);
+    }
+    text.push_str(&line);
+    text
+}
+
+/// The table's rows for the man page: the status and its meaning as one paragraph (man fills it).
+pub fn rows() -> Vec<(String, String)> {
+    TABLE
+        .iter()
+        .map(|status| (status.label(), status.meaning().join(" ")))
+        .collect()
+}
+
+/// The statuses of the subcommands other than `run`, as one paragraph.
+pub fn subcommand_statuses() -> String {
+    format!(
+        "status: {} held, {} free. release --force: {} released, {} nothing held. hold: {} held \
+         ({} busy, as run). release: {} released, {} no hold of this shell's, {} the hold had \
+         lost its lock.",
         Status::Done.code(),
         Status::Free.code(),
         Status::Done.code(),
@@ -135,10 +159,8 @@ pub fn help_table() -> String {
         Status::BUSY_DEFAULT,
         Status::Done.code(),
         Status::Free.code(),
-        "",
         Status::LockLost.code(),
-    ));
-    text
+    )
 }
 
 /// A failure that carries the exit status it maps to. Code deep in a backend returns one inside an
@@ -219,9 +241,10 @@ pub fn status_of(err: &anyhow::Error) -> Status {
         .map_or(Status::Internal, |t| t.failure.into())
 }
 
-/// The one line to show for an error: its chain of causes.
+/// The one line to show for an error: its chain of causes, without what libraries add for
+/// their developers (see `text::without_internals`).
 pub fn message_of(err: &anyhow::Error) -> String {
-    format!("{err:#}")
+    crate::text::without_internals(&format!("{err:#}"))
 }
 
 #[cfg(test)]

@@ -1,40 +1,191 @@
 //! Shell completions and man pages, generated from the clap definition so they can never disagree
 //! with `--help`. The output is committed (completions/, man/) and a test checks it is fresh.
+//! What clap cannot say (the examples, the environment, lock names from `dlock list`, a command
+//! after `--`) comes from manual.rs and completions.rs.
 
 use std::fs;
 use std::path::Path;
 
 use anyhow::Context;
 use clap_complete::Shell;
+use clap_mangen::roff::{bold, italic, roman, Roff};
 
-use crate::cli;
+use crate::manual::{self, Page};
+use crate::{cli, completions, exit};
 
 pub fn write_all(out: &Path) -> anyhow::Result<()> {
-    let completions = out.join("completions");
+    let completions_dir = out.join("completions");
     let man = out.join("man");
-    for dir in [&completions, &man] {
+    for dir in [&completions_dir, &man] {
         fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        clap_complete::generate_to(shell, &mut cli::command(), "dlock", &completions)
-            .with_context(|| format!("cannot write {shell} completions"))?;
+        let mut text = Vec::new();
+        clap_complete::generate(shell, &mut visible(), "dlock", &mut text);
+        let text = String::from_utf8(text).context("completions are not UTF-8")?;
+        let (file, text) = completions::finish(shell, text, &cli::command());
+        let path = completions_dir.join(file);
+        fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let command = cli::command();
-    write_man(&man, "dlock", command.clone())?;
+    // No `help` subcommand in the man page's list: there is no dlock-help(1).
+    let command = cli::command().disable_help_subcommand(true);
+    write_man(&man, "dlock", None, command.clone())?;
     let version = command.get_version().unwrap_or_default().to_owned();
     for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("dlock-{}", sub.get_name());
-        let sub = sub.clone().name(name.clone()).version(version.clone());
-        write_man(&man, &name, sub)?;
+        let page = sub.clone().name(name.clone()).version(version.clone());
+        write_man(&man, &name, Some(sub.get_name()), page)?;
     }
     Ok(())
 }
 
-fn write_man(dir: &Path, name: &str, command: clap::Command) -> anyhow::Result<()> {
-    let mut page = Vec::new();
-    clap_mangen::Man::new(command)
-        .render(&mut page)
-        .with_context(|| format!("cannot render the man page {name}"))?;
+/// dlock's command without its hidden subcommands (`generate`), which completions would offer.
+fn visible() -> clap::Command {
+    let full = cli::command();
+    let mut command = clap::Command::new("dlock")
+        .version(full.get_version().unwrap_or_default().to_owned())
+        .args(full.get_arguments().cloned());
+    for sub in full.get_subcommands().filter(|s| !s.is_hide_set()) {
+        command = command.subcommand(sub.clone());
+    }
+    command
+}
+
+fn write_man(
+    dir: &Path,
+    name: &str,
+    subcommand: Option<&str>,
+    command: clap::Command,
+) -> anyhow::Result<()> {
+    let Some(page) = manual::page(subcommand) else {
+        return Ok(());
+    };
+    let mut text = Vec::new();
+    let man = clap_mangen::Man::new(command.clone());
+    let render = |text: &mut Vec<u8>| -> std::io::Result<()> {
+        man.render_title(text)?;
+        man.render_name_section(text)?;
+        synopsis(&page).to_writer(text)?;
+        man.render_description_section(text)?;
+        man.render_options_section(text)?;
+        if subcommand.is_none() {
+            man.render_subcommands_section(text)?;
+        }
+        sections(&page, subcommand).to_writer(text)?;
+        man.render_version_section(text)
+    };
+    render(&mut text).with_context(|| format!("cannot render the man page {name}"))?;
     let path = dir.join(format!("{name}.1"));
-    fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))
+    fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn synopsis(page: &Page) -> Roff {
+    let mut roff = Roff::new();
+    roff.control("SH", ["SYNOPSIS"]);
+    for (i, line) in page.synopsis.iter().enumerate() {
+        if i > 0 {
+            roff.control("br", [] as [&str; 0]);
+        }
+        let mut words = line.splitn(2, ' ');
+        let first = words.next().unwrap_or_default();
+        roff.text([
+            bold(first),
+            roman(" "),
+            roman(words.next().unwrap_or_default()),
+        ]);
+    }
+    roff
+}
+
+/// EXAMPLES, ENVIRONMENT, FILES, EXIT STATUS and SEE ALSO.
+fn sections(page: &Page, subcommand: Option<&str>) -> Roff {
+    let mut roff = Roff::new();
+    roff.control("SH", ["EXAMPLES"]);
+    for (line, what) in page.examples {
+        roff.control("TP", [] as [&str; 0]);
+        roff.text([bold(*line)]);
+        roff.text([roman(*what)]);
+    }
+
+    roff.control("SH", ["ENVIRONMENT"]);
+    roff.text([roman(
+        "An option given on the command line beats its variable, and a variable beats the configuration file (see FILES).",
+    )]);
+    for (variable, option, help) in variables(subcommand) {
+        roff.control("TP", [] as [&str; 0]);
+        roff.text([bold(variable)]);
+        roff.text([roman(format!("{help} ({option})."))]);
+    }
+    for (variable, what) in manual::READ_ALSO {
+        roff.control("TP", [] as [&str; 0]);
+        roff.text([bold(*variable)]);
+        roff.text([roman(*what)]);
+    }
+    if page.runs_a_command {
+        roff.control("PP", [] as [&str; 0]);
+        roff.text([roman(
+            "The command run under the lock receives dlock's environment and:",
+        )]);
+        for (variables, what) in manual::RECEIVED {
+            roff.control("TP", [] as [&str; 0]);
+            roff.text([bold(*variables)]);
+            roff.text([roman(*what)]);
+        }
+    }
+
+    roff.control("SH", ["FILES"]);
+    for (files, what) in manual::FILES {
+        roff.control("TP", [] as [&str; 0]);
+        roff.text([italic(*files)]);
+        roff.text([roman(*what)]);
+    }
+
+    roff.control("SH", ["EXIT STATUS"]);
+    for (status, meaning) in exit::rows() {
+        roff.control("TP", [] as [&str; 0]);
+        roff.text([bold(status)]);
+        roff.text([roman(meaning)]);
+    }
+    roff.control("PP", [] as [&str; 0]);
+    roff.text([roman(exit::subcommand_statuses())]);
+
+    roff.control("SH", ["SEE ALSO"]);
+    let mut pages: Vec<String> = std::iter::once("dlock".to_owned())
+        .chain(
+            cli::command()
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set())
+                .map(|s| format!("dlock-{}", s.get_name())),
+        )
+        .filter(|p| subcommand.map_or("dlock".to_owned(), |s| format!("dlock-{s}")) != *p)
+        .map(|p| format!("{p}(1)"))
+        .collect();
+    pages.extend(manual::SEE_ALSO.iter().map(|p| p.to_string()));
+    roff.text([roman(pages.join(", "))]);
+    roff
+}
+
+/// Each DLOCK_* variable the page's options read (dlock's own and the subcommand's, or every
+/// subcommand's on dlock's page): the variable, the option, its help.
+fn variables(subcommand: Option<&str>) -> Vec<(String, String, String)> {
+    let command = cli::command();
+    let subs = command
+        .get_subcommands()
+        .filter(|s| subcommand.is_none_or(|name| s.get_name() == name));
+    let mut seen: Vec<(String, String, String)> = Vec::new();
+    for arg in command
+        .get_arguments()
+        .chain(subs.flat_map(|s| s.get_arguments()))
+    {
+        let (Some(variable), Some(long)) = (arg.get_env(), arg.get_long()) else {
+            continue;
+        };
+        let variable = variable.to_string_lossy().into_owned();
+        if seen.iter().any(|(v, _, _)| *v == variable) {
+            continue;
+        }
+        let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+        seen.push((variable, format!("--{long}"), help));
+    }
+    seen
 }

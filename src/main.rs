@@ -12,12 +12,14 @@ compile_error!(
 mod backend;
 mod cli;
 mod commands;
+mod completions;
 mod exit;
 mod generate;
 mod guard;
 mod hold;
 mod job;
 mod lock;
+mod manual;
 mod program;
 mod reentry;
 mod report;

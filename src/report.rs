@@ -4,9 +4,11 @@
 use std::io::{IsTerminal, Write};
 use std::time::SystemTime;
 
-/// One line on stderr. A stderr nobody reads any more (a closed pipe) loses the line, never the
-/// exit status (eprintln! would panic).
+/// One line on stderr, without the internals libraries put in their errors' text (a warning
+/// carries a backend's error as well as a failure does). A stderr nobody reads any more (a closed
+/// pipe) loses the line, never the exit status (eprintln! would panic).
 fn say(line: &str) {
+    let line = crate::text::without_internals(line);
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
@@ -60,11 +62,11 @@ impl Reporter {
         let verbosity = self.verbosity;
         move |msg: &str| match verbosity {
             Verbosity::Quiet => {}
-            Verbosity::Normal => eprintln!("dlock: {msg}"),
-            Verbosity::Verbose => eprintln!(
+            Verbosity::Normal => say(&format!("dlock: {msg}")),
+            Verbosity::Verbose => say(&format!(
                 "[{}] dlock: {msg}",
                 humantime::format_rfc3339_millis(SystemTime::now())
-            ),
+            )),
         }
     }
 

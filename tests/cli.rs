@@ -89,7 +89,7 @@ fn long_help_ends_with_the_exit_statuses_and_the_man_page_not_a_backend_s_layout
     );
     let statuses = help.find("Exit status:").expect("exit statuses in --help");
     let see = help
-        .find("See dlock(1)")
+        .find("The manual: man dlock")
         .expect("a pointer to the man page");
     assert!(statuses < see, "{help}");
     assert!(

@@ -200,7 +200,7 @@ fn durations_out_of_range_exit_64_naming_the_limit() {
         (
             &[],
             &["run", "--ttl", "25d", "n", "--", "true"],
-            "at most 24days",
+            "at most 24d",
         ),
         (
             &[],

@@ -3,6 +3,7 @@
 mod support;
 
 mod cli;
+mod config;
 mod contract;
 mod etcd;
 mod etcd_secure;
@@ -15,7 +16,9 @@ mod flock_habits;
 mod group_kill;
 mod hostile;
 mod job_control;
+mod manual;
 mod many_waiters;
+mod messages;
 mod mysql;
 mod netfaults;
 mod postgres;

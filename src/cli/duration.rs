@@ -38,7 +38,7 @@ pub fn parse_ttl(text: &str) -> Result<Duration, String> {
         _ => Err(format!(
             "the ttl must be at most {} (ZooKeeper counts a session timeout in a 32-bit number of \
              milliseconds)",
-            humantime::format_duration(MAX_TTL)
+            crate::text::duration(MAX_TTL)
         )),
     }
 }
@@ -136,7 +136,7 @@ mod tests {
             let err = parse_duration(text).unwrap_err();
             assert!(err.contains(needle), "{text:?}: {err}");
         }
-        assert!(parse_ttl("25d").unwrap_err().contains("at most 24days"));
+        assert!(parse_ttl("25d").unwrap_err().contains("at most 24d ("));
         assert!(parse_ttl("0.05").unwrap_err().contains("at least 100ms"));
         assert_eq!(parse_ttl("30"), Ok(Duration::from_secs(30)));
     }

@@ -1,19 +1,30 @@
 //! What clap's definition cannot say, settled once it has parsed: an option on the command line
-//! beats the environment also where the two contradict each other (`-n` against DLOCK_WAIT,
-//! `--url DIR` against DLOCK_BACKEND=redis), as a fleet-wide default must not break a command that
-//! says otherwise; and `-c` is one whole shell command, as flock(1) has it.
+//! beats the environment, and the environment the configuration file, also where the two
+//! contradict each other (`-n` against DLOCK_WAIT, `--url DIR` against DLOCK_BACKEND=redis), as a
+//! fleet-wide default must not break a command that says otherwise; several servers in one
+//! DLOCK_URL; the password file; and `-c` is one whole shell command, as flock(1) has it.
 
-use clap::parser::ValueSource::{CommandLine, EnvVariable};
+use clap::parser::ValueSource::{CommandLine, DefaultValue, EnvVariable};
 use std::time::Duration;
 
 use clap::ArgMatches;
 
-use super::{usage::quote, Cli, Command, GlobalArgs, LockArgs, RunArgs};
+use super::config::Config;
+use super::{urls, usage::quote, Cli, Command, GlobalArgs, LockArgs, RunArgs};
 use crate::backend::BackendKind;
 
 /// Settles `cli`, which clap parsed into `matches`; or the one line saying what is wrong.
-pub fn resolve(cli: &mut Cli, matches: &ArgMatches) -> Result<(), String> {
-    backend_and_url(&mut cli.global, matches);
+pub fn resolve(cli: &mut Cli, matches: &ArgMatches, config: &Config) -> Result<(), String> {
+    if matches.value_source("urls") == Some(EnvVariable) {
+        cli.global.urls = cli
+            .global
+            .urls
+            .iter()
+            .flat_map(|u| urls::split(u))
+            .collect();
+    }
+    backend_and_url(&mut cli.global, matches, config);
+    password(&mut cli.global)?;
     // DLOCK_REPLICAS set fleet-wide for Redis: not an error for a command on another backend.
     if cli.global.backend != BackendKind::Redis
         && matches.value_source("replicas") == Some(EnvVariable)
@@ -41,21 +52,44 @@ fn lock_options(lock: &mut LockArgs, matches: &ArgMatches) -> Result<(), String>
     Ok(())
 }
 
-/// A backend and a URL that do not go together, one from the command line and one from the
-/// environment: the environment's is dropped, as if unset. `-b file` with DLOCK_URL=redis://...
-/// uses the default lock directory; `-u /srv/locks` with DLOCK_BACKEND=redis (which a parent
-/// dlock sets for its command) the file backend.
-fn backend_and_url(global: &mut GlobalArgs, matches: &ArgMatches) {
+/// A backend and a URL that do not go together, given at different levels (the command line,
+/// the environment, the configuration file): the lower one's is dropped, as if unset. `-b file`
+/// with DLOCK_URL=redis://... uses the default lock directory; `-u /srv/locks` with
+/// DLOCK_BACKEND=redis (which a parent dlock sets for its command) the file backend.
+fn backend_and_url(global: &mut GlobalArgs, matches: &ArgMatches, config: &Config) {
     let fit = global.urls.iter().all(|url| takes(global.backend, url));
-    match (
-        matches.value_source("backend"),
-        matches.value_source("urls"),
-    ) {
-        (Some(CommandLine), Some(EnvVariable)) if !fit => global.urls.clear(),
-        // The default backend, as clap's definition has it.
-        (Some(EnvVariable), Some(CommandLine)) if !fit => global.backend = BackendKind::File,
-        _ => {}
+    if fit {
+        return;
     }
+    let level = |id: &str, variable: &str| match matches.value_source(id) {
+        Some(CommandLine) => 3,
+        Some(EnvVariable) => 2,
+        Some(DefaultValue) if config.value_for(variable).is_some() => 1,
+        _ => 0,
+    };
+    let backend = level("backend", "DLOCK_BACKEND");
+    let url = level("urls", "DLOCK_URL");
+    if backend > url {
+        global.urls.clear();
+    } else if url > backend {
+        // The default backend, as clap's definition has it.
+        global.backend = BackendKind::File;
+    }
+}
+
+/// The password file's password, put into every server URL that has none.
+fn password(global: &mut GlobalArgs) -> Result<(), String> {
+    let Some(path) = &global.password_file else {
+        return Ok(());
+    };
+    if global.backend == BackendKind::File {
+        return Ok(());
+    }
+    let password = urls::read_password(path)?;
+    for url in &mut global.urls {
+        *url = urls::with_password(url, &password);
+    }
+    Ok(())
 }
 
 /// Whether `kind`'s backend takes `url` for an address: the schemes each backend's own parser

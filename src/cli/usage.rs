@@ -6,13 +6,16 @@ use std::ffi::OsString;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 
-/// The line for an error clap returned from parsing `args` (with the environment).
-pub fn explain(error: &clap::Error, args: &[OsString]) -> String {
+use super::config::{self, Config};
+
+/// The line for an error clap returned from parsing `args` (with the environment and the
+/// configuration file's values).
+pub fn explain(error: &clap::Error, args: &[OsString], config: &Config) -> String {
     match without_environment().try_get_matches_from(args) {
         // The command line alone is wrong: say so as clap does, with `run` if it is missing.
         Err(typed) => forgotten_run(&typed, args).unwrap_or_else(|| one_line(&typed)),
-        // The command line alone is fine, so a variable clap read is the cause.
-        Ok(_) => from_environment(error).unwrap_or_else(|| one_line(error)),
+        // The command line alone is fine, so a variable or the file is the cause.
+        Ok(_) => from_environment(error, config).unwrap_or_else(|| one_line(error)),
     }
 }
 
@@ -39,7 +42,7 @@ fn without_environment() -> clap::Command {
 
 /// `invalid DLOCK_WAIT 'abc': ...` for a value clap read from a variable and refused, found by the
 /// option clap names (only a variable can have given it: the command line alone parses).
-fn from_environment(error: &clap::Error) -> Option<String> {
+fn from_environment(error: &clap::Error, config: &Config) -> Option<String> {
     let mut command = super::command();
     // An argument shows itself (`--wait <DURATION>`, as clap named it) only once built.
     command.build();
@@ -68,9 +71,14 @@ fn from_environment(error: &clap::Error) -> Option<String> {
     let variable = variable.to_string_lossy();
     let line = one_line(error);
     let said = format!("invalid value '{value}' for '{option}'");
+    // A variable that is not set had its value from the configuration file.
+    let (source, name) = match config.value_for(&variable) {
+        Some((_, at)) => (format!("{at}: "), config::key_of(&variable)),
+        None => (String::new(), variable.into_owned()),
+    };
     Some(match line.strip_prefix(&said) {
-        Some(why) => format!("invalid {variable} '{value}'{why}"),
-        None => format!("{variable}: {line}"),
+        Some(why) => format!("{source}invalid {name} '{value}'{why}"),
+        None => format!("{source}{name}: {line}"),
     })
 }
 

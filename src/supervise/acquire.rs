@@ -23,7 +23,6 @@ use crate::report::Reporter;
 use crate::signal::interrupt;
 use crate::signal::wait::Signals;
 use crate::signal::FORWARDED;
-use crate::text::round_ms;
 
 /// How taking the locks ended.
 pub(super) enum Acquisition {
@@ -321,7 +320,7 @@ pub(super) fn busy_message(
         Some(w) => format!(
             "gave up on lock {:?} after waiting {}{who}",
             name.as_str(),
-            humantime::format_duration(w)
+            crate::text::duration(w)
         ),
         None => format!("lock {:?} is busy{who}", name.as_str()),
     }
@@ -336,12 +335,12 @@ fn outage_message(name: &LockName, outage: &Outage) -> String {
         }
         Outage::Unreachable { for_, why } => format!(
             "{why}; unreachable for {}, still waiting for lock {:?}",
-            humantime::format_duration(Duration::from_secs(for_.as_secs())),
+            crate::text::duration(Duration::from_secs(for_.as_secs())),
             name.as_str()
         ),
         Outage::Over { after } => format!(
             "reached the backend again after {}; waiting for lock {:?}",
-            humantime::format_duration(round_ms(*after)),
+            crate::text::duration(*after),
             name.as_str()
         ),
     }

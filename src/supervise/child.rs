@@ -75,7 +75,10 @@ pub(super) fn supervise(
             Some(libc::SIGCHLD) if job.exited() => break,
             Some(libc::SIGCONT) => job.continued(),
             Some(n) if FORWARDED.contains(&n) => {
-                report.event(&format!("forwarding signal {n} to the command"));
+                report.event(&format!(
+                    "forwarding {} to the command",
+                    crate::text::signal_name(n)
+                ));
                 job.signal(n);
             }
             _ => {}
@@ -93,7 +96,7 @@ pub(super) fn supervise(
             Some(at) if !killed && now >= at + plan.kill_after => {
                 report.error(&format!(
                     "the command outlived --kill-after {}; sending SIGKILL",
-                    humantime::format_duration(plan.kill_after)
+                    crate::text::duration(plan.kill_after)
                 ));
                 job.signal(libc::SIGKILL);
                 killed = true;

@@ -2,6 +2,8 @@
 //! backend, the locks and their fencing tokens, the claims a nested dlock checks, and the open-file
 //! limit dlock started with (dlock raises its own to hold many locks at once).
 
+use std::ffi::OsStr;
+
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
 use super::heartbeat::Held;
@@ -23,6 +25,17 @@ pub(super) fn raise_file_limit(locks: usize) -> Option<Rlimit> {
         maximum: original.maximum,
     };
     setrlimit(Resource::Nofile, raised).ok().map(|()| original)
+}
+
+/// Whether a variable of dlock's environment is kept from the command: a DLOCK_URL with a
+/// password in it (or that cannot be read to tell). The command gets no password dlock read; a
+/// dlock it runs finds the servers as this one did without it, from the configuration file and
+/// DLOCK_PASSWORD_FILE.
+pub(super) fn withheld(name: &OsStr, value: &OsStr) -> bool {
+    name == "DLOCK_URL"
+        && value
+            .to_str()
+            .is_none_or(|url| crate::url::redact(url) != url)
 }
 
 /// The lock-related variables the command sees (added to dlock's own environment).

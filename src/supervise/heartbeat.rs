@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use crate::backend::{Lease, Released, Renewal};
 use crate::lock::{LockName, LockRequest};
 use crate::report::Reporter;
-use crate::text::round_ms;
 
 /// A lock this dlock holds.
 pub struct Held {
@@ -68,11 +67,11 @@ pub(crate) fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), Stri
         match h.lease.renew() {
             Renewal::Held { next } => {
                 if let Some(since) = h.failing_since.take() {
-                    let after = round_ms(since.elapsed());
+                    let after = since.elapsed();
                     let back = format!(
                         "renewed {:?} again after {} of failed attempts",
                         h.name.as_str(),
-                        humantime::format_duration(after)
+                        crate::text::duration(after)
                     );
                     if std::mem::take(&mut h.warned) {
                         report.notice(&back);
@@ -94,7 +93,7 @@ pub(crate) fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), Stri
                 let first = h.failing_since.is_none();
                 // From the start of the first failed attempt: an attempt may wait long for its answer.
                 let since = *h.failing_since.get_or_insert(attempted);
-                let holds = humantime::format_duration(round_ms(holds_for));
+                let holds = crate::text::duration(holds_for);
                 // Every failure under --verbose, at the pace "renewed" lines come at most.
                 if first || h.reported.elapsed() + Duration::from_millis(5) >= h.renew_every {
                     report.event(&format!(
@@ -111,7 +110,7 @@ pub(crate) fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), Stri
                         "cannot renew lock {:?} for {}: {why}; the lease holds for {holds} more, \
                          then the command is terminated",
                         h.name.as_str(),
-                        humantime::format_duration(round_ms(since.elapsed()))
+                        crate::text::duration(since.elapsed())
                     ));
                 }
                 h.due = Instant::now() + next;

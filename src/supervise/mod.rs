@@ -179,7 +179,10 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
             return Ok(Status::Busy(plan.conflict_exit_code));
         }
         Acquisition::Signalled(n) => {
-            report.event(&format!("signal {n} while waiting; giving up"));
+            report.event(&format!(
+                "{} while waiting; giving up",
+                crate::text::signal_name(n)
+            ));
             return Ok(Status::Signalled(n));
         }
         Acquisition::Lost(why) => {
@@ -191,9 +194,9 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
     };
     for h in &held {
         report.event(&format!(
-            "acquired {:?} after {:?} with token {}",
+            "acquired {:?} after {} with token {}",
             h.name.as_str(),
-            started.elapsed(),
+            crate::text::duration(started.elapsed()),
             h.lease.token()
         ));
     }
@@ -222,6 +225,9 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
 /// The exit status for a stop signal caught while connecting or acquiring, if one was.
 fn stopped(report: &Reporter) -> Option<Status> {
     let n = interrupt::caught()?;
-    report.event(&format!("signal {n} while acquiring; giving up"));
+    report.event(&format!(
+        "{} while acquiring; giving up",
+        crate::text::signal_name(n)
+    ));
     Some(Status::Signalled(n))
 }

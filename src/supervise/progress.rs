@@ -9,7 +9,6 @@
 use std::time::{Duration, Instant};
 
 use crate::lock::{Holder, LockName};
-use crate::text::round_ms;
 
 /// The interval of the log lines when `--progress-every` is not given.
 pub const EVERY_DEFAULT: &str = "30s";
@@ -129,7 +128,7 @@ fn words(d: Duration) -> String {
     if d.is_zero() {
         return "0s".into();
     }
-    humantime::format_duration(round_ms(d)).to_string()
+    crate::text::duration(d)
 }
 
 /// `line` cut to `width` characters, ending in `…` where cut.

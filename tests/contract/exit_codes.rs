@@ -131,7 +131,7 @@ pub fn a_ttl_longer_than_servers_count_is_a_usage_error(t: &Target) {
         });
         assert_eq!(code(&out), 64, "{ttl}: {}", stderr(&out));
         assert!(
-            stderr(&out).contains("at most 24days") || stderr(&out).contains("too large"),
+            stderr(&out).contains("at most 24d") || stderr(&out).contains("too large"),
             "{ttl}: {}",
             stderr(&out)
         );

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod build;
 pub mod etcd_server;
 pub mod mysql_server;
 pub mod pg_server;
@@ -25,7 +26,7 @@ pub fn dlock_bin() -> &'static str {
 }
 
 /// A `dlock` command with the environment cleared of DLOCK_* variables from the caller, so tests
-/// see only what they set.
+/// see only what they set, and reading no configuration file (the machine's /etc/dlock/config).
 pub fn dlock() -> Command {
     let mut cmd = Command::new(dlock_bin());
     for (key, _) in std::env::vars() {
@@ -33,6 +34,7 @@ pub fn dlock() -> Command {
             cmd.env_remove(key);
         }
     }
+    cmd.env("DLOCK_CONFIG", "");
     cmd.stdin(Stdio::null());
     cmd
 }
@@ -58,6 +60,20 @@ impl LockDir {
         let mut cmd = dlock();
         cmd.arg("--url").arg(self.path()).args(args);
         cmd
+    }
+
+    /// `dlock run NAME` holding the lock in this directory with a command that sleeps, returned
+    /// once the command has started (so the lock is held). Its stderr is discarded.
+    pub fn hold_in_background(&self, name: &str) -> Child {
+        let ready = self.file(&format!("{name}.ready"));
+        let script = format!("touch '{}'; exec sleep 30", ready.display());
+        let child = self
+            .dlock(&["run", name, "--", "sh", "-c", &script])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn dlock");
+        wait_for_file(&ready, Duration::from_secs(20));
+        child
     }
 
     pub fn file(&self, name: &str) -> PathBuf {

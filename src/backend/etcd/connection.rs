@@ -50,7 +50,7 @@ impl Connection {
             Err(Fault::TimedOut(_)) => {
                 return Err(anyhow!(
                     "cannot reach etcd at {hosts} within {} (--connect-timeout)",
-                    humantime::format_duration(connect_timeout)
+                    crate::text::duration(connect_timeout)
                 ))
                 .fail_with(Failure::BackendUnavailable)
             }
@@ -202,7 +202,7 @@ impl std::fmt::Display for Fault {
             Fault::TimedOut(t) => write!(
                 f,
                 "no answer within {}",
-                humantime::format_duration(Duration::from_millis(t.as_millis() as u64))
+                crate::text::duration(Duration::from_millis(t.as_millis() as u64))
             ),
             Fault::Failed(e) => f.write_str(&why(e)),
         }

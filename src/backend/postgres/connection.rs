@@ -263,7 +263,7 @@ impl Conn {
                 self.client = None;
                 Err(Fault::Unreachable(format!(
                     "no answer within {}",
-                    humantime::format_duration(budget)
+                    crate::text::duration(budget)
                 )))
             }
         }

@@ -10,7 +10,6 @@ use redis::RedisError;
 
 use crate::lock::escaped;
 use crate::signal::interrupt;
-use crate::text::round_ms;
 
 /// Why one server did not answer as hoped.
 #[derive(Debug, Clone)]
@@ -60,7 +59,11 @@ impl Fault {
             return fault(FaultKind::Auth, String::new());
         }
         if matches!(e.code(), Some("NOPERM")) {
-            return fault(FaultKind::NoPermission, e.to_string());
+            // The server's own words, without the client's name for the error's kind (`NoPerm:`).
+            let detail = e
+                .detail()
+                .unwrap_or("this user lacks a permission dlock needs");
+            return fault(FaultKind::NoPermission, detail.to_owned());
         }
         if e.kind() == redis::ErrorKind::Parse {
             return fault(
@@ -165,10 +168,7 @@ fn describe_io(e: &io::Error, timeout: Duration) -> String {
         io::ErrorKind::Interrupted if interrupt::caught().is_some() => "interrupted".into(),
         // Otherwise the call's alarm went off: its budget is spent.
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {
-            format!(
-                "no answer within {}",
-                humantime::format_duration(round_ms(timeout))
-            )
+            format!("no answer within {}", crate::text::duration(timeout))
         }
         io::ErrorKind::ConnectionReset => "connection reset".into(),
         io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof => "connection closed".into(),

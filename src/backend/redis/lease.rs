@@ -185,7 +185,7 @@ impl Lease for RedisLease {
         Err(anyhow!(
             "{}; the lease runs out by itself within {}",
             fault::describe(&tally.faults),
-            humantime::format_duration(self.ask.ttl)
+            crate::text::duration(self.ask.ttl)
         ))
     }
 }
@@ -199,7 +199,7 @@ impl RedisLease {
         let why = self.trouble.take().unwrap_or_else(|| "no answer".into());
         self.lose(format!(
             "could not renew it on {whom} before the lease ({}) ran out: {why}",
-            humantime::format_duration(self.ask.ttl)
+            crate::text::duration(self.ask.ttl)
         ))
     }
 }

@@ -121,6 +121,17 @@ impl RedisBackend {
                 .fail_with(Failure::Usage);
             }
         }
+        // A majority of two is both: Redlock on two servers stops when either does, which is
+        // worse than one server, and is almost always a mistake for three.
+        if servers.len() == 2 {
+            return Err(anyhow!(
+                "two Redis servers ({} and {}) cannot make a Redlock: a majority of 2 is 2, so \
+                 either one down stops every lock; give one server, or 3 or more",
+                servers[0].location,
+                servers[1].location
+            ))
+            .fail_with(Failure::Usage);
+        }
         let location = servers
             .iter()
             .map(|s| s.location.as_str())

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use super::fault::{Fault, FaultKind};
 use super::server::{Link, Server};
-use crate::text::round_ms;
 
 impl Server {
     /// `call`, and then, when `wrote` says `f` changed the lock and `replicas` is not 0, `WAIT` on
@@ -52,7 +51,7 @@ impl Server {
                 format!(
                     "only {} of {replicas} replicas acknowledged it within {}",
                     acks.max(0),
-                    humantime::format_duration(round_ms(wait))
+                    crate::text::duration(wait)
                 ),
             )),
             _ => Ok(value),

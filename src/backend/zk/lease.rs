@@ -14,7 +14,6 @@ use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
 use crate::backend::{Lease, Released, Renewal};
 use crate::lock::Token;
 use crate::sync::lock;
-use crate::text::round_ms;
 
 /// Longest pause between the heartbeat's looks at the session.
 const MAX_POLL: Duration = Duration::from_millis(200);
@@ -165,9 +164,9 @@ fn session_ended(why: impl std::fmt::Display) -> String {
     format!("the ZooKeeper session ended ({why})")
 }
 
-/// A duration for a message, to the millisecond.
-fn for_people(d: Duration) -> humantime::FormattedDuration {
-    humantime::format_duration(round_ms(d))
+/// A duration for a message.
+fn for_people(d: Duration) -> String {
+    crate::text::duration(d)
 }
 
 impl Lease for ZkLease {
@@ -267,7 +266,7 @@ impl Lease for ZkLease {
             Err(_) => Err(anyhow!(
                 "ZooKeeper at {} did not answer within {}; {} goes when the session does",
                 self.session.hosts,
-                humantime::format_duration(CLEANUP_TIMEOUT),
+                crate::text::duration(CLEANUP_TIMEOUT),
                 self.path
             )),
         }

@@ -126,7 +126,7 @@ impl Session {
             .map_err(|e| {
                 anyhow!(
                     "cannot reach ZooKeeper at {hosts} within {}: {e}",
-                    humantime::format_duration(connect_timeout)
+                    crate::text::duration(connect_timeout)
                 )
             })
             .fail_with(Failure::BackendUnavailable)?;

@@ -1,0 +1,100 @@
+//! What the man pages say beyond the clap definition: each page's synopsis, examples, the
+//! environment, the exit statuses and related pages. Each paragraph is one line here, so man fills
+//! it to the reader's width.
+
+/// One page: `dlock` or a subcommand.
+pub struct Page {
+    /// The usage lines (`run` shows `-- COMMAND`, which clap's synopsis leaves out).
+    pub synopsis: &'static [&'static str],
+    /// Command lines and what each does.
+    pub examples: &'static [(&'static str, &'static str)],
+    /// Whether the page has the variables a command run under the lock receives.
+    pub runs_a_command: bool,
+}
+
+/// The page for `dlock` (`None`) or one of its subcommands; `None` for a hidden one.
+pub fn page(subcommand: Option<&str>) -> Option<Page> {
+    Some(match subcommand {
+        None => Page {
+            synopsis: &[
+                "dlock [GLOBAL OPTIONS] run [OPTIONS] NAME... -- COMMAND [ARGS...]",
+                "dlock [GLOBAL OPTIONS] status|list|hold|release ...",
+            ],
+            examples: RUN_EXAMPLES,
+            runs_a_command: true,
+        },
+        Some("run") => Page {
+            synopsis: &[
+                "dlock run [OPTIONS] NAME... -- COMMAND [ARGS...]",
+                "dlock run [OPTIONS] NAME... -c SHELL_COMMAND",
+            ],
+            examples: RUN_EXAMPLES,
+            runs_a_command: true,
+        },
+        Some("status") => Page {
+            synopsis: &["dlock status [OPTIONS] NAME"],
+            examples: &[
+                ("dlock status deploy", "Who holds the lock deploy, since when and why; exit status 0 when held, 1 when free."),
+                ("dlock -b redis status --json deploy | jq .holders", "The same as JSON, for a script."),
+            ],
+            runs_a_command: false,
+        },
+        Some("list") => Page {
+            synopsis: &["dlock list [OPTIONS] [PREFIX]"],
+            examples: &[
+                ("dlock list", "Every lock held in the default lock directory, a line per holder."),
+                ("dlock -b zk -u zk://zk1:2181,zk2:2181 list deploy/", "The locks held under deploy/ on ZooKeeper."),
+            ],
+            runs_a_command: false,
+        },
+        Some("hold") => Page {
+            synopsis: &["eval \"$(dlock hold [OPTIONS] NAME...)\""],
+            examples: &[
+                ("eval \"$(dlock hold -n deploy)\" || exit 1", "In a shell script: hold deploy for the rest of the script, or stop if it is busy."),
+                ("dlock release deploy", "Later in the same script: give the lock up early."),
+            ],
+            runs_a_command: false,
+        },
+        Some("release") => Page {
+            synopsis: &["dlock release NAME", "dlock release --force NAME"],
+            examples: &[
+                ("dlock release deploy", "Give up what this shell took with dlock hold."),
+                ("dlock -b redis release --force deploy", "Break the lock deploy for whoever holds it, after its holder died."),
+            ],
+            runs_a_command: false,
+        },
+        Some(_) => return None,
+    })
+}
+
+const RUN_EXAMPLES: &[(&str, &str)] = &[
+    ("dlock run -n backup -- /usr/local/bin/backup", "From cron: run the backup unless another one is running on this host; exit status 75 if it is."),
+    ("dlock -b redis run -n nightly -- ./nightly.sh", "From the same crontab line on many hosts, with DLOCK_URL or /etc/dlock/config naming the Redis server: the first host runs the job, the others exit with 75."),
+    ("dlock -b etcd -u etcd://etcd1:2379,etcd2:2379,etcd3:2379 run -w 10m deploy -- ./deploy.sh", "A CI deploy: wait up to ten minutes for the one before it."),
+    ("dlock run -s db-read -- ./report.sh", "Shared: any number of readers at once, never alongside an exclusive holder."),
+    ("dlock run -l 4 encoder -- ffmpeg -i in.mp4 out.webm", "At most four encoders at once."),
+];
+
+/// Variables dlock reads that no option names.
+pub const READ_ALSO: &[(&str, &str)] = &[
+    ("DLOCK_CONFIG", "The configuration file to read instead of $XDG_CONFIG_HOME/dlock/config (or ~/.config/dlock/config) and /etc/dlock/config; empty for none. See FILES."),
+    ("DLOCK_HELD", "Set by dlock for its command: the locks a parent dlock holds, so a nested dlock asking for one of them runs at once instead of waiting for itself."),
+    ("SHELL", "The shell that runs -c's command (/bin/sh when unset or empty)."),
+];
+
+/// What the command run under the lock receives.
+pub const RECEIVED: &[(&str, &str)] = &[
+    ("DLOCK_BACKEND", "The backend the lock is held on."),
+    ("DLOCK_NAME, DLOCK_TOKEN", "The lock's name and its fencing token, a number that grows with each acquisition: pass it to what the command writes so a stale holder's writes can be refused."),
+    ("DLOCK_LOCKS, DLOCK_NAME_1, DLOCK_TOKEN_1, ...", "With several names (or --tree): how many, and each name and token in sorted order."),
+    ("DLOCK_HELD", "The claims a nested dlock checks (see above)."),
+    ("DLOCK_URL", "Passed on as dlock got it, unless it has a password in it: then the command does not receive it. A nested dlock finds the servers from the configuration file and DLOCK_PASSWORD_FILE instead."),
+];
+
+/// The configuration files, for FILES.
+pub const FILES: &[(&str, &str)] = &[
+    ("$DLOCK_CONFIG, $XDG_CONFIG_HOME/dlock/config, ~/.config/dlock/config, /etc/dlock/config", "The first of these that exists is read. Each line is key = value, where the key is a DLOCK_* variable's name without DLOCK_, in lower case with - for _ (backend, url, password-file, connect-timeout, wait, ttl...); lines starting with # are comments. url may come more than once, and each url may list several servers. An option on the command line beats its variable, and a variable beats the file. A line dlock cannot read is a usage error (64) naming the file and line."),
+];
+
+/// Related pages, all of which exist on a system with dlock and util-linux.
+pub const SEE_ALSO: &[&str] = &["flock(1)", "etcdctl(1)", "crontab(5)"];

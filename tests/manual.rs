@@ -1,0 +1,183 @@
+//! The man pages and shell completions `dlock generate` writes (and the repository commits): the
+//! sections a reader looks for, and completions that offer what fits where the cursor is.
+
+use std::collections::BTreeMap;
+
+use crate::support::*;
+
+/// Every file `dlock generate` writes, by path under its output (`man/dlock.1`).
+fn generated() -> BTreeMap<String, String> {
+    let out = tempfile::tempdir().unwrap();
+    let result = output({
+        let mut cmd = dlock();
+        cmd.args(["generate", "--out"]).arg(out.path());
+        cmd
+    });
+    assert_eq!(code(&result), 0, "{}", stderr(&result));
+    let mut files = BTreeMap::new();
+    for dir in ["man", "completions"] {
+        for entry in std::fs::read_dir(out.path().join(dir)).unwrap() {
+            let entry = entry.unwrap();
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            files.insert(
+                format!("{dir}/{}", entry.file_name().to_string_lossy()),
+                text,
+            );
+        }
+    }
+    files
+}
+
+#[test]
+fn every_man_page_has_examples_environment_exit_status_and_see_also() {
+    let files = generated();
+    let pages: Vec<(&String, &String)> = files
+        .iter()
+        .filter(|(path, _)| path.starts_with("man/"))
+        .collect();
+    assert_eq!(
+        pages.len(),
+        6,
+        "dlock.1 and one per subcommand but generate"
+    );
+    for (path, page) in &pages {
+        for section in [
+            ".SH SYNOPSIS",
+            ".SH EXAMPLES",
+            ".SH ENVIRONMENT",
+            ".SH \"EXIT STATUS\"",
+            ".SH \"SEE ALSO\"",
+        ] {
+            assert!(page.contains(section), "{path} has no {section}");
+        }
+        assert!(!page.contains(".SH EXTRA"), "{path}");
+        assert!(page.contains("flock(1)"), "{path}");
+        assert!(page.contains("DLOCK_URL"), "{path}");
+        assert!(page.contains("DLOCK_PASSWORD_FILE"), "{path}");
+        // Every dlock page referred to exists.
+        for (at, _) in page.match_indices("dlock\\-") {
+            let name: String = page[at..]
+                .replace("\\-", "-")
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            if page[at..].replace("\\-", "-")[name.len()..].starts_with("(1)") {
+                assert!(
+                    files.contains_key(&format!("man/{name}.1")),
+                    "{path}: {name}(1)"
+                );
+            }
+        }
+    }
+    let run = &files["man/dlock-run.1"];
+    assert!(
+        run.contains("\\-\\- COMMAND"),
+        "the synopsis shows `-- COMMAND`"
+    );
+    assert!(run.contains("DLOCK_TOKEN"), "what the command receives");
+    assert!(
+        !files["man/dlock.1"].contains("generate"),
+        "no hidden subcommand"
+    );
+}
+
+#[test]
+fn completions_hide_generate_and_offer_lock_names_and_commands() {
+    let files = generated();
+    for shell in [
+        "completions/dlock.bash",
+        "completions/_dlock",
+        "completions/dlock.fish",
+    ] {
+        let text = &files[shell];
+        assert!(!text.contains("generate"), "{shell} offers generate");
+        assert!(text.contains("dlock list"), "{shell}: lock names");
+    }
+    let zsh = &files["completions/_dlock"];
+    assert!(
+        zsh.contains("*' -- '*") && zsh.contains("_normal"),
+        "zsh: the command after --"
+    );
+    assert!(
+        zsh.contains(":_dlock_lock_names'"),
+        "zsh: NAME completes lock names"
+    );
+    let fish = &files["completions/dlock.fish"];
+    let wait = fish
+        .lines()
+        .find(|l| l.contains("__fish_dlock_using_subcommand run") && l.contains("-l wait"))
+        .expect("fish: run's --wait");
+    assert!(
+        wait.contains(" -f"),
+        "fish: --wait completes no file names: {wait}"
+    );
+    assert!(
+        fish.contains("__fish_complete_subcommand"),
+        "fish: the command after --"
+    );
+}
+
+/// What bash offers for `words` (the last is the word being completed), with the committed
+/// script and a `dlock` on PATH that lists the locks in `locks`.
+fn bash_offers(words: &[&str], locks: &LockDir) -> Vec<String> {
+    let script = format!(
+        "source '{}/completions/dlock.bash'\n\
+         COMP_WORDS=({})\nCOMP_CWORD={}\n\
+         _dlock_dynamic dlock \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"\n\
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        env!("CARGO_MANIFEST_DIR"),
+        words
+            .iter()
+            .map(|w| format!("'{w}'"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        words.len() - 1
+    );
+    let bin = std::path::Path::new(dlock_bin()).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = output({
+        let mut cmd = std::process::Command::new("bash");
+        cmd.arg("-c")
+            .arg(script)
+            .env("PATH", path)
+            .env("DLOCK_CONFIG", "")
+            .env("DLOCK_URL", locks.path())
+            .current_dir(locks.path());
+        cmd
+    });
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    stdout(&out).lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn bash_completes_held_lock_names_commands_after_dashes_and_no_files_for_wait() {
+    let locks = LockDir::new();
+    let mut holder = locks.hold_in_background("nightly-backup");
+
+    assert_eq!(
+        bash_offers(&["dlock", "status", "nigh"], &locks),
+        ["nightly-backup"]
+    );
+    assert_eq!(
+        bash_offers(&["dlock", "run", "-n", "nigh"], &locks),
+        ["nightly-backup"]
+    );
+    assert!(
+        bash_offers(&["dlock", "run", "-w", "nigh"], &locks)
+            .iter()
+            .all(|w| !w.starts_with("nightly-backup")),
+        "-w offers no file names"
+    );
+    let commands = bash_offers(&["dlock", "run", "x", "--", "tru"], &locks);
+    assert!(commands.iter().any(|c| c == "true"), "{commands:?}");
+    assert!(!bash_offers(&["dlock", "gen"], &locks)
+        .iter()
+        .any(|w| w == "generate"));
+
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, std::time::Duration::from_secs(20));
+}

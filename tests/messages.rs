@@ -1,0 +1,183 @@
+//! What dlock says, as people read it: durations as people write them, signals by name, no Rust or
+//! library internals, `-q` silent but for errors, and `--help` ending with what a user needs.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+/// The word after `after ` in `line`: a duration as dlock shows it.
+fn duration_after(text: &str, marker: &str) -> String {
+    let at = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker:?} in {text}"))
+        + marker.len();
+    text[at..]
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `3.7s`, `250ms`, `42s`: digits, at most one decimal, then a unit.
+fn reads_as_people_write(duration: &str) -> bool {
+    let number = duration.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &duration[number.len()..];
+    let decimals = number.split_once('.').map_or(0, |(_, d)| d.len());
+    ["ms", "s", "m", "h"].contains(&unit) && !number.is_empty() && decimals <= 1
+}
+
+#[test]
+fn durations_read_as_people_write_them() {
+    let locks = LockDir::new();
+    let out = output(locks.dlock(&["-v", "run", "x", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let shown = duration_after(&stderr(&out), "acquired \"x\" after ");
+    assert!(
+        reads_as_people_write(&shown),
+        "{shown:?} in {}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn signals_are_named() {
+    let locks = LockDir::new();
+    let ready = locks.file("ready");
+    let script = format!("touch '{}'; sleep 30", ready.display());
+    let mut cmd = locks.dlock(&["-v", "run", "x", "--", "sh", "-c", &script]);
+    let child = cmd
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn dlock");
+    wait_for_file(&ready, Duration::from_secs(20));
+    signal(child.id(), libc::SIGTERM);
+    let out = child.wait_with_output().expect("dlock's output");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("forwarding SIGTERM to the command"), "{err}");
+}
+
+#[test]
+fn quiet_release_force_prints_nothing() {
+    let locks = LockDir::new();
+    let mut holder = locks.hold_in_background("x");
+    let out = output(locks.dlock(&["-q", "release", "--force", "x"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(stderr(&out), "");
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, Duration::from_secs(20));
+}
+
+#[test]
+fn refusals_show_no_rust_or_library_internals() {
+    let locks = LockDir::new();
+    let missing = locks.file("no-such-file");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            ["run", "-l", "0", "x", "--", "true"]
+                .map(String::from)
+                .to_vec(),
+            "a limit is at least 1 seat",
+        ),
+        (
+            vec![
+                "-b".into(),
+                "redis".into(),
+                "--password-file".into(),
+                missing.display().to_string(),
+                "status".into(),
+                "x".into(),
+            ],
+            "cannot read the password file",
+        ),
+    ];
+    for (args, says) in cases {
+        let mut cmd = dlock();
+        cmd.args(&args);
+        let out = output(cmd);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 64, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        for internal in ["os error", "4294967295", "Error(", "Kind"] {
+            assert!(!err.contains(internal), "{args:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn two_redis_servers_are_refused_as_a_redlock() {
+    let out = output({
+        let mut cmd = dlock();
+        cmd.args([
+            "-b",
+            "redis",
+            "-u",
+            "redis://127.0.0.1:1",
+            "-u",
+            "redis://127.0.0.1:2",
+        ])
+        .args(["run", "x", "--", "true"]);
+        cmd
+    });
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("a majority of 2 is 2"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn help_ends_with_exit_statuses_and_the_manual_and_run_help_sets_global_options_apart() {
+    for args in [&["--help"][..], &["-h"], &["run", "--help"], &["run", "-h"]] {
+        let out = output({
+            let mut cmd = dlock();
+            cmd.args(args);
+            cmd
+        });
+        assert_eq!(code(&out), 0);
+        let text = stdout(&out);
+        assert!(text.contains("Exit status:"), "{args:?}: {text}");
+        assert!(
+            text.trim_end().ends_with("man dlock-run."),
+            "{args:?}: {text}"
+        );
+        assert!(!text.contains("Redis keys"), "{args:?}: {text}");
+    }
+    let text = stdout(&output({
+        let mut cmd = dlock();
+        cmd.args(["run", "-h"]);
+        cmd
+    }));
+    let global = text
+        .find("Global options:")
+        .expect("a global options heading");
+    let own = text.find("--wait").expect("run's --wait");
+    assert!(own < global, "run's options come first: {text}");
+    assert!(text[global..].contains("--backend"), "{text}");
+    assert!(!text[..global].contains("--backend"), "{text}");
+}
+
+#[test]
+fn a_redis_refusal_reads_without_the_client_s_names_for_errors() {
+    let server = crate::support::redis_server::RedisServer::start();
+    let mut conn = server.connection();
+    redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "weak", "on", ">pw", "~*", "+ping", "+hello", "+auth", "+client",
+        ])
+        .query::<()>(&mut conn)
+        .expect("ACL SETUSER");
+    let url = format!("redis://weak:pw@127.0.0.1:{}", server.port());
+    let out = output({
+        let mut cmd = dlock();
+        cmd.args(["-b", "redis", "-u", &url, "run", "x", "--", "true"]);
+        cmd
+    });
+    let err = stderr(&out);
+    assert_eq!(code(&out), 69, "{err}");
+    assert!(err.contains("no permissions to run"), "{err}");
+    for internal in ["NoPerm", "ResponseError", "Server("] {
+        assert!(!err.contains(internal), "{err}");
+    }
+}
