@@ -50,6 +50,16 @@ pub(super) fn parse(url: &str) -> anyhow::Result<Parsed> {
     let rest = url
         .strip_prefix(SCHEME)
         .ok_or_else(|| usage(format!("{shown:?} is not a redis+sentinel:// URL")))?;
+    // The credentials run to the last `@`: one with `/`, `?` or `#` before it would split the URL
+    // inside the password, and a part of the password would then be named as a host or a master.
+    if let Some(at) = rest.rfind('@') {
+        if rest[..at].contains(['/', '?', '#']) {
+            return Err(usage(format!(
+                "malformed redis URL {shown:?}: write `/`, `?`, `#` and `@` in a user name or \
+                 password as %2F, %3F, %23 and %40"
+            )));
+        }
+    }
     let (rest, query) = match rest.split_once('?') {
         Some((rest, query)) => (rest, Some(query)),
         None => (rest, None),
@@ -360,6 +370,14 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_password_with_a_slash_and_a_question_mark_is_refused_without_showing_it() {
+        let e = parse("redis+sentinel://:SECRET/?@127.0.0.1:1")
+            .err()
+            .expect("refused");
+        assert!(!format!("{e:#}").contains("SECRET"), "{e:#}");
     }
 
     proptest::proptest! {
