@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::T;
-use crate::support::target::Target;
+use crate::support::target::{Kind, Target};
 use crate::support::*;
 
 /// The min-hold of the scenarios: short, so the suite stays fast, and long enough for a few runs.
@@ -198,6 +198,51 @@ pub fn dlock_min_hold_from_the_environment_and_the_flag_beating_it(t: &Target) {
         let out = output(t.dlock(&["run", "--min-hold", bad, "mh/f", "--", "true"]));
         assert_eq!(code(&out), 64, "--min-hold {bad}: {}", stderr(&out));
     }
+}
+
+/// A caller whose clock is an hour off: the holder's clock behind (an end it computed would have
+/// passed already), the checker's ahead (it would judge the end passed). The server's clock alone
+/// judges, so neither shortens the hold. The file backend has no server: the host's clock is the
+/// judge there by design, so this scenario is for the server backends only.
+pub fn a_callers_wrong_clock_cannot_shorten_it(t: &Target) {
+    if t.kind == Kind::File {
+        return;
+    }
+    // libfaketime reaches a dynamically linked dlock only: the plain build (a static one, from
+    // scripts/static, would make this scenario pass without testing anything).
+    assert!(
+        crate::support::build::is_dynamic(std::path::Path::new(&dlock_bin())),
+        "{} is static: faketime cannot shift its clock",
+        dlock_bin()
+    );
+    let shifted = |offset: &str, args: &[&str]| {
+        let mut cmd = Command::new("faketime");
+        cmd.arg("-f")
+            .arg(offset)
+            .arg(dlock_bin())
+            .args(&t.args)
+            .args(args)
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        output(cmd)
+    };
+    let started = Instant::now();
+    let out = shifted("-1h", &["run", "--min-hold", D_TEXT, "mh/g", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = shifted("+1h", &["run", "-n", "mh/g", "--", "true"]);
+    assert!(Instant::now() < started + D, "too slow to check");
+    assert_eq!(
+        code(&out),
+        75,
+        "an hour ahead, still busy: {}",
+        stderr(&out)
+    );
+    busy_before(t, "mh/g", started);
+    let out = shifted("+1h", &["run", "-w", "60", "mh/g", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        Instant::now() + ROUNDING >= started + D,
+        "the waiter ran early"
+    );
 }
 
 pub fn limit_holders_keep_their_seats_and_shared_ones_still_join(t: &Target) {

@@ -16,6 +16,14 @@ pub fn describe(binary: &Path) -> String {
     format!("dlock build: {kind}, {}", binary.display())
 }
 
+/// Whether `binary` is dynamically linked, so that an LD_PRELOAD library (libfaketime) reaches it.
+pub fn is_dynamic(binary: &Path) -> bool {
+    std::fs::read(binary)
+        .ok()
+        .and_then(|elf| interpreted(&elf))
+        .unwrap_or(false)
+}
+
 /// Whether a 64-bit little-endian ELF executable names a program interpreter (the dynamic
 /// loader): a PT_INTERP program header. `None` for anything else.
 fn interpreted(elf: &[u8]) -> Option<bool> {
