@@ -249,7 +249,8 @@ fn a_holder_whose_connection_is_killed_keeps_its_lock() {
 }
 
 /// Tables an older dlock made, without the `--min-hold` columns (and a row it wrote): the first
-/// call adds the columns, the old row still reads, and a min-hold is kept on them.
+/// call adds the columns (a user without ALTER is told to ask for it), the old row still reads,
+/// and a min-hold is kept on them.
 #[test]
 fn tables_an_older_dlock_made_gain_the_min_hold_columns() {
     let server = MyServer::shared().lock().unwrap_or_else(|p| p.into_inner());
@@ -260,9 +261,23 @@ fn tables_an_older_dlock_made_gain_the_min_hold_columns() {
            expires_at DATETIME(6) NOT NULL, pid BIGINT NOT NULL, host VARBINARY(255) NOT NULL, \
            message VARBINARY(1024) NULL, PRIMARY KEY (name, owner)) ENGINE = InnoDB; \
          INSERT INTO t_old_locks VALUES ('old', 'o1', 'exclusive', 7, UTC_TIMESTAMP(6), \
-           UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 1, 'elsewhere', NULL)",
+           UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 1, 'elsewhere', NULL); \
+         DROP USER IF EXISTS upgrader@'127.0.0.1'; \
+         CREATE USER upgrader@'127.0.0.1' IDENTIFIED BY 'up-SECRET'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE, CREATE, CREATE ROUTINE ON dlock.* \
+           TO upgrader@'127.0.0.1'",
     );
+    let port = server.port();
     drop(server);
+    // Adding the columns needs a right the first run on new tables does not: the message says so.
+    let upgrader = format!("mysql://upgrader:up-SECRET@127.0.0.1:{port}/{DATABASE}?prefix=t_old_");
+    let out = output(mysql_dlock(&upgrader, &["run", "old", "--", "true"]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("GRANT CREATE, CREATE ROUTINE, ALTER ON `dlock`.* TO 'upgrader'@"),
+        "{}",
+        stderr(&out)
+    );
     let url = MyServer::shared_url("t_old_");
     let out = output(mysql_dlock(&url, &["status", "--json", "old"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
