@@ -131,7 +131,6 @@ END
 ;;
 -- Created last: every lock starts with this call, so a dlock that finds it has the other
 -- procedures too (a first run still making them cannot be overtaken by another's release).
-
 -- One acquisition attempt on `p_name`, serialised with every other change of that name by the
 -- row lock on its counter, all in one transaction on the server (a client paused mid-way holds
 -- nothing). A stored mode counts as 'shared', 'limit' or (anything else, a foreign or garbled
