@@ -247,3 +247,81 @@ fn a_holder_whose_connection_is_killed_keeps_its_lock() {
     assert!(wait_exit(&mut held, T).success());
     assert!(wait_exit(&mut waiter, T).success());
 }
+
+/// Tables an older dlock made, without the `--min-hold` columns (and a row it wrote): the first
+/// call adds the columns (a user without ALTER is told to ask for it), the old row still reads,
+/// and a min-hold is kept on them.
+#[test]
+fn tables_an_older_dlock_made_gain_the_min_hold_columns() {
+    let server = MyServer::shared().lock().unwrap_or_else(|p| p.into_inner());
+    server.sql(
+        "DROP TABLE IF EXISTS t_old_locks; \
+         CREATE TABLE t_old_locks (name VARBINARY(512) NOT NULL, owner VARBINARY(64) NOT NULL, \
+           mode VARBINARY(32) NOT NULL, token BIGINT NOT NULL, since DATETIME(6) NOT NULL, \
+           expires_at DATETIME(6) NOT NULL, pid BIGINT NOT NULL, host VARBINARY(255) NOT NULL, \
+           message VARBINARY(1024) NULL, PRIMARY KEY (name, owner)) ENGINE = InnoDB; \
+         INSERT INTO t_old_locks VALUES ('old', 'o1', 'exclusive', 7, UTC_TIMESTAMP(6), \
+           UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 1, 'elsewhere', NULL); \
+         DROP USER IF EXISTS upgrader@'127.0.0.1'; \
+         CREATE USER upgrader@'127.0.0.1' IDENTIFIED BY 'up-SECRET'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE, CREATE, CREATE ROUTINE ON dlock.* \
+           TO upgrader@'127.0.0.1'",
+    );
+    let port = server.port();
+    drop(server);
+    // Adding the columns needs a right the first run on new tables does not: the message says so.
+    let upgrader = format!("mysql://upgrader:up-SECRET@127.0.0.1:{port}/{DATABASE}?prefix=t_old_");
+    let out = output(mysql_dlock(&upgrader, &["run", "old", "--", "true"]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("GRANT CREATE, CREATE ROUTINE, ALTER ON `dlock`.* TO 'upgrader'@"),
+        "{}",
+        stderr(&out)
+    );
+    let url = MyServer::shared_url("t_old_");
+    let out = output(mysql_dlock(&url, &["status", "--json", "old"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["holders"][0]["token"], 7, "{json}");
+    assert!(json["holders"][0]["kept_until"].is_null(), "{json}");
+
+    let out = output(mysql_dlock(
+        &url,
+        &["run", "--min-hold", "1h", "new", "--", "true"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = output(mysql_dlock(&url, &["run", "-n", "new", "--", "true"]));
+    assert_eq!(code(&out), 75, "kept by --min-hold: {}", stderr(&out));
+    let out = output(mysql_dlock(&url, &["status", "new"]));
+    assert!(
+        stdout(&out).contains("by --min-hold 1h; its command ended"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// A waiter behind a lock kept by `--min-hold` after its command ended (its lock key free) sleeps
+/// until the end the server reports, rather than asking again and again: a handful of statements
+/// for a wait of seconds, counted on a server of its own.
+#[test]
+fn a_waiter_sleeps_through_a_min_hold_rather_than_polling() {
+    let server = MyServer::start();
+    let url = server.url_with("");
+    let out = output(mysql_dlock(
+        &url,
+        &["run", "--min-hold", "3", "w", "--", "true"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let statements = || -> u64 {
+        server
+            .sql("SELECT SUM(VARIABLE_VALUE) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN ('COM_CALL_PROCEDURE', 'COM_SELECT', 'COM_STMT_EXECUTE')")
+            .parse()
+            .unwrap()
+    };
+    let before = statements();
+    let out = output(mysql_dlock(&url, &["run", "-w", "60", "w", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // The waiter's statements, and this test's own two counts.
+    let sent = statements() - before;
+    assert!(sent < 40, "{sent} statements for one wait");
+}

@@ -182,7 +182,8 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
                 .lock()
                 .unwrap()
                 .sql(&format!(
-                    "REPLACE INTO {prefix}locks VALUES ('x', 'ab', '{}', {}, \
+                    "REPLACE INTO {prefix}locks (name, owner, mode, token, since, expires_at, \
+                     pid, host, message) VALUES ('x', 'ab', '{}', {}, \
                      '1970-01-01' + INTERVAL {} SECOND, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, {}, \
                      '{}', {message})",
                     f[0], f[1], f[2], f[3], f[4]

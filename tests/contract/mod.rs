@@ -80,9 +80,6 @@ macro_rules! scenario_tests {
 /// ignored on its backend with the reason (`@ignore "why"`), until the code is fixed and its arm
 /// goes.
 macro_rules! scenario_test {
-    (mysql, min_hold, $scenario:ident) => {
-        scenario_test!(@ignore "the MySQL backend does not keep --min-hold yet (it refuses it with 64)", min_hold, $scenario);
-    };
     (@ignore $why:literal, $area:ident, $scenario:ident) => {
         #[test]
         #[ignore = $why]

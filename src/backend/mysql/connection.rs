@@ -26,10 +26,11 @@ const SCHEMA_CALL: Duration = Duration::from_secs(30);
 /// Shortest read timeout: below it a loaded server's answers would look like outages.
 const MIN_CALL: Duration = Duration::from_millis(200);
 
-/// MySQL's codes for what dlock's first call meets before its tables exist, and for a refusal of
-/// the right to create them.
+/// MySQL's codes for what dlock's first call meets before its tables exist (or while they are
+/// an older dlock's, without a column added since), and for a refusal of the right to create them.
 const NO_SUCH_TABLE: u16 = 1146;
 const NO_SUCH_PROCEDURE: u16 = 1305;
+const NO_SUCH_COLUMN: u16 = 1054;
 const PROCEDURE_EXISTS: u16 = 1304;
 const DENIED: [u16; 4] = [1044, 1142, 1227, 1370];
 /// A deadlock or lock wait timeout: the transaction was rolled back and may be tried again.
@@ -78,7 +79,7 @@ impl Fault {
     }
 
     fn is_missing_schema(&self) -> bool {
-        matches!(self, Fault::Refused { code, .. } if *code == NO_SUCH_TABLE || *code == NO_SUCH_PROCEDURE)
+        matches!(self, Fault::Refused { code, .. } if [NO_SUCH_TABLE, NO_SUCH_PROCEDURE, NO_SUCH_COLUMN].contains(code))
     }
 }
 
@@ -279,6 +280,12 @@ impl Conn {
                 Ok(())
             }
             Err(Fault::Refused { code, message }) if DENIED.contains(&code) => {
+                // Tables an older dlock made gain a column: that needs ALTER too.
+                let rights = if message.starts_with("ALTER") {
+                    "CREATE, CREATE ROUTINE, ALTER"
+                } else {
+                    "CREATE, CREATE ROUTINE"
+                };
                 let database = self.url.database.replace('`', "``");
                 let user = self
                     .call(|c| c.query_first::<String, _>("SELECT CURRENT_USER()"))
@@ -291,9 +298,8 @@ impl Conn {
                     .unwrap_or_else(|| "<user>".into());
                 Err(anyhow!(
                     "mysql at {}: cannot create dlock's tables and procedures ({prefix}locks, \
-                     {prefix}tokens, {prefix}queue, {prefix}acquire_v1...): {message}; an \
-                     administrator must run once: GRANT CREATE, CREATE ROUTINE ON `{database}`.* \
-                     TO {user}",
+                     {prefix}tokens, {prefix}queue, {prefix}acquire_v2...): {message}; an \
+                     administrator must run once: GRANT {rights} ON `{database}`.* TO {user}",
                     self.url.shown,
                 ))
                 .fail_with(Failure::BackendUnavailable)

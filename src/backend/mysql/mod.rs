@@ -7,7 +7,9 @@
 //!   keeps it, it has no shared or limit mode, no record of who holds it and no fencing token.
 //!   Here a lock is a row with a lease: `<prefix>locks` (name, owner, mode, token, since,
 //!   expires_at, pid, host, message), renewed every ttl/3 with `UTC_TIMESTAMP(6)`; a row whose
-//!   lease passed counts as gone, and is deleted by the next change of that name.
+//!   lease passed counts as gone, and is deleted by the next change of that name. `--min-hold`
+//!   keeps the row until `since` + D (`kept_until`): its lease never ends sooner, and a release
+//!   before then cuts the lease to that end instead of deleting the row.
 //! - Fencing tokens: `<prefix>tokens` (name -> last token), raised in the transaction that
 //!   grants, so a token is exactly as durable as the grant.
 //! - Every change of a name is one procedure call (`schema.sql`), one round trip, whose
@@ -104,20 +106,6 @@ impl MyBackend {
     }
 }
 
-/// `--min-hold` is not kept on MySQL yet: refused (64) before anything is taken, rather than run
-/// the job without the guarantee it asked for.
-fn refuse_min_hold(request: &LockRequest) -> anyhow::Result<()> {
-    use crate::exit::{FailWith, Failure};
-    match request.min_hold {
-        Some(_) => Err(anyhow::anyhow!(
-            "the mysql backend cannot keep --min-hold yet (lock {:?})",
-            request.name.as_str()
-        ))
-        .fail_with(Failure::Usage),
-        None => Ok(()),
-    }
-}
-
 impl Backend for MyBackend {
     fn location(&self) -> String {
         self.location.clone()
@@ -126,7 +114,6 @@ impl Backend for MyBackend {
     /// One attempt; a busy one leaves nothing behind (`acquire` takes its place in line with its
     /// own first attempt).
     fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
-        refuse_min_hold(request)?;
         let ctx = || format!("cannot acquire lock {:?}", request.name.as_str());
         let mut conn = lock(&self.conn);
         conn.fit_ttl(request.ttl);
@@ -157,7 +144,6 @@ impl Backend for MyBackend {
         request: &LockRequest,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
-        refuse_min_hold(request)?;
         // A wait holds its connection through each slice of its wait. Leases taken earlier renew
         // on `self.conn` (a handle each) from another thread meanwhile, and must not queue behind
         // it: then the wait, and the lease it takes, get a connection of their own.

@@ -9,7 +9,7 @@ use mysql::{Row, Value};
 use sha2::{Digest, Sha256};
 
 use super::connection::{Conn, Fault};
-use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
+use crate::lock::{Holder, Kept, LockName, LockRequest, Mode, Token};
 
 /// The statements, with the prefix filled in.
 pub struct Recipe {
@@ -29,12 +29,22 @@ pub enum Reply {
     /// The token, and when the call that was granted it was sent (its lease counts from then: a
     /// first call that had to create the tables first may have taken long before it).
     Granted(Token, Instant),
-    /// Busy: the place in line kept (when one was asked for), and the entry to wait for: its lock
-    /// key and how long its lease or place in line lasts (none found: a row dlock cannot read).
+    /// Busy: the place in line kept (when one was asked for), and the entry to wait for (none
+    /// found: a row dlock cannot read).
     Busy {
         ticket: Option<i64>,
-        blocker: Option<(String, Duration)>,
+        blocker: Option<Blocker>,
     },
+}
+
+/// The entry a busy attempt waits for.
+pub struct Blocker {
+    /// The lock key its session holds while it holds or waits.
+    pub key: String,
+    /// How long its lease or place in line lasts, by the server's clock.
+    pub lasts: Duration,
+    /// Only a `--min-hold` keeps it: its holder let go, and its key is free.
+    pub gone: bool,
 }
 
 /// This process, as written in holder rows.
@@ -56,9 +66,9 @@ impl Recipe {
         let fill = |sql: &str| sql.replace("{p}", prefix);
         Recipe {
             prefix: prefix.to_owned(),
-            acquire: fill("CALL {p}acquire_v1(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-            renew: fill("CALL {p}renew_v1(?, ?, ?, ?)"),
-            release: fill("CALL {p}release_v1(?, ?, ?)"),
+            acquire: fill("CALL {p}acquire_v2(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            renew: fill("CALL {p}renew_v2(?, ?, ?, ?)"),
+            release: fill("CALL {p}release_v2(?, ?, ?)"),
             leave: fill("CALL {p}leave_v1(?, ?, ?)"),
             brk: fill("CALL {p}break_v1(?)"),
             holders: fill(include_str!("holders.sql")).replace("{where}", "name = ?"),
@@ -92,7 +102,9 @@ impl Recipe {
             Mode::Limit(n) => i64::from(n),
             _ => 0,
         };
-        let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let ttl_ms = ms(request.ttl);
+        let hold_ms = request.min_hold.map_or(0, ms);
         let name = request.name.as_str();
         let params: Vec<Value> = vec![
             name.into(),
@@ -106,6 +118,7 @@ impl Recipe {
             self.key(&request.owner, name).into(),
             queue.into(),
             ticket.into(),
+            hold_ms.into(),
         ];
         let mut sent = Instant::now();
         let rows = conn.call_creating(|c| {
@@ -122,11 +135,14 @@ impl Recipe {
                 .map(|t| Reply::Granted(t, sent))
                 .ok_or_else(|| odd("a token below 1"));
         }
-        let blocker = text(row, 2).map(|owner| {
-            let lasts = int(row, 3)
-                .and_then(|us| u64::try_from(us).ok())
-                .unwrap_or(0);
-            (self.key(&owner, name), Duration::from_micros(lasts))
+        let blocker = text(row, 2).map(|owner| Blocker {
+            key: self.key(&owner, name),
+            lasts: Duration::from_micros(
+                int(row, 3)
+                    .and_then(|us| u64::try_from(us).ok())
+                    .unwrap_or(0),
+            ),
+            gone: int(row, 4) == Some(1),
         });
         Ok(Reply::Busy {
             ticket: int(row, 1),
@@ -253,8 +269,9 @@ fn int(row: &Row, i: usize) -> Option<i64> {
     }
 }
 
-/// A holder row (name, owner, mode, token, since, pid, host, message, expires_at; any content:
-/// other clients may write these tables), checked field by field. What does not read is an
+/// A holder row (name, owner, mode, token, since, pid, host, message, expires_at, then kept_until
+/// and kept_note where the statement reads them; any content: other clients may write these
+/// tables), checked field by field. What does not read is an
 /// unreadable holder, counted as the server counts it.
 fn holder_of(row: &Row) -> (String, Holder) {
     let raw = |i: usize| match row.as_ref(i) {
@@ -268,9 +285,14 @@ fn holder_of(row: &Row) -> (String, Holder) {
         _ => Some(raw(7)),
     };
     let utf8 = |i: usize| !matches!(row.as_ref(i), Some(Value::Bytes(b)) if std::str::from_utf8(b).is_err());
-    let expires_at = int(row, 8)
-        .and_then(|us| u64::try_from(us).ok())
-        .and_then(|us| UNIX_EPOCH.checked_add(Duration::from_micros(us)));
+    let time = |i: usize| {
+        int(row, i)
+            .and_then(|us| u64::try_from(us).ok())
+            .and_then(|us| UNIX_EPOCH.checked_add(Duration::from_micros(us)))
+            .filter(|&t| t > SystemTime::UNIX_EPOCH)
+    };
+    let (expires_at, kept_until) = (time(8), time(9));
+    let kept = text(row, 10).and_then(|note| Kept::from_note(&note));
     let parsed = Mode::from_wire(&mode)
         .filter(|_| (0..8).all(utf8))
         .and_then(|m| {
@@ -285,7 +307,9 @@ fn holder_of(row: &Row) -> (String, Holder) {
         })
         .and_then(|h| h.with_message(message.as_deref()))
         .map(|h| Holder {
-            expires_at: expires_at.filter(|&t| t > SystemTime::UNIX_EPOCH),
+            expires_at,
+            kept_until,
+            kept: kept.filter(|_| kept_until.is_some()),
             ..h
         });
     let holder = parsed.unwrap_or_else(|| {

@@ -1,8 +1,8 @@
 -- dlock's tables and procedures, created on first use. `{p}` is the table prefix (default `dlock_`).
 -- Statements are separated by lines of `;;` (as with the mysql client's DELIMITER); each is sent
 -- alone. Created under GET_LOCK('{p}schema'), so two dlocks creating them at once do not collide;
--- a procedure that exists already (error 1304) is kept. Procedures are versioned by name (`_v1`):
--- a newer dlock adds its own beside them. Every text is VARBINARY: names compare byte for byte
+-- a procedure that exists already (error 1304) is kept. Procedures are versioned by name (`_v1`,
+-- `_v2`): a newer dlock adds its own beside them (an older dlock's stay, for it). Every text is VARBINARY: names compare byte for byte
 -- (no collation folds `A` into `a` or ignores a trailing space), and any bytes a client wrote read.
 -- Times are DATETIME(6) in UTC, by the server's clock (UTC_TIMESTAMP(6)), never the client's.
 
@@ -24,8 +24,27 @@ CREATE TABLE IF NOT EXISTS {p}locks (
     pid BIGINT NOT NULL,
     host VARBINARY(255) NOT NULL,
     message VARBINARY(1024) NULL,
+    kept_until DATETIME(6) NULL,
+    kept_note VARBINARY(64) NULL,
     PRIMARY KEY (name, owner)
 ) ENGINE = InnoDB
+;;
+-- --min-hold (added after the first version, so also to tables made before): until when the row
+-- stays past its holder's release or death, by the server's clock (its lease is never shorter),
+-- and "HOLD_MS[ ended]" for status. Only when missing (MySQL has no ADD COLUMN IF NOT EXISTS):
+-- an ALTER TABLE waits for every transaction on the table, and needs a right the first run
+-- otherwise does not.
+SET @{p}alter = (SELECT IF(COUNT(*) = 0,
+    'ALTER TABLE {p}locks ADD COLUMN kept_until DATETIME(6) NULL, ADD COLUMN kept_note VARBINARY(64) NULL',
+    'DO 0')
+  FROM information_schema.columns
+ WHERE table_schema = DATABASE() AND table_name = '{p}locks' AND column_name = 'kept_until')
+;;
+PREPARE {p}alter FROM @{p}alter
+;;
+EXECUTE {p}alter
+;;
+DEALLOCATE PREPARE {p}alter
 ;;
 -- The waiters in arrival order (the ticket only orders the waiters alive at one time); a waiter
 -- renews `alive_until` while it waits, and one that stops doing so drops out of the line.
@@ -38,151 +57,20 @@ CREATE TABLE IF NOT EXISTS {p}queue (
     KEY {p}queue_by_name (name, ticket)
 ) ENGINE = InnoDB
 ;;
--- One acquisition attempt on `p_name`, serialised with every other change of that name by the
--- row lock on its counter, all in one transaction on the server (a client paused mid-way holds
--- nothing). A stored mode counts as 'shared', 'limit' or (anything else, a foreign or garbled
--- row) exclusive, so a row dlock cannot read makes others wait and never lets two holders in.
--- Grants when the mode fits beside the live holders AND every live waiter ahead (counted as if
--- holding): first come, first served, while shared and limit waiters in a row go in together.
--- Busy: with `p_queue`, keeps (or takes) a place in line renewed for `p_ttl_ms`, and names the
--- blocker, the entry whose end to wait for: its owner and how long its lease or place lasts.
--- The caller's session holds the lock key `p_key` (GET_LOCK) while it holds or waits: a waiter
--- blocks on its blocker's key, which frees when the blocker releases, leaves or its session ends.
-CREATE PROCEDURE {p}acquire_v1(
-    IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_mode VARBINARY(32), IN p_limit INT,
-    IN p_ttl_ms BIGINT, IN p_pid BIGINT, IN p_host VARBINARY(255), IN p_message VARBINARY(1024),
-    IN p_key VARCHAR(64), IN p_queue TINYINT, IN p_ticket BIGINT)
-attempt: BEGIN
-    DECLARE v_now DATETIME(6);
-    DECLARE v_mine BIGINT DEFAULT NULL;
-    DECLARE v_last BIGINT;
-    DECLARE v_kind CHAR(1);
-    DECLARE v_ticket BIGINT DEFAULT NULL;
-    DECLARE v_excl BIGINT;
-    DECLARE v_seats BIGINT;
-    DECLARE v_total BIGINT;
-    DECLARE v_fits BOOLEAN;
-    DECLARE v_took BOOLEAN DEFAULT FALSE;
-    DECLARE v_block_owner VARBINARY(64) DEFAULT NULL;
-    DECLARE v_block_us BIGINT DEFAULT NULL;
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION
-    BEGIN
-        ROLLBACK;
-        IF v_took THEN DO RELEASE_LOCK(p_key); END IF;
-        RESIGNAL;
-    END;
-    -- The key first, so that whoever sees this entry finds its key held.
-    IF NOT (IS_USED_LOCK(p_key) <=> CONNECTION_ID()) THEN
-        SET v_took = (GET_LOCK(p_key, 0) <=> 1);
-    END IF;
-    SET v_kind = CASE
-        WHEN p_mode = 'shared' THEN 's'
-        WHEN p_mode LIKE 'limit:%' THEN 'l'
-        ELSE 'x'
-    END;
-    -- No gap locks: changes of different names never wait for each other.
-    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-    START TRANSACTION;
-    INSERT INTO {p}tokens (name, last_token) VALUES (p_name, 0)
-        ON DUPLICATE KEY UPDATE last_token = last_token;
-    SELECT last_token INTO v_last FROM {p}tokens WHERE name = p_name FOR UPDATE;
-    SET v_now = UTC_TIMESTAMP(6);
-    DELETE FROM {p}locks WHERE name = p_name AND expires_at <= v_now;
-    DELETE FROM {p}queue WHERE name = p_name AND alive_until <= v_now;
-    IF p_ticket IS NOT NULL THEN
-        SET v_ticket = (SELECT ticket FROM {p}queue WHERE ticket = p_ticket AND owner = p_owner);
-    END IF;
-    -- Granted already, to this very acquisition (owner ids are never reused), by an attempt whose
-    -- answer was lost on the way: the same grant, its lease renewed.
-    SET v_mine = (SELECT token FROM {p}locks WHERE name = p_name AND owner = p_owner);
-    IF v_mine IS NOT NULL THEN
-        UPDATE {p}locks SET expires_at = v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND
-         WHERE name = p_name AND owner = p_owner;
-        DELETE FROM {p}queue WHERE ticket = v_ticket;
-        COMMIT;
-        SELECT v_mine AS granted_token, NULL AS queue_ticket, NULL AS blocker, NULL AS blocker_us;
-        LEAVE attempt;
-    END IF;
-    SELECT COALESCE(SUM(k = 'x'), 0), COALESCE(SUM(k = 'l'), 0), COUNT(*)
-      INTO v_excl, v_seats, v_total
-      FROM (SELECT CASE WHEN mode = 'shared' THEN 's'
-                        WHEN mode LIKE 'limit:%'
-                         AND CONCAT('limit:', CAST(SUBSTRING(mode, 7) AS UNSIGNED)) = mode
-                         AND CAST(SUBSTRING(mode, 7) AS UNSIGNED) >= 1 THEN 'l'
-                        ELSE 'x' END AS k
-              FROM {p}locks WHERE name = p_name
-            UNION ALL
-            SELECT CASE WHEN mode = 'shared' THEN 's'
-                        WHEN mode LIKE 'limit:%'
-                         AND CONCAT('limit:', CAST(SUBSTRING(mode, 7) AS UNSIGNED)) = mode
-                         AND CAST(SUBSTRING(mode, 7) AS UNSIGNED) >= 1 THEN 'l'
-                        ELSE 'x' END
-              FROM {p}queue
-             WHERE name = p_name AND (v_ticket IS NULL OR ticket < v_ticket)) AS ahead;
-    SET v_fits = CASE v_kind
-        WHEN 'x' THEN v_total = 0
-        WHEN 's' THEN v_excl = 0
-        ELSE v_excl = 0 AND v_seats < p_limit
-    END;
-    IF v_fits THEN
-        UPDATE {p}tokens SET last_token = v_last + 1 WHERE name = p_name;
-        INSERT INTO {p}locks (name, owner, mode, token, since, expires_at, pid, host, message)
-        VALUES (p_name, p_owner, p_mode, v_last + 1, v_now,
-                v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND, p_pid, p_host, p_message);
-        IF v_ticket IS NOT NULL THEN
-            DELETE FROM {p}queue WHERE ticket = v_ticket;
-        END IF;
-        COMMIT;
-        SELECT v_last + 1 AS granted_token, NULL AS queue_ticket, NULL AS blocker,
-               NULL AS blocker_us;
-    ELSE
-        IF p_queue THEN
-            IF v_ticket IS NULL THEN
-                INSERT INTO {p}queue (name, owner, mode, alive_until)
-                VALUES (p_name, p_owner, p_mode, v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND);
-                SET v_ticket = LAST_INSERT_ID();
-            ELSE
-                UPDATE {p}queue SET alive_until = v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND
-                 WHERE ticket = v_ticket;
-            END IF;
-        END IF;
-        -- The blocker: the last waiter ahead that conflicts, else the oldest holder that does (an
-        -- exclusive one for shared and limit requests; for a limit with no exclusive ahead, a seat).
-        SELECT e.owner, TIMESTAMPDIFF(MICROSECOND, v_now, e.until)
-          INTO v_block_owner, v_block_us
-          FROM (SELECT owner, expires_at AS until, 0 AS grp, -token AS ord,
-                       CASE WHEN mode = 'shared' THEN 's' WHEN mode LIKE 'limit:%' THEN 'l'
-                            ELSE 'x' END AS k
-                  FROM {p}locks WHERE name = p_name
-                UNION ALL
-                SELECT owner, alive_until, 1, ticket,
-                       CASE WHEN mode = 'shared' THEN 's' WHEN mode LIKE 'limit:%' THEN 'l'
-                            ELSE 'x' END
-                  FROM {p}queue
-                 WHERE name = p_name AND (v_ticket IS NULL OR ticket < v_ticket)) AS e
-         WHERE v_kind = 'x' OR e.k = 'x' OR (v_kind = 'l' AND v_excl = 0 AND e.k = 'l')
-         ORDER BY e.grp DESC, e.ord DESC
-         LIMIT 1;
-        COMMIT;
-        IF v_took AND NOT p_queue THEN
-            DO RELEASE_LOCK(p_key);
-        END IF;
-        SELECT NULL AS granted_token, v_ticket AS queue_ticket, v_block_owner AS blocker,
-               GREATEST(0, v_block_us) AS blocker_us;
-    END IF;
-END attempt
-;;
 -- Extends the caller's own lease by the server's clock (an expired lease is never revived), and
 -- keeps its lock key held by this session (a renewal after a reconnection takes it again); a
 -- lease found gone gives the key up, so whoever waits on it goes on at once. 1: still ours.
-CREATE PROCEDURE {p}renew_v1(
+-- v2: never ends a lease before its --min-hold's end.
+CREATE PROCEDURE {p}renew_v2(
     IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_ttl_ms BIGINT, IN p_key VARCHAR(64))
 BEGIN
     DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
     DECLARE v_held BIGINT;
     SET v_held = (SELECT COUNT(*) FROM {p}locks
                    WHERE name = p_name AND owner = p_owner AND expires_at > v_now);
-    UPDATE {p}locks SET expires_at = v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND
+    UPDATE {p}locks
+       SET expires_at = GREATEST(v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND,
+                                 COALESCE(kept_until, v_now))
      WHERE name = p_name AND owner = p_owner AND expires_at > v_now;
     IF v_held > 0 THEN
         IF NOT (IS_USED_LOCK(p_key) <=> CONNECTION_ID()) THEN DO GET_LOCK(p_key, 0); END IF;
@@ -193,13 +81,21 @@ BEGIN
 END
 ;;
 -- Gives up `p_owner`'s hold on `p_name` and its lock key. 1: it was still held.
-CREATE PROCEDURE {p}release_v1(
+-- v2: a row whose --min-hold has not ended stays until then, and no longer (its lease cut to
+-- `kept_until`), marked ended for status; its key goes, so waiters learn at once to wait it out.
+CREATE PROCEDURE {p}release_v2(
     IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_key VARCHAR(64))
 BEGIN
+    DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
     DECLARE v_held BIGINT;
     SET v_held = (SELECT COUNT(*) FROM {p}locks
-                   WHERE name = p_name AND owner = p_owner AND expires_at > UTC_TIMESTAMP(6));
-    DELETE FROM {p}locks WHERE name = p_name AND owner = p_owner;
+                   WHERE name = p_name AND owner = p_owner AND expires_at > v_now);
+    UPDATE {p}locks SET expires_at = kept_until, kept_note = CONCAT(kept_note, ' ended')
+     WHERE name = p_name AND owner = p_owner AND expires_at > v_now AND kept_until > v_now
+       AND kept_note NOT LIKE '% ended';
+    DELETE FROM {p}locks
+     WHERE name = p_name AND owner = p_owner
+       AND (kept_until IS NULL OR kept_until <= v_now OR expires_at <= v_now);
     IF IS_USED_LOCK(p_key) <=> CONNECTION_ID() THEN DO RELEASE_LOCK(p_key); END IF;
     SELECT v_held;
 END
@@ -231,3 +127,154 @@ BEGIN
     DELETE FROM {p}locks WHERE name = p_name;
     COMMIT;
 END
+
+;;
+-- Created last: every lock starts with this call, so a dlock that finds it has the other
+-- procedures too (a first run still making them cannot be overtaken by another's release).
+-- One acquisition attempt on `p_name`, serialised with every other change of that name by the
+-- row lock on its counter, all in one transaction on the server (a client paused mid-way holds
+-- nothing). A stored mode counts as 'shared', 'limit' or (anything else, a foreign or garbled
+-- row) exclusive, so a row dlock cannot read makes others wait and never lets two holders in.
+-- Grants when the mode fits beside the live holders AND every live waiter ahead (counted as if
+-- holding): first come, first served, while shared and limit waiters in a row go in together.
+-- Busy: with `p_queue`, keeps (or takes) a place in line renewed for `p_ttl_ms`, and names the
+-- blocker, the entry whose end to wait for: its owner and how long its lease or place lasts.
+-- The caller's session holds the lock key `p_key` (GET_LOCK) while it holds or waits: a waiter
+-- blocks on its blocker's key, which frees when the blocker releases, leaves or its session ends.
+-- v2: `p_hold_ms` (--min-hold, 0 for none) keeps the granted row until `since` + that long, its
+-- lease never ending sooner; the blocker's `blocker_gone` is 1 when only a min-hold keeps it (its
+-- holder let go and its key is free: wait for its end, not on its key).
+CREATE PROCEDURE {p}acquire_v2(
+    IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_mode VARBINARY(32), IN p_limit INT,
+    IN p_ttl_ms BIGINT, IN p_pid BIGINT, IN p_host VARBINARY(255), IN p_message VARBINARY(1024),
+    IN p_key VARCHAR(64), IN p_queue TINYINT, IN p_ticket BIGINT, IN p_hold_ms BIGINT)
+attempt: BEGIN
+    DECLARE v_now DATETIME(6);
+    DECLARE v_mine BIGINT DEFAULT NULL;
+    DECLARE v_last BIGINT;
+    DECLARE v_kind CHAR(1);
+    DECLARE v_ticket BIGINT DEFAULT NULL;
+    DECLARE v_excl BIGINT;
+    DECLARE v_seats BIGINT;
+    DECLARE v_total BIGINT;
+    DECLARE v_fits BOOLEAN;
+    DECLARE v_took BOOLEAN DEFAULT FALSE;
+    DECLARE v_block_owner VARBINARY(64) DEFAULT NULL;
+    DECLARE v_block_us BIGINT DEFAULT NULL;
+    DECLARE v_block_gone BOOLEAN DEFAULT FALSE;
+    DECLARE v_kept DATETIME(6) DEFAULT NULL;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        ROLLBACK;
+        IF v_took THEN DO RELEASE_LOCK(p_key); END IF;
+        RESIGNAL;
+    END;
+    -- The key first, so that whoever sees this entry finds its key held.
+    IF NOT (IS_USED_LOCK(p_key) <=> CONNECTION_ID()) THEN
+        SET v_took = (GET_LOCK(p_key, 0) <=> 1);
+    END IF;
+    SET v_kind = CASE
+        WHEN p_mode = 'shared' THEN 's'
+        WHEN p_mode LIKE 'limit:%' THEN 'l'
+        ELSE 'x'
+    END;
+    -- No gap locks: changes of different names never wait for each other.
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    INSERT INTO {p}tokens (name, last_token) VALUES (p_name, 0)
+        ON DUPLICATE KEY UPDATE last_token = last_token;
+    SELECT last_token INTO v_last FROM {p}tokens WHERE name = p_name FOR UPDATE;
+    SET v_now = UTC_TIMESTAMP(6);
+    DELETE FROM {p}locks WHERE name = p_name AND expires_at <= v_now;
+    DELETE FROM {p}queue WHERE name = p_name AND alive_until <= v_now;
+    IF p_ticket IS NOT NULL THEN
+        SET v_ticket = (SELECT ticket FROM {p}queue WHERE ticket = p_ticket AND owner = p_owner);
+    END IF;
+    -- Granted already, to this very acquisition (owner ids are never reused), by an attempt whose
+    -- answer was lost on the way: the same grant, its lease renewed.
+    SET v_mine = (SELECT token FROM {p}locks WHERE name = p_name AND owner = p_owner);
+    IF v_mine IS NOT NULL THEN
+        UPDATE {p}locks
+           SET expires_at = GREATEST(v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND,
+                                     COALESCE(kept_until, v_now))
+         WHERE name = p_name AND owner = p_owner;
+        DELETE FROM {p}queue WHERE ticket = v_ticket;
+        COMMIT;
+        SELECT v_mine AS granted_token, NULL AS queue_ticket, NULL AS blocker, NULL AS blocker_us,
+               0 AS blocker_gone;
+        LEAVE attempt;
+    END IF;
+    SELECT COALESCE(SUM(k = 'x'), 0), COALESCE(SUM(k = 'l'), 0), COUNT(*)
+      INTO v_excl, v_seats, v_total
+      FROM (SELECT CASE WHEN mode = 'shared' THEN 's'
+                        WHEN mode LIKE 'limit:%'
+                         AND CONCAT('limit:', CAST(SUBSTRING(mode, 7) AS UNSIGNED)) = mode
+                         AND CAST(SUBSTRING(mode, 7) AS UNSIGNED) >= 1 THEN 'l'
+                        ELSE 'x' END AS k
+              FROM {p}locks WHERE name = p_name
+            UNION ALL
+            SELECT CASE WHEN mode = 'shared' THEN 's'
+                        WHEN mode LIKE 'limit:%'
+                         AND CONCAT('limit:', CAST(SUBSTRING(mode, 7) AS UNSIGNED)) = mode
+                         AND CAST(SUBSTRING(mode, 7) AS UNSIGNED) >= 1 THEN 'l'
+                        ELSE 'x' END
+              FROM {p}queue
+             WHERE name = p_name AND (v_ticket IS NULL OR ticket < v_ticket)) AS ahead;
+    SET v_fits = CASE v_kind
+        WHEN 'x' THEN v_total = 0
+        WHEN 's' THEN v_excl = 0
+        ELSE v_excl = 0 AND v_seats < p_limit
+    END;
+    IF v_fits THEN
+        IF p_hold_ms > 0 THEN
+            SET v_kept = v_now + INTERVAL p_hold_ms * 1000 MICROSECOND;
+        END IF;
+        UPDATE {p}tokens SET last_token = v_last + 1 WHERE name = p_name;
+        INSERT INTO {p}locks (name, owner, mode, token, since, expires_at, pid, host, message,
+                              kept_until, kept_note)
+        VALUES (p_name, p_owner, p_mode, v_last + 1, v_now,
+                GREATEST(v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND, COALESCE(v_kept, v_now)),
+                p_pid, p_host, p_message, v_kept, IF(v_kept IS NULL, NULL, CAST(p_hold_ms AS CHAR)));
+        IF v_ticket IS NOT NULL THEN
+            DELETE FROM {p}queue WHERE ticket = v_ticket;
+        END IF;
+        COMMIT;
+        SELECT v_last + 1 AS granted_token, NULL AS queue_ticket, NULL AS blocker,
+               NULL AS blocker_us, 0 AS blocker_gone;
+    ELSE
+        IF p_queue THEN
+            IF v_ticket IS NULL THEN
+                INSERT INTO {p}queue (name, owner, mode, alive_until)
+                VALUES (p_name, p_owner, p_mode, v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND);
+                SET v_ticket = LAST_INSERT_ID();
+            ELSE
+                UPDATE {p}queue SET alive_until = v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND
+                 WHERE ticket = v_ticket;
+            END IF;
+        END IF;
+        -- The blocker: the last waiter ahead that conflicts, else the oldest holder that does (an
+        -- exclusive one for shared and limit requests; for a limit with no exclusive ahead, a seat).
+        SELECT e.owner, TIMESTAMPDIFF(MICROSECOND, v_now, e.until), e.gone
+          INTO v_block_owner, v_block_us, v_block_gone
+          FROM (SELECT owner, expires_at AS until, 0 AS grp, -token AS ord,
+                       CASE WHEN mode = 'shared' THEN 's' WHEN mode LIKE 'limit:%' THEN 'l'
+                            ELSE 'x' END AS k,
+                       COALESCE(kept_note LIKE '% ended', FALSE) AS gone
+                  FROM {p}locks WHERE name = p_name
+                UNION ALL
+                SELECT owner, alive_until, 1, ticket,
+                       CASE WHEN mode = 'shared' THEN 's' WHEN mode LIKE 'limit:%' THEN 'l'
+                            ELSE 'x' END, FALSE
+                  FROM {p}queue
+                 WHERE name = p_name AND (v_ticket IS NULL OR ticket < v_ticket)) AS e
+         WHERE v_kind = 'x' OR e.k = 'x' OR (v_kind = 'l' AND v_excl = 0 AND e.k = 'l')
+         ORDER BY e.grp DESC, e.ord DESC
+         LIMIT 1;
+        COMMIT;
+        IF v_took AND NOT p_queue THEN
+            DO RELEASE_LOCK(p_key);
+        END IF;
+        SELECT NULL AS granted_token, v_ticket AS queue_ticket, v_block_owner AS blocker,
+               GREATEST(0, v_block_us) AS blocker_us, COALESCE(v_block_gone, 0) AS blocker_gone;
+    END IF;
+END attempt

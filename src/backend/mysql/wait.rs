@@ -5,14 +5,16 @@
 //! and an attempt per waiter it lets in; waiters further back wait on keys still held. A blocker
 //! whose key is free although its entry stands (a row dlock did not write, a holder whose session
 //! was cut) is not waited on: the waiter tries again when its lease or place would run out, and
-//! at least every third of its own ttl, which renews its place in line.
+//! at least every third of its own ttl, which renews its place in line. Nor is a holder kept only
+//! by `--min-hold` after its command ended (its key freed with its release): the server says so,
+//! and how long it is kept, and the waiter sleeps until then.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::connection::{lock, Fault, Shared};
 use super::lease::MyLease;
-use super::recipe::{Me, Recipe, Reply, Woken};
+use super::recipe::{Blocker, Me, Recipe, Reply, Woken};
 use crate::backend::{Lease, Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
 use crate::lock::{Holder, LockRequest};
 
@@ -92,12 +94,12 @@ pub fn wait(
                 reported = Some(holders);
             }
         }
-        let recheck = blocker.as_ref().map_or(request.ttl / 3, |(_, lasts)| {
-            (*lasts + Duration::from_millis(1)).min(request.ttl / 3)
+        let recheck = blocker.as_ref().map_or(request.ttl / 3, |b| {
+            (b.lasts + Duration::from_millis(1)).min(request.ttl / 3)
         });
         let until = Instant::now() + recheck;
         match blocker {
-            Some((key, _)) if freed.as_ref() != Some(&key) => {
+            Some(Blocker { key, gone, .. }) if !gone && freed.as_ref() != Some(&key) => {
                 freed = wait_for_key(shared, recipe, waiting, &key, until);
             }
             _ => {
