@@ -17,6 +17,8 @@ pub fn describe(binary: &Path) -> String {
 }
 
 /// Whether `binary` is dynamically linked, so that an LD_PRELOAD library (libfaketime) reaches it.
+/// (The benchmarks include this file for `describe` only.)
+#[allow(dead_code)]
 pub fn is_dynamic(binary: &Path) -> bool {
     std::fs::read(binary)
         .ok()
