@@ -1,12 +1,16 @@
 //! The etcd backend against a real etcd (one shared by the tests of a run, each test with its own
-//! lock names; a private one for tests that stop the server or count its events): interop with
-//! `etcdctl lock` both ways, modes, tokens, first come first served with one wake-up per release,
-//! losing the lock, status/list/release --force, hostile keys, bad addresses and a restart.
+//! lock names; a private one for tests that stop the server or count its events): modes, tokens,
+//! first come first served with one wake-up per release, losing the lock, status/list/release
+//! --force, hostile keys; interop with `etcdctl lock` both ways (interop.rs); passwords, bad
+//! addresses, every endpoint tried, what a busy try leaves, a restart (access.rs).
 
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod access;
+mod interop;
 
 use crate::support::etcd_server::{free_port, EtcdServer};
 use crate::support::*;
@@ -100,106 +104,6 @@ fn wait_for_keys(server: &EtcdServer, name: &str, n: usize) {
 
 fn exit_code(child: &mut Child) -> i32 {
     wait_exit(child, T).code().expect("exit code")
-}
-
-#[test]
-fn etcdctl_lock_waits_out_a_min_hold() {
-    let server = shared();
-    let started = Instant::now();
-    let out = output(on(
-        server,
-        &["run", "--min-hold", "3", "interop-kept", "--", "true"],
-    ));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    // The owner's key stays, on a lease of 3s that etcd keeps: etcdctl queues behind it.
-    let out = output(server.lock("/dlock/interop-kept", &["true"]));
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(
-        started.elapsed() >= Duration::from_secs(3),
-        "etcdctl took the lock {:?} after a run with --min-hold 3",
-        started.elapsed()
-    );
-}
-
-#[test]
-fn exclusive_lock_and_etcdctl_lock_exclude_each_other_both_ways() {
-    let server = shared();
-    let dir = LockDir::new();
-    // etcdctl holds: dlock finds the lock busy, then waits for it and gets it once etcdctl lets go.
-    let go = dir.file("etcdctl.go");
-    let marker = dir.file("etcdctl.in");
-    let script = format!(
-        "echo $ETCD_LOCK_REV > {}; {}",
-        marker.display(),
-        hold_until(&go)
-    );
-    let mut etcdctl = server
-        .lock("/dlock/interop", &["sh", "-c", &script])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_file(&marker, T);
-    let out = output(on(server, &["run", "--no-wait", "interop", "--", "true"]));
-    assert_eq!(code(&out), 75, "{}", stderr(&out));
-    let mut dlock_waiter = spawn_holder(server, &dir, &[], "interop", "d");
-    wait_for_keys(server, "interop", 2);
-    assert!(!is_in(&dir, "d"), "dlock ran while etcdctl held the lock");
-    std::fs::write(&go, "").unwrap();
-    assert!(wait_exit(&mut etcdctl, T).success());
-    wait_for_file(&dir.file("d.in"), T);
-    let etcdctl_rev = read_pid(&marker) as u64;
-    assert!(token_of(&dir, "d") > etcdctl_rev);
-
-    // dlock holds: etcdctl waits until dlock lets go.
-    let etcdctl_in = dir.file("etcdctl2.in");
-    let mut etcdctl = server
-        .lock(
-            "/dlock/interop",
-            &[
-                "sh",
-                "-c",
-                &format!("echo $ETCD_LOCK_REV > {}", etcdctl_in.display()),
-            ],
-        )
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_keys(server, "interop", 2);
-    assert!(
-        !etcdctl_in.exists(),
-        "etcdctl ran while dlock held the lock"
-    );
-    let_go(&dir, "d");
-    assert_eq!(exit_code(&mut dlock_waiter), 0);
-    assert!(wait_exit(&mut etcdctl, T).success());
-    assert!(read_pid(&etcdctl_in) as u64 > token_of(&dir, "d"));
-}
-
-#[test]
-fn etcdctl_waits_for_shared_and_limit_holders() {
-    let server = shared();
-    let dir = LockDir::new();
-    for (flags, name) in [
-        (&["--shared"][..], "interop-shared"),
-        (&["--limit", "3"][..], "interop-seat"),
-    ] {
-        let mut holder = start_holder(server, &dir, flags, name, name);
-        let got = dir.file(&format!("{name}.etcdctl"));
-        let mut etcdctl = server
-            .lock(
-                &format!("/dlock/{name}"),
-                &["sh", "-c", &format!("touch {}", got.display())],
-            )
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_for_keys(server, name, 2);
-        assert!(!got.exists(), "etcdctl ran beside a dlock {flags:?} holder");
-        let_go(&dir, name);
-        assert_eq!(exit_code(&mut holder), 0);
-        assert!(wait_exit(&mut etcdctl, T).success());
-        assert!(got.exists());
-    }
 }
 
 #[test]
@@ -414,131 +318,4 @@ fn hostile_keys_are_unreadable_holders_never_a_panic() {
     for key in ["/dlock/hostile/", "/dlock/no-lock-here"] {
         server.etcdctl(&["del", "--prefix", key]).output().unwrap();
     }
-}
-
-#[test]
-fn no_message_shows_the_password() {
-    let server = shared();
-    for url in [
-        "etcd://alice:SECRET@127.0.0.1:1".to_owned(),
-        format!("etcd://alice:SECRET@127.0.0.1:{}", server.port()),
-        "etcd://alice:SECRET@127.0.0.1:bad".to_owned(),
-    ] {
-        let out = output(at(
-            &url,
-            &["--connect-timeout", "2s", "-v", "run", "pw", "--", "true"],
-        ));
-        let text = stdout(&out) + &stderr(&out);
-        assert_ne!(code(&out), 0, "{text}");
-        assert!(!text.contains("SECRET"), "{url}: {text}");
-        assert!(
-            text.contains("***@") || text.contains("127.0.0.1"),
-            "{text}"
-        );
-    }
-}
-
-#[test]
-fn an_unreachable_endpoint_exits_69_within_the_connect_timeout() {
-    // One that refuses, and one that accepts connections but never answers.
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let silent_port = silent.local_addr().unwrap().port();
-    for port in [free_port(), silent_port] {
-        let started = Instant::now();
-        let out = output_within(
-            at(
-                &format!("etcd://127.0.0.1:{port}"),
-                &["--connect-timeout", "1s", "run", "x", "--", "true"],
-            ),
-            Duration::from_secs(10),
-        );
-        assert_eq!(code(&out), 69, "{}", stderr(&out));
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "{:?}",
-            started.elapsed()
-        );
-        assert!(stderr(&out).starts_with("dlock: "), "{}", stderr(&out));
-        assert!(
-            stderr(&out).contains(&format!("127.0.0.1:{port}")),
-            "{}",
-            stderr(&out)
-        );
-    }
-}
-
-#[test]
-fn every_endpoint_is_tried() {
-    let server = shared();
-    let dead = free_port();
-    let url = format!("etcd://127.0.0.1:{dead},127.0.0.1:{}", server.port());
-    let out = output(at(&url, &["run", "endpoints", "--", "true"]));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-}
-
-#[test]
-fn a_busy_try_and_a_cancelled_wait_leave_nothing_behind() {
-    let server = shared();
-    let dir = LockDir::new();
-    let mut holder = start_holder(server, &dir, &[], "tidy", "h");
-    let out = output(on(server, &["run", "-n", "tidy", "--", "true"]));
-    assert_eq!(code(&out), 75);
-    let out = output(on(
-        server,
-        &["run", "--wait", "300ms", "tidy", "--", "true"],
-    ));
-    assert_eq!(code(&out), 75);
-    assert_eq!(server.keys("/dlock/tidy/"), 1, "only the holder's key");
-    let_go(&dir, "h");
-    assert_eq!(exit_code(&mut holder), 0);
-    assert_eq!(server.keys("/dlock/tidy/"), 0);
-}
-
-#[test]
-fn a_waiter_rides_out_a_restart_of_etcd() {
-    let mut server = EtcdServer::start();
-    let dir = LockDir::new();
-    let mut holder = start_holder(&server, &dir, &["--ttl", "20s"], "restart", "h");
-    let mut waiter = spawn_holder(&server, &dir, &["--ttl", "20s"], "restart", "w");
-    wait_for_keys(&server, "restart", 2);
-    server.restart();
-    let_go(&dir, "h");
-    assert_eq!(exit_code(&mut holder), 0);
-    wait_for_file(&dir.file("w.in"), T);
-    assert!(token_of(&dir, "w") > token_of(&dir, "h"));
-    let_go(&dir, "w");
-    assert_eq!(exit_code(&mut waiter), 0);
-}
-
-#[test]
-fn several_names_and_trees_through_the_supervisor() {
-    let server = shared();
-    let dir = LockDir::new();
-    let mut holder = start_holder(server, &dir, &["--tree"], "/proj/site", "t");
-    // A sibling runs alongside; the parent, taken exclusively, must wait.
-    let out = output(on(
-        server,
-        &["run", "-n", "--tree", "/proj/other", "--", "true"],
-    ));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let out = output(on(server, &["run", "-n", "--tree", "/proj", "--", "true"]));
-    assert_eq!(code(&out), 75, "{}", stderr(&out));
-    let_go(&dir, "t");
-    assert_eq!(exit_code(&mut holder), 0);
-    // Several names: all or nothing (taken in sorted order, so multi-a first).
-    let mut holder = start_holder(server, &dir, &[], "multi-z", "z");
-    let out = output(on(
-        server,
-        &["run", "-n", "multi-a", "multi-z", "--", "true"],
-    ));
-    assert_eq!(code(&out), 75, "{}", stderr(&out));
-    assert_eq!(
-        server.keys("/dlock/multi-a/"),
-        0,
-        "nothing kept of a partial take"
-    );
-    let_go(&dir, "z");
-    assert_eq!(exit_code(&mut holder), 0);
-    let out = output(on(server, &["run", "multi-a", "multi-b", "--", "true"]));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
 }

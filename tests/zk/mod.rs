@@ -1,14 +1,17 @@
 //! The ZooKeeper backend's own mechanism against real servers (one per test, started by
 //! `ZkServer`): what is left in ZooKeeper, waiters queued in order, one watcher per waiter, losing
-//! the lock when the server stops, keeping it when it restarts, a killed holder's session, ACLs,
-//! chroots, bad URLs, and interop with Apache Curator. What every backend owes is in the contract
-//! suite.
+//! the lock when the server stops, keeping it when it restarts, a killed holder's session; ACLs,
+//! chroots and bad URLs (access.rs), and interop with Apache Curator (curator.rs). What every
+//! backend owes is in the contract suite.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod access;
+mod curator;
 
 use crate::support::zk_server::ZkServer;
 use crate::support::*;
@@ -36,8 +39,21 @@ fn start_holder(server: &ZkServer, dir: &LockDir, flags: &[&str], name: &str, ta
     let mut args = vec!["run"];
     args.extend_from_slice(flags);
     args.extend_from_slice(&[name, "--", "sh", "-c", &script]);
-    let child = server.dlock(&args).stderr(Stdio::piped()).spawn().unwrap();
-    wait_for_file(&marker, T);
+    let mut child = server.dlock(&args).stderr(Stdio::piped()).spawn().unwrap();
+    let end = Instant::now() + T;
+    while !marker.exists() {
+        if Instant::now() >= end {
+            // What kept it out, for the failure: the lock's nodes, and what dlock said.
+            let nodes = lock_nodes(server, name);
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("the holder's output");
+            panic!(
+                "{tag} did not get lock {name} within {T:?}; nodes {nodes:?}; its stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     child
 }
 
@@ -362,284 +378,4 @@ fn sigkill_of_the_holder_lets_the_next_waiter_in_within_the_session_timeout() {
         token_of(&dir, "w") > first,
         "tokens keep increasing after a crash"
     );
-}
-
-#[test]
-fn nodes_of_an_authenticated_holder_cannot_be_deleted_by_other_identities() {
-    let server = ZkServer::start();
-    let dir = LockDir::new();
-    let owner_url = server.url_as("alice", "s3cret");
-    let marker = dir.file("h.in");
-    let mut holder = server
-        .dlock_at(
-            &owner_url,
-            &[
-                "run",
-                "guarded",
-                "--",
-                "sh",
-                "-c",
-                &format!(
-                    "touch {}; {}",
-                    marker.display(),
-                    hold_until(&dir.file("h.go"))
-                ),
-            ],
-        )
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_file(&marker, T);
-    let nodes = lock_nodes(&server, "guarded");
-    assert_eq!(nodes.len(), 1);
-    let node = format!("/dlock/guarded/{}", nodes[0]);
-
-    // Anyone may look; the location never shows the password.
-    let json = status_json(&server, "guarded");
-    assert_eq!(json["holders"].as_array().unwrap().len(), 1);
-    let out = output(server.dlock_at(&owner_url, &["status", "guarded"]));
-    assert!(!stdout(&out).contains("s3cret") && !stderr(&out).contains("s3cret"));
-
-    // Neither an unauthenticated client nor another user may break it, through dlock or directly.
-    for url in [server.url(), server.url_as("mallory", "guess")] {
-        let out = output(server.dlock_at(&url, &["release", "--force", "guarded"]));
-        assert_eq!(code(&out), 69, "{url}: {}", stderr(&out));
-        assert!(stderr(&out).contains("not authorised"), "{}", stderr(&out));
-        assert!(!stderr(&out).contains("guess"), "{}", stderr(&out));
-    }
-    assert!(matches!(
-        server.delete_as(None, &node),
-        Err(zookeeper_client::Error::NoAuth)
-    ));
-    assert!(matches!(
-        server.delete_as(Some(("mallory", "guess")), &node),
-        Err(zookeeper_client::Error::NoAuth)
-    ));
-    // Nor join it: another identity cannot create a node in the lock's directory.
-    let out = output(server.dlock(&["run", "guarded", "--", "true"]));
-    assert_eq!(code(&out), 69, "{}", stderr(&out));
-    assert_eq!(lock_nodes(&server, "guarded").len(), 1);
-
-    // The owner's identity can.
-    let out = output(server.dlock_at(&owner_url, &["release", "--force", "guarded"]));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(wait_exit(&mut holder, T).code(), Some(79));
-}
-
-#[test]
-fn unreachable_ensemble_exits_69_within_the_connect_timeout_naming_the_hosts() {
-    // Ports nobody listens on: bound and closed again at once.
-    let ports: Vec<u16> = (0..2)
-        .map(|_| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        })
-        .collect();
-    let hosts = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
-    let started = Instant::now();
-    let mut cmd = dlock();
-    cmd.args([
-        "-b",
-        "zk",
-        "-u",
-        &format!("zk://u:pw@{hosts}/app"),
-        "--connect-timeout",
-        "1s",
-        "run",
-        "x",
-        "--",
-        "true",
-    ]);
-    let out = output(cmd);
-    let took = started.elapsed();
-    assert_eq!(code(&out), 69, "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains(&format!("cannot reach ZooKeeper at {hosts} within 1s")),
-        "{}",
-        stderr(&out)
-    );
-    assert!(!stderr(&out).contains("pw"), "{}", stderr(&out));
-    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
-    assert!(took < Duration::from_secs(4), "{took:?}");
-}
-
-#[test]
-fn malformed_zk_urls_exit_64() {
-    for url in [
-        "zk://",
-        "zk://host:port",
-        "zk://h:1/a//b",
-        "http://h:1",
-        "zk://a:1,,b:2",
-    ] {
-        let mut cmd = dlock();
-        cmd.args(["-b", "zk", "-u", url, "run", "x", "--", "true"]);
-        let out = output(cmd);
-        assert_eq!(code(&out), 64, "{url}: {}", stderr(&out));
-        assert!(stderr(&out).starts_with("dlock: "), "{}", stderr(&out));
-    }
-    let mut cmd = dlock();
-    cmd.args([
-        "-b", "zk", "-u", "zk://a:1", "-u", "zk://b:1", "status", "x",
-    ]);
-    assert_eq!(code(&output(cmd)), 64);
-}
-
-#[test]
-fn chroot_keeps_locks_apart() {
-    let server = ZkServer::start();
-    let dir = LockDir::new();
-    let app = format!("{}/apps/one", server.url());
-    let marker = dir.file("in");
-    let mut holder = server
-        .dlock_at(
-            &app,
-            &[
-                "run",
-                "job",
-                "--",
-                "sh",
-                "-c",
-                &format!(
-                    "touch {}; {}",
-                    marker.display(),
-                    hold_until(&dir.file("go"))
-                ),
-            ],
-        )
-        .spawn()
-        .unwrap();
-    wait_for_file(&marker, T);
-    assert_eq!(
-        server.children("/apps/one/dlock"),
-        Some(vec!["job".to_owned()])
-    );
-    let out = output(server.dlock(&["run", "-n", "job", "--", "true"]));
-    assert_eq!(
-        code(&out),
-        0,
-        "another chroot is another namespace: {}",
-        stderr(&out)
-    );
-    let out = output(server.dlock_at(&app, &["run", "-n", "job", "--", "true"]));
-    assert_eq!(code(&out), 75);
-    std::fs::write(dir.file("go"), "").unwrap();
-    assert!(wait_exit(&mut holder, T).success());
-}
-
-/// Compiles tests/support/CuratorLock.java against the Debian Curator jars.
-fn compile_curator_program(dir: &Path) -> String {
-    let classpath = "/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:\
-                     /usr/share/java/curator-client.jar:/usr/share/java/zookeeper.jar";
-    assert!(
-        Path::new("/usr/share/java/curator-recipes.jar").exists(),
-        "Curator is not installed: run scripts/test (Debian package libcurator-recipes-java)"
-    );
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/CuratorLock.java");
-    let out = Command::new("javac")
-        .args(["-d", dir.to_str().unwrap(), "-cp", classpath])
-        .arg(&source)
-        .output()
-        .expect("javac (a JDK) is installed");
-    assert!(
-        out.status.success(),
-        "javac: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut full = format!("{}:{classpath}", dir.display());
-    if Path::new("/usr/share/java/slf4j-nop.jar").exists() {
-        full.push_str(":/usr/share/java/slf4j-nop.jar");
-    }
-    full
-}
-
-fn curator(classpath: &str, server: &ZkServer, mode: &str, held: &Path, release: &Path) -> Command {
-    let mut cmd = Command::new("java");
-    cmd.args([
-        "-XX:TieredStopAtLevel=1",
-        "-Xshare:auto",
-        "-cp",
-        classpath,
-        "CuratorLock",
-    ])
-    .arg(server.hosts())
-    .args(["/dlock/interop", mode])
-    .args([held, release])
-    .stdin(Stdio::null());
-    cmd
-}
-
-fn wait_for_queue(server: &ZkServer, length: usize) {
-    wait_until(
-        &format!("{length} nodes queued for /dlock/interop"),
-        T,
-        || lock_nodes(server, "interop").len() == length,
-    );
-}
-
-#[test]
-fn curator_mutex_and_dlock_exclude_each_other_both_ways() {
-    let server = ZkServer::start();
-    let dir = LockDir::new();
-    let classpath = compile_curator_program(dir.path());
-
-    // Curator holds: dlock is refused, sees who holds it, and waits for it.
-    let (held, release) = (dir.file("c1.held"), dir.file("c1.release"));
-    let mut c1 = curator(&classpath, &server, "wait", &held, &release)
-        .spawn()
-        .unwrap();
-    wait_for_file(&held, T);
-    let out = output(server.dlock(&["run", "-n", "interop", "--", "true"]));
-    assert_eq!(code(&out), 75, "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("is busy: held exclusive by"),
-        "{}",
-        stderr(&out)
-    );
-    let json = status_json(&server, "interop");
-    assert!(
-        json["holders"][0]["owner"]
-            .as_str()
-            .unwrap()
-            .contains("not dlock"),
-        "{json}"
-    );
-    let ran = dir.file("d1.ran");
-    let mut d1 = server
-        .dlock(&["run", "interop", "--", "touch", ran.to_str().unwrap()])
-        .spawn()
-        .unwrap();
-    wait_for_queue(&server, 2);
-    assert!(!ran.exists(), "dlock must wait for Curator's holder");
-    std::fs::write(&release, "").unwrap();
-    assert!(wait_exit(&mut c1, T).success());
-    assert!(wait_exit(&mut d1, T).success());
-    assert!(ran.exists());
-
-    // dlock holds: Curator is refused, and its waiter gets the lock when dlock lets go.
-    let mut d2 = start_holder(&server, &dir, &[], "interop", "d2");
-    let (held, release) = (dir.file("c2.held"), dir.file("c2.release"));
-    let out = curator(&classpath, &server, "try", &held, &release)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "Curator must see dlock's node: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!held.exists());
-    let mut c2 = curator(&classpath, &server, "wait", &held, &release)
-        .spawn()
-        .unwrap();
-    wait_for_queue(&server, 2);
-    assert!(!held.exists(), "Curator must wait for dlock's holder");
-    let_go(&dir, "d2");
-    assert!(wait_exit(&mut d2, T).success());
-    wait_for_file(&held, T);
-    std::fs::write(&release, "").unwrap();
-    assert!(wait_exit(&mut c2, T).success());
 }

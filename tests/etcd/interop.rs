@@ -1,0 +1,104 @@
+//! Interop with `etcdctl lock` (Debian's etcd-client): dlock's exclusive lock and etcdctl's exclude
+//! each other both ways, etcdctl waits for shared and limit holders and for a --min-hold.
+
+use super::*;
+
+#[test]
+fn etcdctl_lock_waits_out_a_min_hold() {
+    let server = shared();
+    let started = Instant::now();
+    let out = output(on(
+        server,
+        &["run", "--min-hold", "3", "interop-kept", "--", "true"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // The owner's key stays, on a lease of 3s that etcd keeps: etcdctl queues behind it.
+    let out = output(server.lock("/dlock/interop-kept", &["true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "etcdctl took the lock {:?} after a run with --min-hold 3",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn exclusive_lock_and_etcdctl_lock_exclude_each_other_both_ways() {
+    let server = shared();
+    let dir = LockDir::new();
+    // etcdctl holds: dlock finds the lock busy, then waits for it and gets it once etcdctl lets go.
+    let go = dir.file("etcdctl.go");
+    let marker = dir.file("etcdctl.in");
+    let script = format!(
+        "echo $ETCD_LOCK_REV > {}; {}",
+        marker.display(),
+        hold_until(&go)
+    );
+    let mut etcdctl = server
+        .lock("/dlock/interop", &["sh", "-c", &script])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&marker, T);
+    let out = output(on(server, &["run", "--no-wait", "interop", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let mut dlock_waiter = spawn_holder(server, &dir, &[], "interop", "d");
+    wait_for_keys(server, "interop", 2);
+    assert!(!is_in(&dir, "d"), "dlock ran while etcdctl held the lock");
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut etcdctl, T).success());
+    wait_for_file(&dir.file("d.in"), T);
+    let etcdctl_rev = read_pid(&marker) as u64;
+    assert!(token_of(&dir, "d") > etcdctl_rev);
+
+    // dlock holds: etcdctl waits until dlock lets go.
+    let etcdctl_in = dir.file("etcdctl2.in");
+    let mut etcdctl = server
+        .lock(
+            "/dlock/interop",
+            &[
+                "sh",
+                "-c",
+                &format!("echo $ETCD_LOCK_REV > {}", etcdctl_in.display()),
+            ],
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_keys(server, "interop", 2);
+    assert!(
+        !etcdctl_in.exists(),
+        "etcdctl ran while dlock held the lock"
+    );
+    let_go(&dir, "d");
+    assert_eq!(exit_code(&mut dlock_waiter), 0);
+    assert!(wait_exit(&mut etcdctl, T).success());
+    assert!(read_pid(&etcdctl_in) as u64 > token_of(&dir, "d"));
+}
+
+#[test]
+fn etcdctl_waits_for_shared_and_limit_holders() {
+    let server = shared();
+    let dir = LockDir::new();
+    for (flags, name) in [
+        (&["--shared"][..], "interop-shared"),
+        (&["--limit", "3"][..], "interop-seat"),
+    ] {
+        let mut holder = start_holder(server, &dir, flags, name, name);
+        let got = dir.file(&format!("{name}.etcdctl"));
+        let mut etcdctl = server
+            .lock(
+                &format!("/dlock/{name}"),
+                &["sh", "-c", &format!("touch {}", got.display())],
+            )
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_keys(server, name, 2);
+        assert!(!got.exists(), "etcdctl ran beside a dlock {flags:?} holder");
+        let_go(&dir, name);
+        assert_eq!(exit_code(&mut holder), 0);
+        assert!(wait_exit(&mut etcdctl, T).success());
+        assert!(got.exists());
+    }
+}

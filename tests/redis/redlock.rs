@@ -1,0 +1,92 @@
+//! Redlock over five servers: a minority down or restarted empty keeps the lock and the tokens
+//! growing; a majority down loses it.
+
+use super::*;
+
+/// Five servers, one holder with a 1s lease renewing every ~333ms.
+fn five_servers_and_a_holder(dir: &LockDir) -> (Vec<RedisServer>, Watched, u32) {
+    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let all = urls(&servers.iter().collect::<Vec<_>>());
+    let mut holder = start_holder(
+        &all,
+        &["--ttl", "1s", "--kill-after", "1s"],
+        "quorum",
+        &dir.file("pid"),
+    );
+    let child = read_pid(&dir.file("pid"));
+    holder.wait_for_more("renewed", 1, T);
+    (servers, holder, child)
+}
+
+#[test]
+fn redlock_keeps_the_lock_with_two_of_five_servers_killed() {
+    let dir = LockDir::new();
+    let (mut servers, mut holder, child) = five_servers_and_a_holder(&dir);
+    servers[0].kill();
+    servers[3].kill();
+    // Renewals keep reaching the three left, well past the 1s lease: without them the lock would
+    // be lost within 1s.
+    holder.sees_no_line_with("lost the lock", Duration::from_millis(2500));
+    assert!(alive(child));
+    let all = urls(&servers.iter().collect::<Vec<_>>());
+    let out = output(dlock_at(&all, &["run", "-n", "quorum", "--", "true"]));
+    assert_eq!(code(&out), 75, "nobody else gets it: {}", stderr(&out));
+    signal(holder.child.id(), libc::SIGTERM);
+    let (status, stderr) = holder.finish(T);
+    assert_eq!(status, 128 + libc::SIGTERM, "{stderr}");
+    assert!(!stderr.contains("lost the lock"), "{stderr}");
+}
+
+#[test]
+fn redlock_loses_the_lock_when_three_of_five_servers_die() {
+    let dir = LockDir::new();
+    let (mut servers, holder, child) = five_servers_and_a_holder(&dir);
+    for i in [1, 2, 4] {
+        servers[i].kill();
+    }
+    let killed = Instant::now();
+    assert_lost_after(holder, child, killed, Duration::from_secs(2), &["ran out"]);
+}
+
+#[test]
+fn redlock_tokens_keep_growing_while_a_minority_restarts_empty() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let all = urls(&servers.iter().collect::<Vec<_>>());
+    let token = || -> u64 {
+        let out = output(dlock_at(
+            &all,
+            &["run", "t", "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+        ));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        stdout(&out).trim().parse().unwrap()
+    };
+    let mut last = token();
+    // Each server in turn forgets everything; every acquisition's majority still includes a
+    // server that remembers the last token, because each acquisition raised its majority to it.
+    for round in 0..6 {
+        servers[round % 3].restart_empty();
+        let next = token();
+        assert!(next > last, "token {next} after {last} (round {round})");
+        last = next;
+    }
+}
+
+#[test]
+fn redlock_acquires_with_a_minority_down_and_refuses_without_a_majority() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let all = urls(&servers.iter().collect::<Vec<_>>());
+    servers[2].kill();
+    let out = output(dlock_at(&all, &["run", "m", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    servers[1].kill();
+    let out = output(dlock_at(
+        &all,
+        &["--connect-timeout", "500ms", "run", "m", "--", "true"],
+    ));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("only 1 of 3 redis servers answered"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -1,0 +1,266 @@
+//! Waiting by events and one connection per run: a release hands the lock over with no command
+//! from the waiter, waiters go in arrival order, a waiter that gives up leaves nothing behind,
+//! forged queue entries are shown escaped, many names share one connection, and runs close theirs
+//! without TIME_WAIT sockets.
+
+use super::*;
+
+/// EVALSHA calls the server has run so far.
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.connection())
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_release_hands_the_lock_over_with_no_command_from_the_waiter() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    // Load the scripts, so that no NOSCRIPT retry is counted below.
+    assert_eq!(
+        code(&output(dlock_at(&url, &["run", "warm", "--", "true"]))),
+        0
+    );
+    let mut holder = start_holder(&url, &[], "over", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let started = dir.file("waiter-pid");
+    let script = format!("echo $$ > {}; exec sleep 60", started.display());
+    let mut waiter = Watched::start(dlock_at(
+        &url,
+        &[
+            "-v", "run", "--ttl", "3s", "over", "--", "sh", "-c", &script,
+        ],
+    ));
+    wait_until("the waiter to queue", T, || queued(&server, "over") == 1);
+    let before = script_calls(&server);
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.wait_for_more("released", 1, T);
+    let child = read_pid(&started);
+    // The holder's release granted the lock, and the waiter started without asking again (its
+    // fallback re-check would come only a second after it queued).
+    assert_eq!(
+        script_calls(&server) - before,
+        1,
+        "only the holder's release ran"
+    );
+    holder.finish(T);
+
+    // The lock it was handed is a lock like any other: renewed (every second), then lost when
+    // its key goes.
+    waiter.wait_for_more("renewed", 2, T);
+    delete_holders_and_see_the_loss(&server, "over", waiter, child, Duration::from_secs(3));
+}
+
+#[test]
+fn many_names_are_held_and_renewed_over_one_connection() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let names: Vec<String> = (0..200).map(|i| format!("many/{i:03}")).collect();
+    let marker = dir.file("in");
+    let mut args = vec!["-v", "run", "--ttl", "600ms"];
+    args.extend(names.iter().map(String::as_str));
+    let script = format!("touch {}; exec sleep 60", marker.display());
+    args.extend(["--", "sh", "-c", &script]);
+    let mut holder = Watched::start(dlock_at(&[server.url()], &args));
+    wait_for_file(&marker, T);
+    // Several rounds of renewals of all 200 (every 200ms), through the one connection.
+    holder.wait_for_more("renewed", 3 * 200, T);
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(
+        clients.lines().count(),
+        2,
+        "dlock's connection and ours:\n{clients}"
+    );
+    let out = output(dlock_at(&[server.url()], &["list", "many/"]));
+    assert_eq!(stdout(&out).lines().count(), 200, "{}", stdout(&out));
+    signal(holder.child.id(), libc::SIGTERM);
+    let (status, stderr) = holder.finish(T);
+    assert_eq!(status, 128 + libc::SIGTERM, "{stderr}");
+    assert_eq!(server.keys().len(), 200, "only the token counters stay");
+}
+
+#[test]
+fn runs_close_their_connections_without_leaving_time_wait_sockets() {
+    let server = RedisServer::start();
+    let before = time_wait_sockets(server.port());
+    for _ in 0..3 {
+        let out = output(dlock_at(&[server.url()], &["run", "tw", "--", "true"]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+    }
+    // A normal close leaves each run's socket in TIME_WAIT for a minute: at hundreds of runs per
+    // second those would use up the local ports. dlock resets after its last answer instead.
+    assert_eq!(time_wait_sockets(server.port()), before);
+}
+
+/// Loopback TCP sockets in TIME_WAIT with `port` at either end (/proc/net/tcp, state 06).
+fn time_wait_sockets(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 3
+                && fields[3] == "06"
+                && (fields[1].ends_with(&port) || fields[2].ends_with(&port))
+        })
+        .count()
+}
+
+/// How many waiters are queued for `name`.
+pub(super) fn queued(server: &RedisServer, name: &str) -> usize {
+    redis::cmd("ZCARD")
+        .arg(format!("dlock:{{{name}}}:queue"))
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+#[test]
+fn waiters_acquire_in_arrival_order() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = start_holder(&url, &[], "fifo", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let order = dir.file("order");
+    let mut waiters = Vec::new();
+    for i in 1..=5 {
+        let append = format!("echo {i} >> {}", order.display());
+        waiters.push(
+            dlock_at(&url, &["run", "fifo", "--", "sh", "-c", &append])
+                .spawn()
+                .unwrap(),
+        );
+        wait_until(&format!("waiter {i} to queue"), T, || {
+            queued(&server, "fifo") == i
+        });
+    }
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.finish(T);
+    for mut w in waiters {
+        assert!(wait_exit(&mut w, T).success());
+    }
+    assert_eq!(std::fs::read_to_string(&order).unwrap(), "1\n2\n3\n4\n5\n");
+}
+
+/// Any client can write the queue: a forged waiter entry (a terminal escape in its message, a mode
+/// and pid dlock never writes) is shown as unreadable and escaped by `status`, never raw, and a
+/// waiter with a message is shown with it.
+#[test]
+fn forged_waiter_entries_are_shown_unreadable_and_escaped() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = start_holder(&url, &[], "q", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let mut conn = server.connection();
+    for (ticket, entry) in [
+        (1u64, "ab exclusive 1000 2 h\tdeploy \u{1b}]0;owned\u{7}"),
+        (2, "cd bogus 1000 -1 h"),
+        (3, "ef shared 1000 7 box\tfine \"text\""),
+    ] {
+        redis::cmd("ZADD")
+            .arg("dlock:{q}:queue")
+            .arg(ticket * 1_000_000)
+            .arg(entry)
+            .query::<()>(&mut conn)
+            .unwrap();
+        redis::cmd("ZADD")
+            .arg("dlock:{q}:alive")
+            .arg(99_999_999_999_999u64)
+            .arg(entry)
+            .query::<()>(&mut conn)
+            .unwrap();
+    }
+    let out = output(dlock_at(&url, &["status", "q"]));
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    let waiting: Vec<&str> = text.lines().filter(|l| l.contains("waiting:")).collect();
+    assert_eq!(waiting.len(), 3, "{text}");
+    assert!(
+        waiting[0].contains("unreadable record") && waiting[0].contains("\\u{1b}"),
+        "{text}"
+    );
+    assert!(waiting[1].contains("unreadable record"), "{text}");
+    assert!(
+        waiting[2].starts_with("  waiting: shared by box pid 7 since 1970-01-01T00:00:03Z")
+            && waiting[2].contains(r#"message "fine \"text\"""#),
+        "{text}"
+    );
+    let out = output(dlock_at(&url, &["status", "--json", "q"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("status JSON");
+    assert!(json["waiters"][0]["unreadable"].is_string(), "{json}");
+    assert_eq!(json["waiters"][2]["message"], "fine \"text\"", "{json}");
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.finish(T);
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_nothing_behind() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = start_holder(&url, &[], "tidy", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let held_keys = server.keys();
+    assert_eq!(
+        held_keys,
+        [
+            "dlock:{tidy}:holders",
+            "dlock:{tidy}:owners",
+            "dlock:{tidy}:token"
+        ]
+    );
+
+    // Gives up at its deadline.
+    let out = output(dlock_at(
+        &url,
+        &["run", "-w", "300ms", "tidy", "--", "true"],
+    ));
+    assert_eq!(code(&out), 75);
+    assert_eq!(server.keys(), held_keys);
+
+    // Gives up on a signal, while queued and subscribed (the holder listens on its own channel).
+    let channels = || -> Vec<String> {
+        redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("dlock:wake:*")
+            .query(&mut server.connection())
+            .unwrap()
+    };
+    let holders_channel = channels();
+    assert_eq!(holders_channel.len(), 1, "{holders_channel:?}");
+    let mut waiter = dlock_at(&url, &["run", "tidy", "--", "true"])
+        .spawn()
+        .unwrap();
+    wait_until("the waiter to queue", T, || queued(&server, "tidy") == 1);
+    assert_eq!(channels().len(), 2, "the waiter listens before it queues");
+    signal(waiter.id(), libc::SIGTERM);
+    assert_eq!(wait_exit(&mut waiter, T).code(), Some(128 + libc::SIGTERM));
+    assert_eq!(server.keys(), held_keys);
+    wait_until("the waiter's channel to go", T, || {
+        channels() == holders_channel
+    });
+
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.finish(T);
+    assert_eq!(
+        server.keys(),
+        ["dlock:{tidy}:token"],
+        "only the token counter stays"
+    );
+}
