@@ -42,13 +42,14 @@ fn start_holder(server: &ZkServer, dir: &LockDir, flags: &[&str], name: &str, ta
     let mut child = server.dlock(&args).stderr(Stdio::piped()).spawn().unwrap();
     let end = Instant::now() + T;
     while !marker.exists() {
-        if Instant::now() >= end {
+        let ended = child.try_wait().ok().flatten().is_some();
+        if ended || Instant::now() >= end {
             // What kept it out, for the failure: the lock's nodes, and what dlock said.
             let nodes = lock_nodes(server, name);
             let _ = child.kill();
             let out = child.wait_with_output().expect("the holder's output");
             panic!(
-                "{tag} did not get lock {name} within {T:?}; nodes {nodes:?}; its stderr: {}",
+                "{tag} did not get lock {name} (ended: {ended}); nodes {nodes:?}; its stderr: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }

@@ -172,6 +172,10 @@ impl Acquisition {
         for (fut, path) in pending.into_iter().zip(paths.iter().chain([&self.dir])) {
             match fut.await {
                 Ok(_) | Err(zk::Error::NodeExists) | Err(zk::Error::ConnectionLoss) => {}
+                // A parent gone between its create and ours: an empty container (Curator makes
+                // `/dlock` one) that the server reaped meanwhile. The caller tries again, a bounded
+                // number of times.
+                Err(zk::Error::NoNode) if path == &self.dir => {}
                 // Someone else's /dlock (or chroot) that we may not write to: fine if it exists.
                 Err(zk::Error::NoAuth) if path != &self.dir => {}
                 Err(e) => return Err(self.fail(e, &format!("cannot create {path}"))),
