@@ -256,13 +256,16 @@ fn replicas_work_on_a_plain_master_too() {
     wait_until("the replica online", T, || {
         crate::support::sentinel_set::info(&master, "replication").contains("state=online")
     });
-    let run = |options: &[&str]| {
-        let mut args = vec!["--connect-timeout", "1s", "run"];
+    // Each call gives WAIT half its time: a short budget where no acknowledgement may come, the
+    // default (5s) where one must, so a loaded machine's slow REPLCONF ACK is not a refusal.
+    let run_within = |budget: &str, options: &[&str]| {
+        let mut args = vec!["--connect-timeout", budget, "run"];
         args.extend_from_slice(options);
         args.extend_from_slice(&["job", "--", "true"]);
         output(master.dlock(&args))
     };
-    let out = run(&["--replicas", "1"]);
+    let run = |options: &[&str]| run_within("1s", options);
+    let out = run_within("5s", &["--replicas", "1"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     replica.pause();
     let out = run(&["--replicas", "1"]);
@@ -276,7 +279,7 @@ fn replicas_work_on_a_plain_master_too() {
     let out = run(&["-n", "--replicas", "2"]);
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     replica.resume();
-    let out = run(&["-n"]);
+    let out = run_within("5s", &["-n"]);
     assert_eq!(
         code(&out),
         0,
