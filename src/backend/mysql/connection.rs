@@ -55,7 +55,7 @@ pub type Shared = Arc<Mutex<Conn>>;
 pub fn lock(shared: &Shared) -> MutexGuard<'_, Conn> {
     // A panic elsewhere leaves at worst a connection in an unknown state, which the next call
     // notices as any other failure.
-    shared.lock().unwrap_or_else(|p| p.into_inner())
+    crate::sync::lock(shared)
 }
 
 /// Why a call failed.
