@@ -1,0 +1,130 @@
+//! Servers that accept and never answer, answer a byte at a time, or speak another protocol.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{redis_at, T};
+use crate::support::redis_server::RedisServer;
+use crate::support::*;
+
+/// A listener that accepts connections and never answers; kept open while the value lives.
+fn silent_server() -> (TcpListener, u16) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+/// Starts `cmd`, sends `signal` once it has connected to `listener`, and checks it ends at once
+/// with 128+N.
+fn ends_at_once_on(signal: i32, listener: &TcpListener, mut cmd: Command) {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let (_conn, _) = listener.accept().unwrap();
+    // Connected: now in the middle of the exchange with a server that never answers.
+    std::thread::sleep(Duration::from_millis(200));
+    let sent = Instant::now();
+    signal_pid(child.id(), signal);
+    let status = wait_exit(&mut child, T);
+    let took = sent.elapsed();
+    let mut err = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    assert_eq!(status.code(), Some(128 + signal), "{err}");
+    assert!(took < Duration::from_secs(1), "took {took:?}: {err}");
+}
+
+fn signal_pid(pid: u32, sig: i32) {
+    signal(pid, sig);
+}
+
+#[test]
+fn signals_end_a_connection_to_a_silent_redis_or_zookeeper_at_once() {
+    let (listener, port) = silent_server();
+    let url = format!("redis://127.0.0.1:{port}");
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        ends_at_once_on(
+            sig,
+            &listener,
+            redis_at(
+                &url,
+                &["--connect-timeout", "20s", "run", "s", "--", "true"],
+            ),
+        );
+    }
+    let mut cmd = dlock();
+    cmd.args([
+        "--backend",
+        "zk",
+        "--url",
+        &format!("zk://127.0.0.1:{port}"),
+    ])
+    .args(["--connect-timeout", "20s", "run", "s", "--", "true"]);
+    ends_at_once_on(libc::SIGTERM, &listener, cmd);
+}
+
+/// A server that answers every connection with `answer`, `pace` apart per byte.
+fn fake_server(answer: &'static [u8], pace: Duration) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(20) {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                for b in answer.iter().cycle().take(4000) {
+                    if conn.write_all(&[*b]).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(pace);
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn one_connect_timeout_bounds_connecting_and_the_first_answer() {
+    let (_listener, silent) = silent_server();
+    // Valid RESP, one byte every 300ms: each read is quick, the whole answer is not.
+    let drip = fake_server(b"*2\r\n:0\r\n$1\r\nx\r\n", Duration::from_millis(300));
+    let redis = RedisServer::start();
+    let tls_to_plain = format!("rediss://127.0.0.1:{}", redis.port());
+    for url in [
+        format!("redis://127.0.0.1:{silent}"),
+        format!("redis://127.0.0.1:{drip}"),
+        tls_to_plain,
+    ] {
+        let started = Instant::now();
+        let out = output(redis_at(
+            &url,
+            &["--connect-timeout", "2s", "run", "b", "--", "true"],
+        ));
+        let took = started.elapsed();
+        assert_eq!(code(&out), 69, "{url}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+        assert!(
+            took < Duration::from_millis(3000),
+            "{url} took {took:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn a_server_that_is_not_redis_is_named_in_one_line() {
+    let port = fake_server(
+        b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+        Duration::ZERO,
+    );
+    let out = output(redis_at(
+        &format!("redis://127.0.0.1:{port}"),
+        &["run", "h", "--", "true"],
+    ));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).trim(),
+        format!("dlock: the server at 127.0.0.1:{port} does not speak the Redis protocol")
+    );
+}

@@ -1,0 +1,28 @@
+//! Network faults on the Redis and ZooKeeper backends: a server down while a waiter waits or a
+//! holder renews (`redis`, `zk`), servers that accept and never answer, answer slowly or speak
+//! something else (`fake_servers`), and Redis ACL users without the permissions dlock needs.
+
+mod fake_servers;
+mod redis;
+mod zk;
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::support::redis_server::dlock_at;
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+fn redis_at(url: &str, args: &[&str]) -> Command {
+    dlock_at(&[url], args)
+}
+
+/// A shell command that writes `in` then holds until `go` exists (at most 60s).
+fn hold(dir: &LockDir, tag: &str) -> String {
+    format!(
+        "touch {inside}; i=0; while [ ! -e {go} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
+        inside = dir.file(&format!("{tag}.in")).display(),
+        go = dir.file(&format!("{tag}.go")).display()
+    )
+}
