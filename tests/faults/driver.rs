@@ -36,7 +36,9 @@ pub fn menu(t: &Target) -> Vec<(Fault, u64)> {
         return menu;
     }
     let n = t.ports.len();
-    if n >= 3 && t.kind == Kind::Redis {
+    // One URL per server: Redlock (behind Sentinel, one URL names all the nodes, and only the
+    // master counts).
+    if n >= 3 && t.kind == Kind::Redis && t.urls().len() == n {
         // Redlock: cut off from a minority it must keep the lock, from a majority lose it.
         menu.insert(0, (Fault::Partition { cut: n / 2 + 1 }, 2));
         menu.insert(0, (Fault::Partition { cut: n / 2 }, 2));
@@ -85,6 +87,9 @@ impl Driver<'_> {
             }
             Fault::ServerPause => format!("{what} paused past the lease"),
             Fault::ServerRestart if what == "leader" => "leader killed and restarted".into(),
+            Fault::ServerRestart if what == "master" => {
+                "master killed, failed over, back as a replica".into()
+            }
             Fault::ServerRestart => format!("{what} restarted"),
         }
     }

@@ -293,6 +293,10 @@ fn redlock_ttl() -> Duration {
         Duration::from_millis(1500)
     }
 }
+/// Behind Sentinel: a master that does not answer for a second is down, so that a pause past the
+/// lease (1.5 s) makes the sentinels fail over too, and a killed master is replaced within a few.
+const SENTINEL_DOWN_AFTER: Duration = Duration::from_secs(1);
+const SENTINEL_TTL: Duration = Duration::from_millis(1000);
 const ZK_TTL: Duration = Duration::from_millis(500);
 /// PostgreSQL: every acquisition, renewal and release is a transaction on one server.
 const PG_TTL: Duration = Duration::from_millis(1000);
@@ -329,6 +333,13 @@ checked_backends! {
     redlock_keeps_mutual_exclusion_under_faults:
         Target::redlock_back_empty_after(redlock_ttl()), "redis, Redlock over three servers",
         redlock_ttl();
+    // Every grant and renewal waits for both replicas' acknowledgement, so whichever the sentinels
+    // promote has the lease and the fencing counter. (With `--replicas 1` a master paused past the
+    // down-after comes back and takes writes its last follower acknowledges while the sentinels
+    // promote the other replica: tokens are handed out twice, as the README warns.)
+    sentinel_keeps_mutual_exclusion_under_faults:
+        Target::sentinel_set(2, SENTINEL_DOWN_AFTER), "redis behind Sentinel, --replicas 2",
+        SENTINEL_TTL;
     zk_backend_keeps_mutual_exclusion_under_faults:
         Target::zk_backend(), "zk", ZK_TTL;
     zk_ensemble_keeps_mutual_exclusion_under_faults:

@@ -10,6 +10,7 @@ pub mod pg_server;
 pub mod pgbouncer;
 pub mod redis_server;
 pub mod relay;
+pub mod sentinel_faults;
 pub mod sentinel_set;
 pub mod suite_servers;
 pub mod target;

@@ -190,6 +190,17 @@ impl RedisServer {
         self.start_again();
     }
 
+    /// Kills the server and starts a new, empty one on the same port, as a replica of the master
+    /// on `master` (instead of any it followed before).
+    pub fn restart_empty_replicating(&mut self, master: u16) {
+        if let Some(i) = self.args.iter().position(|a| a == "--replicaof") {
+            self.args.drain(i..(i + 3).min(self.args.len()));
+        }
+        self.args
+            .extend(["--replicaof".into(), "127.0.0.1".into(), master.to_string()]);
+        self.restart_empty();
+    }
+
     /// A server that writes every change to its append-only file before it answers, so that
     /// `restart_keeping_data` loses nothing it acknowledged.
     pub fn start_durable() -> RedisServer {

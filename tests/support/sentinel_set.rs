@@ -42,6 +42,12 @@ impl SentinelSet {
 
     /// A set whose data nodes get `args` too (`["--databases", "1000"]`).
     pub fn start_with(args: &[&str]) -> SentinelSet {
+        SentinelSet::start_watching(args, Duration::from_secs(2))
+    }
+
+    /// A set whose sentinels call the master down after `down_after` without an answer (and
+    /// may fail over again soon after one failover), for the fault checker.
+    pub fn start_watching(args: &[&str], down_after: Duration) -> SentinelSet {
         // A replica that must resync in full after the failover (it followed the old master
         // past the point where the new one was promoted) starts at once, not after Redis's
         // default 5 s of waiting for other replicas to share the transfer with.
@@ -71,7 +77,9 @@ impl SentinelSet {
                 replica.keys().contains(&"sentinel-set:ready".to_owned())
             });
         }
-        let sentinels = (0..3).map(|_| Sentinel::start(nodes[0].port())).collect();
+        let sentinels = (0..3)
+            .map(|_| Sentinel::start(nodes[0].port(), down_after))
+            .collect();
         let set = SentinelSet { nodes, sentinels };
         for i in 0..set.sentinels.len() {
             wait_until("a sentinel that knows both replicas", WITHIN, || {
@@ -108,22 +116,18 @@ impl SentinelSet {
         dlock_at(&[self.url()], args)
     }
 
+    /// The sentinels' ports.
+    pub fn sentinel_ports(&self) -> Vec<u16> {
+        self.sentinels.iter().map(|s| s.port).collect()
+    }
+
     fn sentinel_query(&self, i: usize, args: &[&str]) -> redis::RedisResult<redis::Value> {
-        let url = format!("redis://127.0.0.1:{}", self.sentinels[i].port);
-        let mut conn = redis::Client::open(url)?.get_connection_with_timeout(WITHIN)?;
-        conn.set_read_timeout(Some(WITHIN))?;
-        let mut cmd = redis::cmd(args[0]);
-        cmd.arg(&args[1..]);
-        cmd.query(&mut conn)
+        sentinel_query(self.sentinels[i].port, args)
     }
 
     /// The port of the master the sentinels name now.
     pub fn master_port(&self) -> u16 {
-        let addr: (String, u16) = self
-            .sentinel_query(0, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER])
-            .and_then(|v| Ok(redis::from_redis_value(v)?))
-            .expect("the sentinel names the master");
-        addr.1
+        master_port_at(self.sentinels[0].port).expect("the sentinel names the master")
     }
 
     /// The node that is the master now.
@@ -157,6 +161,12 @@ impl SentinelSet {
                 Err(e) => panic!("SENTINEL FAILOVER failed: {e}"),
             }
         }
+        self.await_new_master(old)
+    }
+
+    /// Waits until every sentinel names another master than the node on port `old`, it answers
+    /// as one, and a replica follows it. Returns the new master's port.
+    pub fn await_new_master(&self, old: u16) -> u16 {
         wait_until("the sentinels to name a new master", WITHIN, || {
             (0..self.sentinels.len()).all(|i| {
                 self.sentinel_query(i, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER])
@@ -173,6 +183,23 @@ impl SentinelSet {
     }
 }
 
+/// One question to the sentinel on `port`.
+pub fn sentinel_query(port: u16, args: &[&str]) -> redis::RedisResult<redis::Value> {
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut conn = redis::Client::open(url)?.get_connection_with_timeout(WITHIN)?;
+    conn.set_read_timeout(Some(WITHIN))?;
+    let mut cmd = redis::cmd(args[0]);
+    cmd.arg(&args[1..]);
+    cmd.query(&mut conn)
+}
+
+/// The port of the master the sentinel on `port` names now.
+pub fn master_port_at(port: u16) -> redis::RedisResult<u16> {
+    let v = sentinel_query(port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER])?;
+    let addr: (String, u16) = redis::from_redis_value(v)?;
+    Ok(addr.1)
+}
+
 /// `INFO section` of `node`, or "" when it does not answer.
 pub fn info(node: &RedisServer, section: &str) -> String {
     redis::cmd("INFO")
@@ -182,7 +209,7 @@ pub fn info(node: &RedisServer, section: &str) -> String {
 }
 
 impl Sentinel {
-    fn start(master_port: u16) -> Sentinel {
+    fn start(master_port: u16, down_after: Duration) -> Sentinel {
         for _ in 0..5 {
             let port = free_port();
             let dir = tempfile::tempdir().expect("temp dir for redis-sentinel");
@@ -190,10 +217,15 @@ impl Sentinel {
             let text = format!(
                 "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir {dir}\n\
                  sentinel monitor {MASTER} 127.0.0.1 {master_port} 2\n\
-                 sentinel down-after-milliseconds {MASTER} 2000\n\
-                 sentinel failover-timeout {MASTER} 10000\n\
+                 sentinel down-after-milliseconds {MASTER} {down}\n\
+                 sentinel failover-timeout {MASTER} {timeout}\n\
                  sentinel parallel-syncs {MASTER} 2\n",
-                dir = dir.path().display()
+                dir = dir.path().display(),
+                down = down_after.as_millis(),
+                // A sentinel tries the same master again only after twice this: five times the
+                // down-after (10 s at the default 2 s), so that the fault checker's next crash of a
+                // master fails over too.
+                timeout = down_after.as_millis() * 5,
             );
             std::fs::write(&conf, text).expect("write sentinel.conf");
             let mut child = match Command::new("redis-sentinel")

@@ -64,7 +64,10 @@ impl Target {
     /// The arguments that select this backend with its servers reached at other loopback ports
     /// (relays), one per server in the order of `ports`.
     pub fn args_through(&self, ports: &[u16]) -> Vec<String> {
-        self.kind.args(ports)
+        self.servers
+            .iter()
+            .find_map(|s| s.args_through(ports))
+            .unwrap_or_else(|| self.kind.args(ports))
     }
 
     pub fn dlock(&self, args: &[&str]) -> Command {
@@ -219,4 +222,9 @@ pub trait ServerControl {
     fn pause(&self, pause: std::time::Duration);
     /// Kill the server and start it again on the same address, empty.
     fn restart(&self);
+    /// The arguments that reach these servers through relays on `ports` (one per server), when
+    /// `Kind::args` cannot say (a client that is told where the servers are, as by sentinels).
+    fn args_through(&self, _ports: &[u16]) -> Option<Vec<String>> {
+        None
+    }
 }
