@@ -1,6 +1,8 @@
-//! Taking a place in a lock's queue and waiting for a turn, as etcd's mutex does: a fresh lease,
-//! then one transaction that puts our key under the lock's prefix (if no such key exists) and reads
-//! the first key, so an uncontended acquisition is two calls. A waiter then watches only the key
+//! Taking a place in a lock's queue, as etcd's mutex does: a fresh lease, then one transaction
+//! that puts our key under the lock's prefix (if no such key exists) and reads the first key, so an
+//! uncontended acquisition is two calls; for an exclusive key the same transaction also reads the
+//! key just ahead and the holder, so a waiter starts watching without another call. Waiting for a
+//! turn is `wait`'s: a waiter watches only the key
 //! just ahead of its own (`waitDeletes`), or for a shared key the last exclusive key ahead, so one
 //! release wakes one waiter; a seat watches the prefix for any deletion. The place is kept from the
 //! first attempt on: the lease is kept alive while waiting. A busy `try_acquire` and a cancelled
@@ -11,18 +13,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse, WatchFilterType, WatchOptions,
+    Compare, CompareOp, GetOptions, GetResponse, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse,
 };
 
 use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
 use super::kept::keep;
-use super::lease::{keep_alive, EtcdLease, Keeper};
+use super::lease::{EtcdLease, Keeper};
 use super::naming::{key, prefix};
 use super::recipe::{kind_of, owners, verdict, Kind, Verdict};
 use super::record::{value_of, Entry};
-use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
-use crate::backend::{Waiting, RETRY_FIRST, RETRY_MOST};
+use super::CLEANUP_TIMEOUT;
+use crate::backend::Waiting;
 use crate::lock::{Holder, LockRequest};
 use crate::signal::interrupt;
 
@@ -45,7 +47,16 @@ pub(super) struct Place {
 pub(super) enum First {
     Owns(Place),
     /// Queued behind others.
-    Queued(Place),
+    Queued(Place, Ahead),
+}
+
+/// What the transaction that queued an exclusive key saw ahead of it, so that the wait starts
+/// without another look: the key just ahead (to watch), and the holder when the first key is an
+/// exclusive one (the only owner). `None` where it did not tell.
+#[derive(Default)]
+pub(super) struct Ahead {
+    pub(super) key: Option<Vec<u8>>,
+    pub(super) holders: Option<Vec<Holder>>,
 }
 
 /// One acquisition of `request` on `conn`.
@@ -53,8 +64,8 @@ pub(super) struct Acquisition {
     pub(super) conn: Arc<Connection>,
     pub(super) request: LockRequest,
     pub(super) prefix: String,
-    kind: Kind,
-    limit: u32,
+    pub(super) kind: Kind,
+    pub(super) limit: u32,
 }
 
 impl Acquisition {
@@ -69,7 +80,7 @@ impl Acquisition {
         }
     }
 
-    fn doing(&self) -> String {
+    pub(super) fn doing(&self) -> String {
         format!("lock {:?} ({})", self.request.name.as_str(), self.prefix)
     }
 
@@ -88,15 +99,24 @@ impl Acquisition {
             Some(PutOptions::new().with_lease(lease)),
         );
         // An exclusive key owns when it is the first; the others need every key ahead of them.
-        let mut first = GetOptions::new()
+        let first = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let mut ops = vec![put];
         if self.kind == Kind::Exclusive {
-            first = first.with_limit(1);
+            ops.push(TxnOp::get(self.prefix.as_str(), Some(first.with_limit(1))));
+            // Ours, the newest key, and the one just ahead of it: the key to wait for.
+            let last = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(2);
+            ops.push(TxnOp::get(self.prefix.as_str(), Some(last)));
+        } else {
+            ops.push(TxnOp::get(self.prefix.as_str(), Some(first)));
         }
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([put, TxnOp::get(self.prefix.as_str(), Some(first))]);
+            .and_then(ops);
         let mut kv = self.conn.client().kv_client();
         let response = match bounded(CALL_TIMEOUT, kv.txn(txn)).await {
             Ok(response) => response,
@@ -120,29 +140,44 @@ impl Acquisition {
             stands_until: asked + Duration::from_secs(ttl as u64),
             ttl,
         };
-        let listed = response.op_responses().into_iter().find_map(|r| match r {
+        let mut listed = response.op_responses().into_iter().filter_map(|r| match r {
             TxnOpResponse::Get(get) => Some(get),
             _ => None,
         });
         let entries: Vec<Entry> = listed
+            .next()
             .map(|get| get.kvs().iter().map(Entry::of).collect())
             .unwrap_or_default();
-        let owns = match self.kind {
-            Kind::Exclusive => entries
-                .first()
-                .is_some_and(|e| e.create_revision == revision),
-            _ => self.judge(&entries, revision) == Some(Verdict::Owns),
+        if self.kind != Kind::Exclusive {
+            return Ok(match self.judge(&entries, revision) {
+                Some(Verdict::Owns) => First::Owns(place),
+                _ => First::Queued(place, Ahead::default()),
+            });
+        }
+        let Some(first) = entries.first() else {
+            return Ok(First::Queued(place, Ahead::default()));
         };
-        Ok(if owns {
-            First::Owns(place)
-        } else {
-            First::Queued(place)
-        })
+        if first.create_revision == revision {
+            return Ok(First::Owns(place));
+        }
+        let last = listed.next();
+        let newest: Vec<&KeyValue> = last.iter().flat_map(|get| get.kvs()).collect();
+        let ahead = Ahead {
+            // Only when the newest key is ours: then the next is the one just ahead of it.
+            key: match newest[..] {
+                [ours, before, ..] if ours.create_revision() == revision => {
+                    Some(before.key().to_vec())
+                }
+                _ => None,
+            },
+            holders: (first.kind == Kind::Exclusive).then(|| vec![first.holder.clone()]),
+        };
+        Ok(First::Queued(place, ahead))
     }
 
     /// Where our key (`revision`) stands among `entries` (every key up to and including ours, in
     /// create-revision order); `None` when ours is not among them.
-    fn judge(&self, entries: &[Entry], revision: i64) -> Option<Verdict> {
+    pub(super) fn judge(&self, entries: &[Entry], revision: i64) -> Option<Verdict> {
         let me = entries.iter().position(|e| e.create_revision == revision)?;
         let kinds: Vec<Kind> = entries.iter().map(|e| e.kind).collect();
         Some(verdict(&kinds, me, self.limit))
@@ -202,210 +237,6 @@ impl Acquisition {
         let ttl = self.request.ttl;
         Ok(EtcdLease::new(self.conn.clone(), place, ttl, keeper, kept))
     }
-
-    /// Waits for our turn from `place`, keeping the lease alive meanwhile. `Ok(None)`: cancelled
-    /// or stopped, our place left. A lease that expired while the cluster could not be reached
-    /// (its key went with it) queues again, at the back of the line.
-    pub(super) async fn wait(
-        &self,
-        mut place: Place,
-        waiting: &Waiting,
-    ) -> anyhow::Result<Option<EtcdLease>> {
-        let mut keeper: Option<Keeper> = None;
-        let mut retry = RETRY_FIRST;
-        // Each round ends with a watch event, a failure (then a pause that doubles up to
-        // RETRY_MOST), or the cancellation, which ends the loop.
-        loop {
-            if stopped(waiting) {
-                self.leave(&place).await;
-                return Ok(None);
-            }
-            match self.round(&mut place, &mut keeper, waiting).await {
-                Ok(Round::Owns) => {
-                    waiting.reachable();
-                    return match self.lease(place, keeper).await {
-                        Ok(lease) => Ok(Some(lease)),
-                        Err(fault) => {
-                            Err(self.conn.fail(fault, &format!("taking {}", self.doing())))
-                        }
-                    };
-                }
-                Ok(Round::Again) => {
-                    waiting.reachable();
-                    retry = RETRY_FIRST;
-                }
-                Ok(Round::Cancelled) => {
-                    self.leave(&place).await;
-                    return Ok(None);
-                }
-                Err(fault) if fault.is_unreachable() => {
-                    keeper = None;
-                    waiting.unreachable(&format!(
-                        "cannot reach etcd at {} ({fault})",
-                        self.conn.hosts
-                    ));
-                    self.conn.fail_over(CALL_TIMEOUT).await;
-                    if !pause(retry, waiting).await {
-                        // Nobody to tell: the lease expires on its own.
-                        return Ok(None);
-                    }
-                    retry = (retry * 2).min(RETRY_MOST);
-                }
-                Err(fault) => {
-                    self.leave(&place).await;
-                    return Err(self
-                        .conn
-                        .fail(fault, &format!("waiting for {}", self.doing())));
-                }
-            }
-        }
-    }
-
-    /// One look at the queue and, unless our turn has come, one wait for the key we wait for to
-    /// go (or any key ahead, for a seat), keeping our lease alive meanwhile.
-    async fn round(
-        &self,
-        place: &mut Place,
-        keeper: &mut Option<Keeper>,
-        waiting: &Waiting,
-    ) -> Result<Round, Fault> {
-        let mut ahead = GetOptions::new()
-            .with_prefix()
-            .with_max_create_revision(place.revision - 1)
-            .with_sort(SortTarget::Create, SortOrder::Descend);
-        if self.kind == Kind::Exclusive {
-            ahead = ahead.with_limit(1);
-        }
-        let txn = Txn::new().and_then([
-            TxnOp::get(place.key.as_str(), None),
-            TxnOp::get(self.prefix.as_str(), Some(ahead)),
-        ]);
-        let mut kv = self.conn.client().kv_client();
-        let response = bounded(CALL_TIMEOUT, kv.txn(txn)).await?;
-        let seen_at = response.header().map_or(0, |h| h.revision());
-        let mut gets = response.op_responses().into_iter().filter_map(|r| match r {
-            TxnOpResponse::Get(get) => Some(get),
-            _ => None,
-        });
-        let (own, ahead) = (gets.next(), gets.next());
-        let ours = own.is_some_and(|own| {
-            own.kvs()
-                .first()
-                .is_some_and(|kv| kv.create_revision() == place.revision)
-        });
-        if !ours {
-            // Our lease expired (the cluster was out of reach for longer) or our key was deleted:
-            // queue again, at the back.
-            self.leave(place).await;
-            *keeper = None;
-            return match self.enqueue().await? {
-                First::Owns(fresh) => {
-                    *place = fresh;
-                    Ok(Round::Owns)
-                }
-                First::Queued(fresh) => {
-                    *place = fresh;
-                    Ok(Round::Again)
-                }
-            };
-        }
-        let mut entries: Vec<Entry> = ahead
-            .map(|get| get.kvs().iter().rev().map(Entry::of).collect())
-            .unwrap_or_default();
-        let target = if self.kind == Kind::Exclusive {
-            match entries.last() {
-                None => return Ok(Round::Owns),
-                Some(e) => Some(e.key.clone()),
-            }
-        } else {
-            entries.push(Entry {
-                key: place.key.clone().into_bytes(),
-                create_revision: place.revision,
-                lease: 0,
-                kind: self.kind,
-                limit: self.limit,
-                holder: Holder::unreadable(self.request.mode, "", ""),
-                kept_lease: None,
-            });
-            match self.judge(&entries, place.revision) {
-                Some(Verdict::Owns) | None => return Ok(Round::Owns),
-                Some(Verdict::Watch(i)) => Some(entries[i].key.clone()),
-                Some(Verdict::WatchAll) => None,
-            }
-        };
-        self.watch(target, seen_at, place, keeper, waiting).await
-    }
-
-    /// Waits for the deletion of `target` (none: of any key under the prefix) after revision
-    /// `seen_at`, renewing our lease every third of its TTL and looking at the cancellation every
-    /// `CANCEL_POLL`.
-    async fn watch(
-        &self,
-        target: Option<Vec<u8>>,
-        seen_at: i64,
-        place: &mut Place,
-        keeper: &mut Option<Keeper>,
-        waiting: &Waiting,
-    ) -> Result<Round, Fault> {
-        let mut options = WatchOptions::new()
-            .with_start_revision(seen_at + 1)
-            .with_filters([WatchFilterType::NoPut]);
-        let key = match target {
-            Some(key) => key,
-            None => {
-                options = options.with_prefix();
-                self.prefix.clone().into_bytes()
-            }
-        };
-        let mut watcher = self.conn.client().watch_client();
-        let mut stream = bounded(CALL_TIMEOUT, watcher.watch(key, Some(options))).await?;
-        let mut poll = tokio::time::interval(CANCEL_POLL);
-        let renew_every = Duration::from_secs(place.ttl as u64) / 3;
-        let mut renew =
-            tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
-        // Ends with an event, the stream's end, the cancellation or a failed renewal.
-        loop {
-            tokio::select! {
-                message = stream.message() => match message {
-                    Ok(Some(response)) => {
-                        if response.canceled() {
-                            // Compacted past `seen_at`, or refused: look again.
-                            return Ok(Round::Again);
-                        }
-                        if response.events().iter().any(|e| e.event_type() == EventType::Delete) {
-                            return Ok(Round::Again);
-                        }
-                    }
-                    Ok(None) => {
-                        return Err(Fault::Failed(etcd_client::Error::WatchError("ended".into())))
-                    }
-                    Err(e) => return Err(Fault::Failed(e)),
-                },
-                _ = poll.tick() => {
-                    if stopped(waiting) {
-                        return Ok(Round::Cancelled);
-                    }
-                }
-                _ = renew.tick() => {
-                    let sent = Instant::now();
-                    match keep_alive(&self.conn, place.lease, place.ttl, keeper, CALL_TIMEOUT).await {
-                        Ok(ttl) => place.stands_until = sent + Duration::from_secs(ttl as u64),
-                        // Gone: the next round finds our key gone and queues again.
-                        Err(fault) if fault.is_lease_not_found() => return Ok(Round::Again),
-                        Err(fault) => return Err(fault),
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// How one round of waiting ended.
-enum Round {
-    Owns,
-    /// Look again: the key waited for went, or our place changed.
-    Again,
-    Cancelled,
 }
 
 /// The owners among the keys a prefix listing (in create-revision order) returned.
@@ -433,21 +264,6 @@ fn ttl_secs(ttl: Duration) -> i64 {
 /// Whether a wait must end now: a stop signal was caught, or the caller cancelled.
 pub(super) fn stopped(waiting: &Waiting) -> bool {
     interrupt::caught().is_some() || waiting.is_cancelled()
-}
-
-/// Sleeps `pause`, looking at the cancellation every `CANCEL_POLL`; `false` when it ends the wait.
-async fn pause(pause: Duration, waiting: &Waiting) -> bool {
-    let end = Instant::now() + pause;
-    loop {
-        if stopped(waiting) {
-            return false;
-        }
-        let left = end.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return true;
-        }
-        tokio::time::sleep(left.min(CANCEL_POLL)).await;
-    }
 }
 
 /// An error for a stop signal caught while acquiring (the supervisor turns it into its exit).

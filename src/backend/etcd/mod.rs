@@ -20,8 +20,8 @@
 //!
 //! Here: `EtcdBackend`, which answers the `Backend` calls. Beside it: `address` (the etcd:// URL),
 //! `connection` (the client, its runtime and its failures), `naming` (keys), `record` (what a key
-//! says), `recipe` (who owns), `acquisition` (a place in the queue and the wait for a turn) and
-//! `lease` (a held lock).
+//! says), `recipe` (who owns), `acquisition` (a place in the queue), `wait` (the wait for a turn)
+//! and `lease` (a held lock).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,7 +32,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, Tx
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::lock::{escaped, Holder, LockName, LockRequest};
 use crate::signal::interrupt;
-use acquisition::{interrupted, owners_of, stopped, Acquisition, First};
+use acquisition::{interrupted, owners_of, stopped, Acquisition, Ahead, First};
 use address::EtcdUrl;
 use connection::{bounded, Connection, CALL_TIMEOUT};
 use naming::{lock_of, prefix, ROOT};
@@ -46,6 +46,7 @@ mod lease;
 mod naming;
 mod recipe;
 mod record;
+mod wait;
 
 /// How often a wait looks at `Waiting::is_cancelled` (the supervisor asks for 100ms at most).
 const CANCEL_POLL: Duration = Duration::from_millis(50);
@@ -188,7 +189,17 @@ impl Backend for EtcdBackend {
                 First::Owns(place) => Ok(Attempt::Acquired(Box::new(
                     acquisition.lease(place, None).await?,
                 ))),
-                First::Queued(place) => {
+                First::Queued(
+                    place,
+                    Ahead {
+                        holders: Some(holders),
+                        ..
+                    },
+                ) => {
+                    acquisition.leave(&place).await;
+                    Ok(Attempt::Busy(holders))
+                }
+                First::Queued(place, _) => {
                     let (holders, ()) =
                         tokio::join!(acquisition.holders(), acquisition.leave(&place));
                     Ok(Attempt::Busy(holders.unwrap_or_default()))
@@ -213,18 +224,22 @@ impl Backend for EtcdBackend {
         let acquisition = Acquisition::new(conn.clone(), request);
         let doing = || format!("cannot take lock {:?}", request.name.as_str());
         let lease = conn.runtime().block_on(async {
-            let place = match acquisition.enqueue().await {
+            let (place, ahead) = match acquisition.enqueue().await {
                 Ok(First::Owns(place)) => {
                     return match acquisition.lease(place, None).await {
                         Ok(lease) => Ok(Some(lease)),
                         Err(f) => Err(conn.fail(f, &doing())),
                     }
                 }
-                Ok(First::Queued(place)) => place,
+                Ok(First::Queued(place, ahead)) => (place, ahead),
                 Err(f) => return Err(conn.fail(f, &doing())),
             };
-            waiting.busy(&acquisition.holders().await.unwrap_or_default());
-            acquisition.wait(place, waiting).await
+            let holders = match ahead.holders {
+                Some(holders) => holders,
+                None => acquisition.holders().await.unwrap_or_default(),
+            };
+            waiting.busy(&holders);
+            acquisition.wait(place, ahead.key, waiting).await
         })?;
         match lease {
             Some(lease) => Ok(Some(Box::new(lease))),

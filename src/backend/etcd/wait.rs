@@ -1,0 +1,250 @@
+//! Waiting for a turn from a place in the queue (see `acquisition`): each round looks at the key
+//! ahead of ours and watches it go, keeping our lease alive meanwhile; a lease that expired while
+//! the cluster could not be reached queues again, at the back of the line.
+
+use std::time::{Duration, Instant};
+
+use etcd_client::{EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{WatchFilterType, WatchOptions};
+
+use super::acquisition::{stopped, Acquisition, First, Place};
+use super::connection::{bounded, Fault, CALL_TIMEOUT};
+use super::lease::{keep_alive, EtcdLease, Keeper};
+use super::recipe::{Kind, Verdict};
+use super::record::Entry;
+use super::CANCEL_POLL;
+use crate::backend::{Waiting, RETRY_FIRST, RETRY_MOST};
+use crate::lock::Holder;
+
+impl Acquisition {
+    /// Waits for our turn from `place`, keeping the lease alive meanwhile. `Ok(None)`: cancelled
+    /// or stopped, our place left. A lease that expired while the cluster could not be reached
+    /// (its key went with it) queues again, at the back of the line.
+    pub(super) async fn wait(
+        &self,
+        mut place: Place,
+        ahead: Option<Vec<u8>>,
+        waiting: &Waiting,
+    ) -> anyhow::Result<Option<EtcdLease>> {
+        let mut keeper: Option<Keeper> = None;
+        // The queuing transaction saw this key just ahead of ours: the first round watches it
+        // from there without looking again (no key can come ahead of ours later).
+        let mut ahead = ahead;
+        let mut retry = RETRY_FIRST;
+        // Each round ends with a watch event, a failure (then a pause that doubles up to
+        // RETRY_MOST), or the cancellation, which ends the loop.
+        loop {
+            if stopped(waiting) {
+                self.leave(&place).await;
+                return Ok(None);
+            }
+            let round = match ahead.take() {
+                Some(key) => {
+                    let seen_at = place.revision;
+                    self.watch(Some(key), seen_at, &mut place, &mut keeper, waiting)
+                        .await
+                }
+                None => self.round(&mut place, &mut keeper, waiting).await,
+            };
+            match round {
+                Ok(Round::Owns) => {
+                    waiting.reachable();
+                    return match self.lease(place, keeper).await {
+                        Ok(lease) => Ok(Some(lease)),
+                        Err(fault) => {
+                            Err(self.conn.fail(fault, &format!("taking {}", self.doing())))
+                        }
+                    };
+                }
+                Ok(Round::Again) => {
+                    waiting.reachable();
+                    retry = RETRY_FIRST;
+                }
+                Ok(Round::Cancelled) => {
+                    self.leave(&place).await;
+                    return Ok(None);
+                }
+                Err(fault) if fault.is_unreachable() => {
+                    keeper = None;
+                    waiting.unreachable(&format!(
+                        "cannot reach etcd at {} ({fault})",
+                        self.conn.hosts
+                    ));
+                    self.conn.fail_over(CALL_TIMEOUT).await;
+                    if !pause(retry, waiting).await {
+                        // Nobody to tell: the lease expires on its own.
+                        return Ok(None);
+                    }
+                    retry = (retry * 2).min(RETRY_MOST);
+                }
+                Err(fault) => {
+                    self.leave(&place).await;
+                    return Err(self
+                        .conn
+                        .fail(fault, &format!("waiting for {}", self.doing())));
+                }
+            }
+        }
+    }
+
+    /// One look at the queue and, unless our turn has come, one wait for the key we wait for to
+    /// go (or any key ahead, for a seat), keeping our lease alive meanwhile.
+    async fn round(
+        &self,
+        place: &mut Place,
+        keeper: &mut Option<Keeper>,
+        waiting: &Waiting,
+    ) -> Result<Round, Fault> {
+        let mut ahead = GetOptions::new()
+            .with_prefix()
+            .with_max_create_revision(place.revision - 1)
+            .with_sort(SortTarget::Create, SortOrder::Descend);
+        if self.kind == Kind::Exclusive {
+            ahead = ahead.with_limit(1);
+        }
+        let txn = Txn::new().and_then([
+            TxnOp::get(place.key.as_str(), None),
+            TxnOp::get(self.prefix.as_str(), Some(ahead)),
+        ]);
+        let mut kv = self.conn.client().kv_client();
+        let response = bounded(CALL_TIMEOUT, kv.txn(txn)).await?;
+        let seen_at = response.header().map_or(0, |h| h.revision());
+        let mut gets = response.op_responses().into_iter().filter_map(|r| match r {
+            TxnOpResponse::Get(get) => Some(get),
+            _ => None,
+        });
+        let (own, ahead) = (gets.next(), gets.next());
+        let ours = own.is_some_and(|own| {
+            own.kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == place.revision)
+        });
+        if !ours {
+            // Our lease expired (the cluster was out of reach for longer) or our key was deleted:
+            // queue again, at the back.
+            self.leave(place).await;
+            *keeper = None;
+            return match self.enqueue().await? {
+                First::Owns(fresh) => {
+                    *place = fresh;
+                    Ok(Round::Owns)
+                }
+                First::Queued(fresh, _) => {
+                    *place = fresh;
+                    Ok(Round::Again)
+                }
+            };
+        }
+        let mut entries: Vec<Entry> = ahead
+            .map(|get| get.kvs().iter().rev().map(Entry::of).collect())
+            .unwrap_or_default();
+        let target = if self.kind == Kind::Exclusive {
+            match entries.last() {
+                None => return Ok(Round::Owns),
+                Some(e) => Some(e.key.clone()),
+            }
+        } else {
+            entries.push(Entry {
+                key: place.key.clone().into_bytes(),
+                create_revision: place.revision,
+                lease: 0,
+                kind: self.kind,
+                limit: self.limit,
+                holder: Holder::unreadable(self.request.mode, "", ""),
+                kept_lease: None,
+            });
+            match self.judge(&entries, place.revision) {
+                Some(Verdict::Owns) | None => return Ok(Round::Owns),
+                Some(Verdict::Watch(i)) => Some(entries[i].key.clone()),
+                Some(Verdict::WatchAll) => None,
+            }
+        };
+        self.watch(target, seen_at, place, keeper, waiting).await
+    }
+
+    /// Waits for the deletion of `target` (none: of any key under the prefix) after revision
+    /// `seen_at`, renewing our lease every third of its TTL and looking at the cancellation every
+    /// `CANCEL_POLL`.
+    async fn watch(
+        &self,
+        target: Option<Vec<u8>>,
+        seen_at: i64,
+        place: &mut Place,
+        keeper: &mut Option<Keeper>,
+        waiting: &Waiting,
+    ) -> Result<Round, Fault> {
+        let mut options = WatchOptions::new()
+            .with_start_revision(seen_at + 1)
+            .with_filters([WatchFilterType::NoPut]);
+        let key = match target {
+            Some(key) => key,
+            None => {
+                options = options.with_prefix();
+                self.prefix.clone().into_bytes()
+            }
+        };
+        let mut watcher = self.conn.client().watch_client();
+        let mut stream = bounded(CALL_TIMEOUT, watcher.watch(key, Some(options))).await?;
+        let mut poll = tokio::time::interval(CANCEL_POLL);
+        let renew_every = Duration::from_secs(place.ttl as u64) / 3;
+        let mut renew =
+            tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
+        // Ends with an event, the stream's end, the cancellation or a failed renewal.
+        loop {
+            tokio::select! {
+                message = stream.message() => match message {
+                    Ok(Some(response)) => {
+                        if response.canceled() {
+                            // Compacted past `seen_at`, or refused: look again.
+                            return Ok(Round::Again);
+                        }
+                        if response.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                            return Ok(Round::Again);
+                        }
+                    }
+                    Ok(None) => {
+                        return Err(Fault::Failed(etcd_client::Error::WatchError("ended".into())))
+                    }
+                    Err(e) => return Err(Fault::Failed(e)),
+                },
+                _ = poll.tick() => {
+                    if stopped(waiting) {
+                        return Ok(Round::Cancelled);
+                    }
+                }
+                _ = renew.tick() => {
+                    let sent = Instant::now();
+                    match keep_alive(&self.conn, place.lease, place.ttl, keeper, CALL_TIMEOUT).await {
+                        Ok(ttl) => place.stands_until = sent + Duration::from_secs(ttl as u64),
+                        // Gone: the next round finds our key gone and queues again.
+                        Err(fault) if fault.is_lease_not_found() => return Ok(Round::Again),
+                        Err(fault) => return Err(fault),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How one round of waiting ended.
+enum Round {
+    Owns,
+    /// Look again: the key waited for went, or our place changed.
+    Again,
+    Cancelled,
+}
+
+/// Sleeps `pause`, looking at the cancellation every `CANCEL_POLL`; `false` when it ends the wait.
+async fn pause(pause: Duration, waiting: &Waiting) -> bool {
+    let end = Instant::now() + pause;
+    loop {
+        if stopped(waiting) {
+            return false;
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        tokio::time::sleep(left.min(CANCEL_POLL)).await;
+    }
+}
