@@ -127,6 +127,32 @@ fn malformed_zk_urls_exit_64() {
     assert_eq!(code(&output(cmd)), 64);
 }
 
+/// zk:// and etcd:// URLs share one host-list parser: a host that is not a host (text after a
+/// `[v6]` address, a `%` or `\`) is refused before anything connects, as etcd:// always did.
+#[test]
+fn zk_hosts_are_checked_as_etcd_hosts_are() {
+    for (url, what) in [
+        ("zk://[::1]x", "bad host \"[::1]x\""),
+        ("zk://a%41:1", "bad host \"a%41\""),
+        ("zk://a\\b:1", "bad host \"a\\\\b\""),
+    ] {
+        let mut cmd = dlock();
+        cmd.args([
+            "-b",
+            "zk",
+            "-u",
+            url,
+            "--connect-timeout",
+            "1s",
+            "status",
+            "x",
+        ]);
+        let out = output(cmd);
+        assert_eq!(code(&out), 64, "{url}: {}", stderr(&out));
+        assert!(stderr(&out).contains(what), "{url}: {}", stderr(&out));
+    }
+}
+
 #[test]
 fn chroot_keeps_locks_apart() {
     let server = ZkServer::start();

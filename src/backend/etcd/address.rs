@@ -5,8 +5,7 @@
 use anyhow::{anyhow, Context};
 
 use crate::exit::{FailWith, Failure};
-use crate::text::percent_decode;
-use crate::url::redact;
+use crate::url::{host_list, redact, user_password};
 
 /// The server dlock tries without a `--url`.
 const DEFAULT_URL: &str = "etcd://127.0.0.1:2379";
@@ -67,29 +66,11 @@ impl EtcdUrl {
                 "etcd URL {shown:?}: etcd:// URLs take no path (locks live under /dlock/)"
             ));
         }
-        let credentials = match userinfo {
-            Some(userinfo) => {
-                let (user, password) = userinfo.split_once(':').ok_or_else(|| {
-                    anyhow!("etcd URL {shown:?}: credentials must be user:password")
-                })?;
-                // Not a word of the credentials in messages, only what is wrong with them.
-                let user = percent_decode(user).ok_or_else(|| {
-                    anyhow!("etcd URL {shown:?}: bad percent escape in the user name")
-                })?;
-                let password = percent_decode(password).ok_or_else(|| {
-                    anyhow!("etcd URL {shown:?}: bad percent escape in the password")
-                })?;
-                if user.is_empty() {
-                    return Err(anyhow!("etcd URL {shown:?}: the user name is empty"));
-                }
-                Some((user, password))
-            }
-            None => None,
-        };
-        let hosts = hosts
-            .split(',')
-            .map(|h| parse_host(h).with_context(|| format!("etcd URL {shown:?}")))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let credentials = userinfo
+            .map(|u| user_password(u, "etcd URL", &shown))
+            .transpose()?;
+        let hosts =
+            host_list(hosts, DEFAULT_PORT).with_context(|| format!("etcd URL {shown:?}"))?;
         Ok(EtcdUrl {
             credentials,
             hosts,
@@ -115,47 +96,6 @@ impl EtcdUrl {
         let scheme = if self.tls { "etcds" } else { "etcd" };
         format!("{scheme}://{}", self.hosts())
     }
-}
-
-/// `host:port` with the port defaulting to 2379; `[v6]:port` too.
-fn parse_host(h: &str) -> anyhow::Result<String> {
-    let (host, port) = if let Some(v6) = h.strip_prefix('[') {
-        let (addr, after) = v6
-            .split_once(']')
-            .ok_or_else(|| anyhow!("unclosed [ in host {h:?}"))?;
-        let port = match after {
-            "" => None,
-            _ => Some(
-                after
-                    .strip_prefix(':')
-                    .ok_or_else(|| anyhow!("bad host {h:?}"))?,
-            ),
-        };
-        (format!("[{addr}]"), port)
-    } else {
-        match h.rsplit_once(':') {
-            Some((host, port)) => (host.to_owned(), Some(port)),
-            None => (h.to_owned(), None),
-        }
-    };
-    if host.is_empty() || host == "[]" {
-        return Err(anyhow!("empty host in {h:?}"));
-    }
-    if host
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || "@/\\%".contains(c))
-    {
-        return Err(anyhow!("bad host {host:?}"));
-    }
-    let port: u16 = match port {
-        None => DEFAULT_PORT,
-        Some(p) => p
-            .parse()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| anyhow!("bad port {p:?} in host {h:?}"))?,
-    };
-    Ok(format!("{host}:{port}"))
 }
 
 #[cfg(test)]

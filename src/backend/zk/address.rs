@@ -6,11 +6,11 @@ use anyhow::{anyhow, Context};
 
 use super::naming::allowed;
 use crate::exit::{FailWith, Failure};
-use crate::text::percent_decode;
-use crate::url::redact;
+use crate::url::{host_list, redact, user_password};
 
 /// The ensemble dlock tries without a `--url`.
 const DEFAULT_URL: &str = "zk://127.0.0.1:2181";
+const DEFAULT_PORT: u16 = 2181;
 
 /// A parsed `zk://[user:password@]host:port[,host:port...][/chroot]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,29 +61,11 @@ impl ZkUrl {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
-        let credentials = match userinfo {
-            Some(userinfo) => {
-                let (user, password) = userinfo.split_once(':').ok_or_else(|| {
-                    anyhow!("ZooKeeper URL {shown:?}: credentials must be user:password")
-                })?;
-                // Not a word of the credentials in messages, only what is wrong with them.
-                let user = percent_decode(user).ok_or_else(|| {
-                    anyhow!("ZooKeeper URL {shown:?}: bad percent escape in the user name")
-                })?;
-                let password = percent_decode(password).ok_or_else(|| {
-                    anyhow!("ZooKeeper URL {shown:?}: bad percent escape in the password")
-                })?;
-                if user.is_empty() {
-                    return Err(anyhow!("ZooKeeper URL {shown:?}: the user name is empty"));
-                }
-                Some((user, password))
-            }
-            None => None,
-        };
-        let hosts = hosts
-            .split(',')
-            .map(|h| parse_host(h).with_context(|| format!("ZooKeeper URL {shown:?}")))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let credentials = userinfo
+            .map(|u| user_password(u, "ZooKeeper URL", &shown))
+            .transpose()?;
+        let hosts =
+            host_list(hosts, DEFAULT_PORT).with_context(|| format!("ZooKeeper URL {shown:?}"))?;
         let chroot = chroot.trim_end_matches('/');
         if !chroot.is_empty()
             && chroot[1..]
@@ -109,39 +91,6 @@ impl ZkUrl {
     pub(super) fn location(&self) -> String {
         format!("zk://{}{}", self.hosts(), self.chroot)
     }
-}
-
-/// `host:port` with the port defaulting to 2181; `[v6]:port` too.
-fn parse_host(h: &str) -> anyhow::Result<String> {
-    let (host, port) = if let Some(v6) = h.strip_prefix('[') {
-        let (addr, after) = v6
-            .split_once(']')
-            .ok_or_else(|| anyhow!("unclosed [ in host {h:?}"))?;
-        (format!("[{addr}]"), after.strip_prefix(':'))
-    } else {
-        match h.rsplit_once(':') {
-            Some((host, port)) => (host.to_owned(), Some(port)),
-            None => (h.to_owned(), None),
-        }
-    };
-    if host.is_empty() || host == "[]" {
-        return Err(anyhow!("empty host in {h:?}"));
-    }
-    if host
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || c == '@')
-    {
-        return Err(anyhow!("bad host {host:?}"));
-    }
-    let port: u16 = match port {
-        None => 2181,
-        Some(p) => p
-            .parse()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| anyhow!("bad port {p:?} in host {h:?}"))?,
-    };
-    Ok(format!("{host}:{port}"))
 }
 
 #[cfg(test)]
