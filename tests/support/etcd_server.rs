@@ -266,9 +266,7 @@ pub struct EtcdControl(pub std::sync::Mutex<EtcdServer>);
 impl ServerControl for EtcdControl {
     fn pause(&self, pause: Duration) {
         let pid = self.0.lock().expect("server handle").pid();
-        super::signal(pid, libc::SIGSTOP);
-        std::thread::sleep(pause);
-        super::signal(pid, libc::SIGCONT);
+        super::stop_for(pid, pause);
     }
 
     /// A crash and restart that keeps the member's data directory: etcd's data is its durable log,
@@ -362,9 +360,7 @@ impl ServerControl for EtcdClusterControl {
     fn pause(&self, pause: Duration) {
         let cluster = self.0.lock().expect("cluster handle");
         let pid = cluster.members[cluster.leader()].pid();
-        super::signal(pid, libc::SIGSTOP);
-        std::thread::sleep(pause);
-        super::signal(pid, libc::SIGCONT);
+        super::stop_for(pid, pause);
     }
 
     /// SIGKILL the leader and start it again on its data: the other two elect a leader meanwhile.

@@ -143,6 +143,14 @@ pub fn signal(pid: u32, sig: i32) {
     assert_eq!(rc, 0, "kill({pid}, {sig})");
 }
 
+/// Stops a process we started (SIGSTOP) for `pause`, then lets it go on: a fault driver's pause.
+pub fn stop_for(pid: u32, pause: Duration) {
+    signal(pid, libc::SIGSTOP);
+    // The fault itself: the process stays stopped this long.
+    std::thread::sleep(pause);
+    signal(pid, libc::SIGCONT);
+}
+
 /// Is a process with this pid alive (and not a zombie)?
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -345,9 +345,7 @@ pub struct ZkControl(pub std::sync::Mutex<ZkServer>);
 impl super::target::ServerControl for ZkControl {
     fn pause(&self, pause: Duration) {
         let pid = self.0.lock().expect("server handle").pid();
-        super::signal(pid, libc::SIGSTOP);
-        std::thread::sleep(pause);
-        super::signal(pid, libc::SIGCONT);
+        super::stop_for(pid, pause);
     }
 
     /// A crash and restart that keeps the server's data directory: a ZooKeeper server's data is its
@@ -467,9 +465,7 @@ impl super::target::ServerControl for ZkEnsembleControl {
     fn pause(&self, pause: Duration) {
         let ensemble = self.0.lock().expect("ensemble handle");
         let pid = ensemble.servers[ensemble.current_leader()].pid();
-        super::signal(pid, libc::SIGSTOP);
-        std::thread::sleep(pause);
-        super::signal(pid, libc::SIGCONT);
+        super::stop_for(pid, pause);
     }
 
     /// SIGKILL the leader and start it again on its data: the others elect a new leader meanwhile.
