@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::etcd_server::EtcdServer;
+use support::figures::{goal, middle, ms};
 
 /// Uncontended runs of each tool (interleaved), and the time they may take together.
 const UNCONTENDED_RUNS: usize = 200;
@@ -138,20 +139,6 @@ fn command(argv: &[String]) -> Command {
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     cmd
-}
-
-fn goal(what: &str, value: f64, target: &str, met: bool) {
-    let verdict = if met { "met" } else { "MISSED" };
-    println!("  => {what}: {value:.2} (goal {target}: {verdict})");
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn middle(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn median(samples: &mut [Duration]) -> Duration {

@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::etcd_server::EtcdServer;
+use support::figures::{goal, middle, ms};
 use support::redis_server::RedisServer;
 
 /// Uncontended runs of each tool (interleaved), and the time they may take together.
@@ -204,21 +205,6 @@ fn redis_run(dlock: &str, url: &str, name: &str, command_line: &[&str]) -> Comma
     let mut args = vec!["--backend", "redis", "--url", url, "run", name, "--"];
     args.extend_from_slice(command_line);
     command(dlock, &args)
-}
-
-fn goal(what: &str, value: f64, target: &str, met: bool) {
-    let verdict = if met { "met" } else { "MISSED" };
-    println!("  => {what}: {value:.2} (goal {target}: {verdict})");
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-/// The median of `values`.
-fn middle(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn median(samples: &mut [Duration]) -> Duration {

@@ -21,6 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::etcd_server::EtcdServer;
+use support::figures::{middle, ms};
 use support::zk_server::ZkServer;
 use support::{dlock_bin, wait_exit, wait_until};
 
@@ -189,10 +190,6 @@ fn main() {
     );
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
 fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64()
 }
@@ -337,10 +334,4 @@ impl Mntr {
             .map(|(_, v)| *v)
             .unwrap_or_else(|| panic!("no {key} in mntr"))
     }
-}
-
-/// The median of `values`.
-fn middle(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
