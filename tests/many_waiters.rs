@@ -5,7 +5,7 @@
 //! 100 waiters; `DLOCK_LOAD=1`: 1,000.
 
 use std::process::{Child, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::support::etcd_server::EtcdServer;
 use crate::support::pg_server::PgServer;
@@ -82,6 +82,7 @@ fn etcd_many_waiters_all_get_through_with_one_watch_event_per_release() {
     let count = waiter_count();
     let holder = holder(&base, "many", &dir);
     let mut waiters = Vec::with_capacity(count);
+    let started = Instant::now();
     for i in 0..count {
         waiters.push(waiter(&base, "many", i, &dir));
         // In line before the next one comes: arrival order is what the test checks.
@@ -92,10 +93,18 @@ fn etcd_many_waiters_all_get_through_with_one_watch_event_per_release() {
         );
     }
     let before = server.events_sent();
+    let in_line = started.elapsed();
     drain(holder, waiters, &dir);
+    let events = server.events_sent() - before;
+    eprintln!(
+        "etcd: {count} waiters in line in {in_line:.1?}, all through in {:.1?} \
+         ({:.1?} a handoff), {events} watch events for {count} releases",
+        started.elapsed() - in_line,
+        (started.elapsed() - in_line) / count as u32
+    );
     // One event per release but the last (nobody watches the last key): the holder's and the
     // first count - 1 waiters'.
-    assert_eq!(server.events_sent() - before, count as u64);
+    assert_eq!(events, count as u64);
 }
 
 /// The statements the server logged for connections named `app` (simple queries and executions
