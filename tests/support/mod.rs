@@ -8,6 +8,7 @@ pub mod etcd_server;
 pub mod mysql_server;
 pub mod pg_server;
 pub mod pgbouncer;
+pub mod redis_cluster;
 pub mod redis_server;
 pub mod relay;
 pub mod sentinel_set;

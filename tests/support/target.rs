@@ -112,6 +112,15 @@ impl Target {
     /// `redis+sentinel://` URL its master's (the suite's sentinel set never fails over), in the
     /// same database.
     pub fn redis_urls(&self) -> Vec<String> {
+        // A cluster: each of its nodes (a script must go to the node that serves its keys).
+        if self
+            .urls()
+            .iter()
+            .any(|u| u.starts_with("redis+cluster://"))
+        {
+            let nodes = self.ports.iter();
+            return nodes.map(|p| format!("redis://127.0.0.1:{p}")).collect();
+        }
         let urls = self.urls().into_iter().zip(&self.ports);
         urls.map(|(url, port)| match url.strip_prefix("redis+sentinel://") {
             Some(rest) => {

@@ -54,6 +54,7 @@
 //! `redlock` (a round over every server, quorum, tokens), `wait` (the queue and grants), `lease`
 //! (renew, release), `holders` (status, list, release --force).
 
+mod cluster;
 mod fault;
 mod holders;
 mod keys;
