@@ -8,6 +8,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 mod access;
+mod cluster;
 mod redlock;
 mod waiting;
 
