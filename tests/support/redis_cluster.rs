@@ -220,7 +220,60 @@ fn slot_map(conn: &mut redis::Connection) -> Vec<(u16, u16, u16)> {
     map
 }
 
+/// The master that serves the fault checker's lock, which the checker pauses and restarts, with
+/// the other masters, which live as long as it does.
+struct LockMaster {
+    master: FaultyRedis,
+    _others: Vec<RedisServer>,
+}
+
+impl ServerControl for LockMaster {
+    fn what(&self) -> &'static str {
+        "master"
+    }
+
+    fn pause(&self, pause: Duration) {
+        self.master.pause(pause);
+    }
+
+    fn restart(&self) {
+        self.master.restart();
+    }
+}
+
 impl Target {
+    /// The Redis backend on a private three-master cluster for the fault checker, whose lock
+    /// (`name`) is served by one master: that master is the one server the checker pauses,
+    /// restarts (with its data: appendonly, fsync always; a cluster without replicas cannot fail
+    /// over) and cuts clients off from (a relayed client's only seed is its relay, which the
+    /// lock's master answers without a redirect). Unrelayed clients start from another master
+    /// and are redirected, every run.
+    pub fn redis_cluster_for_lock(name: &str) -> Target {
+        let cluster = RedisCluster::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+        let at = cluster.node_of_lock(name);
+        let seed = cluster.nodes[(at + 1) % 3].port();
+        let mut nodes = cluster.nodes;
+        let master = nodes.remove(at);
+        Target {
+            args: vec![
+                "--backend".into(),
+                "redis".into(),
+                "--url".into(),
+                format!("redis+cluster://127.0.0.1:{seed}"),
+            ],
+            kind: Kind::Redis,
+            ports: vec![master.port()],
+            servers: vec![Box::new(LockMaster {
+                master: FaultyRedis {
+                    server: Mutex::new(master),
+                    comeback: Comeback::KeepingData,
+                },
+                _others: nodes,
+            })],
+            scratch: LockDir::new(),
+        }
+    }
+
     /// The Redis backend on a private three-master cluster, whose masters the fault checker may
     /// pause and crash: they write every change to disk before they answer and come back with
     /// their data (a cluster without replicas cannot fail over).

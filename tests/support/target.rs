@@ -64,6 +64,15 @@ impl Target {
     /// The arguments that select this backend with its servers reached at other loopback ports
     /// (relays), one per server in the order of `ports`.
     pub fn args_through(&self, ports: &[u16]) -> Vec<String> {
+        if self
+            .urls()
+            .iter()
+            .any(|u| u.starts_with("redis+cluster://"))
+        {
+            let seeds: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+            let url = format!("redis+cluster://{}", seeds.join(","));
+            return vec!["--backend".into(), "redis".into(), "--url".into(), url];
+        }
         self.kind.args(ports)
     }
 
