@@ -128,3 +128,47 @@ fn a_server_that_is_not_redis_is_named_in_one_line() {
         format!("dlock: the server at 127.0.0.1:{port} does not speak the Redis protocol")
     );
 }
+
+/// A "cluster node" that answers every command with a redirect to itself.
+fn redirecting_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(20) {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let answer = format!("-MOVED 1 127.0.0.1:{port}\r\n");
+                let mut buf = [0u8; 4096];
+                for _ in 0..1000 {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                    if conn.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn a_cluster_that_redirects_for_ever_is_given_up_in_one_line() {
+    let port = redirecting_server();
+    let started = Instant::now();
+    let out = output(redis_at(
+        &format!("redis+cluster://127.0.0.1:{port}"),
+        &["--connect-timeout", "2s", "run", "loop", "--", "true"],
+    ));
+    let took = started.elapsed();
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("kept redirecting"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}

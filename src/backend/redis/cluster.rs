@@ -20,7 +20,7 @@ use super::fault::{Fault, FaultKind};
 use super::scripts::text_of;
 use super::server::{Link, Server};
 use crate::exit::{FailWith, Failure};
-use crate::lock::Token;
+use crate::lock::{escaped, Token};
 use crate::url::redact;
 
 /// The schemes of a cluster URL, and the plain scheme each stands for.
@@ -209,7 +209,9 @@ impl Server {
             match fault.kind {
                 FaultKind::Moved | FaultKind::Ask => {
                     let Some((slot, addr)) = redirect(fault.detail()) else {
-                        return Err(fault);
+                        let detail = escaped(fault.detail(), 100);
+                        let why = format!("answered with a malformed redirect {detail:?}");
+                        return Err(self.fault(FaultKind::Protocol, why));
                     };
                     if matches!(fault.kind, FaultKind::Moved) {
                         cluster.routes.insert(slot, addr.clone());
