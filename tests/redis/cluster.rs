@@ -149,3 +149,17 @@ fn a_lock_whose_slot_moves_to_another_master_stays_held_and_passes_to_its_waiter
         "keys left on the old master"
     );
 }
+
+#[test]
+fn a_cluster_url_in_dlock_url_goes_with_backend_redis_on_the_command_line() {
+    let cluster = RedisCluster::start();
+    let out = output({
+        let mut cmd = dlock();
+        cmd.env("DLOCK_URL", cluster.url())
+            .args(["--backend", "redis", "run", "from-env", "--"])
+            .args(["sh", "-c", "echo $DLOCK_TOKEN"]);
+        cmd
+    });
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "1");
+}
