@@ -221,25 +221,36 @@ impl Server {
                     self.switch(&addr);
                 }
                 FaultKind::TryAgain => std::thread::sleep(TRY_AGAIN_PAUSE.min(left / 2)),
-                FaultKind::Down
-                    if cluster.seeds.len() > 1 && !cluster.routes.contains_key(&cluster.slot) =>
-                {
-                    cluster.seed = cluster.seed.wrapping_add(1);
+                FaultKind::Down => {
+                    // The slot's master may have failed over to a replica: forget it and ask a
+                    // seed, which redirects to the new one. A seed that is down: the next seed.
+                    if cluster.routes.remove(&cluster.slot).is_none() {
+                        cluster.seed = cluster.seed.wrapping_add(1);
+                    }
                     let addr = cluster.route(cluster.slot);
+                    if addr == self.addr {
+                        return Err(fault);
+                    }
                     self.switch(&addr);
                 }
                 _ => return Err(fault),
             }
             last = Some(fault);
         }
-        let detail = match last {
-            Some(fault) => format!("the cluster kept redirecting: {}", fault.detail()),
-            None => format!(
-                "no answer within {}",
-                crate::text::duration(timeout.max(Duration::from_millis(1)))
+        Err(match last {
+            Some(fault) if matches!(fault.kind, FaultKind::Down) => fault,
+            Some(fault) => {
+                let why = format!("the cluster kept redirecting: {}", fault.detail());
+                self.fault(FaultKind::Down, why)
+            }
+            None => self.fault(
+                FaultKind::Down,
+                format!(
+                    "no answer within {}",
+                    crate::text::duration(timeout.max(Duration::from_millis(1)))
+                ),
             ),
-        };
-        Err(self.fault(FaultKind::Down, detail))
+        })
     }
 
     /// `call` on every master of a cluster (from `CLUSTER SLOTS`), or on the one server.
