@@ -163,3 +163,51 @@ fn a_cluster_url_in_dlock_url_goes_with_backend_redis_on_the_command_line() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "1");
 }
+
+#[test]
+fn the_readmes_cluster_acl_works_on_every_master_and_a_weaker_one_is_refused() {
+    let mut args = vec!["--user", "dlock", "on", ">pw"];
+    args.extend_from_slice(crate::netfaults::redis::MINIMAL_ACL);
+    args.extend_from_slice(&["+asking", "+cluster|slots"]);
+    args.extend_from_slice(&["--user", "weak", "on", ">pw", "~dlock:*", "&dlock:wake:*"]);
+    args.extend(
+        crate::netfaults::redis::MINIMAL_ACL
+            .iter()
+            .filter(|p| **p != "+publish"),
+    );
+    // And one whose key pattern is not dlock's: its permissions are checked on dlock's keys too.
+    args.extend_from_slice(&["--user", "nokeys", "on", ">pw", "~other:*", "&dlock:wake:*"]);
+    args.extend(crate::netfaults::redis::MINIMAL_ACL.iter().skip(2));
+    let cluster = RedisCluster::start_with(&args);
+    let seeds = cluster.url().replace("redis+cluster://", "");
+    let minimal = [format!("redis+cluster://dlock:pw@{seeds}")];
+    let weak = [format!("redis+cluster://weak:pw@{seeds}")];
+    let dir = LockDir::new();
+    let names: Vec<String> = (0..3).map(|n| cluster.name_on("acl/", n)).collect();
+    let marker = dir.file("in");
+    let script = format!("touch {}; exec sleep 60", marker.display());
+    let mut run = vec!["run"];
+    run.extend(names.iter().map(String::as_str));
+    run.extend(["--", "sh", "-c", &script]);
+    let mut holder = dlock_at(&minimal, &run).spawn().unwrap();
+    wait_for_file(&marker, T);
+    let list = output(dlock_at(&minimal, &["list"]));
+    let status = output(dlock_at(&minimal, &["status", &names[2]]));
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    assert_eq!(code(&list), 0, "{}", stderr(&list));
+    for name in &names {
+        assert!(stdout(&list).contains(name.as_str()), "{}", stdout(&list));
+    }
+    assert_eq!(code(&status), 0, "{}", stderr(&status));
+
+    let nokeys = [format!("redis+cluster://nokeys:pw@{seeds}")];
+    for (url, refusal) in [
+        (&weak, "may not run PUBLISH on dlock:wake:*"),
+        (&nokeys, "may not run EVALSHA"),
+    ] {
+        let out = output(dlock_at(url, &["run", "x", "--", "true"]));
+        assert_eq!(code(&out), 69, "{}", stderr(&out));
+        assert!(stderr(&out).contains(refusal), "{}", stderr(&out));
+    }
+}
