@@ -20,6 +20,25 @@ fn seeded_at(cluster: &RedisCluster, node: usize) -> [String; 1] {
     )]
 }
 
+/// Names `PREFIX` on each of the three masters, held together by one run at `url` until the
+/// returned child is killed; once they are held.
+fn hold_one_per_master(
+    cluster: &RedisCluster,
+    url: &[String],
+    prefix: &str,
+    dir: &LockDir,
+) -> (Vec<String>, std::process::Child) {
+    let names: Vec<String> = (0..3).map(|n| cluster.name_on(prefix, n)).collect();
+    let marker = dir.file("in");
+    let script = format!("touch {}; exec sleep 60", marker.display());
+    let mut args = vec!["run"];
+    args.extend(names.iter().map(String::as_str));
+    args.extend(["--", "sh", "-c", &script]);
+    let holder = dlock_at(url, &args).spawn().unwrap();
+    wait_for_file(&marker, T);
+    (names, holder)
+}
+
 #[test]
 fn a_seed_that_serves_other_slots_redirects_to_the_locks_master() {
     let cluster = RedisCluster::start();
@@ -72,14 +91,7 @@ fn list_shows_the_locks_of_every_master() {
     let cluster = RedisCluster::start();
     let url = [cluster.url()];
     let dir = LockDir::new();
-    let names: Vec<String> = (0..3).map(|n| cluster.name_on("every/", n)).collect();
-    let marker = dir.file("in");
-    let script = format!("touch {}; exec sleep 60", marker.display());
-    let mut args = vec!["run"];
-    args.extend(names.iter().map(String::as_str));
-    args.extend(["--", "sh", "-c", &script]);
-    let mut holder = dlock_at(&url, &args).spawn().unwrap();
-    wait_for_file(&marker, T);
+    let (names, mut holder) = hold_one_per_master(&cluster, &url, "every/", &dir);
     let out = output(dlock_at(&url, &["list"]));
     holder.kill().unwrap();
     let _ = holder.wait();
@@ -183,14 +195,7 @@ fn the_readmes_cluster_acl_works_on_every_master_and_a_weaker_one_is_refused() {
     let minimal = [format!("redis+cluster://dlock:pw@{seeds}")];
     let weak = [format!("redis+cluster://weak:pw@{seeds}")];
     let dir = LockDir::new();
-    let names: Vec<String> = (0..3).map(|n| cluster.name_on("acl/", n)).collect();
-    let marker = dir.file("in");
-    let script = format!("touch {}; exec sleep 60", marker.display());
-    let mut run = vec!["run"];
-    run.extend(names.iter().map(String::as_str));
-    run.extend(["--", "sh", "-c", &script]);
-    let mut holder = dlock_at(&minimal, &run).spawn().unwrap();
-    wait_for_file(&marker, T);
+    let (names, mut holder) = hold_one_per_master(&cluster, &minimal, "acl/", &dir);
     let list = output(dlock_at(&minimal, &["list"]));
     let status = output(dlock_at(&minimal, &["status", &names[2]]));
     holder.kill().unwrap();
