@@ -216,3 +216,29 @@ fn the_readmes_cluster_acl_works_on_every_master_and_a_weaker_one_is_refused() {
         assert!(stderr(&out).contains(refusal), "{}", stderr(&out));
     }
 }
+
+#[test]
+fn a_call_on_a_half_moved_slot_is_tried_again_until_the_move_ends() {
+    let cluster = RedisCluster::start();
+    let url = [cluster.url()];
+    let dir = LockDir::new();
+    let name = cluster.name_on("half/", 0);
+    let _holder = start_holder(&url, &[], &name, &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let slot = cluster.slot_of(&format!("dlock:{{{name}}}"));
+    // Half moved: the lock's keys that exist are on node 0, the others nowhere, so every script
+    // on the lock gets TRYAGAIN until the move ends.
+    cluster.begin_move(slot, 0, 2);
+    let mut status = dlock_at(&url, &["status", &name])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // More TRYAGAINs than a call follows redirects: the call goes on, within its time.
+    wait_until("status to be told TRYAGAIN 8 times", T, || {
+        cluster.try_agains(0) >= 8 || status.try_wait().unwrap().is_some()
+    });
+    cluster.finish_move(slot, 0, 2);
+    let out = status.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(stdout(&out).contains("held"), "{}", stdout(&out));
+}

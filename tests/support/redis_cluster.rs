@@ -143,26 +143,37 @@ impl RedisCluster {
     /// Moves `slot` with its keys from node `from` to node `to`, as `redis-cli --cluster reshard`
     /// does: IMPORTING and MIGRATING, MIGRATE of its keys, then SETSLOT NODE on every node.
     pub fn move_slot(&self, slot: u16, from: usize, to: usize) {
-        let id = |i: usize| -> String {
-            redis::cmd("CLUSTER")
-                .arg("MYID")
-                .query(&mut self.nodes[i].connection())
-                .expect("CLUSTER MYID")
-        };
-        let (from_id, to_id) = (id(from), id(to));
+        self.begin_move(slot, from, to);
+        self.finish_move(slot, from, to);
+    }
+
+    fn id(&self, node: usize) -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.nodes[node].connection())
+            .expect("CLUSTER MYID")
+    }
+
+    fn set_slot(&self, node: usize, slot: u16, how: &str, id: &str) {
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(how)
+            .arg(id)
+            .query::<()>(&mut self.nodes[node].connection())
+            .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {how}: {e}"));
+    }
+
+    /// The first half of a move: the slot is IMPORTING on `to` and MIGRATING on `from`, its keys
+    /// all still on `from`.
+    pub fn begin_move(&self, slot: u16, from: usize, to: usize) {
+        self.set_slot(to, slot, "IMPORTING", &self.id(from));
+        self.set_slot(from, slot, "MIGRATING", &self.id(to));
+    }
+
+    /// The second half: the keys go over (MIGRATE), and every node learns the slot's new master.
+    pub fn finish_move(&self, slot: u16, from: usize, to: usize) {
         let mut source = self.nodes[from].connection();
-        let mut target = self.nodes[to].connection();
-        let setslot = |conn: &mut redis::Connection, how: &str, node: &str| {
-            redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg(how)
-                .arg(node)
-                .query::<()>(conn)
-                .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {how}: {e}"));
-        };
-        setslot(&mut target, "IMPORTING", &from_id);
-        setslot(&mut source, "MIGRATING", &to_id);
         for _ in 0..100 {
             let keys: Vec<String> = redis::cmd("CLUSTER")
                 .arg("GETKEYSINSLOT")
@@ -184,12 +195,22 @@ impl RedisCluster {
                 .query::<()>(&mut source)
                 .expect("MIGRATE");
         }
-        setslot(&mut target, "NODE", &to_id);
-        setslot(&mut source, "NODE", &to_id);
-        let third = (0..3)
-            .find(|i| *i != from && *i != to)
-            .expect("three nodes");
-        setslot(&mut self.nodes[third].connection(), "NODE", &to_id);
+        let to_id = self.id(to);
+        for node in [to, from, 3 - from - to] {
+            self.set_slot(node, slot, "NODE", &to_id);
+        }
+    }
+
+    /// How many TRYAGAIN errors node `node` has answered.
+    pub fn try_agains(&self, node: usize) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("errorstats")
+            .query(&mut self.nodes[node].connection())
+            .expect("INFO errorstats");
+        info.lines()
+            .find_map(|l| l.strip_prefix("errorstat_TRYAGAIN:count="))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
     }
 }
 

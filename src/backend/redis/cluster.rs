@@ -32,8 +32,11 @@ const SCHEMES: [(&str, &str); 2] = [
 /// How many redirects one call follows before it counts as failed.
 const MAX_REDIRECTS: usize = 5;
 
-/// How long a call waits before trying again a slot being moved (TRYAGAIN).
+/// How long a call waits before trying again a slot being moved (TRYAGAIN), and how often at most
+/// (within the call's time): a lock's scripts name all its keys, some of which may not exist, so
+/// they get TRYAGAIN for as long as the slot is half moved, which is usually milliseconds.
 const TRY_AGAIN_PAUSE: Duration = Duration::from_millis(20);
+const MAX_TRY_AGAIN: usize = 50;
 
 /// What a cluster `Server` knows besides the node it talks to now.
 pub(super) struct Cluster {
@@ -184,7 +187,11 @@ impl Server {
         let started = Instant::now();
         let mut asking = false;
         let mut last = None;
-        for _ in 0..MAX_REDIRECTS {
+        let mut redirects = 0;
+        for _ in 0..MAX_REDIRECTS + MAX_TRY_AGAIN {
+            if redirects > MAX_REDIRECTS {
+                break;
+            }
             let left = timeout.saturating_sub(started.elapsed());
             if left < Duration::from_millis(1) {
                 break;
@@ -213,6 +220,7 @@ impl Server {
                         let why = format!("answered with a malformed redirect {detail:?}");
                         return Err(self.fault(FaultKind::Protocol, why));
                     };
+                    redirects += 1;
                     if matches!(fault.kind, FaultKind::Moved) {
                         cluster.routes.insert(slot, addr.clone());
                     } else {
@@ -231,6 +239,7 @@ impl Server {
                     if addr == self.addr {
                         return Err(fault);
                     }
+                    redirects += 1;
                     self.switch(&addr);
                 }
                 _ => return Err(fault),
