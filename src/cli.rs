@@ -59,7 +59,8 @@ pub struct GlobalArgs {
 
     /// The backend's address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db]
     /// (give it 3, 5, ... times for Redlock) or
-    /// redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P],
+    /// redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or
+    /// redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS),
     /// zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port
     /// (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file's url
     /// may list several, separated by commas or spaces.

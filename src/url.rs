@@ -116,7 +116,7 @@ pub fn user_password(userinfo: &str, what: &str, shown: &str) -> anyhow::Result<
 pub fn with_password() -> impl proptest::strategy::Strategy<Value = String> {
     use proptest::strategy::Strategy;
     let pieces = (
-        "redis://|rediss://|zk://|redis\\+unix://|unix://|file://|",
+        "redis://|rediss://|redis\\+cluster://|rediss\\+cluster://|zk://|redis\\+unix://|unix://|file://|",
         "[a-z]{0,6}",
         "[A-Za-z0-9/:@?#%&=.+\\[\\]-]{0,12}SECRET[A-Za-z0-9/:@?#%&=.+\\[\\]-]{0,12}",
         "127\\.0\\.0\\.1:1|\\[::1\\]:1|h:x|h|/tmp/none\\.sock|",

@@ -98,9 +98,15 @@ fn password(global: &mut GlobalArgs) -> Result<(), String> {
 fn takes(kind: BackendKind, url: &str) -> bool {
     match kind {
         BackendKind::File => !url.contains("://") || url.starts_with("file://"),
-        BackendKind::Redis => ["redis://", "rediss://", "redis+sentinel://"]
-            .iter()
-            .any(|scheme| url.starts_with(scheme)),
+        BackendKind::Redis => [
+            "redis://",
+            "rediss://",
+            "redis+sentinel://",
+            "redis+cluster://",
+            "rediss+cluster://",
+        ]
+        .iter()
+        .any(|scheme| url.starts_with(scheme)),
         BackendKind::Zk => url.starts_with("zk://"),
         BackendKind::Postgres => url.starts_with("postgres://") || url.starts_with("postgresql://"),
         BackendKind::Etcd => url.starts_with("etcd://") || url.starts_with("etcds://"),
@@ -211,6 +217,8 @@ mod tests {
             "redis://127.0.0.1:1",
             "rediss://127.0.0.1:1",
             "redis+sentinel://127.0.0.1:1/main",
+            "redis+cluster://127.0.0.1:1,127.0.0.1:2",
+            "rediss+cluster://127.0.0.1:1",
             "zk://127.0.0.1:1",
             "http://127.0.0.1:1",
             "unix:///nonexistent.sock",

@@ -114,17 +114,22 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
             Some(holder)
         }
         Kind::Redis => {
-            // On every server, so that Redlock's majority sees it too.
+            // On every server, so that Redlock's majority sees it too (in a cluster, on the node
+            // that serves the lock: the others answer MOVED).
+            let clustered = t.urls()[0].starts_with("redis+cluster://");
             for url in t.redis_urls() {
                 let mut conn = redis::Client::open(url.as_str())
                     .and_then(|c| c.get_connection_with_timeout(std::time::Duration::from_secs(5)))
                     .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
-                redis::cmd("ZADD")
+                let added = redis::cmd("ZADD")
                     .arg("dlock:{x}:holders")
                     .arg(99_999_999_999_999u64)
                     .arg("ab")
-                    .query::<()>(&mut conn)
-                    .unwrap();
+                    .query::<()>(&mut conn);
+                match added {
+                    Err(e) if clustered && e.code() == Some("MOVED") => continue,
+                    added => added.unwrap(),
+                }
                 redis::cmd("HSET")
                     .arg("dlock:{x}:owners")
                     .arg("ab")

@@ -93,6 +93,7 @@ contract! {
         redis => Target::suite_redis(),
         redlock => Target::suite_redlock(),
         sentinel => Target::suite_sentinel(),
+        cluster => Target::redis_cluster(),
         zk => Target::suite_zk(),
         postgres => Target::suite_postgres(),
         etcd => Target::etcd_backend(),

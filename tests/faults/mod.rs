@@ -329,6 +329,9 @@ checked_backends! {
     // restarted empty forgets its locks and tokens; tests/redis.rs shows the holder then loses.)
     redis_backend_keeps_mutual_exclusion_under_faults:
         Target::durable_redis(), "redis, one server with an append-only file", REDIS_TTL;
+    // Three masters without replicas, with an append-only file each; see redis_cluster_for_lock.
+    redis_cluster_keeps_mutual_exclusion_under_faults:
+        Target::redis_cluster_for_lock("crit"), "redis, cluster of three masters", REDIS_TTL;
     // Servers without persistence, restarted empty after a lease as Redlock requires.
     redlock_keeps_mutual_exclusion_under_faults:
         Target::redlock_back_empty_after(redlock_ttl()), "redis, Redlock over three servers",

@@ -1,7 +1,8 @@
-//! Servers that accept and never answer, answer a byte at a time, or speak another protocol.
+//! Servers that accept and never answer, answer a byte at a time, speak another protocol, or
+//! redirect for ever as a cluster node.
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -62,26 +63,40 @@ fn signals_end_a_connection_to_a_silent_redis_or_zookeeper_at_once() {
     ends_at_once_on(libc::SIGTERM, &listener, cmd);
 }
 
-/// A server that answers every connection with `answer`, `pace` apart per byte.
-fn fake_server(answer: &'static [u8], pace: Duration) -> u16 {
+/// A loopback server whose connections (the first 20) `talk` handles, each on a thread of its
+/// own, given the server's port.
+fn fake(
+    talk: fn(TcpStream, u16, &'static [u8], Duration),
+    answer: &'static [u8],
+    pace: Duration,
+) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for conn in listener.incoming().take(20) {
-            let Ok(mut conn) = conn else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf);
-                for b in answer.iter().cycle().take(4000) {
-                    if conn.write_all(&[*b]).is_err() {
-                        return;
-                    }
-                    std::thread::sleep(pace);
-                }
-            });
+            let Ok(conn) = conn else { continue };
+            std::thread::spawn(move || talk(conn, port, answer, pace));
         }
     });
     port
+}
+
+/// A server that answers every connection with `answer`, `pace` apart per byte.
+fn fake_server(answer: &'static [u8], pace: Duration) -> u16 {
+    fake(
+        |mut conn, _, answer, pace| {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            for b in answer.iter().cycle().take(4000) {
+                if conn.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(pace);
+            }
+        },
+        answer,
+        pace,
+    )
 }
 
 #[test]
@@ -127,4 +142,44 @@ fn a_server_that_is_not_redis_is_named_in_one_line() {
         stderr(&out).trim(),
         format!("dlock: the server at 127.0.0.1:{port} does not speak the Redis protocol")
     );
+}
+
+/// A "cluster node" that answers every command with a redirect to itself.
+fn redirecting_server() -> u16 {
+    fake(
+        |mut conn, port, _, _| {
+            let answer = format!("-MOVED 1 127.0.0.1:{port}\r\n");
+            let mut buf = [0u8; 4096];
+            for _ in 0..1000 {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                if conn.write_all(answer.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        },
+        b"",
+        Duration::ZERO,
+    )
+}
+
+#[test]
+fn a_cluster_that_redirects_for_ever_is_given_up_in_one_line() {
+    let port = redirecting_server();
+    let started = Instant::now();
+    let out = output(redis_at(
+        &format!("redis+cluster://127.0.0.1:{port}"),
+        &["--connect-timeout", "2s", "run", "loop", "--", "true"],
+    ));
+    let took = started.elapsed();
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("kept redirecting"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(took < Duration::from_secs(3), "took {took:?}");
 }

@@ -3,7 +3,7 @@
 //! something else (`fake_servers`), and Redis ACL users without the permissions dlock needs.
 
 mod fake_servers;
-mod redis;
+pub(crate) mod redis;
 mod zk;
 
 use std::process::Command;

@@ -125,7 +125,7 @@ fn failed_redis_renewals_are_not_logged_as_renewed_and_are_warned_about() {
 }
 
 /// The ACL the README gives for dlock's user.
-const MINIMAL_ACL: &[&str] = &[
+pub(crate) const MINIMAL_ACL: &[&str] = &[
     "~dlock:*",
     "&dlock:wake:*",
     "+evalsha",

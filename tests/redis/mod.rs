@@ -1,13 +1,15 @@
 //! The Redis backend's own mechanism against real redis-servers (each test starts its own): every
 //! way of losing a lease (key deleted, server stopped or restarted empty, holder killed), waiting
 //! by events in arrival order that leaves nothing behind, one connection per run, Redlock over
-//! three and five servers (redlock.rs), passwords, TLS and bad addresses (access.rs). What every
-//! backend owes is in the contract suite.
+//! three and five servers (redlock.rs), passwords, TLS and bad addresses (access.rs), Redis Cluster
+//! (cluster.rs: redirects, names on several masters, slots moved while held). What every backend
+//! owes is in the contract suite.
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 mod access;
+mod cluster;
 mod redlock;
 mod waiting;
 

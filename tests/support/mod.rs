@@ -9,6 +9,7 @@ pub mod figures;
 pub mod mysql_server;
 pub mod pg_server;
 pub mod pgbouncer;
+pub mod redis_cluster;
 pub mod redis_server;
 pub mod relay;
 pub mod sentinel_faults;

@@ -290,8 +290,8 @@ pub enum Comeback {
 
 /// A server the fault checker pauses and crashes. Behind a mutex because the checker shares it.
 pub struct FaultyRedis {
-    server: Mutex<RedisServer>,
-    comeback: Comeback,
+    pub server: Mutex<RedisServer>,
+    pub comeback: Comeback,
 }
 
 impl ServerControl for FaultyRedis {

@@ -64,10 +64,19 @@ impl Target {
     /// The arguments that select this backend with its servers reached at other loopback ports
     /// (relays), one per server in the order of `ports`.
     pub fn args_through(&self, ports: &[u16]) -> Vec<String> {
-        self.servers
+        if let Some(args) = self.servers.iter().find_map(|s| s.args_through(ports)) {
+            return args;
+        }
+        if self
+            .urls()
             .iter()
-            .find_map(|s| s.args_through(ports))
-            .unwrap_or_else(|| self.kind.args(ports))
+            .any(|u| u.starts_with("redis+cluster://"))
+        {
+            let seeds: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+            let url = format!("redis+cluster://{}", seeds.join(","));
+            return vec!["--backend".into(), "redis".into(), "--url".into(), url];
+        }
+        self.kind.args(ports)
     }
 
     pub fn dlock(&self, args: &[&str]) -> Command {
@@ -115,6 +124,15 @@ impl Target {
     /// `redis+sentinel://` URL its master's (the suite's sentinel set never fails over), in the
     /// same database.
     pub fn redis_urls(&self) -> Vec<String> {
+        // A cluster: each of its nodes (a script must go to the node that serves its keys).
+        if self
+            .urls()
+            .iter()
+            .any(|u| u.starts_with("redis+cluster://"))
+        {
+            let nodes = self.ports.iter();
+            return nodes.map(|p| format!("redis://127.0.0.1:{p}")).collect();
+        }
         let urls = self.urls().into_iter().zip(&self.ports);
         urls.map(|(url, port)| match url.strip_prefix("redis+sentinel://") {
             Some(rest) => {

@@ -35,6 +35,12 @@ pub(super) enum FaultKind {
     NoMaster,
     /// The master granted or renewed, but too few replicas acknowledged it in time (`--replicas`).
     Unreplicated,
+    /// A cluster node: the slot is served by another node (`SLOT HOST:PORT` in the detail).
+    Moved,
+    /// A cluster node: the slot is being moved, ask the node named once (`SLOT HOST:PORT`).
+    Ask,
+    /// A cluster node: the slot is half moved, try again shortly.
+    TryAgain,
 }
 
 impl Fault {
@@ -57,6 +63,23 @@ impl Fault {
             || e.to_string().contains("unauthenticated")
         {
             return fault(FaultKind::Auth, String::new());
+        }
+        match e.code() {
+            Some("MOVED") => return fault(FaultKind::Moved, e.detail().unwrap_or("").to_owned()),
+            Some("ASK") => return fault(FaultKind::Ask, e.detail().unwrap_or("").to_owned()),
+            Some("TRYAGAIN") => {
+                return fault(
+                    FaultKind::TryAgain,
+                    "a slot is being moved between cluster nodes".into(),
+                )
+            }
+            Some("CLUSTERDOWN") => {
+                return fault(
+                    FaultKind::Down,
+                    escaped(e.detail().unwrap_or("the cluster is down"), 300),
+                )
+            }
+            _ => {}
         }
         if matches!(e.code(), Some("NOPERM")) {
             // The server's own words, without the client's name for the error's kind (`NoPerm:`).
@@ -92,7 +115,7 @@ impl Fault {
 
     /// Whether waiting cannot cure it: anything but a server that is down.
     pub(super) fn is_fatal(&self) -> bool {
-        !matches!(self.kind, FaultKind::Down)
+        !matches!(self.kind, FaultKind::Down | FaultKind::TryAgain)
     }
 
     /// How it failed, without where.
@@ -122,7 +145,16 @@ impl Fault {
                 self.addr
             ),
             FaultKind::NoMaster => anyhow!("the redis sentinels at {} {}", self.addr, self.detail),
-            FaultKind::Unreplicated => anyhow!("redis at {}: {}", self.addr, self.detail),
+            FaultKind::Unreplicated | FaultKind::TryAgain => {
+                anyhow!("redis at {}: {}", self.addr, self.detail)
+            }
+            // Only a plain redis:// URL meets these unfollowed: it names a cluster node.
+            FaultKind::Moved | FaultKind::Ask => anyhow!(
+                "redis at {} is a node of a Redis Cluster that serves other slots: give the \
+                 cluster as --url redis+cluster://{}",
+                self.addr,
+                self.addr
+            ),
             FaultKind::Refused => {
                 anyhow!(
                     "redis at {} answered with an error: {}",

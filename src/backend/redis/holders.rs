@@ -37,6 +37,7 @@ impl RedisBackend {
         let keys = Keys::of(name);
         let timeout = self.connect_timeout;
         let replies = on_all(&mut servers, |s| {
+            s.at(&keys.base);
             s.call(timeout, |l| scripts::status(&mut l.conn, &keys))
         });
         let mut merged: BTreeMap<String, Holder> = BTreeMap::new();
@@ -81,18 +82,22 @@ impl RedisBackend {
         let names = {
             let mut servers = self.servers();
             let timeout = self.connect_timeout;
-            let found = on_all(&mut servers, |s| {
-                s.call(timeout, |l| scan(&mut l.conn, &pattern))
-            });
+            let found: Vec<_> = on_all(&mut servers, |s| {
+                s.call_everywhere(timeout, |l| scan(&mut l.conn, &pattern))
+            })
+            .into_iter()
+            .flatten()
+            .collect();
             let mut names = Vec::new();
             let mut faults = Vec::new();
+            let total = found.len();
             for result in found {
                 match result {
                     Ok(keys) => names.extend(keys),
                     Err(fault) => faults.push(fault),
                 }
             }
-            if faults.len() == servers.len() {
+            if faults.len() == total {
                 if let Some(fault) = faults.first() {
                     return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
                 }
@@ -125,6 +130,7 @@ impl RedisBackend {
         let keys = Keys::of(name);
         let timeout = self.connect_timeout;
         let replies = on_all(&mut servers, |s| {
+            s.at(&keys.base);
             s.call(timeout, |l| scripts::holders(&mut l.conn, &keys, script))
         });
         let mut merged: BTreeMap<String, Holder> = BTreeMap::new();

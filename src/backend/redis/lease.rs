@@ -70,6 +70,9 @@ impl RedisLease {
         f: impl Fn(&mut Server) -> Option<Result<bool, Fault>> + Sync,
     ) -> Tally {
         let mut servers = lock(&self.servers);
+        for server in servers.iter_mut() {
+            server.at(&self.ask.keys.base);
+        }
         let answers = on_all(&mut servers, f);
         let mut tally = Tally {
             total: answers.len(),

@@ -48,12 +48,17 @@
 //! master when a connection opens (`sentinel`); with `--replicas N` every grant and renewal waits
 //! for N replicas (`replication`), so a failover to one of them keeps the lease and the counter.
 //!
+//! On Redis Cluster (`redis+cluster://`), one `Server` whose connection goes, before each lock's
+//! calls, to the master of the lock's slot, following MOVED, ASK and TRYAGAIN (`cluster`).
+//!
 //! Where things are: `server` (one server: URL, connection, calls), `sentinel` (finding the master),
+//! `cluster` (Redis Cluster: slots, routing, redirects),
 //! `replication` (WAIT), `fault` (what went wrong, in
 //! words), `keys` (a name's keys), `scripts` (the Lua scripts, their arguments and replies),
 //! `redlock` (a round over every server, quorum, tokens), `wait` (the queue and grants), `lease`
 //! (renew, release), `holders` (status, list, release --force).
 
+mod cluster;
 mod fault;
 mod holders;
 mod keys;

@@ -1,7 +1,7 @@
 -- Run once per connection of a Redis ACL user (not `default`) before it does anything: the first
 -- command dlock needs that the user may not run, as "COMMAND on KEY-OR-CHANNEL", or "" when it may
 -- run them all. KEYS[1]: a key of dlock's (dlock:{check}:holders), so key patterns are checked.
-local key = KEYS[1]
+local key = KEYS[1] or ARGV[1]
 local channel = 'dlock:wake:check'
 local checks = {
   {'EVALSHA', '0000000000000000000000000000000000000000', '1', key},

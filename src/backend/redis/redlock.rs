@@ -175,6 +175,7 @@ impl RedisBackend {
             return true;
         }
         let raised = on_each(servers, |i, s| {
+            s.at(&ask.keys.base);
             granted.iter().any(|&(g, _)| g == i)
                 && s.call_acked(
                     timeout,
@@ -192,6 +193,7 @@ impl RedisBackend {
     pub(super) fn undo(&self, servers: &mut [Server], ask: &Ask, place: Place) {
         let timeout = self.op_timeout(servers.len(), ask.ttl);
         on_all(servers, |s| {
+            s.at(&ask.keys.base);
             s.call(timeout, |l| ask.release(&mut l.conn, place)).ok()
         });
     }
@@ -202,6 +204,7 @@ impl RedisBackend {
     pub(super) fn undo_connected(&self, servers: &mut [Server], ask: &Ask) {
         let timeout = self.op_timeout(servers.len(), ask.ttl);
         on_all(servers, |s| {
+            s.at(&ask.keys.base);
             if s.is_connected() {
                 let _ = s.call(timeout, |l| ask.release(&mut l.conn, Place::Leave));
             }

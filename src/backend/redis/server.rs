@@ -12,6 +12,7 @@ use redis::{
     PushInfo, PushKind, RedisError,
 };
 
+use super::cluster::{self, Cluster};
 use super::fault::{self, Fault, FaultKind};
 use super::scripts::{self, Ask, Reply};
 use super::sentinel::{self, Sentinels};
@@ -39,9 +40,9 @@ pub(super) struct Server {
     pub(super) client: Client,
     pub(super) link: Option<Link>,
     /// The socket timeouts last set on the connection, to skip needless system calls.
-    timeout: Option<Duration>,
+    pub(super) timeout: Option<Duration>,
     /// A new connection's budget: connecting (TCP, TLS, AUTH) and its first reply share one.
-    first_reply_by: Option<Instant>,
+    pub(super) first_reply_by: Option<Instant>,
     /// The ACL user the URL names (not `default`): its permissions are checked on connecting.
     acl_user: Option<String>,
     /// For `redis+sentinel://`: who names the master each new connection goes to, and the
@@ -49,6 +50,8 @@ pub(super) struct Server {
     pub(super) sentinel: Option<(Sentinels, ConnectionInfo)>,
     /// The node the sentinels named last, and when they were asked.
     pub(super) master: Option<((String, u16), Instant)>,
+    /// For `redis+cluster://`: the slots' masters and the connections to them.
+    pub(super) cluster: Option<Box<Cluster>>,
 }
 
 /// A connection to one server (RESP3), and the messages read on it.
@@ -63,7 +66,7 @@ pub(super) struct Link {
 impl Link {
     /// The token of a grant of the lock `base` among the messages read so far; other messages
     /// (stale grants of other locks, subscription confirmations) are dropped.
-    fn grant(&self, base: &str) -> Option<Token> {
+    pub(super) fn grant(&self, base: &str) -> Option<Token> {
         self.messages.try_iter().find_map(|m| grant_of(&m, base))
     }
 }
@@ -80,6 +83,9 @@ fn grant_of(message: &PushInfo, base: &str) -> Option<Token> {
 
 impl Server {
     pub(super) fn parse(url: &str) -> anyhow::Result<Server> {
+        if cluster::is_cluster_url(url) {
+            return cluster::parse(url);
+        }
         if !url.starts_with(sentinel::SCHEME) {
             return Server::parse_plain(url, &redact(url));
         }
@@ -95,7 +101,7 @@ impl Server {
     }
 
     /// A `redis://` or `rediss://` URL (`shown`: how messages show it).
-    fn parse_plain(url: &str, shown: &str) -> anyhow::Result<Server> {
+    pub(super) fn parse_plain(url: &str, shown: &str) -> anyhow::Result<Server> {
         if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
             return Err(anyhow!(
                 "{shown:?} is not a redis URL: use redis://[user:password@]host:port[/db] or rediss://..."
@@ -182,6 +188,7 @@ impl Server {
             acl_user,
             sentinel: None,
             master: None,
+            cluster: None,
         })
     }
 
@@ -193,7 +200,11 @@ impl Server {
     /// The token of a grant of the lock `base` among the messages read so far on this server's
     /// connection; see `Link::grant`.
     pub(super) fn grant(&self, base: &str) -> Option<Token> {
-        self.link.as_ref().and_then(|l| l.grant(base))
+        let parked = || self.cluster.as_ref()?.grant(base);
+        self.link
+            .as_ref()
+            .and_then(|l| l.grant(base))
+            .or_else(parked)
     }
 
     pub(super) fn fault(&self, kind: FaultKind, detail: String) -> Fault {
@@ -236,13 +247,22 @@ impl Server {
     /// without this, a missing permission shows only half-way through a script, for instance a
     /// release that freed the lock and then could not tell the next waiter.
     fn check_permissions(&mut self, user: &str, timeout: Duration) -> Result<(), Fault> {
-        let missing: String = self.call(timeout, |l| {
+        // In a cluster the key goes as an argument: a key would have to be in this node's slots.
+        let keys = if self.cluster.is_some() { 0 } else { 1 };
+        let check = |l: &mut Link| {
             redis::cmd("EVAL")
                 .arg(PERMISSIONS_CHECK)
-                .arg(1)
+                .arg(keys)
                 .arg("dlock:{check}:holders")
                 .query(&mut l.conn)
-        })?;
+        };
+        let missing: String = match self.cluster {
+            // Not `call`: that would follow redirects, and this runs inside one.
+            Some(_) => self
+                .call_once(timeout, &mut { check })
+                .map_err(|(f, _)| f)?,
+            None => self.call(timeout, check)?,
+        };
         if missing.is_empty() {
             return Ok(());
         }
@@ -264,6 +284,9 @@ impl Server {
         timeout: Duration,
         mut f: impl FnMut(&mut Link) -> redis::RedisResult<T>,
     ) -> Result<T, Fault> {
+        if self.cluster.is_some() {
+            return self.call_routed(timeout, &mut f);
+        }
         let started = Instant::now();
         let had_link = self.link.is_some();
         match self.call_once(timeout, &mut f) {
@@ -279,7 +302,7 @@ impl Server {
     }
 
     /// One `call`; a failure says whether it looks like a failover (worth one more try).
-    fn call_once<T>(
+    pub(super) fn call_once<T>(
         &mut self,
         timeout: Duration,
         f: &mut impl FnMut(&mut Link) -> redis::RedisResult<T>,
@@ -312,8 +335,10 @@ impl Server {
                 let fault = failover.unwrap_or_else(|| self.classify(&e, budget));
                 // A server error leaves the connection as it was, but one without RESP3 is now
                 // half in pub/sub mode.
-                if !matches!(fault.kind, FaultKind::Refused)
-                    || e.kind() == redis::ErrorKind::RESP3NotSupported
+                if !matches!(
+                    fault.kind,
+                    FaultKind::Refused | FaultKind::Moved | FaultKind::Ask | FaultKind::TryAgain
+                ) || e.kind() == redis::ErrorKind::RESP3NotSupported
                 {
                     self.link = None;
                 }
@@ -354,6 +379,7 @@ impl Server {
         // where the lock looks free once its holder renews on the new one: ask where the master
         // is now (at most once a second).
         self.master_moved(timeout / 2, false);
+        self.at(&ask.keys.base);
         let listen = |link: &mut Link| {
             if wait && !link.subscribed {
                 let reply = ask.acquire_listening(&mut link.conn, ticket)?;

@@ -166,6 +166,7 @@ impl RedisBackend {
                 }
             }
             let server = servers.get_mut(at)?;
+            server.at(base);
             let slice = waiting.slice((until - now).min(CANCEL_CHECK));
             if server.read_message(slice).is_err() {
                 return None;

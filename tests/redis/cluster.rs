@@ -1,0 +1,244 @@
+//! Redis Cluster's own mechanism on a real three-master cluster: a seed that serves other slots
+//! redirects dlock to the lock's master, names on different masters are taken all or nothing,
+//! `list` covers every master, a plain `redis://` URL naming a node is refused with the URL to
+//! use, and a lock whose slot moves to another master while it is held and waited for stays held
+//! and passes to its waiter with the next token.
+
+use super::*;
+use crate::support::redis_cluster::RedisCluster;
+
+/// The size of the queue of `name` on node `node` of `cluster`.
+fn queued_on(cluster: &RedisCluster, node: usize, name: &str) -> usize {
+    queued(&cluster.nodes[node], name)
+}
+
+/// A `redis+cluster://` URL whose only seed is node `node`.
+fn seeded_at(cluster: &RedisCluster, node: usize) -> [String; 1] {
+    [format!(
+        "redis+cluster://127.0.0.1:{}",
+        cluster.nodes[node].port()
+    )]
+}
+
+/// Names `PREFIX` on each of the three masters, held together by one run at `url` until the
+/// returned child is killed; once they are held.
+fn hold_one_per_master(
+    cluster: &RedisCluster,
+    url: &[String],
+    prefix: &str,
+    dir: &LockDir,
+) -> (Vec<String>, std::process::Child) {
+    let names: Vec<String> = (0..3).map(|n| cluster.name_on(prefix, n)).collect();
+    let marker = dir.file("in");
+    let script = format!("touch {}; exec sleep 60", marker.display());
+    let mut args = vec!["run"];
+    args.extend(names.iter().map(String::as_str));
+    args.extend(["--", "sh", "-c", &script]);
+    let holder = dlock_at(url, &args).spawn().unwrap();
+    wait_for_file(&marker, T);
+    (names, holder)
+}
+
+#[test]
+fn a_seed_that_serves_other_slots_redirects_to_the_locks_master() {
+    let cluster = RedisCluster::start();
+    let name = cluster.name_on("elsewhere/", 2);
+    let out = output(dlock_at(
+        &seeded_at(&cluster, 0),
+        &["run", &name, "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "1");
+    // The lock's counter is on its own master, and nowhere else.
+    let token_key = format!("dlock:{{{name}}}:token");
+    assert_eq!(cluster.nodes[2].keys(), [token_key]);
+    assert!(cluster.nodes[0].keys().is_empty());
+}
+
+#[test]
+fn a_plain_url_naming_a_cluster_node_is_refused_with_the_cluster_url() {
+    let cluster = RedisCluster::start();
+    let name = cluster.name_on("plain/", 1);
+    let url = [cluster.nodes[0].url()];
+    let out = output(dlock_at(&url, &["run", &name, "--", "true"]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    let want = format!(
+        "--url redis+cluster://127.0.0.1:{}",
+        cluster.nodes[0].port()
+    );
+    assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+}
+
+#[test]
+fn names_on_different_masters_are_taken_all_or_nothing() {
+    let cluster = RedisCluster::start();
+    let url = [cluster.url()];
+    let dir = LockDir::new();
+    let (free, busy) = (cluster.name_on("set/", 0), cluster.name_on("set/", 2));
+    let _holder = start_holder(&url, &[], &busy, &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let out = output(dlock_at(&url, &["run", "-n", &free, &busy, "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    // The name that was free is not left held, nor anyone left in its line.
+    let status = output(dlock_at(&url, &["status", &free]));
+    assert_eq!(code(&status), 1, "{}", stdout(&status));
+    assert_eq!(queued_on(&cluster, 0, &free), 0);
+}
+
+#[test]
+fn list_shows_the_locks_of_every_master() {
+    let cluster = RedisCluster::start();
+    let url = [cluster.url()];
+    let dir = LockDir::new();
+    let (names, mut holder) = hold_one_per_master(&cluster, &url, "every/", &dir);
+    let out = output(dlock_at(&url, &["list"]));
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    for name in &names {
+        assert!(
+            stdout(&out).contains(name.as_str()),
+            "{name}:\n{}",
+            stdout(&out)
+        );
+    }
+}
+
+#[test]
+fn a_lock_whose_slot_moves_to_another_master_stays_held_and_passes_to_its_waiter() {
+    let cluster = RedisCluster::start();
+    let url = [cluster.url()];
+    let dir = LockDir::new();
+    let name = cluster.name_on("moving/", 0);
+    let mut holder = start_holder(
+        &url,
+        &["--ttl", "1500ms", "--kill-after", "1s"],
+        &name,
+        &dir.file("pid"),
+    );
+    read_pid(&dir.file("pid"));
+    let next = dir.file("next");
+    let script = format!("echo $DLOCK_TOKEN > {}", next.display());
+    let waiter = Watched::start(dlock_at(
+        &url,
+        &["run", "--ttl", "1500ms", &name, "--", "sh", "-c", &script],
+    ));
+    wait_until("the waiter to queue", T, || {
+        queued_on(&cluster, 0, &name) == 1
+    });
+    holder.wait_for_more("renewed", 1, T);
+
+    let slot = cluster.slot_of(&format!("dlock:{{{name}}}"));
+    cluster.move_slot(slot, 0, 1);
+    assert_eq!(cluster.node_of_lock(&name), 1);
+    // The holder renews on the new master for longer than a lease, the waiter still waits.
+    holder.wait_for_more("renewed", 4, T);
+    assert!(!next.exists(), "the waiter got the lock while it was held");
+    assert_eq!(queued_on(&cluster, 1, &name), 1, "the waiter's place moved");
+
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.wait_for_more("released", 1, T);
+    let (_, said) = holder.finish(T);
+    assert!(!said.contains("lost"), "{said}");
+    wait_for_file(&next, T);
+    let (status, said) = waiter.finish(T);
+    assert_eq!(status, 0, "{said}");
+    let token: u64 = std::fs::read_to_string(&next)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(token, 2, "the waiter's token follows the holder's");
+    // The counter moved with the slot: the next acquisition gets the token after.
+    let out = output(dlock_at(
+        &url,
+        &["run", &name, "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+    ));
+    assert_eq!(stdout(&out).trim(), "3", "{}", stderr(&out));
+    assert!(
+        cluster.nodes[0].keys().is_empty(),
+        "keys left on the old master"
+    );
+}
+
+#[test]
+fn a_cluster_url_in_dlock_url_goes_with_backend_redis_on_the_command_line() {
+    let cluster = RedisCluster::start();
+    let out = output({
+        let mut cmd = dlock();
+        cmd.env("DLOCK_URL", cluster.url())
+            .args(["--backend", "redis", "run", "from-env", "--"])
+            .args(["sh", "-c", "echo $DLOCK_TOKEN"]);
+        cmd
+    });
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "1");
+}
+
+#[test]
+fn the_readmes_cluster_acl_works_on_every_master_and_a_weaker_one_is_refused() {
+    let mut args = vec!["--user", "dlock", "on", ">pw"];
+    args.extend_from_slice(crate::netfaults::redis::MINIMAL_ACL);
+    args.extend_from_slice(&["+asking", "+cluster|slots"]);
+    args.extend_from_slice(&["--user", "weak", "on", ">pw", "~dlock:*", "&dlock:wake:*"]);
+    args.extend(
+        crate::netfaults::redis::MINIMAL_ACL
+            .iter()
+            .filter(|p| **p != "+publish"),
+    );
+    // And one whose key pattern is not dlock's: its permissions are checked on dlock's keys too.
+    args.extend_from_slice(&["--user", "nokeys", "on", ">pw", "~other:*", "&dlock:wake:*"]);
+    args.extend(crate::netfaults::redis::MINIMAL_ACL.iter().skip(2));
+    let cluster = RedisCluster::start_with(&args);
+    let seeds = cluster.url().replace("redis+cluster://", "");
+    let minimal = [format!("redis+cluster://dlock:pw@{seeds}")];
+    let weak = [format!("redis+cluster://weak:pw@{seeds}")];
+    let dir = LockDir::new();
+    let (names, mut holder) = hold_one_per_master(&cluster, &minimal, "acl/", &dir);
+    let list = output(dlock_at(&minimal, &["list"]));
+    let status = output(dlock_at(&minimal, &["status", &names[2]]));
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    assert_eq!(code(&list), 0, "{}", stderr(&list));
+    for name in &names {
+        assert!(stdout(&list).contains(name.as_str()), "{}", stdout(&list));
+    }
+    assert_eq!(code(&status), 0, "{}", stderr(&status));
+
+    let nokeys = [format!("redis+cluster://nokeys:pw@{seeds}")];
+    for (url, refusal) in [
+        (&weak, "may not run PUBLISH on dlock:wake:*"),
+        (&nokeys, "may not run EVALSHA"),
+    ] {
+        let out = output(dlock_at(url, &["run", "x", "--", "true"]));
+        assert_eq!(code(&out), 69, "{}", stderr(&out));
+        assert!(stderr(&out).contains(refusal), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn a_call_on_a_half_moved_slot_is_tried_again_until_the_move_ends() {
+    let cluster = RedisCluster::start();
+    let url = [cluster.url()];
+    let dir = LockDir::new();
+    let name = cluster.name_on("half/", 0);
+    let _holder = start_holder(&url, &[], &name, &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let slot = cluster.slot_of(&format!("dlock:{{{name}}}"));
+    // Half moved: the lock's keys that exist are on node 0, the others nowhere, so every script
+    // on the lock gets TRYAGAIN until the move ends.
+    cluster.begin_move(slot, 0, 2);
+    let mut status = dlock_at(&url, &["status", &name])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // More TRYAGAINs than a call follows redirects: the call goes on, within its time.
+    wait_until("status to be told TRYAGAIN 8 times", T, || {
+        cluster.try_agains(0) >= 8 || status.try_wait().unwrap().is_some()
+    });
+    cluster.finish_move(slot, 0, 2);
+    let out = status.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(stdout(&out).contains("held"), "{}", stdout(&out));
+}
