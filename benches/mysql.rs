@@ -17,6 +17,8 @@ use support::mysql_server::{MyServer, DATABASE, PASSWORD};
 const UNCONTENDED_RUNS: usize = 40;
 const CONTENDERS: usize = 8;
 const ROUNDS_EACH: usize = 10;
+/// How long a holder sits idle while its CPU is measured.
+const IDLE: Duration = Duration::from_secs(60);
 
 fn main() {
     let dlock = support::dlock_bin();
@@ -118,6 +120,7 @@ fn main() {
         rates[0] / rates[2],
         rates[0] / rates[flock]
     );
+    support::idle::report_beside_flock(work.path(), dlock, "mysql", &url, IDLE);
     drop(server);
 }
 

@@ -16,6 +16,8 @@ use support::pg_server::{PgServer, PASSWORD};
 const UNCONTENDED_RUNS: usize = 40;
 const CONTENDERS: usize = 8;
 const ROUNDS_EACH: usize = 10;
+/// How long a holder sits idle while its CPU is measured.
+const IDLE: Duration = Duration::from_secs(60);
 
 fn main() {
     println!(
@@ -105,6 +107,7 @@ fn main() {
         rates[0] / rates[1],
         rates[0] / rates[2]
     );
+    support::idle::report_beside_flock(work.path(), dlock, "postgres", &url, IDLE);
     drop(server);
 }
 

@@ -5,6 +5,7 @@
 
 pub mod build;
 pub mod etcd_server;
+pub mod idle;
 pub mod mysql_server;
 pub mod pg_server;
 pub mod pgbouncer;
