@@ -374,4 +374,24 @@ fn a_queue_table_from_an_older_dlock_gains_who_waits() {
     let_go(&dir, "h");
     assert!(wait_exit(&mut held, T).success());
     assert_eq!(waiter.finish(T).0, 0);
+
+    // A waiter as an older dlock writes it: its mode, with no pid, host or time to show.
+    MyServer::shared()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .sql(
+            "INSERT INTO t_oldq_queue (name, owner, mode, alive_until) \
+             VALUES ('old', 'ab12', 'shared', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)",
+        );
+    // Not held (1), with a waiter in line.
+    let out = output(mysql_dlock(&url, &["status", "--json", "old"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let old = &json["waiters"][0];
+    assert_eq!(old["mode"], "shared", "{json}");
+    assert_eq!(old["owner"], "ab12", "{json}");
+    assert!(
+        old["pid"].is_null() && old.get("unreadable").is_none(),
+        "{json}"
+    );
 }

@@ -329,25 +329,37 @@ fn holder_of(row: &Row, waiting: bool) -> (String, Holder) {
     };
     let (expires_at, kept_until) = (time(8), time(9));
     let kept = text(row, 10).and_then(|note| Kept::from_note(&note));
+    // A waiter whose row says only what it waits for (an older dlock's, or one that has not yet
+    // written who it is): its mode and owner, the rest unknown rather than unreadable.
+    let anonymous = waiting && (4..8).all(|i| matches!(row.as_ref(i), Some(Value::NULL)));
     let parsed = Mode::from_wire(&mode)
         .filter(|_| (0..8).all(utf8))
-        .and_then(|m| {
-            Holder::checked(
-                m,
-                &owner,
-                &host,
-                pid.parse().ok()?,
-                since.parse().ok()?,
-                token_ok?,
-            )
-        })
-        .and_then(|h| h.with_message(message.as_deref()))
-        .map(|h| Holder {
-            expires_at,
-            kept_until,
-            kept: kept.filter(|_| kept_until.is_some()),
-            ..h
+        .filter(|_| anonymous)
+        .map(|m| Holder {
+            unreadable: None,
+            ..Holder::unreadable(m, &owner, "")
         });
+    let parsed = parsed.or_else(|| {
+        Mode::from_wire(&mode)
+            .filter(|_| (0..8).all(utf8))
+            .and_then(|m| {
+                Holder::checked(
+                    m,
+                    &owner,
+                    &host,
+                    pid.parse().ok()?,
+                    since.parse().ok()?,
+                    token_ok?,
+                )
+            })
+            .and_then(|h| h.with_message(message.as_deref()))
+            .map(|h| Holder {
+                expires_at,
+                kept_until,
+                kept: kept.filter(|_| kept_until.is_some()),
+                ..h
+            })
+    });
     let holder = parsed.unwrap_or_else(|| {
         let counted = match Mode::from_wire(&mode) {
             Some(m @ (Mode::Shared | Mode::Limit(_))) => m,

@@ -61,8 +61,8 @@ pub fn wait(
             }) => {
                 answered = true;
                 if let Some(new) = kept.filter(|&k| Some(k) != ticket) {
-                    // A new place. Best effort: status shows one whose writing failed as
-                    // unreadable.
+                    // A new place. Best effort: status shows one whose writing failed with
+                    // its mode only.
                     let _ = recipe.joined(&mut conn, request, me, new);
                 }
                 ticket = kept;
