@@ -6,17 +6,19 @@
 //! Run: `cargo bench --bench mysql`. It starts its own MariaDB server (tests/support) and stops it
 //! at the end. Every loop is bounded by a count.
 
+mod side_by_side;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::mysql_server::{MyServer, DATABASE, PASSWORD};
 
 const UNCONTENDED_RUNS: usize = 40;
 const CONTENDERS: usize = 8;
 const ROUNDS_EACH: usize = 10;
+/// How long a holder sits idle while its CPU is measured.
+const IDLE: Duration = Duration::from_secs(60);
 
 fn main() {
     let dlock = support::dlock_bin();
@@ -58,79 +60,24 @@ fn main() {
             format!("flock {} true", quote(&flock_file.display().to_string())),
         ),
     ];
-    let flock = tools.len() - 1;
-    // Warm up (creates dlock's tables).
-    for (_, line) in &tools {
-        shell(line);
-    }
-    println!("uncontended `run NAME -- true`, median of {UNCONTENDED_RUNS} (interleaved):");
-    let mut samples: Vec<Vec<Duration>> = vec![vec![]; tools.len()];
-    for _ in 0..UNCONTENDED_RUNS {
-        for (i, (_, line)) in tools.iter().enumerate() {
-            samples[i].push(shell(line));
-        }
-    }
-    let medians: Vec<f64> = samples
-        .iter_mut()
-        .map(|s| {
-            s.sort();
-            s[s.len() / 2].as_secs_f64() * 1000.0
-        })
-        .collect();
-    for ((name, _), m) in tools.iter().zip(&medians) {
-        println!(
-            "  {name:<24} {m:8.2} ms  ({:.2}x flock)",
-            m / medians[flock]
-        );
-    }
+    let tools = side_by_side::Tools {
+        lines: tools,
+        env: ("MYSQL_PWD", PASSWORD),
+    };
+    let flock = tools.lines.len() - 1;
+    let medians = tools.uncontended(UNCONTENDED_RUNS);
     println!(
         "  goal: within 3x of flock(1): {:.2}x; faster than the mysql idiom: {:.2}x of it",
         medians[0] / medians[flock],
         medians[0] / medians[1]
     );
-    println!("\n{CONTENDERS}-way contended, {ROUNDS_EACH} acquisitions each:");
-    let mut rates = vec![];
-    for (name, line) in &tools {
-        let start = Instant::now();
-        let children: Vec<_> = (0..CONTENDERS)
-            .map(|_| {
-                Command::new("sh")
-                    .arg("-c")
-                    .arg(format!(
-                        "i=0; while [ $i -lt {ROUNDS_EACH} ]; do {line}; i=$((i+1)); done"
-                    ))
-                    .env("MYSQL_PWD", PASSWORD)
-                    .stdout(Stdio::null())
-                    .spawn()
-                    .expect("sh")
-            })
-            .collect();
-        for mut child in children {
-            let _ = child.wait();
-        }
-        let rate = (CONTENDERS * ROUNDS_EACH) as f64 / start.elapsed().as_secs_f64();
-        println!("  {name:<24} {rate:8.1} acquisitions/s");
-        rates.push(rate);
-    }
+    let rates = tools.contended(CONTENDERS, ROUNDS_EACH);
     println!(
         "  goal: at least the mysql idiom: {:.2}x of it; {:.2}x of the seed recipe; {:.2}x of flock",
         rates[0] / rates[1],
         rates[0] / rates[2],
         rates[0] / rates[flock]
     );
+    support::idle::report_beside_flock(work.path(), dlock, "mysql", &url, IDLE);
     drop(server);
-}
-
-/// Runs `line` with sh; the time taken.
-fn shell(line: &str) -> Duration {
-    let start = Instant::now();
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(line)
-        .env("MYSQL_PWD", PASSWORD)
-        .stdout(Stdio::null())
-        .status()
-        .expect("sh");
-    assert!(status.success(), "{line}");
-    start.elapsed()
 }

@@ -119,6 +119,19 @@ fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for_and_the_minimal_grants
     let mut held = holder(&runner, &dir, &[], "d", "h");
     let out = output(mysql_dlock(&runner, &["status", "d"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // Without SELECT on the queue (what an older dlock's grants gave), no waiters are shown.
+    let waiters = |url: &str| {
+        let out = output(mysql_dlock(url, &["status", "--json", "d"]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        json["waiters"].clone()
+    };
+    assert!(waiters(&runner).is_null());
+    MyServer::shared()
+        .lock()
+        .unwrap()
+        .sql("GRANT SELECT ON dlock.t_min_queue TO runner@'127.0.0.1'");
+    assert_eq!(waiters(&runner), serde_json::json!([]));
     let out = output(mysql_dlock(&runner, &["run", "-n", "d", "--", "true"]));
     assert_eq!(code(&out), 75, "{}", stderr(&out));
     let_go(&dir, "h");
@@ -324,4 +337,61 @@ fn a_waiter_sleeps_through_a_min_hold_rather_than_polling() {
     // The waiter's statements, and this test's own two counts.
     let sent = statements() - before;
     assert!(sent < 40, "{sent} statements for one wait");
+}
+
+/// A queue table an older dlock made (before the waiters' pid, host, since and message were kept)
+/// gains those columns on first use by this dlock, and `status` then shows who waits.
+#[test]
+fn a_queue_table_from_an_older_dlock_gains_who_waits() {
+    let url = MyServer::shared_url("t_oldq_");
+    let out = output(mysql_dlock(&url, &["run", "q", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    MyServer::shared()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .sql(
+            "ALTER TABLE t_oldq_queue DROP COLUMN since, DROP COLUMN pid, DROP COLUMN host, \
+             DROP COLUMN message",
+        );
+    let dir = LockDir::new();
+    let mut held = holder(&url, &dir, &[], "q", "h");
+    let mut waiter = watched::Watched::start(mysql_dlock(
+        &url,
+        &["-v", "run", "--message", "next", "q", "--", "true"],
+    ));
+    waiter.wait_for("waiting for lock", T);
+    let out = output(mysql_dlock(&url, &["status", "--json", "q"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let waiters = json["waiters"].as_array().expect("a list of waiters");
+    assert_eq!(waiters.len(), 1, "{json}");
+    assert_eq!(waiters[0]["pid"], waiter.child.id(), "{json}");
+    assert_eq!(waiters[0]["message"], "next", "{json}");
+    assert!(
+        waiters[0]["host"].is_string() && waiters[0]["since"].is_string(),
+        "{json}"
+    );
+    let_go(&dir, "h");
+    assert!(wait_exit(&mut held, T).success());
+    assert_eq!(waiter.finish(T).0, 0);
+
+    // A waiter as an older dlock writes it: its mode, with no pid, host or time to show.
+    MyServer::shared()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .sql(
+            "INSERT INTO t_oldq_queue (name, owner, mode, alive_until) \
+             VALUES ('old', 'ab12', 'shared', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)",
+        );
+    // Not held (1), with a waiter in line.
+    let out = output(mysql_dlock(&url, &["status", "--json", "old"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let old = &json["waiters"][0];
+    assert_eq!(old["mode"], "shared", "{json}");
+    assert_eq!(old["owner"], "ab12", "{json}");
+    assert!(
+        old["pid"].is_null() && old.get("unreadable").is_none(),
+        "{json}"
+    );
 }

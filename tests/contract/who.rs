@@ -129,8 +129,7 @@ pub fn a_message_with_control_characters_or_over_256_bytes_is_a_usage_error(t: &
 /// (Redis, PostgreSQL, MySQL: by the server's clock; etcd: the seconds the server says the lease
 /// has left; within the ttl), null where it does not (a lock file; a ZooKeeper session's end, which
 /// only its own client sees); and the waiters in line, first first, where the backend keeps a line
-/// and reports it (all but the file backend, whose waiters block in the kernel, and MySQL, whose
-/// queue has no pid or host to show yet), null there.
+/// (all but the file backend, whose waiters block in the kernel), null there.
 pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
     let holder = Holding::start(t, &["--ttl", "10s", "q"]);
     let first = waiting(t, &["run", "--message", "first", "q", "--", "true"]);
@@ -157,9 +156,8 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
     } else {
         assert!(expires.is_null(), "{status}");
     }
-    // The file backend keeps no queue, and MySQL does not report its own yet: null, never a
-    // wrong list.
-    if matches!(t.kind, Kind::File | Kind::Mysql) {
+    // The file backend keeps no queue: null, never a wrong list.
+    if matches!(t.kind, Kind::File) {
         assert!(waiters.is_null(), "{status}");
     } else {
         let pids: Vec<_> = waiters

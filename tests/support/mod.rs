@@ -6,6 +6,7 @@
 pub mod build;
 pub mod etcd_server;
 pub mod figures;
+pub mod idle;
 pub mod mysql_server;
 pub mod pg_server;
 pub mod pgbouncer;

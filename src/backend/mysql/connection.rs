@@ -78,6 +78,11 @@ impl Fault {
         }
     }
 
+    /// The user lacks a right the statement needs.
+    pub fn is_denied(&self) -> bool {
+        matches!(self, Fault::Refused { code, .. } if DENIED.contains(code))
+    }
+
     fn is_missing_schema(&self) -> bool {
         matches!(self, Fault::Refused { code, .. } if [NO_SUCH_TABLE, NO_SUCH_PROCEDURE, NO_SUCH_COLUMN].contains(code))
     }

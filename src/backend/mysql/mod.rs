@@ -16,7 +16,8 @@
 //!   transaction first locks that name's counter row (`SELECT ... FOR UPDATE`): the changes of one
 //!   name are serialised, those of different names do not meet, and a client paused half-way
 //!   through holds nothing (the transaction runs on the server).
-//! - Waiting, first come first served: a busy waiter takes a ticket in `<prefix>queue`; a grant
+//! - Waiting, first come first served: a busy waiter takes a ticket in `<prefix>queue` (and writes
+//!   its pid, host and message there, for `status`, with one statement more); a grant
 //!   must fit beside the holders and every live waiter ahead. Each holder's and waiter's session
 //!   holds a named lock of its own (`GET_LOCK(<prefix><hash of owner and name>)`), and a waiter
 //!   blocks in `GET_LOCK` on the key of the entry ahead that keeps it out: the key frees the
@@ -40,9 +41,9 @@ use anyhow::Context;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{host_name, Holder, LockName, LockRequest};
+use crate::lock::{host_name, Holder, LockName, LockRequest, Waiter};
 use address::MyUrl;
-use connection::{lock, Conn, Shared};
+use connection::{lock, Conn, Fault, Shared};
 use lease::MyLease;
 use recipe::{Me, Recipe, Reply};
 
@@ -89,19 +90,43 @@ impl MyBackend {
         })
     }
 
-    fn holders(&self, name: &str, exact: bool) -> anyhow::Result<Vec<(String, Holder)>> {
+    /// The holders (or `waiting`, the waiters) of `name` or of the names starting with it.
+    fn entries(
+        &self,
+        name: &str,
+        exact: bool,
+        waiting: bool,
+    ) -> anyhow::Result<Vec<(String, Holder)>> {
         let mut conn = lock(&self.conn);
         self.recipe
-            .holders(&mut conn, name, exact)
+            .entries(&mut conn, name, exact, waiting)
             .map_err(|f| conn.error(f))
     }
 
-    fn status_of(&self, name: LockName, holders: Vec<Holder>) -> LockStatus {
+    /// The waiters, as `entries` has them; none where this user may not read the line (granted
+    /// only what an older dlock needed, or unable to add the waiters' columns to an older
+    /// dlock's table): `status` and `list` still answer, without the line.
+    fn waiters(&self, name: &str, exact: bool) -> anyhow::Result<Option<Vec<(String, Holder)>>> {
+        let mut conn = lock(&self.conn);
+        match self.recipe.entries(&mut conn, name, exact, true) {
+            Ok(waiters) => Ok(Some(waiters)),
+            Err(Fault::Setup(_)) => Ok(None),
+            Err(f) if f.is_denied() => Ok(None),
+            Err(f) => Err(conn.error(f)),
+        }
+    }
+
+    fn status_of(
+        &self,
+        name: LockName,
+        holders: Vec<Holder>,
+        waiters: Option<Vec<Holder>>,
+    ) -> LockStatus {
         LockStatus {
             location: format!("{} row {:?}", self.location, name.as_str()),
             name,
             holders,
-            waiters: None,
+            waiters: waiters.map(|w| w.into_iter().map(Waiter::from).collect()),
         }
     }
 }
@@ -132,7 +157,7 @@ impl Backend for MyBackend {
                 sent,
             )))),
             Reply::Busy { .. } => Ok(Attempt::Busy(
-                self.holders(request.name.as_str(), true)
+                self.entries(request.name.as_str(), true, false)
                     .map(|h| h.into_iter().map(|(_, h)| h).collect())
                     .unwrap_or_default(),
             )),
@@ -159,22 +184,37 @@ impl Backend for MyBackend {
     }
 
     fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
-        let holders = self
-            .holders(name.as_str(), true)
-            .with_context(|| format!("cannot read lock {:?}", name.as_str()))?;
-        Ok(self.status_of(name.clone(), holders.into_iter().map(|(_, h)| h).collect()))
+        let ctx = || format!("cannot read lock {:?}", name.as_str());
+        let holders = self.entries(name.as_str(), true, false).with_context(ctx)?;
+        let waiters = self.waiters(name.as_str(), true).with_context(ctx)?;
+        let only = |entries: Vec<(String, Holder)>| entries.into_iter().map(|(_, h)| h).collect();
+        Ok(self.status_of(name.clone(), only(holders), waiters.map(only)))
     }
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
-        let rows = self.holders(prefix, false).context("cannot list locks")?;
+        let rows = self
+            .entries(prefix, false, false)
+            .context("cannot list locks")?;
         let mut by_name: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
         for (name, holder) in rows {
             by_name.entry(name).or_default().push(holder);
         }
+        // A name with waiters only (its holder just left) is not held.
+        let lines = self.waiters(prefix, false).context("cannot list locks")?;
+        let known = lines.is_some();
+        let mut waiting: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
+        for (name, waiter) in lines.into_iter().flatten() {
+            if by_name.contains_key(&name) {
+                waiting.entry(name).or_default().push(waiter);
+            }
+        }
         let mut listing = Listing::default();
         for (name, holders) in by_name {
+            let waiters = known.then(|| waiting.remove(&name).unwrap_or_default());
             match LockName::new(&name) {
-                Ok(lock_name) => listing.held.push(self.status_of(lock_name, holders)),
+                Ok(lock_name) => listing
+                    .held
+                    .push(self.status_of(lock_name, holders, waiters)),
                 Err(e) => listing.unreadable.push(format!(
                     "row {:?} in {}: {e}",
                     crate::lock::escaped(&name, 80),

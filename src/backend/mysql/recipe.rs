@@ -11,6 +11,9 @@ use sha2::{Digest, Sha256};
 use super::connection::{Conn, Fault};
 use crate::lock::{Holder, Kept, LockName, LockRequest, Mode, Token};
 
+/// The condition on the names starting with a prefix (given twice).
+const FROM: &str = "LEFT(name, LENGTH(?)) = ?";
+
 /// The statements, with the prefix filled in.
 pub struct Recipe {
     prefix: String,
@@ -21,6 +24,9 @@ pub struct Recipe {
     brk: String,
     holders: String,
     holders_from: String,
+    joined: String,
+    waiters: String,
+    waiters_from: String,
     wait: String,
 }
 
@@ -72,8 +78,10 @@ impl Recipe {
             leave: fill("CALL {p}leave_v1(?, ?, ?)"),
             brk: fill("CALL {p}break_v1(?)"),
             holders: fill(include_str!("holders.sql")).replace("{where}", "name = ?"),
-            holders_from: fill(include_str!("holders.sql"))
-                .replace("{where}", "LEFT(name, LENGTH(?)) = ?"),
+            holders_from: fill(include_str!("holders.sql")).replace("{where}", FROM),
+            joined: fill("CALL {p}joined_v1(?, ?, ?, ?, ?)"),
+            waiters: fill(include_str!("waiters.sql")).replace("{where}", "name = ?"),
+            waiters_from: fill(include_str!("waiters.sql")).replace("{where}", FROM),
             wait: include_str!("wait.sql").to_owned(),
         }
     }
@@ -150,6 +158,25 @@ impl Recipe {
         })
     }
 
+    /// Writes who waits in the place in line `ticket` just taken, for status.
+    pub fn joined(
+        &self,
+        conn: &mut Conn,
+        request: &LockRequest,
+        me: &Me,
+        ticket: i64,
+    ) -> Result<(), Fault> {
+        let params: Vec<Value> = vec![
+            ticket.into(),
+            request.owner.as_str().into(),
+            me.pid.into(),
+            me.host.as_str().into(),
+            request.message.as_deref().into(),
+        ];
+        conn.call_creating(|c| first_set(c, &self.joined, params.clone()))?;
+        Ok(())
+    }
+
     /// Extends `owner`'s lease on `name` by `ttl`: whether it was still ours.
     pub fn renew(
         &self,
@@ -203,27 +230,30 @@ impl Recipe {
         })
     }
 
-    /// The live holders of `name` (`exact`) or of every name starting with it, by name.
-    pub fn holders(
+    /// The live holders of `name` (`exact`) or of every name starting with it, by name; or
+    /// (`waiting`) their waiters, each name's in line order.
+    pub fn entries(
         &self,
         conn: &mut Conn,
         name: &str,
         exact: bool,
+        waiting: bool,
     ) -> Result<Vec<(String, Holder)>, Fault> {
-        let (sql, params): (&str, Vec<Value>) = if exact {
-            (&self.holders, vec![name.into()])
-        } else {
-            (&self.holders_from, vec![name.into(), name.into()])
+        let (sql, params): (&str, Vec<Value>) = match (waiting, exact) {
+            (false, true) => (&self.holders, vec![name.into()]),
+            (false, false) => (&self.holders_from, vec![name.into(), name.into()]),
+            (true, true) => (&self.waiters, vec![name.into()]),
+            (true, false) => (&self.waiters_from, vec![name.into(), name.into()]),
         };
         let rows = conn.call_creating(|c| first_set(c, sql, params.clone()))?;
-        Ok(rows.iter().map(holder_of).collect())
+        Ok(rows.iter().map(|r| holder_of(r, waiting)).collect())
     }
 
     /// Removes every holder of `name`; returns them.
     pub fn break_lock(&self, conn: &mut Conn, name: &LockName) -> Result<Vec<Holder>, Fault> {
         let params: Vec<Value> = vec![name.as_str().into()];
         let rows = conn.call_creating(|c| first_set(c, &self.brk, params.clone()))?;
-        Ok(rows.iter().map(|r| holder_of(r).1).collect())
+        Ok(rows.iter().map(|r| holder_of(r, false).1).collect())
     }
 }
 
@@ -271,9 +301,9 @@ fn int(row: &Row, i: usize) -> Option<i64> {
 
 /// A holder row (name, owner, mode, token, since, pid, host, message, expires_at, then kept_until
 /// and kept_note where the statement reads them; any content: other clients may write these
-/// tables), checked field by field. What does not read is an
+/// tables), or a `waiting` one (no token), checked field by field. What does not read is an
 /// unreadable holder, counted as the server counts it.
-fn holder_of(row: &Row) -> (String, Holder) {
+fn holder_of(row: &Row, waiting: bool) -> (String, Holder) {
     let raw = |i: usize| match row.as_ref(i) {
         Some(Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
         _ => text(row, i).unwrap_or_default(),
@@ -285,6 +315,12 @@ fn holder_of(row: &Row) -> (String, Holder) {
         _ => Some(raw(7)),
     };
     let utf8 = |i: usize| !matches!(row.as_ref(i), Some(Value::Bytes(b)) if std::str::from_utf8(b).is_err());
+    // A waiter has no token yet; a holder must have one above 0.
+    let token_ok = match (row.as_ref(3), waiting) {
+        (Some(Value::NULL), true) => Some(None),
+        (_, false) => token.parse().ok().filter(|&t: &Token| t > 0).map(Some),
+        _ => None,
+    };
     let time = |i: usize| {
         int(row, i)
             .and_then(|us| u64::try_from(us).ok())
@@ -293,25 +329,37 @@ fn holder_of(row: &Row) -> (String, Holder) {
     };
     let (expires_at, kept_until) = (time(8), time(9));
     let kept = text(row, 10).and_then(|note| Kept::from_note(&note));
+    // A waiter whose row says only what it waits for (an older dlock's, or one that has not yet
+    // written who it is): its mode and owner, the rest unknown rather than unreadable.
+    let anonymous = waiting && (4..8).all(|i| matches!(row.as_ref(i), Some(Value::NULL)));
     let parsed = Mode::from_wire(&mode)
         .filter(|_| (0..8).all(utf8))
-        .and_then(|m| {
-            Holder::checked(
-                m,
-                &owner,
-                &host,
-                pid.parse().ok()?,
-                since.parse().ok()?,
-                Some(token.parse().ok().filter(|&t: &Token| t > 0)?),
-            )
-        })
-        .and_then(|h| h.with_message(message.as_deref()))
-        .map(|h| Holder {
-            expires_at,
-            kept_until,
-            kept: kept.filter(|_| kept_until.is_some()),
-            ..h
+        .filter(|_| anonymous)
+        .map(|m| Holder {
+            unreadable: None,
+            ..Holder::unreadable(m, &owner, "")
         });
+    let parsed = parsed.or_else(|| {
+        Mode::from_wire(&mode)
+            .filter(|_| (0..8).all(utf8))
+            .and_then(|m| {
+                Holder::checked(
+                    m,
+                    &owner,
+                    &host,
+                    pid.parse().ok()?,
+                    since.parse().ok()?,
+                    token_ok?,
+                )
+            })
+            .and_then(|h| h.with_message(message.as_deref()))
+            .map(|h| Holder {
+                expires_at,
+                kept_until,
+                kept: kept.filter(|_| kept_until.is_some()),
+                ..h
+            })
+    });
     let holder = parsed.unwrap_or_else(|| {
         let counted = match Mode::from_wire(&mode) {
             Some(m @ (Mode::Shared | Mode::Limit(_))) => m,

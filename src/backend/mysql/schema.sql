@@ -54,8 +54,27 @@ CREATE TABLE IF NOT EXISTS {p}queue (
     owner VARBINARY(64) NOT NULL,
     mode VARBINARY(32) NOT NULL,
     alive_until DATETIME(6) NOT NULL,
+    since DATETIME(6) NULL,
+    pid BIGINT NULL,
+    host VARBINARY(255) NULL,
+    message VARBINARY(1024) NULL,
     KEY {p}queue_by_name (name, ticket)
 ) ENGINE = InnoDB
+;;
+-- Who waits, for status (added after the first version, so also to tables made before; NULL in
+-- a row an older dlock wrote): when it joined the line, its pid, host and --message, written by
+-- the waiter just after it takes its place. Only when missing, as for {p}locks above.
+SET @{p}alter = (SELECT IF(COUNT(*) = 0,
+    'ALTER TABLE {p}queue ADD COLUMN since DATETIME(6) NULL, ADD COLUMN pid BIGINT NULL, ADD COLUMN host VARBINARY(255) NULL, ADD COLUMN message VARBINARY(1024) NULL',
+    'DO 0')
+  FROM information_schema.columns
+ WHERE table_schema = DATABASE() AND table_name = '{p}queue' AND column_name = 'pid')
+;;
+PREPARE {p}alter FROM @{p}alter
+;;
+EXECUTE {p}alter
+;;
+DEALLOCATE PREPARE {p}alter
 ;;
 -- Extends the caller's own lease by the server's clock (an expired lease is never revived), and
 -- keeps its lock key held by this session (a renewal after a reconnection takes it again); a
@@ -106,6 +125,16 @@ CREATE PROCEDURE {p}leave_v1(
 BEGIN
     DELETE FROM {p}queue WHERE ticket = p_ticket AND owner = p_owner;
     IF IS_USED_LOCK(p_key) <=> CONNECTION_ID() THEN DO RELEASE_LOCK(p_key); END IF;
+END
+;;
+-- A waiter that just took its place in line writes who it is there, for status: when it joined
+-- (the server's clock), its pid, host and --message. Its own row only (ticket and owner).
+CREATE PROCEDURE {p}joined_v1(
+    IN p_ticket BIGINT, IN p_owner VARBINARY(64), IN p_pid BIGINT, IN p_host VARBINARY(255),
+    IN p_message VARBINARY(1024))
+BEGIN
+    UPDATE {p}queue SET since = UTC_TIMESTAMP(6), pid = p_pid, host = p_host, message = p_message
+     WHERE ticket = p_ticket AND owner = p_owner;
 END
 ;;
 -- Breaks `p_name` for every holder (`release --force`): returns the rows it removes. Their

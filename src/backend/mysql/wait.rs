@@ -60,10 +60,15 @@ pub fn wait(
                 blocker,
             }) => {
                 answered = true;
+                if let Some(new) = kept.filter(|&k| Some(k) != ticket) {
+                    // A new place. Best effort: status shows one whose writing failed with
+                    // its mode only.
+                    let _ = recipe.joined(&mut conn, request, me, new);
+                }
                 ticket = kept;
                 backoff = RETRY_FIRST;
                 let holders = recipe
-                    .holders(&mut conn, request.name.as_str(), true)
+                    .entries(&mut conn, request.name.as_str(), true, false)
                     .map(|h| h.into_iter().map(|(_, h)| h).collect::<Vec<_>>());
                 (blocker, holders)
             }
