@@ -55,16 +55,19 @@ impl Tools<'_> {
                     Command::new("sh")
                         .arg("-c")
                         .arg(format!(
-                            "i=0; while [ $i -lt {rounds} ]; do {line}; i=$((i+1)); done"
+                            "i=0; while [ $i -lt {rounds} ]; do {line} || exit 1; i=$((i+1)); done"
                         ))
                         .env(self.env.0, self.env.1)
                         .stdout(Stdio::null())
+                        // The waiters' "waiting for lock" lines are not what is measured.
+                        .stderr(Stdio::null())
                         .spawn()
                         .expect("sh")
                 })
                 .collect();
             for mut child in children {
-                let _ = child.wait();
+                let status = child.wait().expect("wait for sh");
+                assert!(status.success(), "{name} failed under contention: {line}");
             }
             let rate = (contenders * rounds) as f64 / start.elapsed().as_secs_f64();
             println!("  {name:<24} {rate:8.1} acquisitions/s");
