@@ -194,6 +194,24 @@ pub enum Renewal {
     Lost(String),
 }
 
+impl Renewal {
+    /// A renewal that did not get through, for a lease that by this side's reckoning holds until
+    /// `deadline`: try again soon (a tenth of the ttl, 10 to 500 ms), never sleeping past the
+    /// deadline, so the next call reports the loss in time. `None` once the deadline has passed.
+    pub fn unconfirmed_until(deadline: Instant, ttl: Duration, why: String) -> Option<Renewal> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let retry = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        Some(Renewal::Unconfirmed {
+            next: retry.min(left),
+            holds_for: left,
+            why,
+        })
+    }
+}
+
 /// A lock's state as `status` and `list` report it.
 #[derive(Clone, Debug, Serialize)]
 pub struct LockStatus {

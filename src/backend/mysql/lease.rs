@@ -107,17 +107,11 @@ impl Lease for MyLease {
             Err(f) => {
                 let why = format!("mysql at {shown}: {}", f.message());
                 self.trouble = Some(why.clone());
-                let left = self.deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return self.lose(format!(
+                match Renewal::unconfirmed_until(self.deadline, ttl, why.clone()) {
+                    Some(unconfirmed) => unconfirmed,
+                    None => self.lose(format!(
                         "no renewal reached mysql before the lease ran out ({why})"
-                    ));
-                }
-                let retry = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
-                Renewal::Unconfirmed {
-                    next: retry.min(left),
-                    holds_for: left,
-                    why,
+                    )),
                 }
             }
         }

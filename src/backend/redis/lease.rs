@@ -142,16 +142,9 @@ impl Lease for RedisLease {
         }
         let why = fault::describe(&tally.faults);
         self.trouble = Some(why.clone());
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return self.lose_to_the_deadline();
-        }
-        // Try again soon, but never sleep past the deadline: the next call then reports the loss.
-        let retry = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
-        Renewal::Unconfirmed {
-            next: retry.min(left),
-            holds_for: left,
-            why,
+        match Renewal::unconfirmed_until(self.deadline, ttl, why) {
+            Some(unconfirmed) => unconfirmed,
+            None => self.lose_to_the_deadline(),
         }
     }
 
