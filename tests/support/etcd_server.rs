@@ -2,6 +2,7 @@
 //! the benchmarks that compare dlock with `etcdctl lock`, which can be killed, paused and started
 //! again on the same address and data; stopped when dropped.
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -102,6 +103,8 @@ impl EtcdServer {
             }
         };
         let process = command
+            // Its own group, like every test server (see pg_server::as_server_user).
+            .process_group(0)
             .args(self.tls.iter().flat_map(|(cert, key, _)| {
                 [
                     "--cert-file".to_owned(),

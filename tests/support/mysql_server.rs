@@ -4,6 +4,7 @@
 //! server per test run (`MyServer::shared`), each test with its own table prefix; tests that
 //! crash, pause or reconfigure the server start their own.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -145,7 +146,9 @@ impl MyServer {
             .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
-            .stderr(log);
+            .stderr(log)
+            // Its own group, like every test server (see pg_server::as_server_user).
+            .process_group(0);
         self.child = Some(cmd.spawn().expect("start mariadbd"));
         let start = Instant::now();
         loop {

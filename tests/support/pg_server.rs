@@ -4,6 +4,7 @@
 //! runs as `nobody`. One shared server per test run (`PgServer::shared`), each test with its own
 //! table prefix; tests that crash or pause the server start their own.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -25,8 +26,17 @@ pub struct PgServer {
     extra: Vec<String>,
 }
 
-/// Runs `cmd` as `nobody` when we are root (setpriv execs, so a child's pid is the program's).
+/// Runs `cmd` as `nobody` when we are root (setpriv execs, so a child's pid is the program's), in a
+/// process group of its own, like every test server: a signal meant for the tests' group (the
+/// kernel's SIGHUP and SIGCONT to a group left orphaned with a stopped member among them) never
+/// reaches a server, nor continues one a test has paused.
 pub fn as_server_user(program: &str) -> Command {
+    let mut cmd = as_user(program);
+    cmd.process_group(0);
+    cmd
+}
+
+fn as_user(program: &str) -> Command {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         let mut cmd = Command::new("setpriv");
@@ -298,35 +308,12 @@ impl PgServer {
             .expect("run psql (postgresql-client)")
     }
 
-    /// The server's processes: the postmaster and its children.
-    fn family(&self) -> Vec<i32> {
-        let pid = self.pid() as i32;
-        let mut pids = vec![pid];
-        if let Ok(entries) = std::fs::read_dir("/proc") {
-            for entry in entries.flatten() {
-                let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else {
-                    continue;
-                };
-                let stat =
-                    std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
-                // The parent pid is the second field after the `)` closing the command name.
-                let ppid = stat
-                    .rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                    .and_then(|p| p.parse::<i32>().ok());
-                if ppid == Some(pid) {
-                    pids.push(child);
-                }
-            }
-        }
-        pids
-    }
-
+    /// Signals the postmaster and every backend: its process group, which the backends it forks
+    /// stay in (no scan of /proc, which could name a pid reused meanwhile).
     fn signal_all(&self, signal: i32) {
-        for pid in self.family() {
-            // SAFETY: kill has no memory effects; the pids are this server's processes.
-            unsafe { libc::kill(pid, signal) };
-        }
+        // SAFETY: kill has no memory effects; the group is this server's (its postmaster is our
+        // child, not yet reaped, so the group id cannot be reused).
+        unsafe { libc::kill(-(self.pid() as i32), signal) };
     }
 
     pub fn pause(&self) {

@@ -3,6 +3,7 @@
 //! every sentinel knows them), all killed when dropped. Only processes started here are signalled.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -230,6 +231,8 @@ impl Sentinel {
             std::fs::write(&conf, text).expect("write sentinel.conf");
             let mut child = match Command::new("redis-sentinel")
                 .arg(&conf)
+                // Its own group, like every test server (see pg_server::as_server_user).
+                .process_group(0)
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())

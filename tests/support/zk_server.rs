@@ -7,6 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -216,6 +217,8 @@ impl ZkServer {
             classpath.push_str(":/usr/share/java/slf4j-nop.jar");
         }
         let process = Command::new("java")
+            // Its own group, like every test server (see pg_server::as_server_user).
+            .process_group(0)
             .args(self.jvm_flags)
             .args([
                 "-XX:+UseSerialGC",
