@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::{Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, Txn, TxnOp};
 
 use super::acquisition::Place;
 use super::connection::{bounded, Connection, Fault};
@@ -196,19 +196,23 @@ impl Lease for EtcdLease {
                     return Ok(ours);
                 }
             }
+            // Our key goes first, in the call that finds out whether it was still ours: its
+            // deletion is what the next waiter watches for, one round trip after the command ended.
+            let delete_ours = Txn::new()
+                .when([Compare::create_revision(
+                    place.key.as_str(),
+                    CompareOp::Equal,
+                    place.revision,
+                )])
+                .and_then([TxnOp::delete(place.key.as_str(), None)]);
             let mut kv = conn.client().kv_client();
-            let read = bounded(CLEANUP_TIMEOUT, kv.get(place.key.as_str(), None)).await?;
-            let ours = read
-                .kvs()
-                .first()
-                .is_some_and(|kv| kv.create_revision() == place.revision);
+            let ours = bounded(CLEANUP_TIMEOUT, kv.txn(delete_ours))
+                .await?
+                .succeeded();
+            // Then the lease, which has no key left: if this fails, it expires on its own.
             let mut leases = conn.client().lease_client();
-            match bounded(CLEANUP_TIMEOUT, leases.revoke(place.lease)).await {
-                // Expired since the read: the key went with it, and was ours until then.
-                Err(fault) if fault.is_lease_not_found() => Ok(ours),
-                Err(fault) if ours => Err(fault),
-                _ => Ok(ours),
-            }
+            let _ = bounded(CLEANUP_TIMEOUT, leases.revoke(place.lease)).await;
+            Ok::<bool, Fault>(ours)
         });
         match result {
             Ok(true) => Ok(Released::Held),

@@ -165,6 +165,13 @@ impl Acquisition {
     /// Waits for the deletion of `target` (none: of any key under the prefix) after revision
     /// `seen_at`, renewing our lease every third of its TTL and looking at the cancellation every
     /// `CANCEL_POLL`.
+    ///
+    /// A watch that starts at a past revision is one etcd serves late: it catches lagging watchers
+    /// up every 100 ms, and on a busy lock every write by another client makes `seen_at` past. So a
+    /// single key is watched from the present, and looked at once more when the watch stands if
+    /// anything was written since `seen_at` (one round trip, not up to 100 ms per handoff). Any
+    /// key under the prefix (a seat's wait) is watched from `seen_at`: a deletion since cannot be
+    /// seen otherwise.
     async fn watch(
         &self,
         target: Option<Vec<u8>>,
@@ -173,18 +180,17 @@ impl Acquisition {
         keeper: &mut Option<Keeper>,
         waiting: &Waiting,
     ) -> Result<Round, Fault> {
-        let mut options = WatchOptions::new()
-            .with_start_revision(seen_at + 1)
-            .with_filters([WatchFilterType::NoPut]);
+        let mut options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        let single = target.is_some();
         let key = match target {
             Some(key) => key,
             None => {
-                options = options.with_prefix();
+                options = options.with_prefix().with_start_revision(seen_at + 1);
                 self.prefix.clone().into_bytes()
             }
         };
         let mut watcher = self.conn.client().watch_client();
-        let mut stream = bounded(CALL_TIMEOUT, watcher.watch(key, Some(options))).await?;
+        let mut stream = bounded(CALL_TIMEOUT, watcher.watch(key.clone(), Some(options))).await?;
         let mut poll = tokio::time::interval(CANCEL_POLL);
         let renew_every = Duration::from_secs(place.ttl as u64) / 3;
         let mut renew =
@@ -199,6 +205,13 @@ impl Acquisition {
                             return Ok(Round::Again);
                         }
                         if response.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                            return Ok(Round::Again);
+                        }
+                        let stands_at = response.header().map_or(i64::MAX, |h| h.revision());
+                        if single && response.created() && stands_at > seen_at
+                            && !self.exists(&key).await?
+                        {
+                            // Gone before the watch stood.
                             return Ok(Round::Again);
                         }
                     }
@@ -223,6 +236,16 @@ impl Acquisition {
                 }
             }
         }
+    }
+}
+
+impl Acquisition {
+    /// Whether `key` exists now.
+    async fn exists(&self, key: &[u8]) -> Result<bool, Fault> {
+        let mut kv = self.conn.client().kv_client();
+        let options = GetOptions::new().with_count_only();
+        let found = bounded(CALL_TIMEOUT, kv.get(key, Some(options))).await?;
+        Ok(found.count() > 0)
     }
 }
 
