@@ -2,6 +2,7 @@
 //! connect timeout, malformed or repeated URLs.
 
 use super::*;
+use crate::support::redis_cluster::RedisCluster;
 use crate::support::tls::make_tls_files;
 
 #[test]
@@ -134,4 +135,42 @@ fn malformed_or_repeated_urls_exit_64() {
     let same = "redis://127.0.0.1:6379".to_owned();
     let out = output(dlock_at(&[same.clone(), same], &["run", "n", "--", "true"]));
     assert_eq!(code(&out), 64, "{}", stderr(&out));
+}
+
+#[test]
+fn tls_reaches_every_master_of_a_cluster_with_the_servers_ca_and_fails_69_without_it() {
+    let dir = LockDir::new();
+    let files = make_tls_files(&dir);
+    let cluster = RedisCluster::start_tls(&files);
+    let url = cluster.url();
+    assert!(url.starts_with("rediss+cluster://"), "{url}");
+    // One seed, and names on all three masters: the other two are reached by what the seed says
+    // of them, over TLS too.
+    let seed = [format!(
+        "rediss+cluster://127.0.0.1:{}",
+        cluster.nodes[0].port()
+    )];
+    let names: Vec<String> = (0..3).map(|n| cluster.name_on("tls/", n)).collect();
+    let mut args = vec!["run"];
+    args.extend(names.iter().map(String::as_str));
+    args.extend(["--", "sh", "-c", "echo $DLOCK_TOKEN"]);
+    let mut cmd = dlock_at(&seed, &args);
+    cmd.env("SSL_CERT_FILE", &files.ca)
+        .env_remove("SSL_CERT_DIR");
+    let out = output(cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "1");
+    for (node, name) in names.iter().enumerate() {
+        let token = format!("dlock:{{{name}}}:token");
+        assert!(
+            cluster.nodes[node].keys().contains(&token),
+            "{name}'s token on its own master"
+        );
+    }
+
+    let mut cmd = dlock_at(&seed, &["run", "tls/none", "--", "true"]);
+    cmd.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+    let out = output(cmd);
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(stderr(&out).contains("certificate"), "{}", stderr(&out));
 }

@@ -8,10 +8,19 @@ use std::time::{Duration, Instant};
 
 use super::redis_server::{Comeback, FaultyRedis, RedisServer};
 use super::target::{Kind, ServerControl, Target};
+use super::tls::TlsFiles;
 use super::LockDir;
 
 /// The slots of each master, as `redis-cli --cluster create` splits them for three.
 const RANGES: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
+
+/// What makes a server a cluster node.
+const CLUSTER: [&str; 4] = [
+    "--cluster-enabled",
+    "yes",
+    "--cluster-config-file",
+    "nodes.conf",
+];
 
 /// How long the nodes may take to agree they form a cluster.
 const READY_WITHIN: Duration = Duration::from_secs(30);
@@ -27,14 +36,22 @@ impl RedisCluster {
 
     /// A cluster whose nodes get extra configuration too.
     pub fn start_with(extra: &[&str]) -> RedisCluster {
-        let mut args = vec![
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-        ];
-        args.extend(extra);
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(&args)).collect();
+        let args = [&CLUSTER[..], extra].concat();
+        RedisCluster::form((0..3).map(|_| RedisServer::start_with(&args)).collect())
+    }
+
+    /// A cluster that speaks only TLS, to its clients and between its nodes.
+    pub fn start_tls(files: &TlsFiles) -> RedisCluster {
+        let args = [&CLUSTER[..], &["--tls-cluster", "yes"]].concat();
+        RedisCluster::form(
+            (0..3)
+                .map(|_| RedisServer::start_tls_with(files, &args))
+                .collect(),
+        )
+    }
+
+    /// Gives each of `nodes` its third of the slots and introduces them to each other.
+    fn form(nodes: Vec<RedisServer>) -> RedisCluster {
         for (node, (first, last)) in nodes.iter().zip(RANGES) {
             redis::cmd("CLUSTER")
                 .arg("ADDSLOTSRANGE")
@@ -63,7 +80,8 @@ impl RedisCluster {
         let want: Vec<(u16, u16, u16)> = self.ranges();
         loop {
             let agreed = self.nodes.iter().all(|node| {
-                let Ok(mut conn) = redis::Client::open(node.url())
+                let Ok(mut conn) = node
+                    .client()
                     .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
                 else {
                     return false;
@@ -97,14 +115,20 @@ impl RedisCluster {
         ranges
     }
 
-    /// `redis+cluster://` with every node as a seed.
+    /// `redis+cluster://` (`rediss+cluster://` over TLS) with every node as a seed.
     pub fn url(&self) -> String {
         let nodes: Vec<String> = self
             .nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
-        format!("redis+cluster://{}", nodes.join(","))
+        let tls = self.nodes.iter().any(|n| n.url().starts_with("rediss://"));
+        let scheme = if tls {
+            "rediss+cluster"
+        } else {
+            "redis+cluster"
+        };
+        format!("{scheme}://{}", nodes.join(","))
     }
 
     /// The slot of a key, as the cluster computes it.

@@ -47,7 +47,12 @@ impl RedisServer {
 
     /// A server that speaks only TLS, with the given certificate, key and CA.
     pub fn start_tls(files: &TlsFiles) -> RedisServer {
-        let args = [
+        RedisServer::start_tls_with(files, &[])
+    }
+
+    /// A TLS server with extra configuration.
+    pub fn start_tls_with(files: &TlsFiles, extra: &[&str]) -> RedisServer {
+        let mut args = vec![
             "--tls-cert-file",
             path_str(&files.cert),
             "--tls-key-file",
@@ -57,6 +62,7 @@ impl RedisServer {
             "--tls-auth-clients",
             "no",
         ];
+        args.extend(extra);
         RedisServer::launch(&args, true, None)
     }
 
@@ -165,6 +171,25 @@ impl RedisServer {
         }
     }
 
+    /// A client for the test's own connections; over TLS it trusts the test's CA.
+    pub fn client(&self) -> redis::RedisResult<redis::Client> {
+        let ca = self
+            .args
+            .windows(2)
+            .find(|pair| pair[0] == "--tls-ca-cert-file")
+            .map(|pair| pair[1].clone());
+        match ca {
+            Some(ca) => redis::Client::build_with_tls(
+                self.url(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(std::fs::read(ca)?),
+                },
+            ),
+            None => redis::Client::open(self.url()),
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("redis-server is running").id()
     }
@@ -232,7 +257,7 @@ impl RedisServer {
 
     /// A direct connection, for looking at (or tampering with) what dlock stored.
     pub fn connection(&self) -> redis::Connection {
-        redis::Client::open(self.url())
+        self.client()
             .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
             .unwrap_or_else(|e| panic!("cannot connect to the test redis at {}: {e}", self.url()))
     }
