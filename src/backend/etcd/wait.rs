@@ -95,6 +95,32 @@ impl Acquisition {
         keeper: &mut Option<Keeper>,
         waiting: &Waiting,
     ) -> Result<Round, Fault> {
+        match self.look(place).await? {
+            Look::Owns => Ok(Round::Owns),
+            Look::Wait(target, seen_at) => {
+                self.watch(target, seen_at, place, keeper, waiting).await
+            }
+            Look::NotOurs => {
+                // Our lease expired (the cluster was out of reach for longer) or our key was
+                // deleted: queue again, at the back.
+                self.leave(place).await;
+                *keeper = None;
+                match self.enqueue().await? {
+                    First::Owns(fresh) => {
+                        *place = fresh;
+                        Ok(Round::Owns)
+                    }
+                    First::Queued(fresh, _) => {
+                        *place = fresh;
+                        Ok(Round::Again)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Where our key stands now: one read of it and of the keys ahead of it.
+    async fn look(&self, place: &Place) -> Result<Look, Fault> {
         let mut ahead = GetOptions::new()
             .with_prefix()
             .with_max_create_revision(place.revision - 1)
@@ -120,58 +146,42 @@ impl Acquisition {
                 .is_some_and(|kv| kv.create_revision() == place.revision)
         });
         if !ours {
-            // Our lease expired (the cluster was out of reach for longer) or our key was deleted:
-            // queue again, at the back.
-            self.leave(place).await;
-            *keeper = None;
-            return match self.enqueue().await? {
-                First::Owns(fresh) => {
-                    *place = fresh;
-                    Ok(Round::Owns)
-                }
-                First::Queued(fresh, _) => {
-                    *place = fresh;
-                    Ok(Round::Again)
-                }
-            };
+            return Ok(Look::NotOurs);
         }
         let mut entries: Vec<Entry> = ahead
             .map(|get| get.kvs().iter().rev().map(Entry::of).collect())
             .unwrap_or_default();
-        let target = if self.kind == Kind::Exclusive {
-            match entries.last() {
-                None => return Ok(Round::Owns),
-                Some(e) => Some(e.key.clone()),
-            }
-        } else {
-            entries.push(Entry {
-                key: place.key.clone().into_bytes(),
-                create_revision: place.revision,
-                lease: 0,
-                kind: self.kind,
-                limit: self.limit,
-                holder: Holder::unreadable(self.request.mode, "", ""),
-                kept_lease: None,
+        if self.kind == Kind::Exclusive {
+            return Ok(match entries.last() {
+                None => Look::Owns,
+                Some(e) => Look::Wait(Some(e.key.clone()), seen_at),
             });
-            match self.judge(&entries, place.revision) {
-                Some(Verdict::Owns) | None => return Ok(Round::Owns),
-                Some(Verdict::Watch(i)) => Some(entries[i].key.clone()),
-                Some(Verdict::WatchAll) => None,
-            }
-        };
-        self.watch(target, seen_at, place, keeper, waiting).await
+        }
+        entries.push(Entry {
+            key: place.key.clone().into_bytes(),
+            create_revision: place.revision,
+            lease: 0,
+            kind: self.kind,
+            limit: self.limit,
+            holder: Holder::unreadable(self.request.mode, "", ""),
+            kept_lease: None,
+        });
+        Ok(match self.judge(&entries, place.revision) {
+            Some(Verdict::Owns) | None => Look::Owns,
+            Some(Verdict::Watch(i)) => Look::Wait(Some(entries[i].key.clone()), seen_at),
+            Some(Verdict::WatchAll) => Look::Wait(None, seen_at),
+        })
     }
 
     /// Waits for the deletion of `target` (none: of any key under the prefix) after revision
     /// `seen_at`, renewing our lease every third of its TTL and looking at the cancellation every
     /// `CANCEL_POLL`.
     ///
-    /// A watch that starts at a past revision is one etcd serves late: it catches lagging watchers
-    /// up every 100 ms, and on a busy lock every write by another client makes `seen_at` past. So a
-    /// single key is watched from the present, and looked at once more when the watch stands if
-    /// anything was written since `seen_at` (one round trip, not up to 100 ms per handoff). Any
-    /// key under the prefix (a seat's wait) is watched from `seen_at`: a deletion since cannot be
-    /// seen otherwise.
+    /// The watch starts from the present, not from `seen_at`: etcd serves a watch from a past
+    /// revision late (it catches lagging watchers up every 100 ms), and on a busy lock every write
+    /// by another client makes `seen_at` past. So when anything was written since `seen_at`, the
+    /// queue is looked at once more when the watch stands (one round trip, not up to 100 ms a
+    /// handoff), and the round ends if what we wait for changed meanwhile.
     async fn watch(
         &self,
         target: Option<Vec<u8>>,
@@ -181,11 +191,10 @@ impl Acquisition {
         waiting: &Waiting,
     ) -> Result<Round, Fault> {
         let mut options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-        let single = target.is_some();
-        let key = match target {
-            Some(key) => key,
+        let key = match &target {
+            Some(key) => key.clone(),
             None => {
-                options = options.with_prefix().with_start_revision(seen_at + 1);
+                options = options.with_prefix();
                 self.prefix.clone().into_bytes()
             }
         };
@@ -208,11 +217,12 @@ impl Acquisition {
                             return Ok(Round::Again);
                         }
                         let stands_at = response.header().map_or(i64::MAX, |h| h.revision());
-                        if single && response.created() && stands_at > seen_at
-                            && !self.exists(&key).await?
-                        {
-                            // Gone before the watch stood.
-                            return Ok(Round::Again);
+                        if response.created() && stands_at > seen_at {
+                            match self.look(place).await? {
+                                Look::Wait(still, _) if still == target => {}
+                                // Gone, or our turn, before the watch stood.
+                                _ => return Ok(Round::Again),
+                            }
                         }
                     }
                     Ok(None) => {
@@ -239,14 +249,13 @@ impl Acquisition {
     }
 }
 
-impl Acquisition {
-    /// Whether `key` exists now.
-    async fn exists(&self, key: &[u8]) -> Result<bool, Fault> {
-        let mut kv = self.conn.client().kv_client();
-        let options = GetOptions::new().with_count_only();
-        let found = bounded(CALL_TIMEOUT, kv.get(key, Some(options))).await?;
-        Ok(found.count() > 0)
-    }
+/// Where our key stands.
+enum Look {
+    Owns,
+    /// Wait for this key to go (none: any key under the prefix), as seen at this revision.
+    Wait(Option<Vec<u8>>, i64),
+    /// Our key is gone or is another's.
+    NotOurs,
 }
 
 /// How one round of waiting ended.
