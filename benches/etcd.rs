@@ -94,7 +94,8 @@ fn main() {
     let loops = [
         (
             "dlock etcd",
-            format!("{dlock} --backend etcd --url {url} run bench-c -- true"),
+            // -q: like etcdctl, nothing but errors (no line for each wait).
+            format!("{dlock} --backend etcd --url {url} -q run bench-c -- true"),
         ),
         (
             "etcdctl lock",
