@@ -103,6 +103,10 @@ impl ZkServer {
     pub fn dlock_at(&self, url: &str, args: &[&str]) -> Command {
         let mut cmd = super::dlock();
         cmd.args(["--backend", "zk", "--url", url]).args(args);
+        // A server that just started answers its first sessions slowly on a loaded 2-core machine
+        // (CI saw dlock give up after the default 5 s). How long dlock waits is not what these
+        // tests are about; those that are pass --connect-timeout, which wins over this.
+        cmd.env("DLOCK_CONNECT_TIMEOUT", "30s");
         cmd
     }
 
