@@ -130,3 +130,110 @@ fn several_names_and_trees_through_the_supervisor() {
     let out = output(on(server, &["run", "multi-a", "multi-b", "--", "true"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
 }
+
+/// Runs `etcdctl ARGS` on `server` and fails the test if it fails.
+fn etcdctl_ok(server: &EtcdServer, args: &[&str]) {
+    let out = server.etcdctl(args).output().expect("etcdctl");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn with_auth_a_user_granted_the_prefix_locks_and_others_exit_69_without_their_password_shown() {
+    let server = EtcdServer::start();
+    etcdctl_ok(&server, &["user", "add", "root:rootpw"]);
+    etcdctl_ok(&server, &["role", "add", "locker"]);
+    etcdctl_ok(
+        &server,
+        &[
+            "role",
+            "grant-permission",
+            "locker",
+            "--prefix=true",
+            "readwrite",
+            "/dlock/",
+        ],
+    );
+    etcdctl_ok(&server, &["user", "add", "alice:alicepw"]);
+    etcdctl_ok(&server, &["user", "grant-role", "alice", "locker"]);
+    etcdctl_ok(&server, &["user", "add", "bob:bobpw"]);
+    etcdctl_ok(&server, &["auth", "enable"]);
+    let url = |credentials: &str| format!("etcd://{credentials}@127.0.0.1:{}", server.port());
+
+    // The README's grants are enough for every command.
+    let alice = url("alice:alicepw");
+    let out = output(at(
+        &alice,
+        &["run", "authz", "--", "sh", "-c", "echo $DLOCK_TOKEN"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).trim().parse::<u64>().is_ok(),
+        "{}",
+        stdout(&out)
+    );
+    let go = LockDir::new();
+    let flag = go.file("go");
+    let mut holder = at(
+        &alice,
+        &["run", "authz", "--", "sh", "-c", &hold_until(&flag)],
+    )
+    .spawn()
+    .unwrap();
+    wait_until("alice's holder to show in status", T, || {
+        let out = output(at(&alice, &["status", "--json", "authz"]));
+        code(&out) == 0 && stdout(&out).contains("\"pid\"")
+    });
+    let out = output(at(&alice, &["list"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = output(at(&alice, &["run", "--no-wait", "authz", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    std::fs::write(&flag, "").unwrap();
+    assert!(wait_exit(&mut holder, T).success());
+
+    // A wrong password, a user without the prefix, no user: one line, 69, no password.
+    let anonymous = format!("etcd://127.0.0.1:{}", server.port());
+    for (url, secret, why) in [
+        (url("alice:wrong"), Some("wrong"), "authentication failed"),
+        (
+            url("bob:bobpw"),
+            Some("bobpw"),
+            "permission denied (dlock needs a user with read and write on the prefix /dlock/",
+        ),
+        (
+            anonymous,
+            None,
+            "etcd asks for a user (give etcd://user:password@...)",
+        ),
+    ] {
+        let out = output(at(
+            &url,
+            &["--connect-timeout", "5s", "run", "authz", "--", "true"],
+        ));
+        let err = stderr(&out);
+        assert_eq!(code(&out), 69, "{err}");
+        assert!(
+            err.starts_with("dlock: ") && err.trim_end().lines().count() == 1,
+            "{err}"
+        );
+        assert!(err.contains(why), "{err}");
+        assert!(secret.is_none_or(|s| !err.contains(s)), "{err}");
+    }
+    // Nothing left by any of them.
+    let out = server
+        .etcdctl(&[
+            "--user",
+            "root:rootpw",
+            "get",
+            "--prefix",
+            "--keys-only",
+            "/dlock/",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "");
+}

@@ -253,9 +253,14 @@ pub(super) fn why(e: &Error) -> String {
         Error::GRpcStatus(s) => {
             let message = crate::lock::escaped(s.message(), 200);
             match s.code() as tonic_code::Code {
-                tonic_code::UNAUTHENTICATED | tonic_code::PERMISSION_DENIED => {
-                    format!("not authorised: {message} (give etcd://user:password@...)")
+                // A server with auth on, asked without a user.
+                _ if message.contains("user name is empty") => {
+                    "not authorised: etcd asks for a user (give etcd://user:password@...)".into()
                 }
+                tonic_code::UNAUTHENTICATED | tonic_code::PERMISSION_DENIED => format!(
+                    "not authorised: {message} (dlock needs a user with read and write on the \
+                     prefix /dlock/: etcd://user:password@...)"
+                ),
                 tonic_code::UNAVAILABLE if message.is_empty() => "unavailable".into(),
                 tonic_code::UNAVAILABLE => format!("unavailable ({message})"),
                 _ if message.is_empty() => format!("error {}", s.code() as tonic_code::Code),
