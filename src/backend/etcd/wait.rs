@@ -1,6 +1,7 @@
 //! Waiting for a turn from a place in the queue (see `acquisition`): each round looks at the key
-//! ahead of ours and watches it go, keeping our lease alive meanwhile; a lease that expired while
-//! the cluster could not be reached queues again, at the back of the line.
+//! ahead of ours and watches it go (from the present: see `watch`), keeping our lease alive
+//! meanwhile; a lease that expired while the cluster could not be reached queues again, at the
+//! back of the line.
 
 use std::time::{Duration, Instant};
 
@@ -199,7 +200,7 @@ impl Acquisition {
             }
         };
         let mut watcher = self.conn.client().watch_client();
-        let mut stream = bounded(CALL_TIMEOUT, watcher.watch(key.clone(), Some(options))).await?;
+        let mut stream = bounded(CALL_TIMEOUT, watcher.watch(key, Some(options))).await?;
         let mut poll = tokio::time::interval(CANCEL_POLL);
         let renew_every = Duration::from_secs(place.ttl as u64) / 3;
         let mut renew =
@@ -210,7 +211,7 @@ impl Acquisition {
                 message = stream.message() => match message {
                     Ok(Some(response)) => {
                         if response.canceled() {
-                            // Compacted past `seen_at`, or refused: look again.
+                            // Refused by the server: look again.
                             return Ok(Round::Again);
                         }
                         if response.events().iter().any(|e| e.event_type() == EventType::Delete) {
