@@ -16,6 +16,7 @@ pub mod file;
 pub mod mysql;
 pub mod postgres;
 pub mod redis;
+mod sql;
 pub mod zk;
 
 /// Which store holds the locks.
