@@ -401,3 +401,36 @@ fn a_held_lock_stays_held_while_the_wait_for_the_next_is_stalled_at_the_server()
     assert!(wait_exit(&mut both, T).success(), "{}", err.text());
     assert!(ran.exists());
 }
+
+/// Under `-q` nobody sees who holds the lock waited for, so the waiter never asks the server (a
+/// statement per wait and per wake-up for nothing); without `-q` it does, for the waiting line.
+#[test]
+fn a_quiet_waiter_never_reads_who_holds_the_lock() {
+    let server = PgServer::start();
+    let pg = Pg::on(&server, "prefix=t_quiet_");
+    let holder_reads = || {
+        let log = server.log();
+        log.lines()
+            .filter(|l| l.contains("The live holders"))
+            .count()
+    };
+    for (flags, tag, quiet) in [(&["-q"][..], "quiet", true), (&[][..], "loud", false)] {
+        let (mut h, _) = pg.holder(&[], "q", &format!("{tag}-h"));
+        let before = holder_reads();
+        let (mut w, _) = pg.start(flags, "q", tag);
+        wait_until("the waiter in line", T, || {
+            server.psql("SELECT count(*) FROM t_quiet_queue") == "1"
+        });
+        pg.let_go(&format!("{tag}-h"));
+        wait_for_file(&pg.dir.file(&format!("{tag}.in")), T);
+        pg.let_go(tag);
+        assert!(wait_exit(&mut h, T).success());
+        assert!(wait_exit(&mut w, T).success());
+        let reads = holder_reads() - before;
+        if quiet {
+            assert_eq!(reads, 0, "a -q waiter read the holders");
+        } else {
+            assert!(reads > 0, "the waiter read the holders for its line");
+        }
+    }
+}

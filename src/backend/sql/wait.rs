@@ -83,11 +83,15 @@ impl Tries {
     }
 }
 
-/// Who holds the lock, for `Tries::report`, read by `read`; `None` when unreadable.
+/// Who holds the lock, for `Tries::report`: read by `read` only when someone will see them
+/// (`Waiting::wants_holders`), an empty list otherwise, at no cost; `None` when unreadable.
 pub fn holders<E>(
-    _waiting: &Waiting,
+    waiting: &Waiting,
     read: impl FnOnce() -> Result<Vec<Holder>, E>,
 ) -> Option<Vec<Holder>> {
+    if !waiting.wants_holders() {
+        return Some(Vec::new());
+    }
     read().ok()
 }
 
