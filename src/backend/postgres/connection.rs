@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::anyhow;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
-use tokio_postgres::{AsyncMessage, Client, Notification};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{AsyncMessage, Client, Notification, Socket};
 
 use super::address::{PgUrl, Tls};
 use super::tls::client_config;
@@ -103,6 +104,32 @@ fn fault(e: tokio_postgres::Error) -> Fault {
     }
 }
 
+/// Connects within `timeout`, and reads the connection's messages on a task of its own, handing
+/// its notifications to `notes`.
+async fn connect<T>(
+    config: &tokio_postgres::Config,
+    tls: T,
+    timeout: Duration,
+    notes: UnboundedSender<Notification>,
+) -> Result<Client, Fault>
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: Send + 'static,
+{
+    let (client, mut connection) = tokio::time::timeout(timeout, config.connect(tls))
+        .await
+        .map_err(|_| Fault::Unreachable("no answer in time".into()))?
+        .map_err(fault)?;
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let AsyncMessage::Notification(n) = message {
+                let _ = notes.send(n);
+            }
+        }
+    });
+    Ok(client)
+}
+
 impl Conn {
     pub fn new(url: Arc<PgUrl>, connect_timeout: Duration) -> anyhow::Result<Conn> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -155,45 +182,15 @@ impl Conn {
         let client = match self.url.tls {
             Tls::Off => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                self.runtime.block_on(async {
-                    let (client, mut connection) =
-                        tokio::time::timeout(timeout, config.connect(tokio_postgres::NoTls))
-                            .await
-                            .map_err(|_| Fault::Unreachable("no answer in time".into()))?
-                            .map_err(fault)?;
-                    tokio::spawn(async move {
-                        while let Some(Ok(message)) =
-                            std::future::poll_fn(|cx| connection.poll_message(cx)).await
-                        {
-                            if let AsyncMessage::Notification(n) = message {
-                                let _ = tx.send(n);
-                            }
-                        }
-                    });
-                    Ok::<_, Fault>(client)
-                })?
+                self.runtime
+                    .block_on(connect(&config, tokio_postgres::NoTls, timeout, tx))?
             }
             tls => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Require);
                 let rustls = client_config(&self.url, tls).map_err(Fault::Unreachable)?;
                 let connector = tokio_postgres_rustls::MakeRustlsConnect::new(rustls);
-                self.runtime.block_on(async {
-                    let (client, mut connection) =
-                        tokio::time::timeout(timeout, config.connect(connector))
-                            .await
-                            .map_err(|_| Fault::Unreachable("no answer in time".into()))?
-                            .map_err(fault)?;
-                    tokio::spawn(async move {
-                        while let Some(Ok(message)) =
-                            std::future::poll_fn(|cx| connection.poll_message(cx)).await
-                        {
-                            if let AsyncMessage::Notification(n) = message {
-                                let _ = tx.send(n);
-                            }
-                        }
-                    });
-                    Ok::<_, Fault>(client)
-                })?
+                self.runtime
+                    .block_on(connect(&config, connector, timeout, tx))?
             }
         };
         self.client = Some(Arc::new(client));

@@ -46,6 +46,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use crate::backend::sql::wait::connection_for_wait;
 use crate::lock::{host_name, Holder, LockName, LockRequest};
 use address::PgUrl;
 use connection::{lock, Conn, Shared};
@@ -162,17 +163,10 @@ impl Backend for PgBackend {
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
         // A wait holds its connection while it listens and while each attempt runs (up to the
-        // connect timeout). Leases taken earlier renew on `self.conn` (a handle each) from
-        // another thread meanwhile, and must not queue behind it for longer than their lease:
-        // then the wait, and the lease it takes, get a connection of their own.
-        let conn = if Arc::strong_count(&self.conn) > 1 {
-            Arc::new(Mutex::new(Conn::new(
-                self.url.clone(),
-                self.connect_timeout,
-            )?))
-        } else {
-            self.conn.clone()
-        };
+        // connect timeout).
+        let conn = connection_for_wait(&self.conn, || {
+            Conn::new(self.url.clone(), self.connect_timeout)
+        })?;
         wait::wait(&conn, &self.recipe, &self.me, request, waiting)
     }
 

@@ -3,11 +3,26 @@
 //! someone will see it), when to look again unwoken, and sleeping while looking at the
 //! cancellation.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Fault;
 use crate::backend::{Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
 use crate::lock::{Holder, LockRequest};
+
+/// The connection a wait uses: `shared`, unless leases taken earlier renew on it (a handle each)
+/// from another thread meanwhile. A wait holds its connection while each attempt and each slice
+/// of its wait runs, and those leases must not queue behind it for longer than their lease: then
+/// the wait, and the lease it takes, get a connection of their own, made by `new`.
+pub fn connection_for_wait<C>(
+    shared: &Arc<Mutex<C>>,
+    new: impl FnOnce() -> anyhow::Result<C>,
+) -> anyhow::Result<Arc<Mutex<C>>> {
+    if Arc::strong_count(shared) > 1 {
+        return Ok(Arc::new(Mutex::new(new()?)));
+    }
+    Ok(shared.clone())
+}
 
 /// How one wait's attempts have gone.
 pub struct Tries {
