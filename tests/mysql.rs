@@ -6,6 +6,7 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use crate::support::mysql_server::{MyServer, DATABASE, PASSWORD};
+use crate::support::sql_server::Pausable;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);

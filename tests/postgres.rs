@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::pg_server::{PgServer, PASSWORD};
+use crate::support::sql_server::Pausable;
 use crate::support::*;
 
 pub(crate) const T: Duration = Duration::from_secs(30);

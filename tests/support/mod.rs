@@ -15,6 +15,7 @@ pub mod redis_server;
 pub mod relay;
 pub mod sentinel_faults;
 pub mod sentinel_set;
+pub mod sql_server;
 pub mod suite_servers;
 pub mod target;
 pub mod tls;
