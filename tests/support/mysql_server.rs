@@ -11,9 +11,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use super::sql_server::{as_server_user, free_port, give_to_server_user};
-use super::sql_server::{stop_at_exit, stop_pid, wait_ready, Faulty, Pausable};
+use super::sql_server::{stop_at_exit, stop_pid, wait_ready, Pausable};
 use super::target::{Kind, Target};
-use super::LockDir;
 
 /// root's password on the TCP port.
 pub const PASSWORD: &str = "my-test-secret";
@@ -294,25 +293,12 @@ impl Target {
             .lock()
             .map(|s| s.port())
             .unwrap_or_default();
-        Target {
-            args: vec!["--backend".into(), "mysql".into(), "--url".into(), url],
-            kind: Kind::Mysql,
-            ports: vec![port],
-            servers: vec![],
-            scratch: LockDir::new(),
-        }
+        Target::on_shared_sql(Kind::Mysql, url, port)
     }
 
     /// dlock on a private MariaDB server.
     pub fn mysql_backend() -> Target {
         let server = MyServer::start();
-        let ports = vec![server.port()];
-        Target {
-            args: Kind::Mysql.args(&ports),
-            kind: Kind::Mysql,
-            ports,
-            servers: vec![Box::new(Faulty(Mutex::new(server)))],
-            scratch: LockDir::new(),
-        }
+        Target::on_private_sql(Kind::Mysql, server.port(), server)
     }
 }

@@ -10,9 +10,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 pub use super::sql_server::{as_server_user, free_port, give_to_server_user};
-use super::sql_server::{stop_at_exit, stop_pid, wait_ready, Faulty, Pausable};
+use super::sql_server::{stop_at_exit, stop_pid, wait_ready, Pausable};
 use super::target::{Kind, Target};
-use super::LockDir;
 
 pub const BIN: &str = "/usr/lib/postgresql/15/bin";
 /// The superuser's password on the TCP port.
@@ -196,20 +195,8 @@ impl PgServer {
 
     /// Runs `sql` as the superuser through the socket; its output, unaligned and tuples only.
     pub fn psql(&self, sql: &str) -> String {
-        let out = Command::new("psql")
-            .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h"])
-            .arg(self.dir.path().join("sock"))
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                sql,
-            ])
-            .env("PGAPPNAME", "test-psql")
+        let out = self
+            .psql_command("test-psql", sql)
             .output()
             .expect("run psql (postgresql-client)");
         assert!(
@@ -223,8 +210,17 @@ impl PgServer {
     /// Runs `sql` as the superuser in the background, as application `app` (to find it in
     /// `pg_stat_activity`), its output discarded.
     pub fn psql_in_background(&self, app: &str, sql: &str) -> Child {
-        Command::new("psql")
-            .args(["-X", "-q", "-At", "-h"])
+        self.psql_command(app, sql)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run psql (postgresql-client)")
+    }
+
+    /// `psql` running `sql` as the superuser through the socket, as application `app`.
+    fn psql_command(&self, app: &str, sql: &str) -> Command {
+        let mut cmd = Command::new("psql");
+        cmd.args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h"])
             .arg(self.dir.path().join("sock"))
             .args([
                 "-p",
@@ -233,14 +229,10 @@ impl PgServer {
                 "postgres",
                 "-d",
                 "postgres",
-                "-c",
-                sql,
             ])
-            .env("PGAPPNAME", app)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run psql (postgresql-client)")
+            .args(["-c", sql])
+            .env("PGAPPNAME", app);
+        cmd
     }
 
     /// Signals the postmaster and every backend: its process group, which the backends it forks
@@ -290,26 +282,12 @@ impl Target {
     pub fn suite_postgres() -> Target {
         let prefix = format!("c{}_", super::suite_servers::next_namespace());
         let url = PgServer::shared_url(&prefix);
-        let port = PgServer::use_shared().port();
-        Target {
-            args: vec!["--backend".into(), "postgres".into(), "--url".into(), url],
-            kind: Kind::Postgres,
-            ports: vec![port],
-            servers: vec![],
-            scratch: LockDir::new(),
-        }
+        Target::on_shared_sql(Kind::Postgres, url, PgServer::use_shared().port())
     }
 
     /// dlock on a private PostgreSQL server.
     pub fn postgres_backend() -> Target {
         let server = PgServer::start();
-        let ports = vec![server.port()];
-        Target {
-            args: Kind::Postgres.args(&ports),
-            kind: Kind::Postgres,
-            ports,
-            servers: vec![Box::new(Faulty(Mutex::new(server)))],
-            scratch: LockDir::new(),
-        }
+        Target::on_private_sql(Kind::Postgres, server.port(), server)
     }
 }

@@ -8,7 +8,8 @@ use std::process::{Child, Command};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
-use super::target::ServerControl;
+use super::target::{Kind, ServerControl, Target};
+use super::LockDir;
 
 /// Runs `cmd` as `nobody` when we are root (setpriv execs, so a child's pid is the program's), in a
 /// process group of its own, like every test server: a signal meant for the tests' group (the
@@ -149,6 +150,44 @@ impl<S: Pausable> ServerControl for Faulty<S> {
     fn restart(&self) {
         if let Ok(mut server) = self.0.lock() {
             server.restart();
+        }
+    }
+}
+
+impl Target {
+    /// dlock (`kind`) at `url` on the test run's shared SQL server (listening on `port`), with
+    /// tables of its own (a prefix per test), for the contract suite.
+    pub fn on_shared_sql(kind: Kind, url: String, port: u16) -> Target {
+        let mut target = Target {
+            args: vec![],
+            kind,
+            ports: vec![port],
+            servers: vec![],
+            scratch: LockDir::new(),
+        };
+        target.args = vec![
+            "--backend".into(),
+            target.backend().into(),
+            "--url".into(),
+            url,
+        ];
+        target
+    }
+
+    /// dlock (`kind`) on a private SQL server listening on `port`, which the fault checker pauses
+    /// and crashes.
+    pub fn on_private_sql<S: Pausable + Send + 'static>(
+        kind: Kind,
+        port: u16,
+        server: S,
+    ) -> Target {
+        let ports = vec![port];
+        Target {
+            args: kind.args(&ports),
+            kind,
+            ports,
+            servers: vec![Box::new(Faulty(Mutex::new(server)))],
+            scratch: LockDir::new(),
         }
     }
 }
