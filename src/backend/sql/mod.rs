@@ -5,6 +5,7 @@
 pub mod address;
 pub mod fault;
 pub mod lease;
+pub mod record;
 pub mod wait;
 
 pub use fault::Fault;
