@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use crate::backend::sql::record::unreadable_name;
 use crate::backend::sql::wait::connection_for_wait;
 use crate::exit::{FailWith, Failure};
 use crate::lock::{host_name, Holder, LockName, LockRequest, Waiter};
@@ -208,11 +209,9 @@ impl Backend for MyBackend {
                 Ok(lock_name) => listing
                     .held
                     .push(self.status_of(lock_name, holders, waiters)),
-                Err(e) => listing.unreadable.push(format!(
-                    "row {:?} in {}: {e}",
-                    crate::lock::escaped(&name, 80),
-                    self.location
-                )),
+                Err(e) => listing
+                    .unreadable
+                    .push(unreadable_name(&name, &self.location, e)),
             }
         }
         Ok(listing)

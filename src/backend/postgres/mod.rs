@@ -46,6 +46,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use crate::backend::sql::record::unreadable_name;
 use crate::backend::sql::wait::connection_for_wait;
 use crate::lock::{host_name, Holder, LockName, LockRequest};
 use address::PgUrl;
@@ -189,11 +190,9 @@ impl Backend for PgBackend {
         for (name, entries) in by_name {
             match LockName::new(&name) {
                 Ok(lock_name) => listing.held.push(self.status_of(lock_name, entries)),
-                Err(e) => listing.unreadable.push(format!(
-                    "row {:?} in {}: {e}",
-                    crate::lock::escaped(&name, 80),
-                    self.location
-                )),
+                Err(e) => listing
+                    .unreadable
+                    .push(unreadable_name(&name, &self.location, e)),
             }
         }
         Ok(listing)

@@ -2,6 +2,7 @@
 //! clients may write these tables), checked field by field into a holder, or else an unreadable
 //! holder counted as the server counts it.
 
+use std::fmt::Display;
 use std::time::SystemTime;
 
 use crate::lock::{Holder, Kept, Mode, Token};
@@ -69,4 +70,12 @@ impl RowText {
         }
         Holder::unreadable(counted, &self.owner, &raw)
     }
+}
+
+/// The line `list` shows for a row under `location` whose `name` is no lock name (`why`).
+pub fn unreadable_name(name: &str, location: &str, why: impl Display) -> String {
+    format!(
+        "row {:?} in {location}: {why}",
+        crate::lock::escaped(name, 80)
+    )
 }
