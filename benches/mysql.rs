@@ -30,17 +30,7 @@ fn main() {
         "mariadb --no-defaults -h 127.0.0.1 -P {} -uroot {DATABASE}",
         server.port()
     );
-    let flock_file = work.path().join("flock.lock");
-    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
-    let tools: Vec<(&str, String)> = vec![
-        (
-            "dlock mysql",
-            format!(
-                "{} --backend mysql --url {} run bench -- true",
-                quote(dlock),
-                quote(&url)
-            ),
-        ),
+    let peers = vec![
         (
             "mysql GET_LOCK idiom",
             // MariaDB takes no negative (endless) timeout: a year.
@@ -55,16 +45,10 @@ fn main() {
                  {client} -e \"DELETE FROM seed_locks WHERE name = 'bench'\""
             ),
         ),
-        (
-            "flock(1)",
-            format!("flock {} true", quote(&flock_file.display().to_string())),
-        ),
     ];
-    let tools = side_by_side::Tools {
-        lines: tools,
-        env: ("MYSQL_PWD", PASSWORD),
-    };
-    let flock = tools.lines.len() - 1;
+    let env = ("MYSQL_PWD", PASSWORD);
+    let tools = side_by_side::Tools::around(dlock, "mysql", &url, peers, work.path(), env);
+    let flock = tools.flock();
     let medians = tools.uncontended(UNCONTENDED_RUNS);
     println!(
         "  goal: within 3x of flock(1): {:.2}x; faster than the mysql idiom: {:.2}x of it",

@@ -29,34 +29,16 @@ fn main() {
     let server = PgServer::start();
     let url = server.url_with("");
     let port = server.port().to_string();
-    let flock_file = work.path().join("flock.lock");
-    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
-    let tools: Vec<(&str, String)> = vec![
-        (
-            "dlock postgres",
-            format!(
-                "{} --backend postgres --url {} run bench -- true",
-                quote(dlock),
-                quote(&url)
-            ),
+    let peers = vec![(
+        "psql pg_advisory_lock",
+        format!(
+            "psql -X -q -h 127.0.0.1 -p {port} -U postgres -d postgres \
+             -c 'SELECT pg_advisory_lock(1)' -c '\\! true' >/dev/null"
         ),
-        (
-            "psql pg_advisory_lock",
-            format!(
-                "psql -X -q -h 127.0.0.1 -p {port} -U postgres -d postgres \
-                 -c 'SELECT pg_advisory_lock(1)' -c '\\! true' >/dev/null"
-            ),
-        ),
-        (
-            "flock(1)",
-            format!("flock {} true", quote(&flock_file.display().to_string())),
-        ),
-    ];
-    let tools = side_by_side::Tools {
-        lines: tools,
-        env: ("PGPASSWORD", PASSWORD),
-    };
-    let flock = tools.lines.len() - 1;
+    )];
+    let env = ("PGPASSWORD", PASSWORD);
+    let tools = side_by_side::Tools::around(dlock, "postgres", &url, peers, work.path(), env);
+    let flock = tools.flock();
     let medians = tools.uncontended(UNCONTENDED_RUNS);
     println!(
         "  goal: within 3x of flock(1): {:.2}x; faster than psql: {:.2}x of psql",

@@ -140,6 +140,12 @@ impl Reporter {
         }
     }
 
+    /// Whether anything shows who holds a lock waited for (the waiting line, the status line, the
+    /// message on giving up): not under `--quiet`.
+    pub fn shows_holders(&self) -> bool {
+        self.verbosity != Verbosity::Quiet
+    }
+
     /// True when a waiting line could be drawn, so the caller knows to tick it.
     pub fn draws_waiting_line(&self) -> bool {
         self.terminal && self.verbosity == Verbosity::Normal

@@ -6,6 +6,7 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use crate::support::mysql_server::{MyServer, DATABASE, PASSWORD};
+use crate::support::sql_server::Pausable;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
@@ -19,6 +20,13 @@ fn mysql_dlock(url: &str, args: &[&str]) -> Command {
 /// `dlock run NAME -- sh -c 'echo $DLOCK_TOKEN > DIR/TAG.in; <until DIR/TAG.go>'`, returned once
 /// the command runs.
 fn holder(url: &str, dir: &LockDir, flags: &[&str], name: &str, tag: &str) -> Child {
+    let child = start(url, dir, flags, name, tag);
+    wait_for_file(&dir.file(&format!("{tag}.in")), T);
+    child
+}
+
+/// As `holder`, without waiting for the command to run.
+fn start(url: &str, dir: &LockDir, flags: &[&str], name: &str, tag: &str) -> Child {
     let script = format!(
         "echo $DLOCK_TOKEN > '{d}/{tag}.in'; i=0; while [ ! -e '{d}/{tag}.go' ] && [ $i -lt 1200 ]; \
          do sleep 0.05; i=$((i+1)); done",
@@ -27,9 +35,7 @@ fn holder(url: &str, dir: &LockDir, flags: &[&str], name: &str, tag: &str) -> Ch
     let mut args = vec!["run"];
     args.extend_from_slice(flags);
     args.extend_from_slice(&[name, "--", "sh", "-c", &script]);
-    let child = mysql_dlock(url, &args).spawn().expect("start a holder");
-    wait_for_file(&dir.file(&format!("{tag}.in")), T);
-    child
+    mysql_dlock(url, &args).spawn().expect("start a holder")
 }
 
 fn let_go(dir: &LockDir, tag: &str) {
@@ -394,4 +400,38 @@ fn a_queue_table_from_an_older_dlock_gains_who_waits() {
         old["pid"].is_null() && old.get("unreadable").is_none(),
         "{json}"
     );
+}
+
+/// Under `-q` nobody sees who holds the lock waited for, so the waiter never asks the server (a
+/// statement per wait and per re-check for nothing); without `-q` it does, for the waiting line.
+#[test]
+fn a_quiet_waiter_never_reads_who_holds_the_lock() {
+    let server = MyServer::start();
+    server.sql("SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 'ON'");
+    let url = server.url_with("prefix=t_quiet_");
+    let dir = LockDir::new();
+    // Not counting this count, which the log has too.
+    let holder_reads = || -> u64 {
+        server
+            .sql(
+                "SELECT count(*) FROM mysql.general_log \
+                 WHERE argument LIKE '%The live holders of one name%' \
+                   AND argument NOT LIKE '%general_log%'",
+            )
+            .parse()
+            .unwrap()
+    };
+    // The waiter behind a holder, let in once it is in line.
+    assert_only_loud_waiters_read_holders(holder_reads, |flags, tag| {
+        let mut h = holder(&url, &dir, &[], "q", &format!("{tag}-h"));
+        let mut w = start(&url, &dir, flags, "q", tag);
+        wait_until("the waiter in line", T, || {
+            server.sql("SELECT count(*) FROM t_quiet_queue") == "1"
+        });
+        let_go(&dir, &format!("{tag}-h"));
+        wait_for_file(&dir.file(&format!("{tag}.in")), T);
+        let_go(&dir, tag);
+        assert!(wait_exit(&mut h, T).success());
+        assert!(wait_exit(&mut w, T).success());
+    });
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::pg_server::{PgServer, PASSWORD};
+use crate::support::sql_server::Pausable;
 use crate::support::*;
 
 pub(crate) const T: Duration = Duration::from_secs(30);
@@ -400,4 +401,31 @@ fn a_held_lock_stays_held_while_the_wait_for_the_next_is_stalled_at_the_server()
     assert!(wait_exit(&mut b, T).success());
     assert!(wait_exit(&mut both, T).success(), "{}", err.text());
     assert!(ran.exists());
+}
+
+/// Under `-q` nobody sees who holds the lock waited for, so the waiter never asks the server (a
+/// statement per wait and per wake-up for nothing); without `-q` it does, for the waiting line.
+#[test]
+fn a_quiet_waiter_never_reads_who_holds_the_lock() {
+    let server = PgServer::start();
+    let pg = Pg::on(&server, "prefix=t_quiet_");
+    let holder_reads = || {
+        let log = server.log();
+        log.lines()
+            .filter(|l| l.contains("The live holders"))
+            .count() as u64
+    };
+    // The waiter behind a holder, let in once it is in line.
+    assert_only_loud_waiters_read_holders(holder_reads, |flags, tag| {
+        let (mut h, _) = pg.holder(&[], "q", &format!("{tag}-h"));
+        let (mut w, _) = pg.start(flags, "q", tag);
+        wait_until("the waiter in line", T, || {
+            server.psql("SELECT count(*) FROM t_quiet_queue") == "1"
+        });
+        pg.let_go(&format!("{tag}-h"));
+        wait_for_file(&pg.dir.file(&format!("{tag}.in")), T);
+        pg.let_go(tag);
+        assert!(wait_exit(&mut h, T).success());
+        assert!(wait_exit(&mut w, T).success());
+    });
 }

@@ -1,18 +1,51 @@
 //! What the SQL benchmarks share: shell lines run side by side, flock(1) last, as ratios to it.
 //! Every loop is bounded by a count.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Tools to compare: a name and a shell line that takes the lock, runs `true` and lets it go;
-/// flock(1) last. `env`: one variable every line gets (the peer client's password).
+/// dlock first, flock(1) last. `env`: one variable every line gets (the peer client's password).
 pub struct Tools<'a> {
-    pub lines: Vec<(&'a str, String)>,
+    pub lines: Vec<(String, String)>,
     pub env: (&'a str, &'a str),
 }
 
-impl Tools<'_> {
-    fn flock(&self) -> usize {
+impl<'a> Tools<'a> {
+    /// `dlock` on `backend` at `url`, then the `peers`, then flock(1) on a file in `work`.
+    pub fn around(
+        dlock: &str,
+        backend: &str,
+        url: &str,
+        peers: Vec<(&str, String)>,
+        work: &Path,
+        env: (&'a str, &'a str),
+    ) -> Tools<'a> {
+        let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+        let flock_file = work.join("flock.lock").display().to_string();
+        let mut lines = vec![(
+            format!("dlock {backend}"),
+            format!(
+                "{} --backend {backend} --url {} run bench -- true",
+                quote(dlock),
+                quote(url)
+            ),
+        )];
+        lines.extend(
+            peers
+                .into_iter()
+                .map(|(name, line)| (name.to_owned(), line)),
+        );
+        lines.push((
+            "flock(1)".into(),
+            format!("flock {} true", quote(&flock_file)),
+        ));
+        Tools { lines, env }
+    }
+
+    /// Where flock(1) is in the lines and the figures.
+    pub fn flock(&self) -> usize {
         self.lines.len() - 1
     }
 

@@ -16,6 +16,7 @@ pub mod file;
 pub mod mysql;
 pub mod postgres;
 pub mod redis;
+mod sql;
 pub mod zk;
 
 /// Which store holds the locks.
@@ -118,7 +119,9 @@ pub trait Backend: Send {
     /// attempt at once, so a free lock costs what `try_acquire` costs, and takes its place in line
     /// with that attempt (a backend that serves waiters in order orders this one by it). Reports
     /// who holds the lock with `waiting.busy(..)` when it finds it busy (at least once before it
-    /// blocks), and an unreachable backend with `waiting.unreachable(..)`. A cancelled or failed
+    /// blocks; an empty list when `waiting.wants_holders()` says nobody will show them and
+    /// finding them out would cost a request to the server), and an unreachable backend with
+    /// `waiting.unreachable(..)`. A cancelled or failed
     /// wait leaves nothing of itself behind in the store. See the trait's documentation for how
     /// soon it must notice a cancellation.
     fn acquire(
@@ -295,6 +298,8 @@ pub struct Waiting {
     on_outage: Option<Arc<OutageReport>>,
     outage: Arc<std::sync::Mutex<OutageState>>,
     on_place: Option<Arc<PlaceReport>>,
+    /// Whether the caller shows who holds the lock (not under `-q`).
+    holders_wanted: bool,
 }
 
 impl Waiting {
@@ -307,7 +312,20 @@ impl Waiting {
             on_outage: None,
             outage: Arc::default(),
             on_place: None,
+            holders_wanted: true,
         }
+    }
+
+    /// A wait whose caller shows who holds the lock (`wanted`), or shows nothing of it (`-q`):
+    /// then a backend that must ask the server who holds it does not ask.
+    pub fn wanting_holders(mut self, wanted: bool) -> Waiting {
+        self.holders_wanted = wanted;
+        self
+    }
+
+    /// Whether the holders reported with `busy` are shown to anyone (see `wanting_holders`).
+    pub fn wants_holders(&self) -> bool {
+        self.holders_wanted
     }
 
     /// A wait that reports its place in line to `report` (see `in_line`).

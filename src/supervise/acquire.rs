@@ -110,6 +110,7 @@ pub(super) fn wait_here(
             *crate::sync::lock(&last_seen) = Some(holders.to_vec());
         }
     })
+    .wanting_holders(report.shows_holders())
     .reporting_place({
         let progress = progress.clone();
         move |ahead| crate::sync::lock(&progress).in_line(ahead)
@@ -175,6 +176,7 @@ pub(super) fn wait_on_helper(
             main.wake();
         }
     })
+    .wanting_holders(report.shows_holders())
     .reporting_place(move |ahead| {
         let _ = place_tx.send(Event::InLine(ahead));
         main.wake();

@@ -319,3 +319,38 @@ fn hostile_keys_are_unreadable_holders_never_a_panic() {
         server.etcdctl(&["del", "--prefix", key]).output().unwrap();
     }
 }
+
+/// Under `-q` nobody sees who holds the lock waited for, so a waiter behind shared holders (the
+/// line ahead does not name them all) does not ask the server for them; without `-q` it does.
+#[test]
+fn a_quiet_waiter_never_reads_who_holds_the_lock() {
+    // A private server: the call counts are every client's. Long leases: no renewal (a read)
+    // falls within the test.
+    let server = EtcdServer::start();
+    let dir = LockDir::new();
+    let mut reads = Vec::new();
+    for (tag, flags) in [
+        ("quiet", &["-q", "--ttl", "60s"][..]),
+        ("loud", &["--ttl", "60s"][..]),
+    ] {
+        let held = format!("{tag}-h");
+        let mut holder = start_holder(&server, &dir, &["--shared", "--ttl", "60s"], tag, &held);
+        let before = server.calls_served("Range");
+        let txns = server.calls_served("Txn");
+        let mut waiter = spawn_holder(&server, &dir, flags, tag, tag);
+        // In line (its place is a transaction), and not let in before the holder goes.
+        wait_until("the waiter in line", T, || {
+            server.calls_served("Txn") > txns
+        });
+        let_go(&dir, &held);
+        assert_eq!(exit_code(&mut holder), 0);
+        wait_for_file(&dir.file(&format!("{tag}.in")), T);
+        let_go(&dir, tag);
+        assert_eq!(exit_code(&mut waiter), 0);
+        reads.push(server.calls_served("Range") - before);
+    }
+    assert!(
+        reads[0] < reads[1],
+        "reads of the quiet and the loud waiter: {reads:?}"
+    );
+}

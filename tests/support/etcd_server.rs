@@ -188,15 +188,31 @@ impl EtcdServer {
 
     /// `etcd_debugging_mvcc_events_total`: the events the server has sent to watchers.
     pub fn events_sent(&self) -> u64 {
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_events_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .expect("the events metric") as u64
+    }
+
+    /// How many calls of the gRPC `method` (`Range`, `Txn`) the server has answered, by any client.
+    pub fn calls_served(&self, method: &str) -> u64 {
+        let label = format!("grpc_method=\"{method}\"");
+        self.metrics()
+            .lines()
+            .filter(|l| l.starts_with("grpc_server_handled_total{") && l.contains(&label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// The server's metrics, as text (over HTTP, so reading them is no gRPC call).
+    fn metrics(&self) -> String {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port())).unwrap();
         write!(stream, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
         let mut text = String::new();
         stream.read_to_string(&mut text).unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_events_total "))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .expect("the events metric") as u64
+        text
     }
 
     /// `etcdctl --endpoints THIS ARGS...` (API v3).

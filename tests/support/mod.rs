@@ -15,6 +15,7 @@ pub mod redis_server;
 pub mod relay;
 pub mod sentinel_faults;
 pub mod sentinel_set;
+pub mod sql_server;
 pub mod suite_servers;
 pub mod target;
 pub mod tls;
@@ -102,6 +103,25 @@ pub fn stderr(out: &Output) -> String {
 
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs one whole wait `wait_once(flags, tag)` with `-q` and one without, and checks what `reads`
+/// (the server's count of reads of who holds a lock) grew by: nothing under `-q`, where nobody
+/// sees the holders; something without, for the waiting line.
+pub fn assert_only_loud_waiters_read_holders(
+    reads: impl Fn() -> u64,
+    mut wait_once: impl FnMut(&[&str], &str),
+) {
+    for (flags, tag) in [(&["-q"][..], "quiet"), (&[][..], "loud")] {
+        let before = reads();
+        wait_once(flags, tag);
+        let grew = reads() - before;
+        if flags.is_empty() {
+            assert!(grew > 0, "the waiter read the holders for its line");
+        } else {
+            assert_eq!(grew, 0, "a -q waiter read the holders");
+        }
+    }
 }
 
 /// Polls `cond` every few milliseconds until it holds or `limit` passes; panics with `what`.

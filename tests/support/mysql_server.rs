@@ -8,11 +8,11 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::pg_server::{as_server_user, free_port, give_to_server_user};
-use super::target::{Kind, ServerControl, Target};
-use super::LockDir;
+use super::sql_server::{as_server_user, free_port, give_to_server_user};
+use super::sql_server::{stop_at_exit, stop_pid, wait_ready, Pausable};
+use super::target::{Kind, Target};
 
 /// root's password on the TCP port.
 pub const PASSWORD: &str = "my-test-secret";
@@ -150,29 +150,18 @@ impl MyServer {
             // Its own group, like every test server (see pg_server::as_server_user).
             .process_group(0);
         self.child = Some(cmd.spawn().expect("start mariadbd"));
-        let start = Instant::now();
-        loop {
-            let ready = Command::new("mariadb-admin")
+        let socket = self.socket();
+        let log = self.log_path();
+        wait_ready("mariadbd", &mut self.child, READY_WITHIN, &log, || {
+            Command::new("mariadb-admin")
                 .arg("--no-defaults")
-                .arg(format!("--socket={}", self.socket().display()))
+                .arg(format!("--socket={}", socket.display()))
                 .args(["-uroot", "--connect-timeout=2", "ping"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()
-                .is_ok_and(|s| s.success());
-            if ready {
-                return;
-            }
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!("mariadbd exited ({status}): {}", self.log());
-            }
-            assert!(
-                start.elapsed() < READY_WITHIN,
-                "mariadbd not ready: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                .is_ok_and(|s| s.success())
+        });
     }
 
     /// root's password on TCP, and dlock's database.
@@ -191,17 +180,7 @@ impl MyServer {
         static SHARED: OnceLock<Mutex<MyServer>> = OnceLock::new();
         SHARED.get_or_init(|| {
             let server = MyServer::start();
-            STOP_AT_EXIT
-                .set((server.pid(), server.dir.path().to_owned()))
-                .ok();
-            extern "C" fn stop() {
-                if let Some((pid, dir)) = STOP_AT_EXIT.get() {
-                    stop_pid(*pid);
-                    let _ = std::fs::remove_dir_all(dir);
-                }
-            }
-            // SAFETY: `stop` is a plain function that stays valid for the life of the process.
-            unsafe { libc::atexit(stop) };
+            stop_at_exit(server.pid(), server.dir.path().to_owned(), libc::SIGKILL);
             Mutex::new(server)
         })
     }
@@ -271,77 +250,36 @@ impl MyServer {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
-    pub fn pause(&self) {
+    /// Kills the server as a crash would (SIGKILL: InnoDB recovers at the next start).
+    pub fn crash(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop_pid(child.id(), libc::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Pausable for MyServer {
+    fn pause(&self) {
         // SAFETY: kill has no memory effects; the pid is this server's.
         unsafe { libc::kill(self.pid() as i32, libc::SIGSTOP) };
     }
 
-    pub fn resume(&self) {
+    fn resume(&self) {
         // SAFETY: as above.
         unsafe { libc::kill(self.pid() as i32, libc::SIGCONT) };
     }
 
-    /// Kills the server as a crash would (SIGKILL: InnoDB recovers at the next start).
-    pub fn crash(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // SAFETY: as above.
-            unsafe {
-                libc::kill(child.id() as i32, libc::SIGCONT);
-                libc::kill(child.id() as i32, libc::SIGKILL);
-            }
-            let _ = child.wait();
-        }
-    }
-
-    pub fn restart(&mut self) {
+    /// A SIGKILL and a start on the same port, keeping the data.
+    fn restart(&mut self) {
         self.crash();
         self.launch();
-    }
-}
-
-static STOP_AT_EXIT: OnceLock<(u32, PathBuf)> = OnceLock::new();
-
-/// SIGKILL, and wait (bounded) until it is gone.
-fn stop_pid(pid: u32) {
-    let pid = pid as i32;
-    // SAFETY: kill has no memory effects.
-    unsafe {
-        libc::kill(pid, libc::SIGCONT);
-        libc::kill(pid, libc::SIGKILL);
-    }
-    let start = Instant::now();
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    while unsafe { libc::kill(pid, 0) } == 0 && start.elapsed() < Duration::from_secs(10) {
-        let mut status = 0;
-        // SAFETY: reaps our own child if it is one; WNOHANG never blocks.
-        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
 impl Drop for MyServer {
     fn drop(&mut self) {
         self.crash();
-    }
-}
-
-/// A server the fault checker pauses and crashes.
-pub struct FaultyMy(pub Mutex<MyServer>);
-
-impl ServerControl for FaultyMy {
-    fn pause(&self, pause: Duration) {
-        if let Ok(server) = self.0.lock() {
-            server.pause();
-            std::thread::sleep(pause);
-            server.resume();
-        }
-    }
-
-    /// A SIGKILL and a start on the same port, keeping the data (a crash).
-    fn restart(&self) {
-        if let Ok(mut server) = self.0.lock() {
-            server.restart();
-        }
     }
 }
 
@@ -355,25 +293,12 @@ impl Target {
             .lock()
             .map(|s| s.port())
             .unwrap_or_default();
-        Target {
-            args: vec!["--backend".into(), "mysql".into(), "--url".into(), url],
-            kind: Kind::Mysql,
-            ports: vec![port],
-            servers: vec![],
-            scratch: LockDir::new(),
-        }
+        Target::on_shared_sql(Kind::Mysql, url, port)
     }
 
     /// dlock on a private MariaDB server.
     pub fn mysql_backend() -> Target {
         let server = MyServer::start();
-        let ports = vec![server.port()];
-        Target {
-            args: Kind::Mysql.args(&ports),
-            kind: Kind::Mysql,
-            ports,
-            servers: vec![Box::new(FaultyMy(Mutex::new(server)))],
-            scratch: LockDir::new(),
-        }
+        Target::on_private_sql(Kind::Mysql, server.port(), server)
     }
 }

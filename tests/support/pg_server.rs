@@ -4,14 +4,14 @@
 //! runs as `nobody`. One shared server per test run (`PgServer::shared`), each test with its own
 //! table prefix; tests that crash or pause the server start their own.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::target::{Kind, ServerControl, Target};
-use super::LockDir;
+pub use super::sql_server::{as_server_user, free_port, give_to_server_user};
+use super::sql_server::{stop_at_exit, stop_pid, wait_ready, Pausable};
+use super::target::{Kind, Target};
 
 pub const BIN: &str = "/usr/lib/postgresql/15/bin";
 /// The superuser's password on the TCP port.
@@ -24,52 +24,6 @@ pub struct PgServer {
     child: Option<Child>,
     /// `postgres -c` settings beyond the usual ones (TLS).
     extra: Vec<String>,
-}
-
-/// Runs `cmd` as `nobody` when we are root (setpriv execs, so a child's pid is the program's), in a
-/// process group of its own, like every test server: a signal meant for the tests' group (the
-/// kernel's SIGHUP and SIGCONT to a group left orphaned with a stopped member among them) never
-/// reaches a server, nor continues one a test has paused.
-pub fn as_server_user(program: &str) -> Command {
-    let mut cmd = as_user(program);
-    cmd.process_group(0);
-    cmd
-}
-
-fn as_user(program: &str) -> Command {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        let mut cmd = Command::new("setpriv");
-        cmd.args([
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-            "--",
-            program,
-        ]);
-        cmd
-    } else {
-        Command::new(program)
-    }
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-pub fn give_to_server_user(path: &Path) {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        let status = Command::new("chown")
-            .args(["-R", "nobody:nogroup"])
-            .arg(path)
-            .status()
-            .expect("chown");
-        assert!(status.success(), "chown {}", path.display());
-    }
 }
 
 impl PgServer {
@@ -177,25 +131,14 @@ impl PgServer {
             .stdout(log.try_clone().unwrap())
             .stderr(log);
         self.child = Some(cmd.spawn().expect("start postgres"));
-        let start = Instant::now();
-        loop {
-            let ready = Command::new(format!("{BIN}/pg_isready"))
-                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+        let port = self.port.to_string();
+        let log = self.log_path();
+        wait_ready("postgres", &mut self.child, READY_WITHIN, &log, || {
+            Command::new(format!("{BIN}/pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &port])
                 .status()
-                .is_ok_and(|s| s.success());
-            if ready {
-                return;
-            }
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!("postgres exited ({status}): {}", self.log());
-            }
-            assert!(
-                start.elapsed() < READY_WITHIN,
-                "postgres not ready: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                .is_ok_and(|s| s.success())
+        });
     }
 
     /// The server shared by the tests of this run, stopped when the run ends.
@@ -203,17 +146,8 @@ impl PgServer {
         static SHARED: OnceLock<Mutex<PgServer>> = OnceLock::new();
         SHARED.get_or_init(|| {
             let server = PgServer::start();
-            STOP_AT_EXIT
-                .set((server.pid(), server.dir.path().to_owned()))
-                .ok();
-            extern "C" fn stop() {
-                if let Some((pid, dir)) = STOP_AT_EXIT.get() {
-                    stop_pid(*pid);
-                    let _ = std::fs::remove_dir_all(dir);
-                }
-            }
-            // SAFETY: `stop` is a plain function that stays valid for the life of the process.
-            unsafe { libc::atexit(stop) };
+            // An immediate shutdown.
+            stop_at_exit(server.pid(), server.dir.path().to_owned(), libc::SIGQUIT);
             Mutex::new(server)
         })
     }
@@ -261,20 +195,8 @@ impl PgServer {
 
     /// Runs `sql` as the superuser through the socket; its output, unaligned and tuples only.
     pub fn psql(&self, sql: &str) -> String {
-        let out = Command::new("psql")
-            .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h"])
-            .arg(self.dir.path().join("sock"))
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                sql,
-            ])
-            .env("PGAPPNAME", "test-psql")
+        let out = self
+            .psql_command("test-psql", sql)
             .output()
             .expect("run psql (postgresql-client)");
         assert!(
@@ -288,8 +210,17 @@ impl PgServer {
     /// Runs `sql` as the superuser in the background, as application `app` (to find it in
     /// `pg_stat_activity`), its output discarded.
     pub fn psql_in_background(&self, app: &str, sql: &str) -> Child {
-        Command::new("psql")
-            .args(["-X", "-q", "-At", "-h"])
+        self.psql_command(app, sql)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run psql (postgresql-client)")
+    }
+
+    /// `psql` running `sql` as the superuser through the socket, as application `app`.
+    fn psql_command(&self, app: &str, sql: &str) -> Command {
+        let mut cmd = Command::new("psql");
+        cmd.args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h"])
             .arg(self.dir.path().join("sock"))
             .args([
                 "-p",
@@ -298,14 +229,10 @@ impl PgServer {
                 "postgres",
                 "-d",
                 "postgres",
-                "-c",
-                sql,
             ])
-            .env("PGAPPNAME", app)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run psql (postgresql-client)")
+            .args(["-c", sql])
+            .env("PGAPPNAME", app);
+        cmd
     }
 
     /// Signals the postmaster and every backend: its process group, which the backends it forks
@@ -316,75 +243,36 @@ impl PgServer {
         unsafe { libc::kill(-(self.pid() as i32), signal) };
     }
 
-    pub fn pause(&self) {
-        self.signal_all(libc::SIGSTOP);
-    }
-
-    pub fn resume(&self) {
-        self.signal_all(libc::SIGCONT);
-    }
-
     /// Stops the server as a crash would (immediate shutdown: no checkpoint, recovery at the next
     /// start) and waits for it.
     pub fn crash(&mut self) {
         if let Some(mut child) = self.child.take() {
             self.resume();
-            stop_pid(child.id());
+            stop_pid(child.id(), libc::SIGQUIT);
             let _ = child.wait();
         }
     }
+}
 
-    pub fn restart(&mut self) {
+impl Pausable for PgServer {
+    fn pause(&self) {
+        self.signal_all(libc::SIGSTOP);
+    }
+
+    fn resume(&self) {
+        self.signal_all(libc::SIGCONT);
+    }
+
+    /// An immediate shutdown and a start on the same port, keeping the data.
+    fn restart(&mut self) {
         self.crash();
         self.launch();
     }
 }
 
-static STOP_AT_EXIT: OnceLock<(u32, PathBuf)> = OnceLock::new();
-
-/// SIGQUIT (immediate shutdown), and SIGKILL if it is still there after a few seconds.
-fn stop_pid(pid: u32) {
-    let pid = pid as i32;
-    // SAFETY: kill has no memory effects.
-    unsafe {
-        libc::kill(pid, libc::SIGCONT);
-        libc::kill(pid, libc::SIGQUIT);
-    }
-    let start = Instant::now();
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    while unsafe { libc::kill(pid, 0) } == 0 && start.elapsed() < Duration::from_secs(10) {
-        let mut status = 0;
-        // SAFETY: reaps our own child if it is one; WNOHANG never blocks.
-        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-}
-
 impl Drop for PgServer {
     fn drop(&mut self) {
         self.crash();
-    }
-}
-
-/// A server the fault checker pauses and crashes.
-pub struct FaultyPg(pub Mutex<PgServer>);
-
-impl ServerControl for FaultyPg {
-    fn pause(&self, pause: Duration) {
-        if let Ok(server) = self.0.lock() {
-            server.pause();
-            std::thread::sleep(pause);
-            server.resume();
-        }
-    }
-
-    /// An immediate shutdown and a start on the same port, keeping the data (a crash).
-    fn restart(&self) {
-        if let Ok(mut server) = self.0.lock() {
-            server.restart();
-        }
     }
 }
 
@@ -394,26 +282,12 @@ impl Target {
     pub fn suite_postgres() -> Target {
         let prefix = format!("c{}_", super::suite_servers::next_namespace());
         let url = PgServer::shared_url(&prefix);
-        let port = PgServer::use_shared().port();
-        Target {
-            args: vec!["--backend".into(), "postgres".into(), "--url".into(), url],
-            kind: Kind::Postgres,
-            ports: vec![port],
-            servers: vec![],
-            scratch: LockDir::new(),
-        }
+        Target::on_shared_sql(Kind::Postgres, url, PgServer::use_shared().port())
     }
 
     /// dlock on a private PostgreSQL server.
     pub fn postgres_backend() -> Target {
         let server = PgServer::start();
-        let ports = vec![server.port()];
-        Target {
-            args: Kind::Postgres.args(&ports),
-            kind: Kind::Postgres,
-            ports,
-            servers: vec![Box::new(FaultyPg(Mutex::new(server)))],
-            scratch: LockDir::new(),
-        }
+        Target::on_private_sql(Kind::Postgres, server.port(), server)
     }
 }

@@ -29,6 +29,8 @@ struct Shared {
     frozen: AtomicBool,
     stop: AtomicBool,
     connections: AtomicUsize,
+    /// Bytes the clients sent the server, over every connection.
+    sent_up: AtomicUsize,
 }
 
 impl Relay {
@@ -43,6 +45,7 @@ impl Relay {
             frozen: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
+            sent_up: AtomicUsize::new(0),
         });
         let acceptor = {
             let shared = shared.clone();
@@ -67,6 +70,11 @@ impl Relay {
     /// Forwards again, what waited first.
     pub fn thaw(&self) {
         self.shared.frozen.store(false, Ordering::SeqCst);
+    }
+
+    /// How many bytes the clients have sent the server through the relay.
+    pub fn bytes_sent_up(&self) -> usize {
+        self.shared.sent_up.load(Ordering::SeqCst)
     }
 }
 
@@ -105,11 +113,11 @@ fn accept(listener: TcpListener, upstream: SocketAddr, shared: &Arc<Shared>) {
         let _ = server.set_nodelay(true);
         shared.connections.fetch_add(1, Ordering::SeqCst);
         let done = Arc::new(AtomicUsize::new(0));
-        for (from, to) in [(client_in, server), (server_in, client)] {
+        for (from, to, up) in [(client_in, server, true), (server_in, client, false)] {
             let shared = shared.clone();
             let done = done.clone();
             pumps.push(std::thread::spawn(move || {
-                pump(from, to, &shared);
+                pump(from, to, up, &shared);
                 // The second pump to finish gives the connection's place back.
                 if done.fetch_add(1, Ordering::SeqCst) == 1 {
                     shared.connections.fetch_sub(1, Ordering::SeqCst);
@@ -123,8 +131,9 @@ fn accept(listener: TcpListener, upstream: SocketAddr, shared: &Arc<Shared>) {
 }
 
 /// Copies `from` to `to` until either side closes or the relay stops, holding everything while
-/// frozen. Closing one direction closes both, as a reset would.
-fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
+/// frozen; `up`: from a client to the server, counted. Closing one direction closes both, as a
+/// reset would.
+fn pump(mut from: TcpStream, mut to: TcpStream, up: bool, shared: &Shared) {
     let _ = from.set_read_timeout(Some(POLL * 5));
     let _ = to.set_write_timeout(Some(POLL * 5));
     let mut buf = [0u8; 16 * 1024];
@@ -150,6 +159,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
         }
         if !write_all(&mut to, &buf[..n], shared) {
             break;
+        }
+        if up {
+            shared.sent_up.fetch_add(n, Ordering::SeqCst);
         }
     }
     let _ = from.shutdown(Shutdown::Both);

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 mod access;
 mod curator;
 
+use crate::support::relay::Relay;
 use crate::support::zk_server::ZkServer;
 use crate::support::*;
 
@@ -378,5 +379,37 @@ fn sigkill_of_the_holder_lets_the_next_waiter_in_within_the_session_timeout() {
     assert!(
         token_of(&dir, "w") > first,
         "tokens keep increasing after a crash"
+    );
+}
+
+/// Under `-q` nobody sees who holds the lock waited for, so the waiter does not read the holders'
+/// nodes (a request each); without `-q` it does. Counted as what the waiter sends the server,
+/// through a relay of its own: the same wait, less the reads.
+#[test]
+fn a_quiet_waiter_never_reads_who_holds_the_lock() {
+    let server = ZkServer::start();
+    let dir = LockDir::new();
+    let mut sent = Vec::new();
+    for (tag, flags) in [("quiet", &["-q"][..]), ("loud", &[][..])] {
+        let relay = Relay::start(([127, 0, 0, 1], server.port()).into());
+        let url = format!("zk://127.0.0.1:{}", relay.port());
+        let held = format!("{tag}-h");
+        let mut holder = start_holder(&server, &dir, &[], "q", &held);
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["q", "--", "true"]);
+        let mut waiter = server.dlock_at(&url, &args).spawn().unwrap();
+        // The holder watches its own node, the waiter the one ahead.
+        wait_until("the waiter in line", T, || {
+            mntr(&server, "zk_watch_count") == 2
+        });
+        let_go(&dir, &held);
+        assert!(wait_exit(&mut holder, T).success());
+        assert!(wait_exit(&mut waiter, T).success());
+        sent.push(relay.bytes_sent_up());
+    }
+    assert!(
+        sent[0] < sent[1],
+        "bytes sent by the quiet and the loud waiter: {sent:?}"
     );
 }

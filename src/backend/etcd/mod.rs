@@ -236,6 +236,8 @@ impl Backend for EtcdBackend {
             };
             let holders = match ahead.holders {
                 Some(holders) => holders,
+                // A request for nothing where nobody sees them (`-q`).
+                None if !waiting.wants_holders() => Vec::new(),
                 None => acquisition.holders().await.unwrap_or_default(),
             };
             waiting.busy(&holders);

@@ -7,26 +7,10 @@ use crate::exit::{FailWith, Failure};
 use crate::text::percent_decode;
 use crate::url::redact;
 
-/// Where dlock keeps its tables unless the URL says otherwise.
-pub const DEFAULT_PREFIX: &str = "dlock_";
-
-/// Longest prefix: a lock key (`GET_LOCK`) is the prefix and 32 hex digits, and MySQL takes at
-/// most 64 characters there.
-const MAX_PREFIX_BYTES: usize = 30;
+pub use crate::backend::sql::address::Tls;
+use crate::backend::sql::address::{prefix as table_prefix, DEFAULT_PREFIX};
 
 const DEFAULT_PORT: u16 = 3306;
-
-/// How the connection is protected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tls {
-    /// Plain TCP (`ssl-mode=DISABLED`, or none given).
-    Off,
-    /// TLS with the server's certificate checked against the trusted CAs, without requiring the
-    /// URL's host in it (`ssl-mode=REQUIRED` or `VERIFY_CA`).
-    Chain,
-    /// TLS with the certificate checked and made out to the URL's host (`VERIFY_IDENTITY`).
-    Full,
-}
 
 /// A parsed `--url`.
 pub struct MyUrl {
@@ -132,15 +116,7 @@ impl MyUrl {
                         .fail_with(Failure::Usage)?;
                     ssl_ca = Some(path);
                 }
-                "prefix" => {
-                    if !is_prefix(value) {
-                        return usage(format!(
-                            "MySQL URL {shown}: the table prefix must be 1 to {MAX_PREFIX_BYTES} \
-                             lowercase letters, digits and `_`, starting with a letter or `_`"
-                        ));
-                    }
-                    prefix = value.to_owned();
-                }
+                "prefix" => prefix = table_prefix(&format!("MySQL URL {shown}"), value)?,
                 _ => {
                     // Only the key: its value may be a secret.
                     let key = crate::lock::escaped(key, 40);
@@ -173,15 +149,6 @@ impl MyUrl {
     pub fn location(&self) -> String {
         self.shown.clone()
     }
-}
-
-/// A prefix that is a plain, unquoted MySQL name in any case setting.
-fn is_prefix(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_PREFIX_BYTES
-        && s.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 #[cfg(test)]

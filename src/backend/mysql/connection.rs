@@ -14,6 +14,7 @@ use anyhow::anyhow;
 use mysql::prelude::Queryable;
 
 use super::address::{MyUrl, Tls};
+use crate::backend::sql::fault::io_words;
 use crate::exit::{FailWith, Failure};
 
 /// The tables and procedures, `{p}` standing for the prefix, statements separated by `;;` lines.
@@ -58,26 +59,10 @@ pub fn lock(shared: &Shared) -> MutexGuard<'_, Conn> {
     crate::sync::lock(shared)
 }
 
-/// Why a call failed.
-#[derive(Debug)]
-pub enum Fault {
-    /// The server could not be reached or did not answer in time: worth trying again.
-    Unreachable(String),
-    /// The server answered with an error (`code`: its error number).
-    Refused { code: u16, message: String },
-    /// dlock's tables could not be created: the whole error, for the user.
-    Setup(anyhow::Error),
-}
+/// Why a call failed; a refusal's code is the server's error number.
+pub type Fault = crate::backend::sql::Fault<u16>;
 
 impl Fault {
-    pub fn message(&self) -> String {
-        match self {
-            Fault::Unreachable(m) => m.clone(),
-            Fault::Refused { message, .. } => message.clone(),
-            Fault::Setup(e) => format!("{e:#}"),
-        }
-    }
-
     /// The user lacks a right the statement needs.
     pub fn is_denied(&self) -> bool {
         matches!(self, Fault::Refused { code, .. } if DENIED.contains(code))
@@ -124,11 +109,11 @@ fn fault(e: mysql::Error) -> Fault {
 /// How a read or write failed, as people say it.
 fn io_failure(io: &std::io::Error) -> String {
     use std::io::ErrorKind;
+    if let Some(words) = io_words(io) {
+        return words.into();
+    }
     match io.kind() {
-        ErrorKind::ConnectionRefused => "connection refused".into(),
-        ErrorKind::ConnectionReset => "connection reset".into(),
         ErrorKind::TimedOut | ErrorKind::WouldBlock => "no answer in time".into(),
-        ErrorKind::UnexpectedEof => "the server closed the connection".into(),
         // A TLS failure comes wrapped in an I/O error: its own message, which names the cause.
         _ => match io.get_ref() {
             Some(inner) => format!("TLS: {inner}"),
@@ -257,14 +242,7 @@ impl Conn {
 
     /// The error for a failed call, naming the server, tagged backend-unavailable.
     pub fn error(&self, f: Fault) -> anyhow::Error {
-        if let Fault::Setup(e) = f {
-            return e;
-        }
-        let message = format!("mysql at {}: {}", self.url.shown, f.message());
-        match Err::<(), _>(anyhow!("{message}")).fail_with(Failure::BackendUnavailable) {
-            Err(e) => e,
-            Ok(()) => anyhow!("{message}"),
-        }
+        f.into_error("mysql", &self.url.shown)
     }
 
     /// Creates the tables and procedures (`schema.sql`) under a named lock. A user without the

@@ -40,6 +40,8 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use crate::backend::sql::record::unreadable_name;
+use crate::backend::sql::wait::connection_for_wait;
 use crate::exit::{FailWith, Failure};
 use crate::lock::{host_name, Holder, LockName, LockRequest, Waiter};
 use address::MyUrl;
@@ -169,17 +171,9 @@ impl Backend for MyBackend {
         request: &LockRequest,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
-        // A wait holds its connection through each slice of its wait. Leases taken earlier renew
-        // on `self.conn` (a handle each) from another thread meanwhile, and must not queue behind
-        // it: then the wait, and the lease it takes, get a connection of their own.
-        let conn = if Arc::strong_count(&self.conn) > 1 {
-            Arc::new(Mutex::new(Conn::new(
-                self.url.clone(),
-                self.connect_timeout,
-            )))
-        } else {
-            self.conn.clone()
-        };
+        let conn = connection_for_wait(&self.conn, || {
+            Ok(Conn::new(self.url.clone(), self.connect_timeout))
+        })?;
         wait::wait(&conn, &self.recipe, &self.me, request, waiting)
     }
 
@@ -215,11 +209,9 @@ impl Backend for MyBackend {
                 Ok(lock_name) => listing
                     .held
                     .push(self.status_of(lock_name, holders, waiters)),
-                Err(e) => listing.unreadable.push(format!(
-                    "row {:?} in {}: {e}",
-                    crate::lock::escaped(&name, 80),
-                    self.location
-                )),
+                Err(e) => listing
+                    .unreadable
+                    .push(unreadable_name(&name, &self.location, e)),
             }
         }
         Ok(listing)

@@ -9,6 +9,7 @@ use mysql::{Row, Value};
 use sha2::{Digest, Sha256};
 
 use super::connection::{Conn, Fault};
+use crate::backend::sql::record::RowText;
 use crate::lock::{Holder, Kept, LockName, LockRequest, Mode, Token};
 
 /// The condition on the names starting with a prefix (given twice).
@@ -308,18 +309,9 @@ fn holder_of(row: &Row, waiting: bool) -> (String, Holder) {
         Some(Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
         _ => text(row, i).unwrap_or_default(),
     };
-    let (name, owner, mode, token, since, pid, host) =
-        (raw(0), raw(1), raw(2), raw(3), raw(4), raw(5), raw(6));
-    let message = match row.as_ref(7) {
+    let nullable = |i: usize| match row.as_ref(i) {
         Some(Value::NULL) | None => None,
-        _ => Some(raw(7)),
-    };
-    let utf8 = |i: usize| !matches!(row.as_ref(i), Some(Value::Bytes(b)) if std::str::from_utf8(b).is_err());
-    // A waiter has no token yet; a holder must have one above 0.
-    let token_ok = match (row.as_ref(3), waiting) {
-        (Some(Value::NULL), true) => Some(None),
-        (_, false) => token.parse().ok().filter(|&t: &Token| t > 0).map(Some),
-        _ => None,
+        _ => Some(raw(i)),
     };
     let time = |i: usize| {
         int(row, i)
@@ -327,50 +319,31 @@ fn holder_of(row: &Row, waiting: bool) -> (String, Holder) {
             .and_then(|us| UNIX_EPOCH.checked_add(Duration::from_micros(us)))
             .filter(|&t| t > SystemTime::UNIX_EPOCH)
     };
-    let (expires_at, kept_until) = (time(8), time(9));
-    let kept = text(row, 10).and_then(|note| Kept::from_note(&note));
+    let name = raw(0);
+    let fields = RowText {
+        owner: raw(1),
+        mode: raw(2),
+        token: nullable(3),
+        since: raw(4),
+        pid: raw(5),
+        host: raw(6),
+        message: nullable(7),
+        expires_at: time(8),
+        kept_until: time(9),
+        kept: text(row, 10).and_then(|note| Kept::from_note(&note)),
+    };
+    let utf8 = |i: usize| !matches!(row.as_ref(i), Some(Value::Bytes(b)) if std::str::from_utf8(b).is_err());
     // A waiter whose row says only what it waits for (an older dlock's, or one that has not yet
     // written who it is): its mode and owner, the rest unknown rather than unreadable.
     let anonymous = waiting && (4..8).all(|i| matches!(row.as_ref(i), Some(Value::NULL)));
-    let parsed = Mode::from_wire(&mode)
-        .filter(|_| (0..8).all(utf8))
-        .filter(|_| anonymous)
-        .map(|m| Holder {
+    let parsed = match Mode::from_wire(&fields.mode).filter(|_| (0..8).all(utf8)) {
+        None => None,
+        Some(m) if anonymous => Some(Holder {
             unreadable: None,
-            ..Holder::unreadable(m, &owner, "")
-        });
-    let parsed = parsed.or_else(|| {
-        Mode::from_wire(&mode)
-            .filter(|_| (0..8).all(utf8))
-            .and_then(|m| {
-                Holder::checked(
-                    m,
-                    &owner,
-                    &host,
-                    pid.parse().ok()?,
-                    since.parse().ok()?,
-                    token_ok?,
-                )
-            })
-            .and_then(|h| h.with_message(message.as_deref()))
-            .map(|h| Holder {
-                expires_at,
-                kept_until,
-                kept: kept.filter(|_| kept_until.is_some()),
-                ..h
-            })
-    });
-    let holder = parsed.unwrap_or_else(|| {
-        let counted = match Mode::from_wire(&mode) {
-            Some(m @ (Mode::Shared | Mode::Limit(_))) => m,
-            _ => Mode::Exclusive,
-        };
-        let mut record = format!("{mode} {token} {since} {pid} {host}");
-        if let Some(message) = &message {
-            record.push('\t');
-            record.push_str(message);
-        }
-        Holder::unreadable(counted, &owner, &record)
-    });
+            ..Holder::unreadable(m, &fields.owner, "")
+        }),
+        Some(_) => fields.holder(waiting),
+    };
+    let holder = parsed.unwrap_or_else(|| fields.unreadable());
     (name, holder)
 }

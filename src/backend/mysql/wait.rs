@@ -10,13 +10,14 @@
 //! and how long it is kept, and the waiter sleeps until then.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::connection::{lock, Fault, Shared};
 use super::lease::MyLease;
 use super::recipe::{Blocker, Me, Recipe, Reply, Woken};
-use crate::backend::{Lease, Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
-use crate::lock::{Holder, LockRequest};
+use crate::backend::sql::wait::{holders, pause_until, recheck, Tries};
+use crate::backend::{Lease, Waiting, CANCEL_CHECK};
+use crate::lock::LockRequest;
 
 /// Waits for `request`: `Ok(None)` when `waiting` is cancelled, leaving nothing in line.
 pub fn wait(
@@ -27,11 +28,7 @@ pub fn wait(
     waiting: &Waiting,
 ) -> anyhow::Result<Option<Box<dyn Lease>>> {
     let mut ticket: Option<i64> = None;
-    let mut backoff = RETRY_FIRST;
-    let mut reported: Option<Vec<Holder>> = None;
-    // A server unreachable at the very start is an error (69), as for `try_acquire`; once it has
-    // answered, an outage is ridden out for the wait's budget.
-    let mut answered = false;
+    let mut tries = Tries::new("mysql");
     // The key the last wait found free: named again by the next attempt, it is not held by its
     // entry, and waiting on it would spin.
     let mut freed: Option<String> = None;
@@ -59,50 +56,31 @@ pub fn wait(
                 ticket: kept,
                 blocker,
             }) => {
-                answered = true;
+                tries.answered();
                 if let Some(new) = kept.filter(|&k| Some(k) != ticket) {
                     // A new place. Best effort: status shows one whose writing failed with
                     // its mode only.
                     let _ = recipe.joined(&mut conn, request, me, new);
                 }
                 ticket = kept;
-                backoff = RETRY_FIRST;
-                let holders = recipe
-                    .entries(&mut conn, request.name.as_str(), true, false)
-                    .map(|h| h.into_iter().map(|(_, h)| h).collect::<Vec<_>>());
+                let holders = holders(waiting, || {
+                    recipe
+                        .entries(&mut conn, request.name.as_str(), true, false)
+                        .map(|h| h.into_iter().map(|(_, h)| h).collect::<Vec<_>>())
+                });
                 (blocker, holders)
             }
-            Err(Fault::Unreachable(why)) if !answered => {
-                let e = conn.error(Fault::Unreachable(why));
-                drop(conn);
-                return Err(e.context(format!("cannot acquire lock {:?}", request.name.as_str())));
-            }
-            Err(Fault::Unreachable(why)) => {
-                drop(conn);
-                waiting.unreachable(&format!("mysql at {shown}: {why}"));
-                pause(waiting, backoff);
-                backoff = (backoff * 2).min(RETRY_MOST);
-                continue;
-            }
             Err(f) => {
-                let e = conn.error(f);
                 drop(conn);
-                leave(shared, recipe, request, ticket);
-                return Err(e.context(format!("cannot acquire lock {:?}", request.name.as_str())));
+                tries.failed(waiting, request, &shown, f, || {
+                    leave(shared, recipe, request, ticket)
+                })?;
+                continue;
             }
         };
         drop(conn);
-        waiting.reachable();
-        if let Ok(holders) = holders {
-            if reported.as_ref() != Some(&holders) {
-                waiting.busy(&holders);
-                reported = Some(holders);
-            }
-        }
-        let recheck = blocker.as_ref().map_or(request.ttl / 3, |b| {
-            (b.lasts + Duration::from_millis(1)).min(request.ttl / 3)
-        });
-        let until = Instant::now() + recheck;
+        tries.report(waiting, holders);
+        let until = recheck(request.ttl, blocker.as_ref().map(|b| b.lasts));
         match blocker {
             Some(Blocker { key, gone, .. }) if !gone && freed.as_ref() != Some(&key) => {
                 freed = wait_for_key(shared, recipe, waiting, &key, until);
@@ -149,20 +127,5 @@ fn wait_for_key(
 fn leave(shared: &Shared, recipe: &Recipe, request: &LockRequest, ticket: Option<i64>) {
     if ticket.is_some() {
         let _ = recipe.leave(&mut lock(shared), &request.name, &request.owner, ticket);
-    }
-}
-
-/// Sleeps `most`, looking at the cancellation every `CANCEL_CHECK`.
-fn pause(waiting: &Waiting, most: Duration) {
-    pause_until(waiting, Instant::now() + most)
-}
-
-fn pause_until(waiting: &Waiting, until: Instant) {
-    while !waiting.is_cancelled() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        std::thread::sleep(waiting.slice(CANCEL_CHECK).min(left));
     }
 }

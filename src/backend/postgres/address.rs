@@ -8,24 +8,8 @@ use anyhow::anyhow;
 use crate::exit::{FailWith, Failure};
 use crate::url::redact;
 
-/// Where dlock keeps its tables unless the URL says otherwise.
-pub const DEFAULT_PREFIX: &str = "dlock_";
-
-/// Longest prefix: PostgreSQL names are at most 63 bytes, and the longest name dlock makes is the
-/// prefix, `queue_by_name` and nothing else, or the prefix and a 32-digit owner id (a channel).
-const MAX_PREFIX_BYTES: usize = 30;
-
-/// How the connection is protected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tls {
-    /// Plain TCP (`sslmode=disable`, or none given).
-    Off,
-    /// TLS with the server's certificate checked against the trusted CAs (`sslmode=require` or
-    /// `verify-ca`), without requiring the URL's host name in it.
-    Chain,
-    /// TLS with the certificate checked and made out to the URL's host (`sslmode=verify-full`).
-    Full,
-}
+pub use crate::backend::sql::address::Tls;
+use crate::backend::sql::address::{prefix as table_prefix, DEFAULT_PREFIX};
 
 /// A parsed `--url`.
 pub struct PgUrl {
@@ -76,16 +60,7 @@ impl PgUrl {
                     }
                 }
                 "sslrootcert" => root_cert = Some(value.to_owned()),
-                "prefix" => {
-                    if !is_prefix(value) {
-                        return usage(format!(
-                            "PostgreSQL URL {shown}: the table prefix must be 1 to \
-                             {MAX_PREFIX_BYTES} lowercase letters, digits and `_`, starting \
-                             with a letter or `_`"
-                        ));
-                    }
-                    prefix = value.to_owned();
-                }
+                "prefix" => prefix = table_prefix(&format!("PostgreSQL URL {shown}"), value)?,
                 _ => passed.push(pair),
             }
         }
@@ -124,15 +99,6 @@ impl PgUrl {
     pub fn location(&self) -> String {
         self.shown.clone()
     }
-}
-
-/// A prefix that is a plain, unquoted PostgreSQL name.
-fn is_prefix(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_PREFIX_BYTES
-        && s.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 #[cfg(test)]

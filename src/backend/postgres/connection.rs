@@ -13,11 +13,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::anyhow;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
-use tokio_postgres::{AsyncMessage, Client, Notification};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{AsyncMessage, Client, Notification, Socket};
 
 use super::address::{PgUrl, Tls};
 use super::tls::client_config;
+use crate::backend::sql::fault::io_words;
 use crate::exit::{FailWith, Failure};
 
 /// The tables and functions, `{p}` standing for the prefix.
@@ -48,42 +50,14 @@ pub fn lock(shared: &Shared) -> MutexGuard<'_, Conn> {
     crate::sync::lock(shared)
 }
 
-/// Why a call failed.
-#[derive(Debug)]
-pub enum Fault {
-    /// The server could not be reached or did not answer in time: worth trying again.
-    Unreachable(String),
-    /// The server answered with an error (`code`: its SQLSTATE).
-    Refused { code: String, message: String },
-    /// dlock's tables could not be created: the whole error, for the user.
-    Setup(anyhow::Error),
-}
+/// Why a call failed; a refusal's code is the server's SQLSTATE.
+pub type Fault = crate::backend::sql::Fault<String>;
 
 impl Fault {
-    pub fn message(&self) -> String {
-        match self {
-            Fault::Unreachable(m) => m.clone(),
-            Fault::Refused { message, .. } => message.clone(),
-            Fault::Setup(e) => format!("{e:#}"),
-        }
-    }
-
     /// A table, column or function of dlock's that is not there yet (tables an older dlock made,
     /// before `--message` or `--min-hold`).
     fn is_missing_schema(&self) -> bool {
         matches!(self, Fault::Refused { code, .. } if ["42P01", "42703", "42883"].contains(&code.as_str()))
-    }
-
-    /// As an error tagged backend-unavailable.
-    fn into_error(self) -> anyhow::Error {
-        if let Fault::Setup(e) = self {
-            return e;
-        }
-        let message = self.message();
-        match Err::<(), _>(anyhow!("{message}")).fail_with(Failure::BackendUnavailable) {
-            Err(e) => e,
-            Ok(()) => anyhow!("{message}"),
-        }
     }
 }
 
@@ -96,12 +70,10 @@ fn describe(e: &tokio_postgres::Error) -> String {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            return match io.kind() {
-                std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
-                std::io::ErrorKind::ConnectionReset => "connection reset".into(),
-                std::io::ErrorKind::TimedOut => "timed out".into(),
-                std::io::ErrorKind::UnexpectedEof => "the server closed the connection".into(),
-                _ => io
+            return match (io_words(io), io.kind()) {
+                (Some(words), _) => words.into(),
+                (None, std::io::ErrorKind::TimedOut) => "timed out".into(),
+                (None, _) => io
                     .to_string()
                     .split(" (os error")
                     .next()
@@ -130,6 +102,32 @@ fn fault(e: tokio_postgres::Error) -> Fault {
         },
         None => Fault::Unreachable(describe(&e)),
     }
+}
+
+/// Connects within `timeout`, and reads the connection's messages on a task of its own, handing
+/// its notifications to `notes`.
+async fn connect<T>(
+    config: &tokio_postgres::Config,
+    tls: T,
+    timeout: Duration,
+    notes: UnboundedSender<Notification>,
+) -> Result<Client, Fault>
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: Send + 'static,
+{
+    let (client, mut connection) = tokio::time::timeout(timeout, config.connect(tls))
+        .await
+        .map_err(|_| Fault::Unreachable("no answer in time".into()))?
+        .map_err(fault)?;
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let AsyncMessage::Notification(n) = message {
+                let _ = notes.send(n);
+            }
+        }
+    });
+    Ok(client)
 }
 
 impl Conn {
@@ -184,45 +182,15 @@ impl Conn {
         let client = match self.url.tls {
             Tls::Off => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                self.runtime.block_on(async {
-                    let (client, mut connection) =
-                        tokio::time::timeout(timeout, config.connect(tokio_postgres::NoTls))
-                            .await
-                            .map_err(|_| Fault::Unreachable("no answer in time".into()))?
-                            .map_err(fault)?;
-                    tokio::spawn(async move {
-                        while let Some(Ok(message)) =
-                            std::future::poll_fn(|cx| connection.poll_message(cx)).await
-                        {
-                            if let AsyncMessage::Notification(n) = message {
-                                let _ = tx.send(n);
-                            }
-                        }
-                    });
-                    Ok::<_, Fault>(client)
-                })?
+                self.runtime
+                    .block_on(connect(&config, tokio_postgres::NoTls, timeout, tx))?
             }
             tls => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Require);
                 let rustls = client_config(&self.url, tls).map_err(Fault::Unreachable)?;
                 let connector = tokio_postgres_rustls::MakeRustlsConnect::new(rustls);
-                self.runtime.block_on(async {
-                    let (client, mut connection) =
-                        tokio::time::timeout(timeout, config.connect(connector))
-                            .await
-                            .map_err(|_| Fault::Unreachable("no answer in time".into()))?
-                            .map_err(fault)?;
-                    tokio::spawn(async move {
-                        while let Some(Ok(message)) =
-                            std::future::poll_fn(|cx| connection.poll_message(cx)).await
-                        {
-                            if let AsyncMessage::Notification(n) = message {
-                                let _ = tx.send(n);
-                            }
-                        }
-                    });
-                    Ok::<_, Fault>(client)
-                })?
+                self.runtime
+                    .block_on(connect(&config, connector, timeout, tx))?
             }
         };
         self.client = Some(Arc::new(client));
@@ -286,11 +254,7 @@ impl Conn {
 
     /// The error for a failed call, naming the server.
     pub fn error(&self, f: Fault) -> anyhow::Error {
-        match f {
-            Fault::Setup(e) => e,
-            f => Fault::Unreachable(format!("postgres at {}: {}", self.url.shown, f.message()))
-                .into_error(),
-        }
+        f.into_error("postgres", &self.url.shown)
     }
 
     /// Creates the tables and functions (`schema.sql`), in one transaction under an advisory

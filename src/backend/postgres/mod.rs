@@ -46,6 +46,8 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use crate::backend::sql::record::unreadable_name;
+use crate::backend::sql::wait::connection_for_wait;
 use crate::lock::{host_name, Holder, LockName, LockRequest};
 use address::PgUrl;
 use connection::{lock, Conn, Shared};
@@ -162,17 +164,10 @@ impl Backend for PgBackend {
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
         // A wait holds its connection while it listens and while each attempt runs (up to the
-        // connect timeout). Leases taken earlier renew on `self.conn` (a handle each) from
-        // another thread meanwhile, and must not queue behind it for longer than their lease:
-        // then the wait, and the lease it takes, get a connection of their own.
-        let conn = if Arc::strong_count(&self.conn) > 1 {
-            Arc::new(Mutex::new(Conn::new(
-                self.url.clone(),
-                self.connect_timeout,
-            )?))
-        } else {
-            self.conn.clone()
-        };
+        // connect timeout).
+        let conn = connection_for_wait(&self.conn, || {
+            Conn::new(self.url.clone(), self.connect_timeout)
+        })?;
         wait::wait(&conn, &self.recipe, &self.me, request, waiting)
     }
 
@@ -195,11 +190,9 @@ impl Backend for PgBackend {
         for (name, entries) in by_name {
             match LockName::new(&name) {
                 Ok(lock_name) => listing.held.push(self.status_of(lock_name, entries)),
-                Err(e) => listing.unreadable.push(format!(
-                    "row {:?} in {}: {e}",
-                    crate::lock::escaped(&name, 80),
-                    self.location
-                )),
+                Err(e) => listing
+                    .unreadable
+                    .push(unreadable_name(&name, &self.location, e)),
             }
         }
         Ok(listing)

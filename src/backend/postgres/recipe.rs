@@ -7,6 +7,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
 use super::connection::{Conn, Fault};
+use crate::backend::sql::record::RowText;
 use crate::lock::{time_from_millis, Holder, Kept, LockName, LockRequest, Mode, Token};
 
 /// The statements, with the prefix filled in.
@@ -313,61 +314,28 @@ pub struct Entry {
 /// does not read is an unreadable holder, counted as the server counts it.
 fn entry_of(row: &Row) -> Entry {
     let text = |i: usize| row.try_get::<_, Option<String>>(i).ok().flatten();
-    let waiting = text(0).as_deref() == Some("w");
-    let (name, owner, mode, since, pid, host) = (
-        text(1).unwrap_or_default(),
-        text(2).unwrap_or_default(),
-        text(3).unwrap_or_default(),
-        text(5).unwrap_or_default(),
-        text(6).unwrap_or_default(),
-        text(7).unwrap_or_default(),
-    );
-    let (token, message) = (text(4), text(8));
-    // A waiter has no token yet; a holder must have one above 0.
-    let token_ok = match (&token, waiting) {
-        (None, true) => Some(None),
-        (Some(t), false) => t.parse().ok().filter(|&t: &Token| t > 0).map(Some),
-        _ => None,
+    let millis = |i: usize| {
+        text(i)
+            .and_then(|ms| ms.parse().ok())
+            .and_then(time_from_millis)
     };
-    let expires_at = text(9)
-        .and_then(|ms| ms.parse().ok())
-        .and_then(time_from_millis);
-    let kept_until = text(10)
-        .and_then(|ms| ms.parse().ok())
-        .and_then(time_from_millis);
-    let kept = text(11).and_then(|note| Kept::from_note(&note));
-    let parsed = Mode::from_wire(&mode).and_then(|m| {
-        let holder = Holder::checked(
-            m,
-            &owner,
-            &host,
-            pid.parse().ok()?,
-            since.parse().ok()?,
-            token_ok?,
-        )?
-        .with_message(message.as_deref())?;
-        Some(Holder {
-            expires_at,
-            kept_until,
-            kept: kept.filter(|_| kept_until.is_some()),
-            ..holder
-        })
-    });
-    let holder = parsed.unwrap_or_else(|| {
-        let counted = match Mode::from_wire(&mode) {
-            Some(m @ (Mode::Shared | Mode::Limit(_))) => m,
-            _ => Mode::Exclusive,
-        };
-        let mut raw = format!(
-            "{mode} {} {since} {pid} {host}",
-            token.as_deref().unwrap_or("")
-        );
-        if let Some(message) = &message {
-            raw.push('\t');
-            raw.push_str(message);
-        }
-        Holder::unreadable(counted, &owner, &raw)
-    });
+    let waiting = text(0).as_deref() == Some("w");
+    let name = text(1).unwrap_or_default();
+    let fields = RowText {
+        owner: text(2).unwrap_or_default(),
+        mode: text(3).unwrap_or_default(),
+        token: text(4),
+        since: text(5).unwrap_or_default(),
+        pid: text(6).unwrap_or_default(),
+        host: text(7).unwrap_or_default(),
+        message: text(8),
+        expires_at: millis(9),
+        kept_until: millis(10),
+        kept: text(11).and_then(|note| Kept::from_note(&note)),
+    };
+    let holder = fields
+        .holder(waiting)
+        .unwrap_or_else(|| fields.unreadable());
     Entry {
         name,
         waiting,

@@ -6,14 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::connection::{lock, Fault, Shared};
+use super::connection::{lock, Shared};
 use super::lease::PgLease;
 use super::recipe::{Me, Recipe, Reply};
-use crate::backend::{Lease, Waiting, RETRY_FIRST, RETRY_MOST};
-use crate::lock::{Holder, LockRequest};
-
-/// How often a waiter looks at its cancellation while nothing happens.
-const CANCEL_CHECK: Duration = Duration::from_millis(100);
+use crate::backend::sql::wait::{holders, recheck, Tries};
+use crate::backend::{Lease, Waiting, CANCEL_CHECK};
+use crate::lock::LockRequest;
 
 /// Waits for `request`: `Ok(None)` when `waiting` is cancelled, leaving nothing in line.
 pub fn wait(
@@ -26,11 +24,7 @@ pub fn wait(
     let channel = recipe.channel(&request.owner);
     let mut ticket: Option<i64> = None;
     let mut listening: Option<u64> = None;
-    let mut backoff = RETRY_FIRST;
-    let mut reported: Option<Vec<Holder>> = None;
-    // A server unreachable at the very start is an error (69), as for `try_acquire`; once it has
-    // answered, an outage is ridden out for the wait's budget.
-    let mut answered = false;
+    let mut tries = Tries::new("postgres");
     loop {
         if waiting.is_cancelled() {
             leave(shared, recipe, request, ticket);
@@ -39,6 +33,7 @@ pub fn wait(
         let sent = Instant::now();
         let mut conn = lock(shared);
         let budget = conn.connect_timeout();
+        let answered = tries.has_answered();
         let result = conn.ensure().and_then(|()| {
             // The LISTEN goes with the attempts after the first: a free lock (the common case)
             // costs no LISTEN, and a release between the first attempt and the LISTEN is seen
@@ -69,51 +64,31 @@ pub fn wait(
                 ticket: kept,
                 expires_in,
             }) => {
-                answered = true;
+                tries.answered();
                 ticket = kept;
-                backoff = RETRY_FIRST;
                 if listening != Some(conn.generation) {
                     // In line now; listen, and look again, at once.
                     continue;
                 }
-                let holders = recipe
-                    .entries(&mut conn, budget, request.name.as_str(), true)
-                    .map(super::recipe::holders_of);
+                let holders = holders(waiting, || {
+                    recipe
+                        .entries(&mut conn, budget, request.name.as_str(), true)
+                        .map(super::recipe::holders_of)
+                });
                 (expires_in, holders)
             }
-            Err(Fault::Unreachable(why)) if !answered => {
-                let e = conn.error(Fault::Unreachable(why));
-                drop(conn);
-                return Err(e.context(format!("cannot acquire lock {:?}", request.name.as_str())));
-            }
-            Err(Fault::Unreachable(why)) => {
-                drop(conn);
-                waiting.unreachable(&format!("postgres at {shown}: {why}"));
-                pause(waiting, backoff);
-                backoff = (backoff * 2).min(RETRY_MOST);
-                continue;
-            }
             Err(f) => {
-                let e = conn.error(f);
                 drop(conn);
-                leave(shared, recipe, request, ticket);
-                return Err(e.context(format!("cannot acquire lock {:?}", request.name.as_str())));
+                tries.failed(waiting, request, &shown, f, || {
+                    leave(shared, recipe, request, ticket)
+                })?;
+                continue;
             }
         };
         drop(conn);
-        waiting.reachable();
-        if let Ok(holders) = holders {
-            if reported.as_ref() != Some(&holders) {
-                waiting.busy(&holders);
-                reported = Some(holders);
-            }
-        }
-        // Sleep until told, or until the first lease would have run out (a holder that died
-        // tells nobody), or a third of our ttl (our place in line must be renewed).
-        let recheck = expires_in.map_or(request.ttl / 3, |e| {
-            (e + Duration::from_millis(1)).min(request.ttl / 3)
-        });
-        let until = Instant::now() + recheck;
+        tries.report(waiting, holders);
+        // Sleep until told, or until it is time to look again unwoken.
+        let until = recheck(request.ttl, expires_in);
         loop {
             if waiting.is_cancelled() {
                 break;
@@ -138,17 +113,5 @@ fn leave(shared: &Shared, recipe: &Recipe, request: &LockRequest, ticket: Option
         let mut conn = lock(shared);
         let budget = conn.connect_timeout().min(Duration::from_secs(1));
         let _ = recipe.leave(&mut conn, budget, &request.name, ticket);
-    }
-}
-
-/// Sleeps `most`, looking at the cancellation every `CANCEL_CHECK`.
-fn pause(waiting: &Waiting, most: Duration) {
-    let until = Instant::now() + most;
-    while !waiting.is_cancelled() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        std::thread::sleep(waiting.slice(CANCEL_CHECK).min(left));
     }
 }

@@ -152,7 +152,12 @@ impl Acquisition {
                 .map(|path| self.client().get_and_watch_data(path));
             if !reported {
                 reported = true;
-                waiting.busy(&self.holders(&listing).await.unwrap_or_default());
+                // Reading them costs a request per holder: none where nobody sees them (`-q`).
+                let holders = match waiting.wants_holders() {
+                    true => self.holders(&listing).await.unwrap_or_default(),
+                    false => Vec::new(),
+                };
+                waiting.busy(&holders);
             }
             if told_place != Some(in_line) {
                 told_place = Some(in_line);

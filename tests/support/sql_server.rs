@@ -1,0 +1,193 @@
+//! What the PostgreSQL and MariaDB test servers share: running as `nobody` (they refuse root) in a
+//! process group of their own, waiting until one answers, stopping the run's shared server when
+//! the run ends, and the fault checker's pause and crash.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant};
+
+use super::target::{Kind, ServerControl, Target};
+use super::LockDir;
+
+/// Runs `cmd` as `nobody` when we are root (setpriv execs, so a child's pid is the program's), in a
+/// process group of its own, like every test server: a signal meant for the tests' group (the
+/// kernel's SIGHUP and SIGCONT to a group left orphaned with a stopped member among them) never
+/// reaches a server, nor continues one a test has paused.
+pub fn as_server_user(program: &str) -> Command {
+    let mut cmd = as_user(program);
+    cmd.process_group(0);
+    cmd
+}
+
+fn as_user(program: &str) -> Command {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "--",
+            program,
+        ]);
+        cmd
+    } else {
+        Command::new(program)
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+pub fn give_to_server_user(path: &Path) {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let status = Command::new("chown")
+            .args(["-R", "nobody:nogroup"])
+            .arg(path)
+            .status()
+            .expect("chown");
+        assert!(status.success(), "chown {}", path.display());
+    }
+}
+
+/// Waits until `ready` says the server `name` (started as `child`) answers; fails with its log
+/// (`log`) when it exits first or is not ready `within`.
+pub fn wait_ready(
+    name: &str,
+    child: &mut Option<Child>,
+    within: Duration,
+    log: &Path,
+    ready: impl Fn() -> bool,
+) {
+    let log = || std::fs::read_to_string(log).unwrap_or_default();
+    let start = Instant::now();
+    loop {
+        if ready() {
+            return;
+        }
+        if let Some(Ok(Some(status))) = child.as_mut().map(|c| c.try_wait()) {
+            panic!("{name} exited ({status}): {}", log());
+        }
+        assert!(start.elapsed() < within, "{name} not ready: {}", log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The shared servers to stop when the run ends: pid, directory, the signal that stops it.
+static AT_EXIT: Mutex<Vec<(u32, PathBuf, i32)>> = Mutex::new(Vec::new());
+
+/// Stops the server `pid` with `signal` (see `stop_pid`) and removes its directory `dir` when the
+/// test run ends.
+pub fn stop_at_exit(pid: u32, dir: PathBuf, signal: i32) {
+    static REGISTER: Once = Once::new();
+    extern "C" fn stop_all() {
+        let servers = AT_EXIT.lock().map(|s| s.clone()).unwrap_or_default();
+        for (pid, dir, signal) in servers {
+            stop_pid(pid, signal);
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    if let Ok(mut servers) = AT_EXIT.lock() {
+        servers.push((pid, dir, signal));
+    }
+    // SAFETY: `stop_all` is a plain function that stays valid for the life of the process.
+    REGISTER.call_once(|| unsafe {
+        libc::atexit(stop_all);
+    });
+}
+
+/// Sends `signal` (a paused server continued first), waits (bounded) until it is gone, and
+/// SIGKILLs it if it is still there then.
+pub fn stop_pid(pid: u32, signal: i32) {
+    let pid = pid as i32;
+    // SAFETY: kill has no memory effects.
+    unsafe {
+        libc::kill(pid, libc::SIGCONT);
+        libc::kill(pid, signal);
+    }
+    let start = Instant::now();
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 && start.elapsed() < Duration::from_secs(10) {
+        let mut status = 0;
+        // SAFETY: reaps our own child if it is one; WNOHANG never blocks.
+        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: as above; only a server that did not go within the bound.
+    if unsafe { libc::kill(pid, 0) } == 0 {
+        // SAFETY: kill has no memory effects.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// What the fault checker does to a SQL test server.
+pub trait Pausable {
+    fn pause(&self);
+    fn resume(&self);
+    /// A crash and a start on the same port, keeping the data.
+    fn restart(&mut self);
+}
+
+/// A server the fault checker pauses and crashes.
+pub struct Faulty<S>(pub Mutex<S>);
+
+impl<S: Pausable> ServerControl for Faulty<S> {
+    fn pause(&self, pause: Duration) {
+        if let Ok(server) = self.0.lock() {
+            server.pause();
+            std::thread::sleep(pause);
+            server.resume();
+        }
+    }
+
+    fn restart(&self) {
+        if let Ok(mut server) = self.0.lock() {
+            server.restart();
+        }
+    }
+}
+
+impl Target {
+    /// dlock (`kind`) at `url` on the test run's shared SQL server (listening on `port`), with
+    /// tables of its own (a prefix per test), for the contract suite.
+    pub fn on_shared_sql(kind: Kind, url: String, port: u16) -> Target {
+        let mut target = Target {
+            args: vec![],
+            kind,
+            ports: vec![port],
+            servers: vec![],
+            scratch: LockDir::new(),
+        };
+        target.args = vec![
+            "--backend".into(),
+            target.backend().into(),
+            "--url".into(),
+            url,
+        ];
+        target
+    }
+
+    /// dlock (`kind`) on a private SQL server listening on `port`, which the fault checker pauses
+    /// and crashes.
+    pub fn on_private_sql<S: Pausable + Send + 'static>(
+        kind: Kind,
+        port: u16,
+        server: S,
+    ) -> Target {
+        let ports = vec![port];
+        Target {
+            args: kind.args(&ports),
+            kind,
+            ports,
+            servers: vec![Box::new(Faulty(Mutex::new(server)))],
+            scratch: LockDir::new(),
+        }
+    }
+}
