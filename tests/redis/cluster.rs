@@ -180,7 +180,13 @@ fn a_cluster_url_in_dlock_url_goes_with_backend_redis_on_the_command_line() {
 fn the_readmes_cluster_acl_works_on_every_master_and_a_weaker_one_is_refused() {
     let mut args = vec!["--user", "dlock", "on", ">pw"];
     args.extend_from_slice(crate::netfaults::redis::MINIMAL_ACL);
-    args.extend_from_slice(&["+asking", "+cluster|slots"]);
+    args.extend_from_slice(&[
+        "+asking",
+        "+cluster|slots",
+        "+spublish",
+        "+ssubscribe",
+        "&dlock:*",
+    ]);
     args.extend_from_slice(&["--user", "weak", "on", ">pw", "~dlock:*", "&dlock:wake:*"]);
     args.extend(
         crate::netfaults::redis::MINIMAL_ACL
@@ -190,6 +196,10 @@ fn the_readmes_cluster_acl_works_on_every_master_and_a_weaker_one_is_refused() {
     // And one whose key pattern is not dlock's: its permissions are checked on dlock's keys too.
     args.extend_from_slice(&["--user", "nokeys", "on", ">pw", "~other:*", "&dlock:wake:*"]);
     args.extend(crate::netfaults::redis::MINIMAL_ACL.iter().skip(2));
+    // And one with what a single server needs, but not sharded pub/sub.
+    args.extend_from_slice(&["--user", "unsharded", "on", ">pw"]);
+    args.extend_from_slice(crate::netfaults::redis::MINIMAL_ACL);
+    args.extend_from_slice(&["+asking", "+cluster|slots"]);
     let cluster = RedisCluster::start_with(&args);
     let seeds = cluster.url().replace("redis+cluster://", "");
     let minimal = [format!("redis+cluster://dlock:pw@{seeds}")];
@@ -207,9 +217,11 @@ fn the_readmes_cluster_acl_works_on_every_master_and_a_weaker_one_is_refused() {
     assert_eq!(code(&status), 0, "{}", stderr(&status));
 
     let nokeys = [format!("redis+cluster://nokeys:pw@{seeds}")];
+    let unsharded = [format!("redis+cluster://unsharded:pw@{seeds}")];
     for (url, refusal) in [
         (&weak, "may not run PUBLISH on dlock:wake:*"),
         (&nokeys, "may not run EVALSHA"),
+        (&unsharded, "may not run SPUBLISH on dlock:{NAME}:wake:*"),
     ] {
         let out = output(dlock_at(url, &["run", "x", "--", "true"]));
         assert_eq!(code(&out), 69, "{}", stderr(&out));
@@ -241,4 +253,124 @@ fn a_call_on_a_half_moved_slot_is_tried_again_until_the_move_ends() {
     let out = status.wait_with_output().unwrap();
     assert_eq!(code(&out), 0, "{}", stdout(&out));
     assert!(stdout(&out).contains("held"), "{}", stdout(&out));
+}
+
+/// The grant channels node `node` carries for `name`: sharded (`SHARDCHANNELS`) and classic.
+fn channels_on(cluster: &RedisCluster, node: usize, name: &str) -> (Vec<String>, Vec<String>) {
+    let mut conn = cluster.nodes[node].connection();
+    let sharded: Vec<String> = redis::cmd("PUBSUB")
+        .arg("SHARDCHANNELS")
+        .arg(format!("dlock:{{{name}}}:wake:*"))
+        .query(&mut conn)
+        .expect("PUBSUB SHARDCHANNELS");
+    let classic: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("dlock:*")
+        .query(&mut conn)
+        .expect("PUBSUB CHANNELS");
+    (sharded, classic)
+}
+
+#[test]
+fn a_waiter_hears_its_grant_by_sharded_pub_sub_on_the_locks_master_also_after_its_slot_moved() {
+    let cluster = RedisCluster::start();
+    let url = [cluster.url()];
+    let dir = LockDir::new();
+    let name = cluster.name_on("sharded/", 0);
+    // A long lease: a waiter looks again on its own only every 20 s, so a grant within a few
+    // seconds came by message.
+    let ttl = ["--ttl", "60s"];
+    let mut holder = start_holder(&url, &ttl, &name, &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let next = dir.file("next");
+    let script = format!("echo $DLOCK_TOKEN > {}", next.display());
+    let waiter = Watched::start(dlock_at(
+        &url,
+        &["run", ttl[0], ttl[1], &name, "--", "sh", "-c", &script],
+    ));
+    // It subscribes in the write that queues it, before the attempt.
+    wait_until("the waiter to queue", T, || {
+        queued_on(&cluster, 0, &name) == 1
+    });
+    for node in 0..3 {
+        let (sharded, classic) = channels_on(&cluster, node, &name);
+        assert!(classic.is_empty(), "node {node} carries {classic:?}");
+        // The holder's channel and the waiter's (the holder listened too, in case it waited).
+        let expected = if node == 0 { 2 } else { 0 };
+        assert_eq!(sharded.len(), expected, "node {node}: {sharded:?}");
+    }
+
+    // The slot moves: the old master drops the channel, the waiter listens on the new one.
+    let slot = cluster.slot_of(&format!("dlock:{{{name}}}"));
+    cluster.move_slot(slot, 0, 1);
+    let moved = Instant::now();
+    wait_until("the waiter to listen on the new master", T, || {
+        channels_on(&cluster, 1, &name).0.len() == 1
+    });
+    assert!(
+        moved.elapsed() < Duration::from_secs(10),
+        "the waiter took {:?} to listen on the new master: at its re-check, not when the old \
+         one dropped its channel",
+        moved.elapsed()
+    );
+    assert!(channels_on(&cluster, 0, &name).0.is_empty());
+    assert_eq!(queued_on(&cluster, 1, &name), 1, "the waiter's place moved");
+
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.wait_for_more("released", 1, T);
+    let released = Instant::now();
+    wait_for_file(&next, T);
+    let took = released.elapsed();
+    let (status, said) = waiter.finish(T);
+    assert_eq!(status, 0, "{said}");
+    assert!(
+        took < Duration::from_secs(10),
+        "the grant took {took:?}: it came by the waiter's re-check, not by message"
+    );
+    let (_, said) = holder.finish(T);
+    assert!(!said.contains("lost"), "{said}");
+}
+
+#[test]
+fn on_nodes_without_sharded_pub_sub_waiters_hear_their_grant_on_the_classic_channel() {
+    // As before Redis 7: no SPUBLISH, no SSUBSCRIBE.
+    let cluster = RedisCluster::start_with(&[
+        "--rename-command",
+        "SPUBLISH",
+        "",
+        "--rename-command",
+        "SSUBSCRIBE",
+        "",
+    ]);
+    let url = [cluster.url()];
+    let dir = LockDir::new();
+    let name = cluster.name_on("classic/", 2);
+    let ttl = ["--ttl", "60s"];
+    let mut holder = start_holder(&url, &ttl, &name, &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let next = dir.file("next");
+    let script = format!("echo $DLOCK_TOKEN > {}", next.display());
+    let waiter = Watched::start(dlock_at(
+        &url,
+        &["run", ttl[0], ttl[1], &name, "--", "sh", "-c", &script],
+    ));
+    wait_until("the waiter to queue", T, || {
+        queued_on(&cluster, 2, &name) == 1
+    });
+    wait_until("the waiter to listen on the classic channel", T, || {
+        channels_on(&cluster, 2, &name).1.len() == 2
+    });
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.wait_for_more("released", 1, T);
+    let released = Instant::now();
+    wait_for_file(&next, T);
+    let took = released.elapsed();
+    let (status, said) = waiter.finish(T);
+    assert_eq!(status, 0, "{said}");
+    assert!(
+        took < Duration::from_secs(10),
+        "the grant took {took:?}: it came by the waiter's re-check, not by message"
+    );
+    let (_, said) = holder.finish(T);
+    assert!(!said.contains("lost"), "{said}");
 }

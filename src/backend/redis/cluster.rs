@@ -5,9 +5,9 @@
 //! parked. A `MOVED` reply records the slot's new master and runs the call again there; an `ASK`
 //! runs it once there after `ASKING`, the map unchanged; `TRYAGAIN` (a slot half moved) runs it
 //! again after a short pause. All within the call's budget and a bounded count: the scripts may be
-//! repeated (each finds its own earlier effect). Grants travel on classic pub/sub, which a cluster
-//! delivers on every node, so a waiter hears its grant wherever it subscribed, also after its
-//! lock's slot moved.
+//! repeated (each finds its own earlier effect). Grants travel by sharded pub/sub on a channel in
+//! the lock's slot (see `Keys::sharded`): a waiter listens on the lock's master, and listens again
+//! where a redirect takes it once the old master drops the channel.
 
 use std::collections::HashMap;
 use std::mem;
@@ -18,9 +18,9 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, Value};
 
 use super::fault::{Fault, FaultKind};
 use super::scripts::text_of;
-use super::server::{Link, Server};
+use super::server::{Heard, Link, Server};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{escaped, Token};
+use crate::lock::escaped;
 use crate::url::redact;
 
 /// The schemes of a cluster URL, and the plain scheme each stands for.
@@ -118,12 +118,12 @@ pub(super) fn parse(url: &str) -> anyhow::Result<Server> {
 }
 
 impl Cluster {
-    /// The token of a grant of `base` heard on a parked connection.
-    pub(super) fn grant(&self, base: &str) -> Option<Token> {
+    /// What was heard of `base` on a parked connection.
+    pub(super) fn heard(&self, base: &str) -> Option<Heard> {
         self.parked
             .values()
             .filter_map(|node| node.link.as_ref())
-            .find_map(|link| link.grant(base))
+            .find_map(|link| link.heard(base))
     }
 
     /// The node that serves `slot`, as far as known.

@@ -34,7 +34,7 @@ impl RedisBackend {
     /// waiters in the order of the server that lists the most, then any others it lacks.
     fn status_everywhere(&self, name: &LockName) -> anyhow::Result<(Vec<Holder>, Vec<Waiter>)> {
         let mut servers = self.servers();
-        let keys = Keys::of(name);
+        let keys = Keys::on(name, self.sharded);
         let timeout = self.connect_timeout;
         let replies = on_all(&mut servers, |s| {
             s.at(&keys.base);
@@ -127,7 +127,7 @@ impl RedisBackend {
         script: HoldersScript,
     ) -> anyhow::Result<Vec<Holder>> {
         let mut servers = self.servers();
-        let keys = Keys::of(name);
+        let keys = Keys::on(name, self.sharded);
         let timeout = self.connect_timeout;
         let replies = on_all(&mut servers, |s| {
             s.at(&keys.base);

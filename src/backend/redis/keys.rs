@@ -9,19 +9,37 @@ use crate::text::{percent_decode, percent_encode};
 pub(super) struct Keys {
     /// `dlock:{NAME}` with NAME encoded.
     pub(super) base: String,
+    /// On Redis Cluster: grants go by sharded pub/sub, on a channel in the lock's own slot.
+    pub(super) sharded: bool,
 }
 
 impl Keys {
     pub(super) fn of(name: &LockName) -> Keys {
         Keys {
             base: format!("dlock:{{{}}}", encode_name(name.as_str())),
+            sharded: false,
         }
     }
 
-    /// In the order the scripts expect (see lib.lua).
-    pub(super) fn all(&self) -> [String; 6] {
-        ["holders", "owners", "token", "queue", "alive", "kept"]
+    /// The keys of `name` where grants go by sharded pub/sub (Redis Cluster) if `sharded`.
+    pub(super) fn on(name: &LockName, sharded: bool) -> Keys {
+        Keys {
+            sharded,
+            ..Keys::of(name)
+        }
+    }
+
+    /// In the order the scripts expect (see lib.lua); on Redis Cluster a seventh, the prefix of
+    /// the lock's grant channels (never a key that exists: it tells the scripts to use SPUBLISH).
+    pub(super) fn all(&self) -> Vec<String> {
+        let mut keys: Vec<String> = ["holders", "owners", "token", "queue", "alive", "kept"]
+            .iter()
             .map(|k| format!("{}:{k}", self.base))
+            .collect();
+        if self.sharded {
+            keys.push(format!("{}:wake", self.base));
+        }
+        keys
     }
 }
 

@@ -8,9 +8,12 @@
 --   KEYS[6] kept     hash: owner id -> "UNTIL HOLD" (server ms; " ended" once released) for a
 --                    holder with --min-hold: its entry in holders lasts at least until UNTIL, also
 --                    past its release or its death, so the server's clock alone judges the hold
+--   KEYS[7] on Redis Cluster only: `dlock:{NAME}:wake`, never a key that exists: the prefix of the
+--            lock's grant channels, in its slot
 -- A waiter is "OWNER MODE TTL[:HOLD] PID HOST": all it takes to grant it the lock in its absence. A release
--- hands the lock to the waiters first in line and tells each on the pub/sub channel
--- `dlock:wake:OWNER` (a channel, not a key) with "dlock:{NAME} TOKEN".
+-- hands the lock to the waiters first in line and tells each with "dlock:{NAME} TOKEN": on Redis
+-- Cluster by sharded pub/sub on `dlock:{NAME}:wake:OWNER` (SPUBLISH: only the lock's master and
+-- its replicas carry it), elsewhere on the channel `dlock:wake:OWNER` (a channel, not a key).
 
 -- Before Redis 5 a script that reads TIME must ask for effects replication before it writes.
 if redis.replicate_commands then
@@ -19,6 +22,7 @@ end
 
 local HOLDERS, OWNERS, TOKEN, QUEUE, ALIVE, KEPT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local BASE = (string.gsub(HOLDERS, ':holders$', ''))
+local WAKE = KEYS[7]
 
 -- The largest token: Lua numbers are doubles, exact up to 2^53 - 1, and tokens must stay exact.
 local MAX_TOKEN, MAX_TOKEN_TEXT = 9007199254740991, '9007199254740991'
@@ -195,7 +199,12 @@ local function grant_waiting(now, seconds, stop)
     -- An entry that does not parse was not written by this version: drop it, grant nothing.
     if owner then
       local token = take(owner, mode, tonumber(ttl), now, seconds, pid, host, tonumber(hold) or 0)
-      redis.call('PUBLISH', 'dlock:wake:' .. owner, BASE .. ' ' .. string.format('%d', token))
+      local grant = BASE .. ' ' .. string.format('%d', token)
+      -- A cluster node without sharded pub/sub (before Redis 7): the classic channel, which its
+      -- waiters listen on instead.
+      if not (WAKE and pcall(redis.call, 'SPUBLISH', WAKE .. ':' .. owner, grant)) then
+        redis.call('PUBLISH', 'dlock:wake:' .. owner, grant)
+      end
     end
   end
 end

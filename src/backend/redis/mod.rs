@@ -10,7 +10,8 @@
 //!   `dlock:{NAME}:holders` (sorted set, owner id -> lease expiry), `dlock:{NAME}:owners` (hash,
 //!   owner id -> "MODE TOKEN SINCE PID HOST"), `dlock:{NAME}:token` (the fencing counter, never
 //!   expires), `dlock:{NAME}:queue` and `dlock:{NAME}:alive` (waiters in arrival order and their
-//!   own leases). Grants are told on the pub/sub channel `dlock:wake:OWNER`.
+//!   own leases). Grants are told on the pub/sub channel `dlock:wake:OWNER` (on Redis Cluster by
+//!   sharded pub/sub, on `dlock:{NAME}:wake:OWNER` in the lock's slot).
 //! - Renew and release act only on the caller's own owner id: no client ever extends or deletes
 //!   another's lease. An expired lease is never revived, so a renewal after expiry is "lost".
 //!
@@ -102,6 +103,8 @@ pub struct RedisBackend {
     location: String,
     /// How many replicas must acknowledge each grant and renewal (`--replicas`).
     replicas: u32,
+    /// Redis Cluster: grants go by sharded pub/sub (see `Keys::sharded`).
+    sharded: bool,
 }
 
 impl RedisBackend {
@@ -148,6 +151,7 @@ impl RedisBackend {
             .flatten()
             .collect();
         let backend = RedisBackend {
+            sharded: servers.iter().any(Server::is_cluster),
             count: servers.len(),
             servers: Arc::new(Mutex::new(servers)),
             connect_timeout: timeout,

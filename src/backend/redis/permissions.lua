@@ -14,12 +14,21 @@ local checks = {
   {'PEXPIRE', key, '1'}, {'PTTL', key}, {'SCAN', '0'},
   {'PUBLISH', channel, ''}, {'SUBSCRIBE', channel},
 }
+-- On Redis Cluster (the key comes as an argument there) grants go by sharded pub/sub, on a
+-- channel in the lock's slot.
+if not KEYS[1] then
+  local shard = 'dlock:{check}:wake:check'
+  table.insert(checks, {'SPUBLISH', shard, ''})
+  table.insert(checks, {'SSUBSCRIBE', shard})
+end
 if redis.acl_check_cmd then
   for _, c in ipairs(checks) do
     local ok, allowed = pcall(redis.acl_check_cmd, unpack(c))
     if ok and not allowed then
       if c[1] == 'PUBLISH' or c[1] == 'SUBSCRIBE' then
         return c[1] .. ' on ' .. 'dlock:wake:*'
+      elseif c[1] == 'SPUBLISH' or c[1] == 'SSUBSCRIBE' then
+        return c[1] .. ' on dlock:{NAME}:wake:*'
       elseif #c > 2 and c[1] ~= 'SCRIPT' and c[1] ~= 'SCAN' and c[1] ~= 'EVALSHA' then
         return c[1] .. ' on dlock:*'
       end

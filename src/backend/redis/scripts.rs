@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use redis::{Connection, FromRedisValue, RedisError, ToRedisArgs, Value};
+use redis::{Connection, FromRedisValue, PushKind, RedisError, ToRedisArgs, Value};
 
 use super::keys::Keys;
 use crate::lock::{host_name, time_from_millis, Holder, Kept, LockRequest, Mode, Token, Waiter};
@@ -202,9 +202,10 @@ pub(super) struct Ask {
 }
 
 impl Ask {
-    pub(super) fn new(request: &LockRequest) -> Ask {
+    /// `sharded`: on Redis Cluster (see `Keys::sharded`).
+    pub(super) fn new(request: &LockRequest, sharded: bool) -> Ask {
         Ask {
-            keys: Keys::of(&request.name),
+            keys: Keys::on(&request.name, sharded),
             owner: request.owner.clone(),
             mode: request.mode.to_wire(),
             ttl: request.ttl,
@@ -224,9 +225,13 @@ impl Ask {
         self.ttl.as_millis().max(1) as u64
     }
 
-    /// The channel this dlock hears its grants on: one for all its locks.
-    fn wake_channel(&self) -> String {
-        format!("dlock:wake:{}", self.owner)
+    /// The channel this dlock hears its grants of this lock on: with `sharded` (Redis Cluster)
+    /// the lock's own, in its slot; else one for all its locks.
+    pub(super) fn wake_channel(&self, sharded: bool) -> String {
+        match sharded {
+            true => format!("{}:wake:{}", self.keys.base, self.owner),
+            false => format!("dlock:wake:{}", self.owner),
+        }
     }
 
     fn acquire_call(&self, wait: bool, ticket: &str) -> Call {
@@ -251,35 +256,48 @@ impl Ask {
         parse_acquire(&value).ok_or_else(|| unexpected(&value))
     }
 
-    /// A waiter's first attempt on a connection: it switches the connection to RESP3 (HELLO 3),
-    /// so the connection can carry messages beside replies, and subscribes to this dlock's
-    /// channel, before the attempt and in the same write, so no grant can come before it listens
-    /// and neither costs a round trip of its own.
+    /// A waiter's first attempt on a connection (for this lock, with `sharded`): it switches the
+    /// connection to RESP3 (HELLO 3, unless `hello` is false: done already), so the connection can
+    /// carry messages beside replies, and subscribes to this lock's grant channel, before the
+    /// attempt and in the same write, so no grant can come before it listens and neither costs a
+    /// round trip of its own. With `sharded`, SSUBSCRIBE, whose answer is read on its own: a node
+    /// that does not know it (before Redis 7) says so, and its waiters listen as elsewhere.
     pub(super) fn acquire_listening(
         &self,
         conn: &mut Connection,
         ticket: &str,
-    ) -> redis::RedisResult<Reply> {
+        hello: bool,
+        sharded: bool,
+    ) -> redis::RedisResult<(Reply, Subscribed)> {
         let call = self.acquire_call(true, ticket);
-        let mut write = redis::cmd("HELLO").arg(3).get_packed_command();
-        write.extend(
-            redis::cmd("SUBSCRIBE")
-                .arg(self.wake_channel())
-                .get_packed_command(),
-        );
+        let channel = self.wake_channel(sharded);
+        let mut write = Vec::new();
+        if hello {
+            write.extend(redis::cmd("HELLO").arg(3).get_packed_command());
+        }
+        let subscribe = if sharded { "SSUBSCRIBE" } else { "SUBSCRIBE" };
+        write.extend(redis::cmd(subscribe).arg(&channel).get_packed_command());
         write.extend(call.cmd.get_packed_command());
         conn.send_packed_command(&write)?;
-        match next_reply(conn)?.extract_error() {
-            Err(e) if e.to_string().contains("unknown command") => {
-                return Err(RedisError::from((
-                    redis::ErrorKind::RESP3NotSupported,
-                    "dlock needs Redis 6 or newer to wait (RESP3)",
-                    e.to_string(),
-                )))
+        if hello {
+            match next_reply(conn)?.extract_error() {
+                Err(e) if e.to_string().contains("unknown command") => {
+                    return Err(RedisError::from((
+                        redis::ErrorKind::RESP3NotSupported,
+                        "dlock needs Redis 6 or newer to wait (RESP3)",
+                        e.to_string(),
+                    )))
+                }
+                Err(e) => return Err(e),
+                Ok(_) => {}
             }
-            Err(e) => return Err(e),
-            Ok(_) => {}
         }
+        // SUBSCRIBE names no key: it cannot fail where the attempt succeeds, and its
+        // confirmation is a message like any other.
+        let subscribed = match sharded {
+            true => confirmation(conn, &channel)?,
+            false => Subscribed::Yes,
+        };
         let value = match next_reply(conn)?.extract_error() {
             Err(e) if is_noscript(&e) => {
                 ACQUIRE.load(conn)?;
@@ -287,7 +305,24 @@ impl Ask {
             }
             reply => reply?,
         };
-        parse_acquire(&value).ok_or_else(|| unexpected(&value))
+        let reply = parse_acquire(&value).ok_or_else(|| unexpected(&value))?;
+        Ok((reply, subscribed))
+    }
+
+    /// Subscribes to this dlock's classic grant channel, on its own (a cluster node without
+    /// sharded pub/sub).
+    pub(super) fn subscribe_classic(&self, conn: &mut Connection) -> redis::RedisResult<()> {
+        let write = redis::cmd("SUBSCRIBE")
+            .arg(self.wake_channel(false))
+            .get_packed_command();
+        conn.send_packed_command(&write)?;
+        match confirmation(conn, &self.wake_channel(false))? {
+            Subscribed::Yes => Ok(()),
+            _ => Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "the server did not confirm SUBSCRIBE",
+            ))),
+        }
     }
 
     /// 1 when renewed, 0 when the lock is no longer ours.
@@ -345,6 +380,42 @@ impl Ask {
 pub(super) enum Place<'a> {
     Keep(&'a str),
     Leave,
+}
+
+/// How a SUBSCRIBE or SSUBSCRIBE went.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Subscribed {
+    Yes,
+    /// Refused (a slot that moved: the attempt beside it says where to go).
+    No,
+    /// The server has no such command.
+    Unknown,
+}
+
+/// The answer to a (S)SUBSCRIBE of `channel`: its confirmation, a message, or an error reply.
+/// Other messages that come first (grants on channels already listened to) go to the link's
+/// `messages` as always.
+fn confirmation(conn: &mut Connection, channel: &str) -> redis::RedisResult<Subscribed> {
+    loop {
+        match conn.recv_response()? {
+            Value::Push { kind, data }
+                if matches!(kind, PushKind::Subscribe | PushKind::SSubscribe)
+                    && data.first().and_then(text_of).as_deref() == Some(channel) =>
+            {
+                return Ok(Subscribed::Yes)
+            }
+            Value::Push { .. } => continue,
+            other => {
+                return Ok(match other.extract_error() {
+                    Ok(_) => Subscribed::No,
+                    Err(e) if e.to_string().to_lowercase().contains("unknown command") => {
+                        Subscribed::Unknown
+                    }
+                    Err(_) => Subscribed::No,
+                })
+            }
+        }
+    }
 }
 
 /// The next reply on `conn`, past any messages (which go to the link's `messages`).

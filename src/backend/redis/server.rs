@@ -2,6 +2,8 @@
 //! the connection opened within the connect timeout (and an ACL user's permissions checked), and
 //! every call bounded by socket timeouts and an alarm, a broken connection dropped and reopened.
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::mem::ManuallyDrop;
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
@@ -14,7 +16,7 @@ use redis::{
 
 use super::cluster::{self, Cluster};
 use super::fault::{self, Fault, FaultKind};
-use super::scripts::{self, Ask, Reply};
+use super::scripts::{self, Ask, Reply, Subscribed};
 use super::sentinel::{self, Sentinels};
 use crate::exit::{FailWith, Failure};
 use crate::lock::Token;
@@ -59,21 +61,51 @@ pub(super) struct Link {
     pub(super) conn: Connection,
     /// Messages published to this dlock, as whoever reads the connection comes upon them.
     messages: Receiver<PushInfo>,
-    /// Whether the connection listens on this dlock's channel.
-    subscribed: bool,
+    /// The grant channels the connection listens on (one for all locks; on Redis Cluster one
+    /// per lock); a channel the server drops (its slot moved away) leaves it.
+    listening: RefCell<HashSet<String>>,
+    /// Switched to RESP3 (HELLO 3).
+    resp3: bool,
+    /// A cluster node without sharded pub/sub: its waiters listen on the classic channel.
+    classic: bool,
+}
+
+/// What a waiter heard.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Heard {
+    /// Its lock was granted to it, with this token.
+    Grant(Token),
+    /// The server stopped carrying the lock's grant channel (its slot moved to another master):
+    /// time to look again, and to listen where the lock is now.
+    Dropped,
 }
 
 impl Link {
-    /// The token of a grant of the lock `base` among the messages read so far; other messages
-    /// (stale grants of other locks, subscription confirmations) are dropped.
-    pub(super) fn grant(&self, base: &str) -> Option<Token> {
-        self.messages.try_iter().find_map(|m| grant_of(&m, base))
+    /// What was heard of the lock `base` among the messages read so far; other messages (stale
+    /// grants of other locks, subscription confirmations) are dropped.
+    pub(super) fn heard(&self, base: &str) -> Option<Heard> {
+        for message in self.messages.try_iter() {
+            if let Some(token) = grant_of(&message, base) {
+                return Some(Heard::Grant(token));
+            }
+            if message.kind == PushKind::SUnsubscribe {
+                let Some(channel) = message.data.first().and_then(scripts::text_of) else {
+                    continue;
+                };
+                let ours = channel.starts_with(&format!("{base}:wake:"));
+                self.listening.borrow_mut().remove(&channel);
+                if ours {
+                    return Some(Heard::Dropped);
+                }
+            }
+        }
+        None
     }
 }
 
 /// The token of `message` if it grants the lock `base` ("dlock:{NAME} TOKEN").
 fn grant_of(message: &PushInfo, base: &str) -> Option<Token> {
-    if message.kind != PushKind::Message {
+    if !matches!(message.kind, PushKind::Message | PushKind::SMessage) {
         return None;
     }
     let payload = scripts::text_of(message.data.get(1)?)?;
@@ -192,18 +224,23 @@ impl Server {
         })
     }
 
+    /// Whether this is a Redis Cluster (`redis+cluster://`).
+    pub(super) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
     /// Whether a connection is open (it may still have broken unnoticed).
     pub(super) fn is_connected(&self) -> bool {
         self.link.is_some()
     }
 
-    /// The token of a grant of the lock `base` among the messages read so far on this server's
-    /// connection; see `Link::grant`.
-    pub(super) fn grant(&self, base: &str) -> Option<Token> {
-        let parked = || self.cluster.as_ref()?.grant(base);
+    /// What was heard of the lock `base` among the messages read so far on this server's
+    /// connections; see `Link::heard`.
+    pub(super) fn heard(&self, base: &str) -> Option<Heard> {
+        let parked = || self.cluster.as_ref()?.heard(base);
         self.link
             .as_ref()
-            .and_then(|l| l.grant(base))
+            .and_then(|l| l.heard(base))
             .or_else(parked)
     }
 
@@ -229,7 +266,9 @@ impl Server {
                 self.link = Some(Link {
                     conn,
                     messages,
-                    subscribed: false,
+                    listening: RefCell::new(HashSet::new()),
+                    resp3: false,
+                    classic: false,
                 });
                 self.timeout = None;
                 self.first_reply_by = Some(until);
@@ -381,12 +420,28 @@ impl Server {
         self.master_moved(timeout / 2, false);
         self.at(&ask.keys.base);
         let listen = |link: &mut Link| {
-            if wait && !link.subscribed {
-                let reply = ask.acquire_listening(&mut link.conn, ticket)?;
-                link.subscribed = true;
-                return Ok(reply);
+            let sharded = ask.keys.sharded && !link.classic;
+            let channel = ask.wake_channel(sharded);
+            if !wait || link.listening.borrow().contains(&channel) {
+                return ask.acquire(&mut link.conn, wait, ticket);
             }
-            ask.acquire(&mut link.conn, wait, ticket)
+            let (reply, subscribed) =
+                ask.acquire_listening(&mut link.conn, ticket, !link.resp3, sharded)?;
+            link.resp3 = true;
+            match subscribed {
+                Subscribed::Yes => {
+                    link.listening.borrow_mut().insert(channel);
+                }
+                // Listened for at the next attempt on this connection; meanwhile the wait's
+                // re-check covers a grant.
+                Subscribed::No => {}
+                Subscribed::Unknown => {
+                    link.classic = true;
+                    ask.subscribe_classic(&mut link.conn)?;
+                    link.listening.borrow_mut().insert(ask.wake_channel(false));
+                }
+            }
+            Ok(reply)
         };
         self.call_acked(timeout, replicas, listen, |reply| {
             matches!(reply, Reply::Granted(_))

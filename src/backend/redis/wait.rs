@@ -8,6 +8,7 @@ use super::fault;
 use super::lease::RedisLease;
 use super::redlock::Round;
 use super::scripts::{Ask, Place};
+use super::server::Heard;
 use super::RedisBackend;
 use crate::backend::{Attempt, Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
 use crate::lock::{LockRequest, Token};
@@ -29,7 +30,7 @@ pub(super) struct Line {
 impl RedisBackend {
     /// One attempt; a busy lock leaves nothing behind.
     pub(super) fn try_once(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
-        match self.first_round(&Ask::new(request), false, &mut String::new())? {
+        match self.first_round(&Ask::new(request, self.sharded), false, &mut String::new())? {
             Round::Held(lease) => Ok(Attempt::Acquired(lease)),
             Round::Busy { holders, .. } => Ok(Attempt::Busy(holders)),
             Round::Unreachable(_) => Ok(Attempt::Busy(Vec::new())),
@@ -67,7 +68,7 @@ impl RedisBackend {
         request: &LockRequest,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<RedisLease>>> {
-        let ask = Ask::new(request);
+        let ask = Ask::new(request, self.sharded);
         let mut ticket = String::new();
         let line = match self.first_round(&ask, true, &mut ticket)? {
             Round::Held(lease) => return Ok(Some(lease)),
@@ -161,8 +162,11 @@ impl RedisBackend {
             }
             let mut servers = self.servers();
             for server in servers.iter() {
-                if let Some(token) = server.grant(base) {
-                    return Some(token);
+                match server.heard(base) {
+                    Some(Heard::Grant(token)) => return Some(token),
+                    // The lock's slot moved: look again at once, and listen where it is now.
+                    Some(Heard::Dropped) => return None,
+                    None => {}
                 }
             }
             let server = servers.get_mut(at)?;
