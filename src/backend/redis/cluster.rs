@@ -17,8 +17,9 @@ use anyhow::anyhow;
 use redis::{Client, ConnectionAddr, ConnectionInfo, Value};
 
 use super::fault::{Fault, FaultKind};
+use super::link::{Heard, Link};
 use super::scripts::text_of;
-use super::server::{Heard, Link, Server};
+use super::server::Server;
 use crate::exit::{FailWith, Failure};
 use crate::lock::escaped;
 use crate::url::redact;

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 
 use super::fault::{self, Fault};
+use super::link::Link;
 use super::redlock::{drift, on_all, quorum};
 use super::scripts::Ask;
-use super::server::{Link, Server};
+use super::server::Server;
 use super::{RedisBackend, Shared};
 use crate::backend::{Lease, Released, Renewal};
 use crate::lock::Token;

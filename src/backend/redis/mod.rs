@@ -54,7 +54,7 @@
 //!
 //! Where things are: `server` (one server: URL, connection, calls), `sentinel` (finding the master),
 //! `cluster` (Redis Cluster: slots, routing, redirects),
-//! `replication` (WAIT), `fault` (what went wrong, in
+//! `link` (a connection and the grants heard on it), `replication` (WAIT), `fault` (what went wrong, in
 //! words), `keys` (a name's keys), `scripts` (the Lua scripts, their arguments and replies),
 //! `redlock` (a round over every server, quorum, tokens), `wait` (the queue and grants), `lease`
 //! (renew, release), `holders` (status, list, release --force).
@@ -64,6 +64,7 @@ mod fault;
 mod holders;
 mod keys;
 mod lease;
+mod link;
 mod redlock;
 mod replication;
 mod scripts;

@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 use super::fault::{Fault, FaultKind};
-use super::server::{Link, Server};
+use super::link::Link;
+use super::server::Server;
 
 impl Server {
     /// `call`, and then, when `wrote` says `f` changed the lock and `replicas` is not 0, `WAIT` on

@@ -5,9 +5,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use redis::{Connection, FromRedisValue, PushKind, RedisError, ToRedisArgs, Value};
+use redis::{Connection, FromRedisValue, RedisError, ToRedisArgs, Value};
 
 use super::keys::Keys;
+use super::link::{confirmation, Subscribed};
 use crate::lock::{host_name, time_from_millis, Holder, Kept, LockRequest, Mode, Token, Waiter};
 
 /// A dlock script: the shared prelude (`lib.lua`) and its own part, with the SHA-1 that EVALSHA
@@ -380,42 +381,6 @@ impl Ask {
 pub(super) enum Place<'a> {
     Keep(&'a str),
     Leave,
-}
-
-/// How a SUBSCRIBE or SSUBSCRIBE went.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Subscribed {
-    Yes,
-    /// Refused (a slot that moved: the attempt beside it says where to go).
-    No,
-    /// The server has no such command.
-    Unknown,
-}
-
-/// The answer to a (S)SUBSCRIBE of `channel`: its confirmation, a message, or an error reply.
-/// Other messages that come first (grants on channels already listened to) go to the link's
-/// `messages` as always.
-fn confirmation(conn: &mut Connection, channel: &str) -> redis::RedisResult<Subscribed> {
-    loop {
-        match conn.recv_response()? {
-            Value::Push { kind, data }
-                if matches!(kind, PushKind::Subscribe | PushKind::SSubscribe)
-                    && data.first().and_then(text_of).as_deref() == Some(channel) =>
-            {
-                return Ok(Subscribed::Yes)
-            }
-            Value::Push { .. } => continue,
-            other => {
-                return Ok(match other.extract_error() {
-                    Ok(_) => Subscribed::No,
-                    Err(e) if e.to_string().to_lowercase().contains("unknown command") => {
-                        Subscribed::Unknown
-                    }
-                    Err(_) => Subscribed::No,
-                })
-            }
-        }
-    }
 }
 
 /// The next reply on `conn`, past any messages (which go to the link's `messages`).

@@ -5,21 +5,20 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::mem::ManuallyDrop;
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use redis::{
-    Client, Connection, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion,
-    PushInfo, PushKind, RedisError,
+    Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, RedisError,
 };
 
 use super::cluster::{self, Cluster};
 use super::fault::{self, Fault, FaultKind};
-use super::scripts::{self, Ask, Reply, Subscribed};
+use super::link::{Heard, Link, Subscribed};
+use super::scripts::{Ask, Reply};
 use super::sentinel::{self, Sentinels};
 use crate::exit::{FailWith, Failure};
-use crate::lock::Token;
 use crate::signal::interrupt;
 use crate::url::redact;
 
@@ -54,63 +53,6 @@ pub(super) struct Server {
     pub(super) master: Option<((String, u16), Instant)>,
     /// For `redis+cluster://`: the slots' masters and the connections to them.
     pub(super) cluster: Option<Box<Cluster>>,
-}
-
-/// A connection to one server (RESP3), and the messages read on it.
-pub(super) struct Link {
-    pub(super) conn: Connection,
-    /// Messages published to this dlock, as whoever reads the connection comes upon them.
-    messages: Receiver<PushInfo>,
-    /// The grant channels the connection listens on (one for all locks; on Redis Cluster one
-    /// per lock); a channel the server drops (its slot moved away) leaves it.
-    listening: RefCell<HashSet<String>>,
-    /// Switched to RESP3 (HELLO 3).
-    resp3: bool,
-    /// A cluster node without sharded pub/sub: its waiters listen on the classic channel.
-    classic: bool,
-}
-
-/// What a waiter heard.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Heard {
-    /// Its lock was granted to it, with this token.
-    Grant(Token),
-    /// The server stopped carrying the lock's grant channel (its slot moved to another master):
-    /// time to look again, and to listen where the lock is now.
-    Dropped,
-}
-
-impl Link {
-    /// What was heard of the lock `base` among the messages read so far; other messages (stale
-    /// grants of other locks, subscription confirmations) are dropped.
-    pub(super) fn heard(&self, base: &str) -> Option<Heard> {
-        for message in self.messages.try_iter() {
-            if let Some(token) = grant_of(&message, base) {
-                return Some(Heard::Grant(token));
-            }
-            if message.kind == PushKind::SUnsubscribe {
-                let Some(channel) = message.data.first().and_then(scripts::text_of) else {
-                    continue;
-                };
-                let ours = channel.starts_with(&format!("{base}:wake:"));
-                self.listening.borrow_mut().remove(&channel);
-                if ours {
-                    return Some(Heard::Dropped);
-                }
-            }
-        }
-        None
-    }
-}
-
-/// The token of `message` if it grants the lock `base` ("dlock:{NAME} TOKEN").
-fn grant_of(message: &PushInfo, base: &str) -> Option<Token> {
-    if !matches!(message.kind, PushKind::Message | PushKind::SMessage) {
-        return None;
-    }
-    let payload = scripts::text_of(message.data.get(1)?)?;
-    let (lock, token) = payload.rsplit_once(' ')?;
-    (lock == base).then(|| token.parse().ok())?
 }
 
 impl Server {

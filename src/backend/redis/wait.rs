@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use super::fault;
 use super::lease::RedisLease;
+use super::link::Heard;
 use super::redlock::Round;
 use super::scripts::{Ask, Place};
-use super::server::Heard;
 use super::RedisBackend;
 use crate::backend::{Attempt, Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
 use crate::lock::{LockRequest, Token};
