@@ -271,27 +271,56 @@ fn channels_on(cluster: &RedisCluster, node: usize, name: &str) -> (Vec<String>,
     (sharded, classic)
 }
 
-#[test]
-fn a_waiter_hears_its_grant_by_sharded_pub_sub_on_the_locks_master_also_after_its_slot_moved() {
-    let cluster = RedisCluster::start();
+/// A holder of `name` and a waiter in line behind it (on node `node`), both with a lease so long
+/// (60 s) that the waiter looks again on its own only every 20 s: a grant within a few seconds
+/// came by message. The waiter writes its token to the returned file.
+fn holder_and_waiter(
+    cluster: &RedisCluster,
+    name: &str,
+    node: usize,
+    dir: &LockDir,
+) -> (Watched, Watched, std::path::PathBuf) {
     let url = [cluster.url()];
-    let dir = LockDir::new();
-    let name = cluster.name_on("sharded/", 0);
-    // A long lease: a waiter looks again on its own only every 20 s, so a grant within a few
-    // seconds came by message.
     let ttl = ["--ttl", "60s"];
-    let mut holder = start_holder(&url, &ttl, &name, &dir.file("pid"));
+    let holder = start_holder(&url, &ttl, name, &dir.file("pid"));
     read_pid(&dir.file("pid"));
     let next = dir.file("next");
     let script = format!("echo $DLOCK_TOKEN > {}", next.display());
     let waiter = Watched::start(dlock_at(
         &url,
-        &["run", ttl[0], ttl[1], &name, "--", "sh", "-c", &script],
+        &["run", ttl[0], ttl[1], name, "--", "sh", "-c", &script],
     ));
     // It subscribes in the write that queues it, before the attempt.
     wait_until("the waiter to queue", T, || {
-        queued_on(&cluster, 0, &name) == 1
+        queued_on(cluster, node, name) == 1
     });
+    (holder, waiter, next)
+}
+
+/// Ends the holder's run and checks that the waiter got the lock by message, well before its own
+/// re-check.
+fn release_to_waiter(mut holder: Watched, waiter: Watched, next: &std::path::Path) {
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.wait_for_more("released", 1, T);
+    let released = Instant::now();
+    wait_for_file(next, T);
+    let took = released.elapsed();
+    let (status, said) = waiter.finish(T);
+    assert_eq!(status, 0, "{said}");
+    assert!(
+        took < Duration::from_secs(10),
+        "the grant took {took:?}: it came by the waiter's re-check, not by message"
+    );
+    let (_, said) = holder.finish(T);
+    assert!(!said.contains("lost"), "{said}");
+}
+
+#[test]
+fn a_waiter_hears_its_grant_by_sharded_pub_sub_on_the_locks_master_also_after_its_slot_moved() {
+    let cluster = RedisCluster::start();
+    let dir = LockDir::new();
+    let name = cluster.name_on("sharded/", 0);
+    let (holder, waiter, next) = holder_and_waiter(&cluster, &name, 0, &dir);
     for node in 0..3 {
         let (sharded, classic) = channels_on(&cluster, node, &name);
         assert!(classic.is_empty(), "node {node} carries {classic:?}");
@@ -316,19 +345,7 @@ fn a_waiter_hears_its_grant_by_sharded_pub_sub_on_the_locks_master_also_after_it
     assert!(channels_on(&cluster, 0, &name).0.is_empty());
     assert_eq!(queued_on(&cluster, 1, &name), 1, "the waiter's place moved");
 
-    signal(holder.child.id(), libc::SIGTERM);
-    holder.wait_for_more("released", 1, T);
-    let released = Instant::now();
-    wait_for_file(&next, T);
-    let took = released.elapsed();
-    let (status, said) = waiter.finish(T);
-    assert_eq!(status, 0, "{said}");
-    assert!(
-        took < Duration::from_secs(10),
-        "the grant took {took:?}: it came by the waiter's re-check, not by message"
-    );
-    let (_, said) = holder.finish(T);
-    assert!(!said.contains("lost"), "{said}");
+    release_to_waiter(holder, waiter, &next);
 }
 
 #[test]
@@ -342,35 +359,11 @@ fn on_nodes_without_sharded_pub_sub_waiters_hear_their_grant_on_the_classic_chan
         "SSUBSCRIBE",
         "",
     ]);
-    let url = [cluster.url()];
     let dir = LockDir::new();
     let name = cluster.name_on("classic/", 2);
-    let ttl = ["--ttl", "60s"];
-    let mut holder = start_holder(&url, &ttl, &name, &dir.file("pid"));
-    read_pid(&dir.file("pid"));
-    let next = dir.file("next");
-    let script = format!("echo $DLOCK_TOKEN > {}", next.display());
-    let waiter = Watched::start(dlock_at(
-        &url,
-        &["run", ttl[0], ttl[1], &name, "--", "sh", "-c", &script],
-    ));
-    wait_until("the waiter to queue", T, || {
-        queued_on(&cluster, 2, &name) == 1
-    });
+    let (holder, waiter, next) = holder_and_waiter(&cluster, &name, 2, &dir);
     wait_until("the waiter to listen on the classic channel", T, || {
         channels_on(&cluster, 2, &name).1.len() == 2
     });
-    signal(holder.child.id(), libc::SIGTERM);
-    holder.wait_for_more("released", 1, T);
-    let released = Instant::now();
-    wait_for_file(&next, T);
-    let took = released.elapsed();
-    let (status, said) = waiter.finish(T);
-    assert_eq!(status, 0, "{said}");
-    assert!(
-        took < Duration::from_secs(10),
-        "the grant took {took:?}: it came by the waiter's re-check, not by message"
-    );
-    let (_, said) = holder.finish(T);
-    assert!(!said.contains("lost"), "{said}");
+    release_to_waiter(holder, waiter, &next);
 }
