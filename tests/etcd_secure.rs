@@ -79,6 +79,11 @@ fn a_user_whose_role_has_only_the_dlock_prefix_can_lock_and_a_wrong_password_is_
         ],
     );
     etcdctl_ok(&server, &["user", "grant-role", "app", "locker"]);
+    // A user without the prefix.
+    etcdctl_ok(
+        &server,
+        &["user", "add", "other", "--new-user-password=other-SECRET"],
+    );
     etcdctl_ok(&server, &["auth", "enable"]);
 
     let url = |password: &str| format!("etcd://app:{password}@127.0.0.1:{}", server.port());
@@ -126,4 +131,36 @@ fn a_user_whose_role_has_only_the_dlock_prefix_can_lock_and_a_wrong_password_is_
             "{err}"
         );
     }
+    // Each one line with what to give: a user with the prefix, or a user at all.
+    let port = server.port();
+    for (url, why) in [
+        (
+            format!("etcd://other:other-SECRET@127.0.0.1:{port}"),
+            "permission denied (dlock needs a user with read and write on the prefix /dlock/",
+        ),
+        (
+            format!("etcd://127.0.0.1:{port}"),
+            "etcd asks for a user (give etcd://user:password@...)",
+        ),
+    ] {
+        let out = output(dlock_at(&url, &["run", "auth", "--", "true"]));
+        let err = stderr(&out);
+        assert_eq!(code(&out), 69, "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(why) && !err.contains("SECRET"), "{err}");
+    }
+    // Nothing left by any of them.
+    let out = server
+        .etcdctl(&[
+            "--user",
+            "root:root-SECRET",
+            "get",
+            "--prefix",
+            "--keys-only",
+            "/dlock/",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "");
 }
