@@ -103,28 +103,32 @@ pub fn stop_at_exit(pid: u32, dir: PathBuf, signal: i32) {
     });
 }
 
-/// Sends `signal` (a paused server continued first), waits (bounded) until it is gone, and
-/// SIGKILLs it if it is still there then.
+/// Sends `signal` (a paused server continued first) to our child `pid`, waits (bounded) until it
+/// has exited and is reaped, and SIGKILLs it if it has not by then. Once reaped, its pid is never
+/// signalled again: by then it may be another process's.
 pub fn stop_pid(pid: u32, signal: i32) {
     let pid = pid as i32;
-    // SAFETY: kill has no memory effects.
+    // SAFETY: kill has no memory effects; the child is not reaped yet.
     unsafe {
         libc::kill(pid, libc::SIGCONT);
         libc::kill(pid, signal);
     }
     let start = Instant::now();
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    while unsafe { libc::kill(pid, 0) } == 0 && start.elapsed() < Duration::from_secs(10) {
+    while start.elapsed() < Duration::from_secs(10) {
         let mut status = 0;
-        // SAFETY: reaps our own child if it is one; WNOHANG never blocks.
-        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        std::thread::sleep(Duration::from_millis(10));
+        // SAFETY: waitpid on our own child; WNOHANG never blocks.
+        match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+            // Still running.
+            0 => std::thread::sleep(Duration::from_millis(10)),
+            // Reaped now, or already (not our child any more): never signal it again.
+            _ => return,
+        }
     }
-    // SAFETY: as above; only a server that did not go within the bound.
-    if unsafe { libc::kill(pid, 0) } == 0 {
-        // SAFETY: kill has no memory effects.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
+    // SAFETY: kill has no memory effects; the child is still not reaped.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let mut status = 0;
+    // SAFETY: waitpid on our own child, which SIGKILL ends.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
 }
 
 /// What the fault checker does to a SQL test server.
