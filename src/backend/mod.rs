@@ -198,6 +198,15 @@ pub enum Renewal {
 }
 
 impl Renewal {
+    /// `Held` until the next renewal is due (a third of `ttl` after the last one that got
+    /// through, `confirmed`), when the last attempt had no trouble: the heartbeat's first call
+    /// comes right after the acquisition, which was as good as a renewal. `None`: renew now.
+    pub fn not_due(confirmed: Instant, ttl: Duration, troubled: bool) -> Option<Renewal> {
+        let due = confirmed + ttl / 3;
+        let now = Instant::now();
+        (now < due && !troubled).then(|| Renewal::Held { next: due - now })
+    }
+
     /// A renewal that did not get through, for a lease that by this side's reckoning holds until
     /// `deadline`: try again soon (a tenth of the ttl, 10 to 500 ms), never sleeping past the
     /// deadline, so the next call reports the loss in time. `None` once the deadline has passed.

@@ -103,13 +103,10 @@ impl Lease for RedisLease {
             return Renewal::Lost(why.clone());
         }
         let ttl = self.ask.ttl;
-        let sent = Instant::now();
-        // The heartbeat's first call comes right after the acquisition, which was as good as a
-        // renewal: wait for the next one due instead of a round trip that extends nothing.
-        let due = self.confirmed + ttl / 3;
-        if sent < due && self.trouble.is_none() {
-            return Renewal::Held { next: due - sent };
+        if let Some(held) = Renewal::not_due(self.confirmed, ttl, self.trouble.is_some()) {
+            return held;
         }
+        let sent = Instant::now();
         let left = self.deadline.saturating_duration_since(sent);
         if left.is_zero() {
             return self.lose_to_the_deadline();

@@ -56,12 +56,10 @@ impl Renewing {
             return Renewal::Lost(why.clone());
         }
         let (ttl, backend, shown) = (self.ttl, self.backend, self.shown.clone());
-        let sent = Instant::now();
-        // The first call comes right after the acquisition, which was as good as a renewal.
-        let due = self.confirmed + ttl / 3;
-        if sent < due && self.trouble.is_none() {
-            return Renewal::Held { next: due - sent };
+        if let Some(held) = Renewal::not_due(self.confirmed, ttl, self.trouble.is_some()) {
+            return held;
         }
+        let sent = Instant::now();
         let left = self.deadline.saturating_duration_since(sent);
         if left.is_zero() {
             let why = format!(
