@@ -16,9 +16,9 @@
 //!   transaction first locks that name's counter row (`SELECT ... FOR UPDATE`): the changes of one
 //!   name are serialised, those of different names do not meet, and a client paused half-way
 //!   through holds nothing (the transaction runs on the server).
-//! - Waiting, first come first served: a busy waiter takes a ticket in `<prefix>queue` (and writes
-//!   its pid, host and message there, for `status`, with one statement more); a grant
-//!   must fit beside the holders and every live waiter ahead. Each holder's and waiter's session
+//! - Waiting, first come first served: a busy waiter takes a ticket in `<prefix>queue` (with its
+//!   pid, host and message, for `status`); a grant must fit beside the holders and every live
+//!   waiter ahead. Each holder's and waiter's session
 //!   holds a named lock of its own (`GET_LOCK(<prefix><hash of owner and name>)`), and a waiter
 //!   blocks in `GET_LOCK` on the key of the entry ahead that keeps it out: the key frees the
 //!   moment that entry releases, leaves or its session ends, without polling the tables (see

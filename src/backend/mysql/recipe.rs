@@ -25,7 +25,6 @@ pub struct Recipe {
     brk: String,
     holders: String,
     holders_from: String,
-    joined: String,
     waiters: String,
     waiters_from: String,
     wait: String,
@@ -73,14 +72,13 @@ impl Recipe {
         let fill = |sql: &str| sql.replace("{p}", prefix);
         Recipe {
             prefix: prefix.to_owned(),
-            acquire: fill("CALL {p}acquire_v2(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            acquire: fill("CALL {p}acquire_v3(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
             renew: fill("CALL {p}renew_v2(?, ?, ?, ?)"),
-            release: fill("CALL {p}release_v2(?, ?, ?)"),
-            leave: fill("CALL {p}leave_v1(?, ?, ?)"),
+            release: fill("CALL {p}release_v3(?, ?, ?)"),
+            leave: fill("CALL {p}leave_v2(?, ?, ?, ?)"),
             brk: fill("CALL {p}break_v1(?)"),
             holders: fill(include_str!("holders.sql")).replace("{where}", "name = ?"),
             holders_from: fill(include_str!("holders.sql")).replace("{where}", FROM),
-            joined: fill("CALL {p}joined_v1(?, ?, ?, ?, ?)"),
             waiters: fill(include_str!("waiters.sql")).replace("{where}", "name = ?"),
             waiters_from: fill(include_str!("waiters.sql")).replace("{where}", FROM),
             wait: include_str!("wait.sql").to_owned(),
@@ -159,25 +157,6 @@ impl Recipe {
         })
     }
 
-    /// Writes who waits in the place in line `ticket` just taken, for status.
-    pub fn joined(
-        &self,
-        conn: &mut Conn,
-        request: &LockRequest,
-        me: &Me,
-        ticket: i64,
-    ) -> Result<(), Fault> {
-        let params: Vec<Value> = vec![
-            ticket.into(),
-            request.owner.as_str().into(),
-            me.pid.into(),
-            me.host.as_str().into(),
-            request.message.as_deref().into(),
-        ];
-        conn.call_creating(|c| first_set(c, &self.joined, params.clone()))?;
-        Ok(())
-    }
-
     /// Extends `owner`'s lease on `name` by `ttl`: whether it was still ours.
     pub fn renew(
         &self,
@@ -215,7 +194,12 @@ impl Recipe {
         ticket: Option<i64>,
     ) -> Result<(), Fault> {
         let key = self.key(owner, name.as_str());
-        let params: Vec<Value> = vec![owner.into(), ticket.into(), key.into()];
+        let params: Vec<Value> = vec![
+            name.as_str().into(),
+            owner.into(),
+            ticket.into(),
+            key.into(),
+        ];
         conn.call(|c| first_set(c, &self.leave, params.clone()))?;
         Ok(())
     }

@@ -100,13 +100,26 @@ BEGIN
 END
 ;;
 -- Gives up `p_owner`'s hold on `p_name` and its lock key. 1: it was still held.
--- v2: a row whose --min-hold has not ended stays until then, and no longer (its lease cut to
+-- A row whose --min-hold has not ended stays until then, and no longer (its lease cut to
 -- `kept_until`), marked ended for status; its key goes, so waiters learn at once to wait it out.
-CREATE PROCEDURE {p}release_v2(
+-- v3: serialised with every other change of the name by the counter's row lock, as an attempt
+-- is, so that an attempt never sees this holder in one statement and not in the next (it would
+-- find nobody to wait for, and wait for its re-check); the key goes after the commit.
+CREATE PROCEDURE {p}release_v3(
     IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_key VARCHAR(64))
 BEGIN
-    DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+    DECLARE v_now DATETIME(6);
     DECLARE v_held BIGINT;
+    DECLARE v_counters BIGINT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        ROLLBACK;
+        RESIGNAL;
+    END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    SELECT COUNT(*) INTO v_counters FROM {p}tokens WHERE name = p_name FOR UPDATE;
+    SET v_now = UTC_TIMESTAMP(6);
     SET v_held = (SELECT COUNT(*) FROM {p}locks
                    WHERE name = p_name AND owner = p_owner AND expires_at > v_now);
     UPDATE {p}locks SET expires_at = kept_until, kept_note = CONCAT(kept_note, ' ended')
@@ -115,26 +128,28 @@ BEGIN
     DELETE FROM {p}locks
      WHERE name = p_name AND owner = p_owner
        AND (kept_until IS NULL OR kept_until <= v_now OR expires_at <= v_now);
+    COMMIT;
     IF IS_USED_LOCK(p_key) <=> CONNECTION_ID() THEN DO RELEASE_LOCK(p_key); END IF;
     SELECT v_held;
 END
 ;;
--- Leaves `p_name`'s line (a waiter that gave up), and gives up its lock key.
-CREATE PROCEDURE {p}leave_v1(
-    IN p_owner VARBINARY(64), IN p_ticket BIGINT, IN p_key VARCHAR(64))
+-- Leaves `p_name`'s line (a waiter that gave up), and gives up its lock key; serialised with the
+-- other changes of the name, as a release is (v2).
+CREATE PROCEDURE {p}leave_v2(
+    IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_ticket BIGINT, IN p_key VARCHAR(64))
 BEGIN
+    DECLARE v_counters BIGINT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        ROLLBACK;
+        RESIGNAL;
+    END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    SELECT COUNT(*) INTO v_counters FROM {p}tokens WHERE name = p_name FOR UPDATE;
     DELETE FROM {p}queue WHERE ticket = p_ticket AND owner = p_owner;
+    COMMIT;
     IF IS_USED_LOCK(p_key) <=> CONNECTION_ID() THEN DO RELEASE_LOCK(p_key); END IF;
-END
-;;
--- A waiter that just took its place in line writes who it is there, for status: when it joined
--- (the server's clock), its pid, host and --message. Its own row only (ticket and owner).
-CREATE PROCEDURE {p}joined_v1(
-    IN p_ticket BIGINT, IN p_owner VARBINARY(64), IN p_pid BIGINT, IN p_host VARBINARY(255),
-    IN p_message VARBINARY(1024))
-BEGIN
-    UPDATE {p}queue SET since = UTC_TIMESTAMP(6), pid = p_pid, host = p_host, message = p_message
-     WHERE ticket = p_ticket AND owner = p_owner;
 END
 ;;
 -- Breaks `p_name` for every holder (`release --force`): returns the rows it removes. Their
@@ -170,10 +185,13 @@ END
 -- blocker, the entry whose end to wait for: its owner and how long its lease or place lasts.
 -- The caller's session holds the lock key `p_key` (GET_LOCK) while it holds or waits: a waiter
 -- blocks on its blocker's key, which frees when the blocker releases, leaves or its session ends.
--- v2: `p_hold_ms` (--min-hold, 0 for none) keeps the granted row until `since` + that long, its
+-- `p_hold_ms` (--min-hold, 0 for none) keeps the granted row until `since` + that long, its
 -- lease never ending sooner; the blocker's `blocker_gone` is 1 when only a min-hold keeps it (its
 -- holder let go and its key is free: wait for its end, not on its key).
-CREATE PROCEDURE {p}acquire_v2(
+-- v3: a new place in line is written with who waits (since, pid, host, message: for status) in
+-- the same statement, instead of by a second call; the blocker is judged by the same reading of
+-- the stored modes as the count (a garbled `limit:` row is exclusive in both).
+CREATE PROCEDURE {p}acquire_v3(
     IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_mode VARBINARY(32), IN p_limit INT,
     IN p_ttl_ms BIGINT, IN p_pid BIGINT, IN p_host VARBINARY(255), IN p_message VARBINARY(1024),
     IN p_key VARCHAR(64), IN p_queue TINYINT, IN p_ticket BIGINT, IN p_hold_ms BIGINT)
@@ -273,8 +291,9 @@ attempt: BEGIN
     ELSE
         IF p_queue THEN
             IF v_ticket IS NULL THEN
-                INSERT INTO {p}queue (name, owner, mode, alive_until)
-                VALUES (p_name, p_owner, p_mode, v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND);
+                INSERT INTO {p}queue (name, owner, mode, alive_until, since, pid, host, message)
+                VALUES (p_name, p_owner, p_mode, v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND,
+                        v_now, p_pid, p_host, p_message);
                 SET v_ticket = LAST_INSERT_ID();
             ELSE
                 UPDATE {p}queue SET alive_until = v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND
@@ -286,13 +305,19 @@ attempt: BEGIN
         SELECT e.owner, TIMESTAMPDIFF(MICROSECOND, v_now, e.until), e.gone
           INTO v_block_owner, v_block_us, v_block_gone
           FROM (SELECT owner, expires_at AS until, 0 AS grp, -token AS ord,
-                       CASE WHEN mode = 'shared' THEN 's' WHEN mode LIKE 'limit:%' THEN 'l'
+                       CASE WHEN mode = 'shared' THEN 's'
+                            WHEN mode LIKE 'limit:%'
+                             AND CONCAT('limit:', CAST(SUBSTRING(mode, 7) AS UNSIGNED)) = mode
+                             AND CAST(SUBSTRING(mode, 7) AS UNSIGNED) >= 1 THEN 'l'
                             ELSE 'x' END AS k,
                        COALESCE(kept_note LIKE '% ended', FALSE) AS gone
                   FROM {p}locks WHERE name = p_name
                 UNION ALL
                 SELECT owner, alive_until, 1, ticket,
-                       CASE WHEN mode = 'shared' THEN 's' WHEN mode LIKE 'limit:%' THEN 'l'
+                       CASE WHEN mode = 'shared' THEN 's'
+                            WHEN mode LIKE 'limit:%'
+                             AND CONCAT('limit:', CAST(SUBSTRING(mode, 7) AS UNSIGNED)) = mode
+                             AND CAST(SUBSTRING(mode, 7) AS UNSIGNED) >= 1 THEN 'l'
                             ELSE 'x' END, FALSE
                   FROM {p}queue
                  WHERE name = p_name AND (v_ticket IS NULL OR ticket < v_ticket)) AS e

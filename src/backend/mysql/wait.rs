@@ -57,11 +57,6 @@ pub fn wait(
                 blocker,
             }) => {
                 tries.answered();
-                if let Some(new) = kept.filter(|&k| Some(k) != ticket) {
-                    // A new place. Best effort: status shows one whose writing failed with
-                    // its mode only.
-                    let _ = recipe.joined(&mut conn, request, me, new);
-                }
                 ticket = kept;
                 let holders = holders(waiting, || {
                     recipe
