@@ -1,13 +1,15 @@
-//! Many waiters on one lock, on etcd and on PostgreSQL: all get through, in arrival order, and a
-//! handoff costs the same whatever the length of the line. Counted at the server, not timed: etcd's
-//! watch events (one per release: each waiter watches only the key just ahead of it), PostgreSQL's
-//! statement log (the granted attempt and the release, nothing from the waiters still in line).
+//! Many waiters on one lock, on etcd, PostgreSQL and MySQL: all get through, in arrival order, and
+//! a handoff costs the same whatever the length of the line. Counted at the server, not timed:
+//! etcd's watch events (one per release: each waiter watches only the key just ahead of it),
+//! PostgreSQL's statement log and MySQL's general log (the granted attempt and the release, nothing
+//! from the waiters still in line).
 //! 100 waiters; `DLOCK_LOAD=1`: 1,000.
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::etcd_server::EtcdServer;
+use crate::support::mysql_server::MyServer;
 use crate::support::pg_server::PgServer;
 use crate::support::*;
 
@@ -151,6 +153,61 @@ fn postgres_many_waiters_all_get_through_with_two_statements_per_handoff() {
     assert_eq!(
         during,
         2 * count,
+        "statements while {count} waiters went through"
+    );
+}
+
+#[test]
+fn mysql_many_waiters_all_get_through_with_two_statements_per_handoff() {
+    let count = waiter_count();
+    // Each waiter in line keeps two sessions: its place (holding its own lock key) and its
+    // doorbell (blocked on the key of the one ahead).
+    let server = MyServer::start_with(vec![format!("--max-connections={}", 2 * count + 50)]);
+    server.sql("SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 'ON'");
+    let base = vec![
+        "--backend".to_owned(),
+        "mysql".to_owned(),
+        "--url".to_owned(),
+        server.url_with("prefix=t_many_"),
+    ];
+    // dlock's sessions come over TCP; the test's own queries through the socket.
+    let sessions = || {
+        server.sql(
+            "SELECT count(*) FROM information_schema.processlist WHERE host LIKE '127.0.0.1:%'",
+        )
+    };
+    let statements = || -> usize {
+        server
+            .sql(
+                "SELECT count(*) FROM mysql.general_log \
+                 WHERE command_type IN ('Query', 'Execute') AND user_host LIKE '%127.0.0.1%'",
+            )
+            .parse()
+            .unwrap()
+    };
+    let dir = LockDir::new();
+    let holder = holder(&base, "many", &dir);
+    let mut waiters = Vec::with_capacity(count);
+    for i in 0..count {
+        waiters.push(waiter(&base, "many", i, &dir));
+        wait_until(
+            &format!("waiter {i} in line"),
+            Duration::from_secs(60),
+            || server.sql("SELECT count(*) FROM t_many_queue") == (i + 1).to_string(),
+        );
+    }
+    // Every waiter past its first slice, blocked on its doorbell.
+    wait_until("every waiter on its doorbell", within(count), || {
+        sessions() == (1 + 2 * count).to_string()
+    });
+    let before = statements();
+    drain(holder, waiters, &dir);
+    let during = statements() - before;
+    // The holder's release, then for each waiter its granted attempt and its release. No waiter
+    // still in line sends anything: the release frees only the key its successor waits on.
+    assert_eq!(
+        during,
+        2 * count + 1,
         "statements while {count} waiters went through"
     );
 }

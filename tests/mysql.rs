@@ -497,3 +497,54 @@ fn a_release_waits_for_the_names_other_changes() {
         "0"
     );
 }
+
+/// A waiter past its first slice blocks on a session of its own (its doorbell) until its next
+/// re-check, here 20 s away; a signal still ends it at once, and it leaves nothing: no place in
+/// line, no session (its `GET_LOCK` ended by `KILL QUERY`), no statement while it waited.
+#[test]
+fn a_waiter_on_its_doorbell_sends_nothing_and_a_signal_ends_it_at_once() {
+    let server = MyServer::start();
+    server.sql("SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 'ON'");
+    let url = server.url_with("prefix=t_bell_");
+    let dir = LockDir::new();
+    let mut held = holder(&url, &dir, &[], "b", "h");
+    let sessions = || {
+        server.sql(
+            "SELECT count(*) FROM information_schema.processlist WHERE host LIKE '127.0.0.1:%'",
+        )
+    };
+    let statements = || -> usize {
+        server
+            .sql(
+                "SELECT count(*) FROM mysql.general_log \
+                 WHERE command_type IN ('Query', 'Execute') AND user_host LIKE '%127.0.0.1%'",
+            )
+            .parse()
+            .unwrap()
+    };
+    let mut waiter = start(&url, &dir, &["--ttl", "60s"], "b", "w");
+    wait_until("the waiter on its doorbell", T, || sessions() == "3");
+    let before = statements();
+    // Its doorbell's wait stands: nothing more reaches the server while the holder holds.
+    wait_until("the doorbell's GET_LOCK under way for a second", T, || {
+        server.sql(
+            "SELECT count(*) FROM information_schema.processlist \
+             WHERE host LIKE '127.0.0.1:%' AND state = 'User lock' AND time >= 1",
+        ) == "1"
+    });
+    assert_eq!(statements(), before, "statements while the waiter waited");
+    let asked = std::time::Instant::now();
+    signal(waiter.id(), libc::SIGTERM);
+    let status = wait_exit(&mut waiter, T);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "the waiter took {:?} to end: it waited out its GET_LOCK",
+        asked.elapsed()
+    );
+    assert!(!dir.file("w.in").exists(), "the waiter's command ran");
+    assert_eq!(server.sql("SELECT count(*) FROM t_bell_queue"), "0");
+    wait_until("only the holder's session left", T, || sessions() == "1");
+    let_go(&dir, "h");
+    assert!(wait_exit(&mut held, T).success());
+}

@@ -38,6 +38,16 @@ impl MyServer {
         server
     }
 
+    /// A server started with `options` beyond the usual ones (a later option wins, e.g.
+    /// `--max-connections=N`).
+    pub fn start_with(options: Vec<String>) -> MyServer {
+        let mut server = MyServer::init();
+        server.extra = options;
+        server.launch();
+        server.setup();
+        server
+    }
+
     /// A server that also speaks TLS with `cert`, `key` (copied into its directory).
     pub fn start_tls(cert: &Path, key: &Path) -> MyServer {
         let mut server = MyServer::init();

@@ -139,8 +139,31 @@ impl Conn {
         }
     }
 
+    /// Another connection to the same server, for waits on lock keys alone: its calls may each
+    /// take up to `longest` (a wait until the next re-check), beyond the bound of other calls.
+    pub fn for_waits(&self, longest: Duration) -> Conn {
+        Conn {
+            call_timeout: longest.max(MIN_CALL),
+            ..Conn::new(self.url.clone(), self.connect_timeout)
+        }
+    }
+
     pub fn url(&self) -> &MyUrl {
         &self.url
+    }
+
+    /// The server's id of this connection's session (connecting first if needed), for `KILL`.
+    pub fn session_id(&mut self) -> Result<u32, Fault> {
+        self.ensure()?;
+        self.conn
+            .as_ref()
+            .map(mysql::Conn::connection_id)
+            .ok_or_else(|| Fault::Unreachable("not connected".into()))
+    }
+
+    /// How long a call of this connection may wait for its answer.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
     }
 
     /// Bounds every call of connections made from now on by a fifth of `ttl` (a renewal must give

@@ -1,18 +1,29 @@
 //! Waiting for a turn: a place in `<prefix>queue`, and a wait on the lock key of the entry ahead
-//! that blocks this one (`GET_LOCK` on it, in slices of `CANCEL_CHECK`): its session holds that
-//! key while it holds or waits, so the key frees the moment it releases, leaves the line or its
-//! session ends, and the waiter tries again at once. A handoff costs the release, and a wake-up
-//! and an attempt per waiter it lets in; waiters further back wait on keys still held. A blocker
-//! whose key is free although its entry stands (a row dlock did not write, a holder whose session
-//! was cut) is not waited on: the waiter tries again when its lease or place would run out, and
-//! at least every third of its own ttl, which renews its place in line. Nor is a holder kept only
-//! by `--min-hold` after its command ended (its key freed with its release): the server says so,
-//! and how long it is kept, and the waiter sleeps until then.
+//! that blocks this one: its session holds that key while it holds or waits, so the key frees the
+//! moment it releases, leaves the line or its session ends, and the waiter tries again at once. A
+//! handoff costs the release, and a wake-up and an attempt per waiter it lets in; waiters further
+//! back wait on keys still held, and send nothing.
+//!
+//! The wait on a key starts with one slice of `CANCEL_CHECK` on the waiter's connection (most
+//! waits on a busy lock end within it); a longer one goes on as one `GET_LOCK` until the next
+//! re-check, on a connection of its own (the doorbell, made at the first long wait and kept for
+//! the next ones: the other connection's calls are bounded by a fifth of the ttl, and its
+//! session holds this waiter's own key), run on a helper thread while the caller's thread looks
+//! at the cancellation every `CANCEL_CHECK`. So a waiter sends nothing while nothing changes,
+//! however long it waits. A cancelled wait has its `GET_LOCK` ended by `KILL
+//! QUERY` from the other connection and does not wait for the helper, which drops the doorbell.
+//!
+//! A blocker whose key is free although its entry stands (a row dlock did not write, a holder
+//! whose session was cut) is not waited on: the waiter tries again when its lease or place would
+//! run out, and at least every third of its own ttl, which renews its place in line. Nor is a
+//! holder kept only by `--min-hold` after its command ended (its key freed with its release): the
+//! server says so, and how long it is kept, and the waiter sleeps until then.
 
+use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::connection::{lock, Fault, Shared};
+use super::connection::{lock, Conn, Fault, Shared};
 use super::lease::MyLease;
 use super::recipe::{Blocker, Me, Recipe, Reply, Woken};
 use crate::backend::sql::wait::{holders, pause_until, recheck, Tries};
@@ -32,6 +43,7 @@ pub fn wait(
     // The key the last wait found free: named again by the next attempt, it is not held by its
     // entry, and waiting on it would spin.
     let mut freed: Option<String> = None;
+    let mut doorbell: Option<Conn> = None;
     lock(shared).fit_ttl(request.ttl);
     loop {
         if waiting.is_cancelled() {
@@ -78,7 +90,15 @@ pub fn wait(
         let until = recheck(request.ttl, blocker.as_ref().map(|b| b.lasts));
         match blocker {
             Some(Blocker { key, gone, .. }) if !gone && freed.as_ref() != Some(&key) => {
-                freed = wait_for_key(shared, recipe, waiting, &key, until);
+                freed = wait_for_key(
+                    shared,
+                    recipe,
+                    waiting,
+                    &mut doorbell,
+                    request.ttl,
+                    &key,
+                    until,
+                );
             }
             _ => {
                 freed = None;
@@ -88,31 +108,86 @@ pub fn wait(
     }
 }
 
-/// Waits on `key` in slices until it frees (returned), `until` or a cancellation.
+/// Waits until `key` frees (returned), `until` or a cancellation: a first slice on the shared
+/// connection, then on the `doorbell` connection (made here the first time), in one `GET_LOCK`
+/// run by a helper thread.
 fn wait_for_key(
     shared: &Shared,
-    recipe: &Recipe,
+    recipe: &Arc<Recipe>,
     waiting: &Waiting,
+    doorbell: &mut Option<Conn>,
+    ttl: Duration,
     key: &str,
     until: Instant,
 ) -> Option<String> {
-    loop {
-        if waiting.is_cancelled() {
+    // Most waits of a busy lock end within a slice: on the connection at hand, as a slice of
+    // the wait, without a thread or a connection more.
+    if doorbell.is_none() {
+        let slice = waiting
+            .slice(CANCEL_CHECK)
+            .min(until.saturating_duration_since(Instant::now()));
+        if slice.is_zero() || waiting.is_cancelled() {
             return None;
         }
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        let slice = waiting.slice(CANCEL_CHECK).min(left);
         match recipe.wait_for_key(&mut lock(shared), key, slice) {
             Ok(Woken::Held) => {}
             Ok(Woken::Freed) => return Some(key.to_owned()),
-            // A connection gone: the attempt reconnects, or reports the outage.
             Err(Fault::Unreachable(_)) => return None,
-            // Refused (a deadlock among lock keys, which only a broken entry can cause): not
-            // waited on again until the next re-check.
             Err(_) => return Some(key.to_owned()),
+        }
+    }
+    let most = until.saturating_duration_since(Instant::now());
+    if most.is_zero() || waiting.is_cancelled() {
+        return None;
+    }
+    let mut bell = match doorbell.take() {
+        Some(bell) => bell,
+        None => {
+            let main = lock(shared);
+            // Room for the longest wait (until a re-check, a third of the ttl at most) and for
+            // its answer.
+            main.for_waits(ttl / 3 + main.call_timeout())
+        }
+    };
+    // Connected here, for its id: a connection that cannot be made is an outage, which the next
+    // attempt reports.
+    let id = bell.session_id().ok()?;
+    let (send, answer) = channel();
+    let (recipe_, key_) = (recipe.clone(), key.to_owned());
+    let helper = std::thread::Builder::new()
+        .name("dlock-doorbell".into())
+        .spawn(move || {
+            let woken = recipe_.wait_for_key(&mut bell, &key_, most);
+            let _ = send.send((bell, woken));
+        });
+    if helper.is_err() {
+        return None;
+    }
+    loop {
+        match answer.recv_timeout(waiting.slice(CANCEL_CHECK)) {
+            Ok((bell, woken)) => {
+                *doorbell = Some(bell);
+                return match woken {
+                    Ok(Woken::Held) => None,
+                    Ok(Woken::Freed) => Some(key.to_owned()),
+                    // A connection gone: the attempt reconnects, or reports the outage.
+                    Err(Fault::Unreachable(_)) => {
+                        *doorbell = None;
+                        None
+                    }
+                    // Refused (a deadlock among lock keys, which only a broken entry can cause):
+                    // not waited on again until the next re-check.
+                    Err(_) => Some(key.to_owned()),
+                };
+            }
+            Err(RecvTimeoutError::Timeout) if waiting.is_cancelled() => {
+                // Best effort: the helper ends with the statement, or when dlock exits.
+                let _ = lock(shared)
+                    .call(|c| mysql::prelude::Queryable::query_drop(c, format!("KILL QUERY {id}")));
+                return None;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return None,
         }
     }
 }
