@@ -188,6 +188,7 @@ fn mysql_many_waiters_all_get_through_with_two_statements_per_handoff() {
     let dir = LockDir::new();
     let holder = holder(&base, "many", &dir);
     let mut waiters = Vec::with_capacity(count);
+    let started = Instant::now();
     for i in 0..count {
         waiters.push(waiter(&base, "many", i, &dir));
         wait_until(
@@ -201,8 +202,15 @@ fn mysql_many_waiters_all_get_through_with_two_statements_per_handoff() {
         sessions() == (1 + 2 * count).to_string()
     });
     let before = statements();
+    let in_line = started.elapsed();
     drain(holder, waiters, &dir);
+    let through = started.elapsed() - in_line;
     let during = statements() - before;
+    eprintln!(
+        "mysql: {count} waiters in line in {in_line:.1?}, all through in {through:.1?} \
+         ({:.1?} a handoff), {during} statements",
+        through / count as u32
+    );
     // The holder's release, then for each waiter its granted attempt and its release. No waiter
     // still in line sends anything: the release frees only the key its successor waits on.
     assert_eq!(
