@@ -17,10 +17,16 @@ use support::mysql_server::{MyServer, DATABASE, PASSWORD};
 const UNCONTENDED_RUNS: usize = 40;
 const CONTENDERS: usize = 8;
 const ROUNDS_EACH: usize = 10;
+/// Contended turns of each tool, taking turns; each figure is the median of its turns.
+const TURNS: usize = 5;
 /// How long a holder sits idle while its CPU is measured.
 const IDLE: Duration = Duration::from_secs(60);
 
 fn main() {
+    println!(
+        "{}",
+        support::build::describe(std::path::Path::new(support::dlock_bin()))
+    );
     let dlock = support::dlock_bin();
     let work = tempfile::tempdir().expect("temp dir");
     let server = MyServer::start();
@@ -55,7 +61,7 @@ fn main() {
         medians[0] / medians[flock],
         medians[0] / medians[1]
     );
-    let rates = tools.contended(CONTENDERS, ROUNDS_EACH);
+    let rates = tools.contended(CONTENDERS, ROUNDS_EACH, TURNS);
     println!(
         "  goal: at least the mysql idiom: {:.2}x of it; {:.2}x of the seed recipe; {:.2}x of flock",
         rates[0] / rates[1],

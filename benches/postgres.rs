@@ -16,6 +16,8 @@ use support::pg_server::{PgServer, PASSWORD};
 const UNCONTENDED_RUNS: usize = 40;
 const CONTENDERS: usize = 8;
 const ROUNDS_EACH: usize = 10;
+/// Contended turns of each tool, taking turns; each figure is the median of its turns.
+const TURNS: usize = 5;
 /// How long a holder sits idle while its CPU is measured.
 const IDLE: Duration = Duration::from_secs(60);
 
@@ -45,7 +47,7 @@ fn main() {
         medians[0] / medians[flock],
         medians[0] / medians[1]
     );
-    let rates = tools.contended(CONTENDERS, ROUNDS_EACH);
+    let rates = tools.contended(CONTENDERS, ROUNDS_EACH, TURNS);
     println!(
         "  goal: at least the psql idiom: {:.2}x of psql; 0.5x flock(1): {:.2}x of flock",
         rates[0] / rates[1],

@@ -27,7 +27,9 @@ impl<'a> Tools<'a> {
         let mut lines = vec![(
             format!("dlock {backend}"),
             format!(
-                "{} --backend {backend} --url {} run bench -- true",
+                // -q: like the peers, nothing but errors (no line for each wait, so no read
+                // of who holds the lock for it).
+                "{} --backend {backend} --url {} -q run bench -- true",
                 quote(dlock),
                 quote(url)
             ),
@@ -77,36 +79,57 @@ impl<'a> Tools<'a> {
     }
 
     /// `contenders` shells at once, each taking the lock `rounds` times, one tool after the
-    /// other: acquisitions per second of each, printed.
-    pub fn contended(&self, contenders: usize, rounds: usize) -> Vec<f64> {
-        println!("\n{contenders}-way contended, {rounds} acquisitions each:");
-        let mut rates = vec![];
-        for (name, line) in &self.lines {
-            let start = Instant::now();
-            let children: Vec<_> = (0..contenders)
-                .map(|_| {
-                    Command::new("sh")
-                        .arg("-c")
-                        .arg(format!(
-                            "i=0; while [ $i -lt {rounds} ]; do {line} || exit 1; i=$((i+1)); done"
-                        ))
-                        .env(self.env.0, self.env.1)
-                        .stdout(Stdio::null())
-                        // The waiters' "waiting for lock" lines are not what is measured.
-                        .stderr(Stdio::null())
-                        .spawn()
-                        .expect("sh")
-                })
-                .collect();
-            for mut child in children {
-                let status = child.wait().expect("wait for sh");
-                assert!(status.success(), "{name} failed under contention: {line}");
+    /// other, for `turns` turns (this machine swings by 10% from one short run to the next): the
+    /// median acquisitions per second of each, printed, with the range of dlock's ratio to each
+    /// other tool over the turns.
+    pub fn contended(&self, contenders: usize, rounds: usize, turns: usize) -> Vec<f64> {
+        println!(
+            "\n{contenders}-way contended, {rounds} acquisitions each, {turns} turns (median):"
+        );
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); self.lines.len()];
+        for _ in 0..turns {
+            for ((name, line), rates) in self.lines.iter().zip(&mut rates) {
+                rates.push(self.contended_once(name, line, contenders, rounds));
             }
-            let rate = (contenders * rounds) as f64 / start.elapsed().as_secs_f64();
-            println!("  {name:<24} {rate:8.1} acquisitions/s");
-            rates.push(rate);
         }
-        rates
+        let medians: Vec<f64> = rates.iter().map(|r| middle(r.clone())).collect();
+        for (i, ((name, _), m)) in self.lines.iter().zip(&medians).enumerate() {
+            let range = if i == 0 {
+                String::new()
+            } else {
+                let ratios: Vec<f64> = rates[0].iter().zip(&rates[i]).map(|(d, p)| d / p).collect();
+                let lo = ratios.iter().copied().fold(f64::MAX, f64::min);
+                let hi = ratios.iter().copied().fold(0.0, f64::max);
+                format!("  (dlock / this, turn by turn: {lo:.2} to {hi:.2})")
+            };
+            println!("  {name:<24} {m:8.1} acquisitions/s{range}");
+        }
+        medians
+    }
+
+    /// One turn of `line`: acquisitions per second.
+    fn contended_once(&self, name: &str, line: &str, contenders: usize, rounds: usize) -> f64 {
+        let start = Instant::now();
+        let children: Vec<_> = (0..contenders)
+            .map(|_| {
+                Command::new("sh")
+                    .arg("-c")
+                    .arg(format!(
+                        "i=0; while [ $i -lt {rounds} ]; do {line} || exit 1; i=$((i+1)); done"
+                    ))
+                    .env(self.env.0, self.env.1)
+                    .stdout(Stdio::null())
+                    // The waiters' "waiting for lock" lines are not what is measured.
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("sh")
+            })
+            .collect();
+        for mut child in children {
+            let status = child.wait().expect("wait for sh");
+            assert!(status.success(), "{name} failed under contention: {line}");
+        }
+        (contenders * rounds) as f64 / start.elapsed().as_secs_f64()
     }
 
     /// Runs `line` with sh; the time taken.
@@ -122,4 +145,10 @@ impl<'a> Tools<'a> {
         assert!(status.success(), "{line}");
         start.elapsed()
     }
+}
+
+/// The median of `values`.
+fn middle(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or_default()
 }
