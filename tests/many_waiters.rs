@@ -163,28 +163,13 @@ fn mysql_many_waiters_all_get_through_with_two_statements_per_handoff() {
     // Each waiter in line keeps two sessions: its place (holding its own lock key) and its
     // doorbell (blocked on the key of the one ahead).
     let server = MyServer::start_with(vec![format!("--max-connections={}", 2 * count + 50)]);
-    server.sql("SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 'ON'");
+    server.log_statements();
     let base = vec![
         "--backend".to_owned(),
         "mysql".to_owned(),
         "--url".to_owned(),
         server.url_with("prefix=t_many_"),
     ];
-    // dlock's sessions come over TCP; the test's own queries through the socket.
-    let sessions = || {
-        server.sql(
-            "SELECT count(*) FROM information_schema.processlist WHERE host LIKE '127.0.0.1:%'",
-        )
-    };
-    let statements = || -> usize {
-        server
-            .sql(
-                "SELECT count(*) FROM mysql.general_log \
-                 WHERE command_type IN ('Query', 'Execute') AND user_host LIKE '%127.0.0.1%'",
-            )
-            .parse()
-            .unwrap()
-    };
     let dir = LockDir::new();
     let holder = holder(&base, "many", &dir);
     let mut waiters = Vec::with_capacity(count);
@@ -199,13 +184,13 @@ fn mysql_many_waiters_all_get_through_with_two_statements_per_handoff() {
     }
     // Every waiter past its first slice, blocked on its doorbell.
     wait_until("every waiter on its doorbell", within(count), || {
-        sessions() == (1 + 2 * count).to_string()
+        server.dlock_sessions() == 1 + 2 * count
     });
-    let before = statements();
+    let before = server.dlock_statements();
     let in_line = started.elapsed();
     drain(holder, waiters, &dir);
     let through = started.elapsed() - in_line;
-    let during = statements() - before;
+    let during = server.dlock_statements() - before;
     eprintln!(
         "mysql: {count} waiters in line in {in_line:.1?}, all through in {through:.1?} \
          ({:.1?} a handoff), {during} statements",

@@ -407,7 +407,7 @@ fn a_queue_table_from_an_older_dlock_gains_who_waits() {
 #[test]
 fn a_quiet_waiter_never_reads_who_holds_the_lock() {
     let server = MyServer::start();
-    server.sql("SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 'ON'");
+    server.log_statements();
     let url = server.url_with("prefix=t_quiet_");
     let dir = LockDir::new();
     // The holders' query (holders.sql), not counting this count, which the log has too.
@@ -504,27 +504,15 @@ fn a_release_waits_for_the_names_other_changes() {
 #[test]
 fn a_waiter_on_its_doorbell_sends_nothing_and_a_signal_ends_it_at_once() {
     let server = MyServer::start();
-    server.sql("SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 'ON'");
+    server.log_statements();
     let url = server.url_with("prefix=t_bell_");
     let dir = LockDir::new();
     let mut held = holder(&url, &dir, &[], "b", "h");
-    let sessions = || {
-        server.sql(
-            "SELECT count(*) FROM information_schema.processlist WHERE host LIKE '127.0.0.1:%'",
-        )
-    };
-    let statements = || -> usize {
-        server
-            .sql(
-                "SELECT count(*) FROM mysql.general_log \
-                 WHERE command_type IN ('Query', 'Execute') AND user_host LIKE '%127.0.0.1%'",
-            )
-            .parse()
-            .unwrap()
-    };
     let mut waiter = start(&url, &dir, &["--ttl", "60s"], "b", "w");
-    wait_until("the waiter on its doorbell", T, || sessions() == "3");
-    let before = statements();
+    wait_until("the waiter on its doorbell", T, || {
+        server.dlock_sessions() == 3
+    });
+    let before = server.dlock_statements();
     // Its doorbell's wait stands: nothing more reaches the server while the holder holds.
     wait_until("the doorbell's GET_LOCK under way for a second", T, || {
         server.sql(
@@ -532,7 +520,11 @@ fn a_waiter_on_its_doorbell_sends_nothing_and_a_signal_ends_it_at_once() {
              WHERE host LIKE '127.0.0.1:%' AND state = 'User lock' AND time >= 1",
         ) == "1"
     });
-    assert_eq!(statements(), before, "statements while the waiter waited");
+    assert_eq!(
+        server.dlock_statements(),
+        before,
+        "statements while the waiter waited"
+    );
     let asked = std::time::Instant::now();
     signal(waiter.id(), libc::SIGTERM);
     let status = wait_exit(&mut waiter, T);
@@ -544,7 +536,9 @@ fn a_waiter_on_its_doorbell_sends_nothing_and_a_signal_ends_it_at_once() {
     );
     assert!(!dir.file("w.in").exists(), "the waiter's command ran");
     assert_eq!(server.sql("SELECT count(*) FROM t_bell_queue"), "0");
-    wait_until("only the holder's session left", T, || sessions() == "1");
+    wait_until("only the holder's session left", T, || {
+        server.dlock_sessions() == 1
+    });
     let_go(&dir, "h");
     assert!(wait_exit(&mut held, T).success());
 }

@@ -260,6 +260,31 @@ impl MyServer {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// Logs every statement from now on (the general log, as a table), for `dlock_statements`.
+    pub fn log_statements(&self) {
+        self.sql("SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 'ON'");
+    }
+
+    /// The statements dlock's sessions ran since `log_statements` (they come over TCP; the
+    /// tests' own through the socket).
+    pub fn dlock_statements(&self) -> usize {
+        self.sql(
+            "SELECT count(*) FROM mysql.general_log \
+             WHERE command_type IN ('Query', 'Execute') AND user_host LIKE '%127.0.0.1%'",
+        )
+        .parse()
+        .expect("a count")
+    }
+
+    /// How many sessions dlock has open (over TCP; the tests' own come through the socket).
+    pub fn dlock_sessions(&self) -> usize {
+        self.sql(
+            "SELECT count(*) FROM information_schema.processlist WHERE host LIKE '127.0.0.1:%'",
+        )
+        .parse()
+        .expect("a count")
+    }
+
     /// Kills the server as a crash would (SIGKILL: InnoDB recovers at the next start).
     pub fn crash(&mut self) {
         if let Some(mut child) = self.child.take() {
