@@ -58,6 +58,27 @@ fn holder(base: &[String], name: &str, dir: &LockDir) -> Child {
     child
 }
 
+/// `count` waiters started one by one, each once `in_line(i)` says waiter `i` is in line:
+/// arrival order is what the tests check.
+fn line_up(
+    base: &[String],
+    dir: &LockDir,
+    count: usize,
+    in_line: impl Fn(usize) -> bool,
+) -> Vec<Child> {
+    (0..count)
+        .map(|i| {
+            let child = waiter(base, "many", i, dir);
+            wait_until(
+                &format!("waiter {i} in line"),
+                Duration::from_secs(60),
+                || in_line(i),
+            );
+            child
+        })
+        .collect()
+}
+
 /// Lets the holder go, waits for everyone, and checks that all came through in arrival order.
 fn drain(mut holder: Child, mut waiters: Vec<Child>, dir: &LockDir) {
     let count = waiters.len();
@@ -83,17 +104,8 @@ fn etcd_many_waiters_all_get_through_with_one_watch_event_per_release() {
     let dir = LockDir::new();
     let count = waiter_count();
     let holder = holder(&base, "many", &dir);
-    let mut waiters = Vec::with_capacity(count);
     let started = Instant::now();
-    for i in 0..count {
-        waiters.push(waiter(&base, "many", i, &dir));
-        // In line before the next one comes: arrival order is what the test checks.
-        wait_until(
-            &format!("waiter {i} in line"),
-            Duration::from_secs(60),
-            || server.keys("/dlock/many/") == i + 2,
-        );
-    }
+    let waiters = line_up(&base, &dir, count, |i| server.keys("/dlock/many/") == i + 2);
     let before = server.events_sent();
     let in_line = started.elapsed();
     drain(holder, waiters, &dir);
@@ -135,15 +147,9 @@ fn postgres_many_waiters_all_get_through_with_two_statements_per_handoff() {
     };
     let dir = LockDir::new();
     let holder = holder(&base("dlockholder"), "many", &dir);
-    let mut waiters = Vec::with_capacity(count);
-    for i in 0..count {
-        waiters.push(waiter(&base("dlockwaiter"), "many", i, &dir));
-        wait_until(
-            &format!("waiter {i} in line"),
-            Duration::from_secs(60),
-            || server.psql("SELECT count(*) FROM t_many_queue") == (i + 1).to_string(),
-        );
-    }
+    let waiters = line_up(&base("dlockwaiter"), &dir, count, |i| {
+        server.psql("SELECT count(*) FROM t_many_queue") == (i + 1).to_string()
+    });
     // Each waiter sent its LISTEN, its first attempt and the look at the holders; then nothing.
     let before = statements_by(&server, "dlockwaiter");
     drain(holder, waiters, &dir);
@@ -172,16 +178,10 @@ fn mysql_many_waiters_all_get_through_with_two_statements_per_handoff() {
     ];
     let dir = LockDir::new();
     let holder = holder(&base, "many", &dir);
-    let mut waiters = Vec::with_capacity(count);
     let started = Instant::now();
-    for i in 0..count {
-        waiters.push(waiter(&base, "many", i, &dir));
-        wait_until(
-            &format!("waiter {i} in line"),
-            Duration::from_secs(60),
-            || server.sql("SELECT count(*) FROM t_many_queue") == (i + 1).to_string(),
-        );
-    }
+    let waiters = line_up(&base, &dir, count, |i| {
+        server.sql("SELECT count(*) FROM t_many_queue") == (i + 1).to_string()
+    });
     // Every waiter past its first slice, blocked on its doorbell.
     wait_until("every waiter on its doorbell", within(count), || {
         server.dlock_sessions() == 1 + 2 * count
