@@ -1,6 +1,9 @@
-//! dlock on PostgreSQL side by side with flock(1) and the psql idiom (an advisory lock held by a
-//! psql session while it runs the command), all on this machine, in one run: uncontended latency
-//! and 8-way contended acquisitions per second, reported as ratios.
+//! dlock on PostgreSQL side by side with flock(1), the psql idiom (an advisory lock held by a
+//! psql session while it runs the command) and the floor of any tool that opens a connection per
+//! run: this benchmark's own executable run as `floor URL`, with the client dlock uses
+//! (tokio-postgres), making one connection and one write to a table and then running the
+//! command, with no lock at all. All on this machine, in one run: uncontended latency and 8-way
+//! contended acquisitions per second, reported as ratios.
 //!
 //! Run: `cargo bench --bench postgres`. It starts its own PostgreSQL server (tests/support) and
 //! stops it at the end. Every loop is bounded by a count.
@@ -22,6 +25,12 @@ const TURNS: usize = 5;
 const IDLE: Duration = Duration::from_secs(60);
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, floor, url] = args.as_slice() {
+        if floor == "floor" {
+            return connect_write_and_run(url);
+        }
+    }
     println!(
         "{}",
         support::build::describe(std::path::Path::new(support::dlock_bin()))
@@ -31,13 +40,21 @@ fn main() {
     let server = PgServer::start();
     let url = server.url_with("");
     let port = server.port().to_string();
-    let peers = vec![(
-        "psql pg_advisory_lock",
-        format!(
-            "psql -X -q -h 127.0.0.1 -p {port} -U postgres -d postgres \
-             -c 'SELECT pg_advisory_lock(1)' -c '\\! true' >/dev/null"
+    server.psql("CREATE TABLE bench_floor (name text PRIMARY KEY, n bigint)");
+    let me = std::env::current_exe().expect("this benchmark's executable");
+    let peers = vec![
+        (
+            "psql pg_advisory_lock",
+            format!(
+                "psql -X -q -h 127.0.0.1 -p {port} -U postgres -d postgres \
+                 -c 'SELECT pg_advisory_lock(1)' -c '\\! true' >/dev/null"
+            ),
         ),
-    )];
+        (
+            "floor: connect, 1 write",
+            format!("'{}' floor '{url}'", me.display()),
+        ),
+    ];
     let env = ("PGPASSWORD", PASSWORD);
     let tools = side_by_side::Tools::around(dlock, "postgres", &url, peers, work.path(), env);
     let flock = tools.flock();
@@ -47,12 +64,48 @@ fn main() {
         medians[0] / medians[flock],
         medians[0] / medians[1]
     );
+    println!(
+        "  the floor (a connection and a write, no lock): {:.2}x flock(1)",
+        medians[2] / medians[flock]
+    );
     let rates = tools.contended(CONTENDERS, ROUNDS_EACH, TURNS);
     println!(
         "  goal: at least the psql idiom: {:.2}x of psql; 0.5x flock(1): {:.2}x of flock",
         rates[0] / rates[1],
         rates[0] / rates[flock]
     );
+    println!(
+        "  the floor (a connection and a write, no lock): {:.2}x of flock",
+        rates[2] / rates[flock]
+    );
     support::idle::report_beside_flock(work.path(), dlock, "postgres", &url, IDLE);
     drop(server);
+}
+
+/// The floor of a tool that opens a connection per run: connect (with the client and the password
+/// authentication dlock uses), one write, the command. No lock, no lease, no release.
+fn connect_write_and_run(url: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        let connection = tokio::spawn(connection);
+        client
+            .batch_execute(
+                "INSERT INTO bench_floor VALUES ('bench', 1) \
+                 ON CONFLICT (name) DO UPDATE SET n = bench_floor.n + 1",
+            )
+            .await
+            .expect("the write");
+        drop(client);
+        let _ = connection.await;
+    });
+    let status = std::process::Command::new("true")
+        .status()
+        .expect("run true");
+    assert!(status.success());
 }

@@ -139,11 +139,12 @@ impl Conn {
         }
     }
 
-    /// Another connection to the same server, for waits on lock keys alone: its calls may each
-    /// take up to `longest` (a wait until the next re-check), beyond the bound of other calls.
+    /// Another connection to the same server, for waits on lock keys alone: each of its calls
+    /// may wait up to `longest` (until the next re-check) and then as long as this connection's
+    /// calls wait for an answer.
     pub fn for_waits(&self, longest: Duration) -> Conn {
         Conn {
-            call_timeout: longest.max(MIN_CALL),
+            call_timeout: longest + self.call_timeout,
             ..Conn::new(self.url.clone(), self.connect_timeout)
         }
     }
@@ -159,11 +160,6 @@ impl Conn {
             .as_ref()
             .map(mysql::Conn::connection_id)
             .ok_or_else(|| Fault::Unreachable("not connected".into()))
-    }
-
-    /// How long a call of this connection may wait for its answer.
-    pub fn call_timeout(&self) -> Duration {
-        self.call_timeout
     }
 
     /// Bounds every call of connections made from now on by a fifth of `ttl` (a renewal must give

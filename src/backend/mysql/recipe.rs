@@ -263,7 +263,10 @@ fn first_set(c: &mut mysql::Conn, sql: &str, params: Vec<Value>) -> mysql::Resul
 }
 
 /// `sql` without its comment lines, each `?` replaced by the next of `values` as a literal: text
-/// as a hexadecimal literal (any bytes, whatever the session's SQL mode), numbers in decimal.
+/// as a hexadecimal literal (any bytes, whatever the session's SQL mode: nothing a name or a
+/// message holds can end the literal), numbers in decimal, anything else (never sent) as NULL.
+/// For dlock's own statements, whose comments are whole lines and which have no `?` but their
+/// placeholders.
 fn with_values(sql: &str, values: &[Value]) -> String {
     let mut out = String::with_capacity(sql.len() + 64 * values.len());
     let mut values = values.iter();
@@ -361,4 +364,25 @@ fn holder_of(row: &Row, waiting: bool) -> (String, Holder) {
     };
     let holder = parsed.unwrap_or_else(|| fields.unreadable());
     (name, holder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_written_in_as_literals_that_no_text_can_break_out_of() {
+        let sql = "-- Waits up to ? seconds\nCALL p(?, ?,\n  ?, ?, ?)";
+        let values: Vec<Value> = vec![
+            "a'); DROP TABLE t; --".into(),
+            (-7i64).into(),
+            Value::Bytes(vec![0xff, 0x00, b'\\']),
+            0.25f64.into(),
+            Option::<&str>::None.into(),
+        ];
+        assert_eq!(
+            with_values(sql, &values),
+            "CALL p(X'6127293b2044524f50205441424c4520743b202d2d', -7,\n  X'ff005c', 0.250000, NULL)\n"
+        );
+    }
 }

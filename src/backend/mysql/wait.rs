@@ -131,9 +131,7 @@ fn wait_for_key(
         }
         match recipe.wait_for_key(&mut lock(shared), key, slice) {
             Ok(Woken::Held) => {}
-            Ok(Woken::Freed) => return Some(key.to_owned()),
-            Err(Fault::Unreachable(_)) => return None,
-            Err(_) => return Some(key.to_owned()),
+            woken => return freed(woken, key),
         }
     }
     let most = until.saturating_duration_since(Instant::now());
@@ -142,12 +140,8 @@ fn wait_for_key(
     }
     let mut bell = match doorbell.take() {
         Some(bell) => bell,
-        None => {
-            let main = lock(shared);
-            // Room for the longest wait (until a re-check, a third of the ttl at most) and for
-            // its answer.
-            main.for_waits(ttl / 3 + main.call_timeout())
-        }
+        // The longest wait: until a re-check, a third of the ttl at most.
+        None => lock(shared).for_waits(ttl / 3),
     };
     // Connected here, for its id: a connection that cannot be made is an outage, which the next
     // attempt reports.
@@ -166,19 +160,11 @@ fn wait_for_key(
     loop {
         match answer.recv_timeout(waiting.slice(CANCEL_CHECK)) {
             Ok((bell, woken)) => {
-                *doorbell = Some(bell);
-                return match woken {
-                    Ok(Woken::Held) => None,
-                    Ok(Woken::Freed) => Some(key.to_owned()),
-                    // A connection gone: the attempt reconnects, or reports the outage.
-                    Err(Fault::Unreachable(_)) => {
-                        *doorbell = None;
-                        None
-                    }
-                    // Refused (a deadlock among lock keys, which only a broken entry can cause):
-                    // not waited on again until the next re-check.
-                    Err(_) => Some(key.to_owned()),
-                };
+                // A broken doorbell is made again at the next long wait.
+                if !matches!(woken, Err(Fault::Unreachable(_))) {
+                    *doorbell = Some(bell);
+                }
+                return freed(woken, key);
             }
             Err(RecvTimeoutError::Timeout) if waiting.is_cancelled() => {
                 // Best effort: the helper ends with the statement, or when dlock exits.
@@ -189,6 +175,20 @@ fn wait_for_key(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return None,
         }
+    }
+}
+
+/// What a wait on `key` tells the next attempt: the key it found free (not to be waited on again
+/// if the same entry still blocks), or `None`.
+fn freed(woken: Result<Woken, Fault>, key: &str) -> Option<String> {
+    match woken {
+        Ok(Woken::Freed) => Some(key.to_owned()),
+        // Still held at the re-check, or a connection gone: the attempt reconnects, or reports
+        // the outage.
+        Ok(Woken::Held) | Err(Fault::Unreachable(_)) => None,
+        // Refused (a deadlock among lock keys, which only a broken entry can cause): not waited
+        // on again until the next re-check.
+        Err(_) => Some(key.to_owned()),
     }
 }
 
