@@ -127,6 +127,34 @@ pub fn status_and_list_show_kept_until_and_why(t: &Target) {
     assert!(holder.let_go().success());
 }
 
+/// Every reader shows one `kept_until`, however often and whenever it reads within the hold:
+/// a store that tells only whole seconds left must not make it jump by one between reads.
+pub fn kept_until_reads_the_same_every_time(t: &Target) {
+    run_exiting_3(t, &["--min-hold", "1h", "mh/s"]);
+    let kept_until = || {
+        let out = output(t.dlock(&["status", "--json", "mh/s"]));
+        let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+        json["holders"][0]["kept_until"].clone()
+    };
+    let first = kept_until();
+    assert!(first.is_string(), "kept_until: {first}");
+    // Over a whole second of reads, so that a second's fraction cannot hide a jump.
+    let began = Instant::now();
+    let mut reads = 0;
+    while began.elapsed() < Duration::from_millis(1100) && reads < 300 {
+        assert_eq!(
+            kept_until(),
+            first,
+            "read {reads} after {:?}",
+            began.elapsed()
+        );
+        reads += 1;
+    }
+    assert!(reads >= 2, "only {reads} reads in a second");
+    let out = output(t.dlock(&["release", "--force", "mh/s"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
 pub fn release_force_ends_a_min_hold_at_once(t: &Target) {
     let token = run_exiting_3(t, &["--min-hold", "1h", "mh/d"]);
     let out = output(t.dlock(&["run", "-n", "mh/d", "--", "true"]));

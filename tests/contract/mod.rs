@@ -180,6 +180,7 @@ contract! {
         min_hold: [
             run_exits_at_once_and_the_lock_stays_busy_until_min_hold_after_acquisition,
             status_and_list_show_kept_until_and_why,
+            kept_until_reads_the_same_every_time,
             release_force_ends_a_min_hold_at_once,
             hold_with_min_hold_stays_taken_after_release,
             dlock_min_hold_from_the_environment_and_the_flag_beating_it,

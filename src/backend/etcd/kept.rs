@@ -5,21 +5,25 @@
 //! is nearly over moves its key back to its own lease (`hand_back`, from `renew`, which comes soon
 //! enough: see `Renewal` and the heartbeat's first renewal); when the command ends, the key goes
 //! to (or stays on) the min-hold's lease while that lasts (`let_go`). The key's value then says so
-//! in a second line, `kept LEASE HOLD_MS[ ended]`, for `status`.
+//! in a second line, `kept LEASE UNTIL_MS HOLD_MS[ ended]`, for `status`: UNTIL_MS is when that
+//! lease ends, by the holder's clock when it was granted (etcd tells no time of day), written once
+//! so that every reader shows the same end.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 use super::acquisition::Place;
 use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
-use crate::lock::{Kept, LockRequest};
+use crate::lock::{time_from_millis, Kept, LockRequest};
 
 /// The lease a held key lives by while `--min-hold` keeps it, and the key's value then.
 pub(super) struct KeptKey {
     pub(super) lease: i64,
     /// The holder's record, as on its own lease.
     record: String,
+    /// When the lease ends, in milliseconds since the epoch by our clock.
+    until_ms: u128,
     hold_ms: u128,
 }
 
@@ -27,8 +31,8 @@ impl KeptKey {
     fn value(&self, ended: bool) -> String {
         let ended = if ended { " ended" } else { "" };
         format!(
-            "{}\nkept {:x} {}{ended}",
-            self.record, self.lease, self.hold_ms
+            "{}\nkept {:x} {} {}{ended}",
+            self.record, self.lease, self.until_ms, self.hold_ms
         )
     }
 }
@@ -69,10 +73,16 @@ pub(super) async fn keep(
     let secs = hold.as_secs() + u64::from(hold.subsec_nanos() > 0);
     let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
     let mut leases = conn.client().lease_client();
+    let granted = SystemTime::now();
     let lease = bounded(CALL_TIMEOUT, leases.grant(secs, None)).await?.id();
+    let until = granted + Duration::from_secs(secs.unsigned_abs());
     let kept = KeptKey {
         lease,
         record,
+        until_ms: until
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
         hold_ms: hold.as_millis(),
     };
     match put_ours(conn, place, kept.value(false), lease).await {
@@ -121,26 +131,51 @@ pub(super) async fn let_go(
     }
 }
 
-/// A key's value without its `kept` line, and what that line says: the min-hold's lease and why
-/// it keeps the key.
-pub(super) fn split(value: &str) -> (&str, Option<(i64, Kept)>) {
+/// What a key's `kept` line says: the min-hold's lease, when it ends (`None` from a dlock that
+/// did not write it) and why it keeps the key.
+#[derive(Debug, PartialEq)]
+pub(super) struct KeptLine {
+    pub(super) lease: i64,
+    pub(super) until: Option<SystemTime>,
+    pub(super) why: Kept,
+}
+
+/// A key's value without its `kept` line, and what that line says.
+pub(super) fn split(value: &str) -> (&str, Option<KeptLine>) {
     let Some((record, line)) = value.split_once("\nkept ") else {
         return (value, None);
     };
     let read = || {
         let (lease, note) = line.split_once(' ')?;
-        Some((i64::from_str_radix(lease, 16).ok()?, Kept::from_note(note)?))
+        let lease = i64::from_str_radix(lease, 16).ok()?;
+        let dated = note.split_once(' ').and_then(|(until, note)| {
+            let until = time_from_millis(until.parse().ok()?)?;
+            Some((Some(until), Kept::from_note(note)?))
+        });
+        let (until, why) = dated.or_else(|| Some((None, Kept::from_note(note)?)))?;
+        Some(KeptLine { lease, until, why })
     };
     (record, read())
 }
 
-/// When the min-hold's `lease` ends: its time left by etcd's count, from now (etcd tells no
-/// time of day; whole seconds). `None` when it has ended.
-pub(super) async fn kept_until(conn: &Connection, lease: i64) -> Option<SystemTime> {
-    let mut leases = conn.client().lease_client();
-    let left = bounded(CALL_TIMEOUT, leases.time_to_live(lease, None))
-        .await
-        .ok()?
-        .ttl();
-    (left > 0).then(|| SystemTime::now() + Duration::from_secs(left as u64))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_line_reads_with_its_end_or_without_one() {
+        let (record, line) = split("o exclusive 0 1 2 h\nkept 1f 1700000000000 2000 ended");
+        assert_eq!(record, "o exclusive 0 1 2 h");
+        let line = line.expect("read");
+        assert_eq!((line.lease, line.why.ended), (0x1f, true));
+        assert_eq!(line.until, time_from_millis(1_700_000_000_000));
+        assert_eq!(line.why.min_hold, Some(Duration::from_secs(2)));
+        // As dlock wrote it before the end was in it.
+        let line = split("r\nkept 1f 2000 ended").1.expect("read");
+        assert_eq!((line.until, line.why.ended), (None, true));
+        let line = split("r\nkept 1f 2000").1.expect("read");
+        assert_eq!((line.until, line.why.ended), (None, false));
+        assert!(split("r\nkept 1f x 2000").1.is_none());
+        assert!(split("r\nkept zz 2000").1.is_none());
+    }
 }

@@ -99,20 +99,17 @@ impl EtcdBackend {
 
     /// The status of `name` from its keys in create-revision order: the holders, each with its
     /// lease's end from `ends`, and the rest, in line.
-    fn status_of(
-        &self,
-        conn: &Connection,
-        name: LockName,
-        entries: Vec<Entry>,
-        ends: &LeaseEnds,
-    ) -> LockStatus {
+    fn status_of(&self, name: LockName, entries: Vec<Entry>, ends: &LeaseEnds) -> LockStatus {
         let owners = owners_of(&entries);
         let mut holders = Vec::with_capacity(owners.len());
         let mut waiters = Vec::new();
         for (i, entry) in entries.into_iter().enumerate() {
             if owners.contains(&i) {
-                let mut holder = with_kept_until(conn, &entry);
-                holder.expires_at = ends.get(&entry.lease).copied();
+                let mut holder = entry.holder;
+                // A key kept by --min-hold ends with the min-hold's lease, as written.
+                holder.expires_at = holder
+                    .kept_until
+                    .or_else(|| ends.get(&entry.lease).copied());
                 holders.push(holder);
             } else {
                 waiters.push(entry.holder.into());
@@ -254,7 +251,7 @@ impl Backend for EtcdBackend {
         let conn = self.connection()?;
         let entries = self.entries(&conn, name)?;
         let ends = lease_ends(&conn, std::iter::once(entries.as_slice()));
-        Ok(self.status_of(&conn, name.clone(), entries, &ends))
+        Ok(self.status_of(name.clone(), entries, &ends))
     }
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
@@ -284,7 +281,7 @@ impl Backend for EtcdBackend {
         let ends = lease_ends(&conn, locks.values().map(Vec::as_slice));
         let held = locks
             .into_iter()
-            .map(|(name, entries)| self.status_of(&conn, name, entries, &ends))
+            .map(|(name, entries)| self.status_of(name, entries, &ends))
             .filter(|status| !status.holders.is_empty())
             .collect();
         Ok(Listing { held, unreadable })
@@ -314,13 +311,4 @@ impl Backend for EtcdBackend {
         }
         Ok(removed)
     }
-}
-
-/// An owner's holder, with when `--min-hold` keeps its key until, if it does.
-fn with_kept_until(conn: &Connection, entry: &Entry) -> Holder {
-    let mut holder = entry.holder.clone();
-    if let Some(lease) = entry.kept_lease {
-        holder.kept_until = conn.runtime().block_on(kept::kept_until(conn, lease));
-    }
-    holder
 }

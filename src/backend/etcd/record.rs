@@ -23,8 +23,6 @@ pub(super) struct Entry {
     /// The limit a seat is judged by (its own request's `--limit`); 1 otherwise.
     pub(super) limit: u32,
     pub(super) holder: Holder,
-    /// The lease of `--min-hold` the key lives by, when it does (see `kept`).
-    pub(super) kept_lease: Option<i64>,
 }
 
 /// The value dlock writes into the key of `request`, by this process, now.
@@ -62,7 +60,7 @@ impl Entry {
             Err(e) => (Err(e), None),
         };
         // Only while the key lives by that lease: one moved back to its holder's is held as usual.
-        let kept = kept.filter(|&(lease, _)| lease == kv.lease());
+        let kept = kept.filter(|line| line.lease == kv.lease());
         let mut holder = match value {
             // etcd's mutex: an exclusive holder known by its lease alone.
             Ok("") => Holder {
@@ -94,8 +92,9 @@ impl Entry {
                 &escaped(&String::from_utf8_lossy(kv.value()), 120),
             ),
         };
-        if let Some((_, why)) = kept {
-            holder.kept = Some(why);
+        if let Some(line) = kept {
+            holder.kept = Some(line.why);
+            holder.kept_until = line.until;
         }
         let (kind, limit) = match holder.mode {
             Mode::Exclusive => (Kind::Exclusive, 1),
@@ -109,7 +108,6 @@ impl Entry {
             kind,
             limit,
             holder,
-            kept_lease: kept.map(|(lease, _)| lease),
         }
     }
 }

@@ -165,7 +165,6 @@ impl Acquisition {
             kind: self.kind,
             limit: self.limit,
             holder: Holder::unreadable(self.request.mode, "", ""),
-            kept_lease: None,
         });
         Ok(match self.judge(&entries, place.revision) {
             Some(Verdict::Owns) | None => Look::Owns,
