@@ -429,3 +429,95 @@ fn a_quiet_waiter_never_reads_who_holds_the_lock() {
         assert!(wait_exit(&mut w, T).success());
     });
 }
+
+/// A run's first attempt takes a free lock in plain SQL (`acquire_free.sql`). Runs that all find
+/// it free at the same moment are serialised by the name's counter row, so one gets in: here
+/// another client holds that row while three runs make their first attempt, then is cut off;
+/// exactly one runs, and the others, with `-n`, find the lock busy.
+#[test]
+fn first_attempts_that_all_find_the_lock_free_let_one_in() {
+    let pg = Pg::shared("t_free_");
+    // The name's counter row, made by a first run.
+    assert_eq!(code(&output(pg.dlock(&["run", "f", "--", "true"]))), 0);
+    let blocked = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                   AND query LIKE '%t_free_tokens%'";
+    let mut stall = {
+        let server = PgServer::use_shared();
+        let stall = server.psql_in_background(
+            "t-free",
+            "SELECT 1 FROM t_free_tokens WHERE name = 'f' FOR UPDATE; SELECT pg_sleep(60)",
+        );
+        wait_until("the counter row of f to be held", T, || {
+            server.psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 't-free' \
+                 AND query LIKE '%pg_sleep%' AND state = 'active'",
+            ) == "1"
+        });
+        stall
+    };
+    let mut runs: Vec<(Child, Stderr)> = (0..3)
+        .map(|i| pg.start(&["-n"], "f", &format!("r{i}")))
+        .collect();
+    wait_until("the three first attempts to wait for the row", T, || {
+        PgServer::use_shared().psql(blocked) == "3"
+    });
+    PgServer::use_shared().psql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 't-free'",
+    );
+    let _ = wait_exit(&mut stall, T);
+    wait_until("each run to be inside or turned away", T, || {
+        runs.iter_mut()
+            .enumerate()
+            .all(|(i, (c, _))| pg.runs(&format!("r{i}")) || c.try_wait().unwrap().is_some())
+    });
+    let inside: Vec<usize> = (0..3).filter(|i| pg.runs(&format!("r{i}"))).collect();
+    assert_eq!(inside.len(), 1, "runs inside: {inside:?}");
+    pg.let_go(&format!("r{}", inside[0]));
+    for (mut c, err) in runs {
+        let status = wait_exit(&mut c, T);
+        assert!(matches!(status.code(), Some(0 | 75)), "{}", err.text());
+    }
+}
+
+/// A release when nobody waits (`release_free.sql`) is one of the name's changes like the others:
+/// it waits for the name's counter row, so a waiter taking its place in line meanwhile is either
+/// seen (and woken by release_v1) or sees the holder gone. Here another client holds that row:
+/// the release waits, with the holder's row still there, and goes through once the row is free.
+#[test]
+fn a_release_waits_for_the_names_other_changes() {
+    let pg = Pg::shared("t_relw_");
+    let (mut h, err) = pg.holder(&[], "r", "h");
+    let held = "SELECT count(*) FROM t_relw_locks WHERE name = 'r'";
+    let mut stall = {
+        let server = PgServer::use_shared();
+        let stall = server.psql_in_background(
+            "t-relw",
+            "SELECT 1 FROM t_relw_tokens WHERE name = 'r' FOR UPDATE; SELECT pg_sleep(60)",
+        );
+        wait_until("the counter row of r to be held", T, || {
+            server.psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 't-relw' \
+                 AND query LIKE '%pg_sleep%' AND state = 'active'",
+            ) == "1"
+        });
+        stall
+    };
+    pg.let_go("h");
+    wait_until("the release to wait for the row", T, || {
+        PgServer::use_shared().psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND query LIKE '%t_relw_tokens%' AND application_name <> 't-relw'",
+        ) == "1"
+    });
+    assert_eq!(
+        PgServer::use_shared().psql(held),
+        "1",
+        "released past the row lock"
+    );
+    PgServer::use_shared().psql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 't-relw'",
+    );
+    let _ = wait_exit(&mut stall, T);
+    assert!(wait_exit(&mut h, T).success(), "{}", err.text());
+    assert_eq!(PgServer::use_shared().psql(held), "0");
+}

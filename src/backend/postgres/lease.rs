@@ -24,15 +24,18 @@ pub struct PgLease {
     renewing: Renewing,
     /// Taken with `--min-hold`: the row stays until its end, past the release.
     kept: bool,
+    /// Granted free, to a lock nobody held or waited for (see `Recipe::release`).
+    free: bool,
 }
 
 impl PgLease {
-    /// The lease `request` was granted with `token` (asked at `sent`).
+    /// The lease `request` was granted with `token` (asked at `sent`; `free`: to a lock nobody
+    /// held or waited for).
     pub fn granted(
         conn: Shared,
         recipe: Arc<Recipe>,
         request: &LockRequest,
-        token: Token,
+        (token, free): (Token, bool),
         sent: Instant,
     ) -> PgLease {
         let shown = lock(&conn).url().shown.clone();
@@ -45,6 +48,7 @@ impl PgLease {
             ttl: request.ttl,
             renewing: Renewing::new("postgres", shown, request.ttl, sent),
             kept: request.min_hold.is_some(),
+            free,
         }
     }
 }
@@ -94,7 +98,7 @@ impl Lease for PgLease {
         }
         match self
             .recipe
-            .release(&mut conn, budget, &self.name, &self.owner)
+            .release(&mut conn, budget, &self.name, &self.owner, self.free)
         {
             Ok(ours) => Ok(self.renewing.released(ours)),
             Err(f) => Err(conn

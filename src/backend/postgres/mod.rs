@@ -140,18 +140,21 @@ impl Backend for PgBackend {
         let sent = std::time::Instant::now();
         let mut conn = lock(&self.conn);
         let budget = conn.connect_timeout();
-        let reply = self
-            .recipe
-            .acquire(&mut conn, budget, request, &self.me, false, None, None)
-            .map_err(|f| conn.error(f))
-            .with_context(ctx)?;
+        let recipe = &self.recipe;
+        let reply = match recipe.acquire_free(&mut conn, budget, request, &self.me) {
+            Ok(Some(granted)) => Ok(granted),
+            Ok(None) => recipe.acquire(&mut conn, budget, request, &self.me, false, None, None),
+            Err(f) => Err(f),
+        }
+        .map_err(|f| conn.error(f))
+        .with_context(ctx)?;
         drop(conn);
         match reply {
-            Reply::Granted(token) => Ok(Attempt::Acquired(Box::new(PgLease::granted(
+            Reply::Granted { token, free } => Ok(Attempt::Acquired(Box::new(PgLease::granted(
                 self.conn.clone(),
                 self.recipe.clone(),
                 request,
-                token,
+                (token, free),
                 sent,
             )))),
             Reply::Busy { .. } => Ok(Attempt::Busy(self.holders(&request.name))),

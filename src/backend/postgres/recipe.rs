@@ -1,10 +1,11 @@
 //! The statements dlock sends (the `.sql` files beside this one, with the table prefix filled
-//! in), each one round trip (`query_typed`: no separate prepare), and what their rows mean.
+//! in), each one round trip (`query_typed`: no separate prepare; a transaction of several is sent
+//! at once), and what their rows mean.
 
 use std::time::Duration;
 
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::Row;
+use tokio_postgres::{Client, Row};
 
 use super::connection::{Conn, Fault};
 use crate::backend::sql::record::RowText;
@@ -12,6 +13,11 @@ use crate::lock::{time_from_millis, Holder, Kept, LockName, LockRequest, Mode, T
 
 /// The statements, with the prefix filled in.
 pub struct Recipe {
+    /// A run's first attempt and its release when nobody waits, in plain SQL after the counter's
+    /// row lock (`lock_count`); `acquire` and `release` (PL/pgSQL) do the rest.
+    lock_count: String,
+    acquire_free: String,
+    release_free: String,
     acquire: String,
     renew: String,
     release: String,
@@ -29,7 +35,8 @@ pub struct Recipe {
 
 /// What an acquisition attempt found.
 pub enum Reply {
-    Granted(Token),
+    /// `free`: by a run's first attempt, to a lock nobody held or waited for.
+    Granted { token: Token, free: bool },
     /// Busy: the place in line kept (when one was asked for), and when the first lease would run
     /// out (none when the lock waits only for waiters ahead).
     Busy {
@@ -48,6 +55,9 @@ impl Recipe {
     pub fn new(prefix: &str) -> Recipe {
         let fill = |sql: &str| sql.replace("{p}", prefix);
         Recipe {
+            lock_count: fill(include_str!("lock_count.sql")),
+            acquire_free: fill(include_str!("acquire_free.sql")),
+            release_free: fill(include_str!("release_free.sql")),
             acquire: fill(include_str!("acquire.sql")),
             renew: fill(include_str!("renew.sql")),
             release: fill(include_str!("release.sql")),
@@ -126,19 +136,7 @@ impl Recipe {
         };
         let granted: Option<i64> = row.try_get(0).map_err(|_| odd("acquire"))?;
         if let Some(token) = granted {
-            let token = Token::try_from(token)
-                .ok()
-                .filter(|&t| t > 0)
-                .ok_or_else(|| odd("a token below 1"))?;
-            if let Some(hold) = request.min_hold {
-                // Before the command runs: a dlock that dies between the grant and this has run
-                // nothing, and its lock ends with its lease.
-                let (name, owner) = (&request.name, &request.owner);
-                if !self.own_row(conn, budget, &self.keep, name, owner, hold, true)? {
-                    return Err(odd("the lock just granted is gone"));
-                }
-            }
-            return Ok(Reply::Granted(token));
+            return self.granted(conn, budget, request, token, false);
         }
         let ticket: Option<i64> = row.try_get(1).map_err(|_| odd("acquire"))?;
         let retry_ms: Option<i64> = row.try_get(2).map_err(|_| odd("acquire"))?;
@@ -146,6 +144,96 @@ impl Recipe {
             ticket,
             expires_in: retry_ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
         })
+    }
+
+    /// A run's first attempt, which grants only a lock nobody holds or waits for
+    /// (`acquire_free.sql`), and takes no place in line; `None`: not granted.
+    pub fn acquire_free(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        request: &LockRequest,
+        me: &Me,
+    ) -> Result<Option<Reply>, Fault> {
+        let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
+        let rows = conn.call_creating(budget, |client| {
+            let (name, owner, mode, host) = (
+                request.name.as_str().to_owned(),
+                request.owner.clone(),
+                request.mode.to_wire(),
+                me.host.clone(),
+            );
+            let (pid, message) = (me.pid, request.message.clone());
+            async move {
+                let params: [(&(dyn ToSql + Sync), Type); 7] = [
+                    (&name, Type::TEXT),
+                    (&owner, Type::TEXT),
+                    (&mode, Type::TEXT),
+                    (&ttl_ms, Type::INT8),
+                    (&pid, Type::INT8),
+                    (&host, Type::TEXT),
+                    (&message, Type::TEXT),
+                ];
+                self.after_lock_count(&client, &name, &self.acquire_free, &params)
+                    .await
+            }
+        })?;
+        match rows.first() {
+            Some(row) => {
+                let token = row.try_get(0).map_err(|_| odd("acquire"))?;
+                self.granted(conn, budget, request, token, true).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The grant of `token`, checked, and made to outlast its holder by `--min-hold`.
+    fn granted(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        request: &LockRequest,
+        token: i64,
+        free: bool,
+    ) -> Result<Reply, Fault> {
+        let token = Token::try_from(token)
+            .ok()
+            .filter(|&t| t > 0)
+            .ok_or_else(|| odd("a token below 1"))?;
+        if let Some(hold) = request.min_hold {
+            // Before the command runs: a dlock that dies between the grant and this has run
+            // nothing, and its lock ends with its lease.
+            let (name, owner) = (&request.name, &request.owner);
+            if !self.own_row(conn, budget, &self.keep, name, owner, hold, true)? {
+                return Err(odd("the lock just granted is gone"));
+            }
+        }
+        Ok(Reply::Granted { token, free })
+    }
+
+    /// `lock_count.sql` for `name`, then `sql`, in one READ COMMITTED transaction (whatever the
+    /// server's default: `sql` must read what was committed before the lock was taken), sent at
+    /// once: one round trip. The rows of `sql`.
+    async fn after_lock_count(
+        &self,
+        client: &Client,
+        name: &String,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let counter: [(&(dyn ToSql + Sync), Type); 1] = [(name, Type::TEXT)];
+        let (begun, locked, rows, committed) = tokio::join!(
+            client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"),
+            client.query_typed(&self.lock_count, &counter),
+            client.query_typed(sql, params),
+            // A failed statement above leaves the transaction aborted: this ends it.
+            client.batch_execute("COMMIT"),
+        );
+        begun?;
+        locked?;
+        let rows = rows?;
+        committed?;
+        Ok(rows)
     }
 
     /// Extends `owner`'s lease on `name` by `ttl`: whether it was still ours.
@@ -206,13 +294,23 @@ impl Recipe {
         Ok(!rows.is_empty())
     }
 
+    /// Gives up `owner`'s hold on `name`: whether it was still ours. `free`: it was granted free
+    /// (see `acquire_free`), so most likely nobody waits, and the plain-SQL release is tried
+    /// first; one granted after a wait is likely to have others in line behind it, and goes
+    /// straight to release_v1, which wakes them.
     pub fn release(
         &self,
         conn: &mut Conn,
         budget: Duration,
         name: &LockName,
         owner: &str,
+        free: bool,
     ) -> Result<bool, Fault> {
+        if free {
+            if let Some(held) = self.release_free(conn, budget, name, owner)? {
+                return Ok(held);
+            }
+        }
         let rows = conn.call(budget, |client| {
             let (name, owner, sql) = (name.as_str().to_owned(), owner.to_owned(), &self.release);
             async move {
@@ -225,6 +323,32 @@ impl Recipe {
             .first()
             .and_then(|r| r.try_get::<_, bool>(0).ok())
             .unwrap_or(false))
+    }
+
+    /// `release_free.sql`: whether the lock was still ours, or `None` when someone is in line
+    /// (then nothing was done).
+    fn release_free(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        name: &LockName,
+        owner: &str,
+    ) -> Result<Option<bool>, Fault> {
+        let rows = conn.call(budget, |client| {
+            let (name, owner) = (name.as_str().to_owned(), owner.to_owned());
+            async move {
+                let params: [(&(dyn ToSql + Sync), Type); 2] =
+                    [(&name, Type::TEXT), (&owner, Type::TEXT)];
+                self.after_lock_count(&client, &name, &self.release_free, &params)
+                    .await
+            }
+        })?;
+        let row = rows.first().ok_or_else(|| odd("release"))?;
+        let waits: bool = row.try_get(0).map_err(|_| odd("release"))?;
+        if waits {
+            return Ok(None);
+        }
+        row.try_get(1).map(Some).map_err(|_| odd("release"))
     }
 
     /// Leaves the line (a waiter that gave up).

@@ -35,11 +35,16 @@ pub fn wait(
         let budget = conn.connect_timeout();
         let answered = tries.has_answered();
         let result = conn.ensure().and_then(|()| {
-            // The LISTEN goes with the attempts after the first: a free lock (the common case)
-            // costs no LISTEN, and a release between the first attempt and the LISTEN is seen
-            // by the attempt that goes with it.
+            // First, a lock nobody holds or waits for (the common case) is taken in plain SQL,
+            // with no place in line and no LISTEN; else the attempt that follows at once takes
+            // a place, with the LISTEN in force before it (so a release after it is heard).
+            if !answered && ticket.is_none() {
+                if let Some(granted) = recipe.acquire_free(&mut conn, budget, request, me)? {
+                    return Ok(granted);
+                }
+            }
             let generation = conn.generation;
-            let listen_now = answered && listening != Some(generation);
+            let listen_now = listening != Some(generation);
             let listen = listen_now.then_some(channel.as_str());
             let reply = recipe.acquire(&mut conn, budget, request, me, true, ticket, listen);
             if reply.is_ok() && listen_now && conn.generation == generation {
@@ -49,14 +54,14 @@ pub fn wait(
         });
         let shown = conn.url().shown.clone();
         let (expires_in, holders) = match result {
-            Ok(Reply::Granted(token)) => {
+            Ok(Reply::Granted { token, free }) => {
                 drop(conn);
                 waiting.reachable();
                 return Ok(Some(Box::new(PgLease::granted(
                     shared.clone(),
                     recipe.clone(),
                     request,
-                    token,
+                    (token, free),
                     sent,
                 ))));
             }

@@ -1,0 +1,16 @@
+-- The first attempt of a run, in plain SQL after lock_count.sql: grants when `$1` has no row at
+-- all, neither holder nor waiter nor a stale one (a lock nobody uses, the common case); else
+-- grants nothing and the next attempt is acquire_v2's, which takes a place in line. Plain SQL,
+-- because a run's session is new, and there the first call of a PL/pgSQL function costs more than
+-- this whole attempt: the language is loaded, the function compiled, each statement planned.
+WITH token AS (
+    UPDATE {p}tokens t SET last_token = t.last_token + 1
+     WHERE t.name = $1
+       AND NOT EXISTS (SELECT 1 FROM {p}locks l WHERE l.name = $1)
+       AND NOT EXISTS (SELECT 1 FROM {p}queue q WHERE q.name = $1)
+    RETURNING t.last_token
+)
+INSERT INTO {p}locks (name, owner, mode, token, since, expires_at, pid, host, message)
+SELECT $1, $2, $3, token.last_token, now.t, now.t + $4 * interval '1 millisecond', $5, $6, $7
+  FROM token, (SELECT clock_timestamp() AS t) AS now
+RETURNING token
