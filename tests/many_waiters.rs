@@ -122,14 +122,23 @@ fn etcd_many_waiters_all_get_through_with_one_watch_event_per_release() {
 }
 
 /// The statements the server logged for connections named `app` (simple queries and executions
-/// of the extended protocol, one log line each).
-fn statements_by(server: &PgServer, app: &str) -> usize {
-    server
-        .log()
+/// of the extended protocol, one log line each): the calls, and apart the BEGIN and COMMIT that
+/// wrap each call in a READ COMMITTED transaction (sent with it, in the same round trip).
+fn statements_by(server: &PgServer, app: &str) -> (usize, usize) {
+    let log = server.log();
+    let lines: Vec<&str> = log
         .lines()
         .filter(|l| l.starts_with(&format!("{app}|")))
         .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
-        .count()
+        .collect();
+    let wrapping = lines
+        .iter()
+        .filter(|l| {
+            l.ends_with("statement: BEGIN ISOLATION LEVEL READ COMMITTED")
+                || l.ends_with("statement: COMMIT")
+        })
+        .count();
+    (lines.len() - wrapping, wrapping)
 }
 
 #[test]
@@ -151,16 +160,18 @@ fn postgres_many_waiters_all_get_through_with_two_statements_per_handoff() {
         server.psql("SELECT count(*) FROM t_many_queue") == (i + 1).to_string()
     });
     // Each waiter sent its LISTEN, its first attempt and the look at the holders; then nothing.
-    let before = statements_by(&server, "dlockwaiter");
+    let (calls, wrapping) = statements_by(&server, "dlockwaiter");
     drain(holder, waiters, &dir);
-    let during = statements_by(&server, "dlockwaiter") - before;
+    let after = statements_by(&server, "dlockwaiter");
+    let (calls, wrapping) = (after.0 - calls, after.1 - wrapping);
     // Each handoff: the granted attempt of the waiter let in, and later its release. No waiter
     // still in line sends anything: the release notifies only the one it lets in.
     assert_eq!(
-        during,
+        calls,
         2 * count,
         "statements while {count} waiters went through"
     );
+    assert_eq!(wrapping, 2 * calls, "a BEGIN and a COMMIT with each call");
 }
 
 #[test]

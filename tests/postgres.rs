@@ -521,3 +521,92 @@ fn a_release_waits_for_the_names_other_changes() {
     assert!(wait_exit(&mut h, T).success(), "{}", err.text());
     assert_eq!(PgServer::use_shared().psql(held), "0");
 }
+
+/// Some teams make SERIALIZABLE (or REPEATABLE READ) their database's default isolation. dlock
+/// runs its statements in READ COMMITTED all the same: its waits for a name's counter row would
+/// otherwise end in serialization failures (a contended run failing with 69, a release failing),
+/// and dlocks making the tables at once in a new database in deadlocks. Here, in three new such
+/// databases, 6 contenders make 3 runs each with `--wait`: every run gets its turn, no update of
+/// the shared file is lost, and no run says a word.
+#[test]
+fn a_serializable_default_isolation_changes_nothing() {
+    for db in ["t_serial1", "t_serial2", "t_serial3"] {
+        let pg = {
+            let server = PgServer::use_shared();
+            server.psql(&format!("CREATE DATABASE {db}"));
+            server.psql(&format!(
+                "ALTER DATABASE {db} SET default_transaction_isolation = 'serializable'"
+            ));
+            Pg {
+                url: server
+                    .url_with("prefix=t_serial_")
+                    .replace("/postgres?", &format!("/{db}?")),
+                dir: LockDir::new(),
+            }
+        };
+        let counter = pg.dir.file("counter");
+        std::fs::write(&counter, "0").unwrap();
+        let run = format!(
+            "'{}' -q --backend postgres --url '{}' run -w 60 c -- \
+             sh -c 'n=$(cat {c}); echo $((n + 1)) > {c}'",
+            dlock_bin(),
+            pg.url,
+            c = counter.display()
+        );
+        let mut contenders: Vec<Child> = (0..6)
+            .map(|_| {
+                Command::new("sh")
+                    .arg("-c")
+                    .arg(format!("for i in 1 2 3; do {run} || exit $?; done"))
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let errs: Vec<Stderr> = contenders.iter_mut().map(Stderr::of).collect();
+        for (c, err) in contenders.iter_mut().zip(&errs) {
+            assert!(wait_exit(c, T).success(), "{db}: {}", err.text());
+        }
+        // Not a word from any run (`-q`): no release failed either.
+        for err in &errs {
+            assert_eq!(err.text(), "", "{db}");
+        }
+        assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "18");
+    }
+}
+
+/// dlock makes its tables and functions again whenever it finds one missing (a newer dlock on
+/// tables an older one made). That must take no lock on a table that is there: it would wait for
+/// the dlocks using it, and deadlock with them. Here another client keeps both tables in use (an
+/// open transaction holding ROW EXCLUSIVE on them, as a dlock in the middle of an attempt does)
+/// while `release --force` finds its function missing: it makes it again and answers at once.
+#[test]
+fn remaking_the_schema_takes_no_lock_on_tables_in_use() {
+    let pg = Pg::shared("t_remake_");
+    assert_eq!(code(&output(pg.dlock(&["run", "f", "--", "true"]))), 0);
+    let mut busy = {
+        let server = PgServer::use_shared();
+        let busy = server.psql_in_background(
+            "t-remake",
+            "BEGIN; LOCK TABLE t_remake_locks, t_remake_queue IN ROW EXCLUSIVE MODE; \
+             SELECT pg_sleep(60)",
+        );
+        wait_until("the tables to be in use", T, || {
+            server.psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 't-remake' \
+                 AND query LIKE '%pg_sleep%' AND state = 'active'",
+            ) == "1"
+        });
+        server.psql("DROP FUNCTION t_remake_break_v1(text)");
+        busy
+    };
+    let out = output(pg.dlock(&["--connect-timeout", "3s", "release", "--force", "f"]));
+    PgServer::use_shared().psql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 't-remake'",
+    );
+    let _ = wait_exit(&mut busy, T);
+    // Made again and answered: nobody held f (exit 1), not a wait that ran out (69).
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("was not held"), "{}", stderr(&out));
+}

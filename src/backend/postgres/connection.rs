@@ -260,8 +260,12 @@ impl Conn {
     /// Creates the tables and functions (`schema.sql`), in one transaction under an advisory
     /// lock. A user without the right to gets the statement an administrator must run once.
     fn create_schema(&mut self, budget: Duration) -> anyhow::Result<()> {
+        // READ COMMITTED as every statement of dlock's (see `recipe::read_committed`): under
+        // SERIALIZABLE, a dlock that waited for the advisory lock would go on with a snapshot
+        // from before the tables were made.
         let sql = format!(
-            "SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n{}",
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
+             SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n{}",
             SCHEMA.replace("{p}", &self.url.prefix)
         );
         let result = self.call(budget, |c| async move { c.batch_execute(&sql).await });

@@ -117,7 +117,7 @@ impl Recipe {
                     (&ticket, Type::INT8),
                     (&message, Type::TEXT),
                 ];
-                let attempt = client.query_typed(&sql, &params);
+                let attempt = read_committed(&client, None, &sql, &params);
                 let rows = match &listen {
                     // Pipelined: the LISTEN is in force before the attempt runs, so no wake-up
                     // sent after the attempt can be missed.
@@ -211,9 +211,8 @@ impl Recipe {
         Ok(Reply::Granted { token, free })
     }
 
-    /// `lock_count.sql` for `name`, then `sql`, in one READ COMMITTED transaction (whatever the
-    /// server's default: `sql` must read what was committed before the lock was taken), sent at
-    /// once: one round trip. The rows of `sql`.
+    /// `lock_count.sql` for `name`, then `sql`, in one transaction (see `read_committed`):
+    /// `sql` reads what was committed before the lock was taken.
     async fn after_lock_count(
         &self,
         client: &Client,
@@ -222,18 +221,7 @@ impl Recipe {
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
         let counter: [(&(dyn ToSql + Sync), Type); 1] = [(name, Type::TEXT)];
-        let (begun, locked, rows, committed) = tokio::join!(
-            client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"),
-            client.query_typed(&self.lock_count, &counter),
-            client.query_typed(sql, params),
-            // A failed statement above leaves the transaction aborted: this ends it.
-            client.batch_execute("COMMIT"),
-        );
-        begun?;
-        locked?;
-        let rows = rows?;
-        committed?;
-        Ok(rows)
+        read_committed(client, Some((&self.lock_count, &counter)), sql, params).await
     }
 
     /// Extends `owner`'s lease on `name` by `ttl`: whether it was still ours.
@@ -283,7 +271,7 @@ impl Recipe {
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 3] =
                     [(&name, Type::TEXT), (&owner, Type::TEXT), (&ms, Type::INT8)];
-                client.query_typed(&sql, &params).await
+                read_committed(&client, None, &sql, &params).await
             }
         };
         let rows = if creating {
@@ -316,7 +304,7 @@ impl Recipe {
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
                     [(&name, Type::TEXT), (&owner, Type::TEXT)];
-                client.query_typed(sql, &params).await
+                read_committed(&client, None, sql, &params).await
             }
         })?;
         Ok(rows
@@ -364,7 +352,7 @@ impl Recipe {
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
                     [(&name, Type::TEXT), (&ticket, Type::INT8)];
-                client.query_typed(sql, &params).await
+                read_committed(&client, None, sql, &params).await
             }
         })?;
         Ok(())
@@ -384,7 +372,7 @@ impl Recipe {
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
                     [(&name, Type::TEXT), (&exact, Type::BOOL)];
-                client.query_typed(&sql, &params).await
+                read_committed(&client, None, &sql, &params).await
             }
         })?;
         Ok(rows.iter().map(entry_of).collect())
@@ -401,11 +389,44 @@ impl Recipe {
             let (name, sql) = (name.as_str().to_owned(), self.brk.clone());
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
-                client.query_typed(&sql, &params).await
+                read_committed(&client, None, &sql, &params).await
             }
         })?;
         Ok(rows.iter().map(|r| entry_of(r).holder).collect())
     }
+}
+
+/// A statement's values, with their types.
+type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
+
+/// `sql` (after `first`, if any) in one READ COMMITTED transaction, all sent at once: one round
+/// trip; the rows of `sql`. READ COMMITTED whatever the server's default: dlock's statements take
+/// the name's counter row lock and then read what was committed before they got it, which
+/// REPEATABLE READ and SERIALIZABLE do not allow (there a wait for the row ends in a serialization
+/// failure).
+async fn read_committed(
+    client: &Client,
+    first: Option<(&str, &Params<'_>)>,
+    sql: &str,
+    params: &Params<'_>,
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    let (begun, first, rows, committed) = tokio::join!(
+        client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"),
+        async {
+            match first {
+                Some((sql, params)) => client.query_typed(sql, params).await.map(Some),
+                None => Ok(None),
+            }
+        },
+        client.query_typed(sql, params),
+        // A failed statement above leaves the transaction aborted: this ends it.
+        client.batch_execute("COMMIT"),
+    );
+    begun?;
+    first?;
+    let rows = rows?;
+    committed?;
+    Ok(rows)
 }
 
 fn odd(what: &str) -> Fault {

@@ -21,11 +21,6 @@ CREATE TABLE IF NOT EXISTS {p}locks (
     host text NOT NULL,
     PRIMARY KEY (name, owner)
 );
--- --min-hold (added after the first version, so also to tables made before): until when the row
--- stays past its holder's release or death, by the server's clock, and "HOLD_MS[ ended]" for
--- status.
-ALTER TABLE {p}locks ADD COLUMN IF NOT EXISTS kept_until timestamptz;
-ALTER TABLE {p}locks ADD COLUMN IF NOT EXISTS kept_note text;
 
 -- The waiters in arrival order; a waiter renews `alive_until` while it waits, and one that stops
 -- doing so drops out of the line.
@@ -36,14 +31,24 @@ CREATE TABLE IF NOT EXISTS {p}queue (
     mode text NOT NULL,
     alive_until timestamptz NOT NULL
 );
-CREATE INDEX IF NOT EXISTS {p}queue_by_name ON {p}queue (name, ticket);
 
 -- Added after the first release (tables made by an older dlock gain them here): the holder's
--- `--message`, and who waits, for `status` and `list`. Null in rows an older dlock wrote. Only
--- when missing: ALTER TABLE locks the table even when the column is there, and would deadlock
--- with the dlocks using the tables meanwhile.
+-- `--message`, and who waits, for `status` and `list`; for --min-hold, until when the row stays
+-- past its holder's release or death, by the server's clock, and "HOLD_MS[ ended]" for status.
+-- Null in rows an older dlock wrote. Each only when missing, as the index: ALTER TABLE and CREATE
+-- INDEX lock the table even when the column or the index is there, and would deadlock with the
+-- dlocks using the tables meanwhile (this runs again whenever a dlock finds a function missing).
 DO $$
 BEGIN
+    IF to_regclass('{p}queue_by_name') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS {p}queue_by_name ON {p}queue (name, ticket);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = '{p}locks'::regclass AND attname = 'kept_until'
+                      AND NOT attisdropped) THEN
+        ALTER TABLE {p}locks ADD COLUMN IF NOT EXISTS kept_until timestamptz,
+            ADD COLUMN IF NOT EXISTS kept_note text;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_attribute
                     WHERE attrelid = '{p}locks'::regclass AND attname = 'message'
                       AND NOT attisdropped) THEN
