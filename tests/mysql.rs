@@ -428,6 +428,11 @@ fn a_quiet_waiter_never_reads_who_holds_the_lock() {
         wait_until("the waiter in line", T, || {
             server.sql("SELECT count(*) FROM t_quiet_queue") == "1"
         });
+        // Past the wait its attempt makes on the holder's key (a holder gone within it would let
+        // the waiter in with no line to show): waiting on its doorbell, a second session.
+        wait_until("the waiter on its doorbell", T, || {
+            server.dlock_sessions() == 3
+        });
         let_go(&dir, &format!("{tag}-h"));
         wait_for_file(&dir.file(&format!("{tag}.in")), T);
         let_go(&dir, tag);

@@ -300,7 +300,7 @@ impl Conn {
                     .unwrap_or_else(|| "<user>".into());
                 Err(anyhow!(
                     "mysql at {}: cannot create dlock's tables and procedures ({prefix}locks, \
-                     {prefix}tokens, {prefix}queue, {prefix}acquire_v3...): {message}; an \
+                     {prefix}tokens, {prefix}queue, {prefix}acquire_v4...): {message}; an \
                      administrator must run once: GRANT {rights} ON `{database}`.* TO {user}",
                     self.url.shown,
                 ))

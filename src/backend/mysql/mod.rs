@@ -146,7 +146,14 @@ impl Backend for MyBackend {
         conn.fit_ttl(request.ttl);
         let reply = self
             .recipe
-            .acquire(&mut conn, request, &self.me, false, None)
+            .acquire(
+                &mut conn,
+                request,
+                &self.me,
+                false,
+                None,
+                std::time::Duration::ZERO,
+            )
             .map_err(|f| conn.error(f))
             .with_context(ctx)?;
         drop(conn);

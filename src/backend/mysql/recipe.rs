@@ -38,10 +38,13 @@ pub enum Reply {
     /// first call that had to create the tables first may have taken long before it).
     Granted(Token, Instant),
     /// Busy: the place in line kept (when one was asked for), and the entry to wait for (none
-    /// found: a row dlock cannot read).
+    /// found: a row dlock cannot read). `waited_out`: the attempt waited the time it was given
+    /// on that entry's key, still held; `found_free`: a key it found free (see `Recipe::acquire`).
     Busy {
         ticket: Option<i64>,
         blocker: Option<Blocker>,
+        waited_out: bool,
+        found_free: Option<String>,
     },
 }
 
@@ -74,7 +77,7 @@ impl Recipe {
         let fill = |sql: &str| sql.replace("{p}", prefix);
         Recipe {
             prefix: prefix.to_owned(),
-            acquire: fill("CALL {p}acquire_v3(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            acquire: fill("CALL {p}acquire_v4(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
             renew: fill("CALL {p}renew_v2(?, ?, ?, ?)"),
             release: fill("CALL {p}release_v3(?, ?, ?)"),
             leave: fill("CALL {p}leave_v2(?, ?, ?, ?)"),
@@ -98,7 +101,9 @@ impl Recipe {
         format!("{}{}", self.prefix, crate::text::hex(&digest[..16]))
     }
 
-    /// One attempt. `queue`: keep (or take, without `ticket`) a place in line when busy.
+    /// One attempt. `queue`: keep (or take, without `ticket`) a place in line when busy, and
+    /// then wait up to `wait` on the blocker's key, in the same call; when the key frees (or was
+    /// free: then `found_free`, for the caller not to wait on it again), one more attempt.
     pub fn acquire(
         &self,
         conn: &mut Conn,
@@ -106,6 +111,7 @@ impl Recipe {
         me: &Me,
         queue: bool,
         ticket: Option<i64>,
+        wait: Duration,
     ) -> Result<Reply, Fault> {
         let limit = match request.mode {
             Mode::Limit(n) => i64::from(n),
@@ -128,6 +134,7 @@ impl Recipe {
             queue.into(),
             ticket.into(),
             hold_ms.into(),
+            ms(wait).into(),
         ];
         let mut sent = Instant::now();
         let rows = conn.call_creating(|c| {
@@ -156,6 +163,8 @@ impl Recipe {
         Ok(Reply::Busy {
             ticket: int(row, 1),
             blocker,
+            waited_out: int(row, 5) == Some(1),
+            found_free: text(row, 6).map(|owner| self.key(&owner, name)),
         })
     }
 

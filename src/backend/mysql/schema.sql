@@ -173,8 +173,6 @@ BEGIN
 END
 
 ;;
--- Created last: every lock starts with this call, so a dlock that finds it has the other
--- procedures too (a first run still making them cannot be overtaken by another's release).
 -- One acquisition attempt on `p_name`, serialised with every other change of that name by the
 -- row lock on its counter, all in one transaction on the server (a client paused mid-way holds
 -- nothing). A stored mode counts as 'shared', 'limit' or (anything else, a foreign or garbled
@@ -188,13 +186,16 @@ END
 -- `p_hold_ms` (--min-hold, 0 for none) keeps the granted row until `since` + that long, its
 -- lease never ending sooner; the blocker's `blocker_gone` is 1 when only a min-hold keeps it (its
 -- holder let go and its key is free: wait for its end, not on its key).
--- v3: a new place in line is written with who waits (since, pid, host, message: for status) in
--- the same statement, instead of by a second call; the blocker is judged by the same reading of
--- the stored modes as the count (a garbled `limit:` row is exclusive in both).
-CREATE PROCEDURE {p}acquire_v3(
+-- A new place in line is written with who waits (since, pid, host, message: for status) in the
+-- same statement; the blocker is judged by the same reading of the stored modes as the count (a
+-- garbled `limit:` row is exclusive in both). What it found goes out in `o_*` (acquire_v4 answers
+-- it): the token granted, or the place in line kept and the blocker.
+CREATE PROCEDURE {p}attempt_v1(
     IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_mode VARBINARY(32), IN p_limit INT,
     IN p_ttl_ms BIGINT, IN p_pid BIGINT, IN p_host VARBINARY(255), IN p_message VARBINARY(1024),
-    IN p_key VARCHAR(64), IN p_queue TINYINT, IN p_ticket BIGINT, IN p_hold_ms BIGINT)
+    IN p_key VARCHAR(64), IN p_queue TINYINT, IN p_ticket BIGINT, IN p_hold_ms BIGINT,
+    OUT o_token BIGINT, OUT o_ticket BIGINT, OUT o_blocker VARBINARY(64), OUT o_blocker_us BIGINT,
+    OUT o_blocker_gone TINYINT)
 attempt: BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_mine BIGINT DEFAULT NULL;
@@ -247,8 +248,7 @@ attempt: BEGIN
          WHERE name = p_name AND owner = p_owner;
         DELETE FROM {p}queue WHERE ticket = v_ticket;
         COMMIT;
-        SELECT v_mine AS granted_token, NULL AS queue_ticket, NULL AS blocker, NULL AS blocker_us,
-               0 AS blocker_gone;
+        SET o_token = v_mine;
         LEAVE attempt;
     END IF;
     SELECT COALESCE(SUM(k = 'x'), 0), COALESCE(SUM(k = 'l'), 0), COUNT(*)
@@ -286,8 +286,7 @@ attempt: BEGIN
             DELETE FROM {p}queue WHERE ticket = v_ticket;
         END IF;
         COMMIT;
-        SELECT v_last + 1 AS granted_token, NULL AS queue_ticket, NULL AS blocker,
-               NULL AS blocker_us, 0 AS blocker_gone;
+        SET o_token = v_last + 1;
     ELSE
         IF p_queue THEN
             IF v_ticket IS NULL THEN
@@ -328,7 +327,60 @@ attempt: BEGIN
         IF v_took AND NOT p_queue THEN
             DO RELEASE_LOCK(p_key);
         END IF;
-        SELECT NULL AS granted_token, v_ticket AS queue_ticket, v_block_owner AS blocker,
-               GREATEST(0, v_block_us) AS blocker_us, COALESCE(v_block_gone, 0) AS blocker_gone;
+        SET o_ticket = v_ticket, o_blocker = v_block_owner, o_blocker_us = GREATEST(0, v_block_us),
+            o_blocker_gone = COALESCE(v_block_gone, 0);
     END IF;
 END attempt
+;;
+-- Created last: every lock starts with this call, so a dlock that finds it has the other
+-- procedures too (a first run still making them cannot be overtaken by another's release).
+-- An attempt (attempt_v1); a busy one that took or kept a place in line then waits, for up to
+-- `p_wait_ms` (and no longer than the blocker's lease or place lasts), on the blocker's lock key,
+-- the prefix and the first 128 bits of SHA-256(owner, 0, name) in hexadecimal as dlock names it;
+-- when the key frees (or was free), it lets it go and tries once more. So the common wait of a
+-- busy lock, the holder releasing within moments, costs the waiter one call, not an attempt, a
+-- wait and an attempt. Answers one row: the last attempt's, with `waited_out` 1 when the wait ran
+-- out on this blocker's key (still held: the caller goes on waiting on it), and `found_free`
+-- the owner whose key was free (when the last attempt names it again, its key is not held by its
+-- entry, and waiting on it would spin).
+CREATE PROCEDURE {p}acquire_v4(
+    IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_mode VARBINARY(32), IN p_limit INT,
+    IN p_ttl_ms BIGINT, IN p_pid BIGINT, IN p_host VARBINARY(255), IN p_message VARBINARY(1024),
+    IN p_key VARCHAR(64), IN p_queue TINYINT, IN p_ticket BIGINT, IN p_hold_ms BIGINT,
+    IN p_wait_ms BIGINT)
+BEGIN
+    DECLARE v_token BIGINT;
+    DECLARE v_ticket BIGINT;
+    DECLARE v_blocker VARBINARY(64);
+    DECLARE v_us BIGINT;
+    DECLARE v_gone TINYINT;
+    DECLARE v_key VARCHAR(64);
+    DECLARE v_free INT DEFAULT NULL;
+    DECLARE v_waited_out TINYINT DEFAULT 0;
+    DECLARE v_found_free VARBINARY(64) DEFAULT NULL;
+    CALL {p}attempt_v1(p_name, p_owner, p_mode, p_limit, p_ttl_ms, p_pid, p_host, p_message, p_key,
+                       p_queue, p_ticket, p_hold_ms, v_token, v_ticket, v_blocker, v_us, v_gone);
+    IF v_token IS NULL AND v_ticket IS NOT NULL AND p_wait_ms > 0 AND v_blocker IS NOT NULL
+       AND v_gone = 0 THEN
+        SET v_key = CONCAT('{p}', LEFT(SHA2(CONCAT(v_blocker, X'00', p_name), 256), 32));
+        BEGIN
+            -- Refused (a deadlock among lock keys, which only a broken entry can cause): as if
+            -- still held; the caller's own wait finds out.
+            DECLARE CONTINUE HANDLER FOR SQLEXCEPTION SET v_free = 0;
+            SET v_free = GET_LOCK(v_key,
+                                 LEAST(p_wait_ms * 1000, GREATEST(COALESCE(v_us, 0), 1000)) / 1000000);
+        END;
+        IF v_free = 1 THEN
+            DO RELEASE_LOCK(v_key);
+            SET v_found_free = v_blocker;
+            CALL {p}attempt_v1(p_name, p_owner, p_mode, p_limit, p_ttl_ms, p_pid, p_host,
+                               p_message, p_key, p_queue, v_ticket, p_hold_ms, v_token, v_ticket,
+                               v_blocker, v_us, v_gone);
+        ELSE
+            SET v_waited_out = 1;
+        END IF;
+    END IF;
+    SELECT v_token AS granted_token, v_ticket AS queue_ticket, v_blocker AS blocker,
+           v_us AS blocker_us, COALESCE(v_gone, 0) AS blocker_gone, v_waited_out AS waited_out,
+           v_found_free AS found_free;
+END

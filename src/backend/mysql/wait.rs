@@ -52,39 +52,47 @@ pub fn wait(
         }
         let mut conn = lock(shared);
         let shown = conn.url().shown.clone();
-        let (blocker, holders) = match recipe.acquire(&mut conn, request, me, true, ticket) {
-            Ok(Reply::Granted(token, sent)) => {
-                drop(conn);
-                waiting.reachable();
-                return Ok(Some(Box::new(MyLease::new(
-                    shared.clone(),
-                    recipe.clone(),
-                    request,
-                    token,
-                    sent,
-                ))));
-            }
-            Ok(Reply::Busy {
-                ticket: kept,
-                blocker,
-            }) => {
-                tries.answered();
-                ticket = kept;
-                let holders = holders(waiting, || {
-                    recipe
-                        .entries(&mut conn, request.name.as_str(), true, false)
-                        .map(|h| h.into_iter().map(|(_, h)| h).collect::<Vec<_>>())
-                });
-                (blocker, holders)
-            }
-            Err(f) => {
-                drop(conn);
-                tries.failed(waiting, request, &shown, f, || {
-                    leave(shared, recipe, request, ticket)
-                })?;
-                continue;
-            }
-        };
+        // The first slice of a wait on the blocker's key goes with the attempt, in the same call.
+        let slice = waiting.slice(CANCEL_CHECK);
+        let (blocker, spent, holders) =
+            match recipe.acquire(&mut conn, request, me, true, ticket, slice) {
+                Ok(Reply::Granted(token, sent)) => {
+                    drop(conn);
+                    waiting.reachable();
+                    return Ok(Some(Box::new(MyLease::new(
+                        shared.clone(),
+                        recipe.clone(),
+                        request,
+                        token,
+                        sent,
+                    ))));
+                }
+                Ok(Reply::Busy {
+                    ticket: kept,
+                    blocker,
+                    waited_out,
+                    found_free,
+                }) => {
+                    tries.answered();
+                    ticket = kept;
+                    if found_free.is_some() {
+                        freed = found_free;
+                    }
+                    let holders = holders(waiting, || {
+                        recipe
+                            .entries(&mut conn, request.name.as_str(), true, false)
+                            .map(|h| h.into_iter().map(|(_, h)| h).collect::<Vec<_>>())
+                    });
+                    (blocker, waited_out, holders)
+                }
+                Err(f) => {
+                    drop(conn);
+                    tries.failed(waiting, request, &shown, f, || {
+                        leave(shared, recipe, request, ticket)
+                    })?;
+                    continue;
+                }
+            };
         drop(conn);
         tries.report(waiting, holders);
         let until = recheck(request.ttl, blocker.as_ref().map(|b| b.lasts));
@@ -94,7 +102,7 @@ pub fn wait(
                     shared,
                     recipe,
                     waiting,
-                    &mut doorbell,
+                    (&mut doorbell, spent),
                     request.ttl,
                     &key,
                     until,
@@ -109,20 +117,20 @@ pub fn wait(
 }
 
 /// Waits until `key` frees (returned), `until` or a cancellation: a first slice on the shared
-/// connection, then on the `doorbell` connection (made here the first time), in one `GET_LOCK`
-/// run by a helper thread.
+/// connection (unless `spent`: the attempt waited it already), then on the `doorbell`
+/// connection (made here the first time), in one `GET_LOCK` run by a helper thread.
 fn wait_for_key(
     shared: &Shared,
     recipe: &Arc<Recipe>,
     waiting: &Waiting,
-    doorbell: &mut Option<Conn>,
+    (doorbell, spent): (&mut Option<Conn>, bool),
     ttl: Duration,
     key: &str,
     until: Instant,
 ) -> Option<String> {
     // Most waits of a busy lock end within a slice: on the connection at hand, as a slice of
     // the wait, without a thread or a connection more.
-    if doorbell.is_none() {
+    if doorbell.is_none() && !spent {
         let slice = waiting
             .slice(CANCEL_CHECK)
             .min(until.saturating_duration_since(Instant::now()));
