@@ -114,9 +114,11 @@ fn io_failure(io: &std::io::Error) -> String {
     }
     match io.kind() {
         ErrorKind::TimedOut | ErrorKind::WouldBlock => "no answer in time".into(),
-        // A TLS failure comes wrapped in an I/O error: its own message, which names the cause.
+        // A TLS failure comes wrapped in an I/O error: its own message, which names the cause;
+        // so does the client's own wording of a broken connection ("server disconnected").
         _ => match io.get_ref() {
-            Some(inner) => format!("TLS: {inner}"),
+            Some(inner) if inner.is::<rustls::Error>() => format!("TLS: {inner}"),
+            Some(inner) => inner.to_string(),
             None => io
                 .to_string()
                 .split(" (os error")

@@ -4,12 +4,13 @@
 //! handoff costs the release, and a wake-up and an attempt per waiter it lets in; waiters further
 //! back wait on keys still held, and send nothing.
 //!
-//! The wait on a key starts with one slice of `CANCEL_CHECK` on the waiter's connection (most
-//! waits on a busy lock end within it); a longer one goes on as one `GET_LOCK` until the next
-//! re-check, on a connection of its own (the doorbell, made at the first long wait and kept for
-//! the next ones: the other connection's calls are bounded by a fifth of the ttl, and its
-//! session holds this waiter's own key), run on a helper thread while the caller's thread looks
-//! at the cancellation every `CANCEL_CHECK`. So a waiter sends nothing while nothing changes,
+//! The wait on a key starts with one slice of `CANCEL_CHECK` inside the busy attempt's own call
+//! (most waits on a busy lock end within it, and the call then tries again: one call for the
+//! whole wait); a longer one goes on as one `GET_LOCK` until the next re-check, on a connection
+//! of its own (the doorbell, made at the first long wait and kept for the next ones: the other
+//! connection's calls are bounded by a fifth of the ttl, and its session holds this waiter's own
+//! key), run on a helper thread while the caller's thread looks at the cancellation every
+//! `CANCEL_CHECK`. So a waiter sends nothing while nothing changes,
 //! however long it waits. A cancelled wait has its `GET_LOCK` ended by `KILL
 //! QUERY` from the other connection and does not wait for the helper, which drops the doorbell.
 //!
@@ -52,47 +53,51 @@ pub fn wait(
         }
         let mut conn = lock(shared);
         let shown = conn.url().shown.clone();
-        // The first slice of a wait on the blocker's key goes with the attempt, in the same call.
+        // The first slice of a wait on the blocker's key goes with the attempt, in the same call:
+        // a connection cut during it (`KILL`) comes before any answer, from a server reached.
         let slice = waiting.slice(CANCEL_CHECK);
-        let (blocker, spent, holders) =
-            match recipe.acquire(&mut conn, request, me, true, ticket, slice) {
-                Ok(Reply::Granted(token, sent)) => {
-                    drop(conn);
-                    waiting.reachable();
-                    return Ok(Some(Box::new(MyLease::new(
-                        shared.clone(),
-                        recipe.clone(),
-                        request,
-                        token,
-                        sent,
-                    ))));
+        let attempt = conn.ensure().and_then(|()| {
+            tries.reached();
+            recipe.acquire(&mut conn, request, me, true, ticket, slice)
+        });
+        let (blocker, spent, holders) = match attempt {
+            Ok(Reply::Granted(token, sent)) => {
+                drop(conn);
+                waiting.reachable();
+                return Ok(Some(Box::new(MyLease::new(
+                    shared.clone(),
+                    recipe.clone(),
+                    request,
+                    token,
+                    sent,
+                ))));
+            }
+            Ok(Reply::Busy {
+                ticket: kept,
+                blocker,
+                waited_out,
+                found_free,
+            }) => {
+                tries.answered();
+                ticket = kept;
+                if found_free.is_some() {
+                    freed = found_free;
                 }
-                Ok(Reply::Busy {
-                    ticket: kept,
-                    blocker,
-                    waited_out,
-                    found_free,
-                }) => {
-                    tries.answered();
-                    ticket = kept;
-                    if found_free.is_some() {
-                        freed = found_free;
-                    }
-                    let holders = holders(waiting, || {
-                        recipe
-                            .entries(&mut conn, request.name.as_str(), true, false)
-                            .map(|h| h.into_iter().map(|(_, h)| h).collect::<Vec<_>>())
-                    });
-                    (blocker, waited_out, holders)
-                }
-                Err(f) => {
-                    drop(conn);
-                    tries.failed(waiting, request, &shown, f, || {
-                        leave(shared, recipe, request, ticket)
-                    })?;
-                    continue;
-                }
-            };
+                let holders = holders(waiting, || {
+                    recipe
+                        .entries(&mut conn, request.name.as_str(), true, false)
+                        .map(|h| h.into_iter().map(|(_, h)| h).collect::<Vec<_>>())
+                });
+                (blocker, waited_out, holders)
+            }
+            Err(f) => {
+                drop(conn);
+                tries.failed(waiting, request, &shown, f, || {
+                    leave(shared, recipe, request, ticket)
+                })?;
+                continue;
+            }
+        };
         drop(conn);
         tries.report(waiting, holders);
         let until = recheck(request.ttl, blocker.as_ref().map(|b| b.lasts));

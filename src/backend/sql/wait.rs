@@ -52,6 +52,12 @@ impl Tries {
         self.answered
     }
 
+    /// A connection to the server was made: an outage after this is ridden out as after an
+    /// answer (an attempt that waits on the server may lose its connection before it answers).
+    pub fn reached(&mut self) {
+        self.answered = true;
+    }
+
     /// The server answered an attempt: the lock is busy.
     pub fn answered(&mut self) {
         self.answered = true;
