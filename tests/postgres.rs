@@ -111,6 +111,40 @@ impl Stderr {
     }
 }
 
+/// Another client of the shared server in an open transaction, session `app`: it has run
+/// `sql` (taken a row or table lock) and sleeps, holding it, until `cut_off`.
+struct Session {
+    app: String,
+    psql: Child,
+}
+
+impl Session {
+    fn holding(app: &str, sql: &str) -> Session {
+        let server = PgServer::use_shared();
+        let psql = server.psql_in_background(app, &format!("{sql}; SELECT pg_sleep(60)"));
+        wait_until(&format!("{app} to hold its lock"), T, || {
+            server.psql(&format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}' \
+                 AND query LIKE '%pg_sleep%' AND state = 'active'"
+            )) == "1"
+        });
+        Session {
+            app: app.to_owned(),
+            psql,
+        }
+    }
+
+    /// Ends the session (its transaction rolls back, its locks go).
+    fn cut_off(mut self) {
+        PgServer::use_shared().psql(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = '{}'",
+            self.app
+        ));
+        let _ = wait_exit(&mut self.psql, T);
+    }
+}
+
 #[test]
 fn exclusive_lock_excludes_others_and_status_shows_the_holder() {
     let pg = Pg::shared("t_excl_");
@@ -441,30 +475,17 @@ fn first_attempts_that_all_find_the_lock_free_let_one_in() {
     assert_eq!(code(&output(pg.dlock(&["run", "f", "--", "true"]))), 0);
     let blocked = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
                    AND query LIKE '%t_free_tokens%'";
-    let mut stall = {
-        let server = PgServer::use_shared();
-        let stall = server.psql_in_background(
-            "t-free",
-            "SELECT 1 FROM t_free_tokens WHERE name = 'f' FOR UPDATE; SELECT pg_sleep(60)",
-        );
-        wait_until("the counter row of f to be held", T, || {
-            server.psql(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 't-free' \
-                 AND query LIKE '%pg_sleep%' AND state = 'active'",
-            ) == "1"
-        });
-        stall
-    };
+    let stall = Session::holding(
+        "t-free",
+        "SELECT 1 FROM t_free_tokens WHERE name = 'f' FOR UPDATE",
+    );
     let mut runs: Vec<(Child, Stderr)> = (0..3)
         .map(|i| pg.start(&["-n"], "f", &format!("r{i}")))
         .collect();
     wait_until("the three first attempts to wait for the row", T, || {
         PgServer::use_shared().psql(blocked) == "3"
     });
-    PgServer::use_shared().psql(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 't-free'",
-    );
-    let _ = wait_exit(&mut stall, T);
+    stall.cut_off();
     wait_until("each run to be inside or turned away", T, || {
         runs.iter_mut()
             .enumerate()
@@ -488,20 +509,10 @@ fn a_release_waits_for_the_names_other_changes() {
     let pg = Pg::shared("t_relw_");
     let (mut h, err) = pg.holder(&[], "r", "h");
     let held = "SELECT count(*) FROM t_relw_locks WHERE name = 'r'";
-    let mut stall = {
-        let server = PgServer::use_shared();
-        let stall = server.psql_in_background(
-            "t-relw",
-            "SELECT 1 FROM t_relw_tokens WHERE name = 'r' FOR UPDATE; SELECT pg_sleep(60)",
-        );
-        wait_until("the counter row of r to be held", T, || {
-            server.psql(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 't-relw' \
-                 AND query LIKE '%pg_sleep%' AND state = 'active'",
-            ) == "1"
-        });
-        stall
-    };
+    let stall = Session::holding(
+        "t-relw",
+        "SELECT 1 FROM t_relw_tokens WHERE name = 'r' FOR UPDATE",
+    );
     pg.let_go("h");
     wait_until("the release to wait for the row", T, || {
         PgServer::use_shared().psql(
@@ -514,10 +525,7 @@ fn a_release_waits_for_the_names_other_changes() {
         "1",
         "released past the row lock"
     );
-    PgServer::use_shared().psql(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 't-relw'",
-    );
-    let _ = wait_exit(&mut stall, T);
+    stall.cut_off();
     assert!(wait_exit(&mut h, T).success(), "{}", err.text());
     assert_eq!(PgServer::use_shared().psql(held), "0");
 }
@@ -584,28 +592,13 @@ fn a_serializable_default_isolation_changes_nothing() {
 fn remaking_the_schema_takes_no_lock_on_tables_in_use() {
     let pg = Pg::shared("t_remake_");
     assert_eq!(code(&output(pg.dlock(&["run", "f", "--", "true"]))), 0);
-    let mut busy = {
-        let server = PgServer::use_shared();
-        let busy = server.psql_in_background(
-            "t-remake",
-            "BEGIN; LOCK TABLE t_remake_locks, t_remake_queue IN ROW EXCLUSIVE MODE; \
-             SELECT pg_sleep(60)",
-        );
-        wait_until("the tables to be in use", T, || {
-            server.psql(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 't-remake' \
-                 AND query LIKE '%pg_sleep%' AND state = 'active'",
-            ) == "1"
-        });
-        server.psql("DROP FUNCTION t_remake_break_v1(text)");
-        busy
-    };
-    let out = output(pg.dlock(&["--connect-timeout", "3s", "release", "--force", "f"]));
-    PgServer::use_shared().psql(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE application_name = 't-remake'",
+    let busy = Session::holding(
+        "t-remake",
+        "BEGIN; LOCK TABLE t_remake_locks, t_remake_queue IN ROW EXCLUSIVE MODE",
     );
-    let _ = wait_exit(&mut busy, T);
+    PgServer::use_shared().psql("DROP FUNCTION t_remake_break_v1(text)");
+    let out = output(pg.dlock(&["--connect-timeout", "3s", "release", "--force", "f"]));
+    busy.cut_off();
     // Made again and answered: nobody held f (exit 1), not a wait that ran out (69).
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert!(stderr(&out).contains("was not held"), "{}", stderr(&out));

@@ -91,7 +91,8 @@ impl Recipe {
     }
 
     /// The lock key (`GET_LOCK`) the session of `owner` holds while it holds or waits for `name`:
-    /// the prefix and 128 bits of a hash, within MySQL's 64 characters for any name.
+    /// the prefix and 128 bits of a hash, within MySQL's 64 characters for any name. Named the
+    /// same way in SQL by `acquire_v4`, which waits on a blocker's key.
     pub fn key(&self, owner: &str, name: &str) -> String {
         let mut hash = Sha256::new();
         hash.update(owner.as_bytes());

@@ -11,10 +11,14 @@
 //! - Fencing tokens: `<prefix>tokens` (name -> last token), raised in the transaction that
 //!   grants, so a token is exactly as durable as the grant (never a sequence, which is not
 //!   transactional and may go back after a failover).
-//! - Every change of a name (acquire, release, leave the line, break) is one PL/pgSQL function
-//!   call (`schema.sql`) that first locks that name's counter row (`SELECT ... FOR UPDATE`): the
-//!   changes of one name are serialised, those of different names do not meet. Each is one round
-//!   trip (`query_typed`), as a Lua script is on Redis.
+//! - Every change of a name (acquire, release, leave the line, break) is one transaction that
+//!   first locks that name's counter row: the changes of one name are serialised, those of
+//!   different names do not meet. Each is one round trip (`query_typed`, pipelined with its BEGIN
+//!   and COMMIT), as a Lua script is on Redis; each is READ COMMITTED whatever the server's
+//!   default, so that what follows the row lock reads what was committed before it. Most are
+//!   PL/pgSQL functions (`schema.sql`); a run's first attempt on a free lock and the release of a
+//!   lock taken so are plain SQL (`acquire_free.sql`, `release_free.sql`), because a run's session
+//!   is new and there the first call of PL/pgSQL costs more than the whole attempt.
 //! - Waiting, first come first served: a busy waiter takes a ticket in `<prefix>queue` (bigserial:
 //!   it only orders the waiters alive at one time) and LISTENs on a channel of its own
 //!   (`<prefix><owner id>`), pipelined with its second attempt (a free lock costs no LISTEN). A
