@@ -1,7 +1,9 @@
 //! dlock on MySQL (MariaDB) side by side with flock(1), the mysql idiom (a `GET_LOCK` held by a
-//! mysql client session while it runs the command) and the seed recipe (insert into a unique-key
-//! table, retry every 50 ms, delete), all on this machine, in one run: uncontended latency and
-//! 8-way contended acquisitions per second, reported as ratios.
+//! mysql client session while it runs the command), the seed recipe (insert into a unique-key
+//! table, retry every 50 ms, delete) and the floor of any tool that opens a connection per run
+//! (this benchmark's own executable run as `floor URL`, with the client dlock uses: one connection
+//! and one write, then the command, no lock at all), all on this machine, in one run: uncontended
+//! latency and 8-way contended acquisitions per second, reported as ratios.
 //!
 //! Run: `cargo bench --bench mysql`. It starts its own MariaDB server (tests/support) and stops it
 //! at the end. Every loop is bounded by a count.
@@ -23,6 +25,12 @@ const TURNS: usize = 5;
 const IDLE: Duration = Duration::from_secs(60);
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, floor, url] = args.as_slice() {
+        if floor == "floor" {
+            return connect_write_and_run(url);
+        }
+    }
     println!(
         "{}",
         support::build::describe(std::path::Path::new(support::dlock_bin()))
@@ -31,6 +39,8 @@ fn main() {
     let work = tempfile::tempdir().expect("temp dir");
     let server = MyServer::start();
     server.sql("CREATE TABLE seed_locks (name VARCHAR(64) PRIMARY KEY)");
+    server.sql("CREATE TABLE bench_floor (name VARCHAR(64) PRIMARY KEY, n BIGINT)");
+    let me = std::env::current_exe().expect("this benchmark's executable");
     let url = server.url_with("");
     let client = format!(
         "mariadb --no-defaults -h 127.0.0.1 -P {} -uroot {DATABASE}",
@@ -51,6 +61,10 @@ fn main() {
                  {client} -e \"DELETE FROM seed_locks WHERE name = 'bench'\""
             ),
         ),
+        (
+            "floor: connect, 1 write",
+            format!("'{}' floor '{url}'", me.display()),
+        ),
     ];
     let env = ("MYSQL_PWD", PASSWORD);
     let tools = side_by_side::Tools::around(dlock, "mysql", &url, peers, work.path(), env);
@@ -61,6 +75,10 @@ fn main() {
         medians[0] / medians[flock],
         medians[0] / medians[1]
     );
+    println!(
+        "  the floor (a connection and a write, no lock): {:.2}x flock(1)",
+        medians[3] / medians[flock]
+    );
     let rates = tools.contended(CONTENDERS, ROUNDS_EACH, TURNS);
     println!(
         "  goal: at least the mysql idiom: {:.2}x of it; {:.2}x of the seed recipe; {:.2}x of flock",
@@ -68,6 +86,27 @@ fn main() {
         rates[0] / rates[2],
         rates[0] / rates[flock]
     );
+    println!(
+        "  the floor (a connection and a write, no lock): {:.2}x of flock",
+        rates[3] / rates[flock]
+    );
     support::idle::report_beside_flock(work.path(), dlock, "mysql", &url, IDLE);
     drop(server);
+}
+
+/// The floor of a tool that opens a connection per run: connect (with the client and the password
+/// authentication dlock uses), one write, the command. No lock, no lease, no release.
+fn connect_write_and_run(url: &str) {
+    use mysql::prelude::Queryable;
+    let opts = mysql::Opts::from_url(url).expect("a MySQL URL");
+    let mut conn = mysql::Conn::new(opts).expect("connect");
+    conn.query_drop(
+        "INSERT INTO bench_floor VALUES ('bench', 1) ON DUPLICATE KEY UPDATE n = n + 1",
+    )
+    .expect("the write");
+    drop(conn);
+    let status = std::process::Command::new("true")
+        .status()
+        .expect("run true");
+    assert!(status.success());
 }
