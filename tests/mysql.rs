@@ -241,6 +241,7 @@ fn a_holder_whose_connection_is_killed_keeps_its_lock() {
     let mut held = holder(&url, &dir, &["--ttl", "3s"], "k", "h");
     let first = token(&dir, "h");
     let mut waiter = mysql_dlock(&url, &["run", "k", "--", "true"])
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let server = MyServer::shared().lock().unwrap();
@@ -265,6 +266,10 @@ fn a_holder_whose_connection_is_killed_keeps_its_lock() {
     let_go(&dir, "h");
     assert!(wait_exit(&mut held, T).success());
     assert!(wait_exit(&mut waiter, T).success());
+    // A cut plain connection is said as such, not as a TLS failure.
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut waiter.stderr.take().unwrap(), &mut said).unwrap();
+    assert!(!said.contains("TLS"), "{said}");
 }
 
 /// Tables an older dlock made, without the `--min-hold` columns (and a row it wrote): the first
