@@ -510,7 +510,9 @@ fn a_release_waits_for_the_names_other_changes() {
 
 /// A waiter past its first slice blocks on a session of its own (its doorbell) until its next
 /// re-check, here 20 s away; a signal still ends it at once, and it leaves nothing: no place in
-/// line, no session (its `GET_LOCK` ended by `KILL QUERY`), no statement while it waited.
+/// line, no session (its `GET_LOCK` ended by `KILL QUERY`), no statement while it waited. The
+/// first slice went with its attempt, in the same call: one wait (the doorbell's) reached the
+/// server, not a wait on the first connection and another on the doorbell.
 #[test]
 fn a_waiter_on_its_doorbell_sends_nothing_and_a_signal_ends_it_at_once() {
     let server = MyServer::start();
@@ -535,6 +537,8 @@ fn a_waiter_on_its_doorbell_sends_nothing_and_a_signal_ends_it_at_once() {
         before,
         "statements while the waiter waited"
     );
+    // The doorbell's wait alone: the first slice went with the attempt.
+    assert_eq!(server.dlock_statements_like("%IF(GET\\_LOCK(%"), 1);
     let asked = std::time::Instant::now();
     signal(waiter.id(), libc::SIGTERM);
     let status = wait_exit(&mut waiter, T);

@@ -268,10 +268,16 @@ impl MyServer {
     /// The statements dlock's sessions ran since `log_statements` (they come over TCP; the
     /// tests' own through the socket).
     pub fn dlock_statements(&self) -> usize {
-        self.sql(
+        self.dlock_statements_like("%")
+    }
+
+    /// Those of `dlock_statements` whose text is `LIKE` the pattern `like`.
+    pub fn dlock_statements_like(&self, like: &str) -> usize {
+        self.sql(&format!(
             "SELECT count(*) FROM mysql.general_log \
-             WHERE command_type IN ('Query', 'Execute') AND user_host LIKE '%127.0.0.1%'",
-        )
+             WHERE command_type IN ('Query', 'Execute') AND user_host LIKE '%127.0.0.1%' \
+               AND argument LIKE '{like}'"
+        ))
         .parse()
         .expect("a count")
     }
