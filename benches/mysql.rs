@@ -25,11 +25,8 @@ const TURNS: usize = 5;
 const IDLE: Duration = Duration::from_secs(60);
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if let [_, floor, url] = args.as_slice() {
-        if floor == "floor" {
-            return connect_write_and_run(url);
-        }
+    if side_by_side::run_floor_if_asked(connect_and_write) {
+        return;
     }
     println!(
         "{}",
@@ -40,7 +37,6 @@ fn main() {
     let server = MyServer::start();
     server.sql("CREATE TABLE seed_locks (name VARCHAR(64) PRIMARY KEY)");
     server.sql("CREATE TABLE bench_floor (name VARCHAR(64) PRIMARY KEY, n BIGINT)");
-    let me = std::env::current_exe().expect("this benchmark's executable");
     let url = server.url_with("");
     let client = format!(
         "mariadb --no-defaults -h 127.0.0.1 -P {} -uroot {DATABASE}",
@@ -61,10 +57,7 @@ fn main() {
                  {client} -e \"DELETE FROM seed_locks WHERE name = 'bench'\""
             ),
         ),
-        (
-            "floor: connect, 1 write",
-            format!("'{}' floor '{url}'", me.display()),
-        ),
+        side_by_side::floor_line(&url),
     ];
     let env = ("MYSQL_PWD", PASSWORD);
     let tools = side_by_side::Tools::around(dlock, "mysql", &url, peers, work.path(), env);
@@ -95,8 +88,8 @@ fn main() {
 }
 
 /// The floor of a tool that opens a connection per run: connect (with the client and the password
-/// authentication dlock uses), one write, the command. No lock, no lease, no release.
-fn connect_write_and_run(url: &str) {
+/// authentication dlock uses) and one write. No lock, no lease, no release.
+fn connect_and_write(url: &str) {
     use mysql::prelude::Queryable;
     let opts = mysql::Opts::from_url(url).expect("a MySQL URL");
     let mut conn = mysql::Conn::new(opts).expect("connect");
@@ -105,8 +98,4 @@ fn connect_write_and_run(url: &str) {
     )
     .expect("the write");
     drop(conn);
-    let status = std::process::Command::new("true")
-        .status()
-        .expect("run true");
-    assert!(status.success());
 }

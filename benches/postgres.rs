@@ -25,11 +25,8 @@ const TURNS: usize = 5;
 const IDLE: Duration = Duration::from_secs(60);
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if let [_, floor, url] = args.as_slice() {
-        if floor == "floor" {
-            return connect_write_and_run(url);
-        }
+    if side_by_side::run_floor_if_asked(connect_and_write) {
+        return;
     }
     println!(
         "{}",
@@ -41,7 +38,6 @@ fn main() {
     let url = server.url_with("");
     let port = server.port().to_string();
     server.psql("CREATE TABLE bench_floor (name text PRIMARY KEY, n bigint)");
-    let me = std::env::current_exe().expect("this benchmark's executable");
     let peers = vec![
         (
             "psql pg_advisory_lock",
@@ -50,10 +46,7 @@ fn main() {
                  -c 'SELECT pg_advisory_lock(1)' -c '\\! true' >/dev/null"
             ),
         ),
-        (
-            "floor: connect, 1 write",
-            format!("'{}' floor '{url}'", me.display()),
-        ),
+        side_by_side::floor_line(&url),
     ];
     let env = ("PGPASSWORD", PASSWORD);
     let tools = side_by_side::Tools::around(dlock, "postgres", &url, peers, work.path(), env);
@@ -83,8 +76,8 @@ fn main() {
 }
 
 /// The floor of a tool that opens a connection per run: connect (with the client and the password
-/// authentication dlock uses), one write, the command. No lock, no lease, no release.
-fn connect_write_and_run(url: &str) {
+/// authentication dlock uses) and one write. No lock, no lease, no release.
+fn connect_and_write(url: &str) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -104,8 +97,4 @@ fn connect_write_and_run(url: &str) {
         drop(client);
         let _ = connection.await;
     });
-    let status = std::process::Command::new("true")
-        .status()
-        .expect("run true");
-    assert!(status.success());
 }

@@ -152,3 +152,29 @@ fn middle(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or_default()
 }
+
+/// The floor of any tool that opens a connection per run, as a line of the benchmark: this
+/// benchmark's own executable run as `floor URL` (see `run_floor_if_asked`).
+pub fn floor_line(url: &str) -> (&'static str, String) {
+    let me = std::env::current_exe().expect("this benchmark's executable");
+    (
+        "floor: connect, 1 write",
+        format!("'{}' floor '{url}'", me.display()),
+    )
+}
+
+/// When this executable was started as `floor URL`: `write(URL)` (connect with dlock's client,
+/// one write), then the command (`true`), with no lock at all; true when it did.
+pub fn run_floor_if_asked(write: fn(&str)) -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, floor, url] = args.as_slice() else {
+        return false;
+    };
+    if floor != "floor" {
+        return false;
+    }
+    write(url);
+    let status = Command::new("true").status().expect("run true");
+    assert!(status.success());
+    true
+}
