@@ -1,9 +1,11 @@
 //! dlock on MySQL (MariaDB) side by side with flock(1), the mysql idiom (a `GET_LOCK` held by a
 //! mysql client session while it runs the command), the seed recipe (insert into a unique-key
-//! table, retry every 50 ms, delete) and the floor of any tool that opens a connection per run
+//! table, retry every 50 ms, delete) and two floors of any tool that opens a connection per run
 //! (this benchmark's own executable run as `floor URL`, with the client dlock uses: one connection
-//! and one write, then the command, no lock at all), all on this machine, in one run: uncontended
-//! latency and 8-way contended acquisitions per second, reported as ratios.
+//! and one write, then the command; and as `floor-around URL`, a write before and after the
+//! command, the least a lock whose record is on the server does; both with no lock at all), all
+//! on this machine, in one run: uncontended latency and 8-way contended acquisitions per second,
+//! reported as ratios.
 //!
 //! Run: `cargo bench --bench mysql`. It starts its own MariaDB server (tests/support) and stops it
 //! at the end. Every loop is bounded by a count.
@@ -42,7 +44,7 @@ fn main() {
         "mariadb --no-defaults -h 127.0.0.1 -P {} -uroot {DATABASE}",
         server.port()
     );
-    let peers = vec![
+    let mut peers = vec![
         (
             "mysql GET_LOCK idiom",
             // MariaDB takes no negative (endless) timeout: a year.
@@ -57,8 +59,8 @@ fn main() {
                  {client} -e \"DELETE FROM seed_locks WHERE name = 'bench'\""
             ),
         ),
-        side_by_side::floor_line(&url),
     ];
+    peers.extend(side_by_side::floor_lines(&url));
     let env = ("MYSQL_PWD", PASSWORD);
     let tools = side_by_side::Tools::around(dlock, "mysql", &url, peers, work.path(), env);
     let flock = tools.flock();
@@ -69,8 +71,10 @@ fn main() {
         medians[0] / medians[1]
     );
     println!(
-        "  the floor (a connection and a write, no lock): {:.2}x flock(1)",
-        medians[3] / medians[flock]
+        "  the floors (no lock): a connection and a write {:.2}x flock(1); a write, the command \
+         and a write {:.2}x",
+        medians[3] / medians[flock],
+        medians[4] / medians[flock]
     );
     let rates = tools.contended(CONTENDERS, ROUNDS_EACH, TURNS);
     println!(
@@ -80,22 +84,27 @@ fn main() {
         rates[0] / rates[flock]
     );
     println!(
-        "  the floor (a connection and a write, no lock): {:.2}x of flock",
-        rates[3] / rates[flock]
+        "  the floors (no lock): a connection and a write {:.2}x of flock; a write, the command \
+         and a write {:.2}x",
+        rates[3] / rates[flock],
+        rates[4] / rates[flock]
     );
     support::idle::report_beside_flock(work.path(), dlock, "mysql", &url, IDLE);
     drop(server);
 }
 
-/// The floor of a tool that opens a connection per run: connect (with the client and the password
-/// authentication dlock uses) and one write. No lock, no lease, no release.
-fn connect_and_write(url: &str) {
+/// The floors of a tool that opens a connection per run: connect (with the client and the
+/// password authentication dlock uses) and write; for `Floor::WriteAround`, the command and a
+/// second write on the same connection. No lock, no lease.
+fn connect_and_write(url: &str, shape: side_by_side::Floor) {
     use mysql::prelude::Queryable;
     let opts = mysql::Opts::from_url(url).expect("a MySQL URL");
     let mut conn = mysql::Conn::new(opts).expect("connect");
-    conn.query_drop(
-        "INSERT INTO bench_floor VALUES ('bench', 1) ON DUPLICATE KEY UPDATE n = n + 1",
-    )
-    .expect("the write");
+    let write = "INSERT INTO bench_floor VALUES ('bench', 1) ON DUPLICATE KEY UPDATE n = n + 1";
+    conn.query_drop(write).expect("the write");
+    if shape == side_by_side::Floor::WriteAround {
+        side_by_side::command();
+        conn.query_drop(write).expect("the second write");
+    }
     drop(conn);
 }

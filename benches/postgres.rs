@@ -1,9 +1,10 @@
 //! dlock on PostgreSQL side by side with flock(1), the psql idiom (an advisory lock held by a
-//! psql session while it runs the command) and the floor of any tool that opens a connection per
+//! psql session while it runs the command) and two floors of any tool that opens a connection per
 //! run: this benchmark's own executable run as `floor URL`, with the client dlock uses
 //! (tokio-postgres), making one connection and one write to a table and then running the
-//! command, with no lock at all. All on this machine, in one run: uncontended latency and 8-way
-//! contended acquisitions per second, reported as ratios.
+//! command, and as `floor-around URL`, writing before and after the command (the least a lock
+//! whose record is on the server does), both with no lock at all. All on this machine, in one
+//! run: uncontended latency and 8-way contended acquisitions per second, reported as ratios.
 //!
 //! Run: `cargo bench --bench postgres`. It starts its own PostgreSQL server (tests/support) and
 //! stops it at the end. Every loop is bounded by a count.
@@ -38,16 +39,14 @@ fn main() {
     let url = server.url_with("");
     let port = server.port().to_string();
     server.psql("CREATE TABLE bench_floor (name text PRIMARY KEY, n bigint)");
-    let peers = vec![
-        (
-            "psql pg_advisory_lock",
-            format!(
-                "psql -X -q -h 127.0.0.1 -p {port} -U postgres -d postgres \
-                 -c 'SELECT pg_advisory_lock(1)' -c '\\! true' >/dev/null"
-            ),
+    let mut peers = vec![(
+        "psql pg_advisory_lock",
+        format!(
+            "psql -X -q -h 127.0.0.1 -p {port} -U postgres -d postgres \
+             -c 'SELECT pg_advisory_lock(1)' -c '\\! true' >/dev/null"
         ),
-        side_by_side::floor_line(&url),
-    ];
+    )];
+    peers.extend(side_by_side::floor_lines(&url));
     let env = ("PGPASSWORD", PASSWORD);
     let tools = side_by_side::Tools::around(dlock, "postgres", &url, peers, work.path(), env);
     let flock = tools.flock();
@@ -58,8 +57,10 @@ fn main() {
         medians[0] / medians[1]
     );
     println!(
-        "  the floor (a connection and a write, no lock): {:.2}x flock(1)",
-        medians[2] / medians[flock]
+        "  the floors (no lock): a connection and a write {:.2}x flock(1); a write, the command \
+         and a write {:.2}x",
+        medians[2] / medians[flock],
+        medians[3] / medians[flock]
     );
     let rates = tools.contended(CONTENDERS, ROUNDS_EACH, TURNS);
     println!(
@@ -68,16 +69,19 @@ fn main() {
         rates[0] / rates[flock]
     );
     println!(
-        "  the floor (a connection and a write, no lock): {:.2}x of flock",
-        rates[2] / rates[flock]
+        "  the floors (no lock): a connection and a write {:.2}x of flock; a write, the command \
+         and a write {:.2}x",
+        rates[2] / rates[flock],
+        rates[3] / rates[flock]
     );
     support::idle::report_beside_flock(work.path(), dlock, "postgres", &url, IDLE);
     drop(server);
 }
 
-/// The floor of a tool that opens a connection per run: connect (with the client and the password
-/// authentication dlock uses) and one write. No lock, no lease, no release.
-fn connect_and_write(url: &str) {
+/// The floors of a tool that opens a connection per run: connect (with the client and the
+/// password authentication dlock uses) and write; for `Floor::WriteAround`, the command and a
+/// second write on the same connection. No lock, no lease.
+fn connect_and_write(url: &str, shape: side_by_side::Floor) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -87,13 +91,13 @@ fn connect_and_write(url: &str) {
             .await
             .expect("connect");
         let connection = tokio::spawn(connection);
-        client
-            .batch_execute(
-                "INSERT INTO bench_floor VALUES ('bench', 1) \
-                 ON CONFLICT (name) DO UPDATE SET n = bench_floor.n + 1",
-            )
-            .await
-            .expect("the write");
+        let write = "INSERT INTO bench_floor VALUES ('bench', 1) \
+                     ON CONFLICT (name) DO UPDATE SET n = bench_floor.n + 1";
+        client.batch_execute(write).await.expect("the write");
+        if shape == side_by_side::Floor::WriteAround {
+            side_by_side::command();
+            client.batch_execute(write).await.expect("the second write");
+        }
         drop(client);
         let _ = connection.await;
     });

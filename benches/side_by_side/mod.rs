@@ -153,28 +153,53 @@ fn middle(mut values: Vec<f64>) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or_default()
 }
 
-/// The floor of any tool that opens a connection per run, as a line of the benchmark: this
-/// benchmark's own executable run as `floor URL` (see `run_floor_if_asked`).
-pub fn floor_line(url: &str) -> (&'static str, String) {
-    let me = std::env::current_exe().expect("this benchmark's executable");
-    (
-        "floor: connect, 1 write",
-        format!("'{}' floor '{url}'", me.display()),
-    )
+/// What a floor run does after connecting: one write, then (the connection closed) the command;
+/// or a write, the command and a second write on the same connection, the least any lock that
+/// keeps its record on the server does (take it, hold it while the command runs, give it back).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Floor {
+    OneWrite,
+    WriteAround,
 }
 
-/// When this executable was started as `floor URL`: `write(URL)` (connect with dlock's client,
-/// one write), then the command (`true`), with no lock at all; true when it did.
-pub fn run_floor_if_asked(write: fn(&str)) -> bool {
+/// The floors of any tool that opens a connection per run, as lines of the benchmark: this
+/// benchmark's own executable run as `floor URL` and `floor-around URL` (see
+/// `run_floor_if_asked`). Neither takes a lock, so under contention they do not even wait for
+/// each other: what they reach bounds what any such tool can.
+pub fn floor_lines(url: &str) -> [(&'static str, String); 2] {
+    let me = std::env::current_exe().expect("this benchmark's executable");
+    let me = me.display();
+    [
+        ("floor: connect, 1 write", format!("'{me}' floor '{url}'")),
+        (
+            "floor: write, cmd, write",
+            format!("'{me}' floor-around '{url}'"),
+        ),
+    ]
+}
+
+/// When this executable was started as `floor URL` or `floor-around URL`: `floor(URL, shape)`,
+/// which connects with dlock's client and writes (running the command between two writes for
+/// `Floor::WriteAround`), then for `Floor::OneWrite` the command; true when it did.
+pub fn run_floor_if_asked(floor: fn(&str, Floor)) -> bool {
     let args: Vec<String> = std::env::args().collect();
-    let [_, floor, url] = args.as_slice() else {
+    let [_, shape, url] = args.as_slice() else {
         return false;
     };
-    if floor != "floor" {
-        return false;
+    let shape = match shape.as_str() {
+        "floor" => Floor::OneWrite,
+        "floor-around" => Floor::WriteAround,
+        _ => return false,
+    };
+    floor(url, shape);
+    if shape == Floor::OneWrite {
+        command();
     }
-    write(url);
+    true
+}
+
+/// The command every line runs: `true`.
+pub fn command() {
     let status = Command::new("true").status().expect("run true");
     assert!(status.success());
-    true
 }
