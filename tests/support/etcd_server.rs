@@ -61,7 +61,7 @@ impl EtcdServer {
 
     /// The one etcd the tests of a run share (each test uses its own lock names), started on first
     /// use. Statics are never dropped, so it is started under a shell that kills it once this test
-    /// process has gone.
+    /// process has gone, and then removes its directory.
     pub fn shared() -> &'static EtcdServer {
         static SHARED: std::sync::OnceLock<EtcdServer> = std::sync::OnceLock::new();
         SHARED.get_or_init(|| {
@@ -91,12 +91,14 @@ impl EtcdServer {
             .expect("etcd log");
         let mut command = match watcher {
             None => Command::new("etcd"),
+            // The shared server's directory is never dropped either: the shell removes it.
             Some(pid) => {
                 let mut sh = Command::new("sh");
                 sh.arg("-c")
                     .arg(format!(
                         "etcd \"$@\" & e=$!; while kill -0 {pid} 2>/dev/null && kill -0 $e 2>/dev/null; \
-                         do sleep 0.5; done; kill $e 2>/dev/null; wait $e"
+                         do sleep 0.5; done; kill $e 2>/dev/null; wait $e; rm -rf -- {}",
+                        shell_quote(&self.dir.path().display().to_string())
                     ))
                     .arg("etcd");
                 sh
@@ -403,4 +405,9 @@ impl Target {
             scratch: LockDir::new(),
         }
     }
+}
+
+/// `text` as one word for sh.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
 }

@@ -78,10 +78,14 @@ impl MyServer {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::create_dir(dir.path().join("data")).unwrap();
+        // Its temporary tables in a directory of its own, not in /tmp beside every other server's
+        // and the bootstrap's (a parallel run once saw a bootstrap's temporary table vanish there).
+        std::fs::create_dir(dir.path().join("tmp")).unwrap();
         give_to_server_user(dir.path());
         let out = as_server_user("mariadb-install-db")
             .arg("--no-defaults")
             .arg(format!("--datadir={}", dir.path().join("data").display()))
+            .arg(format!("--tmpdir={}", dir.path().join("tmp").display()))
             .args([
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
@@ -138,6 +142,10 @@ impl MyServer {
             .arg(format!(
                 "--datadir={}",
                 self.dir.path().join("data").display()
+            ))
+            .arg(format!(
+                "--tmpdir={}",
+                self.dir.path().join("tmp").display()
             ))
             .arg(format!("--socket={}", self.socket().display()))
             .arg(format!(
