@@ -556,3 +556,29 @@ fn a_waiter_on_its_doorbell_sends_nothing_and_a_signal_ends_it_at_once() {
     let_go(&dir, "h");
     assert!(wait_exit(&mut held, T).success());
 }
+
+/// A holder row whose lock key no session holds (written by another client here; in life, a
+/// holder whose session was cut): the attempt's own wait finds the key free at once, tries again
+/// and says so (`found_free`), and the waiter sleeps until that row's lease ends instead of
+/// waiting on the free key itself. No wait of its own reaches the server, and it gets in.
+#[test]
+fn a_waiter_behind_a_holder_whose_key_is_free_sleeps_until_its_lease_ends() {
+    let server = MyServer::start();
+    let url = server.url_with("prefix=t_keyfree_");
+    // The tables, made by a first run.
+    let out = output(mysql_dlock(&url, &["run", "f", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    server.sql(
+        "INSERT INTO t_keyfree_locks (name, owner, mode, token, since, expires_at, pid, host) \
+         VALUES ('f', 'ab', 'exclusive', 7, UTC_TIMESTAMP(6), \
+                 UTC_TIMESTAMP(6) + INTERVAL 2 SECOND, 1, 'elsewhere')",
+    );
+    server.log_statements();
+    let out = output(mysql_dlock(&url, &["run", "-w", "30", "f", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        server.dlock_statements_like("%IF(GET\\_LOCK(%"),
+        0,
+        "waits of the waiter's own on a key found free"
+    );
+}

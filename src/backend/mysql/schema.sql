@@ -342,7 +342,7 @@ END attempt
 -- wait and an attempt. Answers one row: the last attempt's, with `waited_out` 1 when the wait ran
 -- out on this blocker's key (still held: the caller goes on waiting on it), and `found_free`
 -- the owner whose key was free (when the last attempt names it again, its key is not held by its
--- entry, and waiting on it would spin).
+-- entry: the caller does not wait on it, which would end at once, but until the entry's end).
 CREATE PROCEDURE {p}acquire_v4(
     IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_mode VARBINARY(32), IN p_limit INT,
     IN p_ttl_ms BIGINT, IN p_pid BIGINT, IN p_host VARBINARY(255), IN p_message VARBINARY(1024),

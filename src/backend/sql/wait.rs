@@ -29,7 +29,7 @@ pub struct Tries {
     /// `postgres`, `mysql`: for messages.
     backend: &'static str,
     /// A server unreachable at the very start is an error (69), as for `try_acquire`; once it has
-    /// answered, an outage is ridden out for the wait's budget.
+    /// answered (or, see `reached`, been reached), an outage is ridden out for the wait's budget.
     answered: bool,
     /// How long to wait before the next try while the server is unreachable.
     backoff: Duration,
