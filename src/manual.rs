@@ -68,8 +68,8 @@ pub fn page(subcommand: Option<&str>) -> Option<Page> {
 }
 
 const RUN_EXAMPLES: &[(&str, &str)] = &[
-    ("dlock run -n backup -- /usr/local/bin/backup", "From cron: run the backup unless another one is running on this host; exit status 75 if it is."),
-    ("dlock -b redis run -n nightly -- ./nightly.sh", "From the same crontab line on many hosts, with DLOCK_URL or /etc/dlock/config naming the Redis server: the first host runs the job, the others exit with 75."),
+    ("dlock run -n -q backup -- /usr/local/bin/backup", "From cron: run the backup unless another one is running on this host; if one is, exit with 75 and print nothing (-q), so cron sends no mail."),
+    ("dlock -b redis run -n -q --min-hold 1h nightly -- ./nightly.sh", "From the same crontab line on many hosts, with DLOCK_URL or /etc/dlock/config naming the Redis server: the first host to fire runs the job; the others, and any host that fires up to an hour later (a late clock, a slow cron), exit with 75 and print nothing."),
     ("dlock -b etcd -u etcd://etcd1:2379,etcd2:2379,etcd3:2379 run -w 10m deploy -- ./deploy.sh", "A CI deploy: wait up to ten minutes for the one before it."),
     ("dlock run -s db-read -- ./report.sh", "Shared: any number of readers at once, never alongside an exclusive holder."),
     ("dlock run -l 4 encoder -- ffmpeg -i in.mp4 out.webm", "At most four encoders at once."),

@@ -42,6 +42,84 @@ fn bad_input_exits_64_with_one_line_naming_the_problem() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+/// A mistyped command line gets a suggestion that names only real subcommands and options, never
+/// one that would lock a typo (`dlock rnu job` is not `dlock run rnu job`) or lock a subcommand's
+/// name (`dlock -n run job` is not `dlock run -n run job`), and never prints a password back.
+#[test]
+fn typos_suggest_real_subcommands_and_options_never_a_lock_or_a_password() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["rnu", "job", "--", "true"], "did you mean 'run'?"),
+        (&["stauts", "job"], "did you mean 'status'?"),
+        (&["relase", "job"], "did you mean 'release'?"),
+        (
+            &["run", "--no-wiat", "job", "--", "true"],
+            "did you mean '--no-wait'?",
+        ),
+        (&["list", "--jso"], "did you mean '--json'?"),
+        (
+            &["-n", "run", "job", "--", "true"],
+            "options of a subcommand go after it: dlock run -n job -- true",
+        ),
+        (
+            &["--wait", "3", "run", "job", "--", "true"],
+            "options of a subcommand go after it: dlock run --wait 3 job -- true",
+        ),
+        (
+            &["-w3", "run", "job", "--", "true"],
+            "options of a subcommand go after it: dlock run -w3 job -- true",
+        ),
+        // flock's order, without `run`: the line with it.
+        (
+            &["job", "--", "true"],
+            "to run a command under a lock, say: dlock run job -- true",
+        ),
+        (
+            &["-n", "job", "--", "true"],
+            "to run a command under a lock, say: dlock run -n job -- true",
+        ),
+        (
+            &[
+                "-b",
+                "redis",
+                "-u",
+                "redis://:Secr3t@h:1",
+                "rt-x",
+                "--",
+                "true",
+            ],
+            "say: dlock -b redis -u 'redis://***@h:1' run rt-x -- true",
+        ),
+        (
+            &[
+                "-b",
+                "redis",
+                "--url=redis://u:Secr3t@h:1",
+                "rt-x",
+                "--",
+                "true",
+            ],
+            "say: dlock -b redis '--url=redis://***@h:1' run rt-x -- true",
+        ),
+    ];
+    for (args, needle) in cases {
+        let mut cmd = dlock();
+        cmd.args(*args);
+        let out = output(cmd);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 64, "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
+        assert!(
+            !err.contains("Secr3t"),
+            "{args:?}: a password printed: {err}"
+        );
+        assert!(
+            !err.contains("run rnu") && !err.contains("run -n run") && !err.contains("run run"),
+            "{args:?}: a suggestion that locks a typo or a subcommand: {err}"
+        );
+    }
+}
+
 #[test]
 fn help_lists_the_exit_codes_and_exits_0() {
     let out = output({

@@ -30,7 +30,29 @@ pub fn one_line(e: &clap::Error) -> String {
                 dlock run NAME -c 'SHELL COMMAND'"
             .into();
     }
-    folded
+    match suggestion(e) {
+        Some(similar) => format!("{folded}; did you mean {similar}?"),
+        None => folded,
+    }
+}
+
+/// clap's "a similar subcommand/argument exists" tip: `'status'`, or `'--json' or '--jq'`; for a
+/// word clap finds nothing like, a subcommand one slip of the keyboard away (`rnu`).
+fn suggestion(e: &clap::Error) -> Option<String> {
+    let suggested = match e
+        .get(ContextKind::SuggestedSubcommand)
+        .or_else(|| e.get(ContextKind::SuggestedArg))
+    {
+        Some(suggested) => suggested,
+        None => return misspelt_subcommand(e).map(|sub| format!("'{sub}'")),
+    };
+    let words: Vec<&str> = match suggested {
+        ContextValue::String(word) => vec![word.as_str()],
+        ContextValue::Strings(words) => words.iter().map(String::as_str).collect(),
+        _ => return None,
+    };
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    (!quoted.is_empty()).then(|| quoted.join(" or "))
 }
 
 /// dlock's command line without its DLOCK_* variables: what the user typed, judged alone.
@@ -82,8 +104,11 @@ fn from_environment(error: &clap::Error, config: &Config) -> Option<String> {
     })
 }
 
-/// For `dlock NAME -- COMMAND` (or `dlock -n NAME ...`, flock's order): clap's complaint and the
-/// same line with `run`, when that line parses.
+/// For a command line that parses once one thing is put right: `dlock NAME -- COMMAND` (or `dlock
+/// -n NAME ...`, flock's order) gets `run` put in, and `dlock -n run NAME ...` its options moved
+/// after the subcommand typed. A word that looks like a misspelt subcommand (`dlock rnu job`) gets
+/// clap's suggestion instead, never a line that would lock the typo. The line shown passes through
+/// the URL redaction, so no password typed into it is printed back.
 fn forgotten_run(error: &clap::Error, args: &[OsString]) -> Option<String> {
     let offending = match (error.kind(), error.get(ContextKind::InvalidSubcommand)) {
         (ErrorKind::InvalidSubcommand, Some(ContextValue::String(word))) => word,
@@ -93,23 +118,160 @@ fn forgotten_run(error: &clap::Error, args: &[OsString]) -> Option<String> {
         },
         _ => return None,
     };
-    // `run` goes where the offending word is (after the global options), else first.
+    if error.get(ContextKind::SuggestedSubcommand).is_some() || misspelt_subcommand(error).is_some()
+    {
+        return None;
+    }
     let before_dashes = args.iter().take_while(|a| *a != "--").count();
-    let at = (1..before_dashes)
-        .find(|&i| args[i] == offending.as_str())
-        .unwrap_or(1);
-    let mut fixed: Vec<OsString> = args.to_vec();
-    fixed.insert(at.min(fixed.len()), "run".into());
-    without_environment().try_get_matches_from(&fixed).ok()?;
-    let words: Option<Vec<String>> = fixed.iter().skip(1).map(|w| quote(w.to_str()?)).collect();
-    let typed = match words {
-        Some(words) => format!("dlock {}", words.join(" ")),
-        None => "dlock run NAME -- COMMAND".into(),
+    // `--wait=3` and `-w3` are named by clap as `--wait` and `-w`.
+    let is_offending = |word: &OsString| {
+        word.to_str().is_some_and(|w| {
+            w == offending
+                || w.strip_prefix(offending.as_str()).is_some_and(|rest| {
+                    rest.starts_with('=') || (!offending.starts_with("--") && !rest.is_empty())
+                })
+        })
     };
-    Some(format!(
-        "{}; to run a command under a lock, say: {typed}",
-        one_line(error)
-    ))
+    let at = (1..before_dashes).find(|&i| is_offending(&args[i]))?;
+    let typed_subcommand =
+        (1..before_dashes).find(|&i| args[i].to_str().is_some_and(is_subcommand));
+    let fixed = match typed_subcommand {
+        // An option of the subcommand's before it: move it (and its value) after it.
+        Some(sub) if sub > at => {
+            let word = args[at].to_str()?;
+            let takes = option_values(args[sub].to_str()?, word)?;
+            let moved = at..(at + 1 + takes).min(sub);
+            let mut fixed: Vec<OsString> = Vec::with_capacity(args.len());
+            fixed.extend(args[..moved.start].iter().cloned());
+            fixed.extend(args[moved.end..=sub].iter().cloned());
+            fixed.extend(args[moved.clone()].iter().cloned());
+            fixed.extend(args[sub + 1..].iter().cloned());
+            fixed
+        }
+        Some(_) => return None,
+        None => {
+            let mut fixed: Vec<OsString> = args.to_vec();
+            fixed.insert(at, "run".into());
+            fixed
+        }
+    };
+    without_environment().try_get_matches_from(&fixed).ok()?;
+    let words: Option<Vec<String>> = fixed
+        .iter()
+        .skip(1)
+        .map(|w| quote(&redact_word(w.to_str()?)))
+        .collect();
+    let say = match (words, typed_subcommand) {
+        (Some(words), _) => format!("dlock {}", words.join(" ")),
+        (None, None) => "dlock run NAME -- COMMAND".into(),
+        (None, Some(_)) => return None,
+    };
+    Some(match typed_subcommand {
+        None => format!(
+            "{}; to run a command under a lock, say: {say}",
+            one_line(error)
+        ),
+        Some(_) => format!(
+            "{}; options of a subcommand go after it: {say}",
+            one_line(error)
+        ),
+    })
+}
+
+/// The subcommand an unrecognised one is a slip away from: one letter added, left out, changed or
+/// two swapped (two for longer words), as `rnu` for `run`. Such a word is never taken for a lock
+/// name in a suggested line.
+fn misspelt_subcommand(e: &clap::Error) -> Option<String> {
+    let Some(ContextValue::String(word)) = e.get(ContextKind::InvalidSubcommand) else {
+        return None;
+    };
+    let most = if word.chars().count() <= 4 { 1 } else { 2 };
+    super::command()
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set())
+        .map(|sub| sub.get_name().to_owned())
+        .find(|name| slips(word, name) <= most)
+}
+
+/// The edit distance between `a` and `b` counting a swap of two neighbours as one edit (optimal
+/// string alignment).
+fn slips(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d: Vec<Vec<usize>> = (0..=a.len())
+        .map(|i| (0..=b.len()).map(|j| if i == 0 { j } else { i }).collect())
+        .collect();
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// Whether `word` names one of dlock's subcommands (or an alias of one).
+fn is_subcommand(word: &str) -> bool {
+    super::command()
+        .get_subcommands()
+        .any(|sub| sub.get_name() == word || sub.get_all_aliases().any(|a| a == word))
+}
+
+/// How many of the words after `word`, an option of `subcommand`, are its values (0 for a switch
+/// or `--opt=value`); `None` when `word` is no option of that subcommand.
+fn option_values(subcommand: &str, word: &str) -> Option<usize> {
+    let mut command = super::command();
+    command.build();
+    let sub = command
+        .get_subcommands()
+        .find(|s| s.get_name() == subcommand)?;
+    let arg = if let Some(long) = word.strip_prefix("--") {
+        let (long, inline) = match long.split_once('=') {
+            Some((long, _)) => (long, true),
+            None => (long, false),
+        };
+        let arg = sub.get_arguments().find(|a| {
+            a.get_long() == Some(long) || a.get_all_aliases().is_some_and(|al| al.contains(&long))
+        })?;
+        if inline {
+            return Some(0);
+        }
+        arg
+    } else {
+        // `-n`, or `-w3` / `-nw` style clusters: the first letter names the option.
+        let mut letters = word.strip_prefix('-')?.chars();
+        let first = letters.next()?;
+        let arg = sub.get_arguments().find(|a| {
+            a.get_short() == Some(first)
+                || a.get_all_short_aliases()
+                    .is_some_and(|al| al.contains(&first))
+        })?;
+        if letters.next().is_some() {
+            return Some(0);
+        }
+        arg
+    };
+    Some(usize::from(arg.get_action().takes_values()))
+}
+
+/// A word of a command line as dlock may print it: a URL's password (and query) hidden, also in
+/// `--url=URL`.
+fn redact_word(word: &str) -> String {
+    if !word.contains("://") {
+        return word.to_owned();
+    }
+    match word.split_once('=') {
+        Some((option, url)) if option.starts_with("--") && !option.contains("://") => {
+            format!("{option}={}", crate::url::redact(url))
+        }
+        _ => crate::url::redact(word),
+    }
 }
 
 /// `word` as a shell would need it typed: bare when plain, else in single quotes. `None` for a
@@ -127,7 +289,16 @@ pub fn quote(word: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::quote;
+    use super::{quote, slips};
+
+    #[test]
+    fn a_slip_is_one_edit_and_a_swap_counts_once() {
+        assert_eq!(slips("rnu", "run"), 1);
+        assert_eq!(slips("stauts", "status"), 1);
+        assert_eq!(slips("job", "run"), 3);
+        assert_eq!(slips("", "list"), 4);
+        assert_eq!(slips("relase", "release"), 1);
+    }
 
     #[test]
     fn words_are_quoted_as_a_shell_reads_them() {
