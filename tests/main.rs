@@ -5,6 +5,7 @@ mod support;
 mod cli;
 mod config;
 mod contract;
+mod docs_examples;
 mod etcd;
 mod etcd_secure;
 mod faults;
