@@ -4,6 +4,7 @@
 mod config;
 mod duration;
 mod resolve;
+mod trusted;
 mod urls;
 mod usage;
 mod values;
