@@ -5,7 +5,7 @@ mod config;
 mod duration;
 mod resolve;
 mod trusted;
-mod urls;
+pub(crate) mod urls;
 mod usage;
 mod values;
 
