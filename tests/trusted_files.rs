@@ -302,3 +302,22 @@ fn mysql_the_password_from_a_file_goes_to_authentication_when_the_url_has_anothe
     assert_eq!(code(&out), 0, "{err}");
     assert!(!err.contains(MY_PASSWORD), "{err}");
 }
+
+/// ZooKeeper's and etcd's parsers take everything up to the last `@` for credentials: a password
+/// from a file is not put into a URL with an `@` after its hosts, which is refused instead.
+#[test]
+fn zk_and_etcd_urls_with_an_at_after_the_hosts_take_no_password_from_a_file() {
+    let scratch = LockDir::new();
+    let password = file_with(&scratch, "password", "file-SECRET", 0o600);
+    for (backend, url) in [
+        ("zk", "zk://app@127.0.0.1:1/ch@x"),
+        ("etcd", "etcd://127.0.0.1:1/@x"),
+    ] {
+        let err = refused(
+            with_password_file(url, backend, &password, &["status", "x"]),
+            64,
+            "an `@` after the hosts would be read as the end of the credentials",
+        );
+        assert!(!err.contains("SECRET"), "{err}");
+    }
+}

@@ -62,20 +62,33 @@ pub fn read_password(path: &Path) -> Result<String, String> {
 /// `scheme://user@host`, or as `scheme://:password@host` without a user (Redis's default user).
 /// A URL with its own password keeps it; a path (the file backend) is left as it is. The URL is
 /// cut into its parts first (`crate::url::Parts`), so the password lands in the user information
-/// whatever `@`, `:`, `?` or `#` the path, query or fragment hold. `None`: left as it was.
-pub fn with_password(url: &str, password: &str) -> Option<String> {
-    let parts = crate::url::Parts::of(url)?;
+/// whatever `@`, `:`, `?` or `#` the path, query or fragment hold. `Ok(None)`: left as it was.
+///
+/// ZooKeeper's and etcd's parsers end the credentials at the last `@` of the whole URL (so that a
+/// password may hold a `/`): an `@` after the hosts would put the password somewhere else than
+/// where it was inserted, so such a URL is refused instead, with the one line to show.
+pub fn with_password(url: &str, password: &str) -> Result<Option<String>, String> {
+    let Some(parts) = crate::url::Parts::of(url) else {
+        return Ok(None);
+    };
     if parts.scheme == "file" {
-        return None;
+        return Ok(None);
+    }
+    if matches!(parts.scheme, "zk" | "etcd" | "etcds") && parts.tail.contains('@') {
+        return Err(format!(
+            "{}: an `@` after the hosts would be read as the end of the credentials: write it as \
+             %40, or put the password in the URL",
+            crate::url::redact(url)
+        ));
     }
     let encoded = crate::text::percent_encode(password, |_, c| {
         !(c.is_ascii_alphanumeric() || "-._~".contains(c))
     });
-    match parts.userinfo {
+    Ok(match parts.userinfo {
         Some(userinfo) if userinfo.contains(':') => None,
         Some(user) => Some(parts.with_userinfo(Some(&format!("{user}:{encoded}")))),
         None => Some(parts.with_userinfo(Some(&format!(":{encoded}")))),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -126,7 +139,9 @@ mod tests {
             ),
             ("redis://h#a@b", "redis://:p%40ss%3Aw@h#a@b"),
         ] {
-            let given = with_password(url, "p@ss:w").unwrap_or_else(|| url.to_owned());
+            let given = with_password(url, "p@ss:w")
+                .unwrap()
+                .unwrap_or_else(|| url.to_owned());
             assert_eq!(given, with, "{url}");
         }
     }
@@ -157,11 +172,18 @@ mod tests {
                 !(c.is_ascii_alphanumeric() || "-._~".contains(c))
             });
             match with_password(&url, &password) {
-                None => proptest::prop_assert!(
+                Err(line) => {
+                    proptest::prop_assert!(
+                        ["zk", "etcd", "etcds"].contains(&before.scheme) && before.tail.contains('@'),
+                        "{} refused: {}", url, line
+                    );
+                    proptest::prop_assert!(line.starts_with(&crate::url::redact(&url)), "{}", line);
+                }
+                Ok(None) => proptest::prop_assert!(
                     before.userinfo.is_some_and(|u| u.contains(':')),
                     "{} left without a password", url
                 ),
-                Some(given) => {
+                Ok(Some(given)) => {
                     let after = crate::url::Parts::of(&given).expect("a scheme");
                     proptest::prop_assert_eq!(after.scheme, before.scheme);
                     proptest::prop_assert_eq!(after.hosts, before.hosts);

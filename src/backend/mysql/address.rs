@@ -216,7 +216,9 @@ mod tests {
         ) {
             let port = port.map(|p| format!(":{p}")).unwrap_or_default();
             let url = format!("mysql://{user}@h{port}/{database}?ssl-mode=REQUIRED&ssl-ca={ca}");
-            let given = crate::cli::urls::with_password(&url, &password).expect("no password");
+            let given = crate::cli::urls::with_password(&url, &password)
+                .expect("taken")
+                .expect("no password");
             let parsed = MyUrl::parse(&given).expect("parses");
             proptest::prop_assert_eq!(parsed.password.as_deref(), Some(password.as_str()));
             proptest::prop_assert_eq!(parsed.user.as_deref(), Some(user.as_str()));

@@ -153,7 +153,9 @@ mod tests {
         ) {
             let port = port.map(|p| format!(":{p}")).unwrap_or_default();
             let url = format!("postgres://{user}@h{port}/{database}?application_name={app}");
-            let given = crate::cli::urls::with_password(&url, &password).expect("no password");
+            let given = crate::cli::urls::with_password(&url, &password)
+                .expect("taken")
+                .expect("no password");
             let parsed = PgUrl::parse(&given).expect("parses");
             proptest::prop_assert_eq!(parsed.config.get_password(), Some(password.as_bytes()));
             proptest::prop_assert_eq!(parsed.config.get_user(), Some(user.as_str()));
