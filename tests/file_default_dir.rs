@@ -362,8 +362,13 @@ fn roots_default_directories_are_where_nobody_else_can_make_them() {
         )
         .arg(run.path())
         .arg(dlock_bin())
-        .env("DLOCK_CONFIG", "")
         .stdin(Stdio::null());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("DLOCK_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("DLOCK_CONFIG", "");
     let out = output_within(cmd, Duration::from_secs(30));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let holds = std::fs::metadata(run.path().join("dlock-holds-0")).unwrap();
