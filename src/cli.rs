@@ -4,7 +4,8 @@
 mod config;
 mod duration;
 mod resolve;
-mod urls;
+mod trusted;
+pub(crate) mod urls;
 mod usage;
 mod values;
 
@@ -74,7 +75,8 @@ pub struct GlobalArgs {
     pub urls: Vec<String>,
 
     /// Read the servers' password from the first line of this file, for every URL that has none
-    /// (after its user name, if it has one), so that no password is on a command line.
+    /// (after its user name, if it has one), so that no password is on a command line. The file
+    /// must be yours or root's, and neither writable by others nor readable by every user.
     #[arg(long, global = true, env = "DLOCK_PASSWORD_FILE", value_name = "PATH",
           value_hint = ValueHint::FilePath)]
     pub password_file: Option<PathBuf>,

@@ -93,7 +93,7 @@ pub const RECEIVED: &[(&str, &str)] = &[
 
 /// The configuration files, for FILES.
 pub const FILES: &[(&str, &str)] = &[
-    ("$DLOCK_CONFIG, $XDG_CONFIG_HOME/dlock/config, ~/.config/dlock/config, /etc/dlock/config", "The first of these that exists is read. Each line is key = value, where the key is a DLOCK_* variable's name without DLOCK_, in lower case with - for _ (backend, url, password-file, connect-timeout, wait, ttl...); lines starting with # are comments. url may come more than once, and each url may list several servers. An option on the command line beats its variable, and a variable beats the file. A line dlock cannot read is a usage error (64) naming the file and line."),
+    ("$DLOCK_CONFIG, $XDG_CONFIG_HOME/dlock/config, ~/.config/dlock/config, /etc/dlock/config", "The first of these that exists is read. Each line is key = value, where the key is a DLOCK_* variable's name without DLOCK_, in lower case with - for _ (backend, url, password-file, connect-timeout, wait, ttl...); lines starting with # are comments. url may come more than once, and each url may list several servers. An option on the command line beats its variable, and a variable beats the file. A line dlock cannot read is a usage error (64) naming the file and line. The file must belong to the user or root and be writable by nobody else; a relative password-file in it is relative to its directory."),
 ];
 
 /// Related pages, all of which exist on a system with dlock and util-linux.

@@ -44,6 +44,74 @@ pub fn redact(url: &str) -> String {
     shown
 }
 
+/// A `scheme://authority...` URL cut where RFC 3986 cuts it: the authority ends at the first `/`,
+/// `?` or `#` after `://`, and its user information at the last `@` inside it. Every backend's
+/// parser reads a URL this way, so what goes into `userinfo` is what they take for credentials.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Parts<'a> {
+    /// `redis`, without `://`.
+    pub scheme: &'a str,
+    /// `user:password`, `user` or `:password` (as written, percent-escaped), if there is an `@`.
+    pub userinfo: Option<&'a str>,
+    /// The hosts: `host:port`, `a:1,b:2`, or empty.
+    pub hosts: &'a str,
+    /// The path, query and fragment, from the first `/`, `?` or `#` on.
+    pub tail: &'a str,
+}
+
+impl<'a> Parts<'a> {
+    /// `url` cut into its parts, or `None` without a `scheme://` at its start.
+    pub fn of(url: &'a str) -> Option<Parts<'a>> {
+        let (scheme, rest) = url.split_once("://")?;
+        let is_scheme = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+        if !is_scheme {
+            return None;
+        }
+        let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        Some(Parts {
+            scheme,
+            userinfo,
+            hosts,
+            tail,
+        })
+    }
+
+    /// The URL again, with `userinfo` in place of its own.
+    pub fn with_userinfo(&self, userinfo: Option<&str>) -> String {
+        let at = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+        format!("{}://{at}{}{}", self.scheme, self.hosts, self.tail)
+    }
+}
+
+/// Where a password that does not work came from, for the line that says so: set once, when a
+/// password file is read (see `cli::urls`), and read by every backend's message about a refused
+/// password.
+static PASSWORD_FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Records that the servers' password came from the file `path`.
+pub fn password_from_file(path: &std::path::Path) {
+    let _ = PASSWORD_FILE.set(path.to_owned());
+}
+
+/// What to check when a server refuses the credentials: the URL, or the password file the
+/// password came from.
+pub fn credentials_hint() -> String {
+    match PASSWORD_FILE.get() {
+        Some(path) => format!(
+            "check the user in the URL and the password in the password file {}",
+            path.display()
+        ),
+        None => "check the user and password in the URL".into(),
+    }
+}
+
 /// The servers of an `etcd://` or `zk://` URL, `host:port[,host:port...]`: each `host:port`,
 /// `host` (on `default_port`) or `[v6]:port`, as `host:port`. A message names the host it refuses
 /// (never the credentials, which the caller has taken off).

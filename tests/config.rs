@@ -111,6 +111,12 @@ fn guarded_redis(scratch: &LockDir) -> (RedisServer, std::path::PathBuf) {
     let server = RedisServer::start_with(&["--requirepass", "s3cr3t-pw"]);
     let password = scratch.file("password");
     std::fs::write(&password, "s3cr3t-pw\n").unwrap();
+    // Readable by nobody else, or dlock refuses it.
+    std::fs::set_permissions(
+        &password,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     (server, password)
 }
 

@@ -131,8 +131,30 @@ fn a_user_whose_role_has_only_the_dlock_prefix_can_lock_and_a_wrong_password_is_
             "{err}"
         );
     }
-    // Each one line with what to give: a user with the prefix, or a user at all.
+    // A wrong password from a password file: the line names the file.
     let port = server.port();
+    let scratch = LockDir::new();
+    let password = scratch.file("password");
+    std::fs::write(&password, "wrong-PASSWORD\n").unwrap();
+    std::fs::set_permissions(
+        &password,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let mut cmd = dlock_at(&format!("etcd://app@127.0.0.1:{port}"), &["status", "auth"]);
+    cmd.arg("--password-file").arg(&password);
+    let out = output(cmd);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 69, "{err}");
+    assert!(
+        err.contains(&format!(
+            "check the user in the URL and the password in the password file {}",
+            password.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("PASSWORD"), "{err}");
+    // Each one line with what to give: a user with the prefix, or a user at all.
     for (url, why) in [
         (
             format!("etcd://other:other-SECRET@127.0.0.1:{port}"),

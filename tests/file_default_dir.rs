@@ -1,12 +1,15 @@
-//! The file backend's default directory: one per user and host, `/run/lock/dlock-UID`, whatever
-//! the session's environment, and refused when someone else made it first.
+//! The file backend's default directory: one per user and host, `/run/lock/dlock-UID` (root's in
+//! /run, where nobody else can make it), whatever the session's environment, and refused when
+//! someone else made it first. `dlock hold`'s directory sits beside it and is checked the same way.
 //!
 //! Tests that create or spoil the default directory run dlock in a private mount namespace where
-//! /run/lock (or /tmp) is a directory of the test's own, so they never touch the host's.
+//! /run (or /tmp) is a directory of the test's own, so they never touch the host's; those about
+//! users other than root run dlock as `VICTIM`, with `nobody` as the squatter.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use crate::support::*;
 
@@ -24,6 +27,9 @@ fn assert_root() {
     );
 }
 
+/// The user whose directory is squatted: a uid with no account, so no real user is touched.
+const VICTIM: u32 = 4242;
+
 /// A directory that stands in for /run/lock (root's, sticky, writable by all, like the real one).
 fn fake_base() -> LockDir {
     let base = LockDir::new();
@@ -31,15 +37,38 @@ fn fake_base() -> LockDir {
     base
 }
 
+/// A directory that stands in for /run: root's, writable by root alone, with `lock` in it as the
+/// real /run/lock is.
+fn fake_run() -> LockDir {
+    let run = LockDir::new();
+    std::fs::set_permissions(run.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir(run.file("lock")).unwrap();
+    std::fs::set_permissions(run.file("lock"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    run
+}
+
 /// `dlock ARGS` in a private mount namespace where `base` is mounted at `at` (after `setup`, a
-/// shell line run in the namespace first), with the environment of `dlock()`. The binary is opened
-/// before anything is mounted and run through its descriptor, since the mounts may hide its path
-/// (a checkout under /tmp).
-fn dlock_in_namespace(setup: &str, base: &Path, at: &str, args: &[&str]) -> Command {
+/// shell line run in the namespace first), with the environment of `dlock()`, as user `uid` (root
+/// when `None`). As root, the binary is opened before anything is mounted and run through its
+/// descriptor, since the mounts may hide its path (a checkout under /tmp).
+fn dlock_in_namespace_as(
+    uid: Option<u32>,
+    setup: &str,
+    base: &Path,
+    at: &str,
+    args: &[&str],
+) -> Command {
+    let run = match uid {
+        None => "exec /proc/self/fd/9 \"$@\"".to_owned(),
+        Some(uid) => format!(
+            "exec setpriv --reuid={uid} --regid={uid} --clear-groups -- {} \"$@\"",
+            dlock_bin()
+        ),
+    };
     let mut cmd = Command::new("unshare");
     cmd.args(["--mount", "--propagation", "private", "sh", "-ec"])
         .arg(format!(
-            "exec 9<\"$1\"\n{setup}\nmount --bind \"$0\" {at}\nshift\nexec /proc/self/fd/9 \"$@\""
+            "exec 9<\"$1\"\n{setup}\nmount --bind \"$0\" {at}\nshift\n{run}"
         ))
         .arg(base)
         .arg(dlock_bin())
@@ -53,13 +82,35 @@ fn dlock_in_namespace(setup: &str, base: &Path, at: &str, args: &[&str]) -> Comm
     cmd
 }
 
-/// `dlock ARGS` seeing `base` as /run/lock.
-fn dlock_with_run_lock(base: &Path, args: &[&str]) -> Command {
-    dlock_in_namespace("", base, "/run/lock", args)
+fn dlock_in_namespace(setup: &str, base: &Path, at: &str, args: &[&str]) -> Command {
+    dlock_in_namespace_as(None, setup, base, at, args)
+}
+
+/// `dlock ARGS` as `uid` (root when `None`) seeing `run` as /run.
+fn dlock_with_run(run: &Path, uid: Option<u32>, args: &[&str]) -> Command {
+    dlock_in_namespace_as(uid, "", run, "/run", args)
 }
 
 fn default_in(base: &Path) -> PathBuf {
     base.join(format!("dlock-{}", uid()))
+}
+
+/// Makes `path` (in a fake /run) as `nobody`, as a squatter would.
+fn squat(path: &Path) {
+    let status = Command::new("setpriv")
+        .args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "--",
+            "mkdir",
+            "-m",
+            "700",
+        ])
+        .arg(path)
+        .status()
+        .expect("setpriv");
+    assert!(status.success(), "nobody makes {}", path.display());
 }
 
 fn location(mut cmd: Command) -> String {
@@ -93,7 +144,11 @@ fn the_default_directory_is_the_same_for_every_session() {
             .env("TMPDIR", elsewhere.path());
         c
     });
-    let base = if Path::new("/run/lock").is_dir() {
+    let run_is_roots = std::fs::symlink_metadata("/run")
+        .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.mode() & 0o022 == 0);
+    let base = if uid() == 0 && run_is_roots {
+        "/run"
+    } else if Path::new("/run/lock").is_dir() {
         "/run/lock"
     } else if Path::new("/var/lock").is_dir() {
         "/var/lock"
@@ -108,35 +163,44 @@ fn the_default_directory_is_the_same_for_every_session() {
     );
     assert_eq!(with_tmpdir, expected, "TMPDIR must not move the default");
 
-    // And `run` really locks there, with or without those variables, and -v says where.
+    // And `run` really locks there, with or without those variables, and -v says where: root in
+    // /run, where nobody else can make the directory first, another user in /run/lock.
     assert_root();
-    let base = fake_base();
-    for env in [
-        vec![],
-        vec![
-            ("XDG_RUNTIME_DIR", elsewhere.path()),
-            ("TMPDIR", elsewhere.path()),
-        ],
+    let run = fake_run();
+    for (user, dir) in [
+        (None, "dlock-0".to_owned()),
+        (Some(VICTIM), format!("lock/dlock-{VICTIM}")),
     ] {
-        let mut cmd =
-            dlock_with_run_lock(base.path(), &["-v", "run", "same-default", "--", "true"]);
-        cmd.env_remove("XDG_RUNTIME_DIR").env_remove("TMPDIR");
-        for (key, value) in env {
-            cmd.env(key, value);
+        for env in [
+            vec![],
+            vec![
+                ("XDG_RUNTIME_DIR", elsewhere.path()),
+                ("TMPDIR", elsewhere.path()),
+            ],
+        ] {
+            let mut cmd = dlock_with_run(
+                run.path(),
+                user,
+                &["-v", "run", "same-default", "--", "true"],
+            );
+            cmd.env_remove("XDG_RUNTIME_DIR").env_remove("TMPDIR");
+            for (key, value) in env {
+                cmd.env(key, value);
+            }
+            let out = output(cmd);
+            assert_eq!(code(&out), 0, "{}", stderr(&out));
+            assert!(
+                stderr(&out).contains(&format!("using file:/run/{dir}\n")),
+                "-v names the directory: {}",
+                stderr(&out)
+            );
         }
-        let out = output(cmd);
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        let dir = format!("/run/lock/dlock-{}", uid());
-        assert!(
-            stderr(&out).contains(&format!("using file:{dir}\n")),
-            "-v names the directory: {}",
-            stderr(&out)
-        );
+        let dir = run.path().join(dir);
+        assert!(dir.join("same-default.lock").is_file());
+        let meta = std::fs::metadata(&dir).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o700, "created private");
+        assert_eq!(meta.uid(), user.unwrap_or(0));
     }
-    let dir = default_in(base.path());
-    assert!(dir.join("same-default.lock").is_file());
-    let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
-    assert_eq!(mode & 0o7777, 0o700, "created private");
     assert_eq!(
         std::fs::read_dir(elsewhere.path()).unwrap().count(),
         0,
@@ -167,48 +231,54 @@ fn without_run_lock_the_default_falls_back_to_tmp() {
 #[test]
 fn a_squatted_or_unsafe_default_directory_is_refused_with_69() {
     assert_root();
+    let victim = |dir: &Path| {
+        std::os::unix::fs::chown(dir, Some(VICTIM), Some(VICTIM)).unwrap();
+    };
     // What the squatter left, how to make it, and the reason dlock gives.
-    type Case<'a> = (&'a str, &'a dyn Fn(&Path), &'a str);
+    type Case<'a> = (&'a str, &'a dyn Fn(&Path), String);
     let cases: [Case; 5] = [
         (
             "another user's",
-            &|dir| {
-                std::fs::create_dir(dir).unwrap();
-                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-                std::os::unix::fs::chown(dir, Some(4242), Some(4242)).unwrap();
-            },
-            "it belongs to uid 4242",
+            &|dir| squat(dir),
+            format!(
+                "it belongs to nobody (uid 65534), not to you: another user made it first; an \
+                 administrator can remove it, and create it at boot before anyone else can with \
+                 the tmpfiles.d line `d /run/lock/dlock-{VICTIM} 0700 {VICTIM} - -`; meanwhile \
+                 --url can name a directory of your own"
+            ),
         ),
         (
             "a symbolic link",
             &|dir| std::os::unix::fs::symlink("/tmp", dir).unwrap(),
-            "it is a symbolic link",
+            "it is a symbolic link".into(),
         ),
         (
             "a file",
             &|dir| std::fs::write(dir, "").unwrap(),
-            "it is not a directory",
+            "it is not a directory".into(),
         ),
         (
             "ours but group-writable",
             &|dir| {
                 std::fs::create_dir(dir).unwrap();
                 std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o770)).unwrap();
+                victim(dir);
             },
-            "other users may write to it (mode 770)",
+            "other users may write to it (mode 770)".into(),
         ),
         (
             "ours but writable by all",
             &|dir| {
                 std::fs::create_dir(dir).unwrap();
                 std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+                victim(dir);
             },
-            "other users may write to it (mode 1777)",
+            "other users may write to it (mode 1777)".into(),
         ),
     ];
     for (what, make, why) in cases {
-        let base = fake_base();
-        let dir = default_in(base.path());
+        let run = fake_run();
+        let dir = run.path().join(format!("lock/dlock-{VICTIM}"));
         make(&dir);
         let before = std::fs::symlink_metadata(&dir).unwrap();
         for args in [
@@ -217,17 +287,13 @@ fn a_squatted_or_unsafe_default_directory_is_refused_with_69() {
             &["list"],
             &["release", "--force", "squatted"],
         ] {
-            let out = output(dlock_with_run_lock(base.path(), args));
+            let out = output(dlock_with_run(run.path(), Some(VICTIM), args));
             assert_eq!(code(&out), 69, "{what}, {args:?}: {}", stderr(&out));
-            let expected = format!(
-                "dlock: refusing lock directory /run/lock/dlock-{}: {why}",
-                uid()
-            );
-            assert!(
-                stderr(&out).starts_with(&expected),
-                "{what}, {args:?}: {}",
-                stderr(&out)
-            );
+            let expected =
+                format!("dlock: refusing lock directory /run/lock/dlock-{VICTIM}: {why}");
+            let err = stderr(&out);
+            assert!(err.starts_with(&expected), "{what}, {args:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{what}, {args:?}: {err}");
         }
         let after = std::fs::symlink_metadata(&dir).unwrap();
         assert_eq!(
@@ -246,16 +312,90 @@ fn a_squatted_or_unsafe_default_directory_is_refused_with_69() {
 }
 
 #[test]
+fn a_squatted_directory_of_holds_is_refused_with_69_naming_its_owner_and_the_fix() {
+    assert_root();
+    let run = fake_run();
+    let dir = run.path().join(format!("lock/dlock-holds-{VICTIM}"));
+    squat(&dir);
+    for args in [&["hold", "x"][..], &["release", "x"]] {
+        let out = output(dlock_with_run(run.path(), Some(VICTIM), args));
+        assert_eq!(code(&out), 69, "{args:?}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out),
+            format!(
+                "dlock: refusing the directory of holds /run/lock/dlock-holds-{VICTIM}: it \
+                 belongs to nobody (uid 65534), not to you: another user made it first; an \
+                 administrator can remove it, and create it at boot before anyone else can with \
+                 the tmpfiles.d line `d /run/lock/dlock-holds-{VICTIM} 0700 {VICTIM} - -`\n"
+            ),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn roots_default_directories_are_where_nobody_else_can_make_them() {
+    assert_root();
+    let run = fake_run();
+    // What would have stopped root's cron jobs: the old places, made by another user first.
+    squat(&run.path().join("lock/dlock-0"));
+    squat(&run.path().join("lock/dlock-holds-0"));
+    let out = output(dlock_with_run(
+        run.path(),
+        None,
+        &["-v", "run", "rooted", "--", "true"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("using file:/run/dlock-0\n"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(run.path().join("dlock-0/rooted.lock").is_file());
+
+    // `hold` and `release`, in one shell, as a root script would use them.
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-ec"])
+        .arg(
+            "mount --bind \"$0\" /run\neval \"$(\"$1\" hold rooted)\"\n\
+             [ -d /run/dlock-holds-0 ]\n\"$1\" release rooted",
+        )
+        .arg(run.path())
+        .arg(dlock_bin())
+        .stdin(Stdio::null());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("DLOCK_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("DLOCK_CONFIG", "");
+    let out = output_within(cmd, Duration::from_secs(30));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let holds = std::fs::metadata(run.path().join("dlock-holds-0")).unwrap();
+    assert_eq!(
+        (holds.uid(), holds.permissions().mode() & 0o7777),
+        (0, 0o700)
+    );
+}
+
+#[test]
 fn only_run_creates_the_default_directory() {
     assert_root();
-    let base = fake_base();
-    for (args, expected) in [
-        (&["status", "not-made"][..], 1),
-        (&["list"], 0),
-        (&["release", "--force", "not-made"], 1),
-    ] {
-        let out = output(dlock_with_run_lock(base.path(), args));
-        assert_eq!(code(&out), expected, "{args:?}: {}", stderr(&out));
+    for user in [None, Some(VICTIM)] {
+        let run = fake_run();
+        for (args, expected) in [
+            (&["status", "not-made"][..], 1),
+            (&["list"], 0),
+            (&["release", "--force", "not-made"], 1),
+        ] {
+            let out = output(dlock_with_run(run.path(), user, args));
+            assert_eq!(code(&out), expected, "{user:?} {args:?}: {}", stderr(&out));
+        }
+        let left: Vec<_> = std::fs::read_dir(run.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["lock"], "{user:?}");
+        assert_eq!(std::fs::read_dir(run.file("lock")).unwrap().count(), 0);
     }
-    assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
 }

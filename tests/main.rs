@@ -29,4 +29,5 @@ mod postgres_tls;
 mod redis;
 mod run;
 mod sentinel;
+mod trusted_files;
 mod zk;

@@ -6,6 +6,10 @@
 //! no file when set empty), `$XDG_CONFIG_HOME/dlock/config` (or `~/.config/dlock/config`), then
 //! `/etc/dlock/config`. An option on the command line beats its variable, and a variable beats the
 //! file: the file's values are clap's defaults, used where neither was given.
+//!
+//! The file decides which server gets the password, so it is refused unless this user or root
+//! owns it and nobody else may write it (see `trusted`). A relative `password-file` in it is
+//! relative to the file's own directory.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -14,8 +18,6 @@ use clap::Arg;
 
 /// The system-wide file, for a fleet's hosts.
 const SYSTEM: &str = "/etc/dlock/config";
-/// A file larger than this is not a configuration file.
-const MAX_SIZE: u64 = 64 * 1024;
 
 /// One `key = value` line.
 #[derive(Debug)]
@@ -38,8 +40,9 @@ impl Config {
         let Some(path) = locate()? else {
             return Ok(Config::default());
         };
-        let text = read(&path)?;
-        let entries = parse(&path, &text)?;
+        let text = super::trusted::read(&path, super::trusted::Kind::Config)?;
+        let mut entries = parse(&path, &text)?;
+        anchor_password_file(&path, &mut entries)?;
         Ok(Config { path, entries })
     }
 
@@ -127,26 +130,6 @@ fn locate() -> Result<Option<PathBuf>, String> {
     Ok(None)
 }
 
-fn read(path: &Path) -> Result<String, String> {
-    let cannot = |e: std::io::Error| {
-        format!(
-            "cannot read the configuration file {}: {}",
-            path.display(),
-            crate::report::plain(&e)
-        )
-    };
-    let meta = std::fs::metadata(path).map_err(cannot)?;
-    if !meta.is_file() || meta.len() > MAX_SIZE {
-        return Err(format!(
-            "the configuration file {} is not a file of at most 64 KiB",
-            path.display()
-        ));
-    }
-    let bytes = std::fs::read(path).map_err(cannot)?;
-    String::from_utf8(bytes)
-        .map_err(|_| format!("the configuration file {} is not UTF-8", path.display()))
-}
-
 /// `key = value` lines; blank lines and lines starting with `#` are skipped. Only `url` may come
 /// more than once (its values add up, as repeated `--url` do).
 fn parse(path: &Path, text: &str) -> Result<Vec<Entry>, String> {
@@ -191,6 +174,31 @@ fn parse(path: &Path, text: &str) -> Result<Vec<Entry>, String> {
         }
     }
     Ok(entries)
+}
+
+/// A relative `password-file` is the file's neighbour, not a file in whatever directory dlock runs
+/// in: made absolute against the configuration file's own directory.
+fn anchor_password_file(path: &Path, entries: &mut [Entry]) -> Result<(), String> {
+    let Some(entry) = entries.iter_mut().find(|e| e.key == "password-file") else {
+        return Ok(());
+    };
+    if Path::new(&entry.value).is_absolute() || entry.value.is_empty() {
+        return Ok(());
+    }
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let joined = dir.join(&entry.value);
+    entry.value = joined
+        .to_str()
+        .ok_or_else(|| {
+            format!(
+                "{} line {}: the configuration file's directory is not UTF-8: give an absolute \
+                 password-file",
+                path.display(),
+                entry.line
+            )
+        })?
+        .to_owned();
+    Ok(())
 }
 
 /// `DLOCK_CONNECT_TIMEOUT` -> `connect-timeout`.

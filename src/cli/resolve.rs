@@ -86,8 +86,16 @@ fn password(global: &mut GlobalArgs) -> Result<(), String> {
         return Ok(());
     }
     let password = urls::read_password(path)?;
+    let mut used = false;
     for url in &mut global.urls {
-        *url = urls::with_password(url, &password);
+        if let Some(with) = urls::with_password(url, &password)? {
+            *url = with;
+            used = true;
+        }
+    }
+    // A refused password then names the file it came from (see `crate::url::credentials_hint`).
+    if used {
+        crate::url::password_from_file(path);
     }
     Ok(())
 }

@@ -15,11 +15,6 @@ use crate::exit::{FailWith, Failure};
 use crate::lock::LockName;
 use crate::report::plain;
 
-/// Where the directory goes, first existing one wins: the same for every session of the host (as
-/// the file backend's default directory), so `hold` and `release` always agree, whatever the
-/// environment says.
-const BASES: [&str; 3] = ["/run/lock", "/var/lock", "/tmp"];
-
 /// A process named so that a reused pid is not taken for it: its pid and start time (clock ticks
 /// after boot, field 22 of /proc/PID/stat).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,16 +70,14 @@ pub fn ancestry(pid: u32) -> Vec<Process> {
     chain
 }
 
-/// The directory for this user's holds: `/run/lock/dlock-holds-UID`. With `create`, made mode
-/// 0700 if missing. It sits where every user can write, so one found there must be a real
-/// directory, ours, that nobody else may enter.
+/// The directory for this user's holds: `/run/lock/dlock-holds-UID` (`/run/dlock-holds-0` for
+/// root), beside the file backend's default directory and chosen the same way
+/// (`file::default_base`), so `hold` and `release` always agree, whatever the environment says.
+/// With `create`, made mode 0700 if missing. It may sit where every user can write, so one found
+/// there must be a real directory, ours, that nobody else may enter.
 pub fn dir(create: bool) -> anyhow::Result<PathBuf> {
     let uid = rustix::process::getuid().as_raw();
-    let base = BASES
-        .iter()
-        .find(|base| fs::metadata(base).is_ok_and(|m| m.is_dir()))
-        .unwrap_or(&BASES[2]);
-    let dir = Path::new(base).join(format!("dlock-holds-{uid}"));
+    let dir = crate::backend::file::default_base().join(format!("dlock-holds-{uid}"));
     if create {
         match fs::DirBuilder::new().mode(0o700).create(&dir) {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
@@ -114,7 +107,7 @@ pub fn dir(create: bool) -> anyhow::Result<PathBuf> {
     let wrong = if !meta.file_type().is_dir() {
         Some("it is not a directory".to_owned())
     } else if meta.uid() != uid {
-        Some(format!("it belongs to uid {}, not to you", meta.uid()))
+        Some(crate::backend::file::not_ours(&dir, meta.uid(), ""))
     } else if mode & 0o077 != 0 {
         Some(format!(
             "other users may use it (mode {mode:o}); it should be 700"

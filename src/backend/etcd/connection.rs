@@ -257,6 +257,13 @@ pub(super) fn why(e: &Error) -> String {
                 _ if message.contains("user name is empty") => {
                     "not authorised: etcd asks for a user (give etcd://user:password@...)".into()
                 }
+                // A wrong password: say where it came from.
+                _ if message.contains("invalid user ID or password") => {
+                    format!(
+                        "not authorised: {message}: {}",
+                        crate::url::credentials_hint()
+                    )
+                }
                 tonic_code::UNAUTHENTICATED | tonic_code::PERMISSION_DENIED => format!(
                     "not authorised: {message} (dlock needs a user with read and write on the \
                      prefix /dlock/: etcd://user:password@...)"

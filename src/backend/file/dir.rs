@@ -15,13 +15,18 @@ use super::plain_io;
 use crate::exit::{FailWith, Failure};
 use crate::url::redact;
 
-/// Where the default directory goes, first existing one wins. /run/lock and /var/lock are the same
-/// for every session of a host: cron, systemd units (PrivateTmp= hides /tmp, not these), login
-/// shells, `sudo -E`. Nothing read from the environment takes part, so no session can pick
-/// another directory and slip past the locks of the others.
+/// Where the default directories go (this one and `dlock hold`'s registry), first existing one
+/// wins. /run/lock and /var/lock are the same for every session of a host: cron, systemd units
+/// (PrivateTmp= hides /tmp, not these), login shells, `sudo -E`. Nothing read from the environment
+/// takes part, so no session can pick another directory and slip past the locks of the others.
+/// Every user may create there, so another user may make a user's directory first: it is then
+/// refused, never replaced by another (which a squatter could take away again, splitting the
+/// user's locks between two directories).
 const DEFAULT_BASES: [&str; 2] = ["/run/lock", "/var/lock"];
 /// The last resort when neither base exists (a container without /run/lock, say).
 const FALLBACK_BASE: &str = "/tmp";
+/// Root's base, where nobody else can create a directory before root does.
+const ROOT_BASE: &str = "/run";
 
 /// The directory for `--url` (one at most), or the default. With `create` (`run`), a missing one
 /// is made mode 0700; without, a missing one is returned as it is and reads as empty.
@@ -37,13 +42,62 @@ pub(super) fn lock_dir(urls: &[String], create: bool) -> anyhow::Result<PathBuf>
     }
 }
 
-/// The per-user default, `/run/lock/dlock-UID` (see `DEFAULT_BASES`). Two users never share it.
-pub(super) fn default_path() -> PathBuf {
+/// The directory this user's default directories go in: /run for root, when it is a directory
+/// only root may write (as on every systemd host); otherwise the first of `DEFAULT_BASES` that
+/// exists, or `FALLBACK_BASE`. The same answer in every session of the user.
+pub fn default_base() -> &'static Path {
+    if current_uid() == 0
+        && fs::symlink_metadata(ROOT_BASE)
+            .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.mode() & 0o022 == 0)
+    {
+        return Path::new(ROOT_BASE);
+    }
     let base = DEFAULT_BASES
         .iter()
         .find(|base| fs::metadata(base).is_ok_and(|m| m.is_dir()))
         .unwrap_or(&FALLBACK_BASE);
-    Path::new(base).join(format!("dlock-{}", current_uid()))
+    Path::new(base)
+}
+
+/// Why the default directory `dir`, found belonging to `owner`, is refused, and what fixes it, in
+/// a few words for the end of a line: `otherwise` says what the user can do meanwhile.
+pub fn not_ours(dir: &Path, owner: u32, otherwise: &str) -> String {
+    let me = current_uid();
+    let who = match user_name(owner) {
+        Some(name) => format!("{name} (uid {owner})"),
+        None => format!("uid {owner}"),
+    };
+    let me = user_name(me).unwrap_or_else(|| me.to_string());
+    format!(
+        "it belongs to {who}, not to you: another user made it first; an administrator can \
+         remove it, and create it at boot before anyone else can with the tmpfiles.d line \
+         `d {} 0700 {me} - -`{otherwise}",
+        dir.display()
+    )
+}
+
+/// The name of user `uid` in /etc/passwd, if it is there (a name for a message, nothing more).
+fn user_name(uid: u32) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    fs::File::open("/etc/passwd")
+        .ok()?
+        .take(1 << 20)
+        .read_to_string(&mut text)
+        .ok()?;
+    text.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let id: u32 = fields.nth(1)?.parse().ok()?;
+        (id == uid && !name.is_empty() && name.chars().all(|c| c.is_ascii_graphic()))
+            .then(|| name.to_owned())
+    })
+}
+
+/// The per-user default, `/run/lock/dlock-UID` (`/run/dlock-0` for root; see `default_base`). Two
+/// users never share it.
+pub(super) fn default_path() -> PathBuf {
+    default_base().join(format!("dlock-{}", current_uid()))
 }
 
 /// The default directory sits in a directory every user can write, so a squatter may have made it
@@ -87,7 +141,11 @@ fn default_dir(create: bool) -> anyhow::Result<PathBuf> {
         return refuse("it is not a directory".into());
     }
     if meta.uid() != current_uid() {
-        return refuse(format!("it belongs to uid {}, not to you", meta.uid()));
+        return refuse(not_ours(
+            &dir,
+            meta.uid(),
+            "; meanwhile --url can name a directory of your own",
+        ));
     }
     let mode = meta.permissions().mode() & 0o7777;
     if mode & 0o022 != 0 {

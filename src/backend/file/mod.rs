@@ -57,6 +57,7 @@ mod lock_file;
 mod naming;
 mod record;
 
+pub use dir::{default_base, not_ours};
 use entry::open_existing;
 use lease::{Step, Wait};
 use lock_file::LockFile;

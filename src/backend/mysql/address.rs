@@ -202,4 +202,28 @@ mod tests {
             assert!(!format!("{e:#}").contains("SECRET"), "{e:#}");
         }
     }
+
+    proptest::proptest! {
+        /// A password from a password file reaches MySQL as the password, whatever `@`, `:` or
+        /// `/` the database's name and the CA file's path hold, and they stay as they were.
+        #[test]
+        fn a_password_file_gives_the_password_mysql_reads(
+            user in "[a-z]{1,6}",
+            port in proptest::option::of(1u16..),
+            database in "[a-z0-9@:._-]{1,10}",
+            ca in "/[a-z0-9@:/._-]{0,10}",
+            password in "[ -~]{1,12}",
+        ) {
+            let port = port.map(|p| format!(":{p}")).unwrap_or_default();
+            let url = format!("mysql://{user}@h{port}/{database}?ssl-mode=REQUIRED&ssl-ca={ca}");
+            let given = crate::cli::urls::with_password(&url, &password)
+                .expect("taken")
+                .expect("no password");
+            let parsed = MyUrl::parse(&given).expect("parses");
+            proptest::prop_assert_eq!(parsed.password.as_deref(), Some(password.as_str()));
+            proptest::prop_assert_eq!(parsed.user.as_deref(), Some(user.as_str()));
+            proptest::prop_assert_eq!(parsed.database, database);
+            proptest::prop_assert_eq!(parsed.ssl_ca, Some(ca));
+        }
+    }
 }

@@ -77,6 +77,11 @@ impl Fault {
 fn fault(e: mysql::Error) -> Fault {
     use mysql::{DriverError, Error};
     match e {
+        // 1045: access denied (a wrong user or password).
+        Error::MySqlError(e) if e.code == 1045 => Fault::Refused {
+            code: e.code,
+            message: format!("{}: {}", e.message, crate::url::credentials_hint()),
+        },
         Error::MySqlError(e) => Fault::Refused {
             code: e.code,
             message: e.message,

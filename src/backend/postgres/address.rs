@@ -139,4 +139,28 @@ mod tests {
             );
         }
     }
+
+    proptest::proptest! {
+        /// A password from a password file reaches PostgreSQL as the password, whatever `@`, `:`
+        /// or `/` the database's name and `application_name` hold, and they stay as they were.
+        #[test]
+        fn a_password_file_gives_the_password_postgres_reads(
+            user in "[a-z]{1,6}",
+            port in proptest::option::of(1u16..),
+            database in "[a-z0-9@:._-]{1,10}",
+            app in "[a-z0-9@:/._-]{1,10}",
+            password in "[ -~]{1,12}",
+        ) {
+            let port = port.map(|p| format!(":{p}")).unwrap_or_default();
+            let url = format!("postgres://{user}@h{port}/{database}?application_name={app}");
+            let given = crate::cli::urls::with_password(&url, &password)
+                .expect("taken")
+                .expect("no password");
+            let parsed = PgUrl::parse(&given).expect("parses");
+            proptest::prop_assert_eq!(parsed.config.get_password(), Some(password.as_bytes()));
+            proptest::prop_assert_eq!(parsed.config.get_user(), Some(user.as_str()));
+            proptest::prop_assert_eq!(parsed.config.get_dbname(), Some(database.as_str()));
+            proptest::prop_assert_eq!(parsed.config.get_application_name(), Some(app.as_str()));
+        }
+    }
 }

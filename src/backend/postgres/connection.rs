@@ -96,10 +96,17 @@ fn fault(e: tokio_postgres::Error) -> Fault {
     match e.as_db_error() {
         // Refusals that last (wrong password, no such database, no rights, a SQL error): the
         // connection works, and trying again would not help.
-        Some(db) => Fault::Refused {
-            code: db.code().code().to_owned(),
-            message: db.message().to_owned(),
-        },
+        Some(db) => {
+            let code = db.code().code().to_owned();
+            // 28P01 invalid_password, 28000 invalid_authorization_specification.
+            let message = match code.as_str() {
+                "28P01" | "28000" => {
+                    format!("{}: {}", db.message(), crate::url::credentials_hint())
+                }
+                _ => db.message().to_owned(),
+            };
+            Fault::Refused { code, message }
+        }
         None => Fault::Unreachable(describe(&e)),
     }
 }

@@ -135,8 +135,9 @@ impl Fault {
         match self.kind {
             FaultKind::Down => anyhow!("cannot reach redis at {}: {}", self.addr, self.detail),
             FaultKind::Auth => anyhow!(
-                "authentication failed at redis {}: check the user and password in the URL",
-                self.addr
+                "authentication failed at redis {}: {}",
+                self.addr,
+                crate::url::credentials_hint()
             ),
             FaultKind::Protocol => anyhow!("the server at {} {}", self.addr, self.detail),
             FaultKind::NoPermission => anyhow!(
