@@ -37,11 +37,22 @@ fn main() -> ExitCode {
         Err(status) => return ExitCode::from(status.code()),
     };
     let report = report::Reporter::new(cli.global.verbosity());
+    let password_withheld = cli.global.parent_password_withheld;
     match commands::run(cli, &report) {
         Ok(status) => ExitCode::from(status.code()),
         Err(err) => {
-            report.error(&exit::message_of(&err));
-            ExitCode::from(exit::status_of(&err).code())
+            let status = exit::status_of(&err);
+            let mut message = exit::message_of(&err);
+            // The servers a parent dlock passed on, without the password typed into its --url: a
+            // refusal would otherwise read as a wrong password.
+            if password_withheld && status == exit::Status::Unavailable {
+                message.push_str(
+                    " (the parent dlock's password was given in --url and is not passed on: \
+                     use --password-file)",
+                );
+            }
+            report.error(&message);
+            ExitCode::from(status.code())
         }
     }
 }

@@ -44,6 +44,76 @@ pub fn redact(url: &str) -> String {
     shown
 }
 
+/// `url` as a nested dlock may be given it: the password after the user name and every query value
+/// that may be a secret (`sentinel_password`, `password`, `sslpassword`, a token) taken out, the
+/// user name, host, database, prefix and the rest kept, as psql and redis-cli show a URL. Returns
+/// whether anything was taken out. When a `?` or `#` comes before the last `@`, the credentials
+/// cannot be told from the query (see `redact`), and the URL is passed on redacted, unusable, so
+/// that the nested dlock fails naming it rather than connecting anywhere else.
+pub fn without_secrets(url: &str) -> (String, bool) {
+    let scheme_ok = |s: &str| {
+        s.starts_with(|c: char| c.is_ascii_alphabetic())
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    };
+    let Some((scheme, rest)) = url.split_once("://").filter(|(s, _)| scheme_ok(s)) else {
+        let shown = redact(url);
+        let taken = shown != url;
+        return (shown, taken);
+    };
+    let at = rest.rfind('@');
+    let query = rest.find(['?', '#']);
+    if let (Some(at), Some(query)) = (at, query) {
+        if query < at {
+            return (redact(url), true);
+        }
+    }
+    let mut taken = false;
+    let mut kept = format!("{scheme}://");
+    let after_user = match at {
+        Some(at) => {
+            let user = rest[..at]
+                .split_once(':')
+                .map_or(&rest[..at], |(user, _)| user);
+            taken |= rest[..at].contains(':');
+            if !user.is_empty() {
+                kept.push_str(user);
+                kept.push('@');
+            }
+            at + 1
+        }
+        None => 0,
+    };
+    let end = query.unwrap_or(rest.len());
+    kept.push_str(&rest[after_user..end]);
+    let tail = &rest[end..];
+    let (query, fragment) = match tail.find('#') {
+        Some(hash) => tail.split_at(hash),
+        None => (tail, ""),
+    };
+    if let Some(pairs) = query.strip_prefix('?') {
+        let public: Vec<&str> = pairs
+            .split('&')
+            .filter(|pair| {
+                let key = pair.split_once('=').map_or(*pair, |(key, _)| key);
+                let key = percent_decode(key).unwrap_or_default().to_ascii_lowercase();
+                let secret = key.is_empty()
+                    || ["pass", "secret", "token", "credential"]
+                        .iter()
+                        .any(|word| key.contains(word));
+                taken |= secret && !pair.is_empty();
+                !secret
+            })
+            .collect();
+        if !public.is_empty() {
+            kept.push('?');
+            kept.push_str(&public.join("&"));
+        }
+    }
+    kept.push_str(fragment);
+    (kept, taken)
+}
+
 /// The servers of an `etcd://` or `zk://` URL, `host:port[,host:port...]`: each `host:port`,
 /// `host` (on `default_port`) or `[v6]:port`, as `host:port`. A message names the host it refuses
 /// (never the credentials, which the caller has taken off).
@@ -135,7 +205,7 @@ pub fn with_password() -> impl proptest::strategy::Strategy<Value = String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{host_list, redact, user_password, with_password};
+    use super::{host_list, redact, user_password, with_password, without_secrets};
     use crate::backend::{self, BackendConfig, BackendKind};
     use std::time::Duration;
 
@@ -185,6 +255,38 @@ mod tests {
             }
         }
         messages
+    }
+
+    #[test]
+    fn passwords_and_secret_queries_are_taken_out_users_kept() {
+        for (url, kept, taken) in [
+            ("redis://db:6379/2", "redis://db:6379/2", false),
+            ("redis://:pw@db:6379/2", "redis://db:6379/2", true),
+            ("redis://app:p@ss@db/2", "redis://app@db/2", true),
+            (
+                "postgres://app@db/app?prefix=t_",
+                "postgres://app@db/app?prefix=t_",
+                false,
+            ),
+            (
+                "postgres://app:pw@db/app?sslmode=require&password=x&prefix=t_",
+                "postgres://app@db/app?sslmode=require&prefix=t_",
+                true,
+            ),
+            (
+                "redis+sentinel://u:pw@h:1,h:2/main/3?sentinel_password=S&x=1",
+                "redis+sentinel://u@h:1,h:2/main/3?x=1",
+                true,
+            ),
+            ("unix:///x?pass=a@b", "unix://***", true),
+            ("redis://u:pa?ss@h", "redis://***", true),
+            ("rediss://h:1#insecure", "rediss://h:1#insecure", false),
+            ("u:SECRET@h:1", "***@h:1", true),
+            ("etcd://a:1,b:2", "etcd://a:1,b:2", false),
+            ("zk://app:pw@a:1/chroot", "zk://app@a:1/chroot", true),
+        ] {
+            assert_eq!(without_secrets(url), (kept.to_owned(), taken), "{url}");
+        }
     }
 
     #[test]
@@ -242,6 +344,24 @@ mod tests {
 
         /// For URLs of every backend's shape, with a password in each place a password can
         /// take, no message and no location contains it. (Redis's parser: in its own tests.)
+        /// A password after a user name, or in a query value whose key says so, never reaches
+        /// a nested dlock, whatever characters it has.
+        #[test]
+        fn no_url_passed_on_has_a_password(
+            user in "[a-z]{0,6}",
+            password in "[A-Za-z0-9%:@/.+=-]{0,6}SECRET[A-Za-z0-9%:@/.+=-]{0,6}",
+            key in "password|pass|sentinel_password|sslpassword|auth_token",
+            place in 0..3usize,
+        ) {
+            let url = match place {
+                0 => format!("redis://{user}:{password}@h:1/2"),
+                1 => format!("postgres://{user}@h/db?prefix=t_&{key}={password}"),
+                _ => format!("redis+sentinel://{user}:{password}@h:1/m?{key}={password}"),
+            };
+            let (kept, taken) = without_secrets(&url);
+            proptest::prop_assert!(taken && !kept.contains("SECRET"), "{} gave {}", url, kept);
+        }
+
         #[test]
         fn no_message_shows_a_password(url in with_password()) {
             for message in messages_about(&url) {
