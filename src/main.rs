@@ -44,8 +44,11 @@ fn main() -> ExitCode {
             let status = exit::status_of(&err);
             let mut message = exit::message_of(&err);
             // The servers a parent dlock passed on, without the password typed into its --url: a
-            // refusal would otherwise read as a wrong password.
-            if password_withheld && status == exit::Status::Unavailable {
+            // refusal (or, where a user needs a password, the URL refused) would otherwise read as
+            // a wrong password or a malformed URL.
+            let refused = status == exit::Status::Unavailable
+                || (status == exit::Status::Usage && message.contains("URL"));
+            if password_withheld && refused {
                 message.push_str(
                     " (the parent dlock's password was given in --url and is not passed on: \
                      use --password-file)",

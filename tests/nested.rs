@@ -10,6 +10,7 @@ use std::process::Command;
 use crate::support::etcd_server::EtcdServer;
 use crate::support::pg_server::{PgServer, PASSWORD};
 use crate::support::redis_server::RedisServer;
+use crate::support::target::Target;
 use crate::support::*;
 
 /// What the command of `dlock run NAME` does with the dlock it finds on its PATH: status, list,
@@ -239,10 +240,89 @@ fn postgres_with_a_user_and_a_table_prefix() {
 }
 
 #[test]
-fn etcd_endpoints_from_a_flag() {
+fn etcd_endpoints_from_a_flag_the_environment_or_the_configuration_file() {
+    let scratch = LockDir::new();
     let url = EtcdServer::shared().url();
     let mut flag = dlock();
     flag.args(["-b", "etcd", "-u", &url]);
-    let out = nested(flag, "nested-etcd", None);
-    assert_parents_place(&out, "nested-etcd", Some(&url), "\0");
+    let out = nested(flag, "nested-etcd-flag", None);
+    assert_parents_place(&out, "nested-etcd-flag", Some(&url), "\0");
+
+    let mut env = dlock();
+    env.env("DLOCK_BACKEND", "etcd").env("DLOCK_URL", &url);
+    let out = nested(env, "nested-etcd-env", None);
+    assert_parents_place(&out, "nested-etcd-env", Some(&url), "\0");
+
+    let config = scratch.file("config");
+    std::fs::write(&config, format!("backend = etcd\nurl = {url}\n")).unwrap();
+    let mut from_config = dlock();
+    from_config.env("DLOCK_CONFIG", &config);
+    let out = nested(from_config, "nested-etcd-config", None);
+    assert_parents_place(&out, "nested-etcd-config", None, "\0");
+}
+
+/// ZooKeeper takes a user only with its password: the user and chroot passed on, the password
+/// found again in the password file; typed into --url, the nested dlock's refusal says so.
+#[test]
+fn zk_with_a_user_and_a_chroot() {
+    let scratch = LockDir::new();
+    let password = scratch.file("password");
+    std::fs::write(&password, "zk-nested-pw\n").unwrap();
+    let target = Target::suite_zk();
+    let plain = target.urls()[0].to_owned();
+    let url = plain.replacen("zk://", "zk://app@", 1);
+    let typed = plain.replacen("zk://", "zk://app:zk-nested-pw@", 1);
+
+    let mut flag = dlock();
+    flag.args(["-b", "zk", "-u", &url, "--password-file"])
+        .arg(&password);
+    let out = nested(flag, "nested-zk", None);
+    assert_parents_place(&out, "nested-zk", Some(&url), "zk-nested-pw");
+
+    let script = "dlock status \"$0\"; echo \"status=$?\"; echo \"--- env\"; env";
+    let mut cmd = dlock();
+    cmd.args(["-b", "zk", "-u", &typed]);
+    let out = nested(cmd, "nested-zk-typed", Some(script));
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(text.contains("status=64\n"), "{text}{err}");
+    assert!(!text.contains("zk-nested-pw"), "{text}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.trim_end().ends_with(
+            "(the parent dlock's password was given in --url and is not passed on: use \
+             --password-file)"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn postgres_from_the_environment_or_the_configuration_file() {
+    let scratch = LockDir::new();
+    let password = scratch.file("password");
+    std::fs::write(&password, format!("{PASSWORD}\n")).unwrap();
+    let typed = PgServer::shared_url("t_nested_env_");
+    let url = typed.replace(&format!("postgres:{PASSWORD}@"), "postgres@");
+
+    let mut env = dlock();
+    env.env("DLOCK_BACKEND", "postgres")
+        .env("DLOCK_URL", &url)
+        .env("DLOCK_PASSWORD_FILE", &password);
+    let out = nested(env, "nested-pg-env", None);
+    assert_parents_place(&out, "nested-pg-env", Some(&url), PASSWORD);
+
+    let config = scratch.file("config");
+    std::fs::write(
+        &config,
+        format!(
+            "backend = postgres\nurl = {url}\npassword-file = {}\n",
+            password.display()
+        ),
+    )
+    .unwrap();
+    let mut from_config = dlock();
+    from_config.env("DLOCK_CONFIG", &config);
+    let out = nested(from_config, "nested-pg-config", None);
+    assert_parents_place(&out, "nested-pg-config", None, PASSWORD);
 }
