@@ -326,3 +326,40 @@ fn postgres_from_the_environment_or_the_configuration_file() {
     let out = nested(from_config, "nested-pg-config", None);
     assert_parents_place(&out, "nested-pg-config", None, PASSWORD);
 }
+
+/// Several servers (Redlock) pass on as one DLOCK_URL, which the nested dlock splits again; a
+/// Sentinel URL with its master's name and database passes on whole.
+#[test]
+fn redlock_servers_and_a_sentinel_master_with_its_database() {
+    for (target, name) in [
+        (Target::suite_redlock(), "nested-redlock"),
+        (Target::suite_sentinel(), "nested-sentinel"),
+    ] {
+        let url = target.urls().join(" ");
+        let mut flag = dlock();
+        flag.args(&target.args);
+        let out = nested(flag, name, None);
+        assert_parents_place(&out, name, Some(&url), "\0");
+    }
+}
+
+/// Where the parent's place is gone, the nested dlock says so, naming it, and never takes a
+/// lock anywhere else.
+#[test]
+fn a_nested_dlock_that_cannot_use_its_parents_place_says_so() {
+    let scratch = LockDir::new();
+    let locks = scratch.file("locks");
+    std::fs::create_dir(&locks).unwrap();
+    let script = "mv \"$DLOCK_URL\" \"$DLOCK_URL.moved\"; dlock run -n \"$0\" -- true; \
+                  echo \"run=$?\"; dlock status other; echo \"status=$?\"";
+    let mut cmd = dlock();
+    cmd.arg("-u").arg(&locks);
+    let out = nested(cmd, "nested-gone", Some(script));
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(
+        text.contains("run=69\n") && text.contains("status=69\n"),
+        "{text}{err}"
+    );
+    let missing = format!("lock directory {} does not exist", locks.display());
+    assert_eq!(err.matches(&missing).count(), 2, "{err}");
+}
