@@ -233,8 +233,8 @@ mod tests {
     }
 
     /// What the file and ZooKeeper backends say about `url` when opened (neither connects when it
-    /// opens), or where they keep their locks. The file backend only for other schemes: it would
-    /// make a directory of a plain path.
+    /// opens), or where they keep their locks. The file backend only for other schemes: a plain
+    /// path is a directory's name, which it shows as given.
     fn messages_about(url: &str) -> Vec<String> {
         let mut messages = vec![redact(url)];
         let mut kinds = vec![BackendKind::Zk];

@@ -363,3 +363,25 @@ fn a_nested_dlock_that_cannot_use_its_parents_place_says_so() {
     let missing = format!("lock directory {} does not exist", locks.display());
     assert_eq!(err.matches(&missing).count(), 2, "{err}");
 }
+
+/// The parent's --url beat its configuration file's url; the nested dlock, reading the same file,
+/// keeps to the parent's (DLOCK_URL beats the file), and its own --url beats both.
+#[test]
+fn the_configuration_file_does_not_override_the_parents_place() {
+    let scratch = LockDir::new();
+    let (given, configured) = (scratch.file("given"), scratch.file("configured"));
+    std::fs::create_dir(&given).unwrap();
+    std::fs::create_dir(&configured).unwrap();
+    let config = scratch.file("config");
+    std::fs::write(&config, format!("url = {}\n", configured.display())).unwrap();
+    let mut cmd = dlock();
+    cmd.env("DLOCK_CONFIG", &config).arg("-u").arg(&given);
+    let out = nested(cmd, "nested-over-config", None);
+    assert_parents_place(
+        &out,
+        "nested-over-config",
+        Some(&given.display().to_string()),
+        "\0",
+    );
+    assert_eq!(std::fs::read_dir(&configured).unwrap().count(), 0);
+}
