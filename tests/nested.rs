@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::support::etcd_server::EtcdServer;
+use crate::support::mysql_server::{MyServer, PASSWORD as MY_PASSWORD};
 use crate::support::pg_server::{PgServer, PASSWORD};
 use crate::support::redis_server::RedisServer;
 use crate::support::target::Target;
@@ -384,4 +385,19 @@ fn the_configuration_file_does_not_override_the_parents_place() {
         "\0",
     );
     assert_eq!(std::fs::read_dir(&configured).unwrap().count(), 0);
+}
+
+#[test]
+fn mysql_with_a_user_a_table_prefix_and_a_password_file() {
+    let scratch = LockDir::new();
+    let password = scratch.file("password");
+    std::fs::write(&password, format!("{MY_PASSWORD}\n")).unwrap();
+    let typed = MyServer::shared_url("t_nested_");
+    let url = typed.replace(&format!("root:{MY_PASSWORD}@"), "root@");
+    assert_ne!(url, typed);
+    let mut flag = dlock();
+    flag.args(["-b", "mysql", "-u", &url, "--password-file"])
+        .arg(&password);
+    let out = nested(flag, "nested-mysql", None);
+    assert_parents_place(&out, "nested-mysql", Some(&url), MY_PASSWORD);
 }
