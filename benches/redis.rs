@@ -49,6 +49,8 @@ fn main() {
     let url = redis.url();
     let flock_file = work.path().join("flock.lock");
     let lock_dir = work.path().join("dlock-file");
+    // dlock never creates a lock directory it is given.
+    std::fs::create_dir(&lock_dir).expect("create the lock directory");
     println!(
         "dlock {dlock}\nredis-server at {url}, etcd at {}\n",
         etcd.endpoint()

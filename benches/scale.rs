@@ -227,6 +227,8 @@ fn main() {
     let waiter_count = env_or("DLOCK_SCALE_WAITERS", 1000);
     let lock_count = env_or("DLOCK_SCALE_LOCKS", 10_000);
     let idle_secs = env_or("DLOCK_SCALE_IDLE_SECS", 60);
+    // dlock never creates a lock directory it is given.
+    std::fs::create_dir(scratch.path().join("locks")).expect("create the lock directory");
     let file = Subject {
         label: "file",
         args: vec![

@@ -3,9 +3,11 @@
 
 mod config;
 mod duration;
+mod place;
 mod resolve;
 mod trusted;
 pub(crate) mod urls;
+pub use place::WITHHELD_VAR as PASSWORD_WITHHELD_VAR;
 mod usage;
 mod values;
 
@@ -106,6 +108,15 @@ pub struct GlobalArgs {
     /// Print nothing but errors.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+
+    /// The variables that name this place for a dlock the command runs (see `place`).
+    #[arg(skip)]
+    pub place: Vec<(String, String)>,
+
+    /// The servers came from the parent dlock's DLOCK_URL, which left out the password typed into
+    /// its --url: a refusal says so.
+    #[arg(skip)]
+    pub parent_password_withheld: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -378,6 +389,7 @@ impl LockArgs {
             conflict_exit_code: self.conflict_exit_code,
             kill_after,
             progress_every: self.progress_every,
+            place: global.place.clone(),
         })
     }
 }

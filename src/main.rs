@@ -37,11 +37,25 @@ fn main() -> ExitCode {
         Err(status) => return ExitCode::from(status.code()),
     };
     let report = report::Reporter::new(cli.global.verbosity());
+    let password_withheld = cli.global.parent_password_withheld;
     match commands::run(cli, &report) {
         Ok(status) => ExitCode::from(status.code()),
         Err(err) => {
-            report.error(&exit::message_of(&err));
-            ExitCode::from(exit::status_of(&err).code())
+            let status = exit::status_of(&err);
+            let mut message = exit::message_of(&err);
+            // The servers a parent dlock passed on, without the password typed into its --url: a
+            // refusal (or, where a user needs a password, the URL refused) would otherwise read as
+            // a wrong password or a malformed URL.
+            let refused = status == exit::Status::Unavailable
+                || (status == exit::Status::Usage && message.contains("URL"));
+            if password_withheld && refused {
+                message.push_str(
+                    " (the parent dlock's password was given in --url and is not passed on: \
+                     use --password-file)",
+                );
+            }
+            report.error(&message);
+            ExitCode::from(status.code())
         }
     }
 }

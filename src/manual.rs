@@ -88,7 +88,8 @@ pub const RECEIVED: &[(&str, &str)] = &[
     ("DLOCK_NAME, DLOCK_TOKEN", "The lock's name and its fencing token, a number that grows with each acquisition: pass it to what the command writes so a stale holder's writes can be refused."),
     ("DLOCK_LOCKS, DLOCK_NAME_1, DLOCK_TOKEN_1, ...", "With several names (or --tree): how many, and each name and token in sorted order."),
     ("DLOCK_HELD", "The claims a nested dlock checks (see above)."),
-    ("DLOCK_URL", "Passed on as dlock got it, unless it has a password in it: then the command does not receive it. A nested dlock finds the servers from the configuration file and DLOCK_PASSWORD_FILE instead."),
+    ("DLOCK_URL", "Where the locks are, when given by --url or DLOCK_URL: the directory as an absolute path, the URLs without their passwords and secret query values (users kept), so that a nested dlock uses its parent's place unless its own command line says otherwise. Not set when the place came from the configuration file, which a nested dlock reads again. A password typed into the URL is not passed on (DLOCK_PASSWORD_WITHHELD=1 says so): use --password-file."),
+    ("DLOCK_PASSWORD_FILE", "The password file, as an absolute path, when dlock was given one."),
 ];
 
 /// The configuration files, for FILES.

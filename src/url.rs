@@ -112,6 +112,64 @@ pub fn credentials_hint() -> String {
     }
 }
 
+/// `url` as a nested dlock may be given it: the password after the user name and every query value
+/// that may be a secret (`sentinel_password`, `password`, `sslpassword`, a token) taken out, the
+/// user name, host, database, prefix and the rest kept, as psql and redis-cli show a URL. Returns
+/// whether anything was taken out. When a `?` or `#` comes before the last `@`, the credentials
+/// cannot be told from the query (see `redact`), and the URL is passed on redacted, unusable, so
+/// that the nested dlock fails naming it rather than connecting anywhere else.
+pub fn without_secrets(url: &str) -> (String, bool) {
+    let Some(parts) = Parts::of(url) else {
+        let shown = redact(url);
+        let taken = shown != url;
+        return (shown, taken);
+    };
+    // `redis://u:pa?ss@h`, `redis://:pa/ss@h`: a password with a `/`, `?` or `#` in it, or an `@`
+    // in the path or query; which one a backend's parser takes it for is not worth guessing, so
+    // the URL is passed on unusable.
+    if parts.tail.contains('@') {
+        return (redact(url), true);
+    }
+    let query = parts.tail.find(['?', '#']);
+    let mut taken = false;
+    let user = parts.userinfo.map(|info| match info.split_once(':') {
+        Some((user, _)) => {
+            taken = true;
+            user
+        }
+        None => info,
+    });
+    let mut kept = Parts { tail: "", ..parts }.with_userinfo(user.filter(|u| !u.is_empty()));
+    let end = query.unwrap_or(parts.tail.len());
+    kept.push_str(&parts.tail[..end]);
+    let tail = &parts.tail[end..];
+    let (query, fragment) = match tail.find('#') {
+        Some(hash) => tail.split_at(hash),
+        None => (tail, ""),
+    };
+    if let Some(pairs) = query.strip_prefix('?') {
+        let public: Vec<&str> = pairs
+            .split('&')
+            .filter(|pair| {
+                let key = pair.split_once('=').map_or(*pair, |(key, _)| key);
+                let key = percent_decode(key).unwrap_or_default().to_ascii_lowercase();
+                let secret = key.is_empty()
+                    || ["pass", "secret", "token", "credential"]
+                        .iter()
+                        .any(|word| key.contains(word));
+                taken |= secret && !pair.is_empty();
+                !secret
+            })
+            .collect();
+        if !public.is_empty() {
+            kept.push('?');
+            kept.push_str(&public.join("&"));
+        }
+    }
+    kept.push_str(fragment);
+    (kept, taken)
+}
+
 /// The servers of an `etcd://` or `zk://` URL, `host:port[,host:port...]`: each `host:port`,
 /// `host` (on `default_port`) or `[v6]:port`, as `host:port`. A message names the host it refuses
 /// (never the credentials, which the caller has taken off).
@@ -203,7 +261,7 @@ pub fn with_password() -> impl proptest::strategy::Strategy<Value = String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{host_list, redact, user_password, with_password};
+    use super::{host_list, redact, user_password, with_password, without_secrets};
     use crate::backend::{self, BackendConfig, BackendKind};
     use std::time::Duration;
 
@@ -231,8 +289,8 @@ mod tests {
     }
 
     /// What the file and ZooKeeper backends say about `url` when opened (neither connects when it
-    /// opens), or where they keep their locks. The file backend only for other schemes: it would
-    /// make a directory of a plain path.
+    /// opens), or where they keep their locks. The file backend only for other schemes: a plain
+    /// path is a directory's name, which it shows as given.
     fn messages_about(url: &str) -> Vec<String> {
         let mut messages = vec![redact(url)];
         let mut kinds = vec![BackendKind::Zk];
@@ -253,6 +311,39 @@ mod tests {
             }
         }
         messages
+    }
+
+    #[test]
+    fn passwords_and_secret_queries_are_taken_out_users_kept() {
+        for (url, kept, taken) in [
+            ("redis://db:6379/2", "redis://db:6379/2", false),
+            ("redis://:pw@db:6379/2", "redis://db:6379/2", true),
+            ("redis://app:p@ss@db/2", "redis://app@db/2", true),
+            (
+                "postgres://app@db/app?prefix=t_",
+                "postgres://app@db/app?prefix=t_",
+                false,
+            ),
+            (
+                "postgres://app:pw@db/app?sslmode=require&password=x&prefix=t_",
+                "postgres://app@db/app?sslmode=require&prefix=t_",
+                true,
+            ),
+            (
+                "redis+sentinel://u:pw@h:1,h:2/main/3?sentinel_password=S&x=1",
+                "redis+sentinel://u@h:1,h:2/main/3?x=1",
+                true,
+            ),
+            ("unix:///x?pass=a@b", "unix://***", true),
+            ("redis://u:pa?ss@h", "redis://***", true),
+            ("rediss://h:1#insecure", "rediss://h:1#insecure", false),
+            ("u:SECRET@h:1", "***@h:1", true),
+            ("etcd://a:1,b:2", "etcd://a:1,b:2", false),
+            ("zk://app:pw@a:1/chroot", "zk://app@a:1/chroot", true),
+            ("redis://:pa/ss@h:1/2", "redis://***@h:1/2", true),
+        ] {
+            assert_eq!(without_secrets(url), (kept.to_owned(), taken), "{url}");
+        }
     }
 
     #[test]
@@ -310,6 +401,24 @@ mod tests {
 
         /// For URLs of every backend's shape, with a password in each place a password can
         /// take, no message and no location contains it. (Redis's parser: in its own tests.)
+        /// A password after a user name, or in a query value whose key says so, never reaches
+        /// a nested dlock, whatever characters it has.
+        #[test]
+        fn no_url_passed_on_has_a_password(
+            user in "[a-z]{0,6}",
+            password in "[A-Za-z0-9%:@/.+=-]{0,6}SECRET[A-Za-z0-9%:@/.+=-]{0,6}",
+            key in "password|pass|sentinel_password|sslpassword|auth_token",
+            place in 0..3usize,
+        ) {
+            let url = match place {
+                0 => format!("redis://{user}:{password}@h:1/2"),
+                1 => format!("postgres://{user}@h/db?prefix=t_&{key}={password}"),
+                _ => format!("redis+sentinel://{user}:{password}@h:1/m?{key}={password}"),
+            };
+            let (kept, taken) = without_secrets(&url);
+            proptest::prop_assert!(taken && !kept.contains("SECRET"), "{} gave {}", url, kept);
+        }
+
         #[test]
         fn no_message_shows_a_password(url in with_password()) {
             for message in messages_about(&url) {

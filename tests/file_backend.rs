@@ -61,6 +61,7 @@ fn flock_and_dlock_exclude_each_other() {
 fn names_never_escape_the_lock_directory() {
     let dir = LockDir::new();
     let inner = dir.file("locks");
+    std::fs::create_dir(&inner).unwrap();
     for name in [
         "../escape",
         "a/../../b",
@@ -129,32 +130,40 @@ fn unsafe_or_unusable_lock_directories_are_refused_with_69() {
 }
 
 #[test]
-fn status_list_and_release_never_create_a_mistyped_directory() {
+fn a_missing_lock_directory_given_by_the_user_is_an_error_and_never_created() {
     let dir = LockDir::new();
     let typo = dir.file("lokcs/jobs");
-    let with_typo = |args: &[&str]| {
-        let mut c = dlock();
-        c.arg("--url").arg(&typo).args(args);
-        output(c)
-    };
-    let out = with_typo(&["status", "n"]);
-    assert_eq!(code(&out), 1, "free: {}", stderr(&out));
-    assert!(
-        stdout(&out).contains(&format!("{}/n.lock", typo.display())),
-        "status shows where it looked: {}",
-        stdout(&out)
-    );
-    let out = with_typo(&["list"]);
-    assert_eq!((code(&out), stdout(&out).as_str()), (0, ""));
-    let out = with_typo(&["release", "--force", "n"]);
-    assert_eq!(code(&out), 1, "nothing held: {}", stderr(&out));
+    let as_url = format!("file://{}", typo.display());
+    for url in [typo.display().to_string(), as_url] {
+        for args in [
+            &["run", "n", "--", "true"][..],
+            &["hold", "n"],
+            &["status", "n"],
+            &["list"],
+            &["release", "--force", "n"],
+        ] {
+            let out = output({
+                let mut c = dlock();
+                c.args(["--url", &url]).args(args);
+                c
+            });
+            let err = stderr(&out);
+            assert_eq!(code(&out), 69, "{url} {args:?}: {err}");
+            assert_eq!(
+                err,
+                format!(
+                    "dlock: lock directory {} does not exist: create it, or leave out --url for \
+                     the default\n",
+                    typo.display()
+                ),
+                "{url} {args:?}"
+            );
+            assert_eq!(stdout(&out), "", "{url} {args:?}");
+        }
+    }
     assert_eq!(
         std::fs::read_dir(dir.path()).unwrap().count(),
         0,
         "no directory made"
     );
-    // `run` is the one command that makes it.
-    let out = with_typo(&["run", "n", "--", "true"]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(typo.join("n.lock").is_file());
 }

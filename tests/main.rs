@@ -21,6 +21,7 @@ mod manual;
 mod many_waiters;
 mod messages;
 mod mysql;
+mod nested;
 mod netfaults;
 mod postgres;
 mod postgres_late;

@@ -57,8 +57,9 @@ pub struct BackendConfig {
     pub urls: Vec<String>,
     /// How long to try to reach a server (network backends).
     pub connect_timeout: Duration,
-    /// Create the place locks are kept if it is missing (the file backend's directory): `run`
-    /// only, so `status`, `list` and `release` with a mistyped address leave nothing behind.
+    /// Create the place locks are kept if it is missing (the file backend's default directory;
+    /// one given by the user must exist): `run` only, so `status`, `list` and `release` leave
+    /// nothing behind.
     pub create: bool,
     /// Redis: how many replicas must acknowledge each acquisition and renewal (`--replicas`).
     pub replicas: u32,

@@ -24,6 +24,7 @@ pub fn resolve(cli: &mut Cli, matches: &ArgMatches, config: &Config) -> Result<(
             .collect();
     }
     backend_and_url(&mut cli.global, matches, config);
+    super::place::settle(&mut cli.global, matches);
     password(&mut cli.global)?;
     // DLOCK_REPLICAS set fleet-wide for Redis: not an error for a command on another backend.
     if cli.global.backend != BackendKind::Redis

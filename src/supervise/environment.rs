@@ -27,15 +27,12 @@ pub(super) fn raise_file_limit(locks: usize) -> Option<Rlimit> {
     setrlimit(Resource::Nofile, raised).ok().map(|()| original)
 }
 
-/// Whether a variable of dlock's environment is kept from the command: a DLOCK_URL with a
-/// password in it (or that cannot be read to tell). The command gets no password dlock read; a
-/// dlock it runs finds the servers as this one did without it, from the configuration file and
-/// DLOCK_PASSWORD_FILE.
-pub(super) fn withheld(name: &OsStr, value: &OsStr) -> bool {
-    name == "DLOCK_URL"
-        && value
-            .to_str()
-            .is_none_or(|url| crate::url::redact(url) != url)
+/// Whether a variable of dlock's environment is kept from the command: DLOCK_URL and the mark of
+/// a password left out of it, which dlock sets again from the place it uses (`cli::place`), with
+/// no password in it, or leaves unset where the nested dlock finds the place itself (the
+/// configuration file, the default).
+pub(super) fn withheld(name: &OsStr) -> bool {
+    name == "DLOCK_URL" || name == crate::cli::PASSWORD_WITHHELD_VAR
 }
 
 /// The lock-related variables the command sees (added to dlock's own environment).

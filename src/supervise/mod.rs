@@ -51,6 +51,9 @@ pub struct RunPlan {
     pub kill_after: Duration,
     /// How often a wait says it still waits, in a log (`--progress-every`; zero: never).
     pub progress_every: Duration,
+    /// The variables naming where the locks are, for a dlock the command runs (see
+    /// `cli::place`): not for `hold`, whose script keeps its own environment.
+    pub place: Vec<(String, String)>,
 }
 
 /// The locks `dlock hold` took, for its keeper (src/hold/) to keep: the leases, the variables a
@@ -217,6 +220,7 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
     match after {
         After::Keep(keep) => keep(Kept { held, env, signals }),
         After::Run(program) => {
+            let env = [env, plan.place.clone()].concat();
             child::supervise(held, &program, &env, &plan, file_limit, &signals, report)
         }
     }

@@ -57,7 +57,7 @@ pub fn spawn(
         .collect::<io::Result<_>>()?;
     let mut environment: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| !env.iter().any(|(name, _)| OsStr::new(name) == k))
-        .filter(|(k, v)| !super::environment::withheld(k, v))
+        .filter(|(k, _)| !super::environment::withheld(k))
         .collect();
     environment.extend(env.iter().map(|(k, v)| (k.into(), v.into())));
     let vars: Vec<CString> = environment

@@ -86,6 +86,15 @@ impl LockDir {
     }
 }
 
+/// Writes a password file as a user would have to: mode 0600 (dlock refuses one every user may
+/// read).
+pub fn write_secret(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).expect("write a password file");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .expect("chmod a password file");
+}
+
 /// Runs to completion and returns the output.
 pub fn output(mut cmd: Command) -> Output {
     cmd.output().expect("run dlock")

@@ -22,6 +22,8 @@ impl Target {
     pub fn file_backend() -> Target {
         let scratch = LockDir::new();
         let locks = scratch.file("locks");
+        // dlock never creates a lock directory it is given.
+        std::fs::create_dir(&locks).expect("create the lock directory");
         Target {
             args: vec!["--url".into(), locks.display().to_string()],
             kind: Kind::File,

@@ -1,8 +1,11 @@
 //! Which directory holds the lock files, and whether it is safe to use: whoever controls the
 //! directory controls the locks.
 //!
-//! Only `run` creates a missing directory; `status`, `list` and `release` read what is there and
-//! find nothing in a directory that does not exist, so a mistyped `--url` leaves nothing behind.
+//! A directory the user named (`--url`, DLOCK_URL, the configuration file) must exist, as for
+//! flock(1): dlock never creates it, so a mistyped `--url` is an error rather than a second set of
+//! locks nobody else uses, and a directory meant to be shared is never made private by whoever ran
+//! first. Only the default directory is created (by `run`), safely; `status`, `list` and `release`
+//! find nothing in a default directory that does not exist yet.
 
 use std::fs;
 use std::io;
@@ -28,12 +31,13 @@ const FALLBACK_BASE: &str = "/tmp";
 /// Root's base, where nobody else can create a directory before root does.
 const ROOT_BASE: &str = "/run";
 
-/// The directory for `--url` (one at most), or the default. With `create` (`run`), a missing one
-/// is made mode 0700; without, a missing one is returned as it is and reads as empty.
+/// The directory for `--url` (one at most), which must exist, or the default. With `create`
+/// (`run`), a missing default one is made mode 0700; without, it is returned as it is and reads as
+/// empty.
 pub(super) fn lock_dir(urls: &[String], create: bool) -> anyhow::Result<PathBuf> {
     match urls {
         [] => default_dir(create),
-        [url] => explicit_dir(url, create),
+        [url] => explicit_dir(url),
         _ => Err(anyhow!(
             "the file backend takes one --url, not {}",
             urls.len()
@@ -157,8 +161,8 @@ fn default_dir(create: bool) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// A directory named by `--url`: `file:///path`, or a plain path.
-fn explicit_dir(url: &str, create: bool) -> anyhow::Result<PathBuf> {
+/// A directory named by `--url`: `file:///path`, or a plain path, which must exist.
+fn explicit_dir(url: &str) -> anyhow::Result<PathBuf> {
     let path = match url.strip_prefix("file://") {
         Some(rest) if rest.starts_with('/') => PathBuf::from(rest),
         Some(_) => {
@@ -181,21 +185,11 @@ fn explicit_dir(url: &str, create: bool) -> anyhow::Result<PathBuf> {
         None => PathBuf::from(url),
     };
     if fs::symlink_metadata(&path).is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
-        if !create {
-            return Ok(path);
-        }
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&path)
-            .map_err(|e| {
-                anyhow!(
-                    "cannot create lock directory {}: {}",
-                    path.display(),
-                    plain_io(&e)
-                )
-            })
-            .fail_with(Failure::BackendUnavailable)?;
+        return Err(anyhow!(
+            "lock directory {} does not exist: create it, or leave out --url for the default",
+            path.display()
+        ))
+        .fail_with(Failure::BackendUnavailable);
     }
     let path = path
         .canonicalize()

@@ -72,7 +72,7 @@ pub struct FileBackend {
 const MAX_REPLACED: u32 = 1000;
 
 impl FileBackend {
-    /// Only `run` (`config.create`) creates a missing lock directory.
+    /// Only `run` (`config.create`) creates a missing lock directory, and only the default one.
     pub fn open(config: &BackendConfig) -> anyhow::Result<FileBackend> {
         Ok(FileBackend {
             dir: dir::lock_dir(&config.urls, config.create)?,
