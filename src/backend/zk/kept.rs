@@ -146,23 +146,27 @@ pub(super) async fn live(
 ) -> (Vec<String>, Option<Instant>) {
     let mut live = Vec::new();
     let mut first_end: Option<Instant> = None;
-    let mut asked = false;
+    // Whether `clock` was asked afresh in this call; `None`: asking failed.
+    let mut fresh = Some(false);
     for name in names.iter().filter(|n| is_kept(n)) {
         let Some(kept) = KeptNode::read(&acquisition.session, &acquisition.dir, name).await else {
             continue;
         };
-        if kept.until_ms <= clock.now_ms() && !asked {
-            asked = true;
-            match ask_ensemble(&acquisition.session).await {
-                Ok(now) => *clock = now,
-                Err(_) => {
-                    // Not judged: it keeps the lock until the ensemble can tell.
-                    let end = Instant::now() + ASK_AGAIN;
-                    first_end = Some(first_end.map_or(end, |f| f.min(end)));
-                    live.push(kept.name);
-                    continue;
+        if kept.until_ms <= clock.now_ms() && fresh == Some(false) {
+            fresh = match ask_ensemble(&acquisition.session).await {
+                Ok(now) => {
+                    *clock = now;
+                    Some(true)
                 }
-            }
+                Err(_) => None,
+            };
+        }
+        if kept.until_ms <= clock.now_ms() && fresh.is_none() {
+            // Not judged: it keeps the lock until the ensemble can tell.
+            let end = Instant::now() + ASK_AGAIN;
+            first_end = Some(first_end.map_or(end, |f| f.min(end)));
+            live.push(kept.name);
+            continue;
         }
         if kept.until_ms <= clock.now_ms() {
             let path = acquisition.path(name);
