@@ -273,6 +273,65 @@ pub fn a_callers_wrong_clock_cannot_shorten_it(t: &Target) {
     );
 }
 
+/// A caller whose clocks all run twenty times fast, the monotonic clock included: by them the
+/// min-hold has run out when the holder releases, and at once for a checker and a waiter. The
+/// store's clock alone judges, so none of them shortens it (nor deletes what keeps it for
+/// everyone). Server backends only, as above.
+pub fn a_callers_fast_clock_cannot_shorten_it(t: &Target) {
+    if t.kind == Kind::File {
+        return;
+    }
+    assert!(
+        crate::support::build::is_dynamic(std::path::Path::new(&dlock_bin())),
+        "{} is static: faketime cannot speed up its clock",
+        dlock_bin()
+    );
+    let hold = Duration::from_secs(3);
+    let fast = |args: &[&str]| {
+        let mut cmd = Command::new("faketime");
+        cmd.args(["-f", "+0 x20", dlock_bin()])
+            .args(&t.args)
+            .args(args)
+            .env_remove("FAKETIME_DONT_FAKE_MONOTONIC");
+        output(cmd)
+    };
+    let started = Instant::now();
+    // The command runs 0.3 s of real time (6 s on the holder's clock, past the min-hold), outside
+    // faketime so that its sleep is a real one: by its own clock, the holder's release finds the
+    // min-hold over.
+    let out = fast(&[
+        "run",
+        "--min-hold",
+        "3s",
+        "mh/k",
+        "--",
+        "env",
+        "-u",
+        "LD_PRELOAD",
+        "-u",
+        "FAKETIME",
+        "sleep",
+        "0.3",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = fast(&["run", "-n", "mh/k", "--", "true"]);
+    assert!(Instant::now() < started + hold, "too slow to check");
+    assert_eq!(
+        code(&out),
+        75,
+        "busy for a caller whose clock runs fast: {}",
+        stderr(&out)
+    );
+    // Ten minutes on the waiter's clock, half a minute of real time.
+    let out = fast(&["run", "-w", "600", "mh/k", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        Instant::now() + ROUNDING >= started + hold,
+        "the waiter whose clock runs fast got in after {:?} of {hold:?}",
+        started.elapsed()
+    );
+}
+
 pub fn limit_holders_keep_their_seats_and_shared_ones_still_join(t: &Target) {
     let started = Instant::now();
     let first = run_exiting_3(t, &["-l", "2", "--min-hold", D_TEXT, "mh/h"]);

@@ -185,6 +185,7 @@ contract! {
             hold_with_min_hold_stays_taken_after_release,
             dlock_min_hold_from_the_environment_and_the_flag_beating_it,
             a_callers_wrong_clock_cannot_shorten_it,
+            a_callers_fast_clock_cannot_shorten_it,
             limit_holders_keep_their_seats_and_shared_ones_still_join,
             a_command_longer_than_the_min_hold_keeps_the_lock_to_its_end_then_frees_it,
             a_holder_that_dies_keeps_the_lock_until_the_min_hold_ends,

@@ -14,6 +14,7 @@ use anyhow::anyhow;
 use mysql::prelude::Queryable;
 
 use super::address::{MyUrl, Tls};
+use super::dial::connect_within;
 use crate::backend::sql::fault::io_words;
 use crate::exit::{FailWith, Failure};
 
@@ -26,6 +27,10 @@ const MAX_CALL: Duration = Duration::from_secs(10);
 const SCHEMA_CALL: Duration = Duration::from_secs(30);
 /// Shortest read timeout: below it a loaded server's answers would look like outages.
 const MIN_CALL: Duration = Duration::from_millis(200);
+
+/// The longest packet dlock takes from a server (the client's `max_allowed_packet`, also its
+/// default before it is set): the codec checks every length read against it before it allocates.
+const MAX_PACKET: usize = 4 << 20;
 
 /// MySQL's codes for what dlock's first call meets before its tables exist (or while they are
 /// an older dlock's, without a column added since), and for a refusal of the right to create them.
@@ -76,6 +81,7 @@ impl Fault {
 /// A library error as a fault, in one line without the library's wording of internals.
 fn fault(e: mysql::Error) -> Fault {
     use mysql::{DriverError, Error};
+    use mysql_common::proto::codec::error::PacketCodecError;
     match e {
         // 1045: access denied (a wrong user or password).
         Error::MySqlError(e) if e.code == 1045 => Fault::Refused {
@@ -98,6 +104,11 @@ fn fault(e: mysql::Error) -> Fault {
         }
         Error::TlsError(e) => Fault::Unreachable(format!("TLS: {e}")),
         Error::DriverError(e) => Fault::Unreachable(e.to_string()),
+        // A length above max_allowed_packet, which the codec checks before it allocates.
+        Error::CodecError(PacketCodecError::PacketTooLarge) => Fault::Unreachable(format!(
+            "the server announced a packet of more than {} MiB; is it MySQL?",
+            MAX_PACKET >> 20
+        )),
         // A read or write that failed inside the packet codec.
         Error::CodecError(c) => Fault::Unreachable(
             std::error::Error::source(&c)
@@ -180,7 +191,8 @@ impl Conn {
         if self.conn.is_some() {
             return Ok(());
         }
-        let conn = mysql::Conn::new(self.opts(self.call_timeout)?).map_err(fault)?;
+        let opts = self.opts(self.call_timeout)?;
+        let conn = connect_within(opts, self.connect_timeout)?.map_err(fault)?;
         self.conn = Some(conn);
         self.generation += 1;
         Ok(())
@@ -202,7 +214,7 @@ impl Conn {
             .write_timeout(Some(call_timeout))
             .tcp_keepalive_time_ms(Some(10_000))
             // Known, so the client does not ask for it on every connection.
-            .max_allowed_packet(Some(4 << 20));
+            .max_allowed_packet(Some(MAX_PACKET));
         if url.tls != Tls::Off {
             let mut ssl =
                 mysql::SslOpts::default().with_danger_skip_domain_validation(url.tls == Tls::Chain);
@@ -281,7 +293,7 @@ impl Conn {
         // On a connection of its own: DDL may take longer than a fifth of a lease.
         let result = self
             .opts(self.connect_timeout.max(SCHEMA_CALL))
-            .and_then(|opts| mysql::Conn::new(opts).map_err(fault))
+            .and_then(|opts| connect_within(opts, self.connect_timeout)?.map_err(fault))
             .and_then(|mut c| create(&mut c, &key, wait, &schema).map_err(fault));
         match result {
             Ok(()) => {

@@ -51,6 +51,7 @@ use recipe::{Me, Recipe, Reply};
 
 mod address;
 mod connection;
+mod dial;
 mod lease;
 mod recipe;
 mod wait;

@@ -15,10 +15,11 @@ use std::time::Duration;
 use anyhow::anyhow;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_postgres::tls::MakeTlsConnect;
-use tokio_postgres::{AsyncMessage, Client, Notification, Socket};
+use tokio_postgres::{AsyncMessage, Client, Notification};
 
 use super::address::{PgUrl, Tls};
 use super::tls::client_config;
+use super::wire;
 use crate::backend::sql::fault::io_words;
 use crate::exit::{FailWith, Failure};
 
@@ -70,16 +71,7 @@ fn describe(e: &tokio_postgres::Error) -> String {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            return match (io_words(io), io.kind()) {
-                (Some(words), _) => words.into(),
-                (None, std::io::ErrorKind::TimedOut) => "timed out".into(),
-                (None, _) => io
-                    .to_string()
-                    .split(" (os error")
-                    .next()
-                    .unwrap_or("")
-                    .into(),
-            };
+            return describe_io(io);
         }
         if let Some(tls) = s.downcast_ref::<rustls::Error>() {
             return format!("TLS: {tls}");
@@ -90,6 +82,20 @@ fn describe(e: &tokio_postgres::Error) -> String {
         return "the connection was closed".into();
     }
     e.to_string()
+}
+
+/// How a read, write or connect failed, as people say it.
+fn describe_io(io: &std::io::Error) -> String {
+    match (io_words(io), io.kind()) {
+        (Some(words), _) => words.into(),
+        (None, std::io::ErrorKind::TimedOut) => "timed out".into(),
+        (None, _) => io
+            .to_string()
+            .split(" (os error")
+            .next()
+            .unwrap_or("")
+            .into(),
+    }
 }
 
 fn fault(e: tokio_postgres::Error) -> Fault {
@@ -111,22 +117,54 @@ fn fault(e: tokio_postgres::Error) -> Fault {
     }
 }
 
-/// Connects within `timeout`, and reads the connection's messages on a task of its own, handing
-/// its notifications to `notes`.
-async fn connect<T>(
+/// Connects within `timeout` (TLS through `tls`, if given) on a socket of dlock's own that bounds
+/// every message's length (wire.rs), and reads the connection's messages on a task of its own,
+/// handing its notifications to `notes`.
+async fn connect(
     config: &tokio_postgres::Config,
-    tls: T,
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     timeout: Duration,
     notes: UnboundedSender<Notification>,
-) -> Result<Client, Fault>
-where
-    T: MakeTlsConnect<Socket>,
-    T::Stream: Send + 'static,
-{
-    let (client, mut connection) = tokio::time::timeout(timeout, config.connect(tls))
+) -> Result<Client, Fault> {
+    let connecting = async {
+        let socket = wire::dial(config)
+            .await
+            .map_err(|e| Fault::Unreachable(describe_io(&e)))?;
+        let Some(mut tls) = tls else {
+            let bounded = wire::Bounded::new(socket);
+            let (client, connection) = config
+                .connect_raw(bounded, tokio_postgres::NoTls)
+                .await
+                .map_err(fault)?;
+            read_messages(connection, notes);
+            return Ok(client);
+        };
+        let host = match config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(host)) => host.as_str(),
+            _ => "",
+        };
+        let tls = MakeTlsConnect::<tokio::net::TcpStream>::make_tls_connect(&mut tls, host)
+            .map_err(|e| Fault::Unreachable(format!("TLS: {e}")))?;
+        let (client, connection) = config
+            .connect_raw(socket, wire::BoundedTls(tls))
+            .await
+            .map_err(fault)?;
+        read_messages(connection, notes);
+        Ok(client)
+    };
+    tokio::time::timeout(timeout, connecting)
         .await
         .map_err(|_| Fault::Unreachable("no answer in time".into()))?
-        .map_err(fault)?;
+}
+
+/// Reads `connection`'s messages on a task of its own, handing its notifications to `notes`.
+fn read_messages<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    notes: UnboundedSender<Notification>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     tokio::spawn(async move {
         while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
             if let AsyncMessage::Notification(n) = message {
@@ -134,7 +172,6 @@ where
             }
         }
     });
-    Ok(client)
 }
 
 impl Conn {
@@ -189,15 +226,14 @@ impl Conn {
         let client = match self.url.tls {
             Tls::Off => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                self.runtime
-                    .block_on(connect(&config, tokio_postgres::NoTls, timeout, tx))?
+                self.runtime.block_on(connect(&config, None, timeout, tx))?
             }
             tls => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Require);
                 let rustls = client_config(&self.url, tls).map_err(Fault::Unreachable)?;
                 let connector = tokio_postgres_rustls::MakeRustlsConnect::new(rustls);
                 self.runtime
-                    .block_on(connect(&config, connector, timeout, tx))?
+                    .block_on(connect(&config, Some(connector), timeout, tx))?
             }
         };
         self.client = Some(Arc::new(client));

@@ -64,6 +64,7 @@ mod lease;
 mod recipe;
 mod tls;
 mod wait;
+mod wire;
 
 const DEFAULT_URL: &str = "postgres://127.0.0.1:5432/postgres";
 
