@@ -296,6 +296,7 @@ impl GlobalArgs {
             connect_timeout: self.connect_timeout,
             create: false,
             replicas: self.replicas,
+            stop: Default::default(),
         }
     }
 }

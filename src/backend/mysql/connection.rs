@@ -15,6 +15,8 @@ use mysql::prelude::Queryable;
 
 use super::address::{MyUrl, Tls};
 use crate::backend::sql::fault::io_words;
+use crate::backend::stop::{Stop, STOPPED};
+use crate::backend::CANCEL_CHECK;
 use crate::exit::{FailWith, Failure};
 
 /// The tables and procedures, `{p}` standing for the prefix, statements separated by `;;` lines.
@@ -48,6 +50,8 @@ pub struct Conn {
     pub generation: u64,
     /// Whether the schema was created by this dlock (then not tried twice).
     schema_made: bool,
+    /// When to give up a connection being made.
+    stop: Stop,
 }
 
 pub type Shared = Arc<Mutex<Conn>>;
@@ -138,7 +142,14 @@ impl Conn {
             conn: None,
             generation: 0,
             schema_made: false,
+            stop: Stop::default(),
         }
+    }
+
+    /// Gives up connecting as soon as `stop` says so, whatever is left of the connect timeout.
+    pub fn stopping(mut self, stop: Stop) -> Conn {
+        self.stop = stop;
+        self
     }
 
     /// Another connection to the same server, for waits on lock keys alone: each of its calls
@@ -147,6 +158,7 @@ impl Conn {
     pub fn for_waits(&self, longest: Duration) -> Conn {
         Conn {
             call_timeout: longest + self.call_timeout,
+            stop: self.stop.clone(),
             ..Conn::new(self.url.clone(), self.connect_timeout)
         }
     }
@@ -175,7 +187,7 @@ impl Conn {
         if self.conn.is_some() {
             return Ok(());
         }
-        let conn = mysql::Conn::new(self.opts(self.call_timeout)?).map_err(fault)?;
+        let conn = connect(self.opts(self.call_timeout)?, &self.stop)?;
         self.conn = Some(conn);
         self.generation += 1;
         Ok(())
@@ -276,7 +288,7 @@ impl Conn {
         // On a connection of its own: DDL may take longer than a fifth of a lease.
         let result = self
             .opts(self.connect_timeout.max(SCHEMA_CALL))
-            .and_then(|opts| mysql::Conn::new(opts).map_err(fault))
+            .and_then(|opts| connect(opts, &self.stop))
             .and_then(|mut c| create(&mut c, &key, wait, &schema).map_err(fault));
         match result {
             Ok(()) => {
@@ -309,6 +321,38 @@ impl Conn {
                 .fail_with(Failure::BackendUnavailable)
             }
             Err(f) => Err(self.error(f).context("cannot create dlock's tables")),
+        }
+    }
+}
+
+/// A new connection; on a thread of its own when a stop may come, since the client retries a
+/// read that a signal interrupted and would keep a stopped dlock waiting for a silent server until
+/// its read timeout. A connection given up that way is left to its thread, which ends with that
+/// timeout or with dlock.
+fn connect(opts: mysql::OptsBuilder, stop: &Stop) -> Result<mysql::Conn, Fault> {
+    if !stop.is_checked() {
+        return mysql::Conn::new(opts).map_err(fault);
+    }
+    let (send, made) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("dlock-mysql-connect".into())
+        .spawn(move || {
+            // Signals are the supervisor's: none may land here.
+            crate::signal::mask::block_all_in_this_thread();
+            let _ = send.send(mysql::Conn::new(opts).map_err(fault));
+        })
+        .map_err(|e| Fault::Unreachable(format!("cannot start a thread to connect: {e}")))?;
+    // Bounded: the client gives up within its connect, read and write timeouts.
+    loop {
+        match made.recv_timeout(CANCEL_CHECK) {
+            Ok(result) => return result,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !stop.requested() => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                return Err(Fault::Unreachable(STOPPED.into()))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(Fault::Unreachable("the connecting thread failed".into()))
+            }
         }
     }
 }

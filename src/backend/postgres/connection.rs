@@ -20,6 +20,7 @@ use tokio_postgres::{AsyncMessage, Client, Notification, Socket};
 use super::address::{PgUrl, Tls};
 use super::tls::client_config;
 use crate::backend::sql::fault::io_words;
+use crate::backend::stop::{Stop, STOPPED};
 use crate::exit::{FailWith, Failure};
 
 /// The tables and functions, `{p}` standing for the prefix.
@@ -39,6 +40,8 @@ pub struct Conn {
     pub generation: u64,
     /// Whether the schema was created by this dlock (then not tried twice).
     schema_made: bool,
+    /// When to give up a connection being made.
+    stop: Stop,
 }
 
 pub type Shared = Arc<Mutex<Conn>>;
@@ -147,7 +150,14 @@ impl Conn {
             notes: None,
             generation: 0,
             schema_made: false,
+            stop: Stop::default(),
         })
+    }
+
+    /// Gives up connecting as soon as `stop` says so, whatever is left of the connect timeout.
+    pub fn stopping(mut self, stop: Stop) -> Conn {
+        self.stop = stop;
+        self
     }
 
     pub fn url(&self) -> &PgUrl {
@@ -182,15 +192,19 @@ impl Conn {
         let client = match self.url.tls {
             Tls::Off => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                let connecting = connect(&config, tokio_postgres::NoTls, timeout, tx);
                 self.runtime
-                    .block_on(connect(&config, tokio_postgres::NoTls, timeout, tx))?
+                    .block_on(self.stop.unless(connecting))
+                    .unwrap_or_else(|| Err(Fault::Unreachable(STOPPED.into())))?
             }
             tls => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Require);
                 let rustls = client_config(&self.url, tls).map_err(Fault::Unreachable)?;
                 let connector = tokio_postgres_rustls::MakeRustlsConnect::new(rustls);
+                let connecting = connect(&config, connector, timeout, tx);
                 self.runtime
-                    .block_on(connect(&config, connector, timeout, tx))?
+                    .block_on(self.stop.unless(connecting))
+                    .unwrap_or_else(|| Err(Fault::Unreachable(STOPPED.into())))?
             }
         };
         self.client = Some(Arc::new(client));
