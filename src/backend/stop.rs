@@ -6,6 +6,7 @@
 //! so that a release still gets through.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::CANCEL_CHECK;
 
@@ -52,6 +53,25 @@ impl Stop {
         tokio::select! {
             value = work => Some(value),
             () = stopped => None,
+        }
+    }
+}
+
+impl Stop {
+    /// Sleeps `most` on this thread, looking at the stop every `CANCEL_CHECK`; false when a stop
+    /// came first.
+    pub fn sleep(&self, most: Duration) -> bool {
+        let end = Instant::now() + most;
+        // Bounded: each turn sleeps until the next look or the end.
+        loop {
+            if self.requested() {
+                return false;
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            std::thread::sleep(left.min(CANCEL_CHECK));
         }
     }
 }

@@ -14,7 +14,7 @@ use anyhow::anyhow;
 use mysql::prelude::Queryable;
 
 use super::address::{MyUrl, Tls};
-use crate::backend::sql::fault::io_words;
+use crate::backend::sql::fault::{connect_while_full, io_words};
 use crate::backend::stop::{Stop, STOPPED};
 use crate::backend::CANCEL_CHECK;
 use crate::exit::{FailWith, Failure};
@@ -36,6 +36,8 @@ const NO_SUCH_PROCEDURE: u16 = 1305;
 const NO_SUCH_COLUMN: u16 = 1054;
 const PROCEDURE_EXISTS: u16 = 1304;
 const DENIED: [u16; 4] = [1044, 1142, 1227, 1370];
+/// Too many connections (to the server; of this user).
+const FULL: [u16; 2] = [1040, 1203];
 /// A deadlock or lock wait timeout: the transaction was rolled back and may be tried again.
 const ROLLED_BACK: [u16; 2] = [1213, 1205];
 
@@ -70,6 +72,12 @@ impl Fault {
     /// The user lacks a right the statement needs.
     pub fn is_denied(&self) -> bool {
         matches!(self, Fault::Refused { code, .. } if DENIED.contains(code))
+    }
+
+    /// The server's connections are all taken (max_connections, or the user's
+    /// max_user_connections): busy, not unreachable.
+    fn is_full(&self) -> bool {
+        matches!(self, Fault::Refused { code, .. } if FULL.contains(code))
     }
 
     fn is_missing_schema(&self) -> bool {
@@ -187,10 +195,23 @@ impl Conn {
         if self.conn.is_some() {
             return Ok(());
         }
-        let conn = connect(self.opts(self.call_timeout)?, &self.stop)?;
+        let conn = self.connect_patiently(self.call_timeout)?;
         self.conn = Some(conn);
         self.generation += 1;
         Ok(())
+    }
+
+    /// A new connection whose calls wait `call_timeout` at most, tried again while the server's
+    /// connections are all taken, within the connect timeout.
+    fn connect_patiently(&self, call_timeout: Duration) -> Result<mysql::Conn, Fault> {
+        let opts = self.opts(call_timeout)?;
+        connect_while_full(
+            self.connect_timeout,
+            &self.stop,
+            "max_connections",
+            Fault::is_full,
+            |_| connect(opts.clone(), &self.stop),
+        )
     }
 
     /// The client's settings for a connection whose calls wait `call_timeout` at most.
@@ -266,6 +287,12 @@ impl Conn {
     ) -> Result<T, Fault> {
         match self.call(&mut op) {
             Err(f) if f.is_missing_schema() && !self.schema_made => {
+                // Let go of this connection while the schema is made on one of its own: a herd
+                // of first runs on a server with few connection slots would otherwise each hold
+                // one while waiting for a second, until none is left for anyone. Nothing of
+                // dlock's is held on it yet (its tables are not there); a renewal after a
+                // reconnection takes its lock key again.
+                self.conn = None;
                 self.create_schema().map_err(Fault::Setup)?;
                 self.call(op)
             }
@@ -287,8 +314,7 @@ impl Conn {
         let wait = self.connect_timeout.as_secs().max(1);
         // On a connection of its own: DDL may take longer than a fifth of a lease.
         let result = self
-            .opts(self.connect_timeout.max(SCHEMA_CALL))
-            .and_then(|opts| connect(opts, &self.stop))
+            .connect_patiently(self.connect_timeout.max(SCHEMA_CALL))
             .and_then(|mut c| create(&mut c, &key, wait, &schema).map_err(fault));
         match result {
             Ok(()) => {

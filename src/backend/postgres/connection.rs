@@ -19,7 +19,7 @@ use tokio_postgres::{AsyncMessage, Client, Notification, Socket};
 
 use super::address::{PgUrl, Tls};
 use super::tls::client_config;
-use crate::backend::sql::fault::io_words;
+use crate::backend::sql::fault::{connect_while_full, io_words};
 use crate::backend::stop::{Stop, STOPPED};
 use crate::exit::{FailWith, Failure};
 
@@ -61,6 +61,12 @@ impl Fault {
     /// before `--message` or `--min-hold`).
     fn is_missing_schema(&self) -> bool {
         matches!(self, Fault::Refused { code, .. } if ["42P01", "42703", "42883"].contains(&code.as_str()))
+    }
+
+    /// The server's connection slots are all taken (too_many_connections: max_connections, or
+    /// the slots left are reserved for superusers): busy, not unreachable.
+    fn is_full(&self) -> bool {
+        matches!(self, Fault::Refused { code, .. } if code == "53300")
     }
 }
 
@@ -181,6 +187,23 @@ impl Conn {
         }
         self.client = None;
         self.notes = None;
+        let stop = self.stop.clone();
+        let timeout = self.connect_timeout.min(most);
+        let (client, rx) =
+            connect_while_full(timeout, &stop, "max_connections", Fault::is_full, |left| {
+                self.connect_once(left)
+            })?;
+        self.client = Some(Arc::new(client));
+        self.notes = Some(rx);
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// One connection attempt, within `timeout`: the client, and where its notifications arrive.
+    fn connect_once(
+        &self,
+        timeout: Duration,
+    ) -> Result<(Client, UnboundedReceiver<Notification>), Fault> {
         let mut config = self.url.config.clone();
         config
             .connect_timeout(self.connect_timeout)
@@ -188,7 +211,6 @@ impl Conn {
             .keepalives_idle(Duration::from_secs(10))
             .tcp_user_timeout(self.connect_timeout.max(Duration::from_secs(1)));
         let (tx, rx) = unbounded_channel();
-        let timeout = self.connect_timeout.min(most);
         let client = match self.url.tls {
             Tls::Off => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Disable);
@@ -207,10 +229,7 @@ impl Conn {
                     .unwrap_or_else(|| Err(Fault::Unreachable(STOPPED.into())))?
             }
         };
-        self.client = Some(Arc::new(client));
-        self.notes = Some(rx);
-        self.generation += 1;
-        Ok(())
+        Ok((client, rx))
     }
 
     /// Runs `op` on the connection (connecting first if needed), for at most `budget` in all: a
