@@ -144,7 +144,8 @@ fn herd_on_a_full_mysql_gives_one_run_and_the_rest_busy() {
 
 /// Fills every connection slot of a server with waiters on a lock held for an hour, then checks
 /// that `dlock run -n` meets the full server, tries it again for its connect budget, and only
-/// then exits with 69, naming the server's limit.
+/// then exits with 69, naming the server's limit; and that a waiter does so only once its
+/// `--wait` is spent.
 fn full_server_is_named_after_the_connect_budget(label: &str, base: &[String]) {
     let name = format!("full-{label}-{}", std::process::id());
     let run = |args: &[&str]| {
@@ -180,7 +181,7 @@ fn full_server_is_named_after_the_connect_budget(label: &str, base: &[String]) {
                 "{label}: gave up after {took:?}: {err}"
             );
             assert_eq!(err.trim_end().lines().count(), 1, "{label}: {err}");
-            return;
+            break;
         }
         assert_eq!(code(&out), 75, "{label}: {err}");
         assert!(
@@ -188,6 +189,30 @@ fn full_server_is_named_after_the_connect_budget(label: &str, base: &[String]) {
             "{label}: the waiters never filled the server"
         );
     }
+    // A waiter waits for a slot as for the lock, for its --wait, saying meanwhile that the
+    // server is full, and then gives up with 69 naming the limit.
+    let mut cmd = dlock();
+    cmd.args(base).args([
+        "--connect-timeout",
+        "1s",
+        "run",
+        "-w",
+        "4s",
+        &name,
+        "--",
+        "true",
+    ]);
+    let started = Instant::now();
+    let out = output(cmd);
+    let took = started.elapsed();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 69, "{label}: {err}");
+    assert!(
+        took >= Duration::from_secs(3),
+        "{label}: gave up after {took:?}: {err}"
+    );
+    let last = err.trim_end().lines().last().unwrap_or_default();
+    assert!(last.contains("max_connections"), "{label}: {err}");
 }
 
 #[test]

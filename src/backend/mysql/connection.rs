@@ -202,11 +202,12 @@ impl Conn {
     }
 
     /// A new connection whose calls wait `call_timeout` at most, tried again while the server's
-    /// connections are all taken, within the connect timeout.
+    /// connections are all taken, within the connect timeout (or `call_timeout`, if sooner: a
+    /// renewal that reconnects must give up in time to report its lease lost).
     fn connect_patiently(&self, call_timeout: Duration) -> Result<mysql::Conn, Fault> {
         let opts = self.opts(call_timeout)?;
         connect_while_full(
-            self.connect_timeout,
+            self.connect_timeout.min(call_timeout),
             &self.stop,
             "max_connections",
             Fault::is_full,

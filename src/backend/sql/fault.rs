@@ -14,6 +14,9 @@ use crate::exit::{FailWith, Failure};
 pub enum Fault<C> {
     /// The server could not be reached or did not answer in time: worth trying again.
     Unreachable(String),
+    /// The server answered that its connection slots are all taken, also after trying again for
+    /// the connect budget: busy, not unreachable.
+    Full(String),
     /// The server answered with an error (`code`: its own code for it).
     Refused { code: C, message: String },
     /// dlock's tables could not be created: the whole error, for the user.
@@ -23,7 +26,7 @@ pub enum Fault<C> {
 impl<C> Fault<C> {
     pub fn message(&self) -> String {
         match self {
-            Fault::Unreachable(m) => m.clone(),
+            Fault::Unreachable(m) | Fault::Full(m) => m.clone(),
             Fault::Refused { message, .. } => message.clone(),
             Fault::Setup(e) => format!("{e:#}"),
         }
@@ -78,7 +81,7 @@ pub fn connect_while_full<T, C>(
     let start = Instant::now();
     let mut backoff = FULL_RETRY_FIRST;
     let full = |fault: &Fault<C>| {
-        Fault::Unreachable(format!(
+        Fault::Full(format!(
             "{}: the server's {limit} connections are all taken, still after {} \
              (--connect-timeout)",
             fault.message(),
