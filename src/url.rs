@@ -304,6 +304,7 @@ mod tests {
                 connect_timeout: Duration::from_millis(1),
                 create: false,
                 replicas: 0,
+                stop: Default::default(),
             };
             match backend::open(&config) {
                 Ok(b) => messages.push(b.location()),

@@ -225,6 +225,29 @@ fn durations_out_of_range_exit_64_naming_the_limit() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+/// `--connect-timeout 0` (or anything below 100ms) would fail at once on some backends and
+/// connect without a limit on others: it is refused, naming the least value, and nothing runs.
+#[test]
+fn a_connect_timeout_below_the_least_is_refused_naming_it() {
+    let dir = LockDir::new();
+    let ran = dir.file("ran");
+    let touch = format!("touch {}", ran.display());
+    let run = ["run", "n", "--", "sh", "-c", touch.as_str()];
+    for value in ["0", "0s", "0.05", "99ms"] {
+        let mut args = vec!["--connect-timeout", value];
+        args.extend_from_slice(&run);
+        let out = with_env(&dir, &[], &args);
+        assert_usage_error(&out, "at least 100ms", value);
+        let out = with_env(&dir, &[("DLOCK_CONNECT_TIMEOUT", value)], &run);
+        assert_usage_error(&out, "at least 100ms", value);
+    }
+    assert!(!ran.exists(), "the command ran");
+    let mut args = vec!["--connect-timeout", "100ms"];
+    args.extend_from_slice(&run);
+    assert_eq!(code(&with_env(&dir, &[], &args)), 0);
+    assert!(ran.exists(), "the least value is accepted");
+}
+
 #[test]
 fn an_error_from_the_environment_names_the_variable() {
     let dir = LockDir::new();

@@ -15,6 +15,7 @@ mod file_entries;
 mod file_tokens;
 mod flock_habits;
 mod group_kill;
+mod herd;
 mod hostile;
 mod job_control;
 mod manual;

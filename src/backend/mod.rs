@@ -17,6 +17,7 @@ pub mod mysql;
 pub mod postgres;
 pub mod redis;
 mod sql;
+pub mod stop;
 pub mod zk;
 
 /// Which store holds the locks.
@@ -63,6 +64,8 @@ pub struct BackendConfig {
     pub create: bool,
     /// Redis: how many replicas must acknowledge each acquisition and renewal (`--replicas`).
     pub replicas: u32,
+    /// When to give up a connection being made (a signal while acquiring).
+    pub stop: stop::Stop,
 }
 
 /// Opens the configured backend. Errors are tagged with the exit status they map to (usage for a

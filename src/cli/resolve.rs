@@ -246,6 +246,7 @@ mod tests {
                     connect_timeout: Duration::from_millis(1),
                     create: false,
                     replicas: 0,
+                    stop: Default::default(),
                 };
                 let refused = match backend::open(&config) {
                     Ok(_) => false,

@@ -106,7 +106,12 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
     // Until the locks are held a signal only means "stop", also in the middle of a connection
     // to a server that does not answer: it interrupts the call, and dlock ends with 128+N.
     let mut interruptible = Some(Interruptible::new(&FORWARDED).context("cannot unblock signals")?);
-    let backend = match backend::open(&plan.backend) {
+    let config = backend::BackendConfig {
+        // A connection being made gives up as soon as such a signal comes.
+        stop: backend::stop::Stop::when(|| interrupt::caught().is_some()),
+        ..plan.backend.clone()
+    };
+    let backend = match backend::open(&config) {
         Ok(backend) => backend,
         Err(e) => return stopped(report).ok_or(e),
     };

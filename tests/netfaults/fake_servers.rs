@@ -21,7 +21,7 @@ fn silent_server() -> (TcpListener, u16) {
 /// with 128+N.
 fn ends_at_once_on(signal: i32, listener: &TcpListener, mut cmd: Command) {
     let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
-    let (_conn, _) = listener.accept().unwrap();
+    let (_conn, _) = accept_within(listener, T);
     // Connected: now in the middle of the exchange with a server that never answers.
     std::thread::sleep(Duration::from_millis(200));
     let sent = Instant::now();
@@ -34,33 +34,54 @@ fn ends_at_once_on(signal: i32, listener: &TcpListener, mut cmd: Command) {
     assert!(took < Duration::from_secs(1), "took {took:?}: {err}");
 }
 
+/// The next connection to `listener`, waiting `most` at most (a dlock that never connects fails
+/// the test rather than hanging it).
+fn accept_within(listener: &TcpListener, most: Duration) -> (TcpStream, std::net::SocketAddr) {
+    listener.set_nonblocking(true).unwrap();
+    let end = Instant::now() + most;
+    loop {
+        match listener.accept() {
+            Ok((conn, peer)) => {
+                conn.set_nonblocking(false).unwrap();
+                return (conn, peer);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < end => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("no connection within {most:?}: {e}"),
+        }
+    }
+}
+
 fn signal_pid(pid: u32, sig: i32) {
     signal(pid, sig);
 }
 
+/// SIGTERM and SIGINT end a dlock that is connecting to a server that accepts and never answers at
+/// once, with 128+N, on every network backend, whether it would wait for the lock or not (`-n`),
+/// not at the end of `--connect-timeout`. The file backend connects to nothing.
 #[test]
-fn signals_end_a_connection_to_a_silent_redis_or_zookeeper_at_once() {
-    let (listener, port) = silent_server();
-    let url = format!("redis://127.0.0.1:{port}");
-    for sig in [libc::SIGTERM, libc::SIGINT] {
-        ends_at_once_on(
-            sig,
-            &listener,
-            redis_at(
-                &url,
-                &["--connect-timeout", "20s", "run", "s", "--", "true"],
-            ),
-        );
+fn signals_end_a_connection_to_a_silent_server_at_once_on_every_backend() {
+    for (backend, scheme, path) in [
+        ("redis", "redis", ""),
+        ("zk", "zk", ""),
+        ("postgres", "postgres", "/dlock"),
+        ("mysql", "mysql", "/dlock"),
+        ("etcd", "etcd", ""),
+    ] {
+        for (sig, wait) in [(libc::SIGTERM, &[][..]), (libc::SIGINT, &["-n"][..])] {
+            // A listener of its own each time: nothing a former run left in its backlog.
+            let (listener, port) = silent_server();
+            let mut cmd = dlock();
+            cmd.args(["--backend", backend, "--url"])
+                .arg(format!("{scheme}://127.0.0.1:{port}{path}"))
+                .args(["--connect-timeout", "20s", "run"])
+                .args(wait)
+                .args(["s", "--", "true"]);
+            eprintln!("{backend} {sig} {wait:?}");
+            ends_at_once_on(sig, &listener, cmd);
+        }
     }
-    let mut cmd = dlock();
-    cmd.args([
-        "--backend",
-        "zk",
-        "--url",
-        &format!("zk://127.0.0.1:{port}"),
-    ])
-    .args(["--connect-timeout", "20s", "run", "s", "--", "true"]);
-    ends_at_once_on(libc::SIGTERM, &listener, cmd);
 }
 
 /// A loopback server whose connections (the first 20) `talk` handles, each on a thread of its

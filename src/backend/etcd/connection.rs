@@ -11,6 +11,7 @@ use anyhow::{anyhow, Context};
 use etcd_client::{Client, ConnectOptions, Error, GetOptions};
 
 use super::address::EtcdUrl;
+use crate::backend::stop::{Stop, STOPPED};
 use crate::exit::{FailWith, Failure};
 
 /// How long one call may take once connected (a renewal bounds its own calls more tightly).
@@ -33,7 +34,13 @@ impl Connection {
     /// Every endpoint is tried at once and the first to answer a first call is used: the
     /// client itself connects lazily, and its balancer would send that call to an endpoint that
     /// is down. An address that cannot be reached fails here, with exit 69, not at the first lock.
-    pub(super) fn open(url: &EtcdUrl, connect_timeout: Duration) -> anyhow::Result<Connection> {
+    /// A `stop` that comes meanwhile ends the attempt at once (exit 69 unless the caller reports
+    /// why it stopped).
+    pub(super) fn open(
+        url: &EtcdUrl,
+        connect_timeout: Duration,
+        stop: &Stop,
+    ) -> anyhow::Result<Connection> {
         let hosts = url.hosts();
         // One worker: the client's connection task must run while dlock's threads wait elsewhere.
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -45,16 +52,21 @@ impl Connection {
             .enable_all()
             .build()
             .context("cannot start the etcd client's runtime")?;
-        let client = match runtime.block_on(first_to_answer(url, connect_timeout)) {
-            Ok(client) => client,
-            Err(Fault::TimedOut(_)) => {
+        let racing = first_to_answer(url, connect_timeout);
+        let client = match runtime.block_on(stop.unless(racing)) {
+            None => {
+                return Err(anyhow!("cannot reach etcd at {hosts}: {STOPPED}"))
+                    .fail_with(Failure::BackendUnavailable)
+            }
+            Some(Ok(client)) => client,
+            Some(Err(Fault::TimedOut(_))) => {
                 return Err(anyhow!(
                     "cannot reach etcd at {hosts} within {} (--connect-timeout)",
                     crate::text::duration(connect_timeout)
                 ))
                 .fail_with(Failure::BackendUnavailable)
             }
-            Err(fault) => {
+            Some(Err(fault)) => {
                 return Err(anyhow!("cannot use etcd at {hosts}: {fault}"))
                     .fail_with(Failure::BackendUnavailable)
             }

@@ -57,6 +57,8 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct EtcdBackend {
     url: EtcdUrl,
     connect_timeout: Duration,
+    /// When to give up a connection being made.
+    stop: crate::backend::stop::Stop,
     connection: Mutex<Option<Arc<Connection>>>,
 }
 
@@ -65,6 +67,7 @@ impl EtcdBackend {
         Ok(EtcdBackend {
             url: EtcdUrl::from_urls(&config.urls)?,
             connect_timeout: config.connect_timeout,
+            stop: config.stop.clone(),
             connection: Mutex::new(None),
         })
     }
@@ -75,7 +78,11 @@ impl EtcdBackend {
         if let Some(conn) = slot.as_ref() {
             return Ok(conn.clone());
         }
-        let conn = Arc::new(Connection::open(&self.url, self.connect_timeout)?);
+        let conn = Arc::new(Connection::open(
+            &self.url,
+            self.connect_timeout,
+            &self.stop,
+        )?);
         *slot = Some(conn.clone());
         Ok(conn)
     }

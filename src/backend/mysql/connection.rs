@@ -15,8 +15,13 @@ use mysql::prelude::Queryable;
 
 use super::address::{MyUrl, Tls};
 use super::dial::connect_within;
-use crate::backend::sql::fault::io_words;
+use crate::backend::sql::fault::{connect_while_full, io_words};
+use crate::backend::stop::Stop;
 use crate::exit::{FailWith, Failure};
+
+/// The longest packet dlock takes from a server (the client's `max_allowed_packet`, also its
+/// default before it is set): the codec checks every length read against it before it allocates.
+const MAX_PACKET: usize = 4 << 20;
 
 /// The tables and procedures, `{p}` standing for the prefix, statements separated by `;;` lines.
 const SCHEMA: &str = include_str!("schema.sql");
@@ -28,10 +33,6 @@ const SCHEMA_CALL: Duration = Duration::from_secs(30);
 /// Shortest read timeout: below it a loaded server's answers would look like outages.
 const MIN_CALL: Duration = Duration::from_millis(200);
 
-/// The longest packet dlock takes from a server (the client's `max_allowed_packet`, also its
-/// default before it is set): the codec checks every length read against it before it allocates.
-const MAX_PACKET: usize = 4 << 20;
-
 /// MySQL's codes for what dlock's first call meets before its tables exist (or while they are
 /// an older dlock's, without a column added since), and for a refusal of the right to create them.
 const NO_SUCH_TABLE: u16 = 1146;
@@ -39,6 +40,8 @@ const NO_SUCH_PROCEDURE: u16 = 1305;
 const NO_SUCH_COLUMN: u16 = 1054;
 const PROCEDURE_EXISTS: u16 = 1304;
 const DENIED: [u16; 4] = [1044, 1142, 1227, 1370];
+/// Too many connections (to the server; of this user).
+const FULL: [u16; 2] = [1040, 1203];
 /// A deadlock or lock wait timeout: the transaction was rolled back and may be tried again.
 const ROLLED_BACK: [u16; 2] = [1213, 1205];
 
@@ -53,6 +56,8 @@ pub struct Conn {
     pub generation: u64,
     /// Whether the schema was created by this dlock (then not tried twice).
     schema_made: bool,
+    /// When to give up a connection being made.
+    stop: Stop,
 }
 
 pub type Shared = Arc<Mutex<Conn>>;
@@ -73,21 +78,22 @@ impl Fault {
         matches!(self, Fault::Refused { code, .. } if DENIED.contains(code))
     }
 
+    /// The server's connections are all taken (max_connections, or the user's
+    /// max_user_connections): busy, not unreachable.
+    fn is_full(&self) -> bool {
+        matches!(self, Fault::Refused { code, .. } if FULL.contains(code))
+    }
+
     fn is_missing_schema(&self) -> bool {
         matches!(self, Fault::Refused { code, .. } if [NO_SUCH_TABLE, NO_SUCH_PROCEDURE, NO_SUCH_COLUMN].contains(code))
     }
 }
 
 /// A library error as a fault, in one line without the library's wording of internals.
-fn fault(e: mysql::Error) -> Fault {
+pub(super) fn fault(e: mysql::Error) -> Fault {
     use mysql::{DriverError, Error};
     use mysql_common::proto::codec::error::PacketCodecError;
     match e {
-        // 1045: access denied (a wrong user or password).
-        Error::MySqlError(e) if e.code == 1045 => Fault::Refused {
-            code: e.code,
-            message: format!("{}: {}", e.message, crate::url::credentials_hint()),
-        },
         Error::MySqlError(e) => Fault::Refused {
             code: e.code,
             message: e.message,
@@ -102,13 +108,13 @@ fn fault(e: mysql::Error) -> Fault {
         Error::DriverError(DriverError::CouldNotConnect(Some((_, message, _)))) => {
             Fault::Unreachable(message.split(" (os error").next().unwrap_or("").to_owned())
         }
-        Error::TlsError(e) => Fault::Unreachable(format!("TLS: {e}")),
-        Error::DriverError(e) => Fault::Unreachable(e.to_string()),
         // A length above max_allowed_packet, which the codec checks before it allocates.
         Error::CodecError(PacketCodecError::PacketTooLarge) => Fault::Unreachable(format!(
             "the server announced a packet of more than {} MiB; is it MySQL?",
             MAX_PACKET >> 20
         )),
+        Error::TlsError(e) => Fault::Unreachable(format!("TLS: {e}")),
+        Error::DriverError(e) => Fault::Unreachable(e.to_string()),
         // A read or write that failed inside the packet codec.
         Error::CodecError(c) => Fault::Unreachable(
             std::error::Error::source(&c)
@@ -154,7 +160,14 @@ impl Conn {
             conn: None,
             generation: 0,
             schema_made: false,
+            stop: Stop::default(),
         }
+    }
+
+    /// Gives up connecting as soon as `stop` says so, whatever is left of the connect timeout.
+    pub fn stopping(mut self, stop: Stop) -> Conn {
+        self.stop = stop;
+        self
     }
 
     /// Another connection to the same server, for waits on lock keys alone: each of its calls
@@ -163,6 +176,7 @@ impl Conn {
     pub fn for_waits(&self, longest: Duration) -> Conn {
         Conn {
             call_timeout: longest + self.call_timeout,
+            stop: self.stop.clone(),
             ..Conn::new(self.url.clone(), self.connect_timeout)
         }
     }
@@ -191,11 +205,24 @@ impl Conn {
         if self.conn.is_some() {
             return Ok(());
         }
-        let opts = self.opts(self.call_timeout)?;
-        let conn = connect_within(opts, self.connect_timeout)?.map_err(fault)?;
+        let conn = self.connect_patiently(self.call_timeout)?;
         self.conn = Some(conn);
         self.generation += 1;
         Ok(())
+    }
+
+    /// A new connection whose calls wait `call_timeout` at most, tried again while the server's
+    /// connections are all taken, within the connect timeout (or `call_timeout`, if sooner: a
+    /// renewal that reconnects must give up in time to report its lease lost).
+    fn connect_patiently(&self, call_timeout: Duration) -> Result<mysql::Conn, Fault> {
+        let opts = self.opts(call_timeout)?;
+        connect_while_full(
+            self.connect_timeout.min(call_timeout),
+            &self.stop,
+            "max_connections",
+            Fault::is_full,
+            |budget| connect_within(opts.clone(), budget, &self.stop),
+        )
     }
 
     /// The client's settings for a connection whose calls wait `call_timeout` at most.
@@ -271,6 +298,12 @@ impl Conn {
     ) -> Result<T, Fault> {
         match self.call(&mut op) {
             Err(f) if f.is_missing_schema() && !self.schema_made => {
+                // Let go of this connection while the schema is made on one of its own: a herd
+                // of first runs on a server with few connection slots would otherwise each hold
+                // one while waiting for a second, until none is left for anyone. Nothing of
+                // dlock's is held on it yet (its tables are not there); a renewal after a
+                // reconnection takes its lock key again.
+                self.conn = None;
                 self.create_schema().map_err(Fault::Setup)?;
                 self.call(op)
             }
@@ -292,8 +325,7 @@ impl Conn {
         let wait = self.connect_timeout.as_secs().max(1);
         // On a connection of its own: DDL may take longer than a fifth of a lease.
         let result = self
-            .opts(self.connect_timeout.max(SCHEMA_CALL))
-            .and_then(|opts| connect_within(opts, self.connect_timeout)?.map_err(fault))
+            .connect_patiently(self.connect_timeout.max(SCHEMA_CALL))
             .and_then(|mut c| create(&mut c, &key, wait, &schema).map_err(fault));
         match result {
             Ok(()) => {

@@ -67,6 +67,8 @@ pub struct MyBackend {
     recipe: Arc<Recipe>,
     me: Me,
     location: String,
+    /// When to give up a connection being made.
+    stop: crate::backend::stop::Stop,
 }
 
 impl MyBackend {
@@ -83,9 +85,12 @@ impl MyBackend {
         Ok(MyBackend {
             recipe: Arc::new(Recipe::new(&url.prefix)),
             location: url.location(),
-            conn: Arc::new(Mutex::new(Conn::new(url.clone(), config.connect_timeout))),
+            conn: Arc::new(Mutex::new(
+                Conn::new(url.clone(), config.connect_timeout).stopping(config.stop.clone()),
+            )),
             url,
             connect_timeout: config.connect_timeout,
+            stop: config.stop.clone(),
             me: Me {
                 pid: i64::from(std::process::id()),
                 host: host_name(),
@@ -180,7 +185,7 @@ impl Backend for MyBackend {
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
         let conn = connection_for_wait(&self.conn, || {
-            Ok(Conn::new(self.url.clone(), self.connect_timeout))
+            Ok(Conn::new(self.url.clone(), self.connect_timeout).stopping(self.stop.clone()))
         })?;
         wait::wait(&conn, &self.recipe, &self.me, request, waiting)
     }

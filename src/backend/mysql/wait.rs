@@ -174,7 +174,7 @@ fn wait_for_key(
         match answer.recv_timeout(waiting.slice(CANCEL_CHECK)) {
             Ok((bell, woken)) => {
                 // A broken doorbell is made again at the next long wait.
-                if !matches!(woken, Err(Fault::Unreachable(_))) {
+                if !matches!(woken, Err(Fault::Unreachable(_) | Fault::Full(_))) {
                     *doorbell = Some(bell);
                 }
                 return freed(woken, key);
@@ -198,7 +198,7 @@ fn freed(woken: Result<Woken, Fault>, key: &str) -> Option<String> {
         Ok(Woken::Freed) => Some(key.to_owned()),
         // Still held at the re-check, or a connection gone: the attempt reconnects, or reports
         // the outage.
-        Ok(Woken::Held) | Err(Fault::Unreachable(_)) => None,
+        Ok(Woken::Held) | Err(Fault::Unreachable(_) | Fault::Full(_)) => None,
         // Refused (a deadlock among lock keys, which only a broken entry can cause): not waited
         // on again until the next re-check.
         Err(_) => Some(key.to_owned()),

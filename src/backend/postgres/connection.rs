@@ -20,7 +20,8 @@ use tokio_postgres::{AsyncMessage, Client, Notification};
 use super::address::{PgUrl, Tls};
 use super::tls::client_config;
 use super::wire;
-use crate::backend::sql::fault::io_words;
+use crate::backend::sql::fault::{connect_while_full, io_words};
+use crate::backend::stop::{Stop, STOPPED};
 use crate::exit::{FailWith, Failure};
 
 /// The tables and functions, `{p}` standing for the prefix.
@@ -40,6 +41,8 @@ pub struct Conn {
     pub generation: u64,
     /// Whether the schema was created by this dlock (then not tried twice).
     schema_made: bool,
+    /// When to give up a connection being made.
+    stop: Stop,
 }
 
 pub type Shared = Arc<Mutex<Conn>>;
@@ -59,6 +62,12 @@ impl Fault {
     /// before `--message` or `--min-hold`).
     fn is_missing_schema(&self) -> bool {
         matches!(self, Fault::Refused { code, .. } if ["42P01", "42703", "42883"].contains(&code.as_str()))
+    }
+
+    /// The server's connection slots are all taken (too_many_connections: max_connections, or
+    /// the slots left are reserved for superusers): busy, not unreachable.
+    fn is_full(&self) -> bool {
+        matches!(self, Fault::Refused { code, .. } if code == "53300")
     }
 }
 
@@ -191,7 +200,14 @@ impl Conn {
             notes: None,
             generation: 0,
             schema_made: false,
+            stop: Stop::default(),
         })
+    }
+
+    /// Gives up connecting as soon as `stop` says so, whatever is left of the connect timeout.
+    pub fn stopping(mut self, stop: Stop) -> Conn {
+        self.stop = stop;
+        self
     }
 
     pub fn url(&self) -> &PgUrl {
@@ -215,6 +231,23 @@ impl Conn {
         }
         self.client = None;
         self.notes = None;
+        let stop = self.stop.clone();
+        let timeout = self.connect_timeout.min(most);
+        let (client, rx) =
+            connect_while_full(timeout, &stop, "max_connections", Fault::is_full, |left| {
+                self.connect_once(left)
+            })?;
+        self.client = Some(Arc::new(client));
+        self.notes = Some(rx);
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// One connection attempt, within `timeout`: the client, and where its notifications arrive.
+    fn connect_once(
+        &self,
+        timeout: Duration,
+    ) -> Result<(Client, UnboundedReceiver<Notification>), Fault> {
         let mut config = self.url.config.clone();
         config
             .connect_timeout(self.connect_timeout)
@@ -222,24 +255,25 @@ impl Conn {
             .keepalives_idle(Duration::from_secs(10))
             .tcp_user_timeout(self.connect_timeout.max(Duration::from_secs(1)));
         let (tx, rx) = unbounded_channel();
-        let timeout = self.connect_timeout.min(most);
         let client = match self.url.tls {
             Tls::Off => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                self.runtime.block_on(connect(&config, None, timeout, tx))?
+                let connecting = connect(&config, None, timeout, tx);
+                self.runtime
+                    .block_on(self.stop.unless(connecting))
+                    .unwrap_or_else(|| Err(Fault::Unreachable(STOPPED.into())))?
             }
             tls => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Require);
                 let rustls = client_config(&self.url, tls).map_err(Fault::Unreachable)?;
                 let connector = tokio_postgres_rustls::MakeRustlsConnect::new(rustls);
+                let connecting = connect(&config, Some(connector), timeout, tx);
                 self.runtime
-                    .block_on(connect(&config, Some(connector), timeout, tx))?
+                    .block_on(self.stop.unless(connecting))
+                    .unwrap_or_else(|| Err(Fault::Unreachable(STOPPED.into())))?
             }
         };
-        self.client = Some(Arc::new(client));
-        self.notes = Some(rx);
-        self.generation += 1;
-        Ok(())
+        Ok((client, rx))
     }
 
     /// Runs `op` on the connection (connecting first if needed), for at most `budget` in all: a

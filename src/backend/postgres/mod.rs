@@ -77,6 +77,8 @@ pub struct PgBackend {
     recipe: Arc<Recipe>,
     me: Me,
     location: String,
+    /// When to give up a connection being made.
+    stop: crate::backend::stop::Stop,
 }
 
 impl PgBackend {
@@ -95,9 +97,12 @@ impl PgBackend {
         Ok(PgBackend {
             recipe: Arc::new(Recipe::new(&url.prefix)),
             location: url.location(),
-            conn: Arc::new(Mutex::new(Conn::new(url.clone(), config.connect_timeout)?)),
+            conn: Arc::new(Mutex::new(
+                Conn::new(url.clone(), config.connect_timeout)?.stopping(config.stop.clone()),
+            )),
             url,
             connect_timeout: config.connect_timeout,
+            stop: config.stop.clone(),
             me: Me {
                 pid: i64::from(std::process::id()),
                 host: host_name(),
@@ -174,7 +179,7 @@ impl Backend for PgBackend {
         // A wait holds its connection while it listens and while each attempt runs (up to the
         // connect timeout).
         let conn = connection_for_wait(&self.conn, || {
-            Conn::new(self.url.clone(), self.connect_timeout)
+            Ok(Conn::new(self.url.clone(), self.connect_timeout)?.stopping(self.stop.clone()))
         })?;
         wait::wait(&conn, &self.recipe, &self.me, request, waiting)
     }

@@ -95,7 +95,17 @@ impl Tries {
                 self.backoff = (self.backoff * 2).min(RETRY_MOST);
                 Ok(())
             }
-            f @ Fault::Unreachable(_) => Err(f.into_error(self.backend, shown).context(doing())),
+            // The server answered, busy as a held lock is: a waiter waits for a slot as long as
+            // for the lock, and says why it gave up when its wait ends before the next try.
+            Fault::Full(why) if waiting.slice(self.backoff) >= self.backoff => {
+                waiting.unreachable(&format!("{} at {shown}: {why}", self.backend));
+                pause_until(waiting, Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(RETRY_MOST);
+                Ok(())
+            }
+            f @ (Fault::Unreachable(_) | Fault::Full(_)) => {
+                Err(f.into_error(self.backend, shown).context(doing()))
+            }
             f => {
                 leave();
                 Err(f.into_error(self.backend, shown).context(doing()))
