@@ -14,6 +14,7 @@ mod file_entries;
 mod file_tokens;
 mod flock_habits;
 mod group_kill;
+mod hold_closed;
 mod hostile;
 mod job_control;
 mod manual;
