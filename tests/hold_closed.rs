@@ -240,10 +240,18 @@ fn the_documented_forms_fail_closed(t: &Target) {
     holder.let_go();
 }
 
-/// The keeper killed by SIGTERM or SIGKILL: the shell gets SIGTERM, and its `dlock release` then
-/// exits 79 (the hold ended without a release), not 1.
+/// The keeper killed by SIGTERM or SIGKILL, alone or with its process group: the shell gets
+/// SIGTERM, and its `dlock release` then exits 79 (the hold ended without a release), not 1.
 fn a_killed_keeper_sends_the_shell_sigterm_and_release_exits_79(t: &Target) {
-    for (n, sig) in [libc::SIGTERM, libc::SIGKILL].into_iter().enumerate() {
+    // SIGTERM and SIGKILL to the keeper, and SIGKILL to its process group (its session's).
+    for (n, (sig, group)) in [
+        (libc::SIGTERM, false),
+        (libc::SIGKILL, false),
+        (libc::SIGKILL, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let name = format!("hc/keeper{n}");
         let dir = t.scratch.file(&format!("keeper{n}"));
         let release = t.shell_words(&["release", &name]);
@@ -266,12 +274,19 @@ fn a_killed_keeper_sends_the_shell_sigterm_and_release_exits_79(t: &Target) {
             keeper = first_of(&hold_processes(t, &name));
             keeper.len() == 1
         });
-        signal(keeper[0], sig);
+        if group {
+            // SAFETY: kill has no memory effects; the group is the keeper's, which this test
+            // started (through the script), and it leads it (its own session).
+            let rc = unsafe { libc::kill(-(keeper[0] as libc::pid_t), sig) };
+            assert_eq!(rc, 0, "kill the keeper's group");
+        } else {
+            signal(keeper[0], sig);
+        }
         wait_for_file(&script.path("rel"), T);
         assert_eq!(
             script.read("rel").trim(),
             "79",
-            "signal {sig}: {} {}",
+            "signal {sig} (to the group: {group}): {} {}",
             script.read("rel.err"),
             script.read("err")
         );
@@ -282,7 +297,8 @@ fn a_killed_keeper_sends_the_shell_sigterm_and_release_exits_79(t: &Target) {
 
 /// `timeout`, `sudo` and `xargs` run dlock and are not the script: refused with 64 and a line
 /// saying why, the lock left free. `env` and `nice` replace themselves with dlock: the hold is the
-/// shell's and works.
+/// shell's and works, printing nothing. `--owner $$` makes `timeout` work; an owner that is not an
+/// ancestor of dlock is refused.
 fn a_parent_that_is_not_a_shell_is_refused(t: &Target) {
     let hold = t.shell_words(&["hold", "-n", "hc/parent"]);
     // xargs reports any status of 1 to 125 as 123.
@@ -324,14 +340,55 @@ fn a_parent_that_is_not_a_shell_is_refused(t: &Target) {
         let mut script = Script::start(
             &dir,
             &["sh"],
-            &format!("{runner} {hold} || exit 1\ntouch in\n{}", wait_line("go")),
+            &format!(
+                "{runner} {hold} > out || exit 1\ntouch in\n{}",
+                wait_line("go")
+            ),
         );
         wait_for_file(&script.path("in"), T);
         assert_eq!(busy(t, "hc/parent"), 75, "{runner}: held for the shell");
+        assert_eq!(script.read("out"), "", "{runner}: nothing on stdout");
         script.go("go");
         assert_eq!(script.exit_code(), 0, "{}", script.read("err"));
         free_within(t, "hc/parent");
     }
+    // --owner names the shell past a parent that is not one; a process that is not an ancestor
+    // of dlock cannot be the owner.
+    let with_owner = t.shell_words(&["hold", "-n", "--owner", "OWNER", "hc/parent"]);
+    let dir = t.scratch.file("owner");
+    let mut script = Script::start(
+        &dir,
+        &["sh"],
+        &format!(
+            "sleep 60 & other=$!\n\
+             {not_ancestor} 2> not.err; echo $? > not\n\
+             kill $other\n\
+             timeout 60 {ours} || exit 1\ntouch in\n{wait}",
+            not_ancestor = with_owner.replace("'OWNER'", "\"$other\""),
+            ours = with_owner.replace("'OWNER'", "$$"),
+            wait = wait_line("go"),
+        ),
+    );
+    wait_for_file(&script.path("in"), T);
+    assert_eq!(
+        script.read("not").trim(),
+        "64",
+        "{}",
+        script.read("not.err")
+    );
+    assert!(
+        script.read("not.err").contains("--owner"),
+        "{}",
+        script.read("not.err")
+    );
+    assert_eq!(
+        busy(t, "hc/parent"),
+        75,
+        "timeout ... --owner $$: held for the shell"
+    );
+    script.go("go");
+    assert_eq!(script.exit_code(), 0, "{}", script.read("err"));
+    free_within(t, "hc/parent");
 }
 
 /// Two `dlock hold`s of one lock from one shell at once: the second is refused (64) at once, while
