@@ -121,8 +121,8 @@ pub enum Command {
     /// flock(1)'s "lock the rest of this script" for the cluster: `dlock hold -n deploy || exit 1`.
     /// With the lock's variables: `v=$(dlock hold --print-env -n deploy) || exit 1; eval "$v"`
     /// (never `eval "$(dlock hold ...)"`: eval of nothing succeeds, so it goes on without the lock).
-    /// If the lock is lost, or the keeper ends without releasing it, the keeper sends SIGTERM to
-    /// the shell. A parent that is not a shell (timeout, sudo, xargs) is refused (64) without
+    /// If the lock is lost, or the keeper ends without releasing it, the shell gets SIGTERM. A
+    /// parent that is not a shell (timeout, sudo, xargs) is refused (64) without
     /// --owner.
     Hold(HoldArgs),
     /// Give up early what this shell took with `dlock hold`; with --force, break a lock for
