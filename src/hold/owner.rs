@@ -141,8 +141,24 @@ fn is_command_substitution_of(sub: u32, shell: u32) -> bool {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{shell}/fd")) else {
         return false;
     };
-    fds.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .any(|target| target == out)
+    // The read end: a shell that only shares the write end (`( dlock hold ...; work ) | tee log`)
+    // is not reading the subshell's output, and the subshell is the owner.
+    fds.filter_map(|e| e.ok())
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|target| target == out))
+        .any(|e| is_read_end(shell, &e.file_name()))
+}
+
+/// Whether descriptor `fd` of `pid` is open for reading only (the `flags:` line of its fdinfo, in
+/// octal: O_ACCMODE is 0 for O_RDONLY).
+fn is_read_end(pid: u32, fd: &std::ffi::OsStr) -> bool {
+    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.to_string_lossy()))
+    else {
+        return false;
+    };
+    info.lines()
+        .find_map(|line| line.strip_prefix("flags:"))
+        .and_then(|flags| u32::from_str_radix(flags.trim(), 8).ok())
+        .is_some_and(|flags| flags & 0o3 == 0)
 }
 
 #[cfg(test)]
