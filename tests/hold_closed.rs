@@ -546,3 +546,33 @@ fn holds_of_one_name_at_two_places_are_apart() {
     assert_eq!(busy_at(&a), 0);
     assert_eq!(script.exit_code(), 0);
 }
+
+/// A `( ... )` subshell that holds a lock owns the hold itself, also when its parent (here the
+/// `{ ... } | cat` subshell) has the same pipe as its output: that parent holds the pipe's write
+/// end and reads nothing from it, so this is no command substitution. The lock is freed when the
+/// subshell ends, while the script goes on.
+#[test]
+fn a_subshell_in_a_pipeline_owns_its_hold() {
+    let t = Target::file_backend();
+    let dir = t.scratch.file("pipeline");
+    let mut script = Script::start(
+        &dir,
+        &["bash"],
+        &format!(
+            "{{ ( {hold} || exit 1; touch in; {wait1} )\ntouch out\n{wait2}\n}} | cat",
+            hold = t.shell_words(&["hold", "-n", "hc/sub"]),
+            wait1 = wait_line("go1"),
+            wait2 = wait_line("go2"),
+        ),
+    );
+    wait_until("the subshell's hold", T, || {
+        script.path("in").exists() || matches!(script.sh.try_wait(), Ok(Some(_)))
+    });
+    assert!(script.path("in").exists(), "{}", script.read("err"));
+    assert_eq!(busy(&t, "hc/sub"), 75, "held while the subshell runs");
+    script.go("go1");
+    wait_for_file(&script.path("out"), T);
+    free_within(&t, "hc/sub");
+    script.go("go2");
+    assert_eq!(script.exit_code(), 0, "{}", script.read("err"));
+}
