@@ -3,9 +3,10 @@
 //! moves on while the script it serves goes on, so the lock would go with it while the script
 //! believes it holds it: refused, unless the owner is named with `--owner`. A shell that runs
 //! `v=$(dlock hold ...)` in a subshell of its own instead of running dlock directly (bash does when
-//! the substitution has a redirection, `2>&1`) would own the hold for a subshell that ends at once: that subshell is
-//! recognised (a copy of its parent shell, not a new program, whose standard output is a pipe the
-//! parent shell reads) and the hold is kept for the shell that reads it.
+//! the substitution has a redirection, `2>&1`) would own the hold for a subshell that ends at
+//! once: that subshell is recognised (a copy of its parent shell, not a new program, whose
+//! standard output is a pipe the parent shell reads) and the hold is kept for the shell that reads
+//! it.
 
 use anyhow::anyhow;
 
