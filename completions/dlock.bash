@@ -216,7 +216,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__hold)
-            opts="-x -s -l -t -n -w -E -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --min-hold --ttl --message --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            opts="-x -s -l -t -n -w -E -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --min-hold --ttl --message --print-env --owner --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -290,6 +290,10 @@ _dlock() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                --owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --backend)
@@ -668,7 +672,7 @@ _dlock() {
     esac
 }
 
-_dlock_taking_values="--backend --command --conflict-exit-code --connect-timeout --kill-after --limit --message --min-hold --out --password-file --progress-every --replicas --ttl --url --wait -E -b -c -l -u -w"
+_dlock_taking_values="--backend --command --conflict-exit-code --connect-timeout --kill-after --limit --message --min-hold --out --owner --password-file --progress-every --replicas --ttl --url --wait -E -b -c -l -u -w"
 
 # Lock names held now on the backend dlock is configured for.
 _dlock_lock_names() {

@@ -105,6 +105,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand hold" -s E -l conflict-exit-
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l min-hold -d 'Keep the lock taken until at least this long after it was acquired, judged by the lock store\'s clock, even once the command ended (dlock exits at once with its status) or dlock died: other runs see it busy until then. Same forms as --wait, at most a year; 0 is none. `dlock release --force` ends it early' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l ttl -d 'The lease: how long the lock outlives a dlock that stops renewing it (network backends)' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l message -d 'Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a newline, tab or escape; refused, not escaped). Kept with the holder record until release' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l owner -d 'Keep the hold for process PID, an ancestor of dlock (`--owner $$`), instead of the shell that runs `dlock hold`: for when a program that is not a shell (timeout, sudo, xargs) runs it' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
@@ -119,6 +120,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand hold" -s x -l exclusive -d '
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s s -l shared -d 'Take the lock shared: shared holders run together, never alongside an exclusive one'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s t -l tree -d 'Treat each NAME as a path in a hierarchy: lock every ancestor shared and the path itself exclusively (or shared, with --shared)'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s n -l no-wait -d 'Fail at once if the lock is busy (flock\'s --nonblock and --nb work too). On the command line it overrides DLOCK_WAIT'
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l print-env -d 'Print the lock\'s variables (DLOCK_TOKEN, ...) as `export NAME=\'value\'` lines, for `v=$(dlock hold --print-env NAME) || exit 1; eval "$v"`. Without it nothing is printed'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -132,8 +132,11 @@ pub enum Command {
     /// keeper that renews it until the script's shell exits or runs `dlock release NAME`.
     ///
     /// flock(1)'s "lock the rest of this script" for the cluster: `dlock hold -n deploy || exit 1`.
-    /// It prints the lock's variables (DLOCK_TOKEN, ...) as shell for `eval "$(dlock hold NAME)"`.
-    /// If the lock is lost, the keeper sends SIGTERM to the shell.
+    /// With the lock's variables: `v=$(dlock hold --print-env -n deploy) || exit 1; eval "$v"`
+    /// (never `eval "$(dlock hold ...)"`: eval of nothing succeeds, so it goes on without the lock).
+    /// If the lock is lost, or the keeper ends without releasing it, the shell gets SIGTERM. A
+    /// parent that is not a shell (timeout, sudo, xargs) is refused (64) without
+    /// --owner.
     Hold(HoldArgs),
     /// Give up early what this shell took with `dlock hold`; with --force, break a lock for
     /// whoever holds it (for an operator cleaning up after a dead holder).
@@ -243,6 +246,14 @@ pub struct RunArgs {
 pub struct HoldArgs {
     #[command(flatten)]
     pub lock: LockArgs,
+    /// Print the lock's variables (DLOCK_TOKEN, ...) as `export NAME='value'` lines, for
+    /// `v=$(dlock hold --print-env NAME) || exit 1; eval "$v"`. Without it nothing is printed.
+    #[arg(long)]
+    pub print_env: bool,
+    /// Keep the hold for process PID, an ancestor of dlock (`--owner $$`), instead of the shell
+    /// that runs `dlock hold`: for when a program that is not a shell (timeout, sudo, xargs) runs it.
+    #[arg(long, value_name = "PID")]
+    pub owner: Option<u32>,
 }
 
 impl HoldArgs {

@@ -73,7 +73,7 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
         Command::Release(args) => {
             let name = lock_name(&args.name)?;
             if !args.force {
-                return hold::release::release(&name, report);
+                return hold::release::release(&name, &global.backend_config(), report);
             }
             let removed = open_backend(&global.backend_config(), report)?.force_release(&name)?;
             if removed.is_empty() {

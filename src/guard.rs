@@ -14,6 +14,10 @@
 //! and it exits with no signal to dlock, which never waits for it (once dlock is gone, the kernel
 //! hands it to init, which reaps it).
 //!
+//! `dlock hold`'s keeper uses the same guardian to tell the script's shell when the keeper ends
+//! without giving its hold up (killed, SIGKILL too): it records a pidfd of the shell in
+//! [`OWNER_PIDFD`], and the guardian sends the shell SIGTERM, as a lost lock does.
+//!
 //! Not covered: processes that leave the command's group on purpose (`setsid`, `setpgid`), and the
 //! two ways the kernel ends every task that shares dlock's memory at once: the OOM killer choosing
 //! dlock, and dlock dumping core.
@@ -29,6 +33,11 @@ use crate::signal::mask::Masked;
 /// guardian does not know its group), cleared by dlock before it reaps the command. 0: nothing to
 /// kill. A static, so it lives as long as the memory the guardian shares.
 pub static COMMAND_GROUP: AtomicI32 = AtomicI32::new(0);
+
+/// A pidfd of the process to send SIGTERM when dlock ends while this is set (`dlock hold`'s shell,
+/// see src/hold/keeper.rs); -1: nobody. The descriptor must have been open when the guardian was
+/// started (it has a copy of the descriptor table as it was then) and be above 2.
+pub static OWNER_PIDFD: AtomicI32 = AtomicI32::new(-1);
 
 const STACK: usize = 64 * 1024;
 
@@ -140,7 +149,25 @@ extern "C" fn guardian_main(arg: *mut libc::c_void) -> libc::c_int {
     if let Some(group) = rustix::process::Pid::from_raw(group.max(0)) {
         let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
     }
+    let owner = OWNER_PIDFD.load(Ordering::SeqCst);
+    if owner > 2 {
+        // SAFETY: a copy of the pidfd the keeper opened before starting the guardian (see
+        // OWNER_PIDFD); this task never closes it.
+        let owner = unsafe { BorrowedFd::borrow_raw(owner) };
+        let _ = rustix::process::pidfd_send_signal(owner, rustix::process::Signal::TERM);
+    }
     0
+}
+
+/// Asks the guardian to send SIGTERM to the process of `pidfd` when dlock ends, until
+/// [`unwatch_owner`].
+pub fn watch_owner(pidfd: RawFd) {
+    OWNER_PIDFD.store(pidfd, Ordering::SeqCst);
+}
+
+/// dlock is about to end on purpose (the hold is given up): nobody to tell.
+pub fn unwatch_owner() {
+    OWNER_PIDFD.store(-1, Ordering::SeqCst);
 }
 
 /// Records the command's group for the guardian. Called by the command's own process between

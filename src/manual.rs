@@ -48,9 +48,10 @@ pub fn page(subcommand: Option<&str>) -> Option<Page> {
             runs_a_command: false,
         },
         Some("hold") => Page {
-            synopsis: &["eval \"$(dlock hold [OPTIONS] NAME...)\""],
+            synopsis: &["dlock hold [OPTIONS] NAME... || exit 1", "v=$(dlock hold --print-env [OPTIONS] NAME...) || exit 1; eval \"$v\""],
             examples: &[
-                ("eval \"$(dlock hold -n deploy)\" || exit 1", "In a shell script: hold deploy for the rest of the script, or stop if it is busy."),
+                ("dlock hold -n deploy || exit 1", "In a shell script: hold deploy for the rest of the script, or stop if it is busy."),
+                ("v=$(dlock hold --print-env -w 5m deploy) || exit 1; eval \"$v\"", "The same, waiting up to 5 minutes, with the lock's variables ($DLOCK_TOKEN ...). Never eval \"$(dlock hold ...)\": eval of nothing succeeds, so the script would go on without the lock."),
                 ("dlock release deploy", "Later in the same script: give the lock up early."),
             ],
             runs_a_command: false,

@@ -9,7 +9,8 @@
 //! - with `dlock` killed by SIGKILL before it could say anything, the stub does not run.
 //!
 //! A line that invokes dlock and that this file can neither run nor excuse by a rule with its
-//! reason (`excluded`) fails the test, so a new example joins by being written.
+//! reason (`excluded`) fails the test, so a new example joins by being written. A block fenced
+//! as ```text holds no commands (a picture of the source tree).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -42,16 +43,19 @@ fn markdown_code_lines(path: &Path) -> Vec<(usize, String)> {
     let text = std::fs::read_to_string(path).expect("read a document");
     let mut lines = Vec::new();
     let mut fenced = false;
+    // A block fenced as ```text is a picture (the source tree), not commands.
+    let mut prose = false;
     let mut indented = false;
     let mut previous_blank = true;
     for (i, line) in text.lines().enumerate() {
-        if line.trim_start().starts_with("```") {
+        if let Some(info) = line.trim_start().strip_prefix("```") {
             fenced = !fenced;
+            prose = fenced && info.trim() == "text";
             previous_blank = false;
             continue;
         }
         let code = if fenced {
-            Some(line)
+            (!prose).then_some(line)
         } else if line.starts_with("    ") && (indented || previous_blank) {
             indented = true;
             Some(&line[4..])

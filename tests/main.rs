@@ -16,6 +16,7 @@ mod file_tokens;
 mod flock_habits;
 mod group_kill;
 mod herd;
+mod hold_closed;
 mod hostile;
 mod job_control;
 mod manual;

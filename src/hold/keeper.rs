@@ -8,19 +8,22 @@
 
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::fs::{flock, FlockOperation};
 use rustix::process::{pidfd_open, pidfd_send_signal, PidfdFlags, Signal};
 
 use super::registry::{self, Process};
 use super::{shell_lines, HELD};
 use crate::cli::{GlobalArgs, HoldArgs};
-use crate::exit::Status;
+use crate::exit::{FailWith, Failure, Status};
+use crate::guard;
+use crate::lock::LockName;
 use crate::reentry::{Claim, HELD_VAR};
 use crate::report::Reporter;
 use crate::signal::FORWARDED;
@@ -73,21 +76,78 @@ pub fn run(
     if Process::now(shell.pid) != Some(shell) {
         return Err(gone());
     }
+    // Above the standard streams: the guardian closes those (see guard.rs, OWNER_PIDFD).
+    let pidfd = rustix::io::fcntl_dupfd_cloexec(&pidfd, 3).map_err(|_| gone())?;
     let plan = args.plan(global)?;
     let dir = registry::dir(true)?;
+    let place = registry::place(&plan.backend);
+    // Claimed before acquiring, so a second `dlock hold` of the lock from this shell is refused at
+    // once, also while this one still waits.
+    let names: Vec<LockName> = plan.requests.iter().map(|r| r.name.clone()).collect();
+    let claims = claim(&dir, shell, &place, &names)?;
     let keeper = Keeper {
         shell,
         pidfd,
         dir,
+        place,
         report,
     };
-    supervise::hold(plan, Box::new(move |kept| keeper.keep(kept)), report)
+    let status = supervise::hold(plan, Box::new(move |kept| keeper.keep(kept)), report);
+    // Removed while still locked: a claim only means something while its keeper lives.
+    remove_claims(&claims);
+    status
+}
+
+/// A file per lock, locked (flock) while a keeper of `shell` takes or keeps it at `place`: the
+/// second keeper finds it locked and is refused. The lock goes with the keeper, however it ends.
+fn claim(
+    dir: &Path,
+    shell: Process,
+    place: &str,
+    names: &[LockName],
+) -> anyhow::Result<Vec<(PathBuf, fs::File)>> {
+    let mut claims = Vec::new();
+    for name in names {
+        let mut path = registry::entry(dir, shell, place, name).into_os_string();
+        path.push(".claim");
+        let path = PathBuf::from(path);
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| {
+                format!(
+                    "cannot register the hold of lock {:?} in {}",
+                    name.as_str(),
+                    dir.display()
+                )
+            })?;
+        if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+            return Err(anyhow!(
+                "this shell already holds lock {:?} with dlock hold, or is taking it; `dlock \
+                 release {}` first",
+                name.as_str(),
+                name.as_str()
+            ))
+            .fail_with(Failure::Usage);
+        }
+        claims.push((path, file));
+    }
+    Ok(claims)
+}
+
+fn remove_claims(claims: &[(PathBuf, fs::File)]) {
+    for (path, _) in claims {
+        let _ = fs::remove_file(path);
+    }
 }
 
 struct Keeper<'a> {
     shell: Process,
     pidfd: OwnedFd,
     dir: PathBuf,
+    place: String,
     report: &'a Reporter,
 }
 
@@ -112,8 +172,10 @@ impl Keeper<'_> {
             .filter(|line| Claim::from_keeper(line, own).is_some())
             .map(|line| format!("{line}\n"))
             .collect();
-        // From here the front may exit without ending the keeper.
+        // From here the front may exit without ending the keeper; and a keeper that ends without
+        // giving the hold up (killed) has its guardian send the shell SIGTERM, as a lost lock does.
         let _ = rustix::process::set_parent_process_death_signal(None);
+        guard::watch_owner(self.pidfd.as_raw_fd());
         let told = {
             let mut out = io::stdout().lock();
             out.write_all(format!("{HELD}{}", shell_lines(&vars)).as_bytes())
@@ -121,6 +183,7 @@ impl Keeper<'_> {
         };
         if told.is_err() {
             // The front is gone: nobody learnt that the locks are held.
+            guard::unwatch_owner();
             release_all(held, self.report);
             remove(&entries);
             return Ok(Status::Internal);
@@ -148,6 +211,7 @@ impl Keeper<'_> {
             let asked: Vec<bool> = fds[1..].iter().map(|f| !f.revents().is_empty()).collect();
             drop(fds);
             if shell_ended {
+                guard::unwatch_owner();
                 release_all(held, self.report);
                 remove(&entries);
                 return Ok(Status::Done);
@@ -174,6 +238,7 @@ impl Keeper<'_> {
                         continue;
                     }
                 }
+                guard::unwatch_owner();
                 let lost_at_end = release_all(std::mem::take(&mut held), self.report);
                 let answer = match lost.take().or(lost_at_end) {
                     Some(why) => format!("{LOST} {why}"),
@@ -185,8 +250,16 @@ impl Keeper<'_> {
             }
             while let Some(n) = signals.wait(Duration::ZERO) {
                 if FORWARDED.contains(&n) {
+                    // The hold ends without the shell asking: the shell is told, as of a lost
+                    // lock. The entries stay, closed, so its `dlock release` finds a keeper that
+                    // is gone and says the lock was lost (release.rs). Closed before the shell is
+                    // told, so that release never reaches a keeper that no longer answers.
+                    guard::unwatch_owner();
+                    drop(entries);
                     release_all(held, self.report);
-                    remove(&entries);
+                    if self.shell_lives() {
+                        let _ = pidfd_send_signal(&self.pidfd, Signal::TERM);
+                    }
                     return Ok(Status::Signalled(n));
                 }
             }
@@ -201,12 +274,22 @@ impl Keeper<'_> {
         }
     }
 
+    /// Whether the shell is still running (its pidfd is not readable yet).
+    fn shell_lives(&self) -> bool {
+        let mut fds = [PollFd::new(&self.pidfd, PollFlags::IN)];
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        poll(&mut fds, Some(&zero)).is_ok_and(|n| n == 0)
+    }
+
     /// A socket per lock in the registry. An entry left by a keeper that is gone is replaced; one
     /// whose keeper answers means this shell already holds the lock (two `dlock hold`s at once).
     fn listen(&self, held: &[Held]) -> anyhow::Result<Vec<(PathBuf, UnixListener)>> {
         let mut entries = Vec::new();
         for h in held {
-            let path = registry::entry(&self.dir, self.shell, h.name());
+            let path = registry::entry(&self.dir, self.shell, &self.place, h.name());
             let listener = match UnixListener::bind(&path) {
                 Err(e)
                     if e.kind() == io::ErrorKind::AddrInUse

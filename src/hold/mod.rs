@@ -1,7 +1,10 @@
 //! `dlock hold NAME` and `dlock release NAME`: flock(1)'s "lock the rest of this script", for the
-//! cluster. `dlock hold` (the front, this file) starts a keeper (itself again, with `KEEPER_VAR`
-//! naming the calling shell and the front) and returns once the keeper holds the locks, printing their variables
-//! as shell for `eval`. The keeper (keeper.rs) takes the locks with the supervisor's code, then
+//! cluster. `dlock hold` (the front, this file) finds the shell to hold for (owner.rs), starts a
+//! keeper (itself again, with `KEEPER_VAR` naming that shell and the front) and returns once the
+//! keeper holds the locks, printing their variables as shell for `eval` only with `--print-env`:
+//! the documented forms (`dlock hold NAME || exit 1`, `v=$(dlock hold --print-env NAME) || exit 1`)
+//! rest on the exit status alone, so that a dlock that fails or dies never lets the script on. The
+//! keeper (keeper.rs) takes the locks with the supervisor's code, then
 //! detaches and renews them until the shell exits (watched with a pidfd, so SIGKILL counts too) or
 //! `dlock release NAME` asks from the shell or one of its descendants (release.rs), finding the
 //! keeper through a private registry of sockets (registry.rs).
@@ -12,6 +15,7 @@
 
 mod keeper;
 pub mod nested;
+mod owner;
 mod registry;
 pub mod release;
 
@@ -43,13 +47,13 @@ pub fn hold(cli: &Cli, args: &HoldArgs, report: &Reporter) -> anyhow::Result<Sta
     }
     // Usage errors before anything is started.
     let plan = args.plan(&cli.global)?;
-    let shell = rustix::process::getppid()
-        .and_then(|p| Process::now(p.as_raw_pid().unsigned_abs()))
-        .ok_or_else(|| anyhow!("cannot find the shell that runs dlock hold"))?;
+    let shell = owner::find(args.owner, report)?;
     let dir = registry::dir(false)?;
+    let place = registry::place(&plan.backend);
     for request in &plan.requests {
-        // A second hold of a lock this shell holds would wait for itself.
-        if UnixStream::connect(registry::entry(&dir, shell, &request.name)).is_ok() {
+        // A second hold of a lock this shell holds would wait for itself. (The keeper checks
+        // again, also for one still being taken: see keeper.rs's claims.)
+        if UnixStream::connect(registry::entry(&dir, shell, &place, &request.name)).is_ok() {
             return Err(anyhow!(
                 "this shell already holds lock {:?} with dlock hold; `dlock release {}` first",
                 request.name.as_str(),
@@ -76,6 +80,9 @@ pub fn hold(cli: &Cli, args: &HoldArgs, report: &Reporter) -> anyhow::Result<Sta
         let _ = out.read_to_end(&mut said);
     }
     if let Some(vars) = said.strip_prefix(HELD.as_bytes()) {
+        if !args.print_env {
+            return Ok(Status::Done);
+        }
         let mut out = std::io::stdout().lock();
         // A reader gone away (`dlock hold x >&-`) changes nothing: the lock is held.
         let _ = out.write_all(vars).and_then(|()| out.flush());

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::keeper::WHO;
 use super::registry;
+use crate::backend::BackendConfig;
 use crate::lock::LockName;
 use crate::reentry::Claim;
 
@@ -25,7 +26,7 @@ const ANSWER_MOST: u64 = 64 * 1024;
 
 /// The claims the keepers of this process's ancestor shells make to `names`. Costs one look at the
 /// registry directory when there are no holds (the common case), one listing when there are.
-pub fn claims(names: &[&LockName]) -> Vec<Claim> {
+pub fn claims(backend: &BackendConfig, names: &[&LockName]) -> Vec<Claim> {
     let Ok(dir) = registry::dir(false) else {
         return Vec::new();
     };
@@ -37,10 +38,11 @@ pub fn claims(names: &[&LockName]) -> Vec<Claim> {
     if entries.is_empty() {
         return Vec::new();
     }
+    let place = registry::place(backend);
     let mut claims = Vec::new();
     for shell in registry::ancestry(std::process::id()).into_iter().skip(1) {
         for name in names {
-            let path = registry::entry(&dir, shell, name);
+            let path = registry::entry(&dir, shell, &place, name);
             if path.file_name().is_some_and(|f| entries.contains(f)) {
                 claims.extend(ask(&path));
             }

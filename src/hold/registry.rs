@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::anyhow;
 use sha2::{Digest, Sha256};
 
+use crate::backend::{BackendConfig, BackendKind};
 use crate::exit::{FailWith, Failure};
 use crate::lock::LockName;
 use crate::report::plain;
@@ -125,10 +126,32 @@ pub fn dir(create: bool) -> anyhow::Result<PathBuf> {
     }
 }
 
-/// The entry of `shell`'s hold of `name` in `dir`. The name is hashed: it may hold `/` and be
-/// longer than a socket's path may be.
-pub fn entry(dir: &Path, shell: Process, name: &LockName) -> PathBuf {
-    let digest = Sha256::digest(name.as_str().as_bytes());
+/// The place a hold's locks are kept, as the entry's name knows it: the backend and its addresses
+/// as configured (`-b`, `--url`, their variables), a file backend's directory made absolute. Taken
+/// from the configuration, not from the backend, so `dlock release` finds the entry without
+/// reaching the server; it must be given the same `-b` and `--url` as the hold.
+pub fn place(config: &BackendConfig) -> String {
+    let urls: Vec<String> = config
+        .urls
+        .iter()
+        .map(|url| match config.kind {
+            BackendKind::File => fs::canonicalize(url.strip_prefix("file://").unwrap_or(url))
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| url.clone()),
+            _ => url.clone(),
+        })
+        .collect();
+    format!("{}\n{}", config.kind.as_str(), urls.join("\n"))
+}
+
+/// The entry of `shell`'s hold of `name` at `place` in `dir`. Place and name are hashed: they may
+/// hold `/` and be longer than a socket's path may be (and the place may hold a password).
+pub fn entry(dir: &Path, shell: Process, place: &str, name: &LockName) -> PathBuf {
+    let mut hasher = Sha256::new();
+    hasher.update(place.as_bytes());
+    hasher.update([0u8]);
+    hasher.update(name.as_str().as_bytes());
+    let digest = hasher.finalize();
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
     dir.join(format!("{}.{}.{hex}", shell.pid, shell.start))
 }

@@ -5,31 +5,72 @@
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
 
 use anyhow::anyhow;
 
 use super::keeper::{read_answer, LOST, RELEASE, RELEASED};
 use super::registry;
+use crate::backend::BackendConfig;
 use crate::exit::Status;
 use crate::lock::LockName;
 use crate::report::{plain, Reporter};
 
+/// What asking a keeper came to, once connected.
+enum Asked {
+    Answered(String),
+    Failed(io::Error),
+}
+
+/// Asks the keeper at `path` to release, and reads its answer. A keeper that is killed has its
+/// listening socket closed by the kernel a moment after its shell may be told (guard.rs), so a
+/// connection that is dropped without an answer is tried again, until the entry refuses
+/// (`ConnectionRefused`: the keeper is gone) or answers.
+fn ask(path: &Path) -> io::Result<Asked> {
+    const TRIES: u32 = 20;
+    const APART: Duration = Duration::from_millis(50);
+    let mut last = None;
+    for _ in 0..TRIES {
+        let mut conn = UnixStream::connect(path)?;
+        writeln!(conn, "{RELEASE}")?;
+        match read_answer(conn) {
+            Ok(answer) if !answer.is_empty() => return Ok(Asked::Answered(answer)),
+            Ok(_) => {}
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(APART);
+    }
+    Ok(match last {
+        Some(e) => Asked::Failed(e),
+        None => Asked::Answered(String::new()),
+    })
+}
+
 /// The exit status: 0 released, 79 the hold had lost its lock, 1 no hold of this shell's.
-pub fn release(name: &LockName, report: &Reporter) -> anyhow::Result<Status> {
+pub fn release(
+    name: &LockName,
+    backend: &BackendConfig,
+    report: &Reporter,
+) -> anyhow::Result<Status> {
     let dir = registry::dir(false)?;
+    let place = registry::place(backend);
     // This process itself holds nothing: its ancestors, nearest first.
     for process in registry::ancestry(std::process::id()).into_iter().skip(1) {
-        let path = registry::entry(&dir, process, name);
-        let conn = match UnixStream::connect(&path).and_then(|mut conn| {
-            writeln!(conn, "{RELEASE}")?;
-            Ok(conn)
-        }) {
+        let path = registry::entry(&dir, process, &place, name);
+        let conn = match ask(&path) {
             Ok(conn) => conn,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                // Its keeper is gone (killed): the entry is stale.
+                // Its keeper ended without giving the hold up (it removes its entry when it
+                // does): killed. The shell was sent SIGTERM; the lock may be another's by now.
                 let _ = fs::remove_file(&path);
-                continue;
+                report.error(&format!(
+                    "the hold of lock {:?} ended without a release (its keeper was stopped); \
+                     the lock may be held by another by now",
+                    name.as_str()
+                ));
+                return Ok(Status::LockLost);
             }
             Err(e) => {
                 return Err(anyhow!(
@@ -40,7 +81,11 @@ pub fn release(name: &LockName, report: &Reporter) -> anyhow::Result<Status> {
                 ))
             }
         };
-        let answer = read_answer(conn).map_err(|e| {
+        let answer = match conn {
+            Asked::Answered(answer) => Ok(answer),
+            Asked::Failed(e) => Err(e),
+        }
+        .map_err(|e| {
             anyhow!(
                 "the keeper of lock {:?} did not answer: {}",
                 name.as_str(),

@@ -121,7 +121,7 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
     if matches!(after, After::Run(_)) {
         // Inside a script that holds a lock with `dlock hold`, the hold covers the run.
         let names: Vec<&LockName> = plan.requests.iter().map(|r| &r.name).collect();
-        claims.extend(crate::hold::nested::claims(&names));
+        claims.extend(crate::hold::nested::claims(&plan.backend, &names));
     }
     let decision = reentry::decide(backend.as_ref(), &location, &plan.requests, claims)?;
     let requests = decision.to_acquire;

@@ -14,7 +14,8 @@ use crate::support::*;
 /// How soon after the script's shell ends its lock must be free.
 const RELEASED_WITHIN: Duration = Duration::from_millis(100);
 
-/// A shell script that takes `hold ARGS` first thing (`eval "$(dlock hold ...)"`), records its
+/// A shell script that takes `hold ARGS` first thing (`v=$(dlock hold --print-env ...) || exit $?;
+/// eval "$v"`), records its
 /// pid and token in `in`, runs `then`, and waits (a minute at most) for the test's `go` file.
 struct Script {
     sh: Child,
@@ -25,11 +26,11 @@ impl Script {
     fn start(t: &Target, tag: &str, hold: &[&str], then: &str) -> Script {
         let dir = t.scratch.file(tag);
         std::fs::create_dir_all(&dir).expect("script's directory");
-        let mut words = vec!["hold"];
+        let mut words = vec!["hold", "--print-env"];
         words.extend_from_slice(hold);
         let script = format!(
             "cd '{dir}' || exit 99\n\
-             eval \"$({hold})\" || exit $?\n\
+             v=$({hold}) || exit $?; eval \"$v\"\n\
              echo \"$$ $DLOCK_TOKEN\" > in.tmp; mv in.tmp in\n\
              {then}\n\
              i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",

@@ -175,8 +175,8 @@ pub fn release_force_ends_a_min_hold_at_once(t: &Target) {
 pub fn hold_with_min_hold_stays_taken_after_release(t: &Target) {
     let started = Instant::now();
     let script = format!(
-        "eval \"$({hold})\" || exit 9; echo $DLOCK_TOKEN; {release} || exit 8",
-        hold = t.shell_words(&["hold", "--min-hold", D_TEXT, "mh/e"]),
+        "v=$({hold}) || exit 9; eval \"$v\"; echo $DLOCK_TOKEN; {release} || exit 8",
+        hold = t.shell_words(&["hold", "--print-env", "--min-hold", D_TEXT, "mh/e"]),
         release = t.shell_words(&["release", "mh/e"]),
     );
     let out = output({

@@ -1,0 +1,583 @@
+//! `dlock hold` fails closed: the documented forms (`dlock hold NAME || exit 1` and
+//! `v=$(dlock hold --print-env NAME) || exit 1; eval "$v"`) never let a script's protected part run
+//! without the lock, in bash, dash, busybox sh and zsh, with and without `set -e`; a keeper that is
+//! killed tells the shell (SIGTERM) and its `dlock release` exits 79; a parent that is not a shell
+//! is refused; holds are known by place and name; a second hold from one shell is refused at once.
+//! On the file backend and on Redis (the suite's server).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::target::Target;
+use crate::support::*;
+
+/// How long any one step may take on a loaded machine before the test fails.
+const T: Duration = Duration::from_secs(120);
+
+/// The shells the documented forms are checked in, as commands that take `-c SCRIPT`.
+const SHELLS: [&[&str]; 4] = [&["bash"], &["dash"], &["busybox", "sh"], &["zsh"]];
+
+/// What a script does before the hold: nothing, or `set -e` (with an EXIT trap, as scripts have).
+const PRELUDES: [&str; 2] = ["", "set -e; trap 'true' EXIT"];
+
+/// A shell script in a directory of its own; its standard error goes to `err` there.
+struct Script {
+    sh: Child,
+    dir: PathBuf,
+}
+
+impl Script {
+    fn start(dir: &Path, shell: &[&str], body: &str) -> Script {
+        std::fs::create_dir_all(dir).expect("script's directory");
+        let script = format!("cd '{}' || exit 99\n{body}", dir.display());
+        let mut cmd = Command::new(shell[0]);
+        cmd.args(&shell[1..]).arg("-c").arg(&script);
+        for (key, _) in std::env::vars() {
+            if key.starts_with("DLOCK_") {
+                cmd.env_remove(key);
+            }
+        }
+        let sh = cmd
+            .env("DLOCK_CONFIG", "")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("err")).expect("script's stderr"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {shell:?}: {e}"));
+        Script {
+            sh,
+            dir: dir.to_owned(),
+        }
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.path(file)).unwrap_or_default()
+    }
+
+    fn go(&self, file: &str) {
+        std::fs::write(self.path(file), "").expect("write a go file");
+    }
+
+    fn exit_code(&mut self) -> i32 {
+        wait_exit(&mut self.sh, T).code().unwrap_or(-1)
+    }
+}
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        if let Ok(None) = self.sh.try_wait() {
+            let _ = self.sh.kill();
+            let _ = self.sh.wait();
+        }
+    }
+}
+
+/// Waits (bounded by the script's own count) for `file` in the script's directory.
+fn wait_line(file: &str) -> String {
+    format!("i=0; while [ ! -e {file} ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done")
+}
+
+fn busy(t: &Target, name: &str) -> i32 {
+    code(&output(t.dlock(&["run", "-n", name, "--", "true"])))
+}
+
+fn free_within(t: &Target, name: &str) {
+    wait_until(&format!("{name} to be free"), T, || busy(t, name) == 0);
+}
+
+/// The live processes of `dlock ARGS hold ... NAME` on this target (front, keeper, the keeper's
+/// guardian), each with its parent.
+fn hold_processes(t: &Target, name: &str) -> Vec<(u32, u32)> {
+    let mut found = Vec::new();
+    let Ok(listing) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in listing.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let ours = args.first().is_some_and(|a| a == dlock_bin())
+            && args.iter().any(|a| a == "hold")
+            && args.iter().any(|a| a == name)
+            && t.args.iter().all(|a| args.contains(a));
+        if !ours || !alive(pid) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let parent = stat
+            .rsplit(") ")
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        found.push((pid, parent));
+    }
+    found
+}
+
+/// The hold processes whose parent is none of them: the front while it lives, else the keeper.
+fn first_of(processes: &[(u32, u32)]) -> Vec<u32> {
+    processes
+        .iter()
+        .filter(|(_, parent)| !processes.iter().any(|(pid, _)| pid == parent))
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
+/// The two documented forms for `hold ARGS`, each ending with `|| exit 1`.
+/// The variables' form also with a redirection inside the substitution, with which bash runs it in
+/// a subshell of its own instead of running dlock directly.
+fn forms(t: &Target, args: &[&str]) -> [String; 3] {
+    let mut plain = vec!["hold"];
+    plain.extend_from_slice(args);
+    let mut with_env = vec!["hold", "--print-env"];
+    with_env.extend_from_slice(args);
+    [
+        format!("{} || exit 1", t.shell_words(&plain)),
+        format!("v=$({}) || exit 1; eval \"$v\"", t.shell_words(&with_env)),
+        format!(
+            "v=$({} 2>>hold.err) || exit 1; eval \"$v\"",
+            t.shell_words(&with_env)
+        ),
+    ]
+}
+
+/// In every shell, with and without `set -e`, each documented form: with the lock busy (`-n`),
+/// with a `--wait` that expires, and with `dlock hold` SIGKILLed while it waits, the protected part
+/// never runs and the script exits 1; with the lock free it runs, under the lock, which is held
+/// for the script's shell (not for a subshell) until it ends.
+fn the_documented_forms_fail_closed(t: &Target) {
+    let holder = crate::contract::Holding::start(t, &["hc/busy"]);
+    let protected = "echo \"ran $DLOCK_TOKEN\" > ran.tmp; mv ran.tmp ran";
+    let mut case = 0;
+    for shell in SHELLS {
+        for prelude in PRELUDES {
+            let cases: [(&str, Vec<&str>); 3] = [
+                ("busy with -n", vec!["-n", "hc/busy"]),
+                ("--wait expired", vec!["-w", "0.2s", "hc/busy"]),
+                ("SIGKILLed while waiting", vec!["-w", "10m", "hc/busy"]),
+            ];
+            for (what, args) in cases {
+                for form in forms(t, &args) {
+                    case += 1;
+                    let dir = t.scratch.file(&format!("fc{case}"));
+                    let mut script =
+                        Script::start(&dir, shell, &format!("{prelude}\n{form}\n{protected}"));
+                    if what.starts_with("SIGKILL") {
+                        let mut front = Vec::new();
+                        // The front waits once it has started its keeper (its child).
+                        wait_until(&format!("dlock hold waiting in {form}"), T, || {
+                            let processes = hold_processes(t, "hc/busy");
+                            front = first_of(&processes);
+                            front.len() == 1
+                                && processes.iter().any(|(_, parent)| *parent == front[0])
+                        });
+                        signal(front[0], libc::SIGKILL);
+                    }
+                    let code = script.exit_code();
+                    assert!(
+                        !script.path("ran").exists(),
+                        "{shell:?} `{prelude}` `{form}` ({what}): the protected part ran"
+                    );
+                    assert_eq!(
+                        code,
+                        1,
+                        "{shell:?} `{prelude}` `{form}` ({what}): {}",
+                        script.read("err")
+                    );
+                    wait_until("no dlock hold left behind", T, || {
+                        hold_processes(t, "hc/busy").is_empty()
+                    });
+                }
+            }
+            for (n, form) in forms(t, &["-n", "hc/free"]).into_iter().enumerate() {
+                case += 1;
+                let dir = t.scratch.file(&format!("fc{case}"));
+                let mut script = Script::start(
+                    &dir,
+                    shell,
+                    &format!("{prelude}\n{form}\n{protected}\n{}", wait_line("go")),
+                );
+                wait_until(&format!("{shell:?} `{prelude}` `{form}` to run"), T, || {
+                    script.path("ran").exists() || matches!(script.sh.try_wait(), Ok(Some(_)))
+                });
+                let ran = script.read("ran");
+                assert!(
+                    ran.starts_with("ran"),
+                    "{shell:?} `{prelude}` `{form}`: the protected part did not run: {}",
+                    script.read("err")
+                );
+                if n > 0 {
+                    assert!(
+                        ran.trim().len() > "ran ".len(),
+                        "--print-env gave DLOCK_TOKEN: {ran:?}"
+                    );
+                }
+                assert_eq!(
+                    busy(t, "hc/free"),
+                    75,
+                    "{shell:?} `{prelude}` `{form}`: the lock is held while the script runs"
+                );
+                script.go("go");
+                assert_eq!(script.exit_code(), 0, "{}", script.read("err"));
+                free_within(t, "hc/free");
+            }
+        }
+    }
+    holder.let_go();
+}
+
+/// The keeper killed by SIGTERM or SIGKILL, alone or with its process group: the shell gets
+/// SIGTERM, and its `dlock release` then exits 79 (the hold ended without a release), not 1.
+fn a_killed_keeper_sends_the_shell_sigterm_and_release_exits_79(t: &Target) {
+    // SIGTERM and SIGKILL to the keeper, and SIGKILL to its process group (its session's).
+    for (n, (sig, group)) in [
+        (libc::SIGTERM, false),
+        (libc::SIGKILL, false),
+        (libc::SIGKILL, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = format!("hc/keeper{n}");
+        let dir = t.scratch.file(&format!("keeper{n}"));
+        let release = t.shell_words(&["release", &name]);
+        let mut script = Script::start(
+            &dir,
+            &["sh"],
+            &format!(
+                "trap '{release} 2> rel.err; echo $? > rel.tmp; mv rel.tmp rel; exit 0' TERM\n\
+                 {hold} || exit 1\n\
+                 touch in\n\
+                 {wait}\n\
+                 exit 3",
+                hold = t.shell_words(&["hold", "-n", &name]),
+                wait = wait_line("go"),
+            ),
+        );
+        wait_for_file(&script.path("in"), T);
+        let mut keeper = Vec::new();
+        wait_until("the keeper alone", T, || {
+            keeper = first_of(&hold_processes(t, &name));
+            keeper.len() == 1
+        });
+        if group {
+            // SAFETY: kill has no memory effects; the group is the keeper's, which this test
+            // started (through the script), and it leads it (its own session).
+            let rc = unsafe { libc::kill(-(keeper[0] as libc::pid_t), sig) };
+            assert_eq!(rc, 0, "kill the keeper's group");
+        } else {
+            signal(keeper[0], sig);
+        }
+        wait_for_file(&script.path("rel"), T);
+        assert_eq!(
+            script.read("rel").trim(),
+            "79",
+            "signal {sig} (to the group: {group}): {} {}",
+            script.read("rel.err"),
+            script.read("err")
+        );
+        assert_eq!(script.exit_code(), 0, "the shell's TERM trap ran");
+        script.go("go");
+    }
+}
+
+/// `timeout`, `sudo` and `xargs` run dlock and are not the script: refused with 64 and a line
+/// saying why, the lock left free. `env` and `nice` replace themselves with dlock: the hold is the
+/// shell's and works, printing nothing. `--owner $$` makes `timeout` work; an owner that is not an
+/// ancestor of dlock is refused.
+fn a_parent_that_is_not_a_shell_is_refused(t: &Target) {
+    let hold = t.shell_words(&["hold", "-n", "hc/parent"]);
+    // xargs reports any status of 1 to 125 as 123.
+    for (n, (runner, status)) in [
+        ("timeout 60", "64"),
+        ("sudo -n", "64"),
+        ("echo hc/parent | xargs", "123"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let hold = if runner.contains("xargs") {
+            t.shell_words(&["hold", "-n"])
+        } else {
+            hold.clone()
+        };
+        let dir = t.scratch.file(&format!("parent{n}"));
+        let mut script = Script::start(
+            &dir,
+            &["sh"],
+            &format!("{runner} {hold}; echo $? > rc; exit 0"),
+        );
+        assert_eq!(script.exit_code(), 0);
+        assert_eq!(
+            script.read("rc").trim(),
+            status,
+            "{runner}: {}",
+            script.read("err")
+        );
+        assert!(
+            script.read("err").contains("is not a shell"),
+            "{runner}: {}",
+            script.read("err")
+        );
+        assert_eq!(busy(t, "hc/parent"), 0, "{runner}: nothing is held");
+    }
+    for (n, runner) in ["env", "nice -n 1"].into_iter().enumerate() {
+        let dir = t.scratch.file(&format!("exec{n}"));
+        let mut script = Script::start(
+            &dir,
+            &["sh"],
+            &format!(
+                "{runner} {hold} > out || exit 1\ntouch in\n{}",
+                wait_line("go")
+            ),
+        );
+        wait_for_file(&script.path("in"), T);
+        assert_eq!(busy(t, "hc/parent"), 75, "{runner}: held for the shell");
+        assert_eq!(script.read("out"), "", "{runner}: nothing on stdout");
+        script.go("go");
+        assert_eq!(script.exit_code(), 0, "{}", script.read("err"));
+        free_within(t, "hc/parent");
+    }
+    // --owner names the shell past a parent that is not one; a process that is not an ancestor
+    // of dlock cannot be the owner.
+    let with_owner = t.shell_words(&["hold", "-n", "--owner", "OWNER", "hc/parent"]);
+    let dir = t.scratch.file("owner");
+    let mut script = Script::start(
+        &dir,
+        &["sh"],
+        &format!(
+            "sleep 60 & other=$!\n\
+             {not_ancestor} 2> not.err; echo $? > not\n\
+             kill $other\n\
+             timeout 60 {ours} || exit 1\ntouch in\n{wait}",
+            not_ancestor = with_owner.replace("'OWNER'", "\"$other\""),
+            ours = with_owner.replace("'OWNER'", "$$"),
+            wait = wait_line("go"),
+        ),
+    );
+    wait_for_file(&script.path("in"), T);
+    assert_eq!(
+        script.read("not").trim(),
+        "64",
+        "{}",
+        script.read("not.err")
+    );
+    assert!(
+        script.read("not.err").contains("--owner"),
+        "{}",
+        script.read("not.err")
+    );
+    assert_eq!(
+        busy(t, "hc/parent"),
+        75,
+        "timeout ... --owner $$: held for the shell"
+    );
+    script.go("go");
+    assert_eq!(script.exit_code(), 0, "{}", script.read("err"));
+    free_within(t, "hc/parent");
+}
+
+/// Two `dlock hold`s of one lock from one shell at once: the second is refused (64) at once, while
+/// the first still waits for the lock, not after.
+fn a_second_hold_from_the_same_shell_is_refused_at_once(t: &Target) {
+    let holder = crate::contract::Holding::start(t, &["hc/twice"]);
+    let hold = t.shell_words(&["hold", "hc/twice"]);
+    let dir = t.scratch.file("twice");
+    let mut script = Script::start(
+        &dir,
+        &["sh"],
+        &format!(
+            "{hold} 2> first.err & \n\
+             {wait}\n\
+             {hold}; echo $? > rc.tmp; mv rc.tmp rc\n\
+             wait $!; echo $? > first.tmp; mv first.tmp first",
+            wait = wait_line("go"),
+        ),
+    );
+    wait_until("the first hold waiting", T, || {
+        let processes = hold_processes(t, "hc/twice");
+        let front = first_of(&processes);
+        front.len() == 1 && processes.iter().any(|(_, parent)| *parent == front[0])
+    });
+    let asked = Instant::now();
+    script.go("go");
+    wait_for_file(&script.path("rc"), T);
+    let took = asked.elapsed();
+    assert_eq!(script.read("rc").trim(), "64", "{}", script.read("err"));
+    assert!(
+        took < Duration::from_secs(10),
+        "the second hold was refused only after {took:?}"
+    );
+    assert!(
+        script.read("err").contains("already holds"),
+        "{}",
+        script.read("err")
+    );
+    holder.let_go();
+    wait_for_file(&script.path("first"), T);
+    assert_eq!(
+        script.read("first").trim(),
+        "0",
+        "the first hold got the lock: {}",
+        script.read("first.err")
+    );
+    assert_eq!(script.exit_code(), 0);
+}
+
+mod file {
+    use crate::support::target::Target;
+
+    #[test]
+    fn the_documented_forms_fail_closed() {
+        super::the_documented_forms_fail_closed(&Target::file_backend());
+    }
+
+    #[test]
+    fn a_killed_keeper_sends_the_shell_sigterm_and_release_exits_79() {
+        super::a_killed_keeper_sends_the_shell_sigterm_and_release_exits_79(&Target::file_backend());
+    }
+
+    #[test]
+    fn a_parent_that_is_not_a_shell_is_refused() {
+        super::a_parent_that_is_not_a_shell_is_refused(&Target::file_backend());
+    }
+
+    #[test]
+    fn a_second_hold_from_the_same_shell_is_refused_at_once() {
+        super::a_second_hold_from_the_same_shell_is_refused_at_once(&Target::file_backend());
+    }
+}
+
+mod redis {
+    use crate::support::target::Target;
+
+    #[test]
+    fn the_documented_forms_fail_closed() {
+        super::the_documented_forms_fail_closed(&Target::suite_redis());
+    }
+
+    #[test]
+    fn a_killed_keeper_sends_the_shell_sigterm_and_release_exits_79() {
+        super::a_killed_keeper_sends_the_shell_sigterm_and_release_exits_79(&Target::suite_redis());
+    }
+
+    #[test]
+    fn a_parent_that_is_not_a_shell_is_refused() {
+        super::a_parent_that_is_not_a_shell_is_refused(&Target::suite_redis());
+    }
+
+    #[test]
+    fn a_second_hold_from_the_same_shell_is_refused_at_once() {
+        super::a_second_hold_from_the_same_shell_is_refused_at_once(&Target::suite_redis());
+    }
+}
+
+/// One name held at two places (two lock directories) from one shell: both holds succeed, and
+/// `--url` picks which one `release` ends.
+#[test]
+fn holds_of_one_name_at_two_places_are_apart() {
+    let (a, b) = (LockDir::new(), LockDir::new());
+    let at = |dir: &LockDir, args: &[&str]| {
+        let mut words = vec![
+            dlock_bin().to_owned(),
+            "--url".to_owned(),
+            dir.path().display().to_string(),
+        ];
+        words.extend(args.iter().map(|a| a.to_string()));
+        words
+            .iter()
+            .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let busy_at = |dir: &LockDir| {
+        let mut cmd = dlock();
+        cmd.arg("--url")
+            .arg(dir.path())
+            .args(["run", "-n", "hc/two", "--", "true"]);
+        code(&output(cmd))
+    };
+    let work = LockDir::new();
+    let mut script = Script::start(
+        &work.path().join("s"),
+        &["sh"],
+        &format!(
+            "{hold_a} || exit 1\n{hold_b} || exit 2\ntouch in\n{wait1}\n\
+             {release_b}; echo $? > rel_b.tmp; mv rel_b.tmp rel_b\n{wait2}\n\
+             {release_a}; echo $? > rel_a.tmp; mv rel_a.tmp rel_a",
+            hold_a = at(&a, &["hold", "-n", "hc/two"]),
+            hold_b = at(&b, &["hold", "-n", "hc/two"]),
+            release_a = at(&a, &["release", "hc/two"]),
+            release_b = at(&b, &["release", "hc/two"]),
+            wait1 = wait_line("go1"),
+            wait2 = wait_line("go2"),
+        ),
+    );
+    wait_until("both holds", T, || {
+        script.path("in").exists() || matches!(script.sh.try_wait(), Ok(Some(_)))
+    });
+    assert!(script.path("in").exists(), "{}", script.read("err"));
+    assert_eq!((busy_at(&a), busy_at(&b)), (75, 75), "held at both places");
+    script.go("go1");
+    wait_for_file(&script.path("rel_b"), T);
+    assert_eq!(script.read("rel_b").trim(), "0", "{}", script.read("err"));
+    assert_eq!(
+        (busy_at(&a), busy_at(&b)),
+        (75, 0),
+        "release --url B ended the hold at B only"
+    );
+    script.go("go2");
+    wait_for_file(&script.path("rel_a"), T);
+    assert_eq!(script.read("rel_a").trim(), "0", "{}", script.read("err"));
+    assert_eq!(busy_at(&a), 0);
+    assert_eq!(script.exit_code(), 0);
+}
+
+/// A `( ... )` subshell that holds a lock owns the hold itself, also when its parent (here the
+/// `{ ... } | cat` subshell) has the same pipe as its output: that parent holds the pipe's write
+/// end and reads nothing from it, so this is no command substitution. The lock is freed when the
+/// subshell ends, while the script goes on.
+#[test]
+fn a_subshell_in_a_pipeline_owns_its_hold() {
+    let t = Target::file_backend();
+    let dir = t.scratch.file("pipeline");
+    let mut script = Script::start(
+        &dir,
+        &["bash"],
+        &format!(
+            "{{ ( {hold} || exit 1; touch in; {wait1} )\ntouch out\n{wait2}\n}} | cat",
+            hold = t.shell_words(&["hold", "-n", "hc/sub"]),
+            wait1 = wait_line("go1"),
+            wait2 = wait_line("go2"),
+        ),
+    );
+    wait_until("the subshell's hold", T, || {
+        script.path("in").exists() || matches!(script.sh.try_wait(), Ok(Some(_)))
+    });
+    assert!(script.path("in").exists(), "{}", script.read("err"));
+    assert_eq!(busy(&t, "hc/sub"), 75, "held while the subshell runs");
+    script.go("go1");
+    wait_for_file(&script.path("out"), T);
+    free_within(&t, "hc/sub");
+    script.go("go2");
+    assert_eq!(script.exit_code(), 0, "{}", script.read("err"));
+}
