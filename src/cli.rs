@@ -19,7 +19,7 @@ use crate::lock::{new_owner_id, tree_locks, LockName, LockRequest, Mode};
 use crate::report::Verbosity;
 use crate::supervise::RunPlan;
 
-use duration::{parse_duration, parse_ttl};
+use duration::{parse_connect_timeout, parse_duration, parse_ttl};
 use values::{parse_seats, parse_switch};
 
 /// Where `--help` points for the rest.
@@ -79,9 +79,9 @@ pub struct GlobalArgs {
           value_hint = ValueHint::FilePath)]
     pub password_file: Option<PathBuf>,
 
-    /// How long to try to reach a server before giving up with exit status 69.
+    /// How long to try to reach a server before giving up with exit status 69 (at least 100ms).
     #[arg(long, global = true, env = "DLOCK_CONNECT_TIMEOUT", value_name = "DURATION",
-          value_parser = parse_duration, default_value = "5s", allow_hyphen_values = true,
+          value_parser = parse_connect_timeout, default_value = "5s", allow_hyphen_values = true,
           value_hint = ValueHint::Other)]
     pub connect_timeout: Duration,
 

@@ -18,6 +18,9 @@ const MAX_DURATION_TEXT: &str = "1 year";
 /// needs a longer one.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 24 * 3600);
 const MIN_TTL: Duration = Duration::from_millis(100);
+/// The shortest `--connect-timeout`: a budget below it would fail against any server but the
+/// nearest, and 0 would read as "no limit" to some clients and "fail at once" to others.
+pub const MIN_CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// What a duration option's value parser refuses, in words clap puts after "invalid value ...".
 const FORMS: &str = "use seconds, as in 120 or 0.5, or a unit: 500ms, 30s, 5m";
@@ -27,6 +30,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     match read(text)? {
         Some(d) if d <= MAX_DURATION => Ok(d),
         _ => Err(format!("too long: at most {MAX_DURATION_TEXT}")),
+    }
+}
+
+/// `--connect-timeout`: 100ms to a year.
+pub fn parse_connect_timeout(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        d if d < MIN_CONNECT_TIMEOUT => Err(format!(
+            "the connect timeout must be at least {}",
+            crate::text::duration(MIN_CONNECT_TIMEOUT)
+        )),
+        d => Ok(d),
     }
 }
 
@@ -139,6 +153,11 @@ mod tests {
         assert!(parse_ttl("25d").unwrap_err().contains("at most 24d ("));
         assert!(parse_ttl("0.05").unwrap_err().contains("at least 100ms"));
         assert_eq!(parse_ttl("30"), Ok(Duration::from_secs(30)));
+        for zero in ["0", "0s", "0.05", "99ms"] {
+            let err = parse_connect_timeout(zero).unwrap_err();
+            assert!(err.contains("at least 100ms"), "{zero}: {err}");
+        }
+        assert_eq!(parse_connect_timeout("0.1"), Ok(MIN_CONNECT_TIMEOUT));
     }
 
     proptest::proptest! {

@@ -6,11 +6,9 @@
 //! plus the min-hold, both by ZooKeeper's clock (the node's `ctime`, stamped by the ensemble).
 //!
 //! Nobody is there to delete it at that moment, so whoever finds it expired deletes it: a waiter
-//! or an acquirer, or its holder at release if the min-hold has run out by then. This machine's
-//! clocks only say when to look (an acquirer learns the ensemble's time from its own node's
-//! `ctime` and counts on from there on its monotonic clock); before deleting, the end is judged by
-//! the ensemble's time asked afresh (a short-lived node's `ctime`), so a caller whose clock runs
-//! fast, monotonic clock included, cannot shorten the hold. A Curator client waiting behind an expired kept node gets in once a dlock
+//! or an acquirer (which learns the ensemble's time from its own node's `ctime`, and then counts
+//! on its own monotonic clock, never its wall clock), or its holder at release if the min-hold has
+//! run out by then. A Curator client waiting behind an expired kept node gets in once a dlock
 //! client next looks at the lock. `status` asks the ensemble for its time with a short-lived
 //! ephemeral node under the root; `release --force` deletes kept nodes with the holders.
 
@@ -61,41 +59,6 @@ impl EnsembleClock {
     }
 }
 
-/// The ensemble's time asked afresh, as a clock: the `ctime` of an ephemeral node made for the
-/// purpose under the root (`.now-`: no lock name maps there, since names escape a leading dot)
-/// and deleted again (or gone with the session).
-pub(super) async fn ask_ensemble(session: &Session) -> anyhow::Result<EnsembleClock> {
-    let prefix = format!("{}/.now-", session.root);
-    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let (stat, sequence) = retrying(|| session.client().create(&prefix, &[], &options))
-        .await
-        .map_err(|e| session.fail(e, "cannot ask ZooKeeper for its time"))?;
-    let clock = EnsembleClock::from(&stat);
-    let _ = session
-        .client()
-        .delete(&format!("{prefix}{sequence}"), None)
-        .await;
-    Ok(clock)
-}
-
-/// Whether the kept node at `path` has run out by the ensemble's time, asked now. Anything that
-/// cannot be read counts as "not yet": the node then stays for a waiter to judge.
-pub(super) async fn ran_out(session: &Session, path: &str) -> bool {
-    let Some((dir, name)) = path.rsplit_once('/') else {
-        return false;
-    };
-    let Some(kept) = KeptNode::read(session, dir, name).await else {
-        return false;
-    };
-    match ask_ensemble(session).await {
-        Ok(now) => kept.until_ms <= now.now_ms(),
-        Err(_) => false,
-    }
-}
-
-/// How long a waiter that could not ask the ensemble for its time waits before looking again.
-const ASK_AGAIN: Duration = Duration::from_secs(1);
-
 /// A kept node as read: its name, record and end (ensemble milliseconds).
 pub(super) struct KeptNode {
     pub(super) name: String,
@@ -135,35 +98,20 @@ impl KeptNode {
     }
 }
 
-/// The kept nodes among `names` that still keep the lock, and when the first of them ends on this
-/// machine's monotonic clock (when to look again). `clock` only says which ones may have run out:
-/// those are judged by the ensemble's time, asked afresh (`clock` becomes that), and deleted if
-/// they have (a node someone else deleted first is fine).
+/// The kept nodes among `names` that still keep the lock by `clock`, and when the first of them
+/// ends on this machine's monotonic clock. Expired ones are deleted on the way (a node someone else
+/// deleted first is fine).
 pub(super) async fn live(
     acquisition: &Acquisition,
     names: &[String],
-    clock: &mut EnsembleClock,
+    clock: &EnsembleClock,
 ) -> (Vec<String>, Option<Instant>) {
     let mut live = Vec::new();
     let mut first_end: Option<Instant> = None;
-    let mut asked = false;
     for name in names.iter().filter(|n| is_kept(n)) {
         let Some(kept) = KeptNode::read(&acquisition.session, &acquisition.dir, name).await else {
             continue;
         };
-        if kept.until_ms <= clock.now_ms() && !asked {
-            asked = true;
-            match ask_ensemble(&acquisition.session).await {
-                Ok(now) => *clock = now,
-                Err(_) => {
-                    // Not judged: it keeps the lock until the ensemble can tell.
-                    let end = Instant::now() + ASK_AGAIN;
-                    first_end = Some(first_end.map_or(end, |f| f.min(end)));
-                    live.push(kept.name);
-                    continue;
-                }
-            }
-        }
         if kept.until_ms <= clock.now_ms() {
             let path = acquisition.path(name);
             let _ = retrying(|| acquisition.client().delete(&path, None)).await;
@@ -193,7 +141,18 @@ pub(super) async fn create(
     Ok(path)
 }
 
-/// The ensemble's time, for `status` (see `ask_ensemble`).
+/// The ensemble's time, for `status`: the `ctime` of an ephemeral node made for the purpose under
+/// the root (`.now-`: no lock name maps there, since names escape a leading dot) and deleted again
+/// (or gone with the session).
 pub(super) async fn ensemble_now_ms(session: &Session) -> anyhow::Result<i64> {
-    Ok(ask_ensemble(session).await?.ctime_ms)
+    let prefix = format!("{}/.now-", session.root);
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let (stat, sequence) = retrying(|| session.client().create(&prefix, &[], &options))
+        .await
+        .map_err(|e| session.fail(e, "cannot ask ZooKeeper for its time"))?;
+    let _ = session
+        .client()
+        .delete(&format!("{prefix}{sequence}"), None)
+        .await;
+    Ok(stat.ctime)
 }

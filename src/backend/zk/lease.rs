@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 use zookeeper_client as zk;
 
-use super::kept;
 use super::session::{ended, is_terminal, Session};
 use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
 use crate::backend::{Lease, Released, Renewal};
@@ -230,16 +229,9 @@ impl Lease for ZkLease {
             }
         });
         // A min-hold that has run out by now: its kept node goes first, with no one to wait for it.
-        // This machine's clock only says when to ask: the ensemble's time judges (kept.rs).
         if let Some((kept, until)) = &self.kept {
             if Instant::now() >= *until {
-                let session = &self.session;
-                session.runtime.block_on(async {
-                    let asked = tokio::time::timeout(CLEANUP_TIMEOUT, kept::ran_out(session, kept));
-                    if asked.await == Ok(true) {
-                        session.discard(kept).await;
-                    }
-                });
+                self.session.runtime.block_on(self.session.discard(kept));
             }
         }
         // The last user of the session closes it right behind the delete: one round trip, and one

@@ -107,7 +107,7 @@ impl Acquisition {
         token: Token,
         mut listing: Vec<String>,
         waiting: Option<&Waiting>,
-        mut clock: EnsembleClock,
+        clock: EnsembleClock,
     ) -> anyhow::Result<Outcome> {
         let own_path = self.path(node);
         // The watch on our own node that the lease needs, armed together with a listing when we can.
@@ -117,7 +117,7 @@ impl Acquisition {
         loop {
             // Kept nodes (`--min-hold`) that still keep the lock stand ahead of everyone; expired
             // ones are deleted on the way.
-            let (kept, kept_end) = kept::live(self, &listing, &mut clock).await;
+            let (kept, kept_end) = kept::live(self, &listing, &clock).await;
             listing.retain(|n| !is_kept(n) || kept.contains(n));
             // The node whose end we wait for; none: any change among the children.
             let (verdict, in_line) = self.judge(&listing, node)?;
