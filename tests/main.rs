@@ -23,6 +23,7 @@ mod mysql;
 mod netfaults;
 mod postgres;
 mod postgres_late;
+mod postgres_owners;
 mod postgres_pooler;
 mod postgres_tls;
 mod redis;

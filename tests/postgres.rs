@@ -28,6 +28,14 @@ impl Pg {
         }
     }
 
+    /// On `url` as given (another role's credentials).
+    pub(crate) fn at(url: String) -> Pg {
+        Pg {
+            url,
+            dir: LockDir::new(),
+        }
+    }
+
     fn on(server: &PgServer, query: &str) -> Pg {
         Pg {
             url: server.url_with(query),
@@ -35,7 +43,7 @@ impl Pg {
         }
     }
 
-    fn dlock(&self, args: &[&str]) -> Command {
+    pub(crate) fn dlock(&self, args: &[&str]) -> Command {
         let mut cmd = dlock();
         cmd.args(["--backend", "postgres", "--url", &self.url])
             .args(args);

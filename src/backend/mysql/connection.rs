@@ -48,6 +48,8 @@ pub struct Conn {
     pub generation: u64,
     /// Whether the schema was created by this dlock (then not tried twice).
     schema_made: bool,
+    /// The `generation` whose objects were found trusted (`recipe::Recipe::run`).
+    trusted: Option<u64>,
 }
 
 pub type Shared = Arc<Mutex<Conn>>;
@@ -138,6 +140,7 @@ impl Conn {
             conn: None,
             generation: 0,
             schema_made: false,
+            trusted: None,
         }
     }
 
@@ -153,6 +156,16 @@ impl Conn {
 
     pub fn url(&self) -> &MyUrl {
         &self.url
+    }
+
+    /// Whether this connection found dlock's routines, triggers and views defined by accounts
+    /// it trusts (checked again after a reconnect, which may reach another server).
+    pub fn trusted(&self) -> bool {
+        self.trusted == Some(self.generation)
+    }
+
+    pub fn mark_trusted(&mut self) {
+        self.trusted = Some(self.generation);
     }
 
     /// The server's id of this connection's session (connecting first if needed), for `KILL`.

@@ -80,7 +80,7 @@ impl MyBackend {
         };
         let url = Arc::new(MyUrl::parse(url)?);
         Ok(MyBackend {
-            recipe: Arc::new(Recipe::new(&url.prefix)),
+            recipe: Arc::new(Recipe::new(&url.prefix, &url.trusted)),
             location: url.location(),
             conn: Arc::new(Mutex::new(Conn::new(url.clone(), config.connect_timeout))),
             url,

@@ -39,6 +39,8 @@ pub struct Conn {
     pub generation: u64,
     /// Whether the schema was created by this dlock (then not tried twice).
     schema_made: bool,
+    /// The `generation` whose objects were found trusted (`recipe::Guard`).
+    trusted: Option<u64>,
 }
 
 pub type Shared = Arc<Mutex<Conn>>;
@@ -147,6 +149,7 @@ impl Conn {
             notes: None,
             generation: 0,
             schema_made: false,
+            trusted: None,
         })
     }
 
@@ -156,6 +159,16 @@ impl Conn {
 
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
+    }
+
+    /// Whether this connection found dlock's objects owned by roles it trusts (checked again
+    /// after a reconnect, which may reach another server).
+    pub fn trusted(&self) -> bool {
+        self.trusted == Some(self.generation)
+    }
+
+    pub fn mark_trusted(&mut self) {
+        self.trusted = Some(self.generation);
     }
 
     /// Connects if there is no open connection, within the connect timeout. A new connection has

@@ -92,7 +92,7 @@ impl PgBackend {
         };
         let url = Arc::new(PgUrl::parse(url)?);
         Ok(PgBackend {
-            recipe: Arc::new(Recipe::new(&url.prefix)),
+            recipe: Arc::new(Recipe::new(&url.prefix, &url.trusted)),
             location: url.location(),
             conn: Arc::new(Mutex::new(Conn::new(url.clone(), config.connect_timeout)?)),
             url,
