@@ -140,3 +140,43 @@ fn an_administrators_tables_serve_several_application_roles_that_name_it() {
         stderr(&spied)
     );
 }
+
+/// Another role that may create in `public` (in the search path of every session by default)
+/// adds an operator `bigint * interval`, a closer match than the system's `float8 * interval`
+/// for what dlock writes as `$ttl * interval '1 millisecond'`: unpinned, dlock's statements and
+/// functions would call it with dlock's rights. Across a run that creates the tables, a holder
+/// that renews, a waiter that takes its place in line (in the PL/pgSQL function) and is let in,
+/// it never runs. On a server of its own: the operator would reach every other test's statements.
+#[test]
+fn an_operator_another_role_adds_to_public_never_runs_in_dlocks_statements() {
+    let server = PgServer::start();
+    server.psql(
+        "CREATE ROLE t_op_mallory; GRANT CREATE ON SCHEMA public TO t_op_mallory; \
+         CREATE TABLE t_op_fired (n int); GRANT ALL ON t_op_fired TO PUBLIC",
+    );
+    server.psql(
+        "SET ROLE t_op_mallory; \
+         CREATE FUNCTION public.t_op_times(bigint, interval) RETURNS interval LANGUAGE sql AS $$ \
+           INSERT INTO public.t_op_fired VALUES (1); SELECT $2 * $1::float8 $$; \
+         CREATE OPERATOR public.* (LEFTARG = bigint, RIGHTARG = interval, \
+           FUNCTION = public.t_op_times)",
+    );
+    // The operator is live in an ordinary session.
+    assert_eq!(
+        server.psql("SELECT 2::bigint * interval '1 second'"),
+        "00:00:02"
+    );
+    server.psql("TRUNCATE t_op_fired");
+    let pg = Pg::at(server.url_with("prefix=t_op_"));
+    let (mut held, _) = pg.holder(&["--ttl", "1s"], "x", "h");
+    let (mut waiter, _) = pg.start(&["--wait", "30s"], "x", "w");
+    wait_until("the waiter in line", T, || {
+        server.psql("SELECT count(*) FROM t_op_queue") == "1"
+    });
+    pg.let_go("h");
+    assert!(wait_exit(&mut held, T).success());
+    wait_for_file(&pg.dir.file("w.in"), T);
+    pg.let_go("w");
+    assert!(wait_exit(&mut waiter, T).success());
+    assert_eq!(server.psql("SELECT count(*) FROM t_op_fired"), "0");
+}

@@ -276,10 +276,13 @@ impl Conn {
         // READ COMMITTED as every statement of dlock's (see `recipe::read_committed`): under
         // SERIALIZABLE, a dlock that waited for the advisory lock would go on with a snapshot
         // from before the tables were made.
+        let schema = self.current_schema(budget)?;
         let sql = format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
-             SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n{}",
-            SCHEMA.replace("{p}", &self.url.prefix)
+             SELECT pg_catalog.pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n{}",
+            SCHEMA
+                .replace("{p}", &self.url.prefix)
+                .replace("{s}", &schema)
         );
         let result = self.call(budget, |c| async move { c.batch_execute(&sql).await });
         match result {
@@ -311,6 +314,30 @@ impl Conn {
                 .fail_with(Failure::BackendUnavailable)
             }
             Err(f) => Err(self.error(f).context("cannot create dlock's tables")),
+        }
+    }
+
+    /// The session's current schema, where dlock makes its tables, quoted as an identifier, for
+    /// `schema.sql`'s `{s}`.
+    fn current_schema(&mut self, budget: Duration) -> anyhow::Result<String> {
+        let row = self
+            .call(budget, |c| async move {
+                c.query_one(
+                    "SELECT pg_catalog.quote_ident(pg_catalog.current_schema())",
+                    &[],
+                )
+                .await
+            })
+            .map_err(|f| self.error(f).context("cannot create dlock's tables"))?;
+        match row.try_get::<_, Option<String>>(0) {
+            // Also written inside string literals (`'{s}.{p}locks'::regclass`).
+            Ok(Some(schema)) if !schema.contains('\'') => Ok(schema),
+            _ => Err(anyhow!(
+                "postgres at {}: cannot create dlock's tables: no schema of the search path \
+                 exists, or its name holds a quote",
+                self.url.shown
+            ))
+            .fail_with(Failure::BackendUnavailable),
         }
     }
 

@@ -43,12 +43,12 @@ pub struct Guard {
 
 /// The functions dlock calls (each version it creates), which `untrusted.sql` checks.
 const FUNCTIONS: [&str; 6] = [
-    "kind_v1",
-    "acquire_v2",
-    "wake_v1",
-    "release_v1",
-    "leave_v1",
-    "break_v1",
+    "kind_v2",
+    "acquire_v3",
+    "wake_v2",
+    "release_v2",
+    "leave_v2",
+    "break_v2",
 ];
 
 /// The marker `untrusted.sql` puts before its finding, read back from the server's error.
@@ -353,7 +353,7 @@ impl Recipe {
     /// Gives up `owner`'s hold on `name`: whether it was still ours. `free`: it was granted free
     /// (see `acquire_free`), so most likely nobody waits, and the plain-SQL release is tried
     /// first; one granted after a wait is likely to have others in line behind it, and goes
-    /// straight to release_v1, which wakes them.
+    /// straight to release_v2, which wakes them.
     pub fn release(
         &self,
         conn: &mut Conn,
