@@ -525,7 +525,7 @@ fn untrusted(message: &str, trusted: &[String]) -> String {
         format!(", nor one the URL names ({})", trusted.join(", "))
     };
     format!(
-        "refusing {finding}: not the connecting role, a superuser{named}; drop it, or name \
+        "refusing {finding}: not the connecting role{named}; drop it, or name \
          its owner in the URL's owner= if it is to be trusted"
     )
 }
