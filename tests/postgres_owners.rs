@@ -1,6 +1,6 @@
-//! PostgreSQL: dlock uses only tables and functions of roles it trusts (its own, one it is a
-//! member of, a superuser, or one named in the URL's `owner=`), through the real binary on the
-//! shared server with roles of each test's own.
+//! PostgreSQL: dlock uses only tables, functions and triggers of roles it trusts (its own, or one
+//! named in the URL's `owner=`), and no operator or function another role adds to a schema of the
+//! search path runs in its statements; through the real binary, with roles of each test's own.
 
 use crate::postgres::{Pg, T};
 use crate::support::pg_server::PgServer;

@@ -39,8 +39,9 @@ pub struct Conn {
     pub generation: u64,
     /// Whether the schema was created by this dlock (then not tried twice).
     schema_made: bool,
-    /// The `generation` whose objects were found trusted (`recipe::Guard`).
-    trusted: Option<u64>,
+    /// The `generation` whose objects were found trusted (`recipe::Guard`), and whether its
+    /// functions were too (not only its tables).
+    trusted: Option<(u64, bool)>,
 }
 
 pub type Shared = Arc<Mutex<Conn>>;
@@ -161,14 +162,15 @@ impl Conn {
         self.connect_timeout
     }
 
-    /// Whether this connection found dlock's objects owned by roles it trusts (checked again
-    /// after a reconnect, which may reach another server).
-    pub fn trusted(&self) -> bool {
-        self.trusted == Some(self.generation)
+    /// Whether this connection found dlock's tables (`functions`: and functions) owned by roles
+    /// it trusts (checked again after a reconnect, which may reach another server).
+    pub fn trusted(&self, functions: bool) -> bool {
+        matches!(self.trusted, Some((g, all)) if g == self.generation && (all || !functions))
     }
 
-    pub fn mark_trusted(&mut self) {
-        self.trusted = Some(self.generation);
+    pub fn mark_trusted(&mut self, functions: bool) {
+        let all = functions || self.trusted(true);
+        self.trusted = Some((self.generation, all));
     }
 
     /// Connects if there is no open connection, within the connect timeout. A new connection has

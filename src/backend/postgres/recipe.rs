@@ -31,11 +31,14 @@ pub struct Recipe {
     let_go: String,
     /// The prefix of each waiter's notification channel (`PREFIX` + owner id).
     channel: String,
-    /// Sent first in a connection's first transaction: refuses objects of untrusted roles.
+    /// Sent first in a connection's first transaction: refuses objects of untrusted roles
+    /// (`untrusted.sql`); `tables_guard` when the call uses no function of dlock's.
     guard: Guard,
+    tables_guard: Guard,
 }
 
-/// `untrusted.sql` and the roles the URL names as trusted (`owner=`), its `$1`.
+/// `untrusted.sql` (or `untrusted_tables.sql`) and the roles the URL names as trusted (`owner=`),
+/// its `$1`.
 pub struct Guard {
     sql: String,
     trusted: Vec<String>,
@@ -53,6 +56,9 @@ const FUNCTIONS: [&str; 6] = [
 
 /// The marker `untrusted.sql` puts before its finding, read back from the server's error.
 const UNTRUSTED: &str = "dlock-untrusted: ";
+
+/// What `untrusted_tables.sql` answers when a table has a trigger: then `untrusted.sql` decides.
+const TRIGGERS: &str = "dlock-triggers: ";
 
 /// What an acquisition attempt found.
 pub enum Reply {
@@ -95,44 +101,64 @@ impl Recipe {
                     .replace("{functions}", &functions.join(", ")),
                 trusted: trusted.to_vec(),
             },
+            tables_guard: Guard {
+                sql: fill(include_str!("untrusted_tables.sql")),
+                trusted: trusted.to_vec(),
+            },
         }
     }
 
-    /// `conn.call` (`creating`: `call_creating`) of `op`, which is handed the guard when this
-    /// connection has not passed it yet: then `op` sends it first in its transaction (see
+    /// `conn.call` (`creating`: `call_creating`) of `op`, which is handed a guard when this
+    /// connection has not passed one yet: then `op` sends it first in its transaction (see
     /// `read_committed`), so that nothing of a role dlock does not trust runs before the check.
+    /// `functions`: `op` calls dlock's functions, whose owners are checked too (with the triggers
+    /// on the tables); else only the tables' owners are, unless a table has a trigger.
     fn run<'s, T, F, Fut>(
         &'s self,
         conn: &mut Conn,
         budget: Duration,
         creating: bool,
+        functions: bool,
         op: F,
     ) -> Result<T, Fault>
     where
         F: Fn(std::sync::Arc<Client>, Option<&'s Guard>) -> Fut,
         Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
     {
-        let guard = (!conn.trusted()).then_some(&self.guard);
-        let call = |client| op(client, guard);
-        let result = if creating {
-            conn.call_creating(budget, call)
-        } else {
-            conn.call(budget, call)
-        };
-        match result {
-            Ok(value) => {
-                if guard.is_some() {
-                    conn.mark_trusted();
+        let mut full = functions;
+        loop {
+            let guard = match (conn.trusted(full), full) {
+                (true, _) => None,
+                (false, true) => Some(&self.guard),
+                (false, false) => Some(&self.tables_guard),
+            };
+            let call = |client| op(client, guard);
+            let result = if creating {
+                conn.call_creating(budget, call)
+            } else {
+                conn.call(budget, call)
+            };
+            return match result {
+                Ok(value) => {
+                    if guard.is_some() {
+                        conn.mark_trusted(full);
+                    }
+                    Ok(value)
                 }
-                Ok(value)
-            }
-            Err(Fault::Refused { message, .. }) if message.contains(UNTRUSTED) => {
-                Err(Fault::Refused {
-                    code: "untrusted".into(),
-                    message: untrusted(&message, &self.guard.trusted),
-                })
-            }
-            Err(f) => Err(f),
+                // A table has a trigger: the whole check, in the same call again (the
+                // transaction was aborted before anything in it ran).
+                Err(Fault::Refused { message, .. }) if message.contains(TRIGGERS) && !full => {
+                    full = true;
+                    continue;
+                }
+                Err(Fault::Refused { message, .. }) if message.contains(UNTRUSTED) => {
+                    Err(Fault::Refused {
+                        code: "untrusted".into(),
+                        message: untrusted(&message, &self.guard.trusted),
+                    })
+                }
+                Err(f) => Err(f),
+            };
         }
     }
 
@@ -160,7 +186,7 @@ impl Recipe {
         };
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
         let listen = listen.map(|c| format!("LISTEN \"{c}\""));
-        let row = self.run(conn, budget, true, |client, guard| {
+        let row = self.run(conn, budget, true, true, |client, guard| {
             let listen = listen.clone();
             let (name, owner, mode, host) = (
                 request.name.as_str().to_owned(),
@@ -221,7 +247,7 @@ impl Recipe {
         me: &Me,
     ) -> Result<Option<Reply>, Fault> {
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
-        let rows = self.run(conn, budget, true, |client, guard| {
+        let rows = self.run(conn, budget, true, false, |client, guard| {
             let (name, owner, mode, host) = (
                 request.name.as_str().to_owned(),
                 request.owner.clone(),
@@ -339,7 +365,7 @@ impl Recipe {
         creating: bool,
     ) -> Result<bool, Fault> {
         let ms = i64::try_from(ms.as_millis()).unwrap_or(i64::MAX);
-        let rows = self.run(conn, budget, creating, |client, guard| {
+        let rows = self.run(conn, budget, creating, false, |client, guard| {
             let (name, owner, sql) = (name.as_str().to_owned(), owner.to_owned(), sql.to_owned());
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 3] =
@@ -367,7 +393,7 @@ impl Recipe {
                 return Ok(held);
             }
         }
-        let rows = self.run(conn, budget, false, |client, guard| {
+        let rows = self.run(conn, budget, false, true, |client, guard| {
             let (name, owner, sql) = (name.as_str().to_owned(), owner.to_owned(), &self.release);
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
@@ -390,7 +416,7 @@ impl Recipe {
         name: &LockName,
         owner: &str,
     ) -> Result<Option<bool>, Fault> {
-        let rows = self.run(conn, budget, false, |client, guard| {
+        let rows = self.run(conn, budget, false, false, |client, guard| {
             let (name, owner) = (name.as_str().to_owned(), owner.to_owned());
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
@@ -415,7 +441,7 @@ impl Recipe {
         name: &LockName,
         ticket: i64,
     ) -> Result<(), Fault> {
-        self.run(conn, budget, false, |client, guard| {
+        self.run(conn, budget, false, true, |client, guard| {
             let (name, sql) = (name.as_str().to_owned(), &self.leave);
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
@@ -435,7 +461,7 @@ impl Recipe {
         name: &str,
         exact: bool,
     ) -> Result<Vec<Entry>, Fault> {
-        let rows = self.run(conn, budget, true, |client, guard| {
+        let rows = self.run(conn, budget, true, false, |client, guard| {
             let (name, sql) = (name.to_owned(), self.holders.clone());
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
@@ -453,7 +479,7 @@ impl Recipe {
         budget: Duration,
         name: &LockName,
     ) -> Result<Vec<Holder>, Fault> {
-        let rows = self.run(conn, budget, true, |client, guard| {
+        let rows = self.run(conn, budget, true, true, |client, guard| {
             let (name, sql) = (name.as_str().to_owned(), self.brk.clone());
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
