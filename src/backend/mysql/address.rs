@@ -24,7 +24,7 @@ pub struct MyUrl {
     pub ssl_ca: Option<String>,
     /// The table prefix (`prefix=`).
     pub prefix: String,
-    /// Users whose procedures, triggers and views dlock uses besides its own (`owner=USER` for
+    /// Users whose procedures and triggers dlock uses besides its own (`owner=USER` for
     /// any host, `owner=USER@HOST` for one account; several separated by commas).
     pub trusted: Vec<String>,
     /// The URL for messages: credentials and query hidden.

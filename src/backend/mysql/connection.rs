@@ -158,7 +158,7 @@ impl Conn {
         &self.url
     }
 
-    /// Whether this connection found dlock's routines, triggers and views defined by accounts
+    /// Whether this connection found dlock's routines and triggers defined by accounts
     /// it trusts (checked again after a reconnect, which may reach another server).
     pub fn trusted(&self) -> bool {
         self.trusted == Some(self.generation)

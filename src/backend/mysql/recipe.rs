@@ -96,7 +96,7 @@ impl Recipe {
             names.join(", ")
         };
         Recipe {
-            untrusted: include_str!("untrusted.sql")
+            untrusted: with_values(include_str!("untrusted.sql"), &[])
                 .replace("{routines}", &quoted(&ROUTINES))
                 .replace("{tables}", &quoted(&["tokens", "locks", "queue"])),
             trusted: trusted.to_vec(),
@@ -115,8 +115,8 @@ impl Recipe {
     }
 
     /// `conn.call` (`creating`: `call_creating`) of `op`, after reading, on a connection that has
-    /// not yet, who defined the procedures dlock calls, the triggers on its tables and views of
-    /// their names: one defined by an account dlock does not trust is refused before `op` runs.
+    /// not yet, who defined the procedures dlock calls and the triggers on its tables: one defined
+    /// by an account dlock does not trust is refused before `op` runs.
     /// Checked again with `op` when it is tried again after creating the schema (which keeps a
     /// procedure that exists).
     fn run<T>(
