@@ -202,6 +202,8 @@ mod tests {
             "mysql://u:SECRET@h/db?prefix=Bad-Prefix",
             "mysql://u:SECRET@h/db?password=SECRET",
             "mysql://u:SECRET@h/db?ssl-ca=/x.pem",
+            "mysql://u:SECRET@h/db?owner=",
+            "mysql://u:SECRET@h/db?owner=a,,b",
         ] {
             let e = MyUrl::parse(bad)
                 .err()
