@@ -180,3 +180,47 @@ fn an_operator_another_role_adds_to_public_never_runs_in_dlocks_statements() {
     assert!(wait_exit(&mut waiter, T).success());
     assert_eq!(server.psql("SELECT count(*) FROM t_op_fired"), "0");
 }
+
+/// A function of dlock's name that another role owns: made by that role before dlock ran, then
+/// replaced by dlock as a superuser (`CREATE OR REPLACE` keeps the owner), and replaced again by
+/// its owner with a forged grant. A holder's run, which uses no function, goes on; the next
+/// attempt on the busy lock, the first to call the function, is refused with 69 naming it and its
+/// owner: never two holders.
+#[test]
+fn a_function_owned_by_another_role_is_refused_before_it_runs() {
+    let server = PgServer::use_shared();
+    drop_roles(&server, &["t_fn_mallory"]);
+    server.psql("CREATE ROLE t_fn_mallory; GRANT CREATE ON SCHEMA public TO t_fn_mallory");
+    let forge = |verb: &str| {
+        let mut sql = String::from("SET ROLE t_fn_mallory;");
+        for name in ["t_fn_acquire_v2", "t_fn_acquire_v3"] {
+            sql.push_str(&format!(
+                " {verb} FUNCTION {name}(p_name text, p_owner text, p_mode text, \
+                 p_limit integer, p_ttl_ms bigint, p_pid bigint, p_host text, p_queue boolean, \
+                 p_ticket bigint, p_message text) \
+                 RETURNS TABLE (granted_token bigint, queue_ticket bigint, retry_ms bigint) \
+                 LANGUAGE sql AS $$ SELECT 42::bigint, NULL::bigint, NULL::bigint $$;"
+            ));
+        }
+        sql
+    };
+    server.psql(&forge("CREATE"));
+    let pg = Pg::at(server.url_with("prefix=t_fn_"));
+    drop(server);
+    let (mut held, _) = pg.holder(&[], "x", "h");
+    PgServer::use_shared().psql(&forge("CREATE OR REPLACE"));
+    let out = output(pg.dlock(&["run", "-n", "x", "--", "true"]));
+    pg.let_go("h");
+    let held_ok = wait_exit(&mut held, T).success();
+    let server = PgServer::use_shared();
+    server.psql("DROP TABLE t_fn_locks, t_fn_tokens, t_fn_queue CASCADE");
+    drop_roles(&server, &["t_fn_mallory"]);
+    drop(server);
+    assert!(held_ok);
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refusing function public.t_fn_acquire_v3 belongs to t_fn_mallory"),
+        "{}",
+        stderr(&out)
+    );
+}
