@@ -27,6 +27,7 @@ mod nested;
 mod netfaults;
 mod postgres;
 mod postgres_late;
+mod postgres_owners;
 mod postgres_pooler;
 mod postgres_tls;
 mod redis;

@@ -117,10 +117,27 @@ fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for_and_the_minimal_grants
         "DROP USER IF EXISTS runner@'127.0.0.1'; \
          CREATE USER runner@'127.0.0.1' IDENTIFIED BY 'run-SECRET'; \
          GRANT EXECUTE ON dlock.* TO runner@'127.0.0.1'; \
-         GRANT SELECT ON dlock.t_min_locks TO runner@'127.0.0.1'",
+         GRANT SELECT ON dlock.t_min_locks TO runner@'127.0.0.1'; \
+         DROP USER IF EXISTS runner2@'127.0.0.1'; \
+         CREATE USER runner2@'127.0.0.1' IDENTIFIED BY 'run-SECRET'; \
+         GRANT EXECUTE ON dlock.* TO runner2@'127.0.0.1'",
     );
     drop(server);
-    let runner = format!("mysql://runner:run-SECRET@127.0.0.1:{port}/{DATABASE}?prefix=t_min_");
+    // The procedures are root's: a user that does not name root in owner= refuses them.
+    let bare = format!("mysql://runner:run-SECRET@127.0.0.1:{port}/{DATABASE}?prefix=t_min_");
+    let out = output(mysql_dlock(&bare, &["run", "d", "--", "true"]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refusing procedure dlock.t_min_")
+            && stderr(&out).contains("defined by root@"),
+        "{}",
+        stderr(&out)
+    );
+    let runner =
+        format!("mysql://runner:run-SECRET@127.0.0.1:{port}/{DATABASE}?prefix=t_min_&owner=root");
+    let runner2 = format!(
+        "mysql://runner2:run-SECRET@127.0.0.1:{port}/{DATABASE}?prefix=t_min_&owner=someone,root"
+    );
     let dir = LockDir::new();
     let mut held = holder(&runner, &dir, &[], "d", "h");
     let out = output(mysql_dlock(&runner, &["status", "d"]));
@@ -138,10 +155,13 @@ fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for_and_the_minimal_grants
         .unwrap()
         .sql("GRANT SELECT ON dlock.t_min_queue TO runner@'127.0.0.1'");
     assert_eq!(waiters(&runner), serde_json::json!([]));
-    let out = output(mysql_dlock(&runner, &["run", "-n", "d", "--", "true"]));
+    // Two users share the administrator's tables: the second finds the lock busy, then gets it.
+    let out = output(mysql_dlock(&runner2, &["run", "-n", "d", "--", "true"]));
     assert_eq!(code(&out), 75, "{}", stderr(&out));
     let_go(&dir, "h");
     assert!(wait_exit(&mut held, T).success());
+    let out = output(mysql_dlock(&runner2, &["run", "-n", "d", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
     let out = output(mysql_dlock(&runner, &["release", "--force", "d"]));
     assert!(code(&out) == 0 || code(&out) == 1, "{}", stderr(&out));
 }
@@ -580,5 +600,73 @@ fn a_waiter_behind_a_holder_whose_key_is_free_sleeps_until_its_lease_ends() {
         server.dlock_statements_like("%IF(GET\\_LOCK(%"),
         0,
         "waits of the waiter's own on a key found free"
+    );
+}
+
+/// Another account that may create routines and triggers in the database: a procedure of
+/// dlock's name it made before dlock ran (dlock keeps a procedure that exists, and it would run
+/// with its definer's rights and answer what it likes: here a grant with token 42), and a
+/// trigger it added on dlock's table, are each refused with 69, naming the object and its
+/// definer; the command never runs and the trigger never fires.
+#[test]
+fn procedures_and_triggers_defined_by_another_account_are_refused() {
+    let server = MyServer::shared().lock().unwrap();
+    server.sql(
+        "DROP USER IF EXISTS t_mallory@'127.0.0.1'; \
+         CREATE USER t_mallory@'127.0.0.1' IDENTIFIED BY 'mal-SECRET'; \
+         GRANT CREATE ROUTINE, EXECUTE, TRIGGER, INSERT ON dlock.* TO t_mallory@'127.0.0.1'; \
+         DROP PROCEDURE IF EXISTS t_evil_acquire_v4; \
+         CREATE DEFINER = t_mallory@'127.0.0.1' PROCEDURE t_evil_acquire_v4(\
+           IN a VARBINARY(512), IN b VARBINARY(64), IN c VARBINARY(32), IN d INT, IN e BIGINT, \
+           IN f BIGINT, IN g VARBINARY(255), IN h VARBINARY(1024), IN i VARCHAR(64), \
+           IN j TINYINT, IN k BIGINT, IN l BIGINT, IN m BIGINT) \
+           SELECT 42 AS granted_token, NULL, NULL, NULL, 0, 0, NULL",
+    );
+    drop(server);
+    let dir = LockDir::new();
+    let ran = dir.file("ran");
+    let evil = MyServer::shared_url("t_evil_");
+    let script = format!("echo $DLOCK_TOKEN > '{}'", ran.display());
+    let out = output(mysql_dlock(&evil, &["run", "x", "--", "sh", "-c", &script]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        !ran.exists(),
+        "the command ran with token {}",
+        token(&dir, "ran")
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("refusing procedure dlock.t_evil_acquire_v4 defined by t_mallory@127.0.0.1"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    // dlock's own tables and procedures, and a trigger of the other account's on one of them.
+    let own = MyServer::shared_url("t_evtrg_");
+    let out = output(mysql_dlock(&own, &["run", "x", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let server = MyServer::shared().lock().unwrap();
+    server.sql(
+        "DROP TABLE IF EXISTS t_evtrg_fired; CREATE TABLE t_evtrg_fired (n INT); \
+         CREATE DEFINER = t_mallory@'127.0.0.1' TRIGGER t_evtrg_spy BEFORE INSERT ON t_evtrg_locks \
+           FOR EACH ROW INSERT INTO t_evtrg_fired VALUES (1)",
+    );
+    drop(server);
+    let out = output(mysql_dlock(&own, &["run", "x", "--", "true"]));
+    let server = MyServer::shared().lock().unwrap();
+    let fired = server.sql("SELECT COUNT(*) FROM t_evtrg_fired");
+    server.sql(
+        "DROP TRIGGER t_evtrg_spy; DROP TABLE t_evtrg_fired; DROP PROCEDURE t_evil_acquire_v4; \
+         DROP USER t_mallory@'127.0.0.1'",
+    );
+    drop(server);
+    assert_eq!(fired, "0", "{}", stderr(&out));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "refusing trigger dlock.t_evtrg_spy on t_evtrg_locks defined by t_mallory@127.0.0.1"
+        ),
+        "{}",
+        stderr(&out)
     );
 }

@@ -28,6 +28,14 @@ impl Pg {
         }
     }
 
+    /// On `url` as given (another role's credentials).
+    pub(crate) fn at(url: String) -> Pg {
+        Pg {
+            url,
+            dir: LockDir::new(),
+        }
+    }
+
     fn on(server: &PgServer, query: &str) -> Pg {
         Pg {
             url: server.url_with(query),
@@ -35,7 +43,7 @@ impl Pg {
         }
     }
 
-    fn dlock(&self, args: &[&str]) -> Command {
+    pub(crate) fn dlock(&self, args: &[&str]) -> Command {
         let mut cmd = dlock();
         cmd.args(["--backend", "postgres", "--url", &self.url])
             .args(args);
@@ -596,7 +604,7 @@ fn remaking_the_schema_takes_no_lock_on_tables_in_use() {
         "t-remake",
         "BEGIN; LOCK TABLE t_remake_locks, t_remake_queue IN ROW EXCLUSIVE MODE",
     );
-    PgServer::use_shared().psql("DROP FUNCTION t_remake_break_v1(text)");
+    PgServer::use_shared().psql("DROP FUNCTION t_remake_break_v2(text)");
     let out = output(pg.dlock(&["--connect-timeout", "3s", "release", "--force", "f"]));
     busy.cut_off();
     // Made again and answered: nobody held f (exit 1), not a wait that ran out (69).

@@ -8,7 +8,7 @@ use crate::text::percent_decode;
 use crate::url::redact;
 
 pub use crate::backend::sql::address::Tls;
-use crate::backend::sql::address::{prefix as table_prefix, DEFAULT_PREFIX};
+use crate::backend::sql::address::{owners, prefix as table_prefix, DEFAULT_PREFIX};
 
 const DEFAULT_PORT: u16 = 3306;
 
@@ -24,6 +24,9 @@ pub struct MyUrl {
     pub ssl_ca: Option<String>,
     /// The table prefix (`prefix=`).
     pub prefix: String,
+    /// Users whose procedures and triggers dlock uses besides its own (`owner=USER` for
+    /// any host, `owner=USER@HOST` for one account; several separated by commas).
+    pub trusted: Vec<String>,
     /// The URL for messages: credentials and query hidden.
     pub shown: String,
 }
@@ -93,6 +96,7 @@ impl MyUrl {
         let mut tls = Tls::Off;
         let mut ssl_ca = None;
         let mut prefix = DEFAULT_PREFIX.to_owned();
+        let mut trusted = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match key {
@@ -117,12 +121,13 @@ impl MyUrl {
                     ssl_ca = Some(path);
                 }
                 "prefix" => prefix = table_prefix(&format!("MySQL URL {shown}"), value)?,
+                "owner" => trusted.extend(owners(&format!("MySQL URL {shown}"), value)?),
                 _ => {
                     // Only the key: its value may be a secret.
                     let key = crate::lock::escaped(key, 40);
                     return usage(format!(
                         "MySQL URL {shown}: unknown option {key:?} (known: ssl-mode, ssl-ca, \
-                         prefix)"
+                         prefix, owner)"
                     ));
                 }
             }
@@ -141,6 +146,7 @@ impl MyUrl {
             tls,
             ssl_ca,
             prefix,
+            trusted,
             shown,
         })
     }
@@ -158,7 +164,7 @@ mod tests {
     #[test]
     fn urls_give_host_credentials_tls_and_prefix() {
         let url = MyUrl::parse(
-            "mysql://al:S%40CRET@db.example:3307/app?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem&prefix=x_",
+            "mysql://al:S%40CRET@db.example:3307/app?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem&prefix=x_&owner=adm,ops@10.0.0.%25",
         )
         .unwrap();
         assert_eq!((url.host.as_str(), url.port), ("db.example", 3307));
@@ -168,6 +174,7 @@ mod tests {
         assert_eq!(url.tls, Tls::Full);
         assert_eq!(url.ssl_ca.as_deref(), Some("/ca.pem"));
         assert_eq!(url.prefix, "x_");
+        assert_eq!(url.trusted, ["adm", "ops@10.0.0.%"]);
         assert!(!url.location().contains("CRET"));
         let v6 = MyUrl::parse("mysql://[::1]/db").unwrap();
         assert_eq!((v6.host.as_str(), v6.port), ("::1", 3306));
@@ -195,6 +202,8 @@ mod tests {
             "mysql://u:SECRET@h/db?prefix=Bad-Prefix",
             "mysql://u:SECRET@h/db?password=SECRET",
             "mysql://u:SECRET@h/db?ssl-ca=/x.pem",
+            "mysql://u:SECRET@h/db?owner=",
+            "mysql://u:SECRET@h/db?owner=a,,b",
         ] {
             let e = MyUrl::parse(bad)
                 .err()

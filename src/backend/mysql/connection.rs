@@ -58,6 +58,8 @@ pub struct Conn {
     schema_made: bool,
     /// When to give up a connection being made.
     stop: Stop,
+    /// The `generation` whose objects were found trusted (`recipe::Recipe::run`).
+    trusted: Option<u64>,
 }
 
 pub type Shared = Arc<Mutex<Conn>>;
@@ -161,6 +163,7 @@ impl Conn {
             generation: 0,
             schema_made: false,
             stop: Stop::default(),
+            trusted: None,
         }
     }
 
@@ -183,6 +186,16 @@ impl Conn {
 
     pub fn url(&self) -> &MyUrl {
         &self.url
+    }
+
+    /// Whether this connection found dlock's routines and triggers defined by accounts
+    /// it trusts (checked again after a reconnect, which may reach another server).
+    pub fn trusted(&self) -> bool {
+        self.trusted == Some(self.generation)
+    }
+
+    pub fn mark_trusted(&mut self) {
+        self.trusted = Some(self.generation);
     }
 
     /// The server's id of this connection's session (connecting first if needed), for `KILL`.

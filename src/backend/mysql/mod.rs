@@ -25,7 +25,13 @@
 //!   `wait`).
 //! - Tables and procedures are created on first use (`CREATE ... IF NOT EXISTS`, under a named
 //!   lock), prefixed `dlock_` or the URL's `?prefix=`: the first call that finds them missing
-//!   creates them and tries again, so nothing is checked on the hot path.
+//!   creates them and tries again, so nothing is checked on the hot path but who defined them.
+//! - Definers: a procedure runs with its definer's rights, and a trigger does what its
+//!   definer wrote; dlock keeps a procedure that exists. So the procedures of dlock's names and
+//!   the triggers on its tables must be defined by the connecting account or one the URL names
+//!   (`owner=`): read once per connection before its first call
+//!   (`untrusted.sql`), else refused. Tables have no owner in MySQL: who may replace them is the
+//!   database's grants.
 //! - One connection per dlock, shared by its calls and leases; a wait that starts while leases
 //!   are held (the later names of `dlock run a b`) opens one of its own, since it holds its
 //!   connection through each slice of its wait and the leases' renewals must not queue behind it.
@@ -83,7 +89,7 @@ impl MyBackend {
         };
         let url = Arc::new(MyUrl::parse(url)?);
         Ok(MyBackend {
-            recipe: Arc::new(Recipe::new(&url.prefix)),
+            recipe: Arc::new(Recipe::new(&url.prefix, &url.trusted)),
             location: url.location(),
             conn: Arc::new(Mutex::new(
                 Conn::new(url.clone(), config.connect_timeout).stopping(config.stop.clone()),

@@ -30,7 +30,23 @@ pub struct Recipe {
     waiters: String,
     waiters_from: String,
     wait: String,
+    /// `untrusted.sql`, and the accounts the URL names as trusted (`owner=`).
+    untrusted: String,
+    trusted: Vec<String>,
 }
+
+/// The procedures dlock calls (the versions it creates), whose definers `untrusted.sql` reads.
+const ROUTINES: [&str; 6] = [
+    "acquire_v4",
+    "attempt_v1",
+    "renew_v2",
+    "release_v3",
+    "leave_v2",
+    "break_v1",
+];
+
+/// The server error code dlock gives its own refusal of an untrusted object (none of MySQL's).
+const UNTRUSTED: u16 = 0;
 
 /// What an acquisition attempt found.
 pub enum Reply {
@@ -73,9 +89,17 @@ pub enum Woken {
 }
 
 impl Recipe {
-    pub fn new(prefix: &str) -> Recipe {
+    pub fn new(prefix: &str, trusted: &[String]) -> Recipe {
         let fill = |sql: &str| sql.replace("{p}", prefix);
+        let quoted = |names: &[&str]| {
+            let names: Vec<String> = names.iter().map(|n| format!("'{prefix}{n}'")).collect();
+            names.join(", ")
+        };
         Recipe {
+            untrusted: with_values(include_str!("untrusted.sql"), &[])
+                .replace("{routines}", &quoted(&ROUTINES))
+                .replace("{tables}", &quoted(&["tokens", "locks", "queue"])),
+            trusted: trusted.to_vec(),
             prefix: prefix.to_owned(),
             acquire: fill("CALL {p}acquire_v4(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
             renew: fill("CALL {p}renew_v2(?, ?, ?, ?)"),
@@ -88,6 +112,65 @@ impl Recipe {
             waiters_from: fill(include_str!("waiters.sql")).replace("{where}", FROM),
             wait: include_str!("wait.sql").to_owned(),
         }
+    }
+
+    /// `conn.call` (`creating`: `call_creating`) of `op`, after reading, on a connection that has
+    /// not yet, who defined the procedures dlock calls and the triggers on its tables: one defined
+    /// by an account dlock does not trust is refused before `op` runs.
+    /// Checked again with `op` when it is tried again after creating the schema (which keeps a
+    /// procedure that exists).
+    fn run<T>(
+        &self,
+        conn: &mut Conn,
+        creating: bool,
+        mut op: impl FnMut(&mut mysql::Conn) -> mysql::Result<T>,
+    ) -> Result<T, Fault> {
+        let check = !conn.trusted();
+        let mut guarded = |c: &mut mysql::Conn| {
+            if check {
+                if let Some(refusal) = self.untrusted(c)? {
+                    return Err(mysql::Error::MySqlError(mysql::MySqlError {
+                        state: "HY000".into(),
+                        code: UNTRUSTED,
+                        message: refusal,
+                    }));
+                }
+            }
+            op(c)
+        };
+        let result = if creating {
+            conn.call_creating(&mut guarded)
+        } else {
+            conn.call(&mut guarded)
+        };
+        if check && result.is_ok() {
+            conn.mark_trusted();
+        }
+        result
+    }
+
+    /// The first object of `untrusted.sql`'s whose definer dlock does not trust: the connecting
+    /// account, or one the URL names (`owner=USER` for any host, `USER@HOST` for one).
+    fn untrusted(&self, c: &mut mysql::Conn) -> mysql::Result<Option<String>> {
+        let rows: Vec<(String, String, String)> = c.query(&self.untrusted)?;
+        let trusted = |definer: &str, me: &str| {
+            let user = definer.rsplit_once('@').map_or(definer, |(u, _)| u);
+            definer == me || self.trusted.iter().any(|t| t == definer || t == user)
+        };
+        Ok(rows
+            .into_iter()
+            .find(|(_, definer, me)| !trusted(definer, me))
+            .map(|(what, definer, _)| {
+                let named = if self.trusted.is_empty() {
+                    String::new()
+                } else {
+                    format!(", nor one the URL names ({})", self.trusted.join(", "))
+                };
+                format!(
+                    "refusing {what} defined by {definer}: not the connecting account{named}; \
+                     drop it, or name its definer in the URL's owner= if it is to be trusted"
+                )
+            }))
     }
 
     /// The lock key (`GET_LOCK`) the session of `owner` holds while it holds or waits for `name`:
@@ -138,7 +221,7 @@ impl Recipe {
             ms(wait).into(),
         ];
         let mut sent = Instant::now();
-        let rows = conn.call_creating(|c| {
+        let rows = self.run(conn, true, |c| {
             sent = Instant::now();
             first_set(c, &self.acquire, params.clone())
         })?;
@@ -185,7 +268,7 @@ impl Recipe {
             ttl_ms.into(),
             key.into(),
         ];
-        let rows = conn.call(|c| first_set(c, &self.renew, params.clone()))?;
+        let rows = self.run(conn, false, |c| first_set(c, &self.renew, params.clone()))?;
         Ok(rows.first().and_then(|r| int(r, 0)).unwrap_or(0) > 0)
     }
 
@@ -193,7 +276,7 @@ impl Recipe {
     pub fn release(&self, conn: &mut Conn, name: &LockName, owner: &str) -> Result<bool, Fault> {
         let key = self.key(owner, name.as_str());
         let params: Vec<Value> = vec![name.as_str().into(), owner.into(), key.into()];
-        let rows = conn.call(|c| first_set(c, &self.release, params.clone()))?;
+        let rows = self.run(conn, false, |c| first_set(c, &self.release, params.clone()))?;
         Ok(rows.first().and_then(|r| int(r, 0)).unwrap_or(0) > 0)
     }
 
@@ -212,7 +295,7 @@ impl Recipe {
             ticket.into(),
             key.into(),
         ];
-        conn.call(|c| first_set(c, &self.leave, params.clone()))?;
+        self.run(conn, false, |c| first_set(c, &self.leave, params.clone()))?;
         Ok(())
     }
 
@@ -242,14 +325,14 @@ impl Recipe {
             (true, true) => (&self.waiters, vec![name.into()]),
             (true, false) => (&self.waiters_from, vec![name.into(), name.into()]),
         };
-        let rows = conn.call_creating(|c| first_set(c, sql, params.clone()))?;
+        let rows = self.run(conn, true, |c| first_set(c, sql, params.clone()))?;
         Ok(rows.iter().map(|r| holder_of(r, waiting)).collect())
     }
 
     /// Removes every holder of `name`; returns them.
     pub fn break_lock(&self, conn: &mut Conn, name: &LockName) -> Result<Vec<Holder>, Fault> {
         let params: Vec<Value> = vec![name.as_str().into()];
-        let rows = conn.call_creating(|c| first_set(c, &self.brk, params.clone()))?;
+        let rows = self.run(conn, true, |c| first_set(c, &self.brk, params.clone()))?;
         Ok(rows.iter().map(|r| holder_of(r, false).1).collect())
     }
 }

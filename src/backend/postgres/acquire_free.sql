@@ -1,6 +1,6 @@
 -- The first attempt of a run, in plain SQL after lock_count.sql: grants when `$1` has no row at
 -- all, neither holder nor waiter nor a stale one (a lock nobody uses, the common case); else
--- grants nothing and the next attempt is acquire_v2's, which takes a place in line. Plain SQL,
+-- grants nothing and the next attempt is acquire_v3's, which takes a place in line. Plain SQL,
 -- because a run's session is new, and there the first call of a PL/pgSQL function costs more than
 -- this whole attempt: the language is loaded, the function compiled, each statement planned.
 WITH token AS (
@@ -11,6 +11,6 @@ WITH token AS (
     RETURNING t.last_token
 )
 INSERT INTO {p}locks (name, owner, mode, token, since, expires_at, pid, host, message)
-SELECT $1, $2, $3, token.last_token, now.t, now.t + $4 * interval '1 millisecond', $5, $6, $7
-  FROM token, (SELECT clock_timestamp() AS t) AS now
+SELECT $1, $2, $3, token.last_token, now.t, now.t + ($4 OPERATOR(pg_catalog.*) interval '1 millisecond'), $5, $6, $7
+  FROM token, (SELECT pg_catalog.clock_timestamp() AS t) AS now
 RETURNING token

@@ -9,7 +9,7 @@ use crate::exit::{FailWith, Failure};
 use crate::url::redact;
 
 pub use crate::backend::sql::address::Tls;
-use crate::backend::sql::address::{prefix as table_prefix, DEFAULT_PREFIX};
+use crate::backend::sql::address::{owners, prefix as table_prefix, DEFAULT_PREFIX};
 
 /// A parsed `--url`.
 pub struct PgUrl {
@@ -19,6 +19,8 @@ pub struct PgUrl {
     pub root_cert: Option<String>,
     /// The table prefix (`prefix=`).
     pub prefix: String,
+    /// Roles whose tables and functions dlock uses besides its own (`owner=ROLE,ROLE`).
+    pub trusted: Vec<String>,
     /// The URL for messages: credentials and query hidden.
     pub shown: String,
 }
@@ -42,6 +44,7 @@ impl PgUrl {
         let mut tls = Tls::Off;
         let mut root_cert = None;
         let mut prefix = DEFAULT_PREFIX.to_owned();
+        let mut trusted = Vec::new();
         let mut passed = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -61,6 +64,7 @@ impl PgUrl {
                 }
                 "sslrootcert" => root_cert = Some(value.to_owned()),
                 "prefix" => prefix = table_prefix(&format!("PostgreSQL URL {shown}"), value)?,
+                "owner" => trusted.extend(owners(&format!("PostgreSQL URL {shown}"), value)?),
                 _ => passed.push(pair),
             }
         }
@@ -91,6 +95,7 @@ impl PgUrl {
             tls,
             root_cert,
             prefix,
+            trusted,
             shown,
         })
     }
@@ -108,9 +113,10 @@ mod tests {
     #[test]
     fn urls_give_tls_prefix_and_keep_the_rest_for_the_library() {
         let url = PgUrl::parse(
-            "postgresql://al:SECRET@db.example:6543/app?sslmode=verify-full&prefix=x_&application_name=a",
+            "postgresql://al:SECRET@db.example:6543/app?sslmode=verify-full&prefix=x_&application_name=a&owner=adm,ops%2D1&owner=x",
         )
         .unwrap();
+        assert_eq!(url.trusted, ["adm", "ops-1", "x"]);
         assert_eq!(url.tls, Tls::Full);
         assert_eq!(url.prefix, "x_");
         assert_eq!(url.config.get_ports(), [6543]);
@@ -126,6 +132,8 @@ mod tests {
             "mysql://u:SECRET@h/db",
             "postgres://u:SECRET@h/db?sslmode=maybe",
             "postgres://u:SECRET@h/db?prefix=Bad;drop",
+            "postgres://u:SECRET@h/db?owner=",
+            "postgres://u:SECRET@h/db?owner=a,,b",
             "postgres://u:SECRET@h",
             "postgres://u:SECRET@h:notaport/db",
         ] {

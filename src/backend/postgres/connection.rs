@@ -43,6 +43,9 @@ pub struct Conn {
     schema_made: bool,
     /// When to give up a connection being made.
     stop: Stop,
+    /// The `generation` whose objects were found trusted (`recipe::Guard`), and whether its
+    /// functions were too (not only its tables).
+    trusted: Option<(u64, bool)>,
 }
 
 pub type Shared = Arc<Mutex<Conn>>;
@@ -201,6 +204,7 @@ impl Conn {
             generation: 0,
             schema_made: false,
             stop: Stop::default(),
+            trusted: None,
         })
     }
 
@@ -216,6 +220,17 @@ impl Conn {
 
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
+    }
+
+    /// Whether this connection found dlock's tables (`functions`: and functions) owned by roles
+    /// it trusts (checked again after a reconnect, which may reach another server).
+    pub fn trusted(&self, functions: bool) -> bool {
+        matches!(self.trusted, Some((g, all)) if g == self.generation && (all || !functions))
+    }
+
+    pub fn mark_trusted(&mut self, functions: bool) {
+        let all = functions || self.trusted(true);
+        self.trusted = Some((self.generation, all));
     }
 
     /// Connects if there is no open connection, within the connect timeout. A new connection has
@@ -340,10 +355,13 @@ impl Conn {
         // READ COMMITTED as every statement of dlock's (see `recipe::read_committed`): under
         // SERIALIZABLE, a dlock that waited for the advisory lock would go on with a snapshot
         // from before the tables were made.
+        let schema = self.current_schema(budget)?;
         let sql = format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
-             SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n{}",
-            SCHEMA.replace("{p}", &self.url.prefix)
+             SELECT pg_catalog.pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n{}",
+            SCHEMA
+                .replace("{p}", &self.url.prefix)
+                .replace("{s}", &schema)
         );
         let result = self.call(budget, |c| async move { c.batch_execute(&sql).await });
         match result {
@@ -375,6 +393,30 @@ impl Conn {
                 .fail_with(Failure::BackendUnavailable)
             }
             Err(f) => Err(self.error(f).context("cannot create dlock's tables")),
+        }
+    }
+
+    /// The session's current schema, where dlock makes its tables, quoted as an identifier, for
+    /// `schema.sql`'s `{s}`.
+    fn current_schema(&mut self, budget: Duration) -> anyhow::Result<String> {
+        let row = self
+            .call(budget, |c| async move {
+                c.query_one(
+                    "SELECT pg_catalog.quote_ident(pg_catalog.current_schema())",
+                    &[],
+                )
+                .await
+            })
+            .map_err(|f| self.error(f).context("cannot create dlock's tables"))?;
+        match row.try_get::<_, Option<String>>(0) {
+            // Also written inside string literals (`'{s}.{p}locks'::regclass`).
+            Ok(Some(schema)) if !schema.contains('\'') => Ok(schema),
+            _ => Err(anyhow!(
+                "postgres at {}: cannot create dlock's tables: no schema of the search path \
+                 exists, or its name holds a quote",
+                self.url.shown
+            ))
+            .fail_with(Failure::BackendUnavailable),
         }
     }
 

@@ -7,18 +7,18 @@ SELECT kind, name, owner, mode, token, since, pid, host, message, expires, kept_
   FROM (
     SELECT 'h' AS kind, name, owner, mode, token::text AS token,
            extract(epoch FROM since)::bigint::text AS since, pid::text AS pid, host, message,
-           floor(extract(epoch FROM expires_at) * 1000)::bigint::text AS expires,
-           (extract(epoch FROM (to_jsonb(l) ->> 'kept_until')::timestamptz) * 1000)::bigint::text
+           pg_catalog.floor(extract(epoch FROM expires_at) * 1000.0)::bigint::text AS expires,
+           (extract(epoch FROM (pg_catalog.to_jsonb(l) ->> 'kept_until')::timestamptz) * 1000.0)::bigint::text
                AS kept_until,
-           to_jsonb(l) ->> 'kept_note' AS kept_note, token AS n
+           pg_catalog.to_jsonb(l) ->> 'kept_note' AS kept_note, token AS n
       FROM {p}locks l
-     WHERE expires_at > clock_timestamp()
-       AND CASE WHEN $2 THEN name = $1 ELSE starts_with(name, $1) END
+     WHERE expires_at > pg_catalog.clock_timestamp()
+       AND CASE WHEN $2 THEN name = $1 ELSE pg_catalog.starts_with(name, $1) END
     UNION ALL
     SELECT 'w', name, owner, mode, NULL, extract(epoch FROM since)::bigint::text, pid::text,
            host, message, NULL, NULL, NULL, ticket
       FROM {p}queue
-     WHERE alive_until > clock_timestamp()
-       AND CASE WHEN $2 THEN name = $1 ELSE starts_with(name, $1) END
+     WHERE alive_until > pg_catalog.clock_timestamp()
+       AND CASE WHEN $2 THEN name = $1 ELSE pg_catalog.starts_with(name, $1) END
 ) AS entries
  ORDER BY name, kind, n

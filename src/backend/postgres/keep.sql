@@ -2,7 +2,7 @@
 -- its release or its death (its lease is pushed out to there at least). `kept_note`: the
 -- min-hold in ms, for status.
 UPDATE {p}locks
-   SET kept_until = since + $3 * interval '1 millisecond', kept_note = $3::text,
-       expires_at = greatest(expires_at, since + $3 * interval '1 millisecond')
- WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp()
+   SET kept_until = since + ($3 OPERATOR(pg_catalog.*) interval '1 millisecond'), kept_note = $3::text,
+       expires_at = greatest(expires_at, since + ($3 OPERATOR(pg_catalog.*) interval '1 millisecond'))
+ WHERE name = $1 AND owner = $2 AND expires_at > pg_catalog.clock_timestamp()
 RETURNING token

@@ -1,1 +1,1 @@
-SELECT {p}leave_v1($1, $2)
+SELECT {p}leave_v2($1, $2)

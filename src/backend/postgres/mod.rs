@@ -33,7 +33,14 @@
 //!   within its ttl).
 //! - Tables and functions are created on first use (`CREATE ... IF NOT EXISTS`, under an advisory
 //!   lock), prefixed `dlock_` or the URL's `?prefix=`: the first call that finds them missing
-//!   creates them and tries again, so nothing is checked on the hot path.
+//!   creates them and tries again, so nothing is checked on the hot path but who owns them.
+//! - Owners: tables, functions and triggers' functions must belong to the connecting role or a
+//!   role the URL names (`owner=`), else another role that can create in the schema could make
+//!   them first and run code with dlock's rights. Checked once per connection by a statement sent
+//!   first in its first transaction (`untrusted.sql`; only the tables' when the call uses no
+//!   function, `untrusted_tables.sql`), which aborts it before anything else in it runs.
+//!   Functions pin `search_path`; plain statements reach the system's functions and operators
+//!   through `pg_catalog`, so nothing another role adds to a schema of the path runs in them.
 //! - One connection per dlock, shared by its calls and leases; a wait that starts while leases
 //!   are held (the later names of `dlock run a b`) opens one of its own, since it holds its
 //!   connection through each attempt and the leases' renewals must not queue behind it.
@@ -95,7 +102,7 @@ impl PgBackend {
         };
         let url = Arc::new(PgUrl::parse(url)?);
         Ok(PgBackend {
-            recipe: Arc::new(Recipe::new(&url.prefix)),
+            recipe: Arc::new(Recipe::new(&url.prefix, &url.trusted)),
             location: url.location(),
             conn: Arc::new(Mutex::new(
                 Conn::new(url.clone(), config.connect_timeout)?.stopping(config.stop.clone()),

@@ -31,7 +31,34 @@ pub struct Recipe {
     let_go: String,
     /// The prefix of each waiter's notification channel (`PREFIX` + owner id).
     channel: String,
+    /// Sent first in a connection's first transaction: refuses objects of untrusted roles
+    /// (`untrusted.sql`); `tables_guard` when the call uses no function of dlock's.
+    guard: Guard,
+    tables_guard: Guard,
 }
+
+/// `untrusted.sql` (or `untrusted_tables.sql`) and the roles the URL names as trusted (`owner=`),
+/// its `$1`.
+pub struct Guard {
+    sql: String,
+    trusted: Vec<String>,
+}
+
+/// The functions dlock calls (each version it creates), which `untrusted.sql` checks.
+const FUNCTIONS: [&str; 6] = [
+    "kind_v2",
+    "acquire_v3",
+    "wake_v2",
+    "release_v2",
+    "leave_v2",
+    "break_v2",
+];
+
+/// The marker `untrusted.sql` puts before its finding, read back from the server's error.
+const UNTRUSTED: &str = "dlock-untrusted: ";
+
+/// What `untrusted_tables.sql` answers when a table has a trigger: then `untrusted.sql` decides.
+const TRIGGERS: &str = "dlock-triggers: ";
 
 /// What an acquisition attempt found.
 pub enum Reply {
@@ -52,8 +79,9 @@ pub struct Me {
 }
 
 impl Recipe {
-    pub fn new(prefix: &str) -> Recipe {
+    pub fn new(prefix: &str, trusted: &[String]) -> Recipe {
         let fill = |sql: &str| sql.replace("{p}", prefix);
+        let functions: Vec<String> = FUNCTIONS.iter().map(|f| format!("'{prefix}{f}'")).collect();
         Recipe {
             lock_count: fill(include_str!("lock_count.sql")),
             acquire_free: fill(include_str!("acquire_free.sql")),
@@ -68,6 +96,69 @@ impl Recipe {
             renew_kept: fill(include_str!("renew_kept.sql")),
             let_go: fill(include_str!("let_go.sql")),
             channel: prefix.to_owned(),
+            guard: Guard {
+                sql: fill(include_str!("untrusted.sql"))
+                    .replace("{functions}", &functions.join(", ")),
+                trusted: trusted.to_vec(),
+            },
+            tables_guard: Guard {
+                sql: fill(include_str!("untrusted_tables.sql")),
+                trusted: trusted.to_vec(),
+            },
+        }
+    }
+
+    /// `conn.call` (`creating`: `call_creating`) of `op`, which is handed a guard when this
+    /// connection has not passed one yet: then `op` sends it first in its transaction (see
+    /// `read_committed`), so that nothing of a role dlock does not trust runs before the check.
+    /// `functions`: `op` calls dlock's functions, whose owners are checked too (with the triggers
+    /// on the tables); else only the tables' owners are, unless a table has a trigger.
+    fn run<'s, T, F, Fut>(
+        &'s self,
+        conn: &mut Conn,
+        budget: Duration,
+        creating: bool,
+        functions: bool,
+        op: F,
+    ) -> Result<T, Fault>
+    where
+        F: Fn(std::sync::Arc<Client>, Option<&'s Guard>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let mut full = functions;
+        loop {
+            let guard = match (conn.trusted(full), full) {
+                (true, _) => None,
+                (false, true) => Some(&self.guard),
+                (false, false) => Some(&self.tables_guard),
+            };
+            let call = |client| op(client, guard);
+            let result = if creating {
+                conn.call_creating(budget, call)
+            } else {
+                conn.call(budget, call)
+            };
+            return match result {
+                Ok(value) => {
+                    if guard.is_some() {
+                        conn.mark_trusted(full);
+                    }
+                    Ok(value)
+                }
+                // A table has a trigger: the whole check, in the same call again (the
+                // transaction was aborted before anything in it ran).
+                Err(Fault::Refused { message, .. }) if message.contains(TRIGGERS) && !full => {
+                    full = true;
+                    continue;
+                }
+                Err(Fault::Refused { message, .. }) if message.contains(UNTRUSTED) => {
+                    Err(Fault::Refused {
+                        code: "untrusted".into(),
+                        message: untrusted(&message, &self.guard.trusted),
+                    })
+                }
+                Err(f) => Err(f),
+            };
         }
     }
 
@@ -95,7 +186,7 @@ impl Recipe {
         };
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
         let listen = listen.map(|c| format!("LISTEN \"{c}\""));
-        let row = conn.call_creating(budget, |client| {
+        let row = self.run(conn, budget, true, true, |client, guard| {
             let listen = listen.clone();
             let (name, owner, mode, host) = (
                 request.name.as_str().to_owned(),
@@ -117,7 +208,7 @@ impl Recipe {
                     (&ticket, Type::INT8),
                     (&message, Type::TEXT),
                 ];
-                let attempt = read_committed(&client, None, &sql, &params);
+                let attempt = read_committed(&client, guard, None, &sql, &params);
                 let rows = match &listen {
                     // Pipelined: the LISTEN is in force before the attempt runs, so no wake-up
                     // sent after the attempt can be missed.
@@ -156,7 +247,7 @@ impl Recipe {
         me: &Me,
     ) -> Result<Option<Reply>, Fault> {
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
-        let rows = conn.call_creating(budget, |client| {
+        let rows = self.run(conn, budget, true, false, |client, guard| {
             let (name, owner, mode, host) = (
                 request.name.as_str().to_owned(),
                 request.owner.clone(),
@@ -174,7 +265,7 @@ impl Recipe {
                     (&host, Type::TEXT),
                     (&message, Type::TEXT),
                 ];
-                self.after_lock_count(&client, &name, &self.acquire_free, &params)
+                self.after_lock_count(&client, guard, &name, &self.acquire_free, &params)
                     .await
             }
         })?;
@@ -216,12 +307,20 @@ impl Recipe {
     async fn after_lock_count(
         &self,
         client: &Client,
+        guard: Option<&Guard>,
         name: &String,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
         let counter: [(&(dyn ToSql + Sync), Type); 1] = [(name, Type::TEXT)];
-        read_committed(client, Some((&self.lock_count, &counter)), sql, params).await
+        read_committed(
+            client,
+            guard,
+            Some((&self.lock_count, &counter)),
+            sql,
+            params,
+        )
+        .await
     }
 
     /// Extends `owner`'s lease on `name` by `ttl`: whether it was still ours.
@@ -266,26 +365,21 @@ impl Recipe {
         creating: bool,
     ) -> Result<bool, Fault> {
         let ms = i64::try_from(ms.as_millis()).unwrap_or(i64::MAX);
-        let op = |client: std::sync::Arc<tokio_postgres::Client>| {
+        let rows = self.run(conn, budget, creating, false, |client, guard| {
             let (name, owner, sql) = (name.as_str().to_owned(), owner.to_owned(), sql.to_owned());
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 3] =
                     [(&name, Type::TEXT), (&owner, Type::TEXT), (&ms, Type::INT8)];
-                read_committed(&client, None, &sql, &params).await
+                read_committed(&client, guard, None, &sql, &params).await
             }
-        };
-        let rows = if creating {
-            conn.call_creating(budget, op)?
-        } else {
-            conn.call(budget, op)?
-        };
+        })?;
         Ok(!rows.is_empty())
     }
 
     /// Gives up `owner`'s hold on `name`: whether it was still ours. `free`: it was granted free
     /// (see `acquire_free`), so most likely nobody waits, and the plain-SQL release is tried
     /// first; one granted after a wait is likely to have others in line behind it, and goes
-    /// straight to release_v1, which wakes them.
+    /// straight to release_v2, which wakes them.
     pub fn release(
         &self,
         conn: &mut Conn,
@@ -299,12 +393,12 @@ impl Recipe {
                 return Ok(held);
             }
         }
-        let rows = conn.call(budget, |client| {
+        let rows = self.run(conn, budget, false, true, |client, guard| {
             let (name, owner, sql) = (name.as_str().to_owned(), owner.to_owned(), &self.release);
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
                     [(&name, Type::TEXT), (&owner, Type::TEXT)];
-                read_committed(&client, None, sql, &params).await
+                read_committed(&client, guard, None, sql, &params).await
             }
         })?;
         Ok(rows
@@ -322,12 +416,12 @@ impl Recipe {
         name: &LockName,
         owner: &str,
     ) -> Result<Option<bool>, Fault> {
-        let rows = conn.call(budget, |client| {
+        let rows = self.run(conn, budget, false, false, |client, guard| {
             let (name, owner) = (name.as_str().to_owned(), owner.to_owned());
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
                     [(&name, Type::TEXT), (&owner, Type::TEXT)];
-                self.after_lock_count(&client, &name, &self.release_free, &params)
+                self.after_lock_count(&client, guard, &name, &self.release_free, &params)
                     .await
             }
         })?;
@@ -347,12 +441,12 @@ impl Recipe {
         name: &LockName,
         ticket: i64,
     ) -> Result<(), Fault> {
-        conn.call(budget, |client| {
+        self.run(conn, budget, false, true, |client, guard| {
             let (name, sql) = (name.as_str().to_owned(), &self.leave);
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
                     [(&name, Type::TEXT), (&ticket, Type::INT8)];
-                read_committed(&client, None, sql, &params).await
+                read_committed(&client, guard, None, sql, &params).await
             }
         })?;
         Ok(())
@@ -367,12 +461,12 @@ impl Recipe {
         name: &str,
         exact: bool,
     ) -> Result<Vec<Entry>, Fault> {
-        let rows = conn.call_creating(budget, |client| {
+        let rows = self.run(conn, budget, true, false, |client, guard| {
             let (name, sql) = (name.to_owned(), self.holders.clone());
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
                     [(&name, Type::TEXT), (&exact, Type::BOOL)];
-                read_committed(&client, None, &sql, &params).await
+                read_committed(&client, guard, None, &sql, &params).await
             }
         })?;
         Ok(rows.iter().map(entry_of).collect())
@@ -385,11 +479,11 @@ impl Recipe {
         budget: Duration,
         name: &LockName,
     ) -> Result<Vec<Holder>, Fault> {
-        let rows = conn.call_creating(budget, |client| {
+        let rows = self.run(conn, budget, true, true, |client, guard| {
             let (name, sql) = (name.as_str().to_owned(), self.brk.clone());
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
-                read_committed(&client, None, &sql, &params).await
+                read_committed(&client, guard, None, &sql, &params).await
             }
         })?;
         Ok(rows.iter().map(|r| entry_of(r).holder).collect())
@@ -404,14 +498,28 @@ type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
 /// the name's counter row lock and then read what was committed before they got it, which
 /// REPEATABLE READ and SERIALIZABLE do not allow (there a wait for the row ends in a serialization
 /// failure).
+///
+/// `guard`: `untrusted.sql` goes first, and when it fails the transaction is aborted before
+/// anything else in it ran (the statements after it are refused by the server).
 async fn read_committed(
     client: &Client,
+    guard: Option<&Guard>,
     first: Option<(&str, &Params<'_>)>,
     sql: &str,
     params: &Params<'_>,
 ) -> Result<Vec<Row>, tokio_postgres::Error> {
-    let (begun, first, rows, committed) = tokio::join!(
+    let (begun, guarded, first, rows, committed) = tokio::join!(
         client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"),
+        async {
+            match guard {
+                Some(g) => {
+                    let trusted: [(&(dyn ToSql + Sync), Type); 1] =
+                        [(&g.trusted, Type::TEXT_ARRAY)];
+                    client.query_typed(&g.sql, &trusted).await.map(Some)
+                }
+                None => Ok(None),
+            }
+        },
         async {
             match first {
                 Some((sql, params)) => client.query_typed(sql, params).await.map(Some),
@@ -423,10 +531,29 @@ async fn read_committed(
         client.batch_execute("COMMIT"),
     );
     begun?;
+    guarded?;
     first?;
     let rows = rows?;
     committed?;
     Ok(rows)
+}
+
+/// The line for `untrusted.sql`'s finding, read from the server's error `message` (`... "dlock-
+/// untrusted: table public.dlock_tokens belongs to mallory"`), whatever the server's language.
+fn untrusted(message: &str, trusted: &[String]) -> String {
+    let finding = message
+        .split_once(UNTRUSTED)
+        .map(|(_, rest)| rest.rsplit_once('"').map_or(rest, |(f, _)| f))
+        .unwrap_or(message);
+    let named = if trusted.is_empty() {
+        String::new()
+    } else {
+        format!(", nor one the URL names ({})", trusted.join(", "))
+    };
+    format!(
+        "refusing {finding}: not the connecting role{named}; drop it, or name \
+         its owner in the URL's owner= if it is to be trusted"
+    )
 }
 
 fn odd(what: &str) -> Fault {

@@ -1,1 +1,1 @@
-SELECT {p}release_v1($1, $2)
+SELECT {p}release_v2($1, $2)

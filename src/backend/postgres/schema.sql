@@ -1,16 +1,21 @@
--- dlock's tables and functions, created on first use. `{p}` is the table prefix (default `dlock_`).
--- Run in one transaction under an advisory lock, so that two dlocks creating them at once do not
--- collide. The functions are versioned by name (`_v1`): a newer dlock adds its own beside them.
+-- dlock's tables and functions, created on first use. `{p}` is the table prefix (default `dlock_`),
+-- `{s}` the schema they are made in (the session's current schema, quoted). Run in one transaction
+-- under an advisory lock, so that two dlocks creating them at once do not collide. The functions
+-- are versioned by name (`_v1`): a newer dlock adds its own beside them. Each pins its search path
+-- to the system catalog and names everything of dlock's with its schema: a caller's search path
+-- (which may list a schema others can create in, `public` before PostgreSQL 15) never decides
+-- which function or operator runs inside (the CVE-2018-1058 class). v2 of each (v3 of acquire):
+-- the first with the pinned path.
 
 -- The fencing counter of each name: the last token handed out. Updated in the transaction that
 -- grants, so it is as durable as the grant; never a sequence, which may go back after a failover.
-CREATE TABLE IF NOT EXISTS {p}tokens (
+CREATE TABLE IF NOT EXISTS {s}.{p}tokens (
     name text PRIMARY KEY,
     last_token bigint NOT NULL
 );
 
 -- The holders: one row per (name, owner). `expires_at` is the lease, by the server's clock.
-CREATE TABLE IF NOT EXISTS {p}locks (
+CREATE TABLE IF NOT EXISTS {s}.{p}locks (
     name text NOT NULL,
     owner text NOT NULL,
     mode text NOT NULL,
@@ -24,7 +29,7 @@ CREATE TABLE IF NOT EXISTS {p}locks (
 
 -- The waiters in arrival order; a waiter renews `alive_until` while it waits, and one that stops
 -- doing so drops out of the line.
-CREATE TABLE IF NOT EXISTS {p}queue (
+CREATE TABLE IF NOT EXISTS {s}.{p}queue (
     ticket bigserial PRIMARY KEY,
     name text NOT NULL,
     owner text NOT NULL,
@@ -40,24 +45,24 @@ CREATE TABLE IF NOT EXISTS {p}queue (
 -- dlocks using the tables meanwhile (this runs again whenever a dlock finds a function missing).
 DO $$
 BEGIN
-    IF to_regclass('{p}queue_by_name') IS NULL THEN
-        CREATE INDEX IF NOT EXISTS {p}queue_by_name ON {p}queue (name, ticket);
+    IF to_regclass('{s}.{p}queue_by_name') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS {p}queue_by_name ON {s}.{p}queue (name, ticket);
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute
-                    WHERE attrelid = '{p}locks'::regclass AND attname = 'kept_until'
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = '{s}.{p}locks'::pg_catalog.regclass AND attname = 'kept_until'
                       AND NOT attisdropped) THEN
-        ALTER TABLE {p}locks ADD COLUMN IF NOT EXISTS kept_until timestamptz,
+        ALTER TABLE {s}.{p}locks ADD COLUMN IF NOT EXISTS kept_until timestamptz,
             ADD COLUMN IF NOT EXISTS kept_note text;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute
-                    WHERE attrelid = '{p}locks'::regclass AND attname = 'message'
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = '{s}.{p}locks'::pg_catalog.regclass AND attname = 'message'
                       AND NOT attisdropped) THEN
-        ALTER TABLE {p}locks ADD COLUMN IF NOT EXISTS message text;
+        ALTER TABLE {s}.{p}locks ADD COLUMN IF NOT EXISTS message text;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute
-                    WHERE attrelid = '{p}queue'::regclass AND attname = 'message'
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                    WHERE attrelid = '{s}.{p}queue'::pg_catalog.regclass AND attname = 'message'
                       AND NOT attisdropped) THEN
-        ALTER TABLE {p}queue ADD COLUMN IF NOT EXISTS since timestamptz,
+        ALTER TABLE {s}.{p}queue ADD COLUMN IF NOT EXISTS since timestamptz,
             ADD COLUMN IF NOT EXISTS pid bigint,
             ADD COLUMN IF NOT EXISTS host text,
             ADD COLUMN IF NOT EXISTS message text;
@@ -67,8 +72,8 @@ $$;
 
 -- How a stored mode counts: 'shared', 'limit' or (anything else, a foreign or garbled row)
 -- 'exclusive', so a row dlock cannot read makes others wait and never lets two holders in.
-CREATE OR REPLACE FUNCTION {p}kind_v1(mode text) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION {s}.{p}kind_v2(mode text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE
         WHEN mode = 'shared' THEN 'shared'
         WHEN mode ~ '^limit:[1-9][0-9]{0,9}$' THEN 'limit'
@@ -84,15 +89,15 @@ $$;
 -- v2: a live row of `p_owner` is this acquisition's own, granted to an earlier attempt whose
 -- caller stopped waiting for the answer (it timed out, the transaction still committed): it is
 -- taken as granted, with its token and a fresh lease, never inserted twice nor waited behind.
-CREATE OR REPLACE FUNCTION {p}acquire_v2(
+CREATE OR REPLACE FUNCTION {s}.{p}acquire_v3(
     p_name text, p_owner text, p_mode text, p_limit integer, p_ttl_ms bigint, p_pid bigint,
     p_host text, p_queue boolean, p_ticket bigint, p_message text
 ) RETURNS TABLE (granted_token bigint, queue_ticket bigint, retry_ms bigint)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz;
     v_last bigint;
-    v_kind text := {p}kind_v1(p_mode);
+    v_kind text := {s}.{p}kind_v2(p_mode);
     v_excl bigint;
     v_seats bigint;
     v_total bigint;
@@ -100,27 +105,27 @@ DECLARE
     v_ticket bigint;
     v_own bigint;
 BEGIN
-    INSERT INTO {p}tokens (name, last_token) VALUES (p_name, 0) ON CONFLICT (name) DO NOTHING;
-    SELECT t.last_token INTO v_last FROM {p}tokens t WHERE t.name = p_name FOR UPDATE;
+    INSERT INTO {s}.{p}tokens (name, last_token) VALUES (p_name, 0) ON CONFLICT (name) DO NOTHING;
+    SELECT t.last_token INTO v_last FROM {s}.{p}tokens t WHERE t.name = p_name FOR UPDATE;
     v_now := clock_timestamp();
-    DELETE FROM {p}locks l WHERE l.name = p_name AND l.expires_at <= v_now;
-    DELETE FROM {p}queue q WHERE q.name = p_name AND q.alive_until <= v_now;
-    UPDATE {p}locks l SET expires_at = v_now + p_ttl_ms * interval '1 millisecond'
+    DELETE FROM {s}.{p}locks l WHERE l.name = p_name AND l.expires_at <= v_now;
+    DELETE FROM {s}.{p}queue q WHERE q.name = p_name AND q.alive_until <= v_now;
+    UPDATE {s}.{p}locks l SET expires_at = v_now + p_ttl_ms * interval '1 millisecond'
      WHERE l.name = p_name AND l.owner = p_owner
     RETURNING l.token INTO v_own;
     IF v_own IS NOT NULL THEN
-        DELETE FROM {p}queue q WHERE q.name = p_name AND q.owner = p_owner;
+        DELETE FROM {s}.{p}queue q WHERE q.name = p_name AND q.owner = p_owner;
         RETURN QUERY SELECT v_own, NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
     IF p_ticket IS NOT NULL THEN
-        SELECT q.ticket INTO v_ticket FROM {p}queue q WHERE q.ticket = p_ticket AND q.owner = p_owner;
+        SELECT q.ticket INTO v_ticket FROM {s}.{p}queue q WHERE q.ticket = p_ticket AND q.owner = p_owner;
     END IF;
     SELECT count(*) FILTER (WHERE k = 'exclusive'), count(*) FILTER (WHERE k = 'limit'), count(*)
       INTO v_excl, v_seats, v_total
-      FROM (SELECT {p}kind_v1(l.mode) AS k FROM {p}locks l WHERE l.name = p_name
+      FROM (SELECT {s}.{p}kind_v2(l.mode) AS k FROM {s}.{p}locks l WHERE l.name = p_name
             UNION ALL
-            SELECT {p}kind_v1(q.mode) FROM {p}queue q
+            SELECT {s}.{p}kind_v2(q.mode) FROM {s}.{p}queue q
              WHERE q.name = p_name AND (v_ticket IS NULL OR q.ticket < v_ticket)) AS ahead;
     v_fits := CASE v_kind
         WHEN 'exclusive' THEN v_total = 0
@@ -128,38 +133,38 @@ BEGIN
         ELSE v_excl = 0 AND v_seats < p_limit
     END;
     IF v_fits THEN
-        UPDATE {p}tokens t SET last_token = v_last + 1 WHERE t.name = p_name;
-        INSERT INTO {p}locks (name, owner, mode, token, since, expires_at, pid, host, message)
+        UPDATE {s}.{p}tokens t SET last_token = v_last + 1 WHERE t.name = p_name;
+        INSERT INTO {s}.{p}locks (name, owner, mode, token, since, expires_at, pid, host, message)
         VALUES (p_name, p_owner, p_mode, v_last + 1, v_now,
                 v_now + p_ttl_ms * interval '1 millisecond', p_pid, p_host, p_message);
         IF v_ticket IS NOT NULL THEN
-            DELETE FROM {p}queue q WHERE q.ticket = v_ticket;
+            DELETE FROM {s}.{p}queue q WHERE q.ticket = v_ticket;
         END IF;
         RETURN QUERY SELECT v_last + 1, NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
     IF p_queue THEN
         IF v_ticket IS NULL THEN
-            INSERT INTO {p}queue (name, owner, mode, alive_until, since, pid, host, message)
+            INSERT INTO {s}.{p}queue (name, owner, mode, alive_until, since, pid, host, message)
             VALUES (p_name, p_owner, p_mode, v_now + p_ttl_ms * interval '1 millisecond',
                     v_now, p_pid, p_host, p_message)
             RETURNING ticket INTO v_ticket;
         ELSE
-            UPDATE {p}queue q SET alive_until = v_now + p_ttl_ms * interval '1 millisecond'
+            UPDATE {s}.{p}queue q SET alive_until = v_now + p_ttl_ms * interval '1 millisecond'
              WHERE q.ticket = v_ticket;
         END IF;
     END IF;
     RETURN QUERY SELECT NULL::bigint, v_ticket,
         (SELECT greatest(0, ceil(extract(epoch FROM min(l.expires_at) - v_now) * 1000))::bigint
-           FROM {p}locks l WHERE l.name = p_name);
+           FROM {s}.{p}locks l WHERE l.name = p_name);
 END
 $$;
 
 -- Tells the waiters at the head of `p_name`'s line that now fit (on the channel `{p}` || owner),
 -- and no others: a handoff wakes only those it lets in, whatever the length of the line. The
 -- caller holds the counter's row lock.
-CREATE OR REPLACE FUNCTION {p}wake_v1(p_name text) RETURNS void
-LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {s}.{p}wake_v2(p_name text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_excl bigint;
@@ -169,13 +174,13 @@ DECLARE
     v_kind text;
     v_limit bigint;
 BEGIN
-    SELECT count(*) FILTER (WHERE {p}kind_v1(l.mode) = 'exclusive'),
-           count(*) FILTER (WHERE {p}kind_v1(l.mode) = 'limit'), count(*)
+    SELECT count(*) FILTER (WHERE {s}.{p}kind_v2(l.mode) = 'exclusive'),
+           count(*) FILTER (WHERE {s}.{p}kind_v2(l.mode) = 'limit'), count(*)
       INTO v_excl, v_seats, v_total
-      FROM {p}locks l WHERE l.name = p_name AND l.expires_at > v_now;
-    FOR w IN SELECT q.owner, q.mode FROM {p}queue q
+      FROM {s}.{p}locks l WHERE l.name = p_name AND l.expires_at > v_now;
+    FOR w IN SELECT q.owner, q.mode FROM {s}.{p}queue q
               WHERE q.name = p_name AND q.alive_until > v_now ORDER BY q.ticket LOOP
-        v_kind := {p}kind_v1(w.mode);
+        v_kind := {s}.{p}kind_v2(w.mode);
         IF v_kind = 'exclusive' THEN
             EXIT WHEN v_total > 0;
             v_excl := v_excl + 1;
@@ -193,35 +198,35 @@ END
 $$;
 
 -- Gives up `p_owner`'s hold on `p_name` and wakes who may come next. True when it was still held.
-CREATE OR REPLACE FUNCTION {p}release_v1(p_name text, p_owner text) RETURNS boolean
-LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {s}.{p}release_v2(p_name text, p_owner text) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_held boolean;
 BEGIN
-    PERFORM 1 FROM {p}tokens t WHERE t.name = p_name FOR UPDATE;
-    DELETE FROM {p}locks l WHERE l.name = p_name AND l.owner = p_owner
+    PERFORM 1 FROM {s}.{p}tokens t WHERE t.name = p_name FOR UPDATE;
+    DELETE FROM {s}.{p}locks l WHERE l.name = p_name AND l.owner = p_owner
     RETURNING l.expires_at > clock_timestamp() INTO v_held;
-    PERFORM {p}wake_v1(p_name);
+    PERFORM {s}.{p}wake_v2(p_name);
     RETURN coalesce(v_held, false);
 END
 $$;
 
 -- Leaves `p_name`'s line (a waiter that gave up), waking who may come next in its place.
-CREATE OR REPLACE FUNCTION {p}leave_v1(p_name text, p_ticket bigint) RETURNS void
-LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {s}.{p}leave_v2(p_name text, p_ticket bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM 1 FROM {p}tokens t WHERE t.name = p_name FOR UPDATE;
-    DELETE FROM {p}queue q WHERE q.ticket = p_ticket;
-    PERFORM {p}wake_v1(p_name);
+    PERFORM 1 FROM {s}.{p}tokens t WHERE t.name = p_name FOR UPDATE;
+    DELETE FROM {s}.{p}queue q WHERE q.ticket = p_ticket;
+    PERFORM {s}.{p}wake_v2(p_name);
 END
 $$;
 
 -- Breaks `p_name` for every holder (`release --force`); returns the rows removed.
-CREATE OR REPLACE FUNCTION {p}break_v1(p_name text) RETURNS SETOF {p}locks
-LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {s}.{p}break_v2(p_name text) RETURNS SETOF {s}.{p}locks
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM 1 FROM {p}tokens t WHERE t.name = p_name FOR UPDATE;
-    RETURN QUERY DELETE FROM {p}locks l WHERE l.name = p_name RETURNING l.*;
-    PERFORM {p}wake_v1(p_name);
+    PERFORM 1 FROM {s}.{p}tokens t WHERE t.name = p_name FOR UPDATE;
+    RETURN QUERY DELETE FROM {s}.{p}locks l WHERE l.name = p_name RETURNING l.*;
+    PERFORM {s}.{p}wake_v2(p_name);
 END
 $$;

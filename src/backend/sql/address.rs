@@ -45,3 +45,25 @@ pub fn prefix(url: &str, value: &str) -> anyhow::Result<String> {
     }
     Ok(value.to_owned())
 }
+
+/// The roles (PostgreSQL) or users (MySQL) of the URL's `owner=` (comma-separated, `%`-encoding
+/// allowed), whose tables and routines dlock uses besides its own. Else a usage error.
+pub fn owners(url: &str, value: &str) -> anyhow::Result<Vec<String>> {
+    let bad = || {
+        Err(anyhow!(
+            "{url}: owner= takes one or more names separated by commas (`owner=admin,ops`)"
+        ))
+        .fail_with(Failure::Usage)
+    };
+    let mut names = Vec::new();
+    for part in value.split(',') {
+        let Some(name) = crate::text::percent_decode(part) else {
+            return bad();
+        };
+        if name.is_empty() || name.chars().any(char::is_control) {
+            return bad();
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
