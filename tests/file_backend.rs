@@ -134,10 +134,12 @@ fn a_missing_lock_directory_given_by_the_user_is_an_error_and_never_created() {
     let dir = LockDir::new();
     let typo = dir.file("lokcs/jobs");
     let as_url = format!("file://{}", typo.display());
+    // `hold` holds for a shell, or an owner named: this test process.
+    let owner = std::process::id().to_string();
     for url in [typo.display().to_string(), as_url] {
         for args in [
             &["run", "n", "--", "true"][..],
-            &["hold", "n"],
+            &["hold", "--owner", &owner, "n"],
             &["status", "n"],
             &["list"],
             &["release", "--force", "n"],
