@@ -22,6 +22,7 @@ fn main() {
         ("STATUS", "status.lua"),
         ("BREAK", "break.lua"),
         ("RAISE_TOKEN", "raise_token.lua"),
+        ("KEY_TYPES", "key_types.lua"),
     ] {
         let body = format!("{prelude}{}", read(file));
         let sha1 = sha1_smol::Sha1::from(&body).digest().to_string();

@@ -1,5 +1,6 @@
 //! Interop with `etcdctl lock` (Debian's etcd-client): dlock's exclusive lock and etcdctl's exclude
-//! each other both ways, etcdctl waits for shared and limit holders and for a --min-hold.
+//! each other both ways, so do etcdctl and dlock's shared and limit holders, and a name with `/` or
+//! `%` meets etcdctl's on its escaped key prefix; etcdctl waits for a --min-hold.
 
 use super::*;
 
@@ -98,6 +99,57 @@ fn etcdctl_waits_for_shared_and_limit_holders() {
         assert!(!got.exists(), "etcdctl ran beside a dlock {flags:?} holder");
         let_go(&dir, name);
         assert_eq!(exit_code(&mut holder), 0);
+        assert!(wait_exit(&mut etcdctl, T).success());
+        assert!(got.exists());
+    }
+}
+
+#[test]
+fn etcdctl_holder_excludes_shared_and_limit_and_an_escaped_name_meets_both_ways() {
+    let server = shared();
+    let dir = LockDir::new();
+    // A name with `/` and `%` is one escaped key prefix, which etcdctl must be given as such.
+    for (flags, name, prefix) in [
+        (&["--shared"][..], "interop-s", "interop-s"),
+        (&["--limit", "3"][..], "interop-l", "interop-l"),
+        (&[][..], "interop/a%b", "interop%2Fa%25b"),
+    ] {
+        // etcdctl holds: dlock is refused, waits, and gets in once etcdctl lets go.
+        let tag = prefix.replace('%', "_");
+        let go = dir.file(&format!("{tag}.etcdctl.go"));
+        let marker = dir.file(&format!("{tag}.etcdctl.in"));
+        let script = format!("touch {}; {}", marker.display(), hold_until(&go));
+        let mut etcdctl = server
+            .lock(&format!("/dlock/{prefix}"), &["sh", "-c", &script])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_file(&marker, T);
+        let mut args = vec!["run", "--no-wait"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&[name, "--", "true"]);
+        let out = output(on(server, &args));
+        assert_eq!(code(&out), 75, "{flags:?} {name}: {}", stderr(&out));
+        let mut waiter = spawn_holder(server, &dir, flags, name, &tag);
+        wait_for_keys(server, prefix, 2);
+        assert!(!is_in(&dir, &tag), "dlock {flags:?} ran beside etcdctl");
+        std::fs::write(&go, "").unwrap();
+        assert!(wait_exit(&mut etcdctl, T).success());
+        wait_for_file(&dir.file(&format!("{tag}.in")), T);
+        // dlock holds: etcdctl waits until dlock lets go (shared and limit: etcdctl_waits_for_...).
+        let got = dir.file(&format!("{tag}.etcdctl2"));
+        let mut etcdctl = server
+            .lock(
+                &format!("/dlock/{prefix}"),
+                &["sh", "-c", &format!("touch {}", got.display())],
+            )
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_keys(server, prefix, 2);
+        assert!(!got.exists(), "etcdctl ran beside dlock {flags:?} {name}");
+        let_go(&dir, &tag);
+        assert_eq!(exit_code(&mut waiter), 0);
         assert!(wait_exit(&mut etcdctl, T).success());
         assert!(got.exists());
     }

@@ -2,7 +2,8 @@
 //! way of losing a lease (key deleted, server stopped or restarted empty, holder killed), waiting
 //! by events in arrival order that leaves nothing behind, one connection per run, Redlock over
 //! three and five servers (redlock.rs), passwords, TLS and bad addresses (access.rs), Redis Cluster
-//! (cluster.rs: redirects, names on several masters, slots moved while held). What every backend
+//! (cluster.rs: redirects, names on several masters, slots moved while held), keys of the wrong
+//! type another client wrote in dlock's namespace (wrong_type.rs). What every backend
 //! owes is in the contract suite.
 
 use std::process::{Child, Command};
@@ -12,6 +13,7 @@ mod access;
 mod cluster;
 mod redlock;
 mod waiting;
+mod wrong_type;
 
 use waiting::queued;
 

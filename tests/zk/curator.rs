@@ -4,7 +4,7 @@
 use super::*;
 
 /// Compiles tests/support/CuratorLock.java against the Debian Curator jars.
-fn compile_curator_program(dir: &Path) -> String {
+pub(super) fn compile_curator_program(dir: &Path) -> String {
     let classpath = "/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:\
                      /usr/share/java/curator-client.jar:/usr/share/java/zookeeper.jar";
     assert!(
@@ -30,6 +30,18 @@ fn compile_curator_program(dir: &Path) -> String {
 }
 
 fn curator(classpath: &str, server: &ZkServer, mode: &str, held: &Path, release: &Path) -> Command {
+    curator_at(classpath, server, "/dlock/interop", mode, held, release)
+}
+
+/// CuratorLock on `path`.
+pub(super) fn curator_at(
+    classpath: &str,
+    server: &ZkServer,
+    path: &str,
+    mode: &str,
+    held: &Path,
+    release: &Path,
+) -> Command {
     let mut cmd = Command::new("java");
     cmd.args([
         "-XX:TieredStopAtLevel=1",
@@ -39,7 +51,7 @@ fn curator(classpath: &str, server: &ZkServer, mode: &str, held: &Path, release:
         "CuratorLock",
     ])
     .arg(server.hosts())
-    .args(["/dlock/interop", mode])
+    .args([path, mode])
     .args([held, release])
     .stdin(Stdio::null());
     cmd

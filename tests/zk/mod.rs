@@ -1,7 +1,8 @@
 //! The ZooKeeper backend's own mechanism against real servers (one per test, started by
 //! `ZkServer`): what is left in ZooKeeper, waiters queued in order, one watcher per waiter, losing
 //! the lock when the server stops, keeping it when it restarts, a killed holder's session; ACLs,
-//! chroots and bad URLs (access.rs), and interop with Apache Curator (curator.rs). What every
+//! chroots and bad URLs (access.rs), interop with Apache Curator (curator.rs) and kazoo, and what
+//! dlock shows of nodes other clients and `--min-hold` leave (interop.rs). What every
 //! backend owes is in the contract suite.
 
 use std::io::{BufRead, BufReader};
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 
 mod access;
 mod curator;
+mod interop;
 
 use crate::support::relay::Relay;
 use crate::support::zk_server::ZkServer;

@@ -15,17 +15,37 @@ use crate::lock::{host_name, Holder, Kept, Mode, MAX_SINCE_SECS};
 impl FileBackend {
     /// Live holders of an open lock file: dlock's own records (and those `--min-hold` still keeps
     /// after their holder let go), plus any flock(2) holder that left no record (someone using
-    /// flock(1) on the file).
+    /// flock(1) on the file), exclusive or shared as it holds.
     pub(super) fn holders_of(&self, lock: &LockFile) -> io::Result<Vec<Holder>> {
         let mut holders: Vec<Holder> = slots(lock)?.into_iter().map(|s| s.holder).collect();
-        // Only when no dlock holder is recorded can the holder be someone else (flock(1)); reading
-        // /proc/locks costs more than all of the above, so it is the last resort.
-        if holders.is_empty() {
-            holders.extend(
-                proc_locks_flock_holders(&lock.file)?
-                    .into_iter()
-                    .map(foreign_holder),
-            );
+        // Someone else (flock(1)) can hold only when no dlock holder holds exclusive: reading
+        // /proc/locks costs more than all of the above, so it is read only then. A dlock holder's
+        // own flock(2) lock is there too, under its pid; a record kept by `--min-hold` after its
+        // holder ended has none.
+        let live: Vec<&Holder> = holders
+            .iter()
+            .filter(|h| !h.kept.is_some_and(|k| k.ended))
+            .collect();
+        if live
+            .iter()
+            .all(|h| h.mode == Mode::Shared || matches!(h.mode, Mode::Limit(_)))
+        {
+            let here = host_name();
+            let ours: Vec<u32> = live
+                .iter()
+                .filter(|h| h.host.as_deref() == Some(here.as_str()))
+                .filter_map(|h| h.pid)
+                .collect();
+            let flocks = proc_locks_flock_holders(&lock.file)?;
+            // At most as many as there are flock(2) locks beyond our holders' own.
+            let others = flocks.len().saturating_sub(ours.len());
+            let foreign: Vec<Holder> = flocks
+                .into_iter()
+                .filter(|(pid, _)| !ours.contains(pid))
+                .take(others)
+                .map(|(pid, shared)| foreign_holder(pid, shared))
+                .collect();
+            holders.extend(foreign);
         }
         Ok(holders)
     }
@@ -181,10 +201,15 @@ pub(super) fn parse_record(buf: &[u8]) -> Option<Holder> {
 }
 
 /// A holder that is not dlock (flock(1), or a program calling flock(2)): all we know is its pid
-/// (and that it is on this machine); it keeps no time or token.
-fn foreign_holder(pid: u32) -> Holder {
+/// (and that it is on this machine) and whether it holds shared (`flock -s`); it keeps no time or
+/// token.
+fn foreign_holder(pid: u32, shared: bool) -> Holder {
     Holder {
-        mode: Mode::Exclusive,
+        mode: if shared {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        },
         host: Some(host_name()),
         pid: Some(pid),
         owner: "(not dlock: flock)".into(),
@@ -198,8 +223,9 @@ fn foreign_holder(pid: u32) -> Holder {
     }
 }
 
-/// Pids holding (not waiting for) a flock(2) lock on this file, from /proc/locks.
-fn proc_locks_flock_holders(file: &File) -> io::Result<Vec<u32>> {
+/// Pids holding (not waiting for) a flock(2) lock on this file, from /proc/locks, each with
+/// whether it holds shared.
+fn proc_locks_flock_holders(file: &File) -> io::Result<Vec<(u32, bool)>> {
     let meta = file.metadata()?;
     let dev = meta.dev();
     let (major, minor) = (libc::major(dev), libc::minor(dev));
@@ -216,7 +242,12 @@ fn proc_locks_flock_holders(file: &File) -> io::Result<Vec<u32>> {
             if fields.get(1) != Some(&"FLOCK") || fields.get(5) != Some(&id.as_str()) {
                 return None;
             }
-            fields.get(4)?.parse().ok()
+            let shared = match *fields.get(3)? {
+                "READ" => true,
+                "WRITE" => false,
+                _ => return None,
+            };
+            Some((fields.get(4)?.parse().ok()?, shared))
         })
         .collect())
 }

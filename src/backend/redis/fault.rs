@@ -27,6 +27,9 @@ pub(super) enum FaultKind {
     Auth,
     /// The server answered with an error (a script error, out of memory, read-only replica...).
     Refused,
+    /// dlock's scripts refused a key of this lock, and only of this lock: a fencing counter out of
+    /// range, a key of another type than dlock keeps there (another client wrote it).
+    BadKey,
     /// Not a Redis server (or not one speaking TLS, for rediss://).
     Protocol,
     /// The ACL user may not run a command dlock needs.
@@ -106,9 +109,10 @@ impl Fault {
         if e.is_io_error() || e.is_connection_dropped() {
             return fault(FaultKind::Down, e.to_string());
         }
-        // dlock's scripts refuse with a message of their own (a broken fencing counter).
+        // dlock's scripts refuse with a message of their own (a broken fencing counter, a key of
+        // the wrong type).
         if let (Some("DLOCK"), Some(detail)) = (e.code(), e.detail()) {
-            return fault(FaultKind::Refused, escaped(detail, 300));
+            return fault(FaultKind::BadKey, escaped(detail, 300));
         }
         fault(FaultKind::Refused, e.to_string())
     }
@@ -156,7 +160,7 @@ impl Fault {
                 self.addr,
                 self.addr
             ),
-            FaultKind::Refused => {
+            FaultKind::Refused | FaultKind::BadKey => {
                 anyhow!(
                     "redis at {} answered with an error: {}",
                     self.addr,

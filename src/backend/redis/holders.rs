@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use redis::Connection;
 
-use super::fault::first_fatal;
+use super::fault::{first_fatal, Fault, FaultKind};
 use super::keys::{self, Keys};
 use super::redlock::on_all;
 use super::scripts::{self, HoldersScript};
@@ -33,6 +33,13 @@ impl RedisBackend {
     /// the earliest expiry a server reports for it (each judged by that server's clock); the
     /// waiters in the order of the server that lists the most, then any others it lacks.
     fn status_everywhere(&self, name: &LockName) -> anyhow::Result<(Vec<Holder>, Vec<Waiter>)> {
+        self.status_or_fault(name)
+            .map_err(|fault| fault.to_error())
+            .fail_with(Failure::BackendUnavailable)
+    }
+
+    /// As `status_everywhere`, or the fault that stopped it.
+    fn status_or_fault(&self, name: &LockName) -> Result<(Vec<Holder>, Vec<Waiter>), Fault> {
         let mut servers = self.servers();
         let keys = Keys::on(name, self.sharded);
         let timeout = self.connect_timeout;
@@ -60,8 +67,8 @@ impl RedisBackend {
             }
         }
         if faults.len() == servers.len() || first_fatal(&faults).is_some() {
-            if let Some(fault) = faults.first() {
-                return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
+            if let Some(fault) = first_fatal(&faults).or(faults.first()) {
+                return Err(fault.clone());
             }
         }
         let mut holders: Vec<Holder> = merged.into_values().collect();
@@ -111,13 +118,24 @@ impl RedisBackend {
         names.sort();
         names.dedup();
         let mut held = Vec::new();
+        let mut unreadable = Vec::new();
         for name in names {
-            let status = self.read_status(&name)?;
-            if !status.holders.is_empty() {
-                held.push(status);
+            match self.status_or_fault(&name) {
+                Ok((holders, waiters)) if !holders.is_empty() => held.push(LockStatus {
+                    location: format!("{} key {}:*", self.location, Keys::of(&name).base),
+                    name,
+                    holders,
+                    waiters: Some(waiters),
+                }),
+                Ok(_) => {}
+                // One lock's bad key hides no other lock.
+                Err(fault) if matches!(fault.kind, FaultKind::BadKey) => {
+                    unreadable.push(format!("lock {:?}: {}", name.as_str(), fault.to_error()))
+                }
+                Err(fault) => return Err(fault.to_error()).fail_with(Failure::BackendUnavailable),
             }
         }
-        Ok(held.into())
+        Ok(Listing { held, unreadable })
     }
 
     /// Runs a read-or-break script on every server and merges the holders they report.

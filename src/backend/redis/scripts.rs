@@ -18,7 +18,7 @@ struct LuaScript {
     sha1: &'static str,
 }
 
-// ACQUIRE, RENEW, RELEASE, STATUS, BREAK and RAISE_TOKEN.
+// ACQUIRE, RENEW, RELEASE, STATUS, BREAK, RAISE_TOKEN and KEY_TYPES.
 include!(concat!(env!("OUT_DIR"), "/redis_scripts.rs"));
 
 impl LuaScript {
@@ -43,15 +43,20 @@ impl LuaScript {
 struct Call {
     script: &'static LuaScript,
     cmd: redis::Cmd,
+    keys: Keys,
 }
 
 impl Call {
     /// A call of `script` with the keys of a lock, ready for its arguments.
     fn new(script: &'static LuaScript, keys: &Keys) -> Call {
         let mut cmd = redis::cmd("EVALSHA");
-        let keys = keys.all();
-        cmd.arg(script.sha1).arg(keys.len()).arg(&keys);
-        Call { script, cmd }
+        let all = keys.all();
+        cmd.arg(script.sha1).arg(all.len()).arg(&all);
+        Call {
+            script,
+            cmd,
+            keys: keys.clone(),
+        }
     }
 
     fn arg(mut self, arg: impl ToRedisArgs) -> Call {
@@ -61,12 +66,25 @@ impl Call {
 
     /// Runs the script, giving it to the server first if the server does not have it.
     fn invoke<T: FromRedisValue>(&self, conn: &mut Connection) -> redis::RedisResult<T> {
-        match self.cmd.query(conn) {
+        let result = match self.cmd.query(conn) {
             Err(e) if is_noscript(&e) => {
                 self.script.load(conn)?;
                 self.cmd.query(conn)
             }
             result => result,
+        };
+        result.map_err(|e| self.naming_the_key(conn, e))
+    }
+
+    /// `e`, or when it is Redis's WRONGTYPE (which names no key), the error of key_types.lua,
+    /// which names the key of this lock that has the wrong type.
+    fn naming_the_key(&self, conn: &mut Connection, e: RedisError) -> RedisError {
+        if !e.to_string().contains("WRONGTYPE") || std::ptr::eq(self.script, &KEY_TYPES) {
+            return e;
+        }
+        match Call::new(&KEY_TYPES, &self.keys).invoke::<Value>(conn) {
+            Err(named) if named.code() == Some("DLOCK") => named,
+            _ => e,
         }
     }
 }
@@ -304,7 +322,7 @@ impl Ask {
                 ACQUIRE.load(conn)?;
                 call.invoke(conn)?
             }
-            reply => reply?,
+            reply => reply.map_err(|e| call.naming_the_key(conn, e))?,
         };
         let reply = parse_acquire(&value).ok_or_else(|| unexpected(&value))?;
         Ok((reply, subscribed))

@@ -9,6 +9,8 @@ use crate::lock::Mode;
 const EXCLUSIVE_KIND: &str = "lock-";
 const SHARED_KIND: &str = "__READ__";
 const SEAT_KIND: &str = "__SEAT__";
+/// kazoo's `ReadLock` (its `Lock` and `WriteLock` use `__lock__`, exclusive like anything unknown).
+const KAZOO_SHARED_KIND: &str = "__rlock__";
 
 /// What a child node asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,14 +29,19 @@ pub(super) struct Child {
 }
 
 impl Child {
-    /// Any node ending in a sequence number takes part; one without is no lock node and is ignored.
+    /// Any node ending in a sequence number takes part; one without is no lock node and is ignored,
+    /// and so is a lease of kazoo's `Semaphore` (named by a bare `uuid4().hex`, no sequence number:
+    /// about one in a hundred ends in ten digits by chance).
     pub(super) fn parse(name: &str) -> Option<Child> {
+        if name.len() == 32 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
         let digits = name.bytes().rev().take_while(u8::is_ascii_digit).count();
         if digits < 10 {
             return None;
         }
         let (stem, sequence) = name.split_at(name.len() - digits);
-        let kind = if stem.ends_with(SHARED_KIND) {
+        let kind = if stem.ends_with(SHARED_KIND) || stem.ends_with(KAZOO_SHARED_KIND) {
             Kind::Shared
         } else if stem.ends_with(SEAT_KIND) {
             Kind::Seat
@@ -123,6 +130,9 @@ mod tests {
             "x-12345-0000000002",
             "_c_c-__WRIT__0000000004",
             "_c_d-__SEAT__0000000005",
+            "5f0c2a9e41d34b7c8e6f012345678901",
+            "0123456789abcdef__rlock__0000000006",
+            "0123456789abcdef__lock__0000000007",
         ]);
         let kinds: Vec<(i64, Kind)> = children.iter().map(|c| (c.sequence, c.kind)).collect();
         assert_eq!(
@@ -132,7 +142,9 @@ mod tests {
                 (2, Kind::Exclusive),
                 (3, Kind::Shared),
                 (4, Kind::Exclusive),
-                (5, Kind::Seat)
+                (5, Kind::Seat),
+                (6, Kind::Shared),
+                (7, Kind::Exclusive)
             ]
         );
     }

@@ -145,27 +145,23 @@ pub(super) fn holder_of(child: &Child, data: &[u8], stat: &zk::Stat) -> Holder {
 /// The current owners of the lock in `dir` with what their nodes say, in queue order.
 ///
 /// `status` passes no `known`: every node is read, and each seat counts with its own limit. An
-/// acquirer passes the listing it has just judged by and its own limit: only the owners that
-/// listing shows are read, in one request.
+/// acquirer passes the listing it has just judged by and its own limit: only the nodes that
+/// listing could show as owners are read, in one request.
 pub(super) async fn holders(
     session: &Session,
     dir: &str,
     known: Option<(&[String], u32)>,
 ) -> anyhow::Result<Vec<(String, Holder)>> {
-    let (present, owning, kept) = read_queue(session, dir, known).await?;
-    let mut holders: Vec<(String, Holder)> = owning
-        .into_iter()
-        .map(|i| {
-            let (child, data, stat) = &present[i];
+    let queue = read_queue(session, dir, known).await?;
+    let mut holders: Vec<(String, Holder)> = queue
+        .owning
+        .iter()
+        .map(|&i| {
+            let (child, data, stat) = &queue.present[i];
             (child.name.clone(), holder_of(child, data, stat))
         })
         .collect();
-    // An acquirer's listing holds only kept nodes it found still keeping the lock.
-    let now = match known {
-        Some(_) => None,
-        None => ensemble_now(session, &kept).await?,
-    };
-    for node in read_kept(session, dir, &kept, now).await {
+    for node in queue.kept {
         match holders
             .iter_mut()
             .find(|(_, h)| h.owner == node.data.owner())
@@ -186,7 +182,8 @@ async fn ensemble_now(session: &Session, kept: &[String]) -> anyhow::Result<Opti
 }
 
 /// The kept nodes among `names` that still keep the lock at `now` (ensemble milliseconds; `None`:
-/// all of them).
+/// all of them). One found expired is deleted on the way, as a waiter would: a Curator client
+/// waiting behind it gets in then, and `status` counts as a dlock client looking at the lock.
 async fn read_kept(
     session: &Session,
     dir: &str,
@@ -196,8 +193,11 @@ async fn read_kept(
     let mut kept = Vec::new();
     for name in names {
         if let Some(node) = KeptNode::read(session, dir, name).await {
-            if now.is_none_or(|now| node.until_ms > now) {
-                kept.push(node);
+            match now {
+                Some(now) if node.until_ms <= now => {
+                    session.discard(&format!("{dir}/{name}")).await;
+                }
+                _ => kept.push(node),
             }
         }
     }
@@ -210,19 +210,18 @@ pub(super) async fn holders_and_waiters(
     session: &Session,
     dir: &str,
 ) -> anyhow::Result<(Vec<Holder>, Vec<Waiter>)> {
-    let (present, owning, kept) = read_queue(session, dir, None).await?;
+    let queue = read_queue(session, dir, None).await?;
     let mut holders = Vec::new();
     let mut waiters = Vec::new();
-    for (i, (child, data, stat)) in present.iter().enumerate() {
+    for (i, (child, data, stat)) in queue.present.iter().enumerate() {
         let node = holder_of(child, data, stat);
-        if owning.contains(&i) {
+        if queue.owning.contains(&i) {
             holders.push(node);
         } else {
             waiters.push(Waiter::from(node));
         }
     }
-    let now = ensemble_now(session, &kept).await?;
-    for node in read_kept(session, dir, &kept, now).await {
+    for node in queue.kept {
         match holders.iter_mut().find(|h| h.owner == node.data.owner()) {
             Some(holder) => node.mark(holder, false),
             None => holders.extend(node.holder()),
@@ -231,36 +230,114 @@ pub(super) async fn holders_and_waiters(
     Ok((holders, waiters))
 }
 
-/// The nodes of the lock in `dir` that are still there, in queue order, with their data, which
-/// of them own the lock (see `holders`), and the names of the kept nodes (kept.rs), which are
-/// no place in the queue.
+/// A lock's directory as read: its queue nodes still there, in queue order, with their data; which
+/// of them own the lock; and the kept nodes (kept.rs) that still keep it.
+struct ReadQueue {
+    present: Vec<(Child, Vec<u8>, zk::Stat)>,
+    owning: Vec<usize>,
+    kept: Vec<KeptNode>,
+}
+
+/// Reads the lock in `dir` (see `holders` for `known`). A kept node whose holder has ended stands
+/// ahead of every queued node, as it does for an acquirer (wait.rs), so the first waiter behind
+/// it is a waiter, not an owner; the kept node of a holder still there stands for nothing more
+/// than that holder's own node.
 async fn read_queue(
     session: &Session,
     dir: &str,
     known: Option<(&[String], u32)>,
-) -> anyhow::Result<(Vec<(Child, Vec<u8>, zk::Stat)>, Vec<usize>, Vec<String>)> {
-    let client = session.client();
+) -> anyhow::Result<ReadQueue> {
     let listed = match known {
         Some((names, _)) => names.to_vec(),
         None => session.children(dir).await?,
     };
-    let (kept, names): (Vec<String>, Vec<String>) = listed.into_iter().partition(|n| is_kept(n));
-    let (queue, limit) = match known {
+    let (kept_names, names): (Vec<String>, Vec<String>) =
+        listed.iter().cloned().partition(|n| is_kept(n));
+    // An acquirer's listing holds only kept nodes it found still keeping the lock.
+    let now = match known {
+        Some(_) => None,
+        None => ensemble_now(session, &kept_names).await?,
+    };
+    let kept = read_kept(session, dir, &kept_names, now).await;
+    let (candidates, limit) = match known {
         Some((_, limit)) => {
+            // Whoever could own the lock, whether or not a kept node turns out to stand ahead.
             let all = queue(&names);
-            let owning = owners(&all, |_| limit).into_iter().map(|i| all[i].clone());
-            (owning.collect::<Vec<_>>(), Some(limit))
+            let with_kept = queue(&listed);
+            let mut owning: Vec<Child> = owners(&all, |_| limit)
+                .into_iter()
+                .map(|i| all[i].clone())
+                .collect();
+            for i in owners(&with_kept, |_| limit) {
+                if !is_kept(&with_kept[i].name) && !owning.contains(&with_kept[i]) {
+                    owning.push(with_kept[i].clone());
+                }
+            }
+            owning.sort_by_key(|c| c.sequence);
+            (owning, Some(limit))
         }
         None => (queue(&names), None),
     };
-    if queue.is_empty() {
-        return Ok((vec![], vec![], kept));
+    let present = read_nodes(session, dir, &candidates).await?;
+    // The kept nodes whose holders have ended, ahead of the queue.
+    let standing: Vec<&KeptNode> = kept
+        .iter()
+        .filter(|k| {
+            !present.iter().any(|(_, data, _)| {
+                NodeData::parse(data).is_some_and(|d| d.owner() == k.data.owner())
+            })
+        })
+        .collect();
+    let ahead: Vec<(Child, Option<u32>)> = standing
+        .iter()
+        .filter_map(|k| Some((Child::parse(&k.name)?, limit_in(&k.data))))
+        .collect();
+    let line: Vec<Child> = ahead
+        .iter()
+        .map(|(c, _)| c.clone())
+        .chain(present.iter().map(|(c, _, _)| c.clone()))
+        .collect();
+    let limit_of = |i: usize| {
+        let own = match i.checked_sub(ahead.len()) {
+            None => ahead[i].1,
+            Some(j) => NodeData::parse(&present[j].1).and_then(|d| limit_in(&d)),
+        };
+        own.or(limit).unwrap_or(1)
+    };
+    let owning = owners(&line, limit_of)
+        .into_iter()
+        .filter_map(|i| i.checked_sub(ahead.len()))
+        .collect();
+    Ok(ReadQueue {
+        present,
+        owning,
+        kept,
+    })
+}
+
+/// The limit of a `--limit` holder's record.
+fn limit_in(data: &NodeData) -> Option<u32> {
+    match Mode::from_wire(&data.mode) {
+        Some(Mode::Limit(n)) => Some(n),
+        _ => None,
     }
-    // One multi-read: a consistent view of every node's data.
+}
+
+/// The data of `queue`'s nodes in one multi-read (a consistent view); a node gone between the
+/// listing and the read no longer holds anything and is left out.
+async fn read_nodes(
+    session: &Session,
+    dir: &str,
+    queue: &[Child],
+) -> anyhow::Result<Vec<(Child, Vec<u8>, zk::Stat)>> {
+    if queue.is_empty() {
+        return Ok(vec![]);
+    }
+    let client = session.client();
     let mut tries = 0;
     let results = loop {
         let mut reader = client.new_multi_reader();
-        for child in &queue {
+        for child in queue {
             let path = format!("{dir}/{}", child.name);
             reader
                 .add_get_data(&path)
@@ -274,23 +351,13 @@ async fn read_queue(
             }
         }
     };
-    // A node gone between the listing and the read no longer holds anything.
     let mut present = Vec::new();
     for (child, result) in queue.iter().zip(results) {
         if let zk::MultiReadResult::Data { data, stat } = result {
             present.push((child.clone(), data, stat));
         }
     }
-    let queue: Vec<Child> = present.iter().map(|(c, _, _)| c.clone()).collect();
-    let limit_of = |i: usize| {
-        let own = NodeData::parse(&present[i].1).and_then(|d| match Mode::from_wire(&d.mode) {
-            Some(Mode::Limit(n)) => Some(n),
-            _ => None,
-        });
-        own.or(limit).unwrap_or(1)
-    };
-    let owning = owners(&queue, limit_of);
-    Ok((present, owning, kept))
+    Ok(present)
 }
 
 #[cfg(test)]
