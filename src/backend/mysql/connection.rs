@@ -96,6 +96,11 @@ pub(super) fn fault(e: mysql::Error) -> Fault {
     use mysql::{DriverError, Error};
     use mysql_common::proto::codec::error::PacketCodecError;
     match e {
+        // 1045: access denied (a wrong user or password).
+        Error::MySqlError(e) if e.code == 1045 => Fault::Refused {
+            code: e.code,
+            message: format!("{}: {}", e.message, crate::url::credentials_hint()),
+        },
         Error::MySqlError(e) => Fault::Refused {
             code: e.code,
             message: e.message,
