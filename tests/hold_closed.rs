@@ -581,3 +581,80 @@ fn a_subshell_in_a_pipeline_owns_its_hold() {
     script.go("go2");
     assert_eq!(script.exit_code(), 0, "{}", script.read("err"));
 }
+
+/// The directory of holds, as dlock finds it for this user (see the README's Security section).
+fn directory_of_holds() -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let uid = own_uid();
+    let root_base = std::fs::symlink_metadata("/run")
+        .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.mode() & 0o022 == 0);
+    let base = if uid == 0 && root_base {
+        "/run"
+    } else if Path::new("/run/lock").is_dir() {
+        "/run/lock"
+    } else if Path::new("/var/lock").is_dir() {
+        "/var/lock"
+    } else {
+        "/tmp"
+    };
+    Path::new(base).join(format!("dlock-holds-{uid}"))
+}
+
+/// This process's user id, read from /proc (no libc call needed).
+fn own_uid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|u| u.parse().ok())
+        .expect("a Uid line")
+}
+
+/// What a keeper killed by SIGKILL leaves in the directory of holds (its socket, its claim) is
+/// removed by the next hold once the shell it served has ended, and not while that shell runs.
+#[test]
+fn what_a_killed_keeper_left_is_swept_once_its_shell_has_ended() {
+    let dir = directory_of_holds();
+    // A shell that has ended: a pid and start time no process has now.
+    let mut gone = Command::new("true").spawn().expect("start true");
+    let gone_pid = gone.id();
+    gone.wait().expect("reap true");
+    let stale: Vec<PathBuf> = [
+        "0123456789abcdef0123456789abcdef",
+        "fedcba9876543210fedcba9876543210.claim",
+    ]
+    .iter()
+    .map(|tail| dir.join(format!("{gone_pid}.1.{tail}")))
+    .collect();
+    // One of a shell still running (this test process) stays.
+    let me = std::fs::read_to_string("/proc/self/stat").expect("own stat");
+    let start = me
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(19))
+        .expect("field 22")
+        .to_owned();
+    let living = dir.join(format!(
+        "{}.{start}.00112233445566778899aabbccddeeff.claim",
+        std::process::id()
+    ));
+    let locks = LockDir::new();
+    let body = format!(
+        "{} --url '{}' hold -n swept || exit 1\n: > held\n",
+        dlock_bin(),
+        locks.path().display()
+    );
+    // The directory exists once a hold was made: make one first, then plant the leftovers.
+    let mut first = Script::start(&locks.path().join("first"), &["sh"], &body);
+    assert_eq!(first.exit_code(), 0, "{}", first.read("err"));
+    for path in stale.iter().chain([&living]) {
+        std::fs::write(path, "").expect("plant a leftover");
+    }
+    let mut second = Script::start(&locks.path().join("second"), &["sh"], &body);
+    assert_eq!(second.exit_code(), 0, "{}", second.read("err"));
+    for path in &stale {
+        assert!(!path.exists(), "{} was left", path.display());
+    }
+    assert!(living.exists(), "the entry of a running shell was removed");
+    let _ = std::fs::remove_file(&living);
+}

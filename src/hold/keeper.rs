@@ -85,6 +85,7 @@ pub fn run(
     // once, also while this one still waits.
     let names: Vec<LockName> = plan.requests.iter().map(|r| r.name.clone()).collect();
     let claims = claim(&dir, shell, &place, &names)?;
+    registry::sweep(&dir);
     let keeper = Keeper {
         shell,
         pidfd,

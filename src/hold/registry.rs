@@ -156,6 +156,33 @@ pub fn entry(dir: &Path, shell: Process, place: &str, name: &LockName) -> PathBu
     dir.join(format!("{}.{}.{hex}", shell.pid, shell.start))
 }
 
+/// Removes the entries and claims of shells that have ended: a keeper killed with SIGKILL could
+/// not remove its own. An entry of a shell still running is kept even when its keeper is gone,
+/// since `dlock release` from that shell reads it as "ended without a release" (79). A shell
+/// that has ended cannot start a keeper, so nothing removed here can be in use.
+pub fn sweep(dir: &Path) {
+    let Ok(listing) = fs::read_dir(dir) else {
+        return;
+    };
+    // Bounded: one pass over the listing.
+    for entry in listing.flatten() {
+        let name = entry.file_name();
+        let Some(text) = name.to_str() else {
+            continue;
+        };
+        let mut parts = text.splitn(3, '.');
+        let owner = match (parts.next(), parts.next()) {
+            (Some(pid), Some(start)) => Process::parse(&format!("{pid}.{start}")),
+            _ => None,
+        };
+        if let Some(owner) = owner {
+            if Process::now(owner.pid) != Some(owner) {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
