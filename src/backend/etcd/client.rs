@@ -19,7 +19,8 @@ use tonic_prost::ProstCodec;
 
 use super::rpc::*;
 
-/// The largest answer dlock reads (etcd's own default limit for a request is 1.5 MiB).
+/// The largest answer dlock reads (tonic's default, stated here): it bounds what a forged length
+/// can make dlock allocate.
 const MAX_ANSWER: usize = 4 << 20;
 
 /// What etcd says of a token it does not take.
