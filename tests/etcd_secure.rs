@@ -3,6 +3,7 @@
 //! through the real binary on a real etcd.
 
 use std::process::Command;
+use std::time::Duration;
 
 use crate::support::etcd_server::EtcdServer;
 use crate::support::tls::make_tls_files;
@@ -55,20 +56,20 @@ fn etcdctl_ok(server: &EtcdServer, args: &[&str]) {
     assert!(out.status.success(), "etcdctl {args:?}: {}", stderr(&out));
 }
 
-#[test]
-fn a_user_whose_role_has_only_the_dlock_prefix_can_lock_and_a_wrong_password_is_69() {
-    let server = EtcdServer::start();
+/// Turns on authentication on `server`: users `root` (root-SECRET), `app` (app-SECRET, read and
+/// write on /dlock/ only) and `other` (other-SECRET, no role).
+fn enable_auth(server: &EtcdServer) {
     etcdctl_ok(
-        &server,
+        server,
         &["user", "add", "root", "--new-user-password=root-SECRET"],
     );
     etcdctl_ok(
-        &server,
+        server,
         &["user", "add", "app", "--new-user-password=app-SECRET"],
     );
-    etcdctl_ok(&server, &["role", "add", "locker"]);
+    etcdctl_ok(server, &["role", "add", "locker"]);
     etcdctl_ok(
-        &server,
+        server,
         &[
             "role",
             "grant-permission",
@@ -78,13 +79,19 @@ fn a_user_whose_role_has_only_the_dlock_prefix_can_lock_and_a_wrong_password_is_
             "/dlock/",
         ],
     );
-    etcdctl_ok(&server, &["user", "grant-role", "app", "locker"]);
+    etcdctl_ok(server, &["user", "grant-role", "app", "locker"]);
     // A user without the prefix.
     etcdctl_ok(
-        &server,
+        server,
         &["user", "add", "other", "--new-user-password=other-SECRET"],
     );
-    etcdctl_ok(&server, &["auth", "enable"]);
+    etcdctl_ok(server, &["auth", "enable"]);
+}
+
+#[test]
+fn a_user_whose_role_has_only_the_dlock_prefix_can_lock_and_a_wrong_password_is_69() {
+    let server = EtcdServer::start();
+    enable_auth(&server);
 
     let url = |password: &str| format!("etcd://app:{password}@127.0.0.1:{}", server.port());
     let out = output(dlock_at(
@@ -185,4 +192,45 @@ fn a_user_whose_role_has_only_the_dlock_prefix_can_lock_and_a_wrong_password_is_
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "");
+}
+
+/// A token etcd no longer takes (here it forgets one unused for a second, `--auth-token-ttl`) is
+/// obtained again and the call sent again: a holder renewing every 2s renews on, for longer than
+/// its lease lasts, rather than losing its lock (exit 79) because every renewal is refused.
+#[test]
+fn a_holder_whose_token_expired_authenticates_again_and_keeps_its_lock() {
+    let server = EtcdServer::start_with(&["--auth-token-ttl", "1"]);
+    enable_auth(&server);
+    let dir = LockDir::new();
+    let url = format!("etcd://app:app-SECRET@127.0.0.1:{}", server.port());
+    let script = format!(
+        "touch {in_}; while [ ! -e {go} ]; do sleep 0.05; done",
+        in_ = dir.file("h.in").display(),
+        go = dir.file("h.go").display()
+    );
+    let errors = std::fs::File::create(dir.file("h.err")).unwrap();
+    let mut holder = dlock_at(
+        &url,
+        &["run", "--ttl", "6s", "expiry", "--", "sh", "-c", &script],
+    )
+    .stderr(errors)
+    .spawn()
+    .unwrap();
+    wait_for_file(&dir.file("h.in"), Duration::from_secs(60));
+    // The holder's own authentications (only it talks to the server now): the first, then one
+    // for each renewal that found its token gone. Four renewals span 6s at least: a holder whose
+    // renewals were all refused would have lost its lock by then.
+    let first = server.calls_served("Authenticate");
+    wait_until(
+        "four renewals that authenticate again",
+        Duration::from_secs(60),
+        || server.calls_served("Authenticate") >= first + 4,
+    );
+    let out = output(dlock_at(&url, &["run", "-n", "expiry", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    std::fs::write(dir.file("h.go"), "").unwrap();
+    let status = wait_exit(&mut holder, Duration::from_secs(60));
+    let errors = std::fs::read_to_string(dir.file("h.err")).unwrap();
+    assert_eq!(status.code(), Some(0), "{errors}");
+    assert!(!errors.contains("auth"), "{errors}");
 }

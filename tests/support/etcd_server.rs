@@ -22,6 +22,8 @@ pub struct EtcdServer {
     cluster: Option<String>,
     /// Serving clients over TLS with these (then `https://` endpoints, `etcds://` URLs).
     tls: Option<(PathBuf, PathBuf, PathBuf)>,
+    /// More of etcd's flags (see `start_with`).
+    flags: Vec<String>,
 }
 
 impl EtcdServer {
@@ -48,7 +50,16 @@ impl EtcdServer {
             name: name.to_owned(),
             cluster: None,
             tls,
+            flags: Vec::new(),
         }
+    }
+
+    /// As `start`, with more of etcd's `flags`.
+    pub fn start_with(flags: &[&str]) -> EtcdServer {
+        let mut etcd = EtcdServer::unstarted("test", None);
+        etcd.flags = flags.iter().map(|f| f.to_string()).collect();
+        etcd.launch();
+        etcd
     }
 
     /// A member serving clients over TLS only, with a certificate the test CA in `files` signed.
@@ -136,6 +147,7 @@ impl EtcdServer {
                     .clone()
                     .unwrap_or_else(|| format!("{}={}", self.name, self.peer_url)),
             ])
+            .args(&self.flags)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)

@@ -11,22 +11,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
-use etcd_client::{
-    Compare, CompareOp, GetOptions, GetResponse, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse,
-};
-
+use super::client::Error;
 use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
 use super::kept::keep;
 use super::lease::{EtcdLease, Keeper};
 use super::naming::{key, prefix};
 use super::recipe::{kind_of, owners, verdict, Kind, Verdict};
 use super::record::{value_of, Entry};
+use super::rpc::{Compare, KeyValue, RangeRequest, RangeResponse, RequestOp, TxnRequest};
 use super::CLEANUP_TIMEOUT;
 use crate::backend::Waiting;
 use crate::lock::{Holder, LockRequest};
 use crate::signal::interrupt;
+use anyhow::anyhow;
 
 /// Most keys read to find who holds a lock for a waiter's report (the owners are the first keys).
 const HOLDERS_READ: i64 = 100;
@@ -86,50 +83,38 @@ impl Acquisition {
 
     /// A fresh lease and our key under it, and whether that key owns the lock now.
     pub(super) async fn enqueue(&self) -> Result<First, Fault> {
-        let mut leases = self.conn.client().lease_client();
+        let client = self.conn.client();
         let ttl = ttl_secs(self.request.ttl);
         let asked = Instant::now();
-        let granted = bounded(CALL_TIMEOUT, leases.grant(ttl, None)).await?;
-        let lease = granted.id();
-        let ttl = granted.ttl().max(1);
+        let granted = bounded(CALL_TIMEOUT, client.grant(ttl)).await?;
+        let lease = granted.id;
+        let ttl = granted.ttl.max(1);
         let key = key(&self.prefix, lease);
-        let put = TxnOp::put(
-            key.as_str(),
-            value_of(&self.request),
-            Some(PutOptions::new().with_lease(lease)),
-        );
+        let put = RequestOp::put(key.as_str(), value_of(&self.request), lease);
         // An exclusive key owns when it is the first; the others need every key ahead of them.
-        let first = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let first = RangeRequest::prefix(&self.prefix);
         let mut ops = vec![put];
         if self.kind == Kind::Exclusive {
-            ops.push(TxnOp::get(self.prefix.as_str(), Some(first.with_limit(1))));
+            ops.push(RequestOp::range(first.limit(1)));
             // Ours, the newest key, and the one just ahead of it: the key to wait for.
-            let last = GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Descend)
-                .with_limit(2);
-            ops.push(TxnOp::get(self.prefix.as_str(), Some(last)));
+            let last = RangeRequest::prefix(&self.prefix).newest_first().limit(2);
+            ops.push(RequestOp::range(last));
         } else {
-            ops.push(TxnOp::get(self.prefix.as_str(), Some(first)));
+            ops.push(RequestOp::range(first));
         }
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then(ops);
-        let mut kv = self.conn.client().kv_client();
-        let response = match bounded(CALL_TIMEOUT, kv.txn(txn)).await {
+        let txn = TxnRequest::new(vec![Compare::created_at(key.as_str(), 0)], ops);
+        let response = match bounded(CALL_TIMEOUT, client.txn(txn)).await {
             Ok(response) => response,
             Err(fault) => {
-                let _ = bounded(CLEANUP_TIMEOUT, leases.revoke(lease)).await;
+                let _ = bounded(CLEANUP_TIMEOUT, client.revoke(lease)).await;
                 return Err(fault);
             }
         };
-        let revision = response.header().map_or(0, |h| h.revision());
-        if !response.succeeded() || revision <= 0 {
+        let revision = response.revision();
+        if !response.succeeded || revision <= 0 {
             // A key named by a lease the server just granted exists: someone forged it.
-            let _ = bounded(CLEANUP_TIMEOUT, leases.revoke(lease)).await;
-            return Err(Fault::Failed(etcd_client::Error::InvalidArgs(format!(
+            let _ = bounded(CLEANUP_TIMEOUT, client.revoke(lease)).await;
+            return Err(Fault::Failed(Error::Unexpected(format!(
                 "the key {key} existed before dlock created it"
             ))));
         }
@@ -140,13 +125,10 @@ impl Acquisition {
             stands_until: asked + Duration::from_secs(ttl as u64),
             ttl,
         };
-        let mut listed = response.op_responses().into_iter().filter_map(|r| match r {
-            TxnOpResponse::Get(get) => Some(get),
-            _ => None,
-        });
+        let mut listed = response.ranges();
         let entries: Vec<Entry> = listed
             .next()
-            .map(|get| get.kvs().iter().map(Entry::of).collect())
+            .map(|range| range.kvs.iter().map(Entry::of).collect())
             .unwrap_or_default();
         if self.kind != Kind::Exclusive {
             return Ok(match self.judge(&entries, revision) {
@@ -161,13 +143,11 @@ impl Acquisition {
             return Ok(First::Owns(place));
         }
         let last = listed.next();
-        let newest: Vec<&KeyValue> = last.iter().flat_map(|get| get.kvs()).collect();
+        let newest: Vec<&KeyValue> = last.iter().flat_map(|range| &range.kvs).collect();
         let ahead = Ahead {
             // Only when the newest key is ours: then the next is the one just ahead of it.
             key: match newest[..] {
-                [ours, before, ..] if ours.create_revision() == revision => {
-                    Some(before.key().to_vec())
-                }
+                [ours, before, ..] if ours.create_revision == revision => Some(before.key.clone()),
                 _ => None,
             },
             holders: (first.kind == Kind::Exclusive).then(|| vec![first.holder.clone()]),
@@ -187,16 +167,12 @@ impl Acquisition {
     /// now could not own the lock (`None`: it might, or the first `HOLDERS_READ` keys do not
     /// tell). Spares a busy try a lease, a key and their removal: three writes.
     pub(super) async fn busy_already(&self) -> Result<Option<Vec<Holder>>, Fault> {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(HOLDERS_READ);
-        let mut kv = self.conn.client().kv_client();
-        let listed = bounded(CALL_TIMEOUT, kv.get(self.prefix.as_str(), Some(options))).await?;
-        if listed.kvs().is_empty() || (self.kind != Kind::Exclusive && listed.more()) {
+        let read = RangeRequest::prefix(&self.prefix).limit(HOLDERS_READ);
+        let listed = bounded(CALL_TIMEOUT, self.conn.client().range(read)).await?;
+        if listed.kvs.is_empty() || (self.kind != Kind::Exclusive && listed.more) {
             return Ok(None);
         }
-        let mut kinds: Vec<Kind> = listed.kvs().iter().map(|kv| Entry::of(kv).kind).collect();
+        let mut kinds: Vec<Kind> = listed.kvs.iter().map(|kv| Entry::of(kv).kind).collect();
         kinds.push(self.kind);
         let me = kinds.len() - 1;
         Ok((verdict(&kinds, me, self.limit) != Verdict::Owns).then(|| holders_in(&listed)))
@@ -204,20 +180,15 @@ impl Acquisition {
 
     /// Who holds the lock now, as far as the first `HOLDERS_READ` keys tell.
     pub(super) async fn holders(&self) -> Result<Vec<Holder>, Fault> {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(HOLDERS_READ);
-        let mut kv = self.conn.client().kv_client();
-        let listed = bounded(CALL_TIMEOUT, kv.get(self.prefix.as_str(), Some(options))).await?;
+        let read = RangeRequest::prefix(&self.prefix).limit(HOLDERS_READ);
+        let listed = bounded(CALL_TIMEOUT, self.conn.client().range(read)).await?;
         Ok(holders_in(&listed))
     }
 
     /// Gives up our place: revoking the lease deletes our key. Bounded; a lease the server does
     /// not hear about expires on its own.
     pub(super) async fn leave(&self, place: &Place) {
-        let mut leases = self.conn.client().lease_client();
-        let _ = bounded(CLEANUP_TIMEOUT, leases.revoke(place.lease)).await;
+        let _ = bounded(CLEANUP_TIMEOUT, self.conn.client().revoke(place.lease)).await;
     }
 
     /// The lease of a place that owns the lock; with `--min-hold`, its key moved to the min-hold's
@@ -240,8 +211,8 @@ impl Acquisition {
 }
 
 /// The owners among the keys a prefix listing (in create-revision order) returned.
-pub(super) fn holders_in(listed: &GetResponse) -> Vec<Holder> {
-    let entries: Vec<Entry> = listed.kvs().iter().map(Entry::of).collect();
+pub(super) fn holders_in(listed: &RangeResponse) -> Vec<Holder> {
+    let entries: Vec<Entry> = listed.kvs.iter().map(Entry::of).collect();
     owners_of(&entries)
         .into_iter()
         .map(|i| entries[i].holder.clone())

@@ -1,16 +1,18 @@
-//! The connection to the cluster and how it fails: one gRPC client over every endpoint (the client
-//! balances over those it can reach, as etcdctl does), on a small tokio runtime of its own, each
-//! call bounded by a timeout; and what a failed call means for the user (exit 69 when the cluster
-//! cannot be reached or used), named by the endpoints without credentials.
+//! The connection to the cluster and how it fails: a gRPC client (`client`) of the endpoint that
+//! answered first, on a small tokio runtime of its own, each call bounded by a timeout; and what
+//! a failed call means for the user (exit 69 when the cluster cannot be reached or used), named by
+//! the endpoints without credentials.
 
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use etcd_client::{Client, ConnectOptions, Error, GetOptions};
+use tonic::Code;
 
 use super::address::EtcdUrl;
+use super::client::{Client, Error};
+use super::rpc::RangeRequest;
 use crate::backend::stop::{Stop, STOPPED};
 use crate::exit::{FailWith, Failure};
 
@@ -31,9 +33,9 @@ pub(super) struct Connection {
 
 impl Connection {
     /// Connects (authenticating with the URL's credentials, if any) within `connect_timeout`.
-    /// Every endpoint is tried at once and the first to answer a first call is used: the
-    /// client itself connects lazily, and its balancer would send that call to an endpoint that
-    /// is down. An address that cannot be reached fails here, with exit 69, not at the first lock.
+    /// Every endpoint is tried at once and the first to answer a first call is used (a client
+    /// connects lazily, on its first call). An address that cannot be reached fails here, with
+    /// exit 69, not at the first lock.
     /// A `stop` that comes meanwhile ends the attempt at once (exit 69 unless the caller reports
     /// why it stopped).
     pub(super) fn open(
@@ -90,7 +92,7 @@ impl Connection {
 
     /// After a call found the endpoint in use unreachable: with several endpoints, the first of
     /// them to answer (within `timeout`) is used from now on. A single endpoint needs nothing:
-    /// its client reconnects by itself.
+    /// its channel reconnects by itself.
     pub(super) async fn fail_over(&self, timeout: Duration) {
         if self.url.hosts.len() < 2 {
             return;
@@ -131,23 +133,19 @@ impl Connection {
 /// endpoint that answers with an error (a wrong password) ends the race with that error, since the
 /// others would say the same; unreachable ones drop out, and when all have, the last reason wins.
 async fn first_to_answer(url: &EtcdUrl, timeout: Duration) -> Result<Client, Fault> {
-    let mut options = ConnectOptions::new().with_connect_timeout(timeout);
-    if let Some((user, password)) = &url.credentials {
-        options = options.with_user(user.clone(), password.clone());
-    }
-    if url.tls {
-        options = options.with_tls(etcd_client::TlsOptions::new().with_native_roots());
-    }
     let mut racing = tokio::task::JoinSet::new();
     for endpoint in url.endpoints() {
-        let options = options.clone();
+        let credentials = url.credentials.clone();
+        let tls = url.tls;
         racing.spawn(bounded(timeout, async move {
-            let client = Client::connect([endpoint], Some(options)).await?;
+            let client = Client::new(&endpoint, tls, timeout, credentials)?;
+            client.authenticate().await?;
             // The cheapest call every server answers, to learn that this one does.
-            client
-                .kv_client()
-                .get("/dlock/", Some(GetOptions::new().with_count_only()))
-                .await?;
+            let count = RangeRequest {
+                count_only: true,
+                ..RangeRequest::prefix("/dlock/")
+            };
+            client.range(count).await?;
             Ok(client)
         }));
     }
@@ -201,8 +199,8 @@ impl Fault {
     /// Whether the server said the lease does not exist (expired or revoked).
     pub(super) fn is_lease_not_found(&self) -> bool {
         match self {
-            Fault::Failed(Error::GRpcStatus(s)) => s.message().contains("lease not found"),
-            Fault::Failed(Error::LeaseKeepAliveError(m)) => m.contains("lease not found"),
+            Fault::Failed(Error::Status(s)) => s.message().contains("lease not found"),
+            Fault::Failed(Error::LeaseNotFound) => true,
             _ => false,
         }
     }
@@ -234,37 +232,27 @@ pub(super) async fn bounded<T>(
 }
 
 fn is_unreachable(e: &Error) -> bool {
-    use tonic_code::*;
     match e {
-        Error::GRpcStatus(s) => matches!(
-            s.code() as Code,
-            UNAVAILABLE | DEADLINE_EXCEEDED | CANCELLED | UNKNOWN | ABORTED
+        Error::Status(s) => matches!(
+            s.code(),
+            Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Cancelled
+                | Code::Unknown
+                | Code::Aborted
         ),
-        Error::TransportError(_) | Error::IoError(_) | Error::WatchError(_) => true,
-        Error::LeaseKeepAliveError(_) => true,
-        _ => false,
+        Error::StreamEnded(_) => true,
+        Error::LeaseNotFound | Error::Unexpected(_) | Error::Endpoint(_) => false,
     }
-}
-
-/// gRPC status codes, as etcd-client reports them (it does not re-export tonic's `Code`).
-mod tonic_code {
-    pub type Code = i32;
-    pub const CANCELLED: Code = 1;
-    pub const UNKNOWN: Code = 2;
-    pub const DEADLINE_EXCEEDED: Code = 4;
-    pub const PERMISSION_DENIED: Code = 7;
-    pub const ABORTED: Code = 10;
-    pub const UNAVAILABLE: Code = 14;
-    pub const UNAUTHENTICATED: Code = 16;
 }
 
 /// The reason in a failed call, for people: the server's own words for an answer, a short phrase
 /// for a connection that failed, never the client library's internals.
 pub(super) fn why(e: &Error) -> String {
     match e {
-        Error::GRpcStatus(s) => {
+        Error::Status(s) => {
             let message = crate::lock::escaped(s.message(), 200);
-            match s.code() as tonic_code::Code {
+            match s.code() {
                 // A server with auth on, asked without a user.
                 _ if message.contains("user name is empty") => {
                     "not authorised: etcd asks for a user (give etcd://user:password@...)".into()
@@ -276,20 +264,19 @@ pub(super) fn why(e: &Error) -> String {
                         crate::url::credentials_hint()
                     )
                 }
-                tonic_code::UNAUTHENTICATED | tonic_code::PERMISSION_DENIED => format!(
+                Code::Unauthenticated | Code::PermissionDenied => format!(
                     "not authorised: {message} (dlock needs a user with read and write on the \
                      prefix /dlock/: etcd://user:password@...)"
                 ),
-                tonic_code::UNAVAILABLE if message.is_empty() => "unavailable".into(),
-                tonic_code::UNAVAILABLE => format!("unavailable ({message})"),
-                _ if message.is_empty() => format!("error {}", s.code() as tonic_code::Code),
+                Code::Unavailable if message.is_empty() => "unavailable".into(),
+                Code::Unavailable => format!("unavailable ({message})"),
+                code if message.is_empty() => format!("error {}", code as i32),
                 _ => message,
             }
         }
-        Error::TransportError(_) | Error::IoError(_) => "the connection failed".into(),
-        Error::WatchError(_) => "the watch stream ended".into(),
-        Error::LeaseKeepAliveError(_) => "the lease keep-alive stream ended".into(),
-        Error::InvalidArgs(a) => format!("invalid arguments ({})", crate::lock::escaped(a, 200)),
-        other => crate::lock::escaped(&other.to_string(), 200),
+        Error::StreamEnded(what) => (*what).into(),
+        Error::LeaseNotFound => "lease not found".into(),
+        Error::Unexpected(what) => crate::lock::escaped(what, 200),
+        Error::Endpoint(what) => format!("invalid address ({})", crate::lock::escaped(what, 200)),
     }
 }

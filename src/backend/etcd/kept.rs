@@ -11,10 +11,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-
 use super::acquisition::Place;
 use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
+use super::rpc::{Compare, RequestOp, TxnRequest};
 use crate::lock::{time_from_millis, Kept, LockRequest};
 
 /// The lease a held key lives by while `--min-hold` keeps it, and the key's value then.
@@ -44,20 +43,13 @@ async fn put_ours(
     value: String,
     lease: i64,
 ) -> Result<bool, Fault> {
-    let put = TxnOp::put(
-        place.key.as_str(),
-        value,
-        Some(PutOptions::new().with_lease(lease)),
+    let txn = TxnRequest::new(
+        vec![Compare::created_at(place.key.as_str(), place.revision)],
+        vec![RequestOp::put(place.key.as_str(), value, lease)],
     );
-    let txn = Txn::new()
-        .when([Compare::create_revision(
-            place.key.as_str(),
-            CompareOp::Equal,
-            place.revision,
-        )])
-        .and_then([put]);
-    let mut kv = conn.client().kv_client();
-    Ok(bounded(CALL_TIMEOUT, kv.txn(txn)).await?.succeeded())
+    Ok(bounded(CALL_TIMEOUT, conn.client().txn(txn))
+        .await?
+        .succeeded)
 }
 
 /// Moves our just-owned key to a fresh lease of `request.min_hold` (none without one).
@@ -72,9 +64,9 @@ pub(super) async fn keep(
     };
     let secs = hold.as_secs() + u64::from(hold.subsec_nanos() > 0);
     let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
-    let mut leases = conn.client().lease_client();
+    let client = conn.client();
     let granted = SystemTime::now();
-    let lease = bounded(CALL_TIMEOUT, leases.grant(secs, None)).await?.id();
+    let lease = bounded(CALL_TIMEOUT, client.grant(secs)).await?.id;
     let until = granted + Duration::from_secs(secs.unsigned_abs());
     let kept = KeptKey {
         lease,
@@ -90,7 +82,7 @@ pub(super) async fn keep(
         // Gone already: `renew` finds the lock lost.
         Ok(false) => Ok(None),
         Err(fault) => {
-            let _ = bounded(CALL_TIMEOUT, leases.revoke(lease)).await;
+            let _ = bounded(CALL_TIMEOUT, client.revoke(lease)).await;
             Err(fault)
         }
     }
@@ -105,10 +97,7 @@ pub(super) async fn hand_back(
     kept: &KeptKey,
     margin: Duration,
 ) -> Result<Option<Duration>, Fault> {
-    let mut leases = conn.client().lease_client();
-    let left = bounded(CALL_TIMEOUT, leases.time_to_live(kept.lease, None))
-        .await?
-        .ttl();
+    let left = bounded(CALL_TIMEOUT, conn.client().time_to_live(kept.lease)).await?;
     let left = Duration::from_secs(u64::try_from(left).unwrap_or(0));
     if left > margin {
         return Ok(Some(left));

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use etcd_client::{Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, Txn, TxnOp};
 
 use super::acquisition::Place;
+use super::client::{Error, KeepAlive};
 use super::connection::{bounded, Connection, Fault};
 use super::kept::{hand_back, let_go, KeptKey};
+use super::rpc::{Compare, LeaseKeepAliveRequest, RangeRequest, RequestOp, TxnRequest};
 use super::CLEANUP_TIMEOUT;
 use crate::backend::{Lease, Released, Renewal};
 use crate::lock::Token;
@@ -23,7 +24,7 @@ const RENEW_TIMEOUT: Duration = Duration::from_secs(1);
 const RETRY_SOON: Duration = Duration::from_millis(50);
 
 /// An open keep-alive stream for one lease.
-pub(super) type Keeper = (LeaseKeeper, LeaseKeepAliveStream);
+pub(super) type Keeper = KeepAlive;
 
 /// Sends one keep-alive for `lease` over `keeper` (opened when there is none; dropped when it
 /// fails, so that a late answer is never taken for the next one). Returns the TTL the server gave
@@ -38,16 +39,17 @@ pub(super) async fn keep_alive(
 ) -> Result<i64, Fault> {
     let result = bounded(timeout, async {
         if let Some((sender, stream)) = keeper.as_mut() {
-            sender.keep_alive().await?;
-            return match stream.message().await? {
-                Some(answer) if answer.ttl() > 0 => Ok(answer.ttl()),
-                Some(_) => Err(lease_not_found()),
-                None => Err(etcd_client::Error::LeaseKeepAliveError(
-                    "the stream ended".into(),
-                )),
+            sender
+                .send(LeaseKeepAliveRequest { id: lease })
+                .await
+                .map_err(|_| Error::StreamEnded("the lease keep-alive stream ended"))?;
+            return match stream.message().await.map_err(Error::Status)? {
+                Some(answer) if answer.ttl > 0 => Ok(answer.ttl),
+                Some(_) => Err(Error::LeaseNotFound),
+                None => Err(Error::StreamEnded("the lease keep-alive stream ended")),
             };
         }
-        let opened = conn.client().lease_client().keep_alive(lease).await?;
+        let opened = conn.client().keep_alive(lease).await?;
         *keeper = Some(opened);
         Ok(granted)
     })
@@ -56,11 +58,6 @@ pub(super) async fn keep_alive(
         *keeper = None;
     }
     result
-}
-
-/// What the client reports for a keep-alive the server answered with a TTL of zero.
-fn lease_not_found() -> etcd_client::Error {
-    etcd_client::Error::LeaseKeepAliveError("lease not found".into())
 }
 
 /// A held lock: our key under the lock's prefix, attached to a lease of its own.
@@ -122,10 +119,10 @@ impl Lease for EtcdLease {
         let (lease, key, granted) = (self.place.lease, self.place.key.clone(), self.place.ttl);
         let keeper = &mut self.keeper;
         let (kept, read) = conn.runtime().block_on(async {
-            let mut kv = conn.client().kv_client();
+            let client = conn.client();
             tokio::join!(
                 keep_alive(&conn, lease, granted, keeper, timeout),
-                bounded(timeout, kv.get(key.as_str(), None))
+                bounded(timeout, client.range(RangeRequest::key(&key)))
             )
         });
         let fault = match (kept, read) {
@@ -134,9 +131,9 @@ impl Lease for EtcdLease {
             }
             (_, Ok(read))
                 if read
-                    .kvs()
+                    .kvs
                     .first()
-                    .is_none_or(|kv| kv.create_revision() != self.place.revision) =>
+                    .is_none_or(|kv| kv.create_revision != self.place.revision) =>
             {
                 return Renewal::Lost(format!(
                     "its key {} was deleted (dlock release --force?)",
@@ -191,27 +188,22 @@ impl Lease for EtcdLease {
             if let Some(kept) = kept {
                 if let Some(ours) = let_go(conn, place, kept).await? {
                     // Our own lease has no key left; the kept one ends on its own.
-                    let mut leases = conn.client().lease_client();
-                    let _ = bounded(CLEANUP_TIMEOUT, leases.revoke(place.lease)).await;
+                    let _ = bounded(CLEANUP_TIMEOUT, conn.client().revoke(place.lease)).await;
                     return Ok(ours);
                 }
             }
             // Our key goes first, in the call that finds out whether it was still ours: its
             // deletion is what the next waiter watches for, one round trip after the command ended.
-            let delete_ours = Txn::new()
-                .when([Compare::create_revision(
-                    place.key.as_str(),
-                    CompareOp::Equal,
-                    place.revision,
-                )])
-                .and_then([TxnOp::delete(place.key.as_str(), None)]);
-            let mut kv = conn.client().kv_client();
-            let ours = bounded(CLEANUP_TIMEOUT, kv.txn(delete_ours))
+            let delete_ours = TxnRequest::new(
+                vec![Compare::created_at(place.key.as_str(), place.revision)],
+                vec![RequestOp::delete(place.key.as_str())],
+            );
+            let client = conn.client();
+            let ours = bounded(CLEANUP_TIMEOUT, client.txn(delete_ours))
                 .await?
-                .succeeded();
+                .succeeded;
             // Then the lease, which has no key left: if this fails, it expires on its own.
-            let mut leases = conn.client().lease_client();
-            let _ = bounded(CLEANUP_TIMEOUT, leases.revoke(place.lease)).await;
+            let _ = bounded(CLEANUP_TIMEOUT, client.revoke(place.lease)).await;
             Ok::<bool, Fault>(ours)
         });
         match result {

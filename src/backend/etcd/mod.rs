@@ -19,7 +19,8 @@
 //! by `renew` (and while waiting); the server deletes the key when it expires.
 //!
 //! Here: `EtcdBackend`, which answers the `Backend` calls. Beside it: `address` (the etcd:// URL),
-//! `connection` (the client, its runtime and its failures), `naming` (keys), `record` (what a key
+//! `connection` (the client, its runtime and its failures), `client` (the gRPC calls), `rpc`
+//! (etcd's messages), `naming` (keys), `record` (what a key
 //! says), `recipe` (who owns), `acquisition` (a place in the queue), `wait` (the wait for a turn)
 //! and `lease` (a held lock).
 
@@ -27,7 +28,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::lock::{escaped, Holder, LockName, LockRequest};
@@ -37,15 +37,18 @@ use address::EtcdUrl;
 use connection::{bounded, Connection, CALL_TIMEOUT};
 use naming::{lock_of, prefix, ROOT};
 use record::Entry;
+use rpc::{Compare, RangeRequest, RequestOp, TxnRequest};
 
 mod acquisition;
 mod address;
+mod client;
 mod connection;
 mod kept;
 mod lease;
 mod naming;
 mod recipe;
 mod record;
+mod rpc;
 mod wait;
 
 /// How often a wait looks at `Waiting::is_cancelled` (the supervisor asks for 100ms at most).
@@ -89,15 +92,14 @@ impl EtcdBackend {
 
     /// The lock's keys in create-revision order.
     fn entries(&self, conn: &Connection, name: &LockName) -> anyhow::Result<Vec<Entry>> {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend);
-        let prefix = prefix(name);
-        let mut kv = conn.client().kv_client();
+        let client = conn.client();
         let listed = conn
-            .run(CALL_TIMEOUT, kv.get(prefix.as_str(), Some(options)))
+            .run(
+                CALL_TIMEOUT,
+                client.range(RangeRequest::prefix(&prefix(name))),
+            )
             .map_err(|f| conn.fail(f, &format!("cannot read lock {:?}", name.as_str())))?;
-        Ok(listed.kvs().iter().map(Entry::of).collect())
+        Ok(listed.kvs.iter().map(Entry::of).collect())
     }
 
     fn location_of(&self, name: &LockName) -> String {
@@ -152,19 +154,19 @@ fn lease_ends<'a>(conn: &Connection, entries: impl Iterator<Item = &'a [Entry]>)
         conn.runtime().block_on(async {
             let mut calls = tokio::task::JoinSet::new();
             for &lease in chunk {
-                let mut client = conn.client().lease_client();
+                let client = conn.client();
                 calls.spawn(async move {
                     (
                         lease,
-                        bounded(CALL_TIMEOUT, client.time_to_live(lease, None)).await,
+                        bounded(CALL_TIMEOUT, client.time_to_live(lease)).await,
                     )
                 });
             }
             while let Some(done) = calls.join_next().await {
-                let Ok((lease, Ok(reply))) = done else {
+                let Ok((lease, Ok(ttl))) = done else {
                     continue;
                 };
-                let left = u64::try_from(reply.ttl()).ok().map(Duration::from_secs);
+                let left = u64::try_from(ttl).ok().map(Duration::from_secs);
                 if let Some(end) = left.and_then(|l| std::time::SystemTime::now().checked_add(l)) {
                     ends.insert(lease, end);
                 }
@@ -263,17 +265,14 @@ impl Backend for EtcdBackend {
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
         let conn = self.connection()?;
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend);
-        let mut kv = conn.client().kv_client();
+        let client = conn.client();
         let listed = conn
-            .run(CALL_TIMEOUT, kv.get(ROOT, Some(options)))
+            .run(CALL_TIMEOUT, client.range(RangeRequest::prefix(ROOT)))
             .map_err(|f| conn.fail(f, &format!("cannot list the locks under {ROOT}")))?;
         let mut locks: std::collections::BTreeMap<LockName, Vec<Entry>> = Default::default();
         let mut unreadable = Vec::new();
-        for kv in listed.kvs() {
-            match lock_of(kv.key()) {
+        for kv in &listed.kvs {
+            match lock_of(&kv.key) {
                 Some((name, _)) => {
                     if name.as_str().starts_with(prefix) {
                         locks.entry(name).or_default().push(Entry::of(kv));
@@ -281,7 +280,7 @@ impl Backend for EtcdBackend {
                 }
                 None => unreadable.push(format!(
                     "key \"{}\" is under {ROOT} but belongs to no lock",
-                    escaped(&String::from_utf8_lossy(kv.key()), 120)
+                    escaped(&String::from_utf8_lossy(&kv.key), 120)
                 )),
             }
         }
@@ -301,16 +300,16 @@ impl Backend for EtcdBackend {
         for i in owners_of(&entries) {
             let entry = &entries[i];
             // Only the key we read: one created since under the same name is another holder's.
-            let delete = Txn::new()
-                .when([Compare::create_revision(
+            let delete = TxnRequest::new(
+                vec![Compare::created_at(
                     entry.key.clone(),
-                    CompareOp::Equal,
                     entry.create_revision,
-                )])
-                .and_then([TxnOp::delete(entry.key.clone(), None)]);
-            let mut kv = conn.client().kv_client();
+                )],
+                vec![RequestOp::delete(entry.key.clone())],
+            );
+            let client = conn.client();
             conn.runtime()
-                .block_on(bounded(CALL_TIMEOUT, kv.txn(delete)))
+                .block_on(bounded(CALL_TIMEOUT, client.txn(delete)))
                 .map_err(|f| conn.fail(f, "cannot delete a holder's key"))
                 .with_context(|| format!("cannot release lock {:?}", name.as_str()))?;
             // Deleted now, or gone already (released meanwhile): either way, no longer held.

@@ -6,7 +6,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use etcd_client::KeyValue;
+use super::rpc::KeyValue;
 
 use super::kept::split;
 use super::recipe::Kind;
@@ -49,10 +49,10 @@ pub(super) fn value_of(request: &LockRequest) -> String {
 
 impl Entry {
     pub(super) fn of(kv: &KeyValue) -> Entry {
-        let create_revision = kv.create_revision();
+        let create_revision = kv.create_revision;
         let token = u64::try_from(create_revision).ok();
-        let lease = format!("{:x}", kv.lease());
-        let (value, kept) = match std::str::from_utf8(kv.value()) {
+        let lease = format!("{:x}", kv.lease);
+        let (value, kept) = match std::str::from_utf8(&kv.value) {
             Ok(text) => {
                 let (record, kept) = split(text);
                 (Ok(record), kept)
@@ -60,7 +60,7 @@ impl Entry {
             Err(e) => (Err(e), None),
         };
         // Only while the key lives by that lease: one moved back to its holder's is held as usual.
-        let kept = kept.filter(|line| line.lease == kv.lease());
+        let kept = kept.filter(|line| line.lease == kv.lease);
         let mut holder = match value {
             // etcd's mutex: an exclusive holder known by its lease alone.
             Ok("") => Holder {
@@ -89,7 +89,7 @@ impl Entry {
             Err(_) => Holder::unreadable(
                 Mode::Exclusive,
                 &lease,
-                &escaped(&String::from_utf8_lossy(kv.value()), 120),
+                &escaped(&String::from_utf8_lossy(&kv.value), 120),
             ),
         };
         if let Some(line) = kept {
@@ -102,9 +102,9 @@ impl Entry {
             Mode::Limit(n) => (Kind::Seat, n),
         };
         Entry {
-            key: kv.key().to_vec(),
+            key: kv.key.clone(),
             create_revision,
-            lease: kv.lease(),
+            lease: kv.lease,
             kind,
             limit,
             holder,

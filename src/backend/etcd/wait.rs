@@ -5,14 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
-use etcd_client::{WatchFilterType, WatchOptions};
-
 use super::acquisition::{stopped, Acquisition, First, Place};
+use super::client::Error;
 use super::connection::{bounded, Fault, CALL_TIMEOUT};
 use super::lease::{keep_alive, EtcdLease, Keeper};
 use super::recipe::{Kind, Verdict};
 use super::record::Entry;
+use super::rpc::{prefix_end, EventType, RangeRequest, RequestOp, TxnRequest};
 use super::CANCEL_POLL;
 use crate::backend::{Waiting, RETRY_FIRST, RETRY_MOST};
 use crate::lock::Holder;
@@ -122,35 +121,34 @@ impl Acquisition {
 
     /// Where our key stands now: one read of it and of the keys ahead of it.
     async fn look(&self, place: &Place) -> Result<Look, Fault> {
-        let mut ahead = GetOptions::new()
-            .with_prefix()
-            .with_max_create_revision(place.revision - 1)
-            .with_sort(SortTarget::Create, SortOrder::Descend);
+        let mut ahead = RangeRequest {
+            max_create_revision: place.revision - 1,
+            ..RangeRequest::prefix(&self.prefix).newest_first()
+        };
         if self.kind == Kind::Exclusive {
-            ahead = ahead.with_limit(1);
+            ahead = ahead.limit(1);
         }
-        let txn = Txn::new().and_then([
-            TxnOp::get(place.key.as_str(), None),
-            TxnOp::get(self.prefix.as_str(), Some(ahead)),
-        ]);
-        let mut kv = self.conn.client().kv_client();
-        let response = bounded(CALL_TIMEOUT, kv.txn(txn)).await?;
-        let seen_at = response.header().map_or(0, |h| h.revision());
-        let mut gets = response.op_responses().into_iter().filter_map(|r| match r {
-            TxnOpResponse::Get(get) => Some(get),
-            _ => None,
-        });
+        let txn = TxnRequest::new(
+            Vec::new(),
+            vec![
+                RequestOp::range(RangeRequest::key(&place.key)),
+                RequestOp::range(ahead),
+            ],
+        );
+        let response = bounded(CALL_TIMEOUT, self.conn.client().txn(txn)).await?;
+        let seen_at = response.revision();
+        let mut gets = response.ranges();
         let (own, ahead) = (gets.next(), gets.next());
         let ours = own.is_some_and(|own| {
-            own.kvs()
+            own.kvs
                 .first()
-                .is_some_and(|kv| kv.create_revision() == place.revision)
+                .is_some_and(|kv| kv.create_revision == place.revision)
         });
         if !ours {
             return Ok(Look::NotOurs);
         }
         let mut entries: Vec<Entry> = ahead
-            .map(|get| get.kvs().iter().rev().map(Entry::of).collect())
+            .map(|get| get.kvs.iter().rev().map(Entry::of).collect())
             .unwrap_or_default();
         if self.kind == Kind::Exclusive {
             return Ok(match entries.last() {
@@ -190,16 +188,15 @@ impl Acquisition {
         keeper: &mut Option<Keeper>,
         waiting: &Waiting,
     ) -> Result<Round, Fault> {
-        let mut options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-        let key = match &target {
-            Some(key) => key.clone(),
-            None => {
-                options = options.with_prefix();
-                self.prefix.clone().into_bytes()
-            }
+        let (key, range_end) = match &target {
+            Some(key) => (key.clone(), Vec::new()),
+            None => (
+                self.prefix.clone().into_bytes(),
+                prefix_end(self.prefix.as_bytes()),
+            ),
         };
-        let mut watcher = self.conn.client().watch_client();
-        let mut stream = bounded(CALL_TIMEOUT, watcher.watch(key, Some(options))).await?;
+        let client = self.conn.client();
+        let mut watch = bounded(CALL_TIMEOUT, client.watch_deletions(key, range_end)).await?;
         let mut poll = tokio::time::interval(CANCEL_POLL);
         let renew_every = Duration::from_secs(place.ttl as u64) / 3;
         let mut renew =
@@ -207,17 +204,17 @@ impl Acquisition {
         // Ends with an event, the stream's end, the cancellation or a failed renewal.
         loop {
             tokio::select! {
-                message = stream.message() => match message {
+                message = watch.answers.message() => match message {
                     Ok(Some(response)) => {
-                        if response.canceled() {
+                        if response.canceled {
                             // Refused by the server: look again.
                             return Ok(Round::Again);
                         }
-                        if response.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                        if response.events.iter().any(|e| e.r#type() == EventType::Delete) {
                             return Ok(Round::Again);
                         }
-                        let stands_at = response.header().map_or(i64::MAX, |h| h.revision());
-                        if response.created() && stands_at > seen_at {
+                        let stands_at = response.header.as_ref().map_or(i64::MAX, |h| h.revision);
+                        if response.created && stands_at > seen_at {
                             match self.look(place).await? {
                                 Look::Wait(still, _) if still == target => {}
                                 // Gone, or our turn, before the watch stood.
@@ -226,9 +223,9 @@ impl Acquisition {
                         }
                     }
                     Ok(None) => {
-                        return Err(Fault::Failed(etcd_client::Error::WatchError("ended".into())))
+                        return Err(Fault::Failed(Error::StreamEnded("the watch stream ended")))
                     }
-                    Err(e) => return Err(Fault::Failed(e)),
+                    Err(status) => return Err(Fault::Failed(Error::Status(status))),
                 },
                 _ = poll.tick() => {
                     if stopped(waiting) {
