@@ -23,6 +23,7 @@ fn bad_input_exits_64_with_one_line_naming_the_problem() {
         (&["--backend", "etcd", "run", "n", "--", "true"], "etcd"),
         (&["run", "n", "true"], "missing `--`"),
         (&["run", "n"], "missing `--`"),
+        (&["run", "n", "--"], "missing the command to run after `--`"),
         (&["frobnicate"], "frobnicate"),
     ];
     let dir = LockDir::new();

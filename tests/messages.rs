@@ -181,3 +181,29 @@ fn a_redis_refusal_reads_without_the_client_s_names_for_errors() {
         assert!(!err.contains(internal), "{err}");
     }
 }
+
+#[test]
+fn verbose_says_how_the_command_ended_in_words_and_status_sets_the_owner_apart() {
+    let dir = LockDir::new();
+    let out = output(dir.dlock(&["-v", "run", "m", "--", "sh", "-c", "exit 2"]));
+    assert_eq!(code(&out), 2);
+    let err = stderr(&out);
+    assert!(err.contains("command exited with status 2"), "{err}");
+    assert!(!err.contains("exit status:"), "std's wording: {err}");
+    let out = output(dir.dlock(&["-v", "run", "m", "--", "sh", "-c", "kill -9 $$"]));
+    assert_eq!(code(&out), 137);
+    let err = stderr(&out);
+    assert!(
+        err.contains("command was killed by signal SIGKILL"),
+        "{err}"
+    );
+
+    let mut holder = dir.hold_in_background("m");
+    let out = output(dir.dlock(&["status", "m"]));
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, Duration::from_secs(20));
+    assert_eq!(code(&out), 0);
+    let text = stdout(&out);
+    let line = text.lines().nth(1).expect("a holder line");
+    assert!(line.contains(", owner "), "owner glued on: {line}");
+}
