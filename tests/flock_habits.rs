@@ -73,6 +73,9 @@ fn plain_seconds_are_durations_as_flock_takes_them() {
     for (vars, args) in [
         (&[][..], &["-w", "0.3"][..]),
         (&[("DLOCK_WAIT", "0.3")][..], &[][..]),
+        // flock reads its number with strtod(3): an exponent and a `+` are seconds too.
+        (&[][..], &["-w", "3e-1"][..]),
+        (&[("DLOCK_WAIT", "+.3")][..], &[][..]),
     ] {
         let (out, took) = try_held(&dir, vars, args);
         assert_eq!(code(&out), 75, "{vars:?} {args:?}: {}", stderr(&out));
@@ -107,6 +110,10 @@ fn plain_seconds_are_durations_as_flock_takes_them() {
         (
             &[][..],
             &["--ttl", ".5", "--kill-after", "0", "-w", "1.5s"][..],
+        ),
+        (
+            &[][..],
+            &["--ttl", "3E1", "--kill-after", "+2", "-w", "1e3"][..],
         ),
         (
             &[
