@@ -207,3 +207,26 @@ fn verbose_says_how_the_command_ended_in_words_and_status_sets_the_owner_apart()
     let line = text.lines().nth(1).expect("a holder line");
     assert!(line.contains(", owner "), "owner glued on: {line}");
 }
+
+#[test]
+fn release_without_a_hold_points_to_force_only_where_someone_holds_the_lock() {
+    let dir = LockDir::new();
+    let out = output(dir.dlock(&["release", "free-one"]));
+    assert_eq!(code(&out), 1);
+    let err = stderr(&out);
+    assert!(err.contains("nobody holds it"), "{err}");
+    assert!(!err.contains("--force"), "--force for a free lock: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
+    let mut holder = dir.hold_in_background("taken");
+    let out = output(dir.dlock(&["release", "taken"]));
+    let status = output(dir.dlock(&["status", "taken"]));
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, Duration::from_secs(20));
+    assert_eq!(code(&out), 1);
+    assert_eq!(code(&status), 0, "release without --force broke the lock");
+    let err = stderr(&out);
+    assert!(err.contains("`dlock release --force taken`"), "{err}");
+    assert!(err.contains("held (exclusive by "), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}

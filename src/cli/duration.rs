@@ -1,6 +1,7 @@
 //! Durations as the command line and the environment give them: plain seconds, as flock(1) takes
-//! them (`120`, `0.5`, `.007`, `1e3`, `+5`), or humantime's units (`500ms`, `1.5s`, `5m`, `1h 30m`); each option
-//! refuses, naming its limit, what it cannot use (negative, not a number, too long).
+//! them (`120`, `0.5`, `.007`, `1e3`, `+5`), or humantime's units (`500ms`, `1.5s`, `5m`,
+//! `1h 30m`); each option refuses, naming its limit, what it cannot use (negative, not a number,
+//! too long).
 
 use std::time::Duration;
 
