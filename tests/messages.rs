@@ -230,3 +230,37 @@ fn release_without_a_hold_points_to_force_only_where_someone_holds_the_lock() {
     assert!(err.contains("held (exclusive by "), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn a_log_that_says_waiting_also_says_when_the_lock_came() {
+    let dir = LockDir::new();
+    // One name (waited for on dlock's own thread) and two, the second busy (on a helper thread).
+    for (held, names) in [("w1", &["w1"][..]), ("w3", &["w2", "w3"])] {
+        let mut holder = dir.hold_in_background(held);
+        let log = dir.file(&format!("{held}.log"));
+        let mut args = vec!["run"];
+        args.extend_from_slice(names);
+        args.extend_from_slice(&["--", "true"]);
+        let mut waiter = dir
+            .dlock(&args)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let read = || std::fs::read_to_string(&log).unwrap_or_default();
+        wait_until("the waiting line", Duration::from_secs(20), || {
+            read().contains("waiting for lock")
+        });
+        signal(holder.id(), libc::SIGTERM);
+        wait_exit(&mut holder, Duration::from_secs(20));
+        assert!(wait_exit(&mut waiter, Duration::from_secs(20)).success());
+        let text = read();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines.last().is_some_and(|l| {
+                l.starts_with(&format!("dlock: acquired lock \"{held}\" after waiting "))
+            }),
+            "{text}"
+        );
+        assert_eq!(lines.len(), 2, "{text}");
+    }
+}
