@@ -80,8 +80,8 @@ pub struct GlobalArgs {
     /// redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS);
     /// zk://[user:password@]host:port,host:port[/chroot];
     /// etcd://[user:password@]host:port,host:port (etcds:// for TLS);
-    /// postgres://..., mysql://... DLOCK_URL and the configuration file's url may list several,
-    /// separated by commas or spaces.
+    /// postgres://..., mysql://... One --url, DLOCK_URL and the configuration file's url may list
+    /// several, separated by commas or spaces.
     #[arg(
         short,
         long = "url",
@@ -494,13 +494,14 @@ pub fn parse() -> Result<Cli, Status> {
             return Err(Status::Usage);
         }
     };
+    let settle = |matches: clap::ArgMatches| match Cli::from_arg_matches(&matches) {
+        Ok(mut cli) => resolve::resolve(&mut cli, &matches, &config).map(|()| cli),
+        Err(e) => Err(usage::one_line(&e)),
+    };
     let refused = match command.try_get_matches_from(&args) {
-        Ok(matches) => match Cli::from_arg_matches(&matches) {
-            Ok(mut cli) => match resolve::resolve(&mut cli, &matches, &config) {
-                Ok(()) => return Ok(cli),
-                Err(line) => line,
-            },
-            Err(e) => usage::one_line(&e),
+        Ok(matches) => match settle(matches) {
+            Ok(cli) => return Ok(cli),
+            Err(line) => line,
         },
         Err(e)
             if matches!(
@@ -531,10 +532,39 @@ pub fn parse() -> Result<Cli, Status> {
                 },
             );
         }
-        Err(e) => usage::explain(&e, &args, &config),
+        Err(e) => match without_overridden_wait(&config, &args) {
+            Some(matches) => match settle(matches) {
+                Ok(cli) => return Ok(cli),
+                Err(line) => line,
+            },
+            None => usage::explain(&e, &args, &config),
+        },
     };
     eprintln!("dlock: {refused}");
     Err(Status::Usage)
+}
+
+/// The command line parsed again without what DLOCK_WAIT and DLOCK_NO_WAIT (or the file's `wait`
+/// and `no-wait`) say, when it gives -n or -w itself: an overridden variable is not read, so a
+/// bad value in it is no error. `None` when the command line gives neither, or still fails.
+fn without_overridden_wait(
+    config: &config::Config,
+    args: &[std::ffi::OsString],
+) -> Option<clap::ArgMatches> {
+    use clap::parser::ValueSource::CommandLine;
+    let unread = |sub: clap::Command| {
+        sub.mut_arg("wait", |arg| arg.env(None).default_value(None))
+            .mut_arg("no_wait", |arg| arg.env(None).default_value("false"))
+    };
+    let command = config
+        .apply(self::command())
+        .ok()?
+        .mut_subcommand("run", unread)
+        .mut_subcommand("hold", unread);
+    let matches = command.try_get_matches_from(args).ok()?;
+    let (_, sub) = matches.subcommand()?;
+    let typed = |id: &str| sub.value_source(id) == Some(CommandLine);
+    (typed("wait") || typed("no_wait")).then_some(matches)
 }
 
 /// Whether the help asked for is `--help` (or `dlock help ...`), the long one: clap shows the
