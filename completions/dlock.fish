@@ -154,5 +154,26 @@ function __fish_dlock_command_after_dashes
     set -l at (contains -i -- -- (commandline -opc))
     __fish_complete_subcommand --fcs-skip=$at
 end
-complete -c dlock -n "__fish_seen_subcommand_from run status hold release; and not __fish_dlock_after_dashes" -f -a "(dlock list 2>/dev/null | string split -f1 \t | sort -u)"
+# On the backend the line's -b/-u name, else the configured one; given up after well under a second.
+function __fish_dlock_lock_names
+    set -l typed (commandline -opc)
+    set -l args
+    set -l i 2
+    while test $i -le (count $typed)
+        switch $typed[$i]
+            case --
+                break
+            case -b --backend -u --url
+                set -a args $typed[$i] $typed[(math $i + 1)]
+                set i (math $i + 1)
+            case '--backend=*' '--url=*' '-b?*' '-u?*'
+                set -a args $typed[$i]
+        end
+        set i (math $i + 1)
+    end
+    set -l bound
+    command -q timeout; and set bound timeout 0.8
+    $bound dlock $args --connect-timeout 500ms list 2>/dev/null | string split -f1 \t | sort -u
+end
+complete -c dlock -n "__fish_seen_subcommand_from run status hold release; and not __fish_dlock_after_dashes" -f -a "(__fish_dlock_lock_names)"
 complete -c dlock -n "__fish_seen_subcommand_from run; and __fish_dlock_after_dashes" -f -a "(__fish_dlock_command_after_dashes)"
