@@ -264,3 +264,52 @@ fn a_log_that_says_waiting_also_says_when_the_lock_came() {
         assert_eq!(lines.len(), 2, "{text}");
     }
 }
+
+#[test]
+fn ctrl_c_while_waiting_on_a_terminal_erases_the_status_line() {
+    use std::io::{Read, Write};
+    let dir = LockDir::new();
+    let mut holder = dir.hold_in_background("cc");
+    let mut child = on_a_terminal(&format!(
+        "stty cols 100; '{}' --url '{}' run cc -- true; echo rc=$?",
+        dlock_bin(),
+        dir.path().display()
+    ));
+    let mut stdout = child.stdout.take().unwrap();
+    let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let screen = screen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                screen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let text = || String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
+    wait_until("the status line", Duration::from_secs(20), || {
+        text().contains("dlock: waiting 1s")
+    });
+    // Ctrl-C, as the terminal sends it to its foreground process group.
+    child.stdin.as_mut().unwrap().write_all(b"\x03").unwrap();
+    child.stdin.as_mut().unwrap().flush().unwrap();
+    wait_until("dlock to end", Duration::from_secs(20), || {
+        text().contains("rc=")
+    });
+    drop(child.stdin.take());
+    wait_exit(&mut child, Duration::from_secs(20));
+    reader.join().unwrap();
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, Duration::from_secs(20));
+    let screen = text();
+    assert!(screen.contains("rc=130"), "{screen:?}");
+    // After the last status line drawn: the line erased, then nothing but the shell's line.
+    let last = screen.rfind("dlock: waiting").unwrap();
+    let after = &screen[last..];
+    let erased = after.find("\r\x1b[K").expect("the line erased");
+    assert!(after[erased..].contains("rc=130"), "{screen:?}");
+    assert!(!after[erased..].contains("waiting"), "{screen:?}");
+}
