@@ -674,9 +674,26 @@ _dlock() {
 
 _dlock_taking_values="--backend --command --conflict-exit-code --connect-timeout --kill-after --limit --message --min-hold --out --owner --password-file --progress-every --replicas --ttl --url --wait -E -b -c -l -u -w"
 
-# Lock names held now on the backend dlock is configured for.
+# Lock names held now, one a line: on the backend the line's -b/-u name (typed before the word
+# being completed), else the configured one; given up after well under a second.
 _dlock_lock_names() {
-    dlock list 2>/dev/null | cut -f1 | sort -u
+    local -a typed args=() bound=()
+    local i word
+    if [[ -n "$COMP_LINE" ]]; then
+        read -ra typed <<< "${COMP_LINE:0:COMP_POINT}"
+    else
+        typed=("${COMP_WORDS[@]:0:COMP_CWORD}")
+    fi
+    for ((i = 1; i < ${#typed[@]}; i++)); do
+        word="${typed[i]}"
+        [[ "$word" == -- ]] && break
+        case "$word" in
+            -b|--backend|-u|--url) args+=("$word" "${typed[i+1]}"); ((i++)) ;;
+            --backend=*|--url=*|-b?*|-u?*) args+=("$word") ;;
+        esac
+    done
+    command -v timeout >/dev/null 2>&1 && bound=(timeout 0.8)
+    "${bound[@]}" dlock "${args[@]}" --connect-timeout 500ms list 2>/dev/null | cut -f1 | sort -u
 }
 
 # clap's completion, with lock names for NAME and a command after run's `--`.
@@ -705,7 +722,12 @@ _dlock_dynamic() {
     fi
     if [[ " run status hold release " == *" $sub "* && "$cur" != -* \
           && " $_dlock_taking_values " != *" $prev "* ]]; then
-        COMPREPLY=($(compgen -W "$(_dlock_lock_names)" -- "$cur"))
+        # One candidate a line (a name may have spaces), quoted for the line.
+        local name IFS=$'\n'
+        COMPREPLY=()
+        for name in $(_dlock_lock_names); do
+            [[ "$name" == "$cur"* ]] && COMPREPLY+=("$(printf '%q' "$name")")
+        done
         return 0
     fi
     _dlock "$@"

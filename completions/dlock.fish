@@ -24,125 +24,125 @@ function __fish_dlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c dlock -n "__fish_dlock_needs_command" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+complete -c dlock -n "__fish_dlock_needs_command" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
-complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
-complete -c dlock -n "__fish_dlock_needs_command" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
-complete -c dlock -n "__fish_dlock_needs_command" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69 (at least 100ms)' -r -f
-complete -c dlock -n "__fish_dlock_needs_command" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r -f
-complete -c dlock -n "__fish_dlock_needs_command" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
+complete -c dlock -n "__fish_dlock_needs_command" -l password-file -d 'Read the servers\' password from a file' -r -F
+complete -c dlock -n "__fish_dlock_needs_command" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_needs_command" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
+complete -c dlock -n "__fish_dlock_needs_command" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_needs_command" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_needs_command" -s V -l version -d 'Print version'
-complete -c dlock -n "__fish_dlock_needs_command" -f -a "run" -d 'Acquire the lock, run COMMAND while holding it, release it when COMMAND exits'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "run" -d 'Run COMMAND while holding the lock'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "status" -d 'Show who holds a lock. Exit status 0 when held, 1 when free'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "list" -d 'List every lock currently held'
-complete -c dlock -n "__fish_dlock_needs_command" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script: return once it is held, leaving a keeper that renews it until the script\'s shell exits or runs `dlock release NAME`'
-complete -c dlock -n "__fish_dlock_needs_command" -f -a "release" -d 'Give up early what this shell took with `dlock hold`; with --force, break a lock for whoever holds it (for an operator cleaning up after a dead holder)'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "release" -d 'Give up what this shell took with `dlock hold` (--force: anyone\'s)'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Take one of N seats: at most N holders with --limit at once (a semaphore)' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms, 30s, 5m), at most a year (flock\'s --timeout works too). Default: wait without limit. On the command line it overrides DLOCK_NO_WAIT' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l progress-every -d 'While waiting with stderr not a terminal (a CI log), say every this often how long it has waited and how much of --wait is left (0: only the first line, when the wait starts)' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock could not be acquired' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l min-hold -d 'Keep the lock taken until at least this long after it was acquired, judged by the lock store\'s clock, even once the command ended (dlock exits at once with its status) or dlock died: other runs see it busy until then. Same forms as --wait, at most a year; 0 is none. `dlock release --force` ends it early' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'The lease: how long the lock outlives a dlock that stops renewing it (network backends)' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l message -d 'Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a newline, tab or escape; refused, not escaped). Kept with the holder record until release' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-after -d 'When the lock is lost: SIGTERM the command\'s process group, wait this long, then SIGKILL' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s c -l command -d 'Run this one string with `$SHELL -c` (/bin/sh when SHELL is unset or empty) instead of a COMMAND after `--`, as flock -c does: `-c \'make && make install\'`' -r -f -a "(__fish_complete_command)"
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Take one of N seats (a semaphore)' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l progress-every -d 'In a log, report the wait this often' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock is busy' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l min-hold -d 'Keep the lock at least this long' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'The lease, on network backends' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l message -d 'Say who holds the lock and why' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-after -d 'On loss: SIGTERM, this long, SIGKILL' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s c -l command -d 'A shell command instead of -- COMMAND' -r -f -a "(__fish_complete_command)"
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69 (at least 100ms)' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand run" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s x -l exclusive -d 'Take the lock exclusively (the default; flock\'s -e works too)'
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Take the lock shared: shared holders run together, never alongside an exclusive one'
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s t -l tree -d 'Treat each NAME as a path in a hierarchy: lock every ancestor shared and the path itself exclusively (or shared, with --shared)'
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Fail at once if the lock is busy (flock\'s --nonblock and --nb work too). On the command line it overrides DLOCK_WAIT'
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l password-file -d 'Read the servers\' password from a file' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s x -l exclusive -d 'Take the lock exclusively (the default)'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Take the lock shared'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s t -l tree -d 'Lock NAME\'s ancestors shared too'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Fail at once if the lock is busy'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
-complete -c dlock -n "__fish_dlock_using_subcommand status" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
-complete -c dlock -n "__fish_dlock_using_subcommand status" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69 (at least 100ms)' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand status" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print JSON: name, held, location, holders (mode, host, pid, owner, since, token, message, expires_at: the lease\'s end by the server\'s clock, null without a lease; kept_until: until when --min-hold keeps the lock, null without one) and waiters (in line, first first; null where the backend keeps no line)'
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l password-file -d 'Read the servers\' password from a file' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print JSON'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand list" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
-complete -c dlock -n "__fish_dlock_using_subcommand list" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
-complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69 (at least 100ms)' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand list" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l password-file -d 'Read the servers\' password from a file' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l json -d 'Print a JSON array of what `status --json` prints, one per held lock'
-complete -c dlock -n "__fish_dlock_using_subcommand list" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -s l -l limit -d 'Take one of N seats: at most N holders with --limit at once (a semaphore)' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -s w -l wait -d 'Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms, 30s, 5m), at most a year (flock\'s --timeout works too). Default: wait without limit. On the command line it overrides DLOCK_NO_WAIT' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -l progress-every -d 'While waiting with stderr not a terminal (a CI log), say every this often how long it has waited and how much of --wait is left (0: only the first line, when the wait starts)' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -s E -l conflict-exit-code -d 'Exit status when the lock could not be acquired' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -l min-hold -d 'Keep the lock taken until at least this long after it was acquired, judged by the lock store\'s clock, even once the command ended (dlock exits at once with its status) or dlock died: other runs see it busy until then. Same forms as --wait, at most a year; 0 is none. `dlock release --force` ends it early' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -l ttl -d 'The lease: how long the lock outlives a dlock that stops renewing it (network backends)' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -l message -d 'Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a newline, tab or escape; refused, not escaped). Kept with the holder record until release' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -l owner -d 'Keep the hold for process PID, an ancestor of dlock (`--owner $$`), instead of the shell that runs `dlock hold`: for when a program that is not a shell (timeout, sudo, xargs) runs it' -r
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -s l -l limit -d 'Take one of N seats (a semaphore)' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -s w -l wait -d 'Give up after waiting this long' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l progress-every -d 'In a log, report the wait this often' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -s E -l conflict-exit-code -d 'Exit status when the lock is busy' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l min-hold -d 'Keep the lock at least this long' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l ttl -d 'The lease, on network backends' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l message -d 'Say who holds the lock and why' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l owner -d 'Hold for process PID (`--owner $$`)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69 (at least 100ms)' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -s x -l exclusive -d 'Take the lock exclusively (the default; flock\'s -e works too)'
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -s s -l shared -d 'Take the lock shared: shared holders run together, never alongside an exclusive one'
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -s t -l tree -d 'Treat each NAME as a path in a hierarchy: lock every ancestor shared and the path itself exclusively (or shared, with --shared)'
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -s n -l no-wait -d 'Fail at once if the lock is busy (flock\'s --nonblock and --nb work too). On the command line it overrides DLOCK_WAIT'
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -l print-env -d 'Print the lock\'s variables (DLOCK_TOKEN, ...) as `export NAME=\'value\'` lines, for `v=$(dlock hold --print-env NAME) || exit 1; eval "$v"`. Without it nothing is printed'
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l password-file -d 'Read the servers\' password from a file' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -s x -l exclusive -d 'Take the lock exclusively (the default)'
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -s s -l shared -d 'Take the lock shared'
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -s t -l tree -d 'Lock NAME\'s ancestors shared too'
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -s n -l no-wait -d 'Fail at once if the lock is busy'
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l print-env -d 'Print the lock\'s variables for eval'
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand release" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+complete -c dlock -n "__fish_dlock_using_subcommand release" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
-complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
-complete -c dlock -n "__fish_dlock_using_subcommand release" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
-complete -c dlock -n "__fish_dlock_using_subcommand release" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69 (at least 100ms)' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand release" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand release" -l password-file -d 'Read the servers\' password from a file' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand release" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand release" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l force -d 'Break the lock for whoever holds it, instead of giving up this shell\'s `dlock hold`'
-complete -c dlock -n "__fish_dlock_using_subcommand release" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_using_subcommand release" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "run" -d 'Acquire the lock, run COMMAND while holding it, release it when COMMAND exits'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "run" -d 'Run COMMAND while holding the lock'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "status" -d 'Show who holds a lock. Exit status 0 when held, 1 when free'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "list" -d 'List every lock currently held'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script: return once it is held, leaving a keeper that renews it until the script\'s shell exits or runs `dlock release NAME`'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "release" -d 'Give up early what this shell took with `dlock hold`; with --force, break a lock for whoever holds it (for an operator cleaning up after a dead holder)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "release" -d 'Give up what this shell took with `dlock hold` (--force: anyone\'s)'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 
 # Lock names held now on the backend dlock is configured for, for the NAME of run, status, hold
@@ -154,5 +154,26 @@ function __fish_dlock_command_after_dashes
     set -l at (contains -i -- -- (commandline -opc))
     __fish_complete_subcommand --fcs-skip=$at
 end
-complete -c dlock -n "__fish_seen_subcommand_from run status hold release; and not __fish_dlock_after_dashes" -f -a "(dlock list 2>/dev/null | string split -f1 \t | sort -u)"
+# On the backend the line's -b/-u name, else the configured one; given up after well under a second.
+function __fish_dlock_lock_names
+    set -l typed (commandline -opc)
+    set -l args
+    set -l i 2
+    while test $i -le (count $typed)
+        switch $typed[$i]
+            case --
+                break
+            case -b --backend -u --url
+                set -a args $typed[$i] $typed[(math $i + 1)]
+                set i (math $i + 1)
+            case '--backend=*' '--url=*' '-b?*' '-u?*'
+                set -a args $typed[$i]
+        end
+        set i (math $i + 1)
+    end
+    set -l bound
+    command -q timeout; and set bound timeout 0.8
+    $bound dlock $args --connect-timeout 500ms list 2>/dev/null | string split -f1 \t | sort -u
+end
+complete -c dlock -n "__fish_seen_subcommand_from run status hold release; and not __fish_dlock_after_dashes" -f -a "(__fish_dlock_lock_names)"
 complete -c dlock -n "__fish_seen_subcommand_from run; and __fish_dlock_after_dashes" -f -a "(__fish_dlock_command_after_dashes)"

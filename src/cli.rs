@@ -27,17 +27,26 @@ use values::{parse_seats, parse_switch};
 
 /// Where `--help` points for the rest.
 const READ_ON: &str = "\
-Options beat DLOCK_* variables, which beat the configuration file (/etc/dlock/config,
-~/.config/dlock/config or $DLOCK_CONFIG). The manual: man dlock, man dlock-run.";
+Options beat DLOCK_* variables, which beat the configuration file
+(/etc/dlock/config, ~/.config/dlock/config or $DLOCK_CONFIG).
+The manual: man dlock, man dlock-run.";
 
 /// The end of `--help` (dlock's and run's): the exit statuses, then where to read on.
-fn after_help() -> String {
+fn after_long_help() -> String {
     format!("{}\n\n{READ_ON}", exit::help_table())
+}
+
+/// The end of `-h`: the statuses in short, then where to read on.
+fn after_help() -> String {
+    format!("{}\n\n{READ_ON}", exit::short_table())
 }
 
 /// Run a command while holding a named lock: flock(1) for a whole cluster.
 #[derive(Parser, Debug)]
-#[command(name = "dlock", version, about, after_help = after_help(), max_term_width = 100)]
+// `-h` is each option's first paragraph, `--help` all of it; neither is wider than 80 columns,
+// piped (clap's default is 100) or on a wider terminal.
+#[command(name = "dlock", version, about, after_help = after_help(),
+          after_long_help = after_long_help(), max_term_width = 80)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -49,7 +58,9 @@ pub struct Cli {
 #[derive(Args, Debug)]
 #[command(next_help_heading = "Global options")]
 pub struct GlobalArgs {
-    /// Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd.
+    /// Where locks live (default: file).
+    ///
+    /// Lock files on this machine, Redis, ZooKeeper, PostgreSQL, etcd or MySQL.
     #[arg(
         short,
         long,
@@ -60,13 +71,17 @@ pub struct GlobalArgs {
     )]
     pub backend: BackendKind,
 
-    /// The backend's address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db]
-    /// (give it 3, 5, ... times for Redlock) or
-    /// redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or
-    /// redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS),
-    /// zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port
-    /// (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file's url
-    /// may list several, separated by commas or spaces.
+    /// The backend's address (--help: the forms).
+    ///
+    /// A directory (or file:///dir) for file;
+    /// redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock);
+    /// redis+sentinel://[user:password@]host:port,host:port/MASTER[/db]
+    /// with ?sentinel_password=P if the sentinels want one;
+    /// redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS);
+    /// zk://[user:password@]host:port,host:port[/chroot];
+    /// etcd://[user:password@]host:port,host:port (etcds:// for TLS);
+    /// postgres://..., mysql://... One --url, DLOCK_URL and the configuration file's url may list
+    /// several, separated by commas or spaces.
     #[arg(
         short,
         long = "url",
@@ -76,21 +91,27 @@ pub struct GlobalArgs {
     )]
     pub urls: Vec<String>,
 
-    /// Read the servers' password from the first line of this file, for every URL that has none
-    /// (after its user name, if it has one), so that no password is on a command line. The file
+    /// Read the servers' password from a file.
+    ///
+    /// From its first line, for every URL that has none (after its user name, if it has one), so that no password is
+    /// on a command line. The file
     /// must be yours or root's, and neither writable by others nor readable by every user.
     #[arg(long, global = true, env = "DLOCK_PASSWORD_FILE", value_name = "PATH",
           value_hint = ValueHint::FilePath)]
     pub password_file: Option<PathBuf>,
 
+    /// Give up reaching a server after this.
+    ///
     /// How long to try to reach a server before giving up with exit status 69 (at least 100ms).
     #[arg(long, global = true, env = "DLOCK_CONNECT_TIMEOUT", value_name = "DURATION",
           value_parser = parse_connect_timeout, default_value = "5s", allow_hyphen_values = true,
           value_hint = ValueHint::Other)]
     pub connect_timeout: Duration,
 
-    /// Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT)
-    /// before the command starts or the lease counts as renewed, so a failover keeps the lock.
+    /// Redis: replicas that must acknowledge.
+    ///
+    /// Wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps
+    /// the lock.
     #[arg(
         long,
         global = true,
@@ -101,7 +122,9 @@ pub struct GlobalArgs {
     )]
     pub replicas: u32,
 
-    /// Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited.
+    /// Print timestamped events on stderr.
+    ///
+    /// Waiting and for whom, acquired, renewed, lost, exited.
     #[arg(short, long, global = true, conflicts_with = "quiet")]
     pub verbose: bool,
 
@@ -121,15 +144,19 @@ pub struct GlobalArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run COMMAND while holding the lock.
+    ///
     /// Acquire the lock, run COMMAND while holding it, release it when COMMAND exits.
-    #[command(after_help = after_help())]
+    #[command(after_help = after_help(), after_long_help = after_long_help())]
     Run(RunArgs),
     /// Show who holds a lock. Exit status 0 when held, 1 when free.
     Status(StatusArgs),
     /// List every lock currently held.
     List(ListArgs),
-    /// Hold the lock for the rest of the calling shell script: return once it is held, leaving a
-    /// keeper that renews it until the script's shell exits or runs `dlock release NAME`.
+    /// Hold the lock for the rest of the calling shell script.
+    ///
+    /// Return once it is held, leaving a keeper that renews it until the script's shell exits or
+    /// runs `dlock release NAME`.
     ///
     /// flock(1)'s "lock the rest of this script" for the cluster: `dlock hold -n deploy || exit 1`.
     /// With the lock's variables: `v=$(dlock hold --print-env -n deploy) || exit 1; eval "$v"`
@@ -138,8 +165,10 @@ pub enum Command {
     /// parent that is not a shell (timeout, sudo, xargs) is refused (64) without
     /// --owner.
     Hold(HoldArgs),
-    /// Give up early what this shell took with `dlock hold`; with --force, break a lock for
-    /// whoever holds it (for an operator cleaning up after a dead holder).
+    /// Give up what this shell took with `dlock hold` (--force: anyone's).
+    ///
+    /// With --force, break a lock for whoever holds it (for an operator cleaning up after a dead
+    /// holder).
     Release(ReleaseArgs),
     /// Write shell completions and man pages.
     #[command(hide = true)]
@@ -149,37 +178,49 @@ pub enum Command {
 /// How `run` and `hold` take their locks and keep them: the options the two share.
 #[derive(Args, Debug, Clone)]
 pub struct LockArgs {
-    /// Take the lock exclusively (the default; flock's -e works too).
+    /// Take the lock exclusively (the default).
+    ///
+    /// The default; flock's -e works too.
     #[arg(short = 'x', short_alias = 'e', long, group = "mode")]
     pub exclusive: bool,
 
-    /// Take the lock shared: shared holders run together, never alongside an exclusive one.
+    /// Take the lock shared.
+    ///
+    /// Shared holders run together, never alongside an exclusive one.
     #[arg(short, long, group = "mode")]
     pub shared: bool,
 
-    /// Take one of N seats: at most N holders with --limit at once (a semaphore).
+    /// Take one of N seats (a semaphore).
+    ///
+    /// At most N holders with --limit at once.
     #[arg(short, long, group = "mode", value_name = "N",
           value_parser = parse_seats, value_hint = ValueHint::Other)]
     pub limit: Option<u32>,
 
-    /// Treat each NAME as a path in a hierarchy: lock every ancestor shared and the path itself
-    /// exclusively (or shared, with --shared).
+    /// Lock NAME's ancestors shared too.
+    ///
+    /// Lock every ancestor shared and the path itself exclusively (or shared, with --shared).
     #[arg(short, long, conflicts_with = "limit")]
     pub tree: bool,
 
-    /// Fail at once if the lock is busy (flock's --nonblock and --nb work too). On the command line
-    /// it overrides DLOCK_WAIT.
+    /// Fail at once if the lock is busy.
+    ///
+    /// flock's --nonblock and --nb work too. On the command line it overrides DLOCK_WAIT.
     #[arg(short, long, aliases = ["nonblock", "nb"], env = "DLOCK_NO_WAIT",
           value_parser = parse_switch)]
     pub no_wait: bool,
 
-    /// Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms,
-    /// 30s, 5m), at most a year (flock's --timeout works too). Default: wait without limit. On the
-    /// command line it overrides DLOCK_NO_WAIT.
+    /// Give up after waiting this long.
+    ///
+    /// Seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms, 30s, 5m), at most a year
+    /// (flock's --timeout works too). Default: wait without limit. On the command line it
+    /// overrides DLOCK_NO_WAIT.
     #[arg(short, long, alias = "timeout", env = "DLOCK_WAIT", value_name = "DURATION",
           value_parser = parse_duration, allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub wait: Option<Duration>,
 
+    /// In a log, report the wait this often.
+    ///
     /// While waiting with stderr not a terminal (a CI log), say every this often how long it has
     /// waited and how much of --wait is left (0: only the first line, when the wait starts).
     #[arg(long, env = "DLOCK_PROGRESS_EVERY", value_name = "DURATION", value_parser = parse_duration,
@@ -187,30 +228,39 @@ pub struct LockArgs {
           value_hint = ValueHint::Other)]
     pub progress_every: Duration,
 
-    /// Exit status when the lock could not be acquired.
+    /// Exit status when the lock is busy.
+    ///
+    /// The exit status when the lock could not be acquired.
     #[arg(short = 'E', long, env = "DLOCK_CONFLICT_EXIT_CODE", value_name = "N", default_value_t = Status::BUSY_DEFAULT, value_hint = ValueHint::Other)]
     pub conflict_exit_code: u8,
 
-    /// Keep the lock taken until at least this long after it was acquired, judged by the lock
-    /// store's clock, even once the command ended (dlock exits at once with its status) or dlock
+    /// Keep the lock at least this long.
+    ///
+    /// Judged by the lock store's clock, even once the command ended (dlock exits at once with its status) or dlock
     /// died: other runs see it busy until then. Same forms as --wait, at most a year; 0 is none.
     /// `dlock release --force` ends it early.
     #[arg(long, env = "DLOCK_MIN_HOLD", value_name = "DURATION", value_parser = parse_duration,
           allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub min_hold: Option<Duration>,
 
-    /// The lease: how long the lock outlives a dlock that stops renewing it (network backends).
+    /// The lease, on network backends.
+    ///
+    /// How long the lock outlives a dlock that stops renewing it.
     #[arg(long, env = "DLOCK_TTL", value_name = "DURATION", value_parser = parse_ttl,
           default_value = "15s", allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub ttl: Duration,
 
-    /// Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by
+    /// Say who holds the lock and why.
+    ///
+    /// For `status`, `list` and anyone waiting (`deploy v1.4 by
     /// $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a
     /// newline, tab or escape; refused, not escaped). Kept with the holder record until release.
     #[arg(long, env = "DLOCK_MESSAGE", value_name = "TEXT", value_hint = ValueHint::Other)]
     pub message: Option<String>,
 
-    /// The lock's name: 1 to 512 bytes of printable UTF-8 (`/` allowed). Several names are taken
+    /// The lock's name (several: all or nothing).
+    ///
+    /// 1 to 512 bytes of printable UTF-8 (`/` allowed). Several names are taken
     /// all or nothing, in sorted order (so no two dlocks deadlock on the same set).
     #[arg(value_name = "NAME", required = true)]
     pub names: Vec<String>,
@@ -221,6 +271,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub lock: LockArgs,
 
+    /// On loss: SIGTERM, this long, SIGKILL.
+    ///
     /// When the lock is lost: SIGTERM the command's process group, wait this long, then SIGKILL.
     #[arg(long, env = "DLOCK_KILL_AFTER", value_name = "DURATION", value_parser = parse_duration,
           default_value = "10s", allow_hyphen_values = true, value_hint = ValueHint::Other)]
@@ -235,8 +287,9 @@ pub struct RunArgs {
     )]
     pub command: Vec<String>,
 
-    /// Run this one string with `$SHELL -c` (/bin/sh when SHELL is unset or empty) instead of a
-    /// COMMAND after `--`, as flock -c does: `-c 'make && make install'`.
+    /// A shell command instead of -- COMMAND.
+    ///
+    /// Run this one string with `$SHELL -c` instead of a COMMAND after `--` (/bin/sh when SHELL is unset or empty), as flock -c does: `-c 'make && make install'`.
     #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND",
           value_hint = ValueHint::CommandString)]
     pub shell_command: Option<String>,
@@ -246,11 +299,15 @@ pub struct RunArgs {
 pub struct HoldArgs {
     #[command(flatten)]
     pub lock: LockArgs,
-    /// Print the lock's variables (DLOCK_TOKEN, ...) as `export NAME='value'` lines, for
+    /// Print the lock's variables for eval.
+    ///
+    /// As `export NAME='value'` lines, for
     /// `v=$(dlock hold --print-env NAME) || exit 1; eval "$v"`. Without it nothing is printed.
     #[arg(long)]
     pub print_env: bool,
-    /// Keep the hold for process PID, an ancestor of dlock (`--owner $$`), instead of the shell
+    /// Hold for process PID (`--owner $$`).
+    ///
+    /// Keep the hold for process PID, an ancestor of dlock, instead of the shell
     /// that runs `dlock hold`: for when a program that is not a shell (timeout, sudo, xargs) runs it.
     #[arg(long, value_name = "PID")]
     pub owner: Option<u32>,
@@ -266,7 +323,9 @@ impl HoldArgs {
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     pub name: String,
-    /// Print JSON: name, held, location, holders (mode, host, pid, owner, since, token, message,
+    /// Print JSON.
+    ///
+    /// Name, held, location, holders (mode, host, pid, owner, since, token, message,
     /// expires_at: the lease's end by the server's clock, null without a lease; kept_until: until
     /// when --min-hold keeps the lock, null without one) and waiters (in
     /// line, first first; null where the backend keeps no line).
@@ -435,13 +494,14 @@ pub fn parse() -> Result<Cli, Status> {
             return Err(Status::Usage);
         }
     };
+    let settle = |matches: clap::ArgMatches| match Cli::from_arg_matches(&matches) {
+        Ok(mut cli) => resolve::resolve(&mut cli, &matches, &config).map(|()| cli),
+        Err(e) => Err(usage::one_line(&e)),
+    };
     let refused = match command.try_get_matches_from(&args) {
-        Ok(matches) => match Cli::from_arg_matches(&matches) {
-            Ok(mut cli) => match resolve::resolve(&mut cli, &matches, &config) {
-                Ok(()) => return Ok(cli),
-                Err(line) => line,
-            },
-            Err(e) => usage::one_line(&e),
+        Ok(matches) => match settle(matches) {
+            Ok(cli) => return Ok(cli),
+            Err(line) => line,
         },
         Err(e)
             if matches!(
@@ -451,19 +511,85 @@ pub fn parse() -> Result<Cli, Status> {
                     | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
             ) =>
         {
-            let _ = e.print();
+            let shown = if asks_long_help(&args) {
+                e
+            } else {
+                // The same parse on the brief command shows the same help, in short.
+                match config
+                    .apply(brief(self::command()))
+                    .map(|c| c.try_get_matches_from(&args))
+                {
+                    Ok(Err(short)) if short.kind() == e.kind() => short,
+                    _ => e,
+                }
+            };
+            let _ = shown.print();
             return Err(
-                if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                if shown.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
                     Status::Usage
                 } else {
                     Status::Done
                 },
             );
         }
-        Err(e) => usage::explain(&e, &args, &config),
+        Err(e) => match without_overridden_wait(&config, &args) {
+            Some(matches) => match settle(matches) {
+                Ok(cli) => return Ok(cli),
+                Err(line) => line,
+            },
+            None => usage::explain(&e, &args, &config),
+        },
     };
     eprintln!("dlock: {refused}");
     Err(Status::Usage)
+}
+
+/// The command line parsed again without what DLOCK_WAIT and DLOCK_NO_WAIT (or the file's `wait`
+/// and `no-wait`) say, when it gives -n or -w itself: an overridden variable is not read, so a
+/// bad value in it is no error. `None` when the command line gives neither, or still fails.
+fn without_overridden_wait(
+    config: &config::Config,
+    args: &[std::ffi::OsString],
+) -> Option<clap::ArgMatches> {
+    use clap::parser::ValueSource::CommandLine;
+    let unread = |sub: clap::Command| {
+        sub.mut_arg("wait", |arg| arg.env(None).default_value(None))
+            .mut_arg("no_wait", |arg| arg.env(None).default_value("false"))
+    };
+    let command = config
+        .apply(self::command())
+        .ok()?
+        .mut_subcommand("run", unread)
+        .mut_subcommand("hold", unread);
+    let matches = command.try_get_matches_from(args).ok()?;
+    let (_, sub) = matches.subcommand()?;
+    let typed = |id: &str| sub.value_source(id) == Some(CommandLine);
+    (typed("wait") || typed("no_wait")).then_some(matches)
+}
+
+/// Whether the help asked for is `--help` (or `dlock help ...`), the long one: clap shows the
+/// long help for those and the short one for `-h`.
+fn asks_long_help(args: &[std::ffi::OsString]) -> bool {
+    args.iter()
+        .skip(1)
+        .take_while(|arg| *arg != "--")
+        .any(|arg| arg == "--help" || arg == "help")
+}
+
+/// The command as `-h` shows it: each option's first line without its variable, default and
+/// values (`--help` has them), so that it fits a screen.
+fn brief(command: clap::Command) -> clap::Command {
+    command
+        .mut_args(|arg| {
+            if arg.get_action().takes_values() {
+                arg.hide_env(true)
+                    .hide_default_value(true)
+                    .hide_possible_values(true)
+            } else {
+                arg.hide_env(true)
+            }
+        })
+        .mut_subcommands(brief)
 }
 
 #[cfg(test)]

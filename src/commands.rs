@@ -123,12 +123,12 @@ fn status_text(status: &LockStatus) -> String {
     }
     let mut text = format!("{}: held ({})\n", status.name, status.location);
     for holder in &status.holders {
-        let _ = writeln!(text, "  {} owner {}", holder.describe(), holder.owner);
+        let _ = writeln!(text, "  {}, owner {}", holder.describe(), holder.owner);
     }
     for waiter in status.waiters.iter().flatten() {
         let _ = writeln!(
             text,
-            "  waiting: {} owner {}",
+            "  waiting: {}, owner {}",
             waiter.describe(),
             waiter.owner
         );

@@ -1,6 +1,9 @@
 //! What clap_complete's scripts cannot do, added to them: lock names from `dlock list` on the
-//! backend dlock is configured for (DLOCK_BACKEND, DLOCK_URL, the configuration file) for the
-//! NAME of run, status, hold and release; and, after run's `--`, a command and its arguments.
+//! backend the line's own -b/-u name, or else the one dlock is configured for (DLOCK_BACKEND,
+//! DLOCK_URL, the configuration file), for the NAME of run, status, hold and release; and, after
+//! run's `--`, a command and its arguments. Asking the backend is bounded (timeout(1) where there
+//! is one, and --connect-timeout), so a backend that does not answer costs a TAB well under a
+//! second; a name with spaces is one candidate, quoted.
 
 use clap_complete::Shell;
 
@@ -30,9 +33,26 @@ fn taking_values(command: &clap::Command) -> String {
 }
 
 const BASH: &str = r#"
-# Lock names held now on the backend dlock is configured for.
+# Lock names held now, one a line: on the backend the line's -b/-u name (typed before the word
+# being completed), else the configured one; given up after well under a second.
 _dlock_lock_names() {
-    dlock list 2>/dev/null | cut -f1 | sort -u
+    local -a typed args=() bound=()
+    local i word
+    if [[ -n "$COMP_LINE" ]]; then
+        read -ra typed <<< "${COMP_LINE:0:COMP_POINT}"
+    else
+        typed=("${COMP_WORDS[@]:0:COMP_CWORD}")
+    fi
+    for ((i = 1; i < ${#typed[@]}; i++)); do
+        word="${typed[i]}"
+        [[ "$word" == -- ]] && break
+        case "$word" in
+            -b|--backend|-u|--url) args+=("$word" "${typed[i+1]}"); ((i++)) ;;
+            --backend=*|--url=*|-b?*|-u?*) args+=("$word") ;;
+        esac
+    done
+    command -v timeout >/dev/null 2>&1 && bound=(timeout 0.8)
+    "${bound[@]}" dlock "${args[@]}" --connect-timeout 500ms list 2>/dev/null | cut -f1 | sort -u
 }
 
 # clap's completion, with lock names for NAME and a command after run's `--`.
@@ -61,7 +81,12 @@ _dlock_dynamic() {
     fi
     if [[ " run status hold release " == *" $sub "* && "$cur" != -* \
           && " $_dlock_taking_values " != *" $prev "* ]]; then
-        COMPREPLY=($(compgen -W "$(_dlock_lock_names)" -- "$cur"))
+        # One candidate a line (a name may have spaces), quoted for the line.
+        local name IFS=$'\n'
+        COMPREPLY=()
+        for name in $(_dlock_lock_names); do
+            [[ "$name" == "$cur"* ]] && COMPREPLY+=("$(printf '%q' "$name")")
+        done
         return 0
     fi
     _dlock "$@"
@@ -91,8 +116,21 @@ _dlock_lock_names() {
         _normal
         return
     fi
-    local -a names
-    names=(${(f)"$(dlock list 2>/dev/null | cut -f1 | sort -u)"})
+    # The backend the line's -b/-u name, else the configured one; given up after well under a
+    # second. (The words before the cursor, from the line: _arguments has cut $words down to the
+    # subcommand's.)
+    local -a typed args bound names
+    local i
+    typed=(${(Q)${(z)LBUFFER}})
+    for (( i = 2; i <= $#typed; i++ )); do
+        case $typed[i] in
+            --) break ;;
+            -b|--backend|-u|--url) args+=($typed[i] $typed[i+1]); (( i++ )) ;;
+            --backend=*|--url=*|-b?*|-u?*) args+=($typed[i]) ;;
+        esac
+    done
+    (( $+commands[timeout] )) && bound=(timeout 0.8)
+    names=(${(f)"$($bound dlock $args --connect-timeout 500ms list 2>/dev/null | cut -f1 | sort -u)"})
     compadd -a names
 }
 
@@ -128,6 +166,27 @@ function __fish_dlock_command_after_dashes
     set -l at (contains -i -- -- (commandline -opc))
     __fish_complete_subcommand --fcs-skip=$at
 end
-complete -c dlock -n "__fish_seen_subcommand_from run status hold release; and not __fish_dlock_after_dashes" -f -a "(dlock list 2>/dev/null | string split -f1 \t | sort -u)"
+# On the backend the line's -b/-u name, else the configured one; given up after well under a second.
+function __fish_dlock_lock_names
+    set -l typed (commandline -opc)
+    set -l args
+    set -l i 2
+    while test $i -le (count $typed)
+        switch $typed[$i]
+            case --
+                break
+            case -b --backend -u --url
+                set -a args $typed[$i] $typed[(math $i + 1)]
+                set i (math $i + 1)
+            case '--backend=*' '--url=*' '-b?*' '-u?*'
+                set -a args $typed[$i]
+        end
+        set i (math $i + 1)
+    end
+    set -l bound
+    command -q timeout; and set bound timeout 0.8
+    $bound dlock $args --connect-timeout 500ms list 2>/dev/null | string split -f1 \t | sort -u
+end
+complete -c dlock -n "__fish_seen_subcommand_from run status hold release; and not __fish_dlock_after_dashes" -f -a "(__fish_dlock_lock_names)"
 complete -c dlock -n "__fish_seen_subcommand_from run; and __fish_dlock_after_dashes" -f -a "(__fish_dlock_command_after_dashes)"
 "#;

@@ -86,21 +86,23 @@ impl Status {
             Status::Signalled(_) => {
                 &["the command, or dlock while waiting, was killed by signal N"]
             }
-            Status::Busy(_) => {
-                &["the lock is busy (--no-wait) or --wait expired (see --conflict-exit-code)"]
-            }
-            Status::LockLost => {
-                &["the lock was lost while the command ran; the command was terminated"]
-            }
+            Status::Busy(_) => &[
+                "the lock is busy (--no-wait) or --wait expired",
+                "(see --conflict-exit-code)",
+            ],
+            Status::LockLost => &[
+                "the lock was lost while the command ran; the command",
+                "was terminated",
+            ],
             Status::Usage => &[
-                "usage error: bad option, name, duration or URL, missing `--`,",
-                "or one from a DLOCK_* variable;",
-                "or a nested run asks exclusively for a lock its own parent dlock",
-                "holds shared or with --limit",
+                "usage error: bad option, name, duration or URL, missing",
+                "`--`, or one from a DLOCK_* variable; or a nested run",
+                "asks exclusively for a lock its own parent dlock holds",
+                "shared or with --limit",
             ],
             Status::Unavailable => &[
-                "backend unavailable: server unreachable, authentication failed,",
-                "lock directory unusable",
+                "backend unavailable: server unreachable, authentication",
+                "failed, lock directory unusable",
             ],
             Status::Internal => &["internal error"],
             Status::NotExecutable => &["the command is not executable"],
@@ -113,7 +115,10 @@ impl Status {
 
 /// The exit-status table as `--help` and the man page show it.
 pub fn help_table() -> String {
-    const LABEL_WIDTH: usize = 22;
+    // "the command's own" and two spaces; with the meanings, every line fits 80 columns.
+    const LABEL_WIDTH: usize = 19;
+    // The widest line of the paragraph below, its leading newline counted.
+    const WIDTH: usize = 79;
     let mut text = String::from("Exit status:");
     for status in TABLE {
         let mut lines = status.meaning().iter();
@@ -126,7 +131,7 @@ pub fn help_table() -> String {
     // The other subcommands' statuses, filled to the width of the table's rows.
     let mut line = String::from("\n ");
     for word in subcommand_statuses().split(' ') {
-        if line.len() + 1 + word.len() > 2 + LABEL_WIDTH + 72 {
+        if line.len() + 1 + word.len() > WIDTH {
             text.push_str(&line);
             line = String::from("\n ");
         }
@@ -135,6 +140,17 @@ pub fn help_table() -> String {
     }
     text.push_str(&line);
     text
+}
+
+/// The statuses in one line, for `-h` (`--help` has the table).
+pub fn short_table() -> String {
+    format!(
+        "Exit status: the command's own, or {} busy, {} lost, {} usage, {} unavailable",
+        Status::BUSY_DEFAULT,
+        Status::LockLost.code(),
+        Status::Usage.code(),
+        Status::Unavailable.code(),
+    )
 }
 
 /// The table's rows for the man page: the status and its meaning as one paragraph (man fills it).
@@ -281,7 +297,7 @@ mod tests {
     fn every_row_of_the_help_table_shows_its_code() {
         let table = help_table();
         for status in TABLE {
-            let row = format!("\n  {:<22}{}", status.label(), status.meaning()[0]);
+            let row = format!("\n  {:<19}{}", status.label(), status.meaning()[0]);
             assert!(table.contains(&row), "{row}");
         }
         assert_eq!(Status::Signalled(9).code(), 137);

@@ -101,6 +101,14 @@ impl Reporter {
         }
     }
 
+    /// The line that ends a logged wait, for a log only: --verbose has its own "acquired" event,
+    /// and a terminal's status line just goes away.
+    pub fn progress_end(&self, msg: &str) {
+        if self.verbosity == Verbosity::Normal && !self.terminal {
+            say(&format!("dlock: {msg}"));
+        }
+    }
+
     /// `progress` for a callback that must be `Send` (see `notifier`).
     pub fn progress_logger(&self) -> std::sync::Arc<dyn Fn(&str) + Send + Sync> {
         let (verbosity, terminal) = (self.verbosity, self.terminal);

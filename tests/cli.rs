@@ -23,6 +23,7 @@ fn bad_input_exits_64_with_one_line_naming_the_problem() {
         (&["--backend", "etcd", "run", "n", "--", "true"], "etcd"),
         (&["run", "n", "true"], "missing `--`"),
         (&["run", "n"], "missing `--`"),
+        (&["run", "n", "--"], "missing the command to run after `--`"),
         (&["frobnicate"], "frobnicate"),
     ];
     let dir = LockDir::new();
@@ -174,6 +175,129 @@ fn long_help_ends_with_the_exit_statuses_and_the_man_page_not_a_backend_s_layout
         help[see..].trim_end().lines().count() <= 2,
         "--help ends with the pointer: {help}"
     );
+}
+
+/// Every help dlock prints, as its arguments.
+const HELPS: &[&[&str]] = &[
+    &["-h"],
+    &["--help"],
+    &["run", "-h"],
+    &["run", "--help"],
+    &["hold", "-h"],
+    &["hold", "--help"],
+    &["release", "--help"],
+    &["status", "--help"],
+    &["list", "--help"],
+];
+
+/// `text` without a terminal's colours and carriage returns.
+fn plain(text: &str) -> String {
+    let mut plain = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An SGR sequence: ESC [ ... m.
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else if c != '\r' {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+/// The widest line of `text` as a terminal shows it, in characters.
+fn widest(text: &str) -> usize {
+    plain(text)
+        .lines()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn help_fits_80_columns_piped_and_h_fits_a_screen() {
+    for args in HELPS {
+        for columns in [None, Some("80"), Some("200")] {
+            let mut cmd = dlock();
+            cmd.args(*args).env_remove("LINES");
+            match columns {
+                Some(c) => cmd.env("COLUMNS", c),
+                None => cmd.env_remove("COLUMNS"),
+            };
+            let out = output(cmd);
+            assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+            let help = stdout(&out);
+            assert!(
+                widest(&help) <= 80,
+                "{args:?} with COLUMNS={columns:?} is {} wide:\n{help}",
+                widest(&help)
+            );
+        }
+    }
+    for (args, most) in [
+        (&["-h"][..], 30),
+        (&["run", "-h"], 40),
+        (&["hold", "-h"], 40),
+    ] {
+        let out = output({
+            let mut cmd = dlock();
+            cmd.args(args);
+            cmd
+        });
+        let help = stdout(&out);
+        let lines = help.trim_end().lines().count();
+        assert!(lines <= most, "{args:?}: {lines} lines:\n{help}");
+        // The details are in --help, not in -h: no variables, no URL grammar.
+        assert!(!help.contains("[env:"), "{args:?}: {help}");
+        assert!(!help.contains("redis+sentinel://"), "{args:?}: {help}");
+    }
+    // The hand-laid exit-status table comes through clap's wrapping as laid: each row's meaning
+    // starts in the column after the label.
+    let help = stdout(&output({
+        let mut cmd = dlock();
+        cmd.args(["run", "--help"]).env("COLUMNS", "80");
+        cmd
+    }));
+    let table = &help[help.find("Exit status:").expect("the table")..];
+    assert!(
+        table.contains("\n  75                 the lock is busy"),
+        "{table}"
+    );
+    let rows = table
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with("  status:"));
+    for line in rows {
+        assert!(
+            line.len() > 21 && line[..21].ends_with(' ') && !line[21..].starts_with(' '),
+            "a row's line out of its column: {line:?}\n{table}"
+        );
+    }
+}
+
+#[test]
+fn help_on_a_terminal_is_at_most_80_columns_wide() {
+    for cols in [80, 200] {
+        for args in ["--help", "run --help", "-h", "run -h"] {
+            let mut child = on_a_terminal(&format!(
+                "unset COLUMNS LINES; stty cols {cols} rows 50; {} {args}",
+                dlock_bin()
+            ));
+            assert!(wait_exit(&mut child, std::time::Duration::from_secs(30)).success());
+            let mut help = String::new();
+            std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut help).unwrap();
+            assert!(plain(&help).contains("Usage: dlock"), "{args}: {help}");
+            assert!(
+                widest(&help) <= 80,
+                "{args} on a {cols}-column terminal is {} wide:\n{help}",
+                widest(&help)
+            );
+        }
+    }
 }
 
 #[test]

@@ -78,6 +78,10 @@ fn a_malformed_configuration_line_is_a_usage_error_naming_file_and_line() {
             "ttl = 5s\nttl = 6s\n",
             "line 2: ttl is already set on line 1",
         ),
+        (
+            "# x\nurl = \"/tmp\n",
+            "line 2: a quote the value does not close",
+        ),
     ] {
         std::fs::write(&config, text).unwrap();
         let mut cmd = with_config(&config);
@@ -190,4 +194,32 @@ fn dlock_url_lists_several_servers_separated_by_commas_or_spaces() {
         let port = format!(":{}", server.port());
         assert!(stdout(&out).contains(&port), "{}", stdout(&out));
     }
+    // The same list in one --url.
+    let out = output({
+        let mut cmd = dlock();
+        cmd.args(["-b", "redis", "-u", &list, "status", "x"]);
+        cmd
+    });
+    assert_eq!(code(&out), 1, "-u {list}: {}", stderr(&out));
+    for server in &servers {
+        let port = format!(":{}", server.port());
+        assert!(stdout(&out).contains(&port), "{}", stdout(&out));
+    }
+}
+
+#[test]
+fn a_quoted_value_in_the_configuration_file_is_the_value_inside_the_quotes() {
+    let scratch = LockDir::new();
+    let locks = scratch.file("locks");
+    std::fs::create_dir(&locks).unwrap();
+    let config = scratch.file("config");
+    std::fs::write(
+        &config,
+        format!("backend = 'file'\nurl = \"{}\"\n", locks.display()),
+    )
+    .unwrap();
+    assert_eq!(
+        location(with_config(&config)),
+        format!("{}/x.lock", locks.display())
+    );
 }

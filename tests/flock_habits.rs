@@ -73,6 +73,9 @@ fn plain_seconds_are_durations_as_flock_takes_them() {
     for (vars, args) in [
         (&[][..], &["-w", "0.3"][..]),
         (&[("DLOCK_WAIT", "0.3")][..], &[][..]),
+        // flock reads its number with strtod(3): an exponent and a `+` are seconds too.
+        (&[][..], &["-w", "3e-1"][..]),
+        (&[("DLOCK_WAIT", "+.3")][..], &[][..]),
     ] {
         let (out, took) = try_held(&dir, vars, args);
         assert_eq!(code(&out), 75, "{vars:?} {args:?}: {}", stderr(&out));
@@ -107,6 +110,10 @@ fn plain_seconds_are_durations_as_flock_takes_them() {
         (
             &[][..],
             &["--ttl", ".5", "--kill-after", "0", "-w", "1.5s"][..],
+        ),
+        (
+            &[][..],
+            &["--ttl", "3E1", "--kill-after", "+2", "-w", "1e3"][..],
         ),
         (
             &[
@@ -301,6 +308,25 @@ fn wait_or_not_on_the_command_line_beats_the_environment() {
     // A value the command line overrides is not even read.
     let (out, _) = try_held(&dir, &[("DLOCK_WAIT", "abc")], &["-w", "0.1"]);
     assert_eq!(code(&out), 75, "{}", stderr(&out));
+    // Nor one that -n overrides, nor a DLOCK_NO_WAIT that -w overrides, on run and hold alike.
+    let (out, _) = try_held(&dir, &[("DLOCK_WAIT", "abc")], &["-n"]);
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let (out, _) = try_held(&dir, &[("DLOCK_NO_WAIT", "abc")], &["-w", "0.1"]);
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    // (hold from a shell, its owner; busy, it holds nothing.)
+    let mut hold = std::process::Command::new("sh");
+    hold.arg("-c")
+        .arg(format!(
+            "'{}' --url '{}' hold -n n; exit $?",
+            dlock_bin(),
+            dir.path().display()
+        ))
+        .env("DLOCK_WAIT", "abc");
+    let out = output_within(hold, T);
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    // Not overridden, it is read, and refused.
+    let (out, _) = try_held(&dir, &[("DLOCK_WAIT", "abc")], &[]);
+    assert_usage_error(&out, "DLOCK_WAIT", "a bad DLOCK_WAIT");
     // DLOCK_NO_WAIT alone fails at once; -w on the command line waits anyway.
     let (out, took) = try_held(&dir, &[("DLOCK_NO_WAIT", "1")], &[]);
     assert_eq!(code(&out), 75, "{}", stderr(&out));

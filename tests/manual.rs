@@ -91,7 +91,10 @@ fn completions_hide_generate_and_offer_lock_names_and_commands() {
     ] {
         let text = &files[shell];
         assert!(!text.contains("generate"), "{shell} offers generate");
-        assert!(text.contains("dlock list"), "{shell}: lock names");
+        assert!(
+            text.contains("--connect-timeout 500ms list 2>/dev/null"),
+            "{shell}: lock names, asked for with a bound"
+        );
     }
     let zsh = &files["completions/_dlock"];
     assert!(
@@ -120,6 +123,11 @@ fn completions_hide_generate_and_offer_lock_names_and_commands() {
 /// What bash offers for `words` (the last is the word being completed), with the committed
 /// script and a `dlock` on PATH that lists the locks in `locks`.
 fn bash_offers(words: &[&str], locks: &LockDir) -> Vec<String> {
+    bash_offers_with(words, locks.path(), locks.path())
+}
+
+/// `bash_offers` with DLOCK_URL set to `url`, in the directory `cwd`.
+fn bash_offers_with(words: &[&str], url: &std::path::Path, cwd: &std::path::Path) -> Vec<String> {
     let script = format!(
         "source '{}/completions/dlock.bash'\n\
          COMP_WORDS=({})\nCOMP_CWORD={}\n\
@@ -145,12 +153,17 @@ fn bash_offers(words: &[&str], locks: &LockDir) -> Vec<String> {
             .arg(script)
             .env("PATH", path)
             .env("DLOCK_CONFIG", "")
-            .env("DLOCK_URL", locks.path())
-            .current_dir(locks.path());
+            .env("DLOCK_URL", url)
+            .current_dir(cwd);
         cmd
     });
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    stdout(&out).lines().map(str::to_owned).collect()
+    // printf prints one empty line for no candidates.
+    stdout(&out)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 #[test]
@@ -180,4 +193,48 @@ fn bash_completes_held_lock_names_commands_after_dashes_and_no_files_for_wait() 
 
     signal(holder.id(), libc::SIGTERM);
     wait_exit(&mut holder, std::time::Duration::from_secs(20));
+}
+
+#[test]
+fn bash_lock_names_honour_the_line_s_backend_keep_spaces_and_give_up_soon() {
+    let locks = LockDir::new();
+    let elsewhere = LockDir::new();
+    let mut holders = [
+        locks.hold_in_background("nightly-backup"),
+        locks.hold_in_background("with space"),
+    ];
+    // DLOCK_URL names another directory: the -u typed on the line wins.
+    let typed = locks.path().to_str().unwrap();
+    let offered = bash_offers_with(
+        &["dlock", "-u", typed, "status", "nigh"],
+        elsewhere.path(),
+        elsewhere.path(),
+    );
+    let spaced = bash_offers(&["dlock", "status", "wi"], &locks);
+    let without = bash_offers_with(
+        &["dlock", "status", "nigh"],
+        elsewhere.path(),
+        elsewhere.path(),
+    );
+    for holder in &mut holders {
+        signal(holder.id(), libc::SIGTERM);
+        wait_exit(holder, std::time::Duration::from_secs(20));
+    }
+    assert_eq!(offered, ["nightly-backup"]);
+    assert!(without.is_empty(), "{without:?}");
+    assert_eq!(spaced, ["with\\ space"], "one candidate, quoted");
+
+    // A server that takes the connection and never answers: the TAB gives up well before
+    // dlock's 5 s default connect timeout.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let started = std::time::Instant::now();
+    let offered = bash_offers_with(
+        &["dlock", "-b", "redis", "-u", &url, "status", "x"],
+        locks.path(),
+        locks.path(),
+    );
+    let took = started.elapsed();
+    assert!(offered.is_empty(), "{offered:?}");
+    assert!(took < std::time::Duration::from_millis(2500), "{took:?}");
 }

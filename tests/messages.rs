@@ -181,3 +181,135 @@ fn a_redis_refusal_reads_without_the_client_s_names_for_errors() {
         assert!(!err.contains(internal), "{err}");
     }
 }
+
+#[test]
+fn verbose_says_how_the_command_ended_in_words_and_status_sets_the_owner_apart() {
+    let dir = LockDir::new();
+    let out = output(dir.dlock(&["-v", "run", "m", "--", "sh", "-c", "exit 2"]));
+    assert_eq!(code(&out), 2);
+    let err = stderr(&out);
+    assert!(err.contains("command exited with status 2"), "{err}");
+    assert!(!err.contains("exit status:"), "std's wording: {err}");
+    let out = output(dir.dlock(&["-v", "run", "m", "--", "sh", "-c", "kill -9 $$"]));
+    assert_eq!(code(&out), 137);
+    let err = stderr(&out);
+    assert!(
+        err.contains("command was killed by signal SIGKILL"),
+        "{err}"
+    );
+
+    let mut holder = dir.hold_in_background("m");
+    let out = output(dir.dlock(&["status", "m"]));
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, Duration::from_secs(20));
+    assert_eq!(code(&out), 0);
+    let text = stdout(&out);
+    let line = text.lines().nth(1).expect("a holder line");
+    assert!(line.contains(", owner "), "owner glued on: {line}");
+}
+
+#[test]
+fn release_without_a_hold_points_to_force_only_where_someone_holds_the_lock() {
+    let dir = LockDir::new();
+    let out = output(dir.dlock(&["release", "free-one"]));
+    assert_eq!(code(&out), 1);
+    let err = stderr(&out);
+    assert!(err.contains("nobody holds it"), "{err}");
+    assert!(!err.contains("--force"), "--force for a free lock: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
+    let mut holder = dir.hold_in_background("taken");
+    let out = output(dir.dlock(&["release", "taken"]));
+    let status = output(dir.dlock(&["status", "taken"]));
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, Duration::from_secs(20));
+    assert_eq!(code(&out), 1);
+    assert_eq!(code(&status), 0, "release without --force broke the lock");
+    let err = stderr(&out);
+    assert!(err.contains("`dlock release --force taken`"), "{err}");
+    assert!(err.contains("held (exclusive by "), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn a_log_that_says_waiting_also_says_when_the_lock_came() {
+    let dir = LockDir::new();
+    // One name (waited for on dlock's own thread) and two, the second busy (on a helper thread).
+    for (held, names) in [("w1", &["w1"][..]), ("w3", &["w2", "w3"])] {
+        let mut holder = dir.hold_in_background(held);
+        let log = dir.file(&format!("{held}.log"));
+        let mut args = vec!["run"];
+        args.extend_from_slice(names);
+        args.extend_from_slice(&["--", "true"]);
+        let mut waiter = dir
+            .dlock(&args)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let read = || std::fs::read_to_string(&log).unwrap_or_default();
+        wait_until("the waiting line", Duration::from_secs(20), || {
+            read().contains("waiting for lock")
+        });
+        signal(holder.id(), libc::SIGTERM);
+        wait_exit(&mut holder, Duration::from_secs(20));
+        assert!(wait_exit(&mut waiter, Duration::from_secs(20)).success());
+        let text = read();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines.last().is_some_and(|l| {
+                l.starts_with(&format!("dlock: acquired lock \"{held}\" after waiting "))
+            }),
+            "{text}"
+        );
+        assert_eq!(lines.len(), 2, "{text}");
+    }
+}
+
+#[test]
+fn ctrl_c_while_waiting_on_a_terminal_erases_the_status_line() {
+    use std::io::{Read, Write};
+    let dir = LockDir::new();
+    let mut holder = dir.hold_in_background("cc");
+    let mut child = on_a_terminal(&format!(
+        "stty cols 100; '{}' --url '{}' run cc -- true; echo rc=$?",
+        dlock_bin(),
+        dir.path().display()
+    ));
+    let mut stdout = child.stdout.take().unwrap();
+    let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let screen = screen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                screen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let text = || String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
+    wait_until("the status line", Duration::from_secs(20), || {
+        text().contains("dlock: waiting 1s")
+    });
+    // Ctrl-C, as the terminal sends it to its foreground process group.
+    child.stdin.as_mut().unwrap().write_all(b"\x03").unwrap();
+    child.stdin.as_mut().unwrap().flush().unwrap();
+    wait_until("dlock to end", Duration::from_secs(20), || {
+        text().contains("rc=")
+    });
+    drop(child.stdin.take());
+    wait_exit(&mut child, Duration::from_secs(20));
+    reader.join().unwrap();
+    signal(holder.id(), libc::SIGTERM);
+    wait_exit(&mut holder, Duration::from_secs(20));
+    let screen = text();
+    assert!(screen.contains("rc=130"), "{screen:?}");
+    // After the last status line drawn: the line erased, then nothing but the shell's line.
+    let last = screen.rfind("dlock: waiting").unwrap();
+    let after = &screen[last..];
+    let erased = after.find("\r\x1b[K").expect("the line erased");
+    assert!(after[erased..].contains("rc=130"), "{screen:?}");
+    assert!(!after[erased..].contains("waiting"), "{screen:?}");
+}

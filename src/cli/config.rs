@@ -155,6 +155,12 @@ fn parse(path: &Path, text: &str) -> Result<Vec<Entry>, String> {
         if value.chars().any(char::is_control) {
             return Err(format!("{}: the value has a control character", at()));
         }
+        let value = unquoted(value).ok_or_else(|| {
+            format!(
+                "{}: a quote the value does not close (write `key = value`, quotes optional)",
+                at()
+            )
+        })?;
         match entries.iter_mut().find(|e| e.key == key) {
             Some(earlier) if key == "url" => {
                 earlier.value = format!("{} {value}", earlier.value);
@@ -174,6 +180,19 @@ fn parse(path: &Path, text: &str) -> Result<Vec<Entry>, String> {
         }
     }
     Ok(entries)
+}
+
+/// `value` without the one pair of quotes around it, as a shell or an INI file would write it
+/// (`url = "redis://a:6379"`); `None` when a quote at one end has no partner at the other.
+fn unquoted(value: &str) -> Option<&str> {
+    for quote in ['"', '\''] {
+        let (opens, closes) = (value.starts_with(quote), value.ends_with(quote));
+        if opens || closes {
+            let paired = opens && closes && value.len() >= 2;
+            return paired.then(|| &value[1..value.len() - 1]);
+        }
+    }
+    Some(value)
 }
 
 /// A relative `password-file` is the file's neighbour, not a file in whatever directory dlock runs
@@ -252,6 +271,23 @@ mod tests {
                 ("url".into(), "redis://a:6379 redis://b:6379".into())
             ]
         );
+    }
+
+    #[test]
+    fn quotes_around_a_value_are_not_part_of_it() {
+        let text = "url = \"redis://a:6379\"\nbackend = 'redis'\nmessage = say \"hi\" there\n";
+        assert_eq!(
+            parsed(text).unwrap(),
+            vec![
+                ("url".into(), "redis://a:6379".into()),
+                ("backend".into(), "redis".into()),
+                ("message".into(), "say \"hi\" there".into()),
+            ]
+        );
+        for text in ["url = \"redis://a:6379\n", "ttl = 5s'\n", "ttl = \"\n"] {
+            let err = parsed(text).unwrap_err();
+            assert!(err.contains("line 1: a quote"), "{text:?}: {err}");
+        }
     }
 
     #[test]

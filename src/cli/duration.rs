@@ -1,6 +1,7 @@
 //! Durations as the command line and the environment give them: plain seconds, as flock(1) takes
-//! them (`120`, `0.5`, `.007`), or humantime's units (`500ms`, `1.5s`, `5m`, `1h 30m`); each option
-//! refuses, naming its limit, what it cannot use (negative, not a number, too long).
+//! them (`120`, `0.5`, `.007`, `1e3`, `+5`), or humantime's units (`500ms`, `1.5s`, `5m`,
+//! `1h 30m`); each option refuses, naming its limit, what it cannot use (negative, not a number,
+//! too long).
 
 use std::time::Duration;
 
@@ -73,7 +74,9 @@ fn read(text: &str) -> Result<Option<Duration>, String> {
     if ["nan", "inf", "infinity"].contains(&word.as_str()) {
         return Err(format!("not a number ({FORMS})"));
     }
-    if let Some(seconds) = plain_seconds(text) {
+    // flock(1) reads its number with strtod(3): `+5` and `1e3` are seconds there too.
+    let unsigned = text.strip_prefix('+').unwrap_or(text);
+    if let Some(seconds) = plain_seconds(unsigned).or_else(|| exponent_seconds(unsigned)) {
         return Ok(seconds);
     }
     match humantime::parse_duration(text) {
@@ -109,9 +112,41 @@ fn plain_seconds(text: &str) -> Option<Option<Duration>> {
     Some(Some(Duration::new(secs, nanos)))
 }
 
+/// Whether `text` is seconds with a decimal exponent (`1e3`, `2.5E-1`), as flock(1)'s strtod(3)
+/// reads them, and if so how long that is; `Some(None)` when more than a `Duration` holds.
+fn exponent_seconds(text: &str) -> Option<Option<Duration>> {
+    let (mantissa, exponent) = text.split_once(['e', 'E'])?;
+    plain_seconds(mantissa)?;
+    let digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let seconds: f64 = text.parse().ok()?;
+    Some(Duration::try_from_secs_f64(seconds).ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exponents_and_a_plus_read_as_flock_reads_them() {
+        for (text, want) in [
+            ("1e3", Duration::from_secs(1000)),
+            ("1E3", Duration::from_secs(1000)),
+            ("2.5e-1", Duration::from_millis(250)),
+            (".5e+1", Duration::from_secs(5)),
+            ("+5", Duration::from_secs(5)),
+            ("+.5", Duration::from_millis(500)),
+        ] {
+            assert_eq!(parse_duration(text), Ok(want), "{text}");
+        }
+        for text in ["1e", "e3", "1e+", "1e3.5", "1ee3", "++5", "1e3s"] {
+            assert!(parse_duration(text).is_err(), "{text}");
+        }
+        assert!(parse_duration("1e8").unwrap_err().contains("too long"));
+        assert!(parse_duration("1e999").unwrap_err().contains("too long"));
+    }
 
     #[test]
     fn plain_seconds_read_as_flock_reads_them() {
@@ -141,7 +176,7 @@ mod tests {
             ("inf", "not a number"),
             ("", "empty"),
             (".", "expected number"),
-            ("1e3", "unknown time unit"),
+            ("1e3x", "unknown time unit"),
             ("31557601", "at most 1 year"),
             ("2y", "at most 1 year"),
             ("18446744073709551616", "at most 1 year"),

@@ -2,7 +2,7 @@
 //! beats the environment, and the environment the configuration file, also where the two
 //! contradict each other (`-n` against DLOCK_WAIT, `--url DIR` against DLOCK_BACKEND=redis), as a
 //! fleet-wide default must not break a command that says otherwise; several servers in one
-//! DLOCK_URL; the password file; and `-c` is one whole shell command, as flock(1) has it.
+//! DLOCK_URL or --url; the password file; and `-c` is one whole shell command, as flock(1) has it.
 
 use clap::parser::ValueSource::{CommandLine, DefaultValue, EnvVariable};
 use std::time::Duration;
@@ -15,14 +15,14 @@ use crate::backend::BackendKind;
 
 /// Settles `cli`, which clap parsed into `matches`; or the one line saying what is wrong.
 pub fn resolve(cli: &mut Cli, matches: &ArgMatches, config: &Config) -> Result<(), String> {
-    if matches.value_source("urls") == Some(EnvVariable) {
-        cli.global.urls = cli
-            .global
-            .urls
-            .iter()
-            .flat_map(|u| urls::split(u))
-            .collect();
-    }
+    // Several servers in one value, from DLOCK_URL or from `-u 'redis://a:1,redis://b:2'` alike
+    // (the file's are split as it is read).
+    cli.global.urls = cli
+        .global
+        .urls
+        .iter()
+        .flat_map(|u| urls::split(u))
+        .collect();
     backend_and_url(&mut cli.global, matches, config);
     super::place::settle(&mut cli.global, matches);
     password(&mut cli.global)?;

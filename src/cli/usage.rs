@@ -11,6 +11,20 @@ use super::config::{self, Config};
 /// The line for an error clap returned from parsing `args` (with the environment and the
 /// configuration file's values).
 pub fn explain(error: &clap::Error, args: &[OsString], config: &Config) -> String {
+    let line = explain_parse(error, args, config);
+    // `dlock run NAME --` has its `--`: only the command after it is missing.
+    match line.strip_prefix(MISSING_COMMAND) {
+        Some(rest) if args.iter().any(|arg| arg == "--") => {
+            format!("missing the command to run after `--`{rest}")
+        }
+        _ => line,
+    }
+}
+
+/// How the line for a `run` without its command starts.
+const MISSING_COMMAND: &str = "missing `--` and the command to run";
+
+fn explain_parse(error: &clap::Error, args: &[OsString], config: &Config) -> String {
     match without_environment().try_get_matches_from(args) {
         // The command line alone is wrong: say so as clap does, with `run` if it is missing.
         Err(typed) => forgotten_run(&typed, args).unwrap_or_else(|| one_line(&typed)),
@@ -26,9 +40,10 @@ pub fn one_line(e: &clap::Error) -> String {
     let body = body.strip_prefix("error: ").unwrap_or(body);
     let folded = body.split_whitespace().collect::<Vec<_>>().join(" ");
     if e.kind() == ErrorKind::MissingRequiredArgument && folded.contains("<COMMAND>") {
-        return "missing `--` and the command to run: dlock run NAME -- COMMAND [ARGS...], or \
-                dlock run NAME -c 'SHELL COMMAND'"
-            .into();
+        return format!(
+            "{MISSING_COMMAND}: dlock run NAME -- COMMAND [ARGS...], or dlock run NAME -c \
+             'SHELL COMMAND'"
+        );
     }
     match suggestion(e) {
         Some(similar) => format!("{folded}; did you mean {similar}?"),

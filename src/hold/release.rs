@@ -106,11 +106,31 @@ pub fn release(
         }
         // Refused: not this shell's after all (a process reused an ancestor's pid and start).
     }
-    report.error(&format!(
-        "this shell holds no lock {:?} from dlock hold; to break it for whoever holds it, say \
-         `dlock release --force {}`",
-        name.as_str(),
-        name.as_str()
-    ));
+    report.error(&no_hold(name, &holders(name, backend)));
     Ok(Status::Free)
+}
+
+/// What the backend says of who holds `name`: `Some(holders)` (none when free), or `None` when it
+/// could not be asked (then the line says nothing of others).
+fn holders(name: &LockName, backend: &BackendConfig) -> Option<Vec<String>> {
+    let status = crate::backend::open(backend).ok()?.status(name).ok()?;
+    Some(status.holders.iter().map(|h| h.describe()).collect())
+}
+
+/// The line for a `release` with no hold of this shell's: `--force` is pointed to only where
+/// someone else holds the lock (for a free lock it would release nothing).
+fn no_hold(name: &LockName, holders: &Option<Vec<String>>) -> String {
+    let line = format!(
+        "this shell holds no lock {:?} from dlock hold",
+        name.as_str()
+    );
+    match holders {
+        Some(holders) if holders.is_empty() => format!("{line}, and nobody holds it"),
+        Some(holders) => format!(
+            "{line}; it is held ({}): to break it for whoever holds it, say `dlock release --force {}`",
+            holders.join("; "),
+            name.as_str()
+        ),
+        None => line,
+    }
 }

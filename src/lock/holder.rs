@@ -452,7 +452,7 @@ mod tests {
         ) {
             let record = raw.unwrap_or_else(|| format!("{mode} {token} {since} {pid} {host}"));
             let h = Holder::from_record(&owner, &record);
-            let text = format!("{} owner {}", h.describe(), h.owner);
+            let text = format!("{}, owner {}", h.describe(), h.owner);
             proptest::prop_assert!(!text.chars().any(|c| c.is_control()), "{:?}", text);
             let json = serde_json::to_string_pretty(&h).expect("a holder always serialises");
             let back: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");

@@ -122,6 +122,7 @@ pub(super) fn wait_here(
     })
     .stopping(plan.wait.map(|w| Instant::now() + w), {
         let caught = caught.clone();
+        let progress = progress.clone();
         move || {
             // Asked at least every CANCEL_CHECK while waiting: the CI log's steady lines too.
             if let Some(line) = crate::sync::lock(&progress).tick() {
@@ -137,6 +138,9 @@ pub(super) fn wait_here(
         }
     });
     if let Some(lease) = backend.acquire(request, &waiting)? {
+        if let Some(line) = crate::sync::lock(&progress).acquired() {
+            report.progress_end(&line);
+        }
         return Ok(Acquisition::Held(vec![Held::new(request, lease)]));
     }
     let signal = caught.load(Ordering::SeqCst);
@@ -221,6 +225,9 @@ pub(super) fn wait_on_helper(
                 Event::Took(h) => held.push(h),
                 Event::Done(done) => {
                     report.clear_status();
+                    if let (Ok(true), Some(line)) = (&done, progress.acquired()) {
+                        report.progress_end(&line);
+                    }
                     let _ = acquirer.join();
                     return match done {
                         Ok(true) => Ok(Acquisition::Held(held)),

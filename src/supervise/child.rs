@@ -113,7 +113,7 @@ pub(super) fn supervise(
     // A normal end leaves what the command started in the background alone, as flock(1) does.
     guard::disarm();
     let status = job.reap();
-    report.event(&format!("command exited: {status}"));
+    report.event(&exited(status));
     let lost_by_the_end = release_all(held, report);
     if lost.is_some() {
         return Ok(Status::LockLost);
@@ -167,5 +167,19 @@ fn exit_code_of(status: ExitStatus) -> Status {
         (Some(code), _) => Status::Command(u8::try_from(code).unwrap_or(u8::MAX)),
         (None, Some(n)) => Status::Signalled(n),
         (None, None) => Status::Internal,
+    }
+}
+
+/// The `-v` line for how the command ended: `command exited with status 2`, or `command was
+/// killed by signal SIGKILL` (not std's `exit status: 2`).
+fn exited(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("command exited with status {code}"),
+        (None, Some(n)) => format!(
+            "command was killed by signal {}",
+            crate::text::signal_name(n)
+        ),
+        (None, None) => format!("command ended: {status}"),
     }
 }

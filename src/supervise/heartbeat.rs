@@ -106,11 +106,18 @@ pub(crate) fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), Stri
                 // what is left of the lease is shorter than that).
                 if !h.warned && (since.elapsed() >= h.renew_every || holds_for <= h.renew_every) {
                     h.warned = true;
+                    // "failing for" only once it says something ("for <1ms" read as part of
+                    // the renewal, not as how long it has been failing).
+                    let failing = since.elapsed();
+                    let failing = if failing >= Duration::from_secs(1) {
+                        format!(" (failing for {})", crate::text::duration(failing))
+                    } else {
+                        String::new()
+                    };
                     report.notice(&format!(
-                        "cannot renew lock {:?} for {}: {why}; the lease holds for {holds} more, \
-                         then the command is terminated",
+                        "cannot renew lock {:?}{failing}: {why}; the lease holds for {holds} \
+                         more, then the command is terminated",
                         h.name.as_str(),
-                        crate::text::duration(since.elapsed())
                     ));
                 }
                 h.due = Instant::now() + next;

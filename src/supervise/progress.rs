@@ -61,6 +61,17 @@ impl Progress {
         ))
     }
 
+    /// The line that ends a wait that was logged: a log that said "waiting" says how it ended.
+    /// `None` when the lock was free at once (nothing was said).
+    pub(super) fn acquired(&self) -> Option<String> {
+        self.next_line?;
+        Some(format!(
+            "acquired lock {:?} after waiting {}",
+            self.name.as_str(),
+            crate::text::duration(self.started.elapsed())
+        ))
+    }
+
     /// How many wait in line before this one, as the backend said.
     pub(super) fn in_line(&mut self, ahead: usize) {
         self.ahead = Some(ahead);

@@ -31,6 +31,12 @@ fn busy_before(t: &Target, name: &str, started: Instant) {
         "{name} kept by --min-hold: {}",
         stderr(&out)
     );
+    // The busy line says why: the holder's command may be long gone.
+    assert!(
+        stderr(&out).contains(&format!("by --min-hold {D_TEXT}; its command ended")),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// Runs `run ARGS -- sh -c 'echo $DLOCK_TOKEN; exit 3'`: exits 3 with the command at once.

@@ -117,7 +117,7 @@ pub fn verbose_reports_waiting_acquired_renewed_and_exited_with_timestamps(t: &T
         "acquired \"n\" after",
         token,
         "renewed \"n\"",
-        "command exited: exit status: 3",
+        "command exited with status 3",
         "released \"n\"",
     ] {
         assert!(err.contains(needle), "{needle:?} missing from {err}");

@@ -354,3 +354,18 @@ fn a_quiet_waiter_never_reads_who_holds_the_lock() {
         "reads of the quiet and the loud waiter: {reads:?}"
     );
 }
+
+#[test]
+fn etcd_pointed_at_a_redis_port_says_it_is_not_etcd_there() {
+    let redis = crate::support::redis_server::RedisServer::start();
+    let url = format!("etcd://127.0.0.1:{}", redis.port());
+    let out = output_within(
+        at(&url, &["run", "x", "--", "true"]),
+        Duration::from_secs(30),
+    );
+    let err = stderr(&out);
+    assert_eq!(code(&out), 69, "{err}");
+    assert!(err.contains("does not answer as etcd does"), "{err}");
+    assert!(!err.contains("h2") && !err.contains("http2 error"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}

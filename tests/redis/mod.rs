@@ -249,3 +249,32 @@ fn names_with_braces_and_spaces_stay_inside_one_hash_tag() {
     assert_eq!(stdout(&out).trim(), name);
     assert_eq!(server.keys(), ["dlock:{a%7Db%7Bc%20d%2A}:token"]);
 }
+
+#[test]
+fn the_busy_line_says_what_min_hold_keeps_on_one_server_and_on_redlock() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let one = [servers[0].url()];
+    let three: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    for urls in [&one[..], &three[..]] {
+        let out = output(dlock_at(
+            urls,
+            &["run", "--min-hold", "1h", "mh", "--", "true"],
+        ));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let busy = output(dlock_at(urls, &["run", "-n", "mh", "--", "true"]));
+        let broken = output(dlock_at(urls, &["release", "--force", "mh"]));
+        assert_eq!(code(&busy), 75, "{}", stderr(&busy));
+        assert!(
+            stderr(&busy).contains("kept until ")
+                && stderr(&busy).contains("by --min-hold 1h; its command ended"),
+            "{urls:?}: {}",
+            stderr(&busy)
+        );
+        assert_eq!(code(&broken), 0, "{}", stderr(&broken));
+        assert!(
+            stdout(&broken).contains("by --min-hold 1h"),
+            "release --force names what it ended: {}",
+            stdout(&broken)
+        );
+    }
+}

@@ -69,8 +69,16 @@ impl Connection {
                 .fail_with(Failure::BackendUnavailable)
             }
             Some(Err(fault)) => {
-                return Err(anyhow!("cannot use etcd at {hosts}: {fault}"))
-                    .fail_with(Failure::BackendUnavailable)
+                let mut why = fault.to_string();
+                // The HTTP/2 layer's words for a peer that is not an HTTP/2 server at all (a Redis
+                // or PostgreSQL port, say): say that instead.
+                if why.contains("h2 protocol error") || why.contains("http2 error") {
+                    why = "it does not answer as etcd does (gRPC over HTTP/2): is another kind of \
+                           server listening there?"
+                        .into();
+                }
+                return Err(anyhow!("cannot use etcd at {hosts}: {why}"))
+                    .fail_with(Failure::BackendUnavailable);
             }
         };
         Ok(Connection {

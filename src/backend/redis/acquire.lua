@@ -1,8 +1,9 @@
 -- Take the lock, or report it busy (and, when waiting, keep a place in the queue).
 -- ARGV: owner, mode, ttl ms, wait (1: queue when busy), ticket ('' the first time), pid, host,
 -- min-hold ms (0: none).
--- Returns {1, token} when held, or {0, ticket, retry ms, counter, owner, record, ...} when busy
--- (counter: the last token this server handed out, which Redlock's next token must exceed).
+-- Returns {1, token} when held, or {0, ticket, retry ms, counter, ahead, owner, record, kept, ...}
+-- when busy (counter: the last token this server handed out, which Redlock's next token must exceed;
+-- kept: what --min-hold keeps, see live_holders).
 local owner, mode, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local waits, ticket, pid, host = ARGV[4] == '1', ARGV[5], ARGV[6], ARGV[7]
 local hold = tonumber(ARGV[8]) or 0

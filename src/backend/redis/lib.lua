@@ -116,16 +116,19 @@ local function keep(key, ms)
   end
 end
 
--- Live holders as a flat list: owner, record, owner, record...
+-- Live holders as a flat list: owner, record, kept, owner, record, kept... (kept: what --min-hold
+-- keeps, "UNTIL HOLD[ ended]", '' for none, so that a busy line can say why the lock is taken).
 local function live_holders(now)
   local owners = redis.call('ZRANGEBYSCORE', HOLDERS, '(' .. now, '+inf')
   local out = {}
   if #owners > 0 then
     local records = redis.call('HMGET', OWNERS, unpack(owners))
+    local kept = redis.call('HMGET', KEPT, unpack(owners))
     for i, owner in ipairs(owners) do
       out[#out + 1] = owner
       -- Shown as unreadable, and counted as exclusive.
       out[#out + 1] = records[i] or '(no record)'
+      out[#out + 1] = kept[i] or ''
     end
   end
   return out

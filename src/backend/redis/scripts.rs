@@ -467,7 +467,7 @@ pub(super) fn text_of(value: &Value) -> Option<String> {
     }
 }
 
-/// `[owner, record, owner, record, ...]` into holders. Any client of the server can write the
+/// `[owner, record, kept, owner, record, kept, ...]` into holders. Any client of the server can write the
 /// records: one that does not parse is still a holder (the scripts count it as one), shown as
 /// unreadable.
 fn parse_holders(value: &Value) -> Vec<Holder> {
@@ -475,7 +475,14 @@ fn parse_holders(value: &Value) -> Vec<Holder> {
         return Vec::new();
     };
     items
-        .chunks_exact(2)
-        .map(|pair| Holder::from_record(&lossy(&pair[0]), &lossy(&pair[1])))
+        .chunks_exact(3)
+        .map(|h| {
+            let mut holder = Holder::from_record(&lossy(&h[0]), &lossy(&h[1]));
+            if let Some((until, kept)) = read_kept(&lossy(&h[2])) {
+                holder.kept_until = Some(until);
+                holder.kept = Some(kept);
+            }
+            holder
+        })
         .collect()
 }

@@ -196,6 +196,12 @@ impl Acquisition {
     /// Who owns the lock by `listing`, as their nodes say.
     pub(super) async fn holders(&self, listing: &[String]) -> anyhow::Result<Vec<Holder>> {
         let owners = holders(&self.session, &self.dir, Some((listing, self.limit))).await?;
-        Ok(owners.into_iter().map(|(_, holder)| holder).collect())
+        // Our own node is first in line behind a kept node (which the queue's order does not
+        // count): it is not who holds the lock.
+        Ok(owners
+            .into_iter()
+            .filter(|(name, _)| !name.starts_with(&self.protection))
+            .map(|(_, holder)| holder)
+            .collect())
     }
 }
