@@ -4,7 +4,8 @@
 //! taking the `Target` it runs on, and names the behaviour it checks.
 //!
 //! The backends are listed once, in `contract!` below: the file backend in a directory of its own,
-//! Redis on one server, Redlock on three, ZooKeeper on one. The servers are the suite's, shared by
+//! Redis on one server, Redlock on three, Sentinel, a Redis Cluster, ZooKeeper, PostgreSQL, etcd
+//! and MySQL on one each. The servers are the suite's, shared by
 //! the whole test run, each target in a namespace of its own (see `support::suite_servers`).
 //! Adding a backend is one line there, its name and how to make its `Target`; every scenario then
 //! runs on it as `contract::BACKEND::AREA::SCENARIO` (`cargo test contract::zk::` runs one
@@ -136,10 +137,10 @@ contract! {
         redis => Target::suite_redis(),
         redlock => Target::suite_redlock(),
         sentinel => Target::suite_sentinel(),
-        cluster => Target::redis_cluster(),
+        cluster => Target::suite_cluster(),
         zk => Target::suite_zk(),
         postgres => Target::suite_postgres(),
-        etcd => Target::etcd_backend(),
+        etcd => Target::suite_etcd(),
         mysql => Target::suite_mysql(),
     }
     once: {
