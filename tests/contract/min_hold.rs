@@ -270,6 +270,33 @@ pub fn a_callers_wrong_clock_cannot_shorten_it(t: &Target) {
     );
 }
 
+/// Why the file backend is exempt from the scenario above, checked rather than assumed: it has
+/// no server, so the host's clock judges, and a holder an hour behind writes an end that has
+/// passed already. Should the file backend ever judge otherwise, this fails and the row of the
+/// table of unsupported scenarios goes.
+pub fn a_callers_wrong_clock_does_shorten_it_on_the_file_backend(t: &Target) {
+    assert!(
+        crate::support::build::is_dynamic(std::path::Path::new(&dlock_bin())),
+        "{} is static: faketime cannot shift its clock",
+        dlock_bin()
+    );
+    let mut behind = Command::new("faketime");
+    behind
+        .args(["-f", "-1h", dlock_bin()])
+        .args(&t.args)
+        .args(["run", "--min-hold", "60s", "mh/g", "--", "true"])
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    let out = output(behind);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = output(t.dlock(&["run", "-n", "mh/g", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        0,
+        "the file backend kept a min-hold its holder's clock had ended: {}",
+        stderr(&out)
+    );
+}
+
 /// A caller whose clocks all run twenty times fast, the monotonic clock included: by them the
 /// min-hold has run out when the holder releases, and at once for a checker and a waiter. The
 /// store's clock alone judges, so none of them shortens it (nor deletes what keeps it for
