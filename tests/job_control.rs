@@ -91,8 +91,14 @@ impl Shell {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Types `jobs` and waits until it lists the job as stopped.
+    /// Waits until the shell has the terminal back, then types `jobs` and waits until it lists
+    /// the job as stopped.
     fn wait_stopped(&self, dir: &LockDir) {
+        // Typed before the shell has the terminal back, the line goes to the job's terminal
+        // settings and loses characters: wait for bash's own report of the stop first.
+        wait_until("the shell to report the job stopped", T, || {
+            self.screen().contains("Stopped")
+        });
         let jobs = dir.file("jobs");
         let _ = std::fs::remove_file(&jobs);
         self.type_line(&format!("jobs > {}", jobs.display()));

@@ -380,7 +380,7 @@ pub fn a_command_longer_than_the_min_hold_keeps_the_lock_to_its_end_then_frees_i
     let started = Instant::now();
     let holder = super::Holding::start(t, &["--min-hold", "1", "--ttl", "1s", "mh/i"]);
     // Past the min-hold (and any store's rounding of it up to whole seconds): only the running
-    // command holds the lock now.
+    // command holds the lock now. A fixed wait, as the time passing is the scenario's point.
     std::thread::sleep(
         (started + Duration::from_secs(3)).saturating_duration_since(Instant::now()),
     );
@@ -410,6 +410,8 @@ pub fn a_holder_that_dies_keeps_the_lock_until_the_min_hold_ends(t: &Target) {
     let token = holder.token();
     signal(holder.dlock.id(), libc::SIGKILL);
     wait_exit(&mut holder.dlock, T);
+    // Past the dead holder's lease, within the min-hold: a fixed wait, as the time passing is the
+    // scenario's point.
     std::thread::sleep(
         (started + Duration::from_secs(4)).saturating_duration_since(Instant::now()),
     );

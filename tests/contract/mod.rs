@@ -5,8 +5,8 @@
 //!
 //! The backends are listed once, in `contract!` below: the file backend in a directory of its own,
 //! Redis on one server, Redlock on three, Sentinel, a Redis Cluster, ZooKeeper, PostgreSQL, etcd
-//! and MySQL on one each. The servers are the suite's, shared by
-//! the whole test run, each target in a namespace of its own (see `support::suite_servers`).
+//! and MySQL. The servers are the suite's, shared by the whole test run, each target in a
+//! namespace of its own (see `support::suite_servers`).
 //! Adding a backend is one line there, its name and how to make its `Target`; every scenario then
 //! runs on it as `contract::BACKEND::AREA::SCENARIO` (`cargo test contract::zk::` runs one
 //! backend, `cargo test one_wait_budget` one scenario on all). Adding a scenario is a `pub fn` in
