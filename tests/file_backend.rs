@@ -17,44 +17,39 @@ fn flock_and_dlock_exclude_each_other() {
     let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     let path = json["location"].as_str().unwrap().to_owned();
 
-    let marker = dir.file("flock-in");
+    // Each holder's command says it is in, then waits (half a minute at most) for its go file:
+    // ended that way, no process of it keeps the lock file open after the test.
+    let holding = |name: &str| {
+        format!(
+            "touch '{in_}'; i=0; while [ ! -e '{go}' ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
+            in_ = dir.file(&format!("{name}-in")).display(),
+            go = dir.file(&format!("{name}-go")).display()
+        )
+    };
     let mut flock = std::process::Command::new("flock")
-        .args([
-            &path,
-            "sh",
-            "-c",
-            &format!("touch {}; sleep 30", marker.display()),
-        ])
+        .args([&path, "sh", "-c", &holding("flock")])
         .spawn()
         .unwrap();
-    wait_for_file(&marker, T);
+    wait_for_file(&dir.file("flock-in"), T);
     let out = output(dir.dlock(&["run", "-n", "interop", "--", "true"]));
     assert_eq!(code(&out), 75, "flock(1) holds it");
     let status = output(dir.dlock(&["status", "interop"]));
     assert_eq!(code(&status), 0, "status sees the flock(1) holder");
-    signal(flock.id(), libc::SIGKILL);
-    wait_exit(&mut flock, T);
+    std::fs::write(dir.file("flock-go"), "").unwrap();
+    assert!(wait_exit(&mut flock, T).success());
 
-    let marker = dir.file("dlock-in");
     let mut holder = dir
-        .dlock(&[
-            "run",
-            "interop",
-            "--",
-            "sh",
-            "-c",
-            &format!("touch {}; sleep 30", marker.display()),
-        ])
+        .dlock(&["run", "-n", "interop", "--", "sh", "-c", &holding("dlock")])
         .spawn()
         .unwrap();
-    wait_for_file(&marker, T);
+    wait_for_file(&dir.file("dlock-in"), T);
     let out = std::process::Command::new("flock")
         .args(["-n", &path, "true"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "dlock holds it");
-    signal(holder.id(), libc::SIGTERM);
-    wait_exit(&mut holder, T);
+    std::fs::write(dir.file("dlock-go"), "").unwrap();
+    assert!(wait_exit(&mut holder, T).success());
 }
 
 #[test]

@@ -4,13 +4,17 @@
 //! taking the `Target` it runs on, and names the behaviour it checks.
 //!
 //! The backends are listed once, in `contract!` below: the file backend in a directory of its own,
-//! Redis on one server, Redlock on three, ZooKeeper on one. The servers are the suite's, shared by
-//! the whole test run, each target in a namespace of its own (see `support::suite_servers`).
+//! Redis on one server, Redlock on three, Sentinel, a Redis Cluster, ZooKeeper, PostgreSQL, etcd
+//! and MySQL. The servers are the suite's, shared by the whole test run, each target in a
+//! namespace of its own (see `support::suite_servers`).
 //! Adding a backend is one line there, its name and how to make its `Target`; every scenario then
 //! runs on it as `contract::BACKEND::AREA::SCENARIO` (`cargo test contract::zk::` runs one
 //! backend, `cargo test one_wait_budget` one scenario on all). Adding a scenario is a `pub fn` in
-//! its area's file and its name in the list below. A scenario that fails on a backend for a reason
-//! the tests cannot fix is listed in `scenario_test!`, with the reason, and ignored there only.
+//! its area's file and its name in the list below. A scenario that a backend cannot support is a
+//! row of the table in `scenario_test!`, with the reason, and has no test on that backend; no
+//! scenario returns early on a backend. A scenario dlock refuses while reading its command line,
+//! before it reaches any backend, is listed under `once` and runs a single time
+//! (`contract::once::AREA::SCENARIO`).
 //!
 //! What tests one backend's own mechanism (Redis keys, ZooKeeper nodes, flock(1), a server that is
 //! stopped or restarted) stays in that backend's file. The fault checker (`faults/`) has a
@@ -44,10 +48,12 @@ use crate::support::*;
 pub const T: Duration = Duration::from_secs(120);
 
 /// For each backend, a module of tests, one per scenario of every area:
-/// `backend => how to make its Target`.
+/// `backend => how to make its Target`; and `once`, the scenarios that never reach a backend's
+/// server, run a single time on the file backend.
 macro_rules! contract {
     (
         backends: { $($backend:ident => $target:expr,)* }
+        once: $once:tt
         scenarios: $scenarios:tt
     ) => {
         $(
@@ -61,6 +67,18 @@ macro_rules! contract {
                 scenario_tests!($backend, $scenarios);
             }
         )*
+
+        /// The scenarios refused while dlock reads its command line, before any backend is
+        /// chosen: running them on each backend would test the same code nine times.
+        mod once {
+            use crate::support::target::Target;
+
+            fn target() -> Target {
+                Target::file_backend()
+            }
+
+            scenario_tests!(once, $once);
+        }
     };
 }
 
@@ -76,13 +94,46 @@ macro_rules! scenario_tests {
 }
 
 /// The test of one scenario on one backend, calling `contract::AREA::SCENARIO` with the backend's
-/// target. Every scenario runs on every backend: a backend that fails one is fixed, not excused.
+/// target. Every scenario runs on every backend, except those in the table below: a backend that
+/// fails a scenario is fixed, not excused, and a scenario never returns early on a backend.
+///
+/// The table of what a backend cannot support, one arm a (backend, area, scenario), each with
+/// its reason: no test is generated for it, so none passes without testing anything; where it is
+/// cheap, a test that the backend really cannot takes its place. The arm names the scenario's
+/// function, so renaming a scenario without its row fails to compile.
 macro_rules! scenario_test {
+    (file, min_hold, a_callers_wrong_clock_cannot_shorten_it) => {
+        unsupported!(
+            min_hold::a_callers_wrong_clock_cannot_shorten_it,
+            "the file backend has no server: the host's clock judges a min-hold, by design"
+        );
+        // That it really cannot: a wrong clock does shorten a min-hold there.
+        scenario_test!(
+            file,
+            min_hold,
+            a_callers_wrong_clock_does_shorten_it_on_the_file_backend
+        );
+    };
+    (file, min_hold, a_callers_fast_clock_cannot_shorten_it) => {
+        unsupported!(
+            min_hold::a_callers_fast_clock_cannot_shorten_it,
+            "the file backend has no server: the host's clock judges a min-hold, by design"
+        );
+    };
     ($backend:ident, $area:ident, $scenario:ident) => {
         #[test]
         fn $scenario() {
             crate::contract::$area::$scenario(&super::target());
         }
+    };
+}
+
+/// A row of the table of unsupported scenarios: the scenario must exist, and its reason is kept
+/// with it in the code.
+macro_rules! unsupported {
+    ($area:ident :: $scenario:ident, $reason:literal) => {
+        const _: (fn(&crate::support::target::Target), &str) =
+            (crate::contract::$area::$scenario, $reason);
     };
 }
 
@@ -93,11 +144,15 @@ contract! {
         redis => Target::suite_redis(),
         redlock => Target::suite_redlock(),
         sentinel => Target::suite_sentinel(),
-        cluster => Target::redis_cluster(),
+        cluster => Target::suite_cluster(),
         zk => Target::suite_zk(),
         postgres => Target::suite_postgres(),
-        etcd => Target::etcd_backend(),
+        etcd => Target::suite_etcd(),
         mysql => Target::suite_mysql(),
+    }
+    once: {
+        trees: [tree_paths_with_dotdot_are_refused],
+        who: [a_message_with_control_characters_or_over_256_bytes_is_a_usage_error],
     }
     scenarios: {
         exit_codes: [
@@ -128,7 +183,6 @@ contract! {
         ],
         trees: [
             tree_siblings_run_together_and_ancestors_exclude_descendants,
-            tree_paths_with_dotdot_are_refused,
         ],
         waiting: [
             one_wait_budget_covers_the_whole_set,
@@ -165,7 +219,6 @@ contract! {
         ],
         who: [
             a_message_is_shown_by_status_list_their_json_and_waiters,
-            a_message_with_control_characters_or_over_256_bytes_is_a_usage_error,
             status_and_list_show_the_lease_end_and_the_waiters_in_order,
         ],
         hold: [

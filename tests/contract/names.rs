@@ -1,12 +1,11 @@
 //! Several names at once: all or nothing, taken in one order so that no two runs deadlock, each
 //! with its own token, and the ones already held kept while waiting for the rest.
 
-use std::process::{Child, Command};
-use std::time::Duration;
-
 use super::{Holding, T};
 use crate::support::target::Target;
+use crate::support::watched::Watched;
 use crate::support::*;
+use std::process::{Child, Command};
 
 /// Two processes asking for {a,b} and {b,a} many times each (300 rounds on the file backend,
 /// fewer where a run costs more), under contention, both finish.
@@ -80,22 +79,21 @@ pub fn each_name_gets_its_own_token_variable(t: &Target) {
     assert!(words[3].parse::<u64>().unwrap() > 0 && words[4].parse::<u64>().unwrap() > 0);
 }
 
-/// While dlock waits for a later name, the names it already holds are renewed: after several
-/// leases' worth of waiting, the first name is still its own and the command runs.
+/// While dlock waits for a later name, the names it already holds are renewed: after more than a
+/// lease's worth of waiting, the first name is still its own and the command runs.
 pub fn held_names_stay_held_while_waiting_for_the_rest(t: &Target) {
     let b = Holding::start(t, &["b"]);
     let ran = t.scratch_file("both");
-    let mut both = t
-        .dlock(&["run", "--ttl", "2s", "a", "b", "--", "touch", &ran])
-        .spawn()
-        .unwrap();
+    // (A 2 s lease, not less: a Redlock renewal gives each server a tenth of the lease, which a
+    // loaded 2-core machine misses at 1 s.)
+    let mut both =
+        Watched::start(t.dlock(&["-v", "run", "--ttl", "2s", "a", "b", "--", "touch", &ran]));
     wait_until("the waiter to hold a", T, || {
         code(&output(t.dlock(&["status", "a"]))) == 0
     });
-    // Let two and a half of its leases run out, had they not been renewed. (2 s, not less: a
-    // Redlock renewal gives each server a tenth of the lease, which a loaded 2-core machine
-    // misses at 1 s.)
-    std::thread::sleep(Duration::from_secs(5));
+    // Five renewals of a, a third of the lease apart: by the last, the lease a was taken with
+    // has run out, had it not been renewed.
+    both.wait_for_more("renewed \"a\"", 5, T);
     let out = output(t.dlock(&["run", "-n", "a", "--", "true"]));
     assert_eq!(
         code(&out),
@@ -104,6 +102,7 @@ pub fn held_names_stay_held_while_waiting_for_the_rest(t: &Target) {
         stderr(&out)
     );
     assert!(b.let_go().success());
-    assert!(wait_exit(&mut both, T).success());
+    let (status, err) = both.finish(T);
+    assert_eq!(status, 0, "{err}");
     assert!(std::path::Path::new(&ran).exists());
 }

@@ -210,11 +210,6 @@ pub fn read_pid(path: &Path) -> u32 {
     pid.expect("pid")
 }
 
-/// True when running under CI=true, where a missing server is a failure, never a skip.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
 pub mod zk_server;
 
 /// Runs to completion within `limit` and returns the output; a command still running then is

@@ -11,8 +11,10 @@ pub struct Target {
     pub kind: Kind,
     /// The servers' loopback ports, in the order of the URLs in `args`.
     pub ports: Vec<u16>,
-    /// The servers behind the backend, for fault injection: none for the file backend, nor for
-    /// the suite's servers (`suite_servers`), which other tests share.
+    /// The servers behind the backend, for fault injection: none for the file backend; for the
+    /// suite's servers (`suite_servers`), which other tests share, only what the target must end
+    /// or give back with it (an etcd namespace's proxy, a lent Redis Cluster), which takes no
+    /// faults.
     pub servers: Vec<Box<dyn ServerControl>>,
     /// Scratch space for markers and counters.
     pub scratch: LockDir,
