@@ -41,11 +41,27 @@ fn after_help() -> String {
     format!("{}\n\n{READ_ON}", exit::short_table())
 }
 
+/// What `dlock --help` and dlock(1) say after the one-line summary, which they do not repeat.
+const DESCRIPTION: &str = "dlock takes a named lock, runs a command while holding it, keeps the \
+lock alive while the command runs, and releases it when the command exits or a signal arrives. \
+The lock lives in a backend: lock files on this machine (file, the default), or a Redis, \
+ZooKeeper, etcd, PostgreSQL or MySQL server, which makes it one lock for every host that uses \
+that server. The exit status is the command's, or one of dlock's own: 75 when the lock is busy, \
+79 when it was lost, 69 when the backend cannot be reached (see EXIT STATUS).";
+
+/// What `dlock run --help` and dlock-run(1) say.
+const RUN_DESCRIPTION: &str = "Waits for the lock (with -n, exits 75 at once if it is busy; with \
+-w, after that long), then starts COMMAND in a process group of its own, renews the lock while \
+COMMAND runs and releases it when COMMAND exits, with COMMAND's exit status. Signals sent to \
+dlock are passed on to COMMAND. If the lock is lost, COMMAND is terminated (SIGTERM, then SIGKILL \
+after --kill-after) and dlock exits 79; if dlock itself dies, a guardian process kills COMMAND, \
+so nothing runs on without the lock.";
+
 /// Run a command while holding a named lock: flock(1) for a whole cluster.
 #[derive(Parser, Debug)]
 // `-h` is each option's first paragraph, `--help` all of it; neither is wider than 80 columns,
 // piped (clap's default is 100) or on a wider terminal.
-#[command(name = "dlock", version, about, after_help = after_help(),
+#[command(name = "dlock", version, about, long_about = DESCRIPTION, after_help = after_help(),
           after_long_help = after_long_help(), max_term_width = 80)]
 pub struct Cli {
     #[command(flatten)]
@@ -145,9 +161,8 @@ pub struct GlobalArgs {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run COMMAND while holding the lock.
-    ///
-    /// Acquire the lock, run COMMAND while holding it, release it when COMMAND exits.
-    #[command(after_help = after_help(), after_long_help = after_long_help())]
+    #[command(long_about = RUN_DESCRIPTION, after_help = after_help(),
+              after_long_help = after_long_help())]
     Run(RunArgs),
     /// Show who holds a lock. Exit status 0 when held, 1 when free.
     Status(StatusArgs),

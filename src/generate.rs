@@ -64,6 +64,10 @@ fn write_man(
     let man = clap_mangen::Man::new(command.clone());
     let render = |text: &mut Vec<u8>| -> std::io::Result<()> {
         man.render_title(text)?;
+        // No hyphenation: URLs and option names broken at a line's end read as other words.
+        let mut nh = Roff::new();
+        nh.control("nh", [] as [&str; 0]);
+        nh.to_writer(text)?;
         man.render_name_section(text)?;
         synopsis(&page).to_writer(text)?;
         man.render_description_section(text)?;
@@ -75,8 +79,32 @@ fn write_man(
         man.render_version_section(text)
     };
     render(&mut text).with_context(|| format!("cannot render the man page {name}"))?;
+    let text = String::from_utf8(text).context("a man page is not UTF-8")?;
     let path = dir.join(format!("{name}.1"));
-    fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+    fs::write(&path, unmark(&text)).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The help text's `code` marks, which man would print as backquotes, as bold; a line with an
+/// unpaired mark is left as it is.
+fn unmark(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let parts: Vec<&str> = line.split('`').collect();
+        if line.starts_with('.') || parts.len() % 2 == 0 {
+            out.push_str(line);
+            continue;
+        }
+        for (i, part) in parts.iter().enumerate() {
+            if i % 2 == 1 {
+                out.push_str("\\fB");
+                out.push_str(part);
+                out.push_str("\\fR");
+            } else {
+                out.push_str(part);
+            }
+        }
+    }
+    out
 }
 
 fn synopsis(page: &Page) -> Roff {

@@ -93,8 +93,10 @@ pub const RECEIVED: &[(&str, &str)] = &[
     ("DLOCK_PASSWORD_FILE", "The password file, as an absolute path, when dlock was given one."),
 ];
 
-/// The configuration files, for FILES.
+/// The configuration files and the directories dlock keeps, for FILES.
 pub const FILES: &[(&str, &str)] = &[
+    ("/run/lock/dlock-UID (root: /run/dlock-0)", "The file backend's default lock directory, one lock file per name; made mode 0700 by the first run, and refused if another user made it first. A reboot empties it (see --url for a directory on disk)."),
+    ("/run/lock/dlock-holds-UID (root: /run/dlock-holds-0)", "Where dlock release finds the keepers of dlock hold: a socket per held lock, private to the user."),
     ("$DLOCK_CONFIG, $XDG_CONFIG_HOME/dlock/config, ~/.config/dlock/config, /etc/dlock/config", "The first of these that exists is read. Each line is key = value, where the key is a DLOCK_* variable's name without DLOCK_, in lower case with - for _ (backend, url, password-file, connect-timeout, wait, ttl...); lines starting with # are comments. url may come more than once, and each url may list several servers. An option on the command line beats its variable, and a variable beats the file. A line dlock cannot read is a usage error (64) naming the file and line. The file must belong to the user or root and be writable by nobody else; a relative password-file in it is relative to its directory."),
 ];
 

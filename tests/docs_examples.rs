@@ -73,13 +73,16 @@ fn markdown_code_lines(path: &Path) -> Vec<(usize, String)> {
     join_continuations(lines)
 }
 
-/// The example lines of a man page: each line set in bold from its start (`\fBdlock ...\fR`),
-/// unescaped from roff.
+/// The example lines of a man page: each line set in bold as a whole (`\fBdlock ...\fR`; a
+/// synopsis line, `\fBdlock\fR run [OPTIONS]...`, is grammar, and bold words in a paragraph are
+/// no example), unescaped from roff.
 fn man_code_lines(path: &Path) -> Vec<(usize, String)> {
     let text = std::fs::read_to_string(path).expect("read a man page");
     text.lines()
         .enumerate()
-        .filter(|(_, line)| line.starts_with("\\fB"))
+        .filter(|(_, line)| {
+            line.starts_with("\\fB") && line.ends_with("\\fR") && line.matches("\\fR").count() == 1
+        })
         .map(|(i, line)| (i + 1, unroff(line)))
         .collect()
 }

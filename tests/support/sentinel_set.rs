@@ -168,7 +168,9 @@ impl SentinelSet {
     /// Waits until every sentinel names another master than the node on port `old`, it answers
     /// as one, and a replica follows it. Returns the new master's port.
     pub fn await_new_master(&self, old: u16) -> u16 {
-        wait_until("the sentinels to name a new master", WITHIN, || {
+        // A failover the sentinels started and gave up (no replica good enough yet, on a loaded
+        // machine) is tried again only after twice the failover timeout: allow three tries.
+        wait_until("the sentinels to name a new master", 3 * WITHIN, || {
             (0..self.sentinels.len()).all(|i| {
                 self.sentinel_query(i, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER])
                     .and_then(|v| Ok(redis::from_redis_value::<(String, u16)>(v)?))

@@ -69,15 +69,7 @@ impl Connection {
                 .fail_with(Failure::BackendUnavailable)
             }
             Some(Err(fault)) => {
-                let mut why = fault.to_string();
-                // The HTTP/2 layer's words for a peer that is not an HTTP/2 server at all (a Redis
-                // or PostgreSQL port, say): say that instead.
-                if why.contains("h2 protocol error") || why.contains("http2 error") {
-                    why = "it does not answer as etcd does (gRPC over HTTP/2): is another kind of \
-                           server listening there?"
-                        .into();
-                }
-                return Err(anyhow!("cannot use etcd at {hosts}: {why}"))
+                return Err(anyhow!("cannot use etcd at {hosts}: {fault}"))
                     .fail_with(Failure::BackendUnavailable);
             }
         };
@@ -259,7 +251,37 @@ fn is_unreachable(e: &Error) -> bool {
 pub(super) fn why(e: &Error) -> String {
     match e {
         Error::Status(s) => {
-            let message = crate::lock::escaped(s.message(), 200);
+            // tonic says only "transport error"; what failed is in the errors behind it.
+            let mut causes = Vec::new();
+            let mut source = std::error::Error::source(s);
+            // Bounded: a chain of causes is short, and at most 8 are read.
+            while let Some(cause) = source.filter(|_| causes.len() < 8) {
+                causes.push(cause.to_string());
+                source = cause.source();
+            }
+            let behind = causes.join(": ");
+            if behind.contains("h2 protocol error") || behind.contains("http2 error") {
+                return "it does not answer as etcd does (gRPC over HTTP/2): is another kind of \
+                        server listening there?"
+                    .into();
+            }
+            let message = match causes.last() {
+                Some(deepest) => {
+                    let deepest = deepest
+                        .split(" (os error")
+                        .next()
+                        .unwrap_or("")
+                        .to_lowercase();
+                    let said = s.message();
+                    let text = if said == "transport error" || deepest.contains(said) {
+                        deepest
+                    } else {
+                        format!("{said}: {deepest}")
+                    };
+                    crate::lock::escaped(&text, 200)
+                }
+                None => crate::lock::escaped(s.message(), 200),
+            };
             match s.code() {
                 // A server with auth on, asked without a user.
                 _ if message.contains("user name is empty") => {
