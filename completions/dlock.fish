@@ -24,11 +24,11 @@ function __fish_dlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c dlock -n "__fish_dlock_needs_command" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+complete -c dlock -n "__fish_dlock_needs_command" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, etcd, PostgreSQL or MySQL' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
-postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
@@ -43,6 +43,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "status" -d 'Show who ho
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "list" -d 'List every lock currently held'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script: return once it is held, leaving a keeper that renews it until the script\'s shell exits or runs `dlock release NAME`'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "release" -d 'Give up early what this shell took with `dlock hold`; with --force, break a lock for whoever holds it (for an operator cleaning up after a dead holder)'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "generate" -d 'Write the man pages (DIR/man) and the bash, zsh and fish completions (DIR/completions) of this dlock, for the backends it was built with'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Take one of N seats: at most N holders with --limit at once (a semaphore)' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long: seconds (120, 0.5; 0 is --no-wait) or with a unit (500ms, 30s, 5m), at most a year (flock\'s --timeout works too). Default: wait without limit. On the command line it overrides DLOCK_NO_WAIT' -r -f
@@ -53,11 +54,11 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -l ttl -d 'The lease: h
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l message -d 'Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a newline, tab or escape; refused, not escaped). Kept with the holder record until release' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l kill-after -d 'When the lock is lost: SIGTERM the command\'s process group, wait this long, then SIGKILL' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s c -l command -d 'Run this one string with `$SHELL -c` (/bin/sh when SHELL is unset or empty) instead of a COMMAND after `--`, as flock -c does: `-c \'make && make install\'`' -r -f -a "(__fish_complete_command)"
-complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, etcd, PostgreSQL or MySQL' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
-postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
@@ -70,11 +71,11 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Fai
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, etcd, PostgreSQL or MySQL' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
-postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
@@ -84,11 +85,11 @@ complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print JS
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand list" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, etcd, PostgreSQL or MySQL' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
-postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
@@ -105,11 +106,11 @@ complete -c dlock -n "__fish_dlock_using_subcommand hold" -s E -l conflict-exit-
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l min-hold -d 'Keep the lock taken until at least this long after it was acquired, judged by the lock store\'s clock, even once the command ended (dlock exits at once with its status) or dlock died: other runs see it busy until then. Same forms as --wait, at most a year; 0 is none. `dlock release --force` ends it early' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l ttl -d 'The lease: how long the lock outlives a dlock that stops renewing it (network backends)' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l message -d 'Say who holds the lock and why, for `status`, `list` and anyone waiting (`deploy v1.4 by $CI_JOB_URL`): at most 256 bytes of printable text (no control characters such as a newline, tab or escape; refused, not escaped). Kept with the holder record until release' -r -f
-complete -c dlock -n "__fish_dlock_using_subcommand hold" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, etcd, PostgreSQL or MySQL' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
-postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
@@ -122,11 +123,11 @@ complete -c dlock -n "__fish_dlock_using_subcommand hold" -s n -l no-wait -d 'Fa
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand release" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+complete -c dlock -n "__fish_dlock_using_subcommand release" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, etcd, PostgreSQL or MySQL' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
-postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
@@ -136,12 +137,27 @@ complete -c dlock -n "__fish_dlock_using_subcommand release" -l force -d 'Break 
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "run" -d 'Acquire the lock, run COMMAND while holding it, release it when COMMAND exits'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "status" -d 'Show who holds a lock. Exit status 0 when held, 1 when free'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "list" -d 'List every lock currently held'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script: return once it is held, leaving a keeper that renews it until the script\'s shell exits or runs `dlock release NAME`'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "release" -d 'Give up early what this shell took with `dlock hold`; with --force, break a lock for whoever holds it (for an operator cleaning up after a dead holder)'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -l out -d 'The directory to write man/ and completions/ into (created if missing)' -r -f -a "(__fish_complete_directories)"
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s b -l backend -d 'Where locks live: lock files on this machine, Redis, ZooKeeper, etcd, PostgreSQL or MySQL' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+redis\t'A Redis server (or several, with Redlock); cluster-wide'
+zk\t'A ZooKeeper ensemble; cluster-wide'
+etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock) or redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS), zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file\'s url may list several, separated by commas or spaces' -r
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -l password-file -d 'Read the servers\' password from the first line of this file, for every URL that has none (after its user name, if it has one), so that no password is on a command line. The file must be yours or root\'s, and neither writable by others nor readable by every user' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -l connect-timeout -d 'How long to try to reach a server before giving up with exit status 69 (at least 100ms)' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -l replicas -d 'Redis: wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps the lock' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s v -l verbose -d 'Print timestamped events on stderr: waiting and for whom, acquired, renewed, lost, exited'
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "run" -d 'Acquire the lock, run COMMAND while holding it, release it when COMMAND exits'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "status" -d 'Show who holds a lock. Exit status 0 when held, 1 when free'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "list" -d 'List every lock currently held'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script: return once it is held, leaving a keeper that renews it until the script\'s shell exits or runs `dlock release NAME`'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "release" -d 'Give up early what this shell took with `dlock hold`; with --force, break a lock for whoever holds it (for an operator cleaning up after a dead holder)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "generate" -d 'Write the man pages (DIR/man) and the bash, zsh and fish completions (DIR/completions) of this dlock, for the backends it was built with'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 
 # Lock names held now on the backend dlock is configured for, for the NAME of run, status, hold
 # and release; after run's `--`, a command and its arguments.

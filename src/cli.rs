@@ -37,7 +37,7 @@ fn after_help() -> String {
 
 /// Run a command while holding a named lock: flock(1) for a whole cluster.
 #[derive(Parser, Debug)]
-#[command(name = "dlock", version, about, after_help = after_help(), max_term_width = 100)]
+#[command(name = "dlock", version = crate::backend::version(), about, after_help = after_help(), max_term_width = 100)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -49,28 +49,22 @@ pub struct Cli {
 #[derive(Args, Debug)]
 #[command(next_help_heading = "Global options")]
 pub struct GlobalArgs {
-    /// Where locks live: lock files on this machine, Redis, ZooKeeper, PostgreSQL or etcd.
     #[arg(
         short,
         long,
         global = true,
-        value_enum,
+        help = crate::backend::backend_help(),
+        value_parser = crate::backend::KindParser,
         env = "DLOCK_BACKEND",
         default_value = "file"
     )]
     pub backend: BackendKind,
 
-    /// The backend's address: a directory (or file:///dir) for file, redis://[user:password@]host:port[/db]
-    /// (give it 3, 5, ... times for Redlock) or
-    /// redis+sentinel://[user:password@]host:port,host:port/MASTER[/db][?sentinel_password=P] or
-    /// redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS),
-    /// zk://[user:password@]host:port,host:port[/chroot], etcd://[user:password@]host:port,host:port
-    /// (etcds:// for TLS), postgres://..., mysql://... DLOCK_URL and the configuration file's url
-    /// may list several, separated by commas or spaces.
     #[arg(
         short,
         long = "url",
         global = true,
+        help = crate::backend::url_help(),
         env = "DLOCK_URL",
         value_name = "URL"
     )]
@@ -138,8 +132,8 @@ pub enum Command {
     /// Give up early what this shell took with `dlock hold`; with --force, break a lock for
     /// whoever holds it (for an operator cleaning up after a dead holder).
     Release(ReleaseArgs),
-    /// Write shell completions and man pages.
-    #[command(hide = true)]
+    /// Write the man pages (DIR/man) and the bash, zsh and fish completions (DIR/completions) of
+    /// this dlock, for the backends it was built with.
     Generate(GenerateArgs),
 }
 
@@ -283,8 +277,8 @@ pub struct ReleaseArgs {
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
-    /// Directory to write completions/ and man/ into.
-    #[arg(long)]
+    /// The directory to write man/ and completions/ into (created if missing).
+    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
     pub out: PathBuf,
 }
 
