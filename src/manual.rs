@@ -66,8 +66,8 @@ pub fn page(subcommand: Option<&str>) -> Option<Page> {
         Some("generate") => Page {
             synopsis: &["dlock generate --out DIR"],
             examples: &[
-                ("dlock generate --out ~/.local/share/dlock", "After cargo install: write the man pages and the completions for this build of dlock, then point MANPATH and the shell at them (see README)."),
-                ("sudo dlock generate --out /usr/local/share/dlock", "The same for every user of the machine."),
+                ("dlock generate --out ~/.local/share/dlock", "After cargo install: write the man pages (man/) and the bash, zsh and fish completions (completions/) of this build of dlock."),
+                ("man ~/.local/share/dlock/man/dlock-run.1", "Read one of those pages."),
             ],
             runs_a_command: false,
         },
