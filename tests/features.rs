@@ -139,3 +139,39 @@ fn a_backend_left_out_is_refused_naming_its_feature() {
         }
     }
 }
+
+/// The man pages and completions `dlock generate` writes offer the backends built, and no other.
+#[test]
+fn generated_pages_and_completions_offer_only_the_backends_built() {
+    let out = tempfile::tempdir().unwrap();
+    let result = output({
+        let mut cmd = dlock();
+        cmd.args(["generate", "--out"]).arg(out.path());
+        cmd
+    });
+    assert_eq!(code(&result), 0, "{}", stderr(&result));
+    let read = |path: &str| std::fs::read_to_string(out.path().join(path)).unwrap();
+    let words = built().join(" ");
+    let bash = read("completions/dlock.bash");
+    assert!(
+        bash.contains(&format!("compgen -W \"{words}\"")),
+        "bash offers {words}"
+    );
+    // Each backend's line in the list of values: in zsh's and fish's completions and the man page.
+    for (name, line) in [
+        ("redis", "A Redis server (or several, with Redlock)"),
+        ("zk", "A ZooKeeper ensemble"),
+        ("etcd", "An etcd cluster"),
+        ("postgres", "A PostgreSQL database"),
+        ("mysql", "A MySQL or MariaDB database"),
+    ] {
+        let built = built().contains(&name);
+        for path in [
+            "completions/_dlock",
+            "completions/dlock.fish",
+            "man/dlock.1",
+        ] {
+            assert_eq!(read(path).contains(line), built, "{path}: {name}");
+        }
+    }
+}
