@@ -238,6 +238,7 @@ impl clap::builder::TypedValueParser for KindParser {
                 clap::error::ErrorKind::ValueValidation,
                 format!("{}\n", not_built(descriptor)),
             )),
+            // clap's own refusal, listing the values built (it accepts none: they matched above).
             None => {
                 let values: Vec<clap::builder::PossibleValue> =
                     self.possible_values().into_iter().flatten().collect();
