@@ -16,6 +16,9 @@ _dlock() {
             ",$1")
                 cmd="dlock"
                 ;;
+            dlock,generate)
+                cmd="dlock__subcmd__generate"
+                ;;
             dlock,help)
                 cmd="dlock__subcmd__help"
                 ;;
@@ -33,6 +36,9 @@ _dlock() {
                 ;;
             dlock,status)
                 cmd="dlock__subcmd__status"
+                ;;
+            dlock__subcmd__help,generate)
+                cmd="dlock__subcmd__help__subcmd__generate"
                 ;;
             dlock__subcmd__help,help)
                 cmd="dlock__subcmd__help__subcmd__help"
@@ -59,18 +65,84 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-b -u -v -q -h -V --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help --version run status list hold release help"
+            opts="-b -u -v -q -h -V --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help --version run status list hold release generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --replicas)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__generate)
+            opts="-b -u -v -q -h --out --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --out)
+                    COMPREPLY=()
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o plusdirs
+                    fi
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    return 0
+                    ;;
+                -b)
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -118,8 +190,22 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help)
-            opts="run status list hold release help"
+            opts="run status list hold release generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__help__subcmd__generate)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -297,11 +383,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -356,11 +442,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -415,11 +501,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -559,11 +645,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -618,11 +704,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk postgres etcd mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
                     ;;
                 --url)

@@ -27,8 +27,8 @@ end
 complete -c dlock -n "__fish_dlock_needs_command" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
-postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l password-file -d 'Read the servers\' password from a file' -r -F
@@ -43,6 +43,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "status" -d 'Show who ho
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "list" -d 'List every lock currently held'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "release" -d 'Give up what this shell took with `dlock hold` (--force: anyone\'s)'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "generate" -d 'Write the man pages and shell completions into --out DIR'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Take one of N seats (a semaphore)' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s w -l wait -d 'Give up after waiting this long' -r -f
@@ -56,8 +57,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s c -l command -d 'A s
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
-postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l password-file -d 'Read the servers\' password from a file' -r -F
@@ -73,8 +74,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print 
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
-postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l password-file -d 'Read the servers\' password from a file' -r -F
@@ -87,8 +88,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Pri
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
-postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l password-file -d 'Read the servers\' password from a file' -r -F
@@ -109,8 +110,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand hold" -l owner -d 'Hold for 
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
-postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l password-file -d 'Read the servers\' password from a file' -r -F
@@ -127,8 +128,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand hold" -s h -l help -d 'Print
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
-postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
 mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l password-file -d 'Read the servers\' password from a file' -r -F
@@ -138,12 +139,27 @@ complete -c dlock -n "__fish_dlock_using_subcommand release" -l force -d 'Break 
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "run" -d 'Run COMMAND while holding the lock'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "status" -d 'Show who holds a lock. Exit status 0 when held, 1 when free'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "list" -d 'List every lock currently held'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "release" -d 'Give up what this shell took with `dlock hold` (--force: anyone\'s)'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -l out -d 'The directory to write man/ and completions/ into (created if missing)' -r -f -a "(__fish_complete_directories)"
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+redis\t'A Redis server (or several, with Redlock); cluster-wide'
+zk\t'A ZooKeeper ensemble; cluster-wide'
+etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -l password-file -d 'Read the servers\' password from a file' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s v -l verbose -d 'Print timestamped events on stderr'
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "run" -d 'Run COMMAND while holding the lock'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "status" -d 'Show who holds a lock. Exit status 0 when held, 1 when free'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "list" -d 'List every lock currently held'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "release" -d 'Give up what this shell took with `dlock hold` (--force: anyone\'s)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "generate" -d 'Write the man pages and shell completions into --out DIR'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 
 # Lock names held now on the backend dlock is configured for, for the NAME of run, status, hold
 # and release; after run's `--`, a command and its arguments.

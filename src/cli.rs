@@ -27,8 +27,7 @@ use values::{parse_seats, parse_switch};
 
 /// Where `--help` points for the rest.
 const READ_ON: &str = "\
-Options beat DLOCK_* variables, which beat the configuration file
-(/etc/dlock/config, ~/.config/dlock/config or $DLOCK_CONFIG).
+Options beat DLOCK_* variables, which beat the configuration file (see FILES).
 The manual: man dlock, man dlock-run.";
 
 /// The end of `--help` (dlock's and run's): the exit statuses, then where to read on.
@@ -61,8 +60,8 @@ so nothing runs on without the lock.";
 #[derive(Parser, Debug)]
 // `-h` is each option's first paragraph, `--help` all of it; neither is wider than 80 columns,
 // piped (clap's default is 100) or on a wider terminal.
-#[command(name = "dlock", version, about, long_about = DESCRIPTION, after_help = after_help(),
-          after_long_help = after_long_help(), max_term_width = 80)]
+#[command(name = "dlock", version = crate::backend::version(), about, long_about = DESCRIPTION,
+          after_help = after_help(), after_long_help = after_long_help(), max_term_width = 80)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -74,34 +73,24 @@ pub struct Cli {
 #[derive(Args, Debug)]
 #[command(next_help_heading = "Global options")]
 pub struct GlobalArgs {
-    /// Where locks live (default: file).
-    ///
-    /// Lock files on this machine, Redis, ZooKeeper, PostgreSQL, etcd or MySQL.
     #[arg(
         short,
         long,
         global = true,
-        value_enum,
+        help = "Where locks live (default: file)",
+        long_help = crate::backend::backend_help(),
+        value_parser = crate::backend::KindParser,
         env = "DLOCK_BACKEND",
         default_value = "file"
     )]
     pub backend: BackendKind,
 
-    /// The backend's address (--help: the forms).
-    ///
-    /// A directory (or file:///dir) for file;
-    /// redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock);
-    /// redis+sentinel://[user:password@]host:port,host:port/MASTER[/db]
-    /// with ?sentinel_password=P if the sentinels want one;
-    /// redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS);
-    /// zk://[user:password@]host:port,host:port[/chroot];
-    /// etcd://[user:password@]host:port,host:port (etcds:// for TLS);
-    /// postgres://..., mysql://... One --url, DLOCK_URL and the configuration file's url may list
-    /// several, separated by commas or spaces.
     #[arg(
         short,
         long = "url",
         global = true,
+        help = "The backend's address (--help: the forms)",
+        long_help = crate::backend::url_help(),
         env = "DLOCK_URL",
         value_name = "URL"
     )]
@@ -185,8 +174,10 @@ pub enum Command {
     /// With --force, break a lock for whoever holds it (for an operator cleaning up after a dead
     /// holder).
     Release(ReleaseArgs),
-    /// Write shell completions and man pages.
-    #[command(hide = true)]
+    /// Write the man pages and shell completions into --out DIR
+    ///
+    /// The man pages into DIR/man and the bash, zsh and fish completions into DIR/completions,
+    /// for the backends this dlock was built with.
     Generate(GenerateArgs),
 }
 
@@ -368,8 +359,8 @@ pub struct ReleaseArgs {
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
-    /// Directory to write completions/ and man/ into.
-    #[arg(long)]
+    /// The directory to write man/ and completions/ into (created if missing).
+    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
     pub out: PathBuf,
 }
 

@@ -28,7 +28,10 @@ pub fn write_all(out: &Path) -> anyhow::Result<()> {
         fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
     // No `help` subcommand in the man page's list: there is no dlock-help(1).
-    let command = cli::command().disable_help_subcommand(true);
+    // The pages name the release; `--version` also lists the backends built, which the pages show.
+    let command = cli::command()
+        .disable_help_subcommand(true)
+        .version(env!("CARGO_PKG_VERSION"));
     write_man(&man, "dlock", None, command.clone())?;
     let version = command.get_version().unwrap_or_default().to_owned();
     for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
@@ -39,7 +42,7 @@ pub fn write_all(out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// dlock's command without its hidden subcommands (`generate`), which completions would offer.
+/// dlock's command without any hidden subcommand, which completions would offer.
 fn visible() -> clap::Command {
     let full = cli::command();
     let mut command = clap::Command::new("dlock")
@@ -90,7 +93,7 @@ fn unmark(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
         let parts: Vec<&str> = line.split('`').collect();
-        if line.starts_with('.') || parts.len() % 2 == 0 {
+        if line.starts_with('.') || parts.len().is_multiple_of(2) {
             out.push_str(line);
             continue;
         }

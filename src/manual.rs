@@ -18,7 +18,7 @@ pub fn page(subcommand: Option<&str>) -> Option<Page> {
         None => Page {
             synopsis: &[
                 "dlock [GLOBAL OPTIONS] run [OPTIONS] NAME... -- COMMAND [ARGS...]",
-                "dlock [GLOBAL OPTIONS] status|list|hold|release ...",
+                "dlock [GLOBAL OPTIONS] status|list|hold|release|generate ...",
             ],
             examples: RUN_EXAMPLES,
             runs_a_command: true,
@@ -61,6 +61,14 @@ pub fn page(subcommand: Option<&str>) -> Option<Page> {
             examples: &[
                 ("dlock release deploy", "Give up what this shell took with dlock hold."),
                 ("dlock -b redis release --force deploy", "Break the lock deploy for whoever holds it, after its holder died."),
+            ],
+            runs_a_command: false,
+        },
+        Some("generate") => Page {
+            synopsis: &["dlock generate --out DIR"],
+            examples: &[
+                ("dlock generate --out ~/.local/share/dlock", "After cargo install: write the man pages (man/) and the bash, zsh and fish completions (completions/) of this build of dlock."),
+                ("man ~/.local/share/dlock/man/dlock-run.1", "Read one of those pages."),
             ],
             runs_a_command: false,
         },

@@ -350,6 +350,9 @@ fn excluded(example: &Example) -> Option<&'static str> {
     }) {
         return Some("usage grammar with placeholders, not a command");
     }
+    if words.iter().any(|w| w == "generate") {
+        return Some("writes man pages and completions, locks nothing (see manual.rs)");
+    }
     None
 }
 

@@ -1,4 +1,5 @@
-//! dlock's integration tests: one crate, driving the real binary.
+//! dlock's integration tests: one crate, driving the real binary. A backend's own tests are built
+//! with its feature; the rest assume the default build (every backend).
 
 mod support;
 
@@ -6,9 +7,12 @@ mod cli;
 mod config;
 mod contract;
 mod docs_examples;
+#[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(feature = "etcd")]
 mod etcd_secure;
 mod faults;
+mod features;
 mod file_backend;
 mod file_default_dir;
 mod file_entries;
@@ -23,16 +27,25 @@ mod job_control;
 mod manual;
 mod many_waiters;
 mod messages;
+#[cfg(feature = "mysql")]
 mod mysql;
 mod nested;
 mod netfaults;
+#[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
 mod postgres_late;
+#[cfg(feature = "postgres")]
 mod postgres_owners;
+#[cfg(feature = "postgres")]
 mod postgres_pooler;
+#[cfg(feature = "postgres")]
 mod postgres_tls;
+#[cfg(feature = "redis")]
 mod redis;
 mod run;
+#[cfg(feature = "redis")]
 mod sentinel;
 mod trusted_files;
+#[cfg(feature = "zk")]
 mod zk;

@@ -24,6 +24,7 @@ pub fn resolve(cli: &mut Cli, matches: &ArgMatches, config: &Config) -> Result<(
         .flat_map(|u| urls::split(u))
         .collect();
     backend_and_url(&mut cli.global, matches, config);
+    not_built(&cli.global)?;
     super::place::settle(&mut cli.global, matches);
     password(&mut cli.global)?;
     // DLOCK_REPLICAS set fleet-wide for Redis: not an error for a command on another backend.
@@ -58,7 +59,7 @@ fn lock_options(lock: &mut LockArgs, matches: &ArgMatches) -> Result<(), String>
 /// with DLOCK_URL=redis://... uses the default lock directory; `-u /srv/locks` with
 /// DLOCK_BACKEND=redis (which a parent dlock sets for its command) the file backend.
 fn backend_and_url(global: &mut GlobalArgs, matches: &ArgMatches, config: &Config) {
-    let fit = global.urls.iter().all(|url| takes(global.backend, url));
+    let fit = global.urls.iter().all(|url| global.backend.takes(url));
     if fit {
         return;
     }
@@ -75,6 +76,20 @@ fn backend_and_url(global: &mut GlobalArgs, matches: &ArgMatches, config: &Confi
     } else if url > backend {
         // The default backend, as clap's definition has it.
         global.backend = BackendKind::File;
+    }
+}
+
+/// A URL of a backend this build left out (`etcd://...` where the etcd feature was not built) is
+/// refused naming the feature, as `-b etcd` is, rather than taken for a directory's name.
+fn not_built(global: &GlobalArgs) -> Result<(), String> {
+    let left_out = global
+        .urls
+        .iter()
+        .filter_map(|url| crate::backend::by_scheme(url))
+        .find(|descriptor| !descriptor.built);
+    match left_out {
+        Some(descriptor) => Err(crate::backend::not_built(descriptor)),
+        None => Ok(()),
     }
 }
 
@@ -99,28 +114,6 @@ fn password(global: &mut GlobalArgs) -> Result<(), String> {
         crate::url::password_from_file(path);
     }
     Ok(())
-}
-
-/// Whether `kind`'s backend takes `url` for an address: the schemes each backend's own parser
-/// accepts (file: a path or file://; redis: redis:// or rediss://; zk: zk://). A test holds them to
-/// the backends.
-fn takes(kind: BackendKind, url: &str) -> bool {
-    match kind {
-        BackendKind::File => !url.contains("://") || url.starts_with("file://"),
-        BackendKind::Redis => [
-            "redis://",
-            "rediss://",
-            "redis+sentinel://",
-            "redis+cluster://",
-            "rediss+cluster://",
-        ]
-        .iter()
-        .any(|scheme| url.starts_with(scheme)),
-        BackendKind::Zk => url.starts_with("zk://"),
-        BackendKind::Postgres => url.starts_with("postgres://") || url.starts_with("postgresql://"),
-        BackendKind::Etcd => url.starts_with("etcd://") || url.starts_with("etcds://"),
-        BackendKind::Mysql => url.starts_with("mysql://"),
-    }
 }
 
 /// `--no-wait` and `--wait` exclude each other: the one on the command line wins over the other
@@ -212,7 +205,6 @@ fn message(lock: &LockArgs, matches: &ArgMatches) -> Result<(), String> {
 mod tests {
     use std::time::Duration;
 
-    use super::takes;
     use crate::backend::{self, BackendConfig, BackendKind};
     use crate::exit;
 
@@ -233,12 +225,13 @@ mod tests {
             "unix:///nonexistent.sock",
             "mysql://127.0.0.1:1/db",
         ];
-        for kind in [
+        let kinds = [
             BackendKind::File,
             BackendKind::Redis,
             BackendKind::Zk,
             BackendKind::Mysql,
-        ] {
+        ];
+        for kind in kinds.into_iter().filter(|k| k.descriptor().built) {
             for url in urls {
                 let config = BackendConfig {
                     kind,
@@ -252,7 +245,7 @@ mod tests {
                     Ok(_) => false,
                     Err(e) => exit::status_of(&e) == exit::Status::Usage,
                 };
-                assert_eq!(takes(kind, url), !refused, "{kind:?} {url}");
+                assert_eq!(kind.takes(url), !refused, "{kind:?} {url}");
             }
         }
     }
