@@ -237,3 +237,64 @@ fn bash_lock_names_honour_the_line_s_backend_keep_spaces_and_give_up_soon() {
     assert!(offered.is_empty(), "{offered:?}");
     assert!(took < std::time::Duration::from_millis(2500), "{took:?}");
 }
+
+/// What fish's completion (completions/dlock.fish) offers for the command line `line`, with
+/// DLOCK_URL set to `url`: one candidate a line, as `complete -C` prints them.
+fn fish_offers(line: &str, url: &std::path::Path) -> Vec<String> {
+    let script = format!(
+        "source '{}/completions/dlock.fish'; complete -C '{line}'",
+        env!("CARGO_MANIFEST_DIR"),
+    );
+    let bin = std::path::Path::new(dlock_bin()).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = output({
+        let mut cmd = std::process::Command::new("fish");
+        cmd.args(["--no-config", "-c"])
+            .arg(script)
+            .env("PATH", path)
+            .env("DLOCK_CONFIG", "")
+            .env("DLOCK_URL", url);
+        cmd
+    });
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split('\t').next().unwrap_or(l).to_owned())
+        .collect()
+}
+
+/// fish offers the lock names of the backend the line names, keeps a name with a space whole,
+/// and gives up on a server that does not answer well before dlock's connect timeout.
+#[test]
+fn fish_lock_names_honour_the_line_s_backend_keep_spaces_and_give_up_soon() {
+    let locks = LockDir::new();
+    let elsewhere = LockDir::new();
+    let mut holders = [
+        locks.hold_in_background("nightly-backup"),
+        locks.hold_in_background("with space"),
+    ];
+    let typed = locks.path().to_str().unwrap().to_owned();
+    let offered = fish_offers(&format!("dlock -u {typed} status nigh"), elsewhere.path());
+    let spaced = fish_offers("dlock status wi", locks.path());
+    let without = fish_offers("dlock status nigh", elsewhere.path());
+    for holder in &mut holders {
+        signal(holder.id(), libc::SIGTERM);
+        wait_exit(holder, std::time::Duration::from_secs(20));
+    }
+    assert_eq!(offered, ["nightly-backup"]);
+    assert!(without.is_empty(), "{without:?}");
+    assert_eq!(spaced, ["with space"], "one candidate");
+
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let started = std::time::Instant::now();
+    let offered = fish_offers(&format!("dlock -b redis -u {url} status x"), locks.path());
+    let took = started.elapsed();
+    assert!(offered.is_empty(), "{offered:?}");
+    assert!(took < std::time::Duration::from_millis(2500), "{took:?}");
+}
