@@ -265,7 +265,7 @@ fn an_error_from_the_environment_names_the_variable() {
         (
             "DLOCK_BACKEND",
             "consul",
-            "file, redis, zk, postgres, etcd, mysql",
+            "file, redis, zk, etcd, postgres, mysql",
         ),
         ("DLOCK_CONFLICT_EXIT_CODE", "300", "0..=255"),
         ("DLOCK_TTL", "1ms", "at least 100ms"),
