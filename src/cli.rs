@@ -3,6 +3,7 @@
 
 mod config;
 mod duration;
+mod help;
 mod place;
 mod resolve;
 mod trusted;
@@ -17,44 +18,14 @@ use std::time::Duration;
 use clap::{Args, FromArgMatches, Parser, Subcommand, ValueHint};
 
 use crate::backend::{BackendConfig, BackendKind};
-use crate::exit::{self, FailWith, Failure, Status};
+use crate::exit::{FailWith, Failure, Status};
 use crate::lock::{new_owner_id, tree_locks, LockName, LockRequest, Mode};
 use crate::report::Verbosity;
 use crate::supervise::RunPlan;
 
 use duration::{parse_connect_timeout, parse_duration, parse_ttl};
+use help::{after_help, after_long_help, DESCRIPTION, RUN_DESCRIPTION};
 use values::{parse_seats, parse_switch};
-
-/// Where `--help` points for the rest.
-const READ_ON: &str = "\
-Options beat DLOCK_* variables, which beat the configuration file (see FILES).
-The manual: man dlock, man dlock-run.";
-
-/// The end of `--help` (dlock's and run's): the exit statuses, then where to read on.
-fn after_long_help() -> String {
-    format!("{}\n\n{READ_ON}", exit::help_table())
-}
-
-/// The end of `-h`: the statuses in short, then where to read on.
-fn after_help() -> String {
-    format!("{}\n\n{READ_ON}", exit::short_table())
-}
-
-/// What `dlock --help` and dlock(1) say after the one-line summary, which they do not repeat.
-const DESCRIPTION: &str = "dlock takes a named lock, runs a command while holding it, keeps the \
-lock alive while the command runs, and releases it when the command exits or a signal arrives. \
-The lock lives in a backend: lock files on this machine (file, the default), or a Redis, \
-ZooKeeper, etcd, PostgreSQL or MySQL server, which makes it one lock for every host that uses \
-that server. The exit status is the command's, or one of dlock's own: 75 when the lock is busy, \
-79 when it was lost, 69 when the backend cannot be reached (see EXIT STATUS).";
-
-/// What `dlock run --help` and dlock-run(1) say.
-const RUN_DESCRIPTION: &str = "Waits for the lock (with -n, exits 75 at once if it is busy; with \
--w, after that long), then starts COMMAND in a process group of its own, renews the lock while \
-COMMAND runs and releases it when COMMAND exits, with COMMAND's exit status. Signals sent to \
-dlock are passed on to COMMAND. If the lock is lost, COMMAND is terminated (SIGTERM, then SIGKILL \
-after --kill-after) and dlock exits 79; if dlock itself dies, a guardian process kills COMMAND, \
-so nothing runs on without the lock.";
 
 /// Run a command while holding a named lock: flock(1) for a whole cluster.
 #[derive(Parser, Debug)]

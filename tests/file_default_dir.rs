@@ -14,8 +14,7 @@ use std::time::Duration;
 use crate::support::*;
 
 fn uid() -> u32 {
-    // SAFETY: getuid cannot fail.
-    unsafe { libc::getuid() }
+    own_uid()
 }
 
 fn assert_root() {
@@ -144,17 +143,7 @@ fn the_default_directory_is_the_same_for_every_session() {
             .env("TMPDIR", elsewhere.path());
         c
     });
-    let run_is_roots = std::fs::symlink_metadata("/run")
-        .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.mode() & 0o022 == 0);
-    let base = if uid() == 0 && run_is_roots {
-        "/run"
-    } else if Path::new("/run/lock").is_dir() {
-        "/run/lock"
-    } else if Path::new("/var/lock").is_dir() {
-        "/var/lock"
-    } else {
-        "/tmp"
-    };
+    let base = default_base();
     let expected = format!("{base}/dlock-{}/same-default-probe.lock", uid());
     assert_eq!(bare, expected);
     assert_eq!(

@@ -584,31 +584,7 @@ fn a_subshell_in_a_pipeline_owns_its_hold() {
 
 /// The directory of holds, as dlock finds it for this user (see the README's Security section).
 fn directory_of_holds() -> PathBuf {
-    use std::os::unix::fs::MetadataExt;
-    let uid = own_uid();
-    let root_base = std::fs::symlink_metadata("/run")
-        .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.mode() & 0o022 == 0);
-    let base = if uid == 0 && root_base {
-        "/run"
-    } else if Path::new("/run/lock").is_dir() {
-        "/run/lock"
-    } else if Path::new("/var/lock").is_dir() {
-        "/var/lock"
-    } else {
-        "/tmp"
-    };
-    Path::new(base).join(format!("dlock-holds-{uid}"))
-}
-
-/// This process's user id, read from /proc (no libc call needed).
-fn own_uid() -> u32 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|u| u.parse().ok())
-        .expect("a Uid line")
+    Path::new(default_base()).join(format!("dlock-holds-{}", own_uid()))
 }
 
 /// What a keeper killed by SIGKILL leaves in the directory of holds (its socket, its claim) is

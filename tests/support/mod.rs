@@ -86,6 +86,29 @@ impl LockDir {
     }
 }
 
+/// This process's user id.
+pub fn own_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// Where dlock keeps this user's default directories (`dlock-UID`, `dlock-holds-UID`): /run for
+/// root when only root may write there, else /run/lock, /var/lock or /tmp, the first that exists.
+pub fn default_base() -> &'static str {
+    use std::os::unix::fs::MetadataExt;
+    let run_is_roots = std::fs::symlink_metadata("/run")
+        .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.mode() & 0o022 == 0);
+    if own_uid() == 0 && run_is_roots {
+        "/run"
+    } else if Path::new("/run/lock").is_dir() {
+        "/run/lock"
+    } else if Path::new("/var/lock").is_dir() {
+        "/var/lock"
+    } else {
+        "/tmp"
+    }
+}
+
 /// Writes a password file as a user would have to: mode 0600 (dlock refuses one every user may
 /// read).
 pub fn write_secret(path: &Path, text: &str) {

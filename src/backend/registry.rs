@@ -1,0 +1,284 @@
+//! The registry of backends: one `Descriptor` per store (its name, URL schemes, help lines, how its
+//! address is written, the Cargo feature that builds it), from which `--backend`'s values, URL
+//! scheme detection, the help, the man pages, the completions and `--version` are derived.
+//! Adding a backend is one entry here, its folder, one arm in `open` (mod.rs) and one line in the
+//! contract suite.
+
+/// Which store holds the locks. Every kind exists in every build, so that a name or a URL of a
+/// backend this build left out is recognised, and refused naming the feature to build with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    File,
+    Redis,
+    Zk,
+    Etcd,
+    Postgres,
+    Mysql,
+}
+
+/// What the command line, the help, the man pages, the completions and `--version` say of a
+/// backend: the one place they all read (see `BACKENDS`).
+pub struct Descriptor {
+    pub kind: BackendKind,
+    /// `-b`'s value, DLOCK_BACKEND's and the configuration file's.
+    pub name: &'static str,
+    /// The URL schemes its parser takes, with `://` (the file backend also takes a plain path).
+    pub schemes: &'static [&'static str],
+    /// The name users know the store by, for the `--backend` help line.
+    pub store: &'static str,
+    /// Its line in `--backend`'s list of values.
+    pub help: &'static str,
+    /// How `--url` is written for it.
+    pub address: &'static str,
+    /// The Cargo feature that builds it (`None`: always built).
+    pub feature: Option<&'static str>,
+    /// Whether this build has it.
+    pub built: bool,
+}
+
+/// Every backend, built or not, in the order help and `--version` list them.
+pub const BACKENDS: [Descriptor; 6] = [
+    Descriptor {
+        kind: BackendKind::File,
+        name: "file",
+        schemes: &["file://"],
+        store: "lock files on this machine",
+        help: "Lock files in a local directory (flock(2)); no server, one machine",
+        address: "a directory (or file:///dir) for file",
+        feature: None,
+        built: true,
+    },
+    Descriptor {
+        kind: BackendKind::Redis,
+        name: "redis",
+        schemes: &[
+            "redis://",
+            "rediss://",
+            "redis+sentinel://",
+            "redis+cluster://",
+            "rediss+cluster://",
+        ],
+        store: "Redis",
+        help: "A Redis server (or several, with Redlock); cluster-wide",
+        // Split so that no word is wider than a terminal: `--help` is at most 80 columns.
+        address: "redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock); \
+                  redis+sentinel://[user:password@]host:port,host:port/MASTER[/db] with \
+                  ?sentinel_password=P if the sentinels want one; \
+                  redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS)",
+        feature: Some("redis"),
+        built: cfg!(feature = "redis"),
+    },
+    Descriptor {
+        kind: BackendKind::Zk,
+        name: "zk",
+        schemes: &["zk://"],
+        store: "ZooKeeper",
+        help: "A ZooKeeper ensemble; cluster-wide",
+        address: "zk://[user:password@]host:port,host:port[/chroot]",
+        feature: Some("zk"),
+        built: cfg!(feature = "zk"),
+    },
+    Descriptor {
+        kind: BackendKind::Etcd,
+        name: "etcd",
+        schemes: &["etcd://", "etcds://"],
+        store: "etcd",
+        help: "An etcd cluster; cluster-wide",
+        address: "etcd://[user:password@]host:port,host:port (etcds:// for TLS)",
+        feature: Some("etcd"),
+        built: cfg!(feature = "etcd"),
+    },
+    Descriptor {
+        kind: BackendKind::Postgres,
+        name: "postgres",
+        schemes: &["postgres://", "postgresql://"],
+        store: "PostgreSQL",
+        help: "A PostgreSQL database (tables of dlock's own); cluster-wide",
+        address: "postgres://...",
+        feature: Some("postgres"),
+        built: cfg!(feature = "postgres"),
+    },
+    Descriptor {
+        kind: BackendKind::Mysql,
+        name: "mysql",
+        schemes: &["mysql://"],
+        store: "MySQL",
+        help: "A MySQL or MariaDB database (tables of dlock's own); cluster-wide",
+        address: "mysql://...",
+        feature: Some("mysql"),
+        built: cfg!(feature = "mysql"),
+    },
+];
+
+/// The backends this build has.
+pub fn built() -> impl Iterator<Item = &'static Descriptor> {
+    BACKENDS.iter().filter(|b| b.built)
+}
+
+/// `a, b or c`.
+fn or_list(words: &[&str]) -> String {
+    match words {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// `--backend`'s help line, naming the stores this build has.
+pub fn backend_help() -> String {
+    let stores: Vec<&str> = built().map(|b| b.store).collect();
+    format!("Where locks live: {}", or_list(&stores))
+}
+
+/// `--url`'s help, with the address of each backend this build has.
+pub fn url_help() -> String {
+    let addresses: Vec<&str> = built().map(|b| b.address).collect();
+    let mut help = format!("The backend's address: {}", addresses.join(", "));
+    if !help.ends_with('.') {
+        help.push('.');
+    }
+    help + " One --url, DLOCK_URL and the configuration file's url may list several, separated \
+            by commas or spaces"
+}
+
+/// `0.1.0 (backends: file, redis, ...)`, for `--version`.
+pub fn version() -> String {
+    let names: Vec<&str> = built().map(|b| b.name).collect();
+    format!(
+        "{} (backends: {})",
+        env!("CARGO_PKG_VERSION"),
+        names.join(", ")
+    )
+}
+
+/// The one line for a backend this build left out.
+pub fn not_built(descriptor: &Descriptor) -> String {
+    let feature = descriptor.feature.unwrap_or(descriptor.name);
+    format!(
+        "this dlock was built without the {} backend: cargo install {} --features {feature}",
+        descriptor.name,
+        env!("CARGO_PKG_NAME")
+    )
+}
+
+/// The backend whose URL scheme `url` has, built or not (`None` for a plain path or an unknown
+/// scheme).
+pub fn by_scheme(url: &str) -> Option<&'static Descriptor> {
+    BACKENDS
+        .iter()
+        .find(|b| b.schemes.iter().any(|scheme| url.starts_with(scheme)))
+}
+
+impl BackendKind {
+    pub fn descriptor(self) -> &'static Descriptor {
+        match BACKENDS.iter().find(|b| b.kind == self) {
+            Some(descriptor) => descriptor,
+            // Every kind has its entry (a unit test says so).
+            None => &BACKENDS[0],
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.descriptor().name
+    }
+
+    /// Whether `url` is an address of this backend: one of its schemes (the file backend: also a
+    /// path, anything without `://`).
+    pub fn takes(self, url: &str) -> bool {
+        let schemes = self.descriptor().schemes;
+        schemes.iter().any(|scheme| url.starts_with(scheme))
+            || (self == BackendKind::File && !url.contains("://"))
+    }
+}
+
+/// `--backend`'s values: the backends built, listed with their help, and the name of one left out
+/// refused with the line saying which feature builds it (on the command line, in DLOCK_BACKEND or
+/// the configuration file alike).
+#[derive(Clone)]
+pub struct KindParser;
+
+impl clap::builder::TypedValueParser for KindParser {
+    type Value = BackendKind;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<BackendKind, clap::Error> {
+        let known = value
+            .to_str()
+            .and_then(|name| BACKENDS.iter().find(|b| b.name == name));
+        match known {
+            Some(descriptor) if descriptor.built => Ok(descriptor.kind),
+            Some(descriptor) => Err(clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("{}\n", not_built(descriptor)),
+            )),
+            // clap's own refusal, listing the values built (it accepts none: they matched above).
+            None => {
+                let values: Vec<clap::builder::PossibleValue> =
+                    self.possible_values().into_iter().flatten().collect();
+                clap::builder::PossibleValuesParser::new(values)
+                    .parse_ref(cmd, arg, value)
+                    .map(|_| BackendKind::File)
+            }
+        }
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(built().map(|b| {
+            clap::builder::PossibleValue::new(b.name).help(b.help)
+        })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BackendKind, BACKENDS};
+
+    /// One entry per kind, names and schemes each claimed once, so `-b`, the URL's scheme and the
+    /// help cannot disagree about a backend.
+    #[test]
+    fn the_table_describes_each_backend_once() {
+        for kind in [
+            BackendKind::File,
+            BackendKind::Redis,
+            BackendKind::Zk,
+            BackendKind::Etcd,
+            BackendKind::Postgres,
+            BackendKind::Mysql,
+        ] {
+            assert_eq!(BACKENDS.iter().filter(|b| b.kind == kind).count(), 1);
+            assert_eq!(kind.descriptor().kind, kind);
+        }
+        for (i, b) in BACKENDS.iter().enumerate() {
+            for other in &BACKENDS[i + 1..] {
+                assert_ne!(b.name, other.name);
+                for scheme in b.schemes {
+                    assert!(!other.schemes.contains(scheme), "{scheme}");
+                }
+            }
+            for scheme in b.schemes {
+                assert!(scheme.ends_with("://"), "{scheme}");
+                assert_eq!(
+                    super::by_scheme(&format!("{scheme}h:1")).map(|d| d.kind),
+                    Some(b.kind)
+                );
+                assert!(b.kind.takes(&format!("{scheme}h:1")));
+            }
+        }
+        assert!(BackendKind::File.takes("/var/lock/dlock"));
+        assert!(!BackendKind::Redis.takes("/var/lock/dlock"));
+    }
+
+    #[test]
+    fn a_backend_left_out_names_its_feature() {
+        assert_eq!(
+            super::not_built(BackendKind::Etcd.descriptor()),
+            "this dlock was built without the etcd backend: cargo install dlock-cli --features etcd"
+        );
+    }
+}
