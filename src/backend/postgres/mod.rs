@@ -69,6 +69,7 @@ mod address;
 mod connection;
 mod lease;
 mod recipe;
+mod rows;
 mod tls;
 mod wait;
 mod wire;
