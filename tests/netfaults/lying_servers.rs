@@ -191,19 +191,7 @@ fn a_forged_postgres_message_length_fails_at_once_without_allocating_it() {
         "true",
     ]);
     let (out, took) = limited(cmd);
-    assert_eq!(code(&out), 69, "{}", stderr(&out));
-    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains(&format!("127.0.0.1:{port}"))
-            && stderr(&out).contains("a message of 1073741824 bytes"),
-        "{}",
-        stderr(&out)
-    );
-    assert!(
-        took < Duration::from_secs(5),
-        "took {took:?}: {}",
-        stderr(&out)
-    );
+    refused_at_once(&out, took, port, "a message of 1073741824 bytes");
 }
 
 #[test]
@@ -214,19 +202,7 @@ fn a_forged_mysql_packet_length_fails_at_once_without_allocating_it() {
         port,
         &["--connect-timeout", "20s", "run", "f", "--", "true"],
     ));
-    assert_eq!(code(&out), 69, "{}", stderr(&out));
-    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains(&format!("127.0.0.1:{port}"))
-            && stderr(&out).contains("a packet of more than 4 MiB"),
-        "{}",
-        stderr(&out)
-    );
-    assert!(
-        took < Duration::from_secs(5),
-        "took {took:?}: {}",
-        stderr(&out)
-    );
+    refused_at_once(&out, took, port, "a packet of more than 4 MiB");
 }
 
 /// Redis's parser reads a bulk string or an array as its bytes arrive, allocating for what came:
@@ -254,4 +230,17 @@ fn a_forged_redis_length_is_waited_for_without_allocating_it() {
         assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
         assert!(took < Duration::from_secs(5), "{shown:?} took {took:?}");
     }
+}
+
+/// dlock gave up on the lying server at `port` with 69 and one line naming it and saying `why`,
+/// within a few seconds (not at the end of a 20 s connect timeout).
+fn refused_at_once(out: &std::process::Output, took: Duration, port: u16, why: &str) {
+    let err = stderr(out);
+    assert_eq!(code(out), 69, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("127.0.0.1:{port}")) && err.contains(why),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}: {err}");
 }
