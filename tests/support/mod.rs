@@ -261,6 +261,10 @@ pub fn dlock_header(name: &str, token: u64) -> Vec<u8> {
 pub fn on_a_terminal(shell_command: &str) -> std::process::Child {
     std::process::Command::new("script")
         .args(["-qfec", shell_command, "/dev/null"])
+        // script(1) runs the command with $SHELL: pinned, so that a Ctrl-C means the same
+        // whatever shell the test run was started from (dash ends on it, bash waits for its
+        // foreground command and goes on).
+        .env("SHELL", "/bin/bash")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
