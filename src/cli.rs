@@ -438,6 +438,7 @@ impl LockArgs {
             kill_after,
             progress_every: self.progress_every,
             place: global.place.clone(),
+            release_on_failure: false,
         })
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::exit::FailWith;
-use crate::lock::{Holder, LockName, LockRequest, Token, Waiter};
+use crate::lock::{Holder, LastRuns, LockName, LockRequest, RunEnd, Token, Waiter};
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
@@ -133,6 +133,17 @@ pub trait Backend: Send {
     /// of the store that could not be read as locks.
     fn list(&self, prefix: &str) -> anyhow::Result<Listing>;
 
+    /// What the store keeps of `name`'s runs: the last run and the last that succeeded (see
+    /// lock/last_run.rs for the rules every store follows when it writes them).
+    #[allow(dead_code)]
+    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+        let _ = name;
+        Err(anyhow::anyhow!(
+            "the {} backend does not keep its last runs yet",
+            self.location()
+        ))
+    }
+
     /// Break the lock for every holder (an operator cleaning up after a dead one). Returns the holders
     /// removed. Each removed holder's dlock notices at its next renewal and treats the lock as lost.
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>>;
@@ -163,8 +174,9 @@ pub trait Lease: Send {
     /// lock was still this holder's when it let go: the supervisor calls this once the command has
     /// ended, so a lock found lost here (a lease that passed while dlock was stopped, a lock broken
     /// meanwhile) means the command may not have held it to its end. An error: the backend could
-    /// not be told, and cannot say.
-    fn release(self: Box<Self>) -> anyhow::Result<Released>;
+    /// not be told, and cannot say. `end` says how the run ended, which the store records in the
+    /// same round trip where it can, and whether `--min-hold` keeps the lock taken.
+    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released>;
 }
 
 /// What a release found.

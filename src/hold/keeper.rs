@@ -23,7 +23,7 @@ use super::{shell_lines, HELD};
 use crate::cli::{GlobalArgs, HoldArgs};
 use crate::exit::{FailWith, Failure, Status};
 use crate::guard;
-use crate::lock::LockName;
+use crate::lock::{Ending, LockName, RunEnd};
 use crate::reentry::{Claim, HELD_VAR};
 use crate::report::Reporter;
 use crate::signal::FORWARDED;
@@ -158,7 +158,7 @@ impl Keeper<'_> {
         let entries = match self.listen(&held) {
             Ok(entries) => entries,
             Err(e) => {
-                release_all(held, self.report);
+                release_all(held, &RunEnd::NOT_RUN, self.report);
                 return Err(e);
             }
         };
@@ -185,7 +185,7 @@ impl Keeper<'_> {
         if told.is_err() {
             // The front is gone: nobody learnt that the locks are held.
             guard::unwatch_owner();
-            release_all(held, self.report);
+            release_all(held, &RunEnd::NOT_RUN, self.report);
             remove(&entries);
             return Ok(Status::Internal);
         }
@@ -213,7 +213,7 @@ impl Keeper<'_> {
             drop(fds);
             if shell_ended {
                 guard::unwatch_owner();
-                release_all(held, self.report);
+                release_all(held, &ended(Ending::ShellExited), self.report);
                 remove(&entries);
                 return Ok(Status::Done);
             }
@@ -240,7 +240,11 @@ impl Keeper<'_> {
                     }
                 }
                 guard::unwatch_owner();
-                let lost_at_end = release_all(std::mem::take(&mut held), self.report);
+                let lost_at_end = release_all(
+                    std::mem::take(&mut held),
+                    &ended(Ending::Released),
+                    self.report,
+                );
                 let answer = match lost.take().or(lost_at_end) {
                     Some(why) => format!("{LOST} {why}"),
                     None => RELEASED.to_owned(),
@@ -257,7 +261,7 @@ impl Keeper<'_> {
                     // told, so that release never reaches a keeper that no longer answers.
                     guard::unwatch_owner();
                     drop(entries);
-                    release_all(held, self.report);
+                    release_all(held, &ended(Ending::Signalled(n)), self.report);
                     if self.shell_lives() {
                         let _ = pidfd_send_signal(&self.pidfd, Signal::TERM);
                     }
@@ -267,7 +271,7 @@ impl Keeper<'_> {
             if lost.is_none() && next_renewal(&held).is_some_and(|d| d <= Instant::now()) {
                 if let Err(why) = renew_due(&mut held, self.report) {
                     // The others go too: the script runs on no lock of this hold any more.
-                    release_all(std::mem::take(&mut held), self.report);
+                    release_all(std::mem::take(&mut held), &ended(Ending::Lost), self.report);
                     let _ = pidfd_send_signal(&self.pidfd, Signal::TERM);
                     lost = Some(why);
                 }
@@ -394,4 +398,10 @@ pub fn read_answer(mut conn: UnixStream) -> io::Result<String> {
     let mut answer = String::new();
     conn.read_to_string(&mut answer)?;
     Ok(answer.trim_end().to_owned())
+}
+
+/// How a hold ended, for the store's record of its run: a hold's min-hold keeps the lock whatever
+/// the ending (its keeper cannot see whether the shell's work succeeded).
+fn ended(ending: Ending) -> RunEnd {
+    RunEnd { ending, keep: true }
 }

@@ -18,7 +18,7 @@ use super::heartbeat::{next_renewal, release_all, release_quietly, renew_due, He
 use super::progress::{describe_holders, Progress};
 use super::RunPlan;
 use crate::backend::{Attempt, Backend, Outage, Waiting};
-use crate::lock::{Holder, LockName, LockRequest};
+use crate::lock::{Holder, LockName, LockRequest, RunEnd};
 use crate::report::Reporter;
 use crate::signal::interrupt;
 use crate::signal::wait::Signals;
@@ -274,7 +274,7 @@ pub(super) fn wait_on_helper(
         if let Some(outcome) = outcome {
             report.clear_status();
             cancel(&waiting, acquirer, &rx, signals, report);
-            release_all(held, report);
+            release_all(held, &RunEnd::NOT_RUN, report);
             return Ok(outcome);
         }
         if let Some(line) = progress.tick() {
@@ -302,7 +302,7 @@ fn cancel(
         for event in rx.try_iter() {
             match event {
                 Event::Took(h) => {
-                    release_all(vec![h], report);
+                    release_all(vec![h], &RunEnd::NOT_RUN, report);
                 }
                 Event::Done(_) => done = true,
                 Event::Busy(..) | Event::InLine(..) | Event::Outage(..) => {}

@@ -16,6 +16,7 @@ use super::{spawn, RunPlan};
 use crate::exit::Status;
 use crate::guard;
 use crate::job::{self, Job};
+use crate::lock::{Ending, RunEnd};
 use crate::report::Reporter;
 use crate::signal::wait::Signals;
 use crate::signal::FORWARDED;
@@ -44,7 +45,7 @@ pub(super) fn supervise(
     ) {
         Ok(pid) => pid,
         Err(e) => {
-            release_all(held, report);
+            release_all(held, &RunEnd::NOT_RUN, report);
             return Ok(spawn_failure(&plan.command[0], &e, report));
         }
     };
@@ -114,7 +115,16 @@ pub(super) fn supervise(
     guard::disarm();
     let status = job.reap();
     report.event(&exited(status));
-    let lost_by_the_end = release_all(held, report);
+    let ending = match (lost, status.signal(), status.code()) {
+        (Some(_), _, _) => Ending::Lost,
+        (None, Some(n), _) => Ending::Signalled(n),
+        (None, None, code) => Ending::Exited(code.unwrap_or(255)),
+    };
+    let end = RunEnd {
+        ending,
+        keep: !plan.release_on_failure || ending.succeeded(),
+    };
+    let lost_by_the_end = release_all(held, &end, report);
     if lost.is_some() {
         return Ok(Status::LockLost);
     }

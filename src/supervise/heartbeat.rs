@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use crate::backend::{Lease, Released, Renewal};
-use crate::lock::{LockName, LockRequest};
+use crate::lock::{LockName, LockRequest, RunEnd};
 use crate::report::Reporter;
 
 /// A lock this dlock holds.
@@ -129,11 +129,11 @@ pub(crate) fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), Stri
 }
 
 /// Releases every lock; returns why the first one found no longer held was lost, if any was.
-pub(crate) fn release_all(held: Vec<Held>, report: &Reporter) -> Option<String> {
+pub(crate) fn release_all(held: Vec<Held>, end: &RunEnd, report: &Reporter) -> Option<String> {
     let mut lost = None;
     for h in held {
         let name = h.name.clone();
-        match h.lease.release() {
+        match h.lease.release(end) {
             Ok(Released::Held) => report.event(&format!("released {:?}", name.as_str())),
             Ok(Released::Lost(why)) => {
                 report.event(&format!(
@@ -154,6 +154,6 @@ pub(crate) fn release_all(held: Vec<Held>, report: &Reporter) -> Option<String> 
 
 pub(super) fn release_quietly(held: Vec<Held>) {
     for h in held {
-        let _ = h.lease.release();
+        let _ = h.lease.release(&RunEnd::NOT_RUN);
     }
 }

@@ -31,7 +31,7 @@ pub(crate) use self::heartbeat::{next_renewal, release_all, renew_due};
 use crate::backend::{self, BackendConfig};
 use crate::exit::Status;
 use crate::guard::Guardian;
-use crate::lock::{LockName, LockRequest};
+use crate::lock::{LockName, LockRequest, RunEnd};
 use crate::program;
 use crate::reentry;
 use crate::report::{self, Reporter};
@@ -54,6 +54,9 @@ pub struct RunPlan {
     /// The variables naming where the locks are, for a dlock the command runs (see
     /// `cli::place`): not for `hold`, whose script keeps its own environment.
     pub place: Vec<(String, String)>,
+    /// `--release-on-failure`: a command that fails gives the lock up at once, whatever
+    /// `--min-hold` says.
+    pub release_on_failure: bool,
 }
 
 /// The locks `dlock hold` took, for its keeper (src/hold/) to keep: the leases, the variables a
@@ -211,12 +214,12 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
     // A signal that came while the last lock was being taken still means "stop": honour it now,
     // before anything was started.
     if let Some(code) = stopped(report) {
-        release_all(held, report);
+        release_all(held, &RunEnd::NOT_RUN, report);
         return Ok(code);
     }
     while let Some(n) = signals.wait(Duration::ZERO) {
         if FORWARDED.contains(&n) {
-            release_all(held, report);
+            release_all(held, &RunEnd::NOT_RUN, report);
             return Ok(Status::Signalled(n));
         }
     }

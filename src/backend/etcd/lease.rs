@@ -180,7 +180,8 @@ impl Lease for EtcdLease {
     /// lease later): whether the key is still ours, then revoking the lease, which deletes the key
     /// in the same write. A `release --force` that comes between the two finds the lock given up
     /// already.
-    fn release(self: Box<Self>) -> anyhow::Result<Released> {
+    fn release(self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
+        let _ = end;
         let conn = &self.conn;
         let place = &self.place;
         let kept = &self.kept;

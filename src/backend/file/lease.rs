@@ -225,7 +225,8 @@ impl Lease for FileLease {
         }
     }
 
-    fn release(self: Box<Self>) -> anyhow::Result<Released> {
+    fn release(self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
+        let _ = end;
         let released = if self.lock.is_current() {
             Released::Held
         } else {

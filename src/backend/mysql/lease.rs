@@ -55,7 +55,8 @@ impl Lease for MyLease {
             .renew(|_| recipe.renew(&mut lock(shared), name, owner, ttl))
     }
 
-    fn release(self: Box<Self>) -> anyhow::Result<Released> {
+    fn release(self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
+        let _ = end;
         let mut conn = lock(&self.conn);
         match self.recipe.release(&mut conn, &self.name, &self.owner) {
             Ok(ours) => Ok(self.renewing.released(ours)),

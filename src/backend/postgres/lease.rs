@@ -73,7 +73,8 @@ impl Lease for PgLease {
         })
     }
 
-    fn release(self: Box<Self>) -> anyhow::Result<Released> {
+    fn release(self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
+        let _ = end;
         let mut conn = lock(&self.conn);
         let lost = self.renewing.is_lost();
         let budget = if lost {

@@ -146,7 +146,8 @@ impl Lease for RedisLease {
         }
     }
 
-    fn release(self: Box<Self>) -> anyhow::Result<Released> {
+    fn release(self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
+        let _ = end;
         // After a loss the servers may be gone: try only those still connected, and briefly.
         let timeout = if self.lost.is_some() {
             self.op_timeout.min(Duration::from_millis(250))

@@ -212,7 +212,8 @@ impl Lease for ZkLease {
         }
     }
 
-    fn release(mut self: Box<Self>) -> anyhow::Result<Released> {
+    fn release(mut self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
+        let _ = end;
         let watchers: Vec<_> = self.watchers.drain(..).collect();
         if let Some(why) = lock(&self.health).lost.clone() {
             // Already gone, or going with a session that is over: nothing to wait for.
