@@ -31,6 +31,7 @@ mod generate;
 mod guard;
 mod hold;
 mod job;
+mod last_runs;
 mod lock;
 mod manual;
 mod program;
