@@ -17,6 +17,7 @@ mod file_backend;
 mod file_default_dir;
 mod file_entries;
 mod file_interop;
+mod file_runs;
 mod file_tokens;
 mod flock_habits;
 mod group_kill;
