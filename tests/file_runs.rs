@@ -1,7 +1,7 @@
 //! The file backend's record of a lock's runs, `NAME.runs` beside `NAME.lock`: not listed by
 //! `list`; never in the way of a lock operation, whatever sits at its path (a FIFO, a symbolic
-//! link, a directory), which is left as it was; shown escaped when it cannot be read; read as none
-//! once 400 days old. A lock file removed under its holder makes a lost run, and a set of names
+//! link, a directory, a hard link to another file, someone's data), which is left as it was;
+//! shown escaped when it cannot be read; read as none once 400 days old. A lock file removed under its holder makes a lost run, and a set of names
 //! given back before its command ran keeps none of them for `--min-hold`.
 
 use std::ffi::CString;
@@ -95,9 +95,11 @@ fn whatever_sits_at_the_records_path_never_stops_a_run_and_is_left_as_it_is() {
 }
 
 #[test]
-fn a_records_file_dlock_did_not_write_is_shown_escaped_then_replaced_by_the_next_run() {
+fn a_records_file_dlock_did_not_write_is_shown_escaped_and_left_as_it_is() {
     let dir = LockDir::new();
-    std::fs::write(dir.file("x.runs"), b"\x1b[2J\x07run1 forged\nlast run1 x\n").unwrap();
+    let runs = dir.file("x.runs");
+    std::fs::write(&runs, b"\x1b[2J\x07run1 forged\nlast run1 x\n").unwrap();
+    let before = snapshot(&runs);
     let out = output(dir.dlock(&["status", "x"]));
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     let text = stdout(&out);
@@ -105,10 +107,30 @@ fn a_records_file_dlock_did_not_write_is_shown_escaped_then_replaced_by_the_next
     assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
     let json = status_json(&dir, "x");
     assert!(json["last_run"]["unreadable"].is_string(), "{json:#}");
+    let out = output(dir.dlock(&["status", "x", "--ran-within", "1h"]));
+    assert_eq!(code(&out), 3, "UNKNOWN: {}", stdout(&out));
     assert_eq!(code(&output(dir.dlock(&["run", "x", "--", "true"]))), 0);
-    let json = status_json(&dir, "x");
-    assert_eq!(json["last_run"]["ending"], "exit:0", "{json:#}");
-    assert!(json["last_run"].get("unreadable").is_none(), "{json:#}");
+    assert_eq!(
+        snapshot(&runs),
+        before,
+        "someone's data is never written over"
+    );
+}
+
+/// Someone who may write the directory links another of the user's files at the records path:
+/// dlock writes nothing into it, nor into a records file of dlock's own linked there.
+#[test]
+fn a_records_path_linked_to_another_file_is_never_written() {
+    let dir = LockDir::new();
+    let outside = dir.file("outside");
+    for (name, data) in [("x", &b"someone's data\n"[..]), ("y", b"dlock-runs1\n")] {
+        std::fs::write(&outside, data).unwrap();
+        let runs = dir.file(&format!("{name}.runs"));
+        std::fs::hard_link(&outside, &runs).unwrap();
+        assert_eq!(code(&output(dir.dlock(&["run", name, "--", "true"]))), 0);
+        assert_eq!(std::fs::read(&outside).unwrap(), data, "{name}");
+        std::fs::remove_file(&runs).unwrap();
+    }
 }
 
 #[test]

@@ -8,10 +8,11 @@
 //! missing when there is none), each RECORD in `Run::record`'s form. It is written in place under
 //! an OFD write lock on the whole file and read under a read lock, so nobody reads half a write;
 //! it is opened as lock files are (no symbolic link followed, no FIFO or device used, created with
-//! their mode). Anyone who can write the directory can write it too, so what it says is read with
-//! `Run::from_record` and never trusted, and nothing about it may stop a lock operation: a lock
-//! on it that is not let go within `LOCK_PATIENCE` is given up (the record goes unwritten, or is
-//! read unlocked), and a write that fails is skipped.
+//! their mode), and written only when it is dlock's (empty, or begun with `dlock-runs1`, and
+//! linked nowhere else: see `is_ours`). Anyone who can write the directory can write it too, so
+//! what it says is read with `Run::from_record` and never trusted, and nothing about it may stop a
+//! lock operation: a lock on it that is not let go within `LOCK_PATIENCE` is given up (the record
+//! goes unwritten, or is read unlocked), and a write that fails is skipped.
 //!
 //! The records of a name nobody runs any more are not swept: a file not written for
 //! `RUN_RECORD_KEPT_FOR` reads as no record, and the next run writes it afresh.
@@ -162,6 +163,32 @@ fn text(runs: &LastRuns) -> String {
     text
 }
 
+/// Whether dlock may write the file: empty (just made) or begun with dlock's first line, and not
+/// also linked elsewhere. Anyone who can write the directory can put a hard link to another file
+/// of the user's at the records path; what is not dlock's is left as it is, as at a lock's path.
+fn is_ours(file: &File) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata()?;
+    if meta.nlink() != 1 {
+        return Ok(false);
+    }
+    if meta.len() == 0 {
+        return Ok(true);
+    }
+    let first = format!("{MAGIC}\n");
+    let mut buf = vec![0u8; first.len()];
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(buf[..done] == *first.as_bytes())
+}
+
 /// The records of the file at `path`: none when there is no file.
 pub(super) fn last_runs(path: &Path) -> io::Result<LastRuns> {
     let Some(file) = open(path, false)? else {
@@ -182,7 +209,7 @@ fn update(path: &Path, change: impl FnOnce(&mut LastRuns)) -> io::Result<bool> {
     let Some(file) = open(path, true)? else {
         return Err(io::Error::other("the records file vanished"));
     };
-    if !lock(&file, libc::F_WRLCK)? {
+    if !lock(&file, libc::F_WRLCK)? || !is_ours(&file)? {
         return Ok(false);
     }
     let mut runs = read(&file)?;
