@@ -242,6 +242,10 @@ impl Lease for FileLease {
         } else {
             Released::Lost(self.replaced())
         };
+        // The ending first: a reader who finds the holder's record gone would otherwise take the
+        // run for one that never ended. It is written before the locks go, so the next holder's
+        // run comes after it.
+        runs::ended(&self.runs_path, &self.run, end.ending);
         // Clear the record first so nobody reads it as ours after the locks go; closing unlocks.
         // A record `--min-hold` still keeps stays: it keeps the lock taken until its end, unless
         // the run says not to keep it (a failure under --release-on-failure, nothing run).
@@ -255,8 +259,6 @@ impl Lease for FileLease {
                 .file
                 .write_all_at(&[0u8; RECORD_LEN as usize], self.record);
         }
-        // Before the locks go, so the next holder's run comes after this one's ending.
-        runs::ended(&self.runs_path, &self.run, end.ending);
         drop(self.lock);
         Ok(released)
     }
