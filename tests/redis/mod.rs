@@ -247,7 +247,14 @@ fn names_with_braces_and_spaces_stay_inside_one_hash_tag() {
     ));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), name);
-    assert_eq!(server.keys(), ["dlock:{a%7Db%7Bc%20d%2A}:token"]);
+    assert_eq!(
+        server.keys(),
+        [
+            "dlock:{a%7Db%7Bc%20d%2A}:last-run",
+            "dlock:{a%7Db%7Bc%20d%2A}:last-success",
+            "dlock:{a%7Db%7Bc%20d%2A}:token"
+        ]
+    );
 }
 
 #[test]

@@ -1,0 +1,92 @@
+//! What the servers keep of a lock's runs (`Backend::last_runs`): the last run and the last
+//! success, read on every server that answers. With Redlock they may disagree (a server that missed
+//! an acquisition, or its release, or lost its data): of each, the record with the highest token
+//! wins, and at equal tokens one that has ended over one that has not (a server that missed the
+//! release), then one that knows when the run began (a server that only heard of its success).
+
+use super::fault::first_fatal;
+use super::keys::Keys;
+use super::redlock::on_all;
+use super::scripts;
+use super::RedisBackend;
+use crate::exit::{FailWith, Failure};
+use crate::lock::{LastRuns, LockName, Run};
+
+impl RedisBackend {
+    /// The last run and last success of `name`, merged over every server that answered.
+    pub(super) fn read_last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+        let mut servers = self.servers();
+        let keys = Keys::on(name, self.sharded);
+        let timeout = self.connect_timeout;
+        let replies = on_all(&mut servers, |s| {
+            s.at(&keys.base);
+            s.call(timeout, |l| scripts::last_runs(&mut l.conn, &keys))
+        });
+        let (mut runs, mut successes, mut faults) = (Vec::new(), Vec::new(), Vec::new());
+        for reply in replies {
+            match reply {
+                Ok((run, success)) => {
+                    runs.extend(run.as_deref().map(Run::from_record));
+                    successes.extend(success.as_deref().map(Run::from_record));
+                }
+                Err(fault) => faults.push(fault),
+            }
+        }
+        if faults.len() == servers.len() || first_fatal(&faults).is_some() {
+            if let Some(fault) = first_fatal(&faults).or(faults.first()) {
+                return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
+            }
+        }
+        Ok(LastRuns {
+            last_run: latest(runs),
+            last_success: latest(successes),
+        })
+    }
+}
+
+/// The record to show of those the servers keep of one kind (see the module's documentation);
+/// one that cannot be read has no token and loses to any that can. Ties go to the first server.
+fn latest(runs: Vec<Run>) -> Option<Run> {
+    let rank = |run: &Run| (run.token, run.ended.is_some(), run.acquired.is_some());
+    runs.into_iter()
+        .reduce(|best, run| if rank(&run) > rank(&best) { run } else { best })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OWNER: &str = "0123456789abcdef0123456789abcdef";
+
+    fn run(record: &str) -> Run {
+        let run = Run::from_record(record);
+        assert!(run.unreadable.is_none(), "{record}");
+        run
+    }
+
+    #[test]
+    fn the_highest_token_wins_then_an_ended_run_then_a_known_start() {
+        let older_ended = run(&format!("run1 4 1000 2000 exit:0 7 {OWNER} a"));
+        let newer = run(&format!("run1 5 3000 - - 8 {OWNER} b"));
+        let newer_ended = run(&format!("run1 5 3000 4000 exit:3 8 {OWNER} b"));
+        let newer_unknown_start = run(&format!("run1 5 - 4000 exit:3 8 {OWNER} b"));
+        let garbage = Run::from_record("run1 99 \x1b");
+        assert_eq!(
+            latest(vec![older_ended.clone(), newer.clone(), garbage.clone()]),
+            Some(newer.clone())
+        );
+        for order in [
+            vec![newer.clone(), newer_ended.clone(), older_ended.clone()],
+            vec![older_ended.clone(), newer_ended.clone(), newer.clone()],
+            vec![
+                newer_unknown_start.clone(),
+                newer_ended.clone(),
+                newer.clone(),
+            ],
+        ] {
+            assert_eq!(latest(order), Some(newer_ended.clone()));
+        }
+        assert_eq!(latest(vec![garbage.clone()]), Some(garbage));
+        assert_eq!(latest(vec![]), None);
+    }
+}
