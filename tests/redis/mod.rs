@@ -3,14 +3,15 @@
 //! by events in arrival order that leaves nothing behind, one connection per run, Redlock over
 //! three and five servers (redlock.rs), passwords, TLS and bad addresses (access.rs), Redis Cluster
 //! (cluster.rs: redirects, names on several masters, slots moved while held), keys of the wrong
-//! type another client wrote in dlock's namespace (wrong_type.rs). What every backend
-//! owes is in the contract suite.
+//! type another client wrote in dlock's namespace (wrong_type.rs), the last run and last success
+//! each store keeps, read raw (last_run.rs). What every backend owes is in the contract suite.
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 mod access;
 mod cluster;
+mod last_run;
 mod redlock;
 mod waiting;
 mod wrong_type;
