@@ -7,6 +7,8 @@
 use std::process::Stdio;
 
 use super::*;
+use crate::support::redis_cluster::RedisCluster;
+use crate::support::sentinel_set::SentinelSet;
 
 /// How long a record lasts after its last write: 400 days, in ms.
 const KEPT_MS: i64 = 400 * 24 * 3600 * 1000;
@@ -378,6 +380,121 @@ fn keys_of_another_type_or_garbage_in_the_record_keys_stop_nothing() {
     assert_eq!(
         (list, hash.as_deref()),
         (vec!["theirs".to_owned()], Some("too"))
+    );
+}
+
+#[test]
+fn a_release_that_hands_the_lock_on_writes_the_next_holders_run() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = start_holder(&url, &[], "next", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let script = format!(
+        "touch {i}; k=0; while [ ! -e {g} ] && [ $k -lt 1200 ]; do sleep 0.05; k=$((k+1)); done",
+        i = dir.file("in").display(),
+        g = dir.file("go").display(),
+    );
+    let args = [
+        "run",
+        "--message",
+        "next in line",
+        "next",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let mut waiter = dlock_at(&url, &args).stderr(Stdio::null()).spawn().unwrap();
+    wait_until("the waiter to queue", T, || queued(&server, "next") == 1);
+    let before = server_ms(&server);
+    // The holder's release ends its run, then grants the lock to the waiter, whose run it writes
+    // from the waiter's place in the queue.
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.finish(T);
+    wait_for_file(&dir.file("in"), T);
+    let run = last_run(&server, "next").expect("the waiter's run");
+    assert_run(&run, waiter.id(), 2, None, (before, server_ms(&server)));
+    assert_eq!(run.message.as_deref(), Some("next in line"));
+    std::fs::write(dir.file("go"), "").unwrap();
+    assert_eq!(wait_exit(&mut waiter, T).code(), Some(0));
+    let ended = last_run(&server, "next").expect("the waiter's run");
+    assert_eq!(
+        (ended.acquired, ended.ending.as_deref()),
+        (run.acquired, Some("exit:0"))
+    );
+    assert_eq!(last_success(&server, "next"), Some(ended));
+}
+
+#[test]
+fn on_redis_cluster_the_records_are_on_the_locks_master() {
+    let cluster = RedisCluster::start();
+    let dir = LockDir::new();
+    let url = [cluster.url()];
+    let name = cluster.name_on("runs/", 1);
+    let (status, pid, _) = run_to_end(&url, &["run", &name, "--", "sh", "-c", "exit 3"]);
+    assert_eq!(status, 3);
+    let master = &cluster.nodes[1];
+    let run = last_run(master, &name).expect("a record on the lock's master");
+    assert_eq!((run.pid, run.ending.as_deref()), (pid, Some("exit:3")));
+    let holder = start_holder(&url, &["--ttl", "1s"], &name, &dir.file("pid"));
+    let child = read_pid(&dir.file("pid"));
+    let out = output(dlock_at(&url, &["release", "--force", &name]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_lost_after(
+        holder,
+        child,
+        Instant::now(),
+        Duration::from_secs(2),
+        &["no longer ours"],
+    );
+    let run = last_run(master, &name).expect("a record on the lock's master");
+    assert_eq!((run.token, run.ending.as_deref()), (2, Some("forced")));
+    assert_eq!(last_success(master, &name), None);
+    for other in [0, 2] {
+        assert!(cluster.nodes[other].keys().is_empty());
+    }
+}
+
+#[test]
+fn behind_sentinel_the_records_reach_the_replicas_and_an_unreplicated_grant_ends_not_run() {
+    let set = SentinelSet::start();
+    let (status, pid, _) = run_to_end(
+        &[set.url()],
+        &["run", "--replicas", "2", "job", "--", "sh", "-c", "exit 3"],
+    );
+    assert_eq!(status, 3);
+    let run = last_run(set.master(), "job").expect("a record on the master");
+    assert_eq!((run.pid, run.ending.as_deref()), (pid, Some("exit:3")));
+    for replica in set.replicas() {
+        wait_until("the replica to have the ended run", T, || {
+            last_run(replica, "job").as_ref() == Some(&run)
+        });
+    }
+    // Granted, then given back as no replica acknowledged it: the run never ran.
+    let replicas = set.replicas();
+    for r in &replicas {
+        r.pause();
+    }
+    let args = [
+        "--connect-timeout",
+        "1s",
+        "run",
+        "--replicas",
+        "1",
+        "job",
+        "--",
+        "true",
+    ];
+    let (status, pid, _) = run_to_end(&[set.url()], &args);
+    for r in &replicas {
+        r.resume();
+    }
+    assert_eq!(status, 69);
+    let run = last_run(set.master(), "job").expect("a record on the master");
+    assert_eq!(
+        (run.pid, run.token, run.ending.as_deref()),
+        (pid, 2, Some("not-run"))
     );
 }
 
