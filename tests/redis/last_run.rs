@@ -4,7 +4,7 @@
 //! `release --force` ends it "forced"; a holder killed with SIGKILL never ends it; another
 //! client's key in their place stops nothing; Redlock writes them on every server.
 
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
 use super::*;
 use crate::support::redis_cluster::RedisCluster;
@@ -496,6 +496,35 @@ fn behind_sentinel_the_records_reach_the_replicas_and_an_unreplicated_grant_ends
         (run.pid, run.token, run.ending.as_deref()),
         (pid, 2, Some("not-run"))
     );
+}
+
+#[test]
+fn a_hold_ends_released_or_when_its_shell_exits() {
+    let server = RedisServer::start();
+    let dlock = format!("{} --backend redis --url {}", dlock_bin(), server.url());
+    for (then, ending, succeeded) in [
+        (format!("{dlock} release h"), "released", true),
+        (String::new(), "shell-exited", false),
+    ] {
+        let script = format!("v=$({dlock} hold --print-env h) || exit $?; eval \"$v\"; {then}");
+        let mut sh = Command::new("sh");
+        for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("DLOCK_")) {
+            sh.env_remove(key);
+        }
+        sh.args(["-c", &script])
+            .env("DLOCK_CONFIG", "")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        let out = sh.output().expect("run sh");
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        // The hold's keeper writes the ending as it lets go, once the shell is gone.
+        wait_until("the hold's run to end", T, || {
+            last_run(&server, "h").is_some_and(|r| r.ended.is_some())
+        });
+        let run = last_run(&server, "h").unwrap();
+        assert_eq!(run.ending.as_deref(), Some(ending), "{run:?}");
+        assert_eq!(last_success(&server, "h") == Some(run), succeeded);
+    }
 }
 
 /// Three servers with Redlock: (the servers, their URLs).
