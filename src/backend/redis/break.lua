@@ -9,7 +9,8 @@ local token, acquired, ended, _, pid, whose, host = run_fields(run_record(LAST_R
 if ended == '-' then
   for i = 1, #removed, 3 do
     if removed[i] == whose then
-      write_run(LAST_RUN, run_text(token, acquired, string.format('%d', now), 'forced', pid, whose, host))
+      local at = string.format('%d', now)
+      write_run(LAST_RUN, run_text(token, acquired, at, 'forced', pid, whose, host))
       break
     end
   end

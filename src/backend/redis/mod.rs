@@ -11,8 +11,9 @@
 //!   owner id -> "MODE TOKEN SINCE PID HOST"), `dlock:{NAME}:token` (the fencing counter, never
 //!   expires), `dlock:{NAME}:queue` and `dlock:{NAME}:alive` (waiters in arrival order and their
 //!   own leases), `dlock:{NAME}:last-run` and `dlock:{NAME}:last-success` (run records, kept 400
-//!   days after their last write; see `runs`). Grants are told on the pub/sub channel `dlock:wake:OWNER` (on Redis Cluster by
-//!   sharded pub/sub, on `dlock:{NAME}:wake:OWNER` in the lock's slot).
+//!   days after their last write; see `runs`). Grants are told on the pub/sub channel
+//!   `dlock:wake:OWNER` (on Redis Cluster by sharded pub/sub, on `dlock:{NAME}:wake:OWNER` in the
+//!   lock's slot).
 //! - Renew and release act only on the caller's own owner id: no client ever extends or deletes
 //!   another's lease. An expired lease is never revived, so a renewal after expiry is "lost".
 //!
