@@ -55,6 +55,7 @@ fn latest(runs: Vec<Run>) -> Option<Run> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Backend;
 
     const OWNER: &str = "0123456789abcdef0123456789abcdef";
 
@@ -88,5 +89,121 @@ mod tests {
         }
         assert_eq!(latest(vec![garbage.clone()]), Some(garbage));
         assert_eq!(latest(vec![]), None);
+    }
+
+    /// redis-servers of this test's own, killed when dropped.
+    struct Servers(Vec<(std::process::Child, u16)>);
+
+    impl Servers {
+        fn start(count: usize) -> Servers {
+            let servers = Servers(
+                (0..count)
+                    .map(|_| {
+                        let port = std::net::TcpListener::bind("127.0.0.1:0")
+                            .and_then(|l| l.local_addr())
+                            .expect("a free port")
+                            .port();
+                        let child = std::process::Command::new("redis-server")
+                            .args(["--port", &port.to_string(), "--save", "", "--appendonly"])
+                            .arg("no")
+                            .stdout(std::process::Stdio::null())
+                            .spawn()
+                            .expect("start redis-server");
+                        (child, port)
+                    })
+                    .collect(),
+            );
+            for i in 0..count {
+                let started = std::time::Instant::now();
+                while servers.connection(i).is_err() {
+                    assert!(
+                        started.elapsed().as_secs() < 20,
+                        "redis-server did not start"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            }
+            servers
+        }
+
+        fn url(&self, i: usize) -> String {
+            format!("redis://127.0.0.1:{}", self.0[i].1)
+        }
+
+        fn connection(&self, i: usize) -> redis::RedisResult<redis::Connection> {
+            let mut conn = redis::Client::open(self.url(i))?.get_connection()?;
+            redis::cmd("PING").query::<()>(&mut conn)?;
+            Ok(conn)
+        }
+
+        /// Runs `args` on server `i`.
+        fn set(&self, i: usize, args: &[&str]) {
+            let mut cmd = redis::cmd(args[0]);
+            for arg in &args[1..] {
+                cmd.arg(*arg);
+            }
+            let mut conn = self.connection(i).expect("connect");
+            cmd.query::<()>(&mut conn).expect("write a record");
+        }
+
+        fn backend(&self) -> RedisBackend {
+            let config = crate::backend::BackendConfig {
+                kind: crate::backend::BackendKind::Redis,
+                urls: (0..self.0.len()).map(|i| self.url(i)).collect(),
+                connect_timeout: std::time::Duration::from_secs(5),
+                create: false,
+                replicas: 0,
+                stop: Default::default(),
+            };
+            RedisBackend::open(&config).expect("open the backend")
+        }
+    }
+
+    impl Drop for Servers {
+        fn drop(&mut self) {
+            for (child, _) in &mut self.0 {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    #[test]
+    fn redlock_reads_every_server_and_keeps_the_record_that_wins() {
+        let servers = Servers::start(3);
+        let name = LockName::new("r").unwrap();
+        let (run, success) = ("dlock:{r}:last-run", "dlock:{r}:last-success");
+        let older = format!("run1 4 1000 2000 exit:0 7 {OWNER} a");
+        let not_ended = format!("run1 5 3000 - - 8 {OWNER} b");
+        let ended = format!("run1 5 3000 4000 exit:3 8 {OWNER} b");
+        servers.set(0, &["SET", run, &not_ended]);
+        servers.set(0, &["SET", success, &older]);
+        servers.set(1, &["SET", run, &ended]);
+        servers.set(1, &["RPUSH", success, "another client's"]);
+        servers.set(2, &["SET", run, &older]);
+        let runs = servers.backend().last_runs(&name).expect("last runs");
+        assert_eq!(runs.last_run, Some(Run::from_record(&ended)));
+        assert_eq!(runs.last_success, Some(Run::from_record(&older)));
+
+        // Only what cannot be read: shown escaped, as read.
+        servers.set(0, &["SET", run, "run1 9 \x1b[31m"]);
+        servers.set(0, &["DEL", success]);
+        for i in [1, 2] {
+            servers.set(i, &["DEL", run]);
+        }
+        let runs = servers.backend().last_runs(&name).expect("last runs");
+        let shown = runs
+            .last_run
+            .and_then(|r| r.unreadable)
+            .expect("unreadable");
+        assert!(
+            shown.contains("run1 9") && !shown.contains('\x1b'),
+            "{shown:?}"
+        );
+        let shown = runs
+            .last_success
+            .and_then(|r| r.unreadable)
+            .expect("unreadable");
+        assert!(shown.contains("is not a string key"), "{shown:?}");
     }
 }
