@@ -43,6 +43,7 @@ use anyhow::{anyhow, Context};
 use zookeeper_client as zk;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockName, LockRequest};
 use crate::signal::interrupt;
 use crate::sync::lock;
@@ -55,6 +56,7 @@ use wait::watched;
 
 mod acquisition;
 mod address;
+mod frames;
 mod kept;
 mod lease;
 mod naming;
@@ -167,6 +169,11 @@ impl ZkBackend {
         match watched(session, task, watch.as_ref()) {
             Some(Ok(outcome)) => outcome.with_context(ctx),
             Some(Err(e)) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
+            // The server lied in a reply (frames.rs): the wait ends, and says so.
+            None if frames::lie().is_some() => {
+                Err(anyhow!("{}", frames::lie().unwrap_or_default()))
+                    .fail_with(Failure::BackendUnavailable)
+            }
             None if interrupt::caught().is_some() => Err(anyhow!("interrupted")),
             None => Ok(Outcome::Cancelled),
         }

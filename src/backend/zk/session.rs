@@ -10,6 +10,7 @@ use anyhow::{anyhow, Context};
 use zookeeper_client as zk;
 
 use super::address::ZkUrl;
+use super::frames;
 use super::naming::{node_name, ROOT};
 use super::wait::{cancellable, stopped};
 use super::{CLEANUP_TIMEOUT, MAX_RETRIES};
@@ -45,6 +46,7 @@ fn is_unavailable(e: &zk::Error) -> bool {
 /// exit status 69 when the ensemble could not be reached or used.
 fn failure(e: zk::Error, doing: &str, hosts: &str) -> anyhow::Error {
     let why = match e {
+        _ if frames::lie().is_some() => frames::lie().unwrap_or_default().to_owned(),
         zk::Error::NoAuth => "not authorised: the node belongs to another ZooKeeper identity \
              (give zk://user:password@... to act as its owner)"
             .to_owned(),
@@ -169,6 +171,8 @@ impl Session {
             .thread_name("dlock-zk")
             // Signals are the supervisor's: never let one land in a runtime thread.
             .on_thread_start(crate::signal::mask::block_all_in_this_thread)
+            // The reply check's relays (frames.rs) are tokio sockets.
+            .enable_io()
             .enable_time()
             .build()
             .context("cannot start the ZooKeeper client's runtime")
@@ -297,6 +301,11 @@ async fn connect(
     connect_timeout: Duration,
 ) -> Result<zk::Client, zk::Error> {
     let deadline = Instant::now() + connect_timeout;
+    // Every reply is checked on its way to the client (frames.rs). (Binding a loopback port fails
+    // only when the host has no loopback at all: as good as a connection refused.)
+    let relays = frames::relay(url.host_list())
+        .await
+        .map_err(|_| zk::Error::ConnectionLoss)?;
     let mut last = zk::Error::Timeout;
     for _ in 0..1000 {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -307,7 +316,10 @@ async fn connect(
         if let Some((user, password)) = &url.credentials {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
-        match tokio::time::timeout(left, connector.connect(&url.hosts())).await {
+        if frames::lie().is_some() {
+            break;
+        }
+        match tokio::time::timeout(left, connector.connect(&relays)).await {
             Ok(Ok(client)) => return Ok(client),
             Ok(Err(e @ (zk::Error::AuthFailed | zk::Error::BadArguments(_)))) => return Err(e),
             Ok(Err(e)) => {
@@ -330,7 +342,10 @@ where
     let mut tries = 0;
     loop {
         match op().await {
-            Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES => tries += 1,
+            // A server that lied is not asked again (frames.rs).
+            Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES && frames::lie().is_none() => {
+                tries += 1
+            }
             result => return result,
         }
     }

@@ -8,6 +8,7 @@ use anyhow::anyhow;
 use zookeeper_client as zk;
 
 use super::acquisition::{Acquisition, Outcome};
+use super::frames;
 use super::kept::{self, is_kept, EnsembleClock};
 use super::lease::ZkLease;
 use super::recipe::{queue, verdict, Verdict};
@@ -58,7 +59,8 @@ pub(super) fn watched<T: Send + 'static>(
 ) -> Option<Result<T, tokio::task::JoinError>> {
     let client = session.client().clone();
     let result = session.runtime.block_on(cancellable(&mut task, || {
-        if stopped(waiting) {
+        // A server that lied is not waited for (frames.rs).
+        if stopped(waiting) || frames::lie().is_some() {
             return false;
         }
         if let Some(waiting) = waiting {
