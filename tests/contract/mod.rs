@@ -122,18 +122,6 @@ macro_rules! scenario_test {
             "the file backend has no server: the host's clock judges a min-hold, by design"
         );
     };
-    (redis, last_run, $scenario:ident) => {
-        unsupported!(last_run::$scenario, "being built");
-    };
-    (redlock, last_run, $scenario:ident) => {
-        unsupported!(last_run::$scenario, "being built");
-    };
-    (sentinel, last_run, $scenario:ident) => {
-        unsupported!(last_run::$scenario, "being built");
-    };
-    (cluster, last_run, $scenario:ident) => {
-        unsupported!(last_run::$scenario, "being built");
-    };
     (zk, last_run, $scenario:ident) => {
         unsupported!(last_run::$scenario, "being built");
     };
