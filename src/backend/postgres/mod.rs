@@ -59,7 +59,7 @@ use anyhow::Context;
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::backend::sql::record::unreadable_name;
 use crate::backend::sql::wait::connection_for_wait;
-use crate::lock::{host_name, Holder, LockName, LockRequest};
+use crate::lock::{host_name, Holder, LastRuns, LockName, LockRequest};
 use address::PgUrl;
 use connection::{lock, Conn, Shared};
 use lease::PgLease;
@@ -168,13 +168,15 @@ impl Backend for PgBackend {
         .with_context(ctx)?;
         drop(conn);
         match reply {
-            Reply::Granted { token, free } => Ok(Attempt::Acquired(Box::new(PgLease::granted(
-                self.conn.clone(),
-                self.recipe.clone(),
-                request,
-                (token, free),
-                sent,
-            )))),
+            Reply::Granted { token, free, run } => {
+                Ok(Attempt::Acquired(Box::new(PgLease::granted(
+                    self.conn.clone(),
+                    self.recipe.clone(),
+                    request,
+                    (token, free, run),
+                    sent,
+                ))))
+            }
             Reply::Busy { .. } => Ok(Attempt::Busy(self.holders(&request.name))),
         }
     }
@@ -217,6 +219,15 @@ impl Backend for PgBackend {
             }
         }
         Ok(listing)
+    }
+
+    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+        let mut conn = lock(&self.conn);
+        let budget = conn.connect_timeout();
+        self.recipe
+            .last_runs(&mut conn, budget, name)
+            .map_err(|f| conn.error(f))
+            .with_context(|| format!("cannot read the last runs of lock {:?}", name.as_str()))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

@@ -10,7 +10,8 @@ use tokio_postgres::{Client, Row};
 use super::connection::{Conn, Fault};
 use super::rows::entry_of;
 pub use super::rows::{holders_of, Entry};
-use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
+use crate::backend::sql::runs::{self, Started};
+use crate::lock::{Holder, LastRuns, LockName, LockRequest, Mode, RunEnd, Token};
 
 /// The statements, with the prefix filled in.
 pub struct Recipe {
@@ -30,6 +31,8 @@ pub struct Recipe {
     keep: String,
     renew_kept: String,
     let_go: String,
+    /// The last run and the last success of a name.
+    last_runs: String,
     /// The prefix of each waiter's notification channel (`PREFIX` + owner id).
     channel: String,
     /// Sent first in a connection's first transaction: refuses objects of untrusted roles
@@ -48,11 +51,11 @@ pub struct Guard {
 /// The functions dlock calls (each version it creates), which `untrusted.sql` checks.
 const FUNCTIONS: [&str; 6] = [
     "kind_v2",
-    "acquire_v3",
+    "acquire_v4",
     "wake_v2",
-    "release_v2",
+    "release_v3",
     "leave_v2",
-    "break_v2",
+    "break_v3",
 ];
 
 /// The marker `untrusted.sql` puts before its finding, read back from the server's error.
@@ -63,8 +66,13 @@ const TRIGGERS: &str = "dlock-triggers: ";
 
 /// What an acquisition attempt found.
 pub enum Reply {
-    /// `free`: by a run's first attempt, to a lock nobody held or waited for.
-    Granted { token: Token, free: bool },
+    /// `free`: by a run's first attempt, to a lock nobody held or waited for. `run`: the record
+    /// of this run the grant wrote as the last run, as the server answered it.
+    Granted {
+        token: Token,
+        free: bool,
+        run: Option<Started>,
+    },
     /// Busy: the place in line kept (when one was asked for), and when the first lease would run
     /// out (none when the lock waits only for waiters ahead).
     Busy {
@@ -81,7 +89,7 @@ pub struct Me {
 
 impl Recipe {
     pub fn new(prefix: &str, trusted: &[String]) -> Recipe {
-        let fill = |sql: &str| sql.replace("{p}", prefix);
+        let fill = |sql: &str| runs::fill(&sql.replace("{p}", prefix));
         let functions: Vec<String> = FUNCTIONS.iter().map(|f| format!("'{prefix}{f}'")).collect();
         Recipe {
             lock_count: fill(include_str!("lock_count.sql")),
@@ -96,6 +104,7 @@ impl Recipe {
             keep: fill(include_str!("keep.sql")),
             renew_kept: fill(include_str!("renew_kept.sql")),
             let_go: fill(include_str!("let_go.sql")),
+            last_runs: fill(include_str!("last_runs.sql")),
             channel: prefix.to_owned(),
             guard: Guard {
                 sql: fill(include_str!("untrusted.sql"))
@@ -187,6 +196,7 @@ impl Recipe {
         };
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
         let listen = listen.map(|c| format!("LISTEN \"{c}\""));
+        let tail = runs::tail(request);
         let row = self.run(conn, budget, true, true, |client, guard| {
             let listen = listen.clone();
             let (name, owner, mode, host) = (
@@ -196,8 +206,9 @@ impl Recipe {
                 me.host.clone(),
             );
             let (pid, sql, message) = (me.pid, self.acquire.clone(), request.message.clone());
+            let tail = tail.clone();
             async move {
-                let params: [(&(dyn ToSql + Sync), Type); 10] = [
+                let params: [(&(dyn ToSql + Sync), Type); 11] = [
                     (&name, Type::TEXT),
                     (&owner, Type::TEXT),
                     (&mode, Type::TEXT),
@@ -208,6 +219,7 @@ impl Recipe {
                     (&queue, Type::BOOL),
                     (&ticket, Type::INT8),
                     (&message, Type::TEXT),
+                    (&tail, Type::TEXT),
                 ];
                 let attempt = read_committed(&client, guard, None, &sql, &params);
                 let rows = match &listen {
@@ -228,7 +240,8 @@ impl Recipe {
         };
         let granted: Option<i64> = row.try_get(0).map_err(|_| odd("acquire"))?;
         if let Some(token) = granted {
-            return self.granted(conn, budget, request, token, false);
+            let run: Option<String> = row.try_get(3).map_err(|_| odd("acquire"))?;
+            return self.granted(conn, budget, request, token, false, run);
         }
         let ticket: Option<i64> = row.try_get(1).map_err(|_| odd("acquire"))?;
         let retry_ms: Option<i64> = row.try_get(2).map_err(|_| odd("acquire"))?;
@@ -248,6 +261,7 @@ impl Recipe {
         me: &Me,
     ) -> Result<Option<Reply>, Fault> {
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
+        let tail = runs::tail(request);
         let rows = self.run(conn, budget, true, false, |client, guard| {
             let (name, owner, mode, host) = (
                 request.name.as_str().to_owned(),
@@ -255,9 +269,9 @@ impl Recipe {
                 request.mode.to_wire(),
                 me.host.clone(),
             );
-            let (pid, message) = (me.pid, request.message.clone());
+            let (pid, message, tail) = (me.pid, request.message.clone(), tail.clone());
             async move {
-                let params: [(&(dyn ToSql + Sync), Type); 7] = [
+                let params: [(&(dyn ToSql + Sync), Type); 8] = [
                     (&name, Type::TEXT),
                     (&owner, Type::TEXT),
                     (&mode, Type::TEXT),
@@ -265,6 +279,7 @@ impl Recipe {
                     (&pid, Type::INT8),
                     (&host, Type::TEXT),
                     (&message, Type::TEXT),
+                    (&tail, Type::TEXT),
                 ];
                 self.after_lock_count(&client, guard, &name, &self.acquire_free, &params)
                     .await
@@ -273,13 +288,16 @@ impl Recipe {
         match rows.first() {
             Some(row) => {
                 let token = row.try_get(0).map_err(|_| odd("acquire"))?;
-                self.granted(conn, budget, request, token, true).map(Some)
+                let run: Option<String> = row.try_get(1).map_err(|_| odd("acquire"))?;
+                self.granted(conn, budget, request, token, true, run)
+                    .map(Some)
             }
             None => Ok(None),
         }
     }
 
-    /// The grant of `token`, checked, and made to outlast its holder by `--min-hold`.
+    /// The grant of `token`, checked, and made to outlast its holder by `--min-hold`; `run`: the
+    /// record of this run the grant answered.
     fn granted(
         &self,
         conn: &mut Conn,
@@ -287,6 +305,7 @@ impl Recipe {
         request: &LockRequest,
         token: i64,
         free: bool,
+        run: Option<String>,
     ) -> Result<Reply, Fault> {
         let token = Token::try_from(token)
             .ok()
@@ -300,7 +319,8 @@ impl Recipe {
                 return Err(odd("the lock just granted is gone"));
             }
         }
-        Ok(Reply::Granted { token, free })
+        let run = run.and_then(|raw| Started::of(&raw, &request.owner));
+        Ok(Reply::Granted { token, free, run })
     }
 
     /// `lock_count.sql` for `name`, then `sql`, in one transaction (see `read_committed`):
@@ -338,17 +358,65 @@ impl Recipe {
         self.own_row(conn, budget, sql, name, owner, ttl, false)
     }
 
-    /// For a holder with `--min-hold` whose command ended: keeps its row until the min-hold's end.
-    /// False when that has passed (or the lock is no longer ours): then release it as usual.
+    /// For a holder with `--min-hold` whose command ended: keeps its row until the min-hold's end,
+    /// and writes how the run ended (see `release`). False when that has passed (or the lock is no
+    /// longer ours): then release it as usual.
     pub fn let_go(
         &self,
         conn: &mut Conn,
         budget: Duration,
         name: &LockName,
         owner: &str,
+        ended: (Option<&Started>, &RunEnd),
     ) -> Result<bool, Fault> {
-        let sql = &self.let_go;
-        self.own_row(conn, budget, sql, name, owner, Duration::ZERO, false)
+        let rows = self.ending(conn, budget, &self.let_go, name, owner, ended, Via::Plain)?;
+        Ok(!rows.is_empty())
+    }
+
+    /// `sql` (`$1` name, `$2` owner, then the run's ending: `$3` the head of the record its grant
+    /// wrote, `$4` its tail, `$5` the ending's word, `$6` whether it succeeded), sent `via` as it
+    /// says.
+    #[allow(clippy::too_many_arguments)]
+    fn ending(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        sql: &str,
+        name: &LockName,
+        owner: &str,
+        (started, end): (Option<&Started>, &RunEnd),
+        via: Via,
+    ) -> Result<Vec<Row>, Fault> {
+        let (word, success) = runs::ending(end);
+        let head = started.map(|s| s.head.clone());
+        let tail = started.map(|s| s.tail.clone());
+        self.run(
+            conn,
+            budget,
+            false,
+            via == Via::Function,
+            |client, guard| {
+                let (name, owner, sql) =
+                    (name.as_str().to_owned(), owner.to_owned(), sql.to_owned());
+                let (head, tail, word) = (head.clone(), tail.clone(), word.clone());
+                async move {
+                    let params: [(&(dyn ToSql + Sync), Type); 6] = [
+                        (&name, Type::TEXT),
+                        (&owner, Type::TEXT),
+                        (&head, Type::TEXT),
+                        (&tail, Type::TEXT),
+                        (&word, Type::TEXT),
+                        (&success, Type::BOOL),
+                    ];
+                    if via == Via::AfterLockCount {
+                        self.after_lock_count(&client, guard, &name, &sql, &params)
+                            .await
+                    } else {
+                        read_committed(&client, guard, None, &sql, &params).await
+                    }
+                }
+            },
+        )
     }
 
     /// Runs `sql`, an UPDATE of the caller's own live row (`$1` name, `$2` owner, `$3` a duration in
@@ -380,7 +448,9 @@ impl Recipe {
     /// Gives up `owner`'s hold on `name`: whether it was still ours. `free`: it was granted free
     /// (see `acquire_free`), so most likely nobody waits, and the plain-SQL release is tried
     /// first; one granted after a wait is likely to have others in line behind it, and goes
-    /// straight to release_v2, which wakes them.
+    /// straight to release_v3, which wakes them. Either writes how the run ended (`ended`: the
+    /// record its grant wrote, and how it ended) into the last run while that record is still
+    /// unchanged, and as the last success when it succeeded.
     pub fn release(
         &self,
         conn: &mut Conn,
@@ -388,20 +458,22 @@ impl Recipe {
         name: &LockName,
         owner: &str,
         free: bool,
+        ended: (Option<&Started>, &RunEnd),
     ) -> Result<bool, Fault> {
         if free {
-            if let Some(held) = self.release_free(conn, budget, name, owner)? {
+            if let Some(held) = self.release_free(conn, budget, name, owner, ended)? {
                 return Ok(held);
             }
         }
-        let rows = self.run(conn, budget, false, true, |client, guard| {
-            let (name, owner, sql) = (name.as_str().to_owned(), owner.to_owned(), &self.release);
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 2] =
-                    [(&name, Type::TEXT), (&owner, Type::TEXT)];
-                read_committed(&client, guard, None, sql, &params).await
-            }
-        })?;
+        let rows = self.ending(
+            conn,
+            budget,
+            &self.release,
+            name,
+            owner,
+            ended,
+            Via::Function,
+        )?;
         Ok(rows
             .first()
             .and_then(|r| r.try_get::<_, bool>(0).ok())
@@ -416,16 +488,10 @@ impl Recipe {
         budget: Duration,
         name: &LockName,
         owner: &str,
+        ended: (Option<&Started>, &RunEnd),
     ) -> Result<Option<bool>, Fault> {
-        let rows = self.run(conn, budget, false, false, |client, guard| {
-            let (name, owner) = (name.as_str().to_owned(), owner.to_owned());
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 2] =
-                    [(&name, Type::TEXT), (&owner, Type::TEXT)];
-                self.after_lock_count(&client, guard, &name, &self.release_free, &params)
-                    .await
-            }
-        })?;
+        let sql = &self.release_free;
+        let rows = self.ending(conn, budget, sql, name, owner, ended, Via::AfterLockCount)?;
         let row = rows.first().ok_or_else(|| odd("release"))?;
         let waits: bool = row.try_get(0).map_err(|_| odd("release"))?;
         if waits {
@@ -473,6 +539,31 @@ impl Recipe {
         Ok(rows.iter().map(entry_of).collect())
     }
 
+    /// The last run and the last success of `name`, as stored (never trusted).
+    pub fn last_runs(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        name: &LockName,
+    ) -> Result<LastRuns, Fault> {
+        let rows = self.run(conn, budget, true, false, |client, guard| {
+            let (name, sql) = (name.as_str().to_owned(), &self.last_runs);
+            async move {
+                let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
+                read_committed(&client, guard, None, sql, &params).await
+            }
+        })?;
+        let Some(row) = rows.first() else {
+            return Ok(LastRuns::default());
+        };
+        let text = |i: usize| row.try_get::<_, Option<String>>(i).ok().flatten();
+        let (last_run, last_success) = (text(0), text(1));
+        Ok(runs::last_runs(
+            last_run.as_deref().map(str::as_bytes),
+            last_success.as_deref().map(str::as_bytes),
+        ))
+    }
+
     /// Removes every holder of `name`; returns them.
     pub fn break_lock(
         &self,
@@ -489,6 +580,15 @@ impl Recipe {
         })?;
         Ok(rows.iter().map(|r| entry_of(r).holder).collect())
     }
+}
+
+/// How a statement goes: a call of dlock's functions, plain SQL, or plain SQL after the name's
+/// counter row lock (`lock_count.sql`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Function,
+    Plain,
+    AfterLockCount,
 }
 
 /// A statement's values, with their types.
