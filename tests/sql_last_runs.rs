@@ -246,7 +246,7 @@ on_both!(
     hostile_records_never_stop_acquiring_or_releasing: "t_lr_evil_",
     a_min_hold_keeps_the_lock_past_the_ending_unless_nothing_ran: "t_lr_min_",
     tables_of_an_older_dlock_gain_the_records: "t_lr_old_",
-    names_unwritten_for_400_days_lose_their_records_at_a_later_release: "t_lr_age_",
+    names_unwritten_for_400_days_lose_their_records_at_the_next_list: "t_lr_age_",
 );
 
 fn each_ending_is_written_into_the_last_run_by_the_servers_clock(s: &Store) {
@@ -489,7 +489,7 @@ fn tables_of_an_older_dlock_gain_the_records(s: &Store) {
     assert_eq!(s.last_success("old"), Some(ok));
 }
 
-fn names_unwritten_for_400_days_lose_their_records_at_a_later_release(s: &Store) {
+fn names_unwritten_for_400_days_lose_their_records_at_the_next_list(s: &Store) {
     let p = &s.prefix;
     for name in ["stale", "recent", "now"] {
         assert_eq!(s.run(&["run", name, "--", "true"]).1, 0);
@@ -505,13 +505,14 @@ fn names_unwritten_for_400_days_lose_their_records_at_a_later_release(s: &Store)
         "UPDATE {p}runs SET written_at = {stale} WHERE name = 'stale'; \
          UPDATE {p}runs SET written_at = {recent} WHERE name = 'recent'"
     ));
-    assert!(s.raw("stale", "last_run").is_some());
     assert_eq!(s.run(&["run", "now", "--", "true"]).1, 0);
-    assert_eq!(
-        s.raw("stale", "last_run"),
-        None,
-        "deleted by the release of another name"
+    assert!(
+        s.raw("stale", "last_run").is_some(),
+        "a run deletes nothing"
     );
+    let out = output(s.dlock(&["list"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(s.raw("stale", "last_run"), None, "deleted by the list");
     assert_eq!(s.last_run("recent").ending(), Some("exit:0"), "kept");
     assert_eq!(s.last_run("now").token, 2);
 }

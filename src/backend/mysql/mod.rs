@@ -205,6 +205,16 @@ impl Backend for MyBackend {
     }
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+        {
+            // Housekeeping: a refusal (no right) leaves the rows, which nobody sees; a server
+            // that cannot be reached is the listing's failure.
+            let mut conn = lock(&self.conn);
+            if let Err(f @ (Fault::Unreachable(_) | Fault::Full(_))) =
+                self.recipe.expire_runs(&mut conn)
+            {
+                return Err(conn.error(f)).context("cannot list locks");
+            }
+        }
         let rows = self
             .entries(prefix, false, false)
             .context("cannot list locks")?;

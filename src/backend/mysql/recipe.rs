@@ -27,6 +27,7 @@ pub struct Recipe {
     leave: String,
     brk: String,
     last_runs: String,
+    expire_runs: String,
     holders: String,
     holders_from: String,
     waiters: String,
@@ -38,7 +39,7 @@ pub struct Recipe {
 }
 
 /// The procedures dlock calls (the versions it creates), whose definers `untrusted.sql` reads.
-const ROUTINES: [&str; 7] = [
+const ROUTINES: [&str; 8] = [
     "acquire_v5",
     "attempt_v2",
     "renew_v2",
@@ -46,6 +47,7 @@ const ROUTINES: [&str; 7] = [
     "leave_v2",
     "break_v2",
     "last_runs_v1",
+    "expire_runs_v1",
 ];
 
 /// The server error code dlock gives its own refusal of an untrusted object (none of MySQL's).
@@ -111,6 +113,7 @@ impl Recipe {
             leave: fill("CALL {p}leave_v2(?, ?, ?, ?)"),
             brk: fill("CALL {p}break_v2(?)"),
             last_runs: fill("CALL {p}last_runs_v1(?)"),
+            expire_runs: fill("CALL {p}expire_runs_v1()"),
             holders: fill(include_str!("holders.sql")).replace("{where}", "name = ?"),
             holders_from: fill(include_str!("holders.sql")).replace("{where}", FROM),
             waiters: fill(include_str!("waiters.sql")).replace("{where}", "name = ?"),
@@ -369,6 +372,12 @@ impl Recipe {
             _ => None,
         };
         Ok(runs::last_runs(bytes(0), bytes(1)))
+    }
+
+    /// Deletes the records of names unwritten for `RUN_RECORD_KEPT_FOR` (up to 1000 at a time).
+    pub fn expire_runs(&self, conn: &mut Conn) -> Result<(), Fault> {
+        self.run(conn, true, |c| first_set(c, &self.expire_runs, vec![]))?;
+        Ok(())
     }
 
     /// Removes every holder of `name`; returns them.

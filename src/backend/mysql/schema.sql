@@ -82,14 +82,14 @@ DEALLOCATE PREPARE {p}alter
 -- transaction that grants, its ending by the one that releases (only while the record is still
 -- that run's, unchanged: the client hands back the record it was answered with). `written_at`:
 -- the last write, by the server's clock; a name unwritten for 400 days is not shown, and its row
--- is deleted after a later release (of any name). A table of its own, added beside an older
--- dlock's three: an older dlock neither reads nor writes it. Records are bounded by the columns.
+-- is deleted by a later `list` (expire_runs_v1). No index on it: every run writes the row, and
+-- would pay for one. A table of its own, added beside an older dlock's three: an older dlock
+-- neither reads nor writes it. Records are bounded by the columns.
 CREATE TABLE IF NOT EXISTS {p}runs (
     name VARBINARY(512) NOT NULL PRIMARY KEY,
     last_run VARBINARY(1024) NULL,
     last_success VARBINARY(1024) NULL,
-    written_at DATETIME(6) NOT NULL,
-    KEY {p}runs_by_age (written_at)
+    written_at DATETIME(6) NOT NULL
 ) ENGINE = InnoDB
 ;;
 -- Extends the caller's own lease by the server's clock (an expired lease is never revived), and
@@ -126,8 +126,7 @@ END
 -- clock) into the last run when that is still this run's record, unchanged since its grant
 -- wrote it (`p_head`, ' - - ', `p_tail`: owner ids are never reused, so no later run's record
 -- and no ending is overwritten), also when the lock was lost; and, `p_success`, as the last
--- success whatever the last run is. No record (`p_head` NULL): nothing written. After the
--- commit, deletes up to 100 rows of names unwritten for 400 days (a failure there is ignored).
+-- success whatever the last run is. No record (`p_head` NULL): nothing written.
 CREATE PROCEDURE {p}release_v4(
     IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_key VARCHAR(64), IN p_keep TINYINT,
     IN p_head VARBINARY(128), IN p_tail VARBINARY(1024), IN p_ending VARBINARY(32),
@@ -166,13 +165,6 @@ BEGIN
     END IF;
     COMMIT;
     IF IS_USED_LOCK(p_key) <=> CONNECTION_ID() THEN DO RELEASE_LOCK(p_key); END IF;
-    IF p_head IS NOT NULL THEN
-        BEGIN
-            DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;
-            DELETE FROM {p}runs
-             WHERE written_at < v_now - INTERVAL {kept_days} DAY AND name <> p_name LIMIT 100;
-        END;
-    END IF;
     SELECT v_held;
 END
 ;;
@@ -231,6 +223,14 @@ BEGIN
            (SELECT owner FROM {p}locks WHERE name = p_name AND expires_at > v_now);
     DELETE FROM {p}locks WHERE name = p_name;
     COMMIT;
+END
+;;
+-- Deletes up to 1000 rows of `{p}runs` of names unwritten for 400 days (which no read shows).
+-- Called by `list`, before its listing: rarely, and it reads the whole table (a run pays for no
+-- index on `written_at`).
+CREATE PROCEDURE {p}expire_runs_v1()
+BEGIN
+    DELETE FROM {p}runs WHERE written_at < UTC_TIMESTAMP(6) - INTERVAL {kept_days} DAY LIMIT 1000;
 END
 ;;
 -- The last run and the last success of `p_name` as stored (any bytes: other clients may write

@@ -61,7 +61,7 @@ use crate::backend::sql::record::unreadable_name;
 use crate::backend::sql::wait::connection_for_wait;
 use crate::lock::{host_name, Holder, LastRuns, LockName, LockRequest};
 use address::PgUrl;
-use connection::{lock, Conn, Shared};
+use connection::{lock, Conn, Fault, Shared};
 use lease::PgLease;
 use recipe::{Entry, Me, Recipe, Reply};
 
@@ -202,6 +202,17 @@ impl Backend for PgBackend {
     }
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+        {
+            // Housekeeping: a refusal (no right to delete) leaves the rows, which nobody sees; a
+            // server that cannot be reached is the listing's failure.
+            let mut conn = lock(&self.conn);
+            let budget = conn.connect_timeout();
+            if let Err(f @ (Fault::Unreachable(_) | Fault::Full(_))) =
+                self.recipe.expire_runs(&mut conn, budget)
+            {
+                return Err(conn.error(f)).context("cannot list locks");
+            }
+        }
         let rows = self.entries(prefix, false).context("cannot list locks")?;
         let mut by_name: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
         for entry in rows {

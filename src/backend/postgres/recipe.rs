@@ -31,8 +31,10 @@ pub struct Recipe {
     keep: String,
     renew_kept: String,
     let_go: String,
-    /// The last run and the last success of a name.
+    /// The last run and the last success of a name; the deletion of those of names unwritten for
+    /// long (`list`).
     last_runs: String,
+    expire_runs: String,
     /// The prefix of each waiter's notification channel (`PREFIX` + owner id).
     channel: String,
     /// Sent first in a connection's first transaction: refuses objects of untrusted roles
@@ -105,6 +107,7 @@ impl Recipe {
             renew_kept: fill(include_str!("renew_kept.sql")),
             let_go: fill(include_str!("let_go.sql")),
             last_runs: fill(include_str!("last_runs.sql")),
+            expire_runs: fill(include_str!("expire_runs.sql")),
             channel: prefix.to_owned(),
             guard: Guard {
                 sql: fill(include_str!("untrusted.sql"))
@@ -562,6 +565,15 @@ impl Recipe {
             last_run.as_deref().map(str::as_bytes),
             last_success.as_deref().map(str::as_bytes),
         ))
+    }
+
+    /// Deletes the records of names unwritten for `RUN_RECORD_KEPT_FOR` (up to 1000 at a time).
+    pub fn expire_runs(&self, conn: &mut Conn, budget: Duration) -> Result<(), Fault> {
+        self.run(conn, budget, true, false, |client, guard| {
+            let sql = &self.expire_runs;
+            async move { read_committed(&client, guard, None, sql, &[]).await }
+        })?;
+        Ok(())
     }
 
     /// Removes every holder of `name`; returns them.

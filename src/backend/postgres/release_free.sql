@@ -2,8 +2,7 @@
 -- line for `$1` (the common case): its row goes, and there is nobody to wake. With someone in
 -- line it removes nothing and says so (`waits`), and release_v3 does it all. `held`: the row was
 -- there and its lease still ran. Writes how the run ended as release_v3 does (`$3` the head of
--- the record its grant wrote, `$4` its tail, `$5` the ending, `$6` also the last success), and
--- deletes up to 100 rows of names unwritten for 400 days.
+-- the record its grant wrote, `$4` its tail, `$5` the ending, `$6` also the last success).
 WITH line AS (
     SELECT EXISTS (SELECT 1 FROM {p}queue q WHERE q.name = $1) AS waits
 ), gone AS (
@@ -33,12 +32,5 @@ WITH line AS (
     SELECT $1, ended.run, ended.t FROM ended
      WHERE $6::boolean AND NOT EXISTS (SELECT 1 FROM {p}runs r WHERE r.name = $1)
         ON CONFLICT (name) DO NOTHING
-), expired AS (
-    DELETE FROM {p}runs r
-     WHERE r.name IN (SELECT o.name FROM {p}runs o, ended
-                       WHERE o.written_at OPERATOR(pg_catalog.<)
-                                 (ended.t OPERATOR(pg_catalog.-) interval '{kept_days} days')
-                         AND o.name OPERATOR(pg_catalog.<>) $1
-                       LIMIT 100 FOR UPDATE OF o SKIP LOCKED)
 )
 SELECT line.waits, coalesce((SELECT held FROM gone), false) AS held FROM line

@@ -43,8 +43,9 @@ CREATE TABLE IF NOT EXISTS {s}.{p}queue (
 -- transaction that grants, its ending by the one that releases (only while the record is still
 -- that run's, unchanged: the client hands back the record it was answered with). `written_at`:
 -- the last write, by the server's clock; a name unwritten for 400 days is not shown, and its row
--- is deleted by a later release (of any name). A table of its own, added beside an older dlock's
--- three: an older dlock neither reads nor writes it.
+-- is deleted by a later `list` (expire_runs.sql). No index on it: every run writes the row, and
+-- would pay for one. A table of its own, added beside an older dlock's three: an older dlock
+-- neither reads nor writes it.
 CREATE TABLE IF NOT EXISTS {s}.{p}runs (
     name text PRIMARY KEY,
     last_run text,
@@ -62,9 +63,6 @@ DO $$
 BEGIN
     IF to_regclass('{s}.{p}queue_by_name') IS NULL THEN
         CREATE INDEX IF NOT EXISTS {p}queue_by_name ON {s}.{p}queue (name, ticket);
-    END IF;
-    IF to_regclass('{s}.{p}runs_by_age') IS NULL THEN
-        CREATE INDEX IF NOT EXISTS {p}runs_by_age ON {s}.{p}runs (written_at);
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
                     WHERE attrelid = '{s}.{p}locks'::pg_catalog.regclass AND attname = 'kept_until'
@@ -232,8 +230,7 @@ $$;
 -- still this run's record, unchanged since its grant wrote it (`p_head || ' - - ' || p_tail`:
 -- owner ids are never reused, so no later run's record and no ending is overwritten), also when
 -- the lock was lost; and, `p_success`, as the last success whatever the last run is. No record
--- (`p_head` null): nothing written. Then deletes up to 100 rows of names unwritten for 400 days,
--- skipping any row another transaction holds.
+-- (`p_head` null): nothing written.
 CREATE OR REPLACE FUNCTION {s}.{p}release_v3(
     p_name text, p_owner text, p_head text, p_tail text, p_ending text, p_success boolean
 ) RETURNS boolean
@@ -260,11 +257,6 @@ BEGIN
             INSERT INTO {s}.{p}runs (name, last_success, written_at) VALUES (p_name, v_ended, v_now)
                 ON CONFLICT (name) DO NOTHING;
         END IF;
-        DELETE FROM {s}.{p}runs r
-         WHERE r.name IN (SELECT o.name FROM {s}.{p}runs o
-                           WHERE o.written_at < v_now - interval '{kept_days} days'
-                             AND o.name <> p_name
-                           LIMIT 100 FOR UPDATE SKIP LOCKED);
     END IF;
     PERFORM {s}.{p}wake_v2(p_name);
     RETURN coalesce(v_held, false);
