@@ -1,6 +1,8 @@
 //! The statements dlock sends (the `.sql` files beside this one, with the table prefix filled
 //! in), each one round trip (`query_typed`: no separate prepare; a transaction of several is sent
-//! at once), and what their rows mean.
+//! at once), and what their rows mean. Those that end a run are in `ending`.
+
+mod ending;
 
 use std::time::Duration;
 
@@ -11,7 +13,7 @@ use super::connection::{Conn, Fault};
 use super::rows::entry_of;
 pub use super::rows::{holders_of, Entry};
 use crate::backend::sql::runs::{self, Started};
-use crate::lock::{Holder, LastRuns, LockName, LockRequest, Mode, RunEnd, Token};
+use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
 
 /// The statements, with the prefix filled in.
 pub struct Recipe {
@@ -361,67 +363,6 @@ impl Recipe {
         self.own_row(conn, budget, sql, name, owner, ttl, false)
     }
 
-    /// For a holder with `--min-hold` whose command ended: keeps its row until the min-hold's end,
-    /// and writes how the run ended (see `release`). False when that has passed (or the lock is no
-    /// longer ours): then release it as usual.
-    pub fn let_go(
-        &self,
-        conn: &mut Conn,
-        budget: Duration,
-        name: &LockName,
-        owner: &str,
-        ended: (Option<&Started>, &RunEnd),
-    ) -> Result<bool, Fault> {
-        let rows = self.ending(conn, budget, &self.let_go, name, owner, ended, Via::Plain)?;
-        Ok(!rows.is_empty())
-    }
-
-    /// `sql` (`$1` name, `$2` owner, then the run's ending: `$3` the head of the record its grant
-    /// wrote, `$4` its tail, `$5` the ending's word, `$6` whether it succeeded), sent `via` as it
-    /// says.
-    #[allow(clippy::too_many_arguments)]
-    fn ending(
-        &self,
-        conn: &mut Conn,
-        budget: Duration,
-        sql: &str,
-        name: &LockName,
-        owner: &str,
-        (started, end): (Option<&Started>, &RunEnd),
-        via: Via,
-    ) -> Result<Vec<Row>, Fault> {
-        let (word, success) = runs::ending(end);
-        let head = started.map(|s| s.head.clone());
-        let tail = started.map(|s| s.tail.clone());
-        self.run(
-            conn,
-            budget,
-            false,
-            via == Via::Function,
-            |client, guard| {
-                let (name, owner, sql) =
-                    (name.as_str().to_owned(), owner.to_owned(), sql.to_owned());
-                let (head, tail, word) = (head.clone(), tail.clone(), word.clone());
-                async move {
-                    let params: [(&(dyn ToSql + Sync), Type); 6] = [
-                        (&name, Type::TEXT),
-                        (&owner, Type::TEXT),
-                        (&head, Type::TEXT),
-                        (&tail, Type::TEXT),
-                        (&word, Type::TEXT),
-                        (&success, Type::BOOL),
-                    ];
-                    if via == Via::AfterLockCount {
-                        self.after_lock_count(&client, guard, &name, &sql, &params)
-                            .await
-                    } else {
-                        read_committed(&client, guard, None, &sql, &params).await
-                    }
-                }
-            },
-        )
-    }
-
     /// Runs `sql`, an UPDATE of the caller's own live row (`$1` name, `$2` owner, `$3` a duration in
     /// ms) that returns a row when it applied; `creating`: makes dlock's schema first if it is
     /// missing (or older).
@@ -446,61 +387,6 @@ impl Recipe {
             }
         })?;
         Ok(!rows.is_empty())
-    }
-
-    /// Gives up `owner`'s hold on `name`: whether it was still ours. `free`: it was granted free
-    /// (see `acquire_free`), so most likely nobody waits, and the plain-SQL release is tried
-    /// first; one granted after a wait is likely to have others in line behind it, and goes
-    /// straight to release_v3, which wakes them. Either writes how the run ended (`ended`: the
-    /// record its grant wrote, and how it ended) into the last run while that record is still
-    /// unchanged, and as the last success when it succeeded.
-    pub fn release(
-        &self,
-        conn: &mut Conn,
-        budget: Duration,
-        name: &LockName,
-        owner: &str,
-        free: bool,
-        ended: (Option<&Started>, &RunEnd),
-    ) -> Result<bool, Fault> {
-        if free {
-            if let Some(held) = self.release_free(conn, budget, name, owner, ended)? {
-                return Ok(held);
-            }
-        }
-        let rows = self.ending(
-            conn,
-            budget,
-            &self.release,
-            name,
-            owner,
-            ended,
-            Via::Function,
-        )?;
-        Ok(rows
-            .first()
-            .and_then(|r| r.try_get::<_, bool>(0).ok())
-            .unwrap_or(false))
-    }
-
-    /// `release_free.sql`: whether the lock was still ours, or `None` when someone is in line
-    /// (then nothing was done).
-    fn release_free(
-        &self,
-        conn: &mut Conn,
-        budget: Duration,
-        name: &LockName,
-        owner: &str,
-        ended: (Option<&Started>, &RunEnd),
-    ) -> Result<Option<bool>, Fault> {
-        let sql = &self.release_free;
-        let rows = self.ending(conn, budget, sql, name, owner, ended, Via::AfterLockCount)?;
-        let row = rows.first().ok_or_else(|| odd("release"))?;
-        let waits: bool = row.try_get(0).map_err(|_| odd("release"))?;
-        if waits {
-            return Ok(None);
-        }
-        row.try_get(1).map(Some).map_err(|_| odd("release"))
     }
 
     /// Leaves the line (a waiter that gave up).
@@ -542,40 +428,6 @@ impl Recipe {
         Ok(rows.iter().map(entry_of).collect())
     }
 
-    /// The last run and the last success of `name`, as stored (never trusted).
-    pub fn last_runs(
-        &self,
-        conn: &mut Conn,
-        budget: Duration,
-        name: &LockName,
-    ) -> Result<LastRuns, Fault> {
-        let rows = self.run(conn, budget, true, false, |client, guard| {
-            let (name, sql) = (name.as_str().to_owned(), &self.last_runs);
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
-                read_committed(&client, guard, None, sql, &params).await
-            }
-        })?;
-        let Some(row) = rows.first() else {
-            return Ok(LastRuns::default());
-        };
-        let text = |i: usize| row.try_get::<_, Option<String>>(i).ok().flatten();
-        let (last_run, last_success) = (text(0), text(1));
-        Ok(runs::last_runs(
-            last_run.as_deref().map(str::as_bytes),
-            last_success.as_deref().map(str::as_bytes),
-        ))
-    }
-
-    /// Deletes the records of names unwritten for `RUN_RECORD_KEPT_FOR` (up to 1000 at a time).
-    pub fn expire_runs(&self, conn: &mut Conn, budget: Duration) -> Result<(), Fault> {
-        self.run(conn, budget, true, false, |client, guard| {
-            let sql = &self.expire_runs;
-            async move { read_committed(&client, guard, None, sql, &[]).await }
-        })?;
-        Ok(())
-    }
-
     /// Removes every holder of `name`; returns them.
     pub fn break_lock(
         &self,
@@ -592,15 +444,6 @@ impl Recipe {
         })?;
         Ok(rows.iter().map(|r| entry_of(r).holder).collect())
     }
-}
-
-/// How a statement goes: a call of dlock's functions, plain SQL, or plain SQL after the name's
-/// counter row lock (`lock_count.sql`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Via {
-    Function,
-    Plain,
-    AfterLockCount,
 }
 
 /// A statement's values, with their types.
