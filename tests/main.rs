@@ -47,6 +47,8 @@ mod redis;
 mod run;
 #[cfg(feature = "redis")]
 mod sentinel;
+#[cfg(all(feature = "postgres", feature = "mysql"))]
+mod sql_last_runs;
 mod trusted_files;
 #[cfg(feature = "zk")]
 mod zk;

@@ -359,9 +359,11 @@ impl Conn {
         let sql = format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
              SELECT pg_catalog.pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n{}",
-            SCHEMA
-                .replace("{p}", &self.url.prefix)
-                .replace("{s}", &schema)
+            crate::backend::sql::runs::fill(
+                &SCHEMA
+                    .replace("{p}", &self.url.prefix)
+                    .replace("{s}", &schema)
+            )
         );
         let result = self.call(budget, |c| async move { c.batch_execute(&sql).await });
         match result {
@@ -383,12 +385,10 @@ impl Conn {
                     .and_then(|row| row.try_get::<_, String>(0).ok())
                     .unwrap_or_else(|| "GRANT CREATE ON SCHEMA public TO <user>".into());
                 Err(anyhow!(
-                    "postgres at {}: cannot create dlock's tables ({}locks, {}tokens, {}queue): \
-                     {message}; an administrator must run once: {grant}",
+                    "postgres at {}: cannot create dlock's tables ({p}locks, {p}tokens, {p}queue, \
+                     {p}runs): {message}; an administrator must run once: {grant}",
                     self.url.shown,
-                    self.url.prefix,
-                    self.url.prefix,
-                    self.url.prefix
+                    p = self.url.prefix,
                 ))
                 .fail_with(Failure::BackendUnavailable)
             }
