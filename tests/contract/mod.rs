@@ -125,13 +125,7 @@ macro_rules! scenario_test {
     (zk, last_run, $scenario:ident) => {
         unsupported!(last_run::$scenario, "being built");
     };
-    (postgres, last_run, $scenario:ident) => {
-        unsupported!(last_run::$scenario, "being built");
-    };
     (etcd, last_run, $scenario:ident) => {
-        unsupported!(last_run::$scenario, "being built");
-    };
-    (mysql, last_run, $scenario:ident) => {
         unsupported!(last_run::$scenario, "being built");
     };
     ($backend:ident, $area:ident, $scenario:ident) => {
