@@ -10,10 +10,11 @@ use anyhow::anyhow;
 use zookeeper_client as zk;
 
 use super::kept;
+use super::runs::OurRun;
 use super::session::{ended, is_terminal, Session};
 use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
 use crate::backend::{Lease, Released, Renewal};
-use crate::lock::Token;
+use crate::lock::{Ending, RunEnd, Token};
 use crate::sync::lock;
 
 /// Longest pause between the heartbeat's looks at the session.
@@ -43,12 +44,20 @@ pub(super) struct ZkLease {
     /// `--min-hold`: the kept node (kept.rs) and when the min-hold ends on this machine's
     /// monotonic clock, after which the release deletes it.
     kept: Option<(String, Instant)>,
+    /// This run's record (runs.rs), for the release to end (boxed: a lease is moved about).
+    run: Option<Box<OurRun>>,
 }
 
 impl ZkLease {
     /// A lease whose lock a kept node keeps for `hold` from now (see kept.rs).
     pub(super) fn keeping(mut self, kept: Option<(String, Duration)>) -> ZkLease {
         self.kept = kept.map(|(path, hold)| (path, Instant::now() + hold));
+        self
+    }
+
+    /// A lease whose run the acquisition recorded as `run`.
+    pub(super) fn recording(mut self, run: OurRun) -> ZkLease {
+        self.run = Some(Box::new(run));
         self
     }
 
@@ -90,6 +99,7 @@ impl ZkLease {
             watchers: vec![state_watcher, node_watcher],
             session,
             kept: None,
+            run: None,
         }
     }
 }
@@ -212,14 +222,20 @@ impl Lease for ZkLease {
         }
     }
 
-    fn release(mut self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
-        let _ = end;
+    /// Deletes our node and ends this run's record (runs.rs) with it. The requests go out
+    /// together, in this order, so that the whole is one round trip: the last success, while our
+    /// node stands (an ending that succeeded); the delete of our node and the ending, in one multi,
+    /// over the record's version our acquisition wrote (so only into a record still ours and not
+    /// ended); `lost` over that same version, which takes only when the multi did not because our
+    /// node was gone; and the delete alone, for when the record was not ours.
+    fn release(mut self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
         let watchers: Vec<_> = self.watchers.drain(..).collect();
         if let Some(why) = lock(&self.health).lost.clone() {
             // Already gone, or going with a session that is over: nothing to wait for.
             for w in watchers {
                 w.abort();
             }
+            self.record_lost();
             return Ok(Released::Lost(why));
         }
         // Once a watcher task has ended, its dropped watch has queued its removal ahead of our
@@ -230,11 +246,15 @@ impl Lease for ZkLease {
                 let _ = w.await;
             }
         });
-        // A min-hold that has run out by now: its kept node goes first, with no one to wait for it.
-        // This machine's clock only says when to ask: the ensemble's time judges (kept.rs).
         if let Some((kept, until)) = &self.kept {
-            if Instant::now() >= *until {
-                let session = &self.session;
+            let session = &self.session;
+            if !end.keep {
+                // The min-hold does not keep the lock this time: it goes at once, as without one.
+                session.runtime.block_on(session.discard(kept));
+            } else if Instant::now() >= *until {
+                // A min-hold that has run out by now: its kept node goes first, with no one to
+                // wait for it. This machine's clock only says when to ask: the ensemble's time
+                // judges (kept.rs).
                 session.runtime.block_on(async {
                     let asked = tokio::time::timeout(CLEANUP_TIMEOUT, kept::ran_out(session, kept));
                     if asked.await == Ok(true) {
@@ -243,23 +263,22 @@ impl Lease for ZkLease {
                 });
             }
         }
-        // The last user of the session closes it right behind the delete: one round trip, and one
-        // write to the server's log, for both.
+        // The last user of the session closes it once the answers are in.
         let closing = Arc::get_mut(&mut self.session).and_then(|s| s.client.take());
         let session = &self.session;
-        let result = session.runtime.block_on(async {
-            let Some(client) = closing else {
-                let delete = session.client().delete(&self.path, None);
-                return tokio::time::timeout(CLEANUP_TIMEOUT, delete).await;
+        let (path, run, ending) = (&self.path, self.run.as_deref(), end.ending);
+        let result = session.runtime.block_on(async move {
+            let states = closing.as_ref().map(zk::Client::state_watcher);
+            let answer = {
+                let client = closing.as_ref().unwrap_or_else(|| session.client());
+                let release = delete_ending(client, path, run, ending);
+                tokio::time::timeout(CLEANUP_TIMEOUT, release).await
             };
-            let mut states = client.state_watcher();
-            // The client sends a request when the call is made, not when its future is polled:
-            // dropping the last client right after queues the close behind the delete.
-            let delete = client.delete(&self.path, None);
-            drop(client);
-            let result = tokio::time::timeout(CLEANUP_TIMEOUT, delete).await;
-            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, ended(&mut states)).await;
-            result
+            if let Some(mut states) = states {
+                drop(closing);
+                let _ = tokio::time::timeout(CLEANUP_TIMEOUT, ended(&mut states)).await;
+            }
+            answer
         });
         match result {
             Ok(Ok(())) => Ok(Released::Held),
@@ -279,6 +298,76 @@ impl Lease for ZkLease {
                 self.path
             )),
         }
+    }
+}
+
+impl ZkLease {
+    /// A lock found lost before its release: `lost` into this run's record, if it is still ours
+    /// and the ensemble is there to ask (a lock lost by being cut off is not waited for).
+    fn record_lost(&self) {
+        let (Some(run), Some(client)) = (&self.run, self.session.client.as_ref()) else {
+            return;
+        };
+        let Some(version) = run.version else {
+            return;
+        };
+        if client.state() != zk::SessionState::SyncConnected {
+            return;
+        }
+        let write = client.set_data(&run.nodes.last_run, &run.ended(Ending::Lost), Some(version));
+        let _ = self
+            .session
+            .runtime
+            .block_on(async { tokio::time::timeout(CLEANUP_TIMEOUT, write).await });
+    }
+}
+
+/// The release's requests (see `release`), sent before any answer is awaited. `Ok`: our node was
+/// deleted; `NoNode`: it was gone already.
+async fn delete_ending(
+    client: &zk::Client,
+    own: &str,
+    run: Option<&OurRun>,
+    ending: Ending,
+) -> Result<(), zk::Error> {
+    // One record for both, so that the last success is the last run's very text.
+    let ended = run.map(|run| run.ended(ending)).unwrap_or_default();
+    let success = match run {
+        Some(run) if ending.succeeded() => {
+            let mut multi = client.new_multi_writer();
+            multi.add_check_version(own, -1)?;
+            multi.add_set_data(&run.nodes.last_success, &ended, None)?;
+            Some(multi.commit())
+        }
+        _ => None,
+    };
+    let (with_ending, lost) = match run.and_then(|run| Some((run, run.version?))) {
+        Some((run, version)) => {
+            let mut multi = client.new_multi_writer();
+            multi.add_delete(own, None)?;
+            multi.add_set_data(&run.nodes.last_run, &ended, Some(version))?;
+            let lost = run.ended(Ending::Lost);
+            (
+                Some(multi.commit()),
+                Some(client.set_data(&run.nodes.last_run, &lost, Some(version))),
+            )
+        }
+        None => (None, None),
+    };
+    let delete = client.delete(own, None);
+    if let Some(success) = success {
+        let _ = success.await;
+    }
+    let deleted = match with_ending {
+        Some(multi) => multi.await.is_ok(),
+        None => false,
+    };
+    if let Some(lost) = lost {
+        let _ = lost.await;
+    }
+    match delete.await {
+        Err(zk::Error::NoNode) if deleted => Ok(()),
+        result => result,
     }
 }
 

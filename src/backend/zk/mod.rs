@@ -37,14 +37,14 @@
 //! queue), `wait` (waiting for a turn) and `lease` (a held lock).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Context};
 use zookeeper_client as zk;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, LockName, LockRequest};
+use crate::lock::{Ending, Holder, LastRuns, LockName, LockRequest};
 use crate::signal::interrupt;
 use crate::sync::lock;
 use acquisition::{Acquisition, Outcome};
@@ -62,6 +62,7 @@ mod lease;
 mod naming;
 mod recipe;
 mod record;
+mod runs;
 mod session;
 mod wait;
 
@@ -241,7 +242,14 @@ impl Backend for ZkBackend {
             }
         }
         held.sort_by(|a, b| a.name.cmp(&b.name));
+        // Records of runs nobody wrote for long enough go here (runs.rs).
+        session.runtime.block_on(runs::expire(&session));
         Ok(held.into())
+    }
+
+    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+        let session = self.session(QUERY_SESSION_TIMEOUT)?;
+        session.runtime.block_on(runs::read(&session, name))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
@@ -250,10 +258,40 @@ impl Backend for ZkBackend {
         let client = session.client();
         session.runtime.block_on(async {
             let owners = holders(&session, &dir, None).await?;
+            // The run of the holder it removes ends `forced` (runs.rs), in the same multi.
+            let mut last_run = runs::last_run(&session, name).await;
             let mut removed = Vec::new();
             for (node, holder) in owners {
                 let path = format!("{dir}/{node}");
-                match retrying(|| client.delete(&path, None)).await {
+                let ends = last_run.take_if(|(run, _)| {
+                    run.ending.is_none()
+                        && run.owner == holder.owner
+                        && run.token.is_some()
+                        && run.token == holder.token
+                });
+                let forced = match ends {
+                    Some((run, version)) => {
+                        let record = run.ended(Ending::Forced, SystemTime::now()).record();
+                        let mut multi = client.new_multi_writer();
+                        let nodes = runs::RunNodes::of(&session, name);
+                        multi
+                            .add_set_data(&nodes.last_run, record.as_bytes(), Some(version))
+                            .and_then(|()| multi.add_delete(&path, None))
+                            .map_err(|e| session.fail(e, &format!("cannot delete {path}")))?;
+                        match multi.commit().await {
+                            Ok(_) => Some(Ok(())),
+                            // The record could not be written: the holder goes all the same.
+                            Err(zk::MultiWriteError::OperationFailed { index: 0, .. }) => None,
+                            Err(e) => Some(Err(zk::Error::from(e))),
+                        }
+                    }
+                    None => None,
+                };
+                let deleted = match forced {
+                    Some(result) => result,
+                    None => retrying(|| client.delete(&path, None)).await,
+                };
+                match deleted {
                     // Gone already: released by its holder meanwhile, which is what we wanted.
                     Ok(()) | Err(zk::Error::NoNode) => removed.push(holder),
                     Err(e) => {

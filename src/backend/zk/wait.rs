@@ -12,6 +12,7 @@ use super::frames;
 use super::kept::{self, is_kept, EnsembleClock};
 use super::lease::ZkLease;
 use super::recipe::{queue, verdict, Verdict};
+use super::runs;
 use super::session::{is_connection_loss, is_terminal, retrying, Session};
 use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
 use crate::backend::Waiting;
@@ -127,13 +128,21 @@ impl Acquisition {
                 Verdict::Owns => match self.watch_own(&own_path, own.take()).await? {
                     Some(watcher) => {
                         let ttl = self.request.ttl;
-                        let kept = match self.request.min_hold {
-                            Some(hold) => Some((kept::create(self, hold, token).await?, hold)),
-                            None => None,
+                        let keep = async {
+                            match self.request.min_hold {
+                                Some(hold) => {
+                                    Ok(Some((kept::create(self, hold, token).await?, hold)))
+                                }
+                                None => Ok::<_, anyhow::Error>(None),
+                            }
                         };
+                        // The run's record, written beside the kept node.
+                        let record = runs::started(&self.session, &self.request, token, &clock);
+                        let (kept, run) = tokio::join!(keep, record);
                         let lease =
                             ZkLease::start(self.session.clone(), own_path, token, ttl, watcher)
-                                .keeping(kept);
+                                .keeping(kept?)
+                                .recording(run);
                         return Ok(Outcome::Acquired(lease));
                     }
                     // Deleted under us: the next look reports it.

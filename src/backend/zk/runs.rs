@@ -1,0 +1,298 @@
+//! What the ensemble keeps of a lock's runs (lock/last_run.rs): two persistent nodes per lock,
+//! `/dlock/.last-run/NAME` and `/dlock/.last-success/NAME`, one run record each. Not in the lock's
+//! own directory: that is a container node the server deletes once it is empty (Curator makes it
+//! one too), and its children are what Curator and kazoo queue by. No lock name maps to a child of
+//! `/dlock` that starts with a dot (names escape a leading `.`), so `list` and the recipes never
+//! take these for locks.
+//!
+//! Times are the ensemble's: each write stamps the node's mtime, which `read` puts in place of the
+//! time the record says for its last event (the acquisition while a run lasts, its end once it has
+//! ended); the text itself carries this client's reckoning of the ensemble's time. ZooKeeper has no
+//! TTL nodes unless the server enables them, so `list` removes the records whose node was not
+//! written for `RUN_RECORD_KEPT_FOR`, by their mtime and the ensemble's time.
+//!
+//! Every write here is best effort and bounded: a record that cannot be written (another
+//! identity's node, something else in its place, a slow ensemble) never stops a lock being taken
+//! or given up.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use zookeeper_client as zk;
+
+use super::kept::{ask_ensemble, EnsembleClock};
+use super::naming::node_name;
+use super::session::{is_connection_loss, Session};
+use super::{CLEANUP_TIMEOUT, MAX_RETRIES};
+use crate::lock::last_run::RUN_RECORD_KEPT_FOR;
+use crate::lock::{Ending, LastRuns, LockName, LockRequest, Run, Token};
+
+/// The directories of the two records, under `/dlock`.
+const LAST_RUN: &str = ".last-run";
+const LAST_SUCCESS: &str = ".last-success";
+
+/// The two record nodes of one lock.
+#[derive(Clone, Debug)]
+pub(super) struct RunNodes {
+    pub(super) last_run: String,
+    pub(super) last_success: String,
+}
+
+impl RunNodes {
+    pub(super) fn of(session: &Session, name: &LockName) -> RunNodes {
+        let node = node_name(name);
+        RunNodes {
+            last_run: format!("{}/{LAST_RUN}/{node}", session.root),
+            last_success: format!("{}/{LAST_SUCCESS}/{node}", session.root),
+        }
+    }
+}
+
+/// A held lock's run: the record, and the version of the last-run node the acquisition's write
+/// gave it. The release writes the ending only over that version, so only into a record that is
+/// still this run's and not ended (a later acquisition, or `release --force`, changes the version).
+pub(super) struct OurRun {
+    pub(super) nodes: RunNodes,
+    run: Run,
+    /// `None`: the acquisition could not write it; the release then writes no ending.
+    pub(super) version: Option<i32>,
+    /// The ensemble's time, in milliseconds, at `at` on this machine's monotonic clock.
+    ensemble_ms: i64,
+    at: Instant,
+}
+
+impl OurRun {
+    /// The ensemble's time now, by this client's reckoning.
+    fn now(&self) -> SystemTime {
+        let since = i64::try_from(self.at.elapsed().as_millis()).unwrap_or(i64::MAX);
+        time_of(self.ensemble_ms.saturating_add(since)).unwrap_or_else(SystemTime::now)
+    }
+
+    /// The record of this run ended as `ending`, now.
+    pub(super) fn ended(&self, ending: Ending) -> Vec<u8> {
+        self.run
+            .clone()
+            .ended(ending, self.now())
+            .record()
+            .into_bytes()
+    }
+}
+
+fn time_of(ms: i64) -> Option<SystemTime> {
+    Some(UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).ok()?))
+}
+
+/// Writes the run `request` has just acquired (`token`) as the lock's last run, and makes sure the
+/// last-success node exists for its release to write into: the two requests go out together, so
+/// this is one round trip once the nodes exist.
+pub(super) async fn started(
+    session: &Session,
+    request: &LockRequest,
+    token: Token,
+    clock: &EnsembleClock,
+) -> OurRun {
+    let nodes = RunNodes::of(session, &request.name);
+    let ensemble_ms = clock.now_ms();
+    let acquired = time_of(ensemble_ms).unwrap_or_else(SystemTime::now);
+    let run = Run::started(&request.owner, token, request.message.as_deref(), acquired);
+    let data = run.record().into_bytes();
+    let client = session.client();
+    let write = async {
+        let set = client.set_data(&nodes.last_run, &data, None);
+        let success = client.check_stat(&nodes.last_success);
+        let (set, success) = tokio::join!(set, success);
+        let stat = match set {
+            Ok(stat) => Some(stat),
+            Err(zk::Error::NoNode) => create(session, &nodes.last_run, &data).await,
+            Err(_) => None,
+        };
+        if matches!(success, Ok(None)) {
+            create(session, &nodes.last_success, &[]).await;
+        }
+        stat
+    };
+    let stat = tokio::time::timeout(CLEANUP_TIMEOUT, write)
+        .await
+        .ok()
+        .flatten();
+    let mut ours = OurRun {
+        nodes,
+        run,
+        version: None,
+        ensemble_ms,
+        at: Instant::now(),
+    };
+    if let Some(stat) = stat {
+        // The write's own stamp is the acquisition's time by the ensemble's clock.
+        ours.run.acquired = time_of(stat.mtime).or(ours.run.acquired);
+        ours.ensemble_ms = stat.mtime;
+        ours.version = Some(stat.version);
+    }
+    ours
+}
+
+/// Creates the record node `path` holding `data`, and its directory if missing; over a node made
+/// meanwhile by another, writes `data` into it. Its stat, or `None` if it cannot be written.
+async fn create(session: &Session, path: &str, data: &[u8]) -> Option<zk::Stat> {
+    let client = session.client();
+    let record = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&session.acls.lock));
+    // Each identity may make records of its own locks in the directory.
+    let dir = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&session.acls.root));
+    let (parent, _) = path.rsplit_once('/')?;
+    // Bounded: the directory is made at most once, then the node is made or found.
+    for _ in 0..3 {
+        match client.create(path, data, &record).await {
+            Ok((stat, _)) if !stat.is_invalid() => return Some(stat),
+            // A server before 3.5 returns no stat from create.
+            Ok(_) => return client.check_stat(path).await.ok().flatten(),
+            Err(zk::Error::NoNode) => match client.create(parent, &[], &dir).await {
+                Ok(_) | Err(zk::Error::NodeExists) => continue,
+                Err(_) => return None,
+            },
+            Err(zk::Error::NodeExists) => return client.set_data(path, data, None).await.ok(),
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// A record node's data as a run: none when it is empty (a last-success node made before any
+/// success), else the record, read as untrusted text, with the node's mtime as the time of the
+/// record's last event.
+fn run_of(data: &[u8], stat: &zk::Stat) -> Option<Run> {
+    if data.is_empty() {
+        return None;
+    }
+    let mut run = Run::from_record(&String::from_utf8_lossy(data));
+    if run.unreadable.is_none() {
+        let stamp = time_of(stat.mtime);
+        match run.ending {
+            Some(_) => run.ended = stamp.or(run.ended),
+            None => run.acquired = stamp.or(run.acquired),
+        }
+    }
+    Some(run)
+}
+
+/// The lock's last run and last success, read in one multi-read.
+pub(super) async fn read(session: &Session, name: &LockName) -> anyhow::Result<LastRuns> {
+    let nodes = RunNodes::of(session, name);
+    let client = session.client();
+    let mut tries = 0;
+    let results = loop {
+        let mut reader = client.new_multi_reader();
+        for path in [&nodes.last_run, &nodes.last_success] {
+            reader
+                .add_get_data(path)
+                .map_err(|e| session.fail(e, &format!("cannot read {path}")))?;
+        }
+        match reader.commit().await {
+            Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES => tries += 1,
+            result => {
+                break result.map_err(|e| {
+                    session.fail(
+                        e,
+                        &format!("cannot read the last runs of lock {:?}", name.as_str()),
+                    )
+                })?
+            }
+        }
+    };
+    let mut runs = results.into_iter().map(|result| match result {
+        zk::MultiReadResult::Data { data, stat } => run_of(&data, &stat),
+        _ => None,
+    });
+    Ok(LastRuns {
+        last_run: runs.next().flatten(),
+        last_success: runs.next().flatten(),
+    })
+}
+
+/// The last-run record as `release --force` reads it: the run and the version to write over.
+pub(super) async fn last_run(session: &Session, name: &LockName) -> Option<(Run, i32)> {
+    let nodes = RunNodes::of(session, name);
+    let (data, stat) = session.client().get_data(&nodes.last_run).await.ok()?;
+    let run = run_of(&data, &stat)?;
+    Some((run, stat.version))
+}
+
+/// Removes the records whose node was last written `RUN_RECORD_KEPT_FOR` ago or more by the
+/// ensemble's time, each only at the version read, so that a record written meanwhile stays.
+/// For `list`; best effort.
+pub(super) async fn expire(session: &Session) {
+    let client = session.client();
+    let mut found = Vec::new();
+    for dir in [LAST_RUN, LAST_SUCCESS] {
+        let dir = format!("{}/{dir}", session.root);
+        let Ok(names) = client.list_children(&dir).await else {
+            continue;
+        };
+        for name in names {
+            let path = format!("{dir}/{name}");
+            if let Ok(Some(stat)) = client.check_stat(&path).await {
+                found.push((path, stat));
+            }
+        }
+    }
+    if found.is_empty() {
+        return;
+    }
+    let Ok(now) = ask_ensemble(session).await else {
+        return;
+    };
+    for (path, stat) in found {
+        if expired(stat.mtime, now.now_ms()) {
+            let _ = client.delete(&path, Some(stat.version)).await;
+        }
+    }
+}
+
+/// Whether a record last written at `mtime` has been kept long enough by `now` (both ensemble
+/// milliseconds).
+fn expired(mtime: i64, now: i64) -> bool {
+    let kept = i64::try_from(RUN_RECORD_KEPT_FOR.as_millis()).unwrap_or(i64::MAX);
+    now.saturating_sub(mtime) >= kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(mtime: i64) -> zk::Stat {
+        zk::Stat {
+            czxid: 1,
+            mzxid: 2,
+            pzxid: 1,
+            ctime: 1_000,
+            mtime,
+            version: 1,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: 0,
+            data_length: 0,
+            num_children: 0,
+        }
+    }
+
+    #[test]
+    fn the_nodes_mtime_is_the_time_of_the_records_last_event() {
+        let running = "run1 17 1000 - - 42 0123456789abcdef host";
+        let run = run_of(running.as_bytes(), &stat(5_000)).unwrap();
+        assert_eq!(run.acquired, time_of(5_000));
+        assert_eq!(run.ended, None);
+        let ended = "run1 17 1000 2000 exit:3 42 0123456789abcdef host";
+        let run = run_of(ended.as_bytes(), &stat(7_000)).unwrap();
+        assert_eq!((run.acquired, run.ended), (time_of(1_000), time_of(7_000)));
+        assert_eq!(run.ending, Some(Ending::Exited(3)));
+        assert_eq!(run_of(b"", &stat(7_000)), None);
+        let garbage = run_of(b"\x1b[2J\xff", &stat(7_000)).unwrap();
+        assert!(garbage.unreadable.is_some_and(|u| !u.contains('\x1b')));
+    }
+
+    #[test]
+    fn records_go_after_four_hundred_days_unwritten() {
+        let day = 24 * 3600 * 1000;
+        assert!(!expired(0, 399 * day));
+        assert!(expired(0, 400 * day));
+        assert!(!expired(i64::MAX, 0));
+    }
+}
