@@ -30,7 +30,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use crate::lock::{escaped, Holder, LockName, LockRequest};
+use crate::lock::{escaped, Holder, LastRuns, LockName, LockRequest};
 use crate::signal::interrupt;
 use acquisition::{interrupted, owners_of, stopped, Acquisition, Ahead, First};
 use address::EtcdUrl;
@@ -49,6 +49,7 @@ mod naming;
 mod recipe;
 mod record;
 mod rpc;
+mod runs;
 mod wait;
 
 /// How often a wait looks at `Waiting::is_cancelled` (the supervisor asks for 100ms at most).
@@ -272,6 +273,9 @@ impl Backend for EtcdBackend {
         let mut locks: std::collections::BTreeMap<LockName, Vec<Entry>> = Default::default();
         let mut unreadable = Vec::new();
         for kv in &listed.kvs {
+            if runs::is_record(&kv.key) {
+                continue;
+            }
             match lock_of(&kv.key) {
                 Some((name, _)) => {
                     if name.as_str().starts_with(prefix) {
@@ -284,6 +288,8 @@ impl Backend for EtcdBackend {
                 )),
             }
         }
+        // Records of runs that ended long enough ago go here (runs.rs).
+        conn.runtime().block_on(runs::expire(&conn, &listed.kvs));
         let ends = lease_ends(&conn, locks.values().map(Vec::as_slice));
         let held = locks
             .into_iter()
@@ -293,19 +299,44 @@ impl Backend for EtcdBackend {
         Ok(Listing { held, unreadable })
     }
 
+    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+        let conn = self.connection()?;
+        conn.runtime()
+            .block_on(runs::read(&conn, name))
+            .map_err(|f| {
+                conn.fail(
+                    f,
+                    &format!("cannot read the last runs of lock {:?}", name.as_str()),
+                )
+            })
+    }
+
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         let conn = self.connection()?;
         let entries = self.entries(&conn, name)?;
+        // The run of the holder it removes ends `forced`, in the same transaction (runs.rs).
+        let last_run = conn
+            .runtime()
+            .block_on(runs::last_run_kv(&conn, name))
+            .map_err(|f| conn.fail(f, "cannot read the last run"))
+            .with_context(|| format!("cannot release lock {:?}", name.as_str()))?;
         let mut removed = Vec::new();
         for i in owners_of(&entries) {
             let entry = &entries[i];
             // Only the key we read: one created since under the same name is another holder's.
+            let mut ops = vec![RequestOp::delete(entry.key.clone())];
+            ops.extend(runs::forced(
+                name,
+                last_run.as_ref(),
+                &entry.holder.owner,
+                entry.create_revision,
+            ));
             let delete = TxnRequest::new(
                 vec![Compare::created_at(
                     entry.key.clone(),
                     entry.create_revision,
                 )],
-                vec![RequestOp::delete(entry.key.clone())],
+                ops,
             );
             let client = conn.client();
             conn.runtime()
