@@ -305,20 +305,18 @@ impl ZkLease {
     /// A lock found lost before its release: `lost` into this run's record, if it is still ours
     /// and the ensemble is there to ask (a lock lost by being cut off is not waited for).
     fn record_lost(&self) {
-        let (Some(run), Some(client)) = (&self.run, self.session.client.as_ref()) else {
+        let Some(run) = &self.run else {
             return;
         };
-        let Some(version) = run.version else {
-            return;
-        };
-        if client.state() != zk::SessionState::SyncConnected {
-            return;
-        }
-        let write = client.set_data(&run.nodes.last_run, &run.ended(Ending::Lost), Some(version));
-        let _ = self
+        let connected = self
             .session
-            .runtime
-            .block_on(async { tokio::time::timeout(CLEANUP_TIMEOUT, write).await });
+            .client
+            .as_ref()
+            .is_some_and(|c| c.state() == zk::SessionState::SyncConnected);
+        if connected {
+            let session = &self.session;
+            session.runtime.block_on(run.end_now(session, Ending::Lost));
+        }
     }
 }
 

@@ -75,6 +75,16 @@ impl OurRun {
             .record()
             .into_bytes()
     }
+
+    /// Ends the record as `ending` on its own (the lock found lost before its release), if it is
+    /// still this run's. Best effort, bounded.
+    pub(super) async fn end_now(&self, session: &Session, ending: Ending) {
+        let (Some(version), Some(client)) = (self.version, session.client.as_ref()) else {
+            return;
+        };
+        let write = client.set_data(&self.nodes.last_run, &self.ended(ending), Some(version));
+        let _ = tokio::time::timeout(CLEANUP_TIMEOUT, write).await;
+    }
 }
 
 fn time_of(ms: i64) -> Option<SystemTime> {
@@ -220,17 +230,22 @@ pub(super) async fn last_run(session: &Session, name: &LockName) -> Option<(Run,
 /// For `list`; best effort.
 pub(super) async fn expire(session: &Session) {
     let client = session.client();
-    let mut found = Vec::new();
+    let mut asked = Vec::new();
     for dir in [LAST_RUN, LAST_SUCCESS] {
         let dir = format!("{}/{dir}", session.root);
         let Ok(names) = client.list_children(&dir).await else {
             continue;
         };
+        // Every request goes out before the first answer is awaited: one round trip for all.
         for name in names {
             let path = format!("{dir}/{name}");
-            if let Ok(Some(stat)) = client.check_stat(&path).await {
-                found.push((path, stat));
-            }
+            asked.push((client.check_stat(&path), path));
+        }
+    }
+    let mut found = Vec::new();
+    for (stat, path) in asked {
+        if let Ok(Some(stat)) = stat.await {
+            found.push((path, stat));
         }
     }
     if found.is_empty() {

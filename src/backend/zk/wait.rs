@@ -17,7 +17,7 @@ use super::session::{is_connection_loss, is_terminal, retrying, Session};
 use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
-use crate::lock::Token;
+use crate::lock::{Ending, Token};
 use crate::signal::interrupt;
 
 /// What arming a data watch gives: the node's data, its stat and the watch.
@@ -125,32 +125,28 @@ impl Acquisition {
             // The node whose end we wait for; none: any change among the children.
             let (verdict, in_line) = self.judge(&listing, node)?;
             let ahead = match verdict {
-                Verdict::Owns => match self.watch_own(&own_path, own.take()).await? {
-                    Some(watcher) => {
-                        let ttl = self.request.ttl;
-                        let keep = async {
-                            match self.request.min_hold {
-                                Some(hold) => {
-                                    Ok(Some((kept::create(self, hold, token).await?, hold)))
-                                }
-                                None => Ok::<_, anyhow::Error>(None),
-                            }
-                        };
-                        // The run's record, written beside the kept node.
-                        let record = runs::started(&self.session, &self.request, token, &clock);
-                        let (kept, run) = tokio::join!(keep, record);
-                        let lease =
-                            ZkLease::start(self.session.clone(), own_path, token, ttl, watcher)
-                                .keeping(kept?)
-                                .recording(run);
-                        return Ok(Outcome::Acquired(lease));
-                    }
-                    // Deleted under us: the next look reports it.
-                    None => {
+                Verdict::Owns => {
+                    // The run's record goes out with the watch on our node (when that needs a
+                    // request): one round trip for both.
+                    let watch = self.watch_own(&own_path, own.take());
+                    let record = runs::started(&self.session, &self.request, token, &clock);
+                    let (watched, run) = tokio::join!(watch, record);
+                    let Some(watcher) = watched? else {
+                        // Deleted under us: the next look reports it.
+                        run.end_now(&self.session, Ending::Lost).await;
                         listing = self.list().await?;
                         continue;
-                    }
-                },
+                    };
+                    let kept = match self.request.min_hold {
+                        Some(hold) => Some((kept::create(self, hold, token).await?, hold)),
+                        None => None,
+                    };
+                    let ttl = self.request.ttl;
+                    let lease = ZkLease::start(self.session.clone(), own_path, token, ttl, watcher)
+                        .keeping(kept)
+                        .recording(run);
+                    return Ok(Outcome::Acquired(lease));
+                }
                 Verdict::Watch(other) => Some(self.path(&other)),
                 Verdict::WatchChildren => None,
             };
