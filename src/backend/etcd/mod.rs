@@ -5,7 +5,9 @@
 //! `%`, spaces or control characters), so `etcdctl lock /dlock/NAME` takes the same lock. Each
 //! holder or waiter is one key under it, named by its lease in hex and attached to that lease; the
 //! keys queue by create revision (first come, first served). The key's value is the holder record
-//! (`OWNER MODE 0 SINCE PID HOST`); etcdctl's keys are empty, exclusive holders.
+//! (`OWNER MODE 0 SINCE PID HOST`); etcdctl's keys are empty, exclusive holders. Beside the prefix,
+//! `/dlock/NAME:last-run` and `/dlock/NAME:last-success` keep the record of the lock's last run and
+//! last success (runs.rs).
 //!
 //! Who owns: the first key; a shared key behind no exclusive key; a seat (`--limit N`) behind no
 //! exclusive key and fewer than N seats. Every earlier key counts for etcdctl, so it waits for
@@ -21,8 +23,8 @@
 //! Here: `EtcdBackend`, which answers the `Backend` calls. Beside it: `address` (the etcd:// URL),
 //! `connection` (the client, its runtime and its failures), `client` (the gRPC calls), `rpc`
 //! (etcd's messages), `naming` (keys), `record` (what a key
-//! says), `recipe` (who owns), `acquisition` (a place in the queue), `wait` (the wait for a turn)
-//! and `lease` (a held lock).
+//! says), `recipe` (who owns), `acquisition` (a place in the queue), `wait` (the wait for a turn),
+//! `lease` (a held lock) and `runs` (the last run and last success).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

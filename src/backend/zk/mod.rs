@@ -15,6 +15,8 @@
 //!   as exclusive) and `__SEAT__` for `--limit N`. A child with an unknown kind is taken to be
 //!   exclusive, so a foreign recipe can only make dlock wait, never let two holders in.
 //! - Node data: JSON describing the holder (host, pid, owner id, mode, since) for status and list.
+//! - `/dlock/.last-run/NAME` and `/dlock/.last-success/NAME` (persistent): the record of the lock's
+//!   last run and last success (runs.rs). No lock name maps to a `.`-child of `/dlock`.
 //!
 //! Who owns: an exclusive node when it is first; a shared node when no exclusive node precedes it; a
 //! seat when no exclusive node and fewer than N seats precede it. A waiter watches only the node it
@@ -34,7 +36,8 @@
 //! Here: `ZkBackend`, which opens sessions and answers the `Backend` calls. Beside it: `address`
 //! (the zk:// URL), `naming` (znode names), `recipe` (who owns, whom a waiter watches), `record`
 //! (what a node says), `session` (the connection and its failures), `acquisition` (a place in the
-//! queue), `wait` (waiting for a turn) and `lease` (a held lock).
+//! queue), `wait` (waiting for a turn), `lease` (a held lock) and `runs` (the last run and last
+//! success).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
