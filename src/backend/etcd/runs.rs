@@ -310,6 +310,124 @@ mod tests {
         .is_none());
     }
 
+    /// An etcd of this test's own on loopback, killed when dropped (and then its data directory
+    /// removed).
+    struct Etcd(
+        std::process::Child,
+        u16,
+        #[allow(dead_code)] tempfile::TempDir,
+    );
+
+    impl Etcd {
+        fn start() -> Etcd {
+            let port = || {
+                std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .expect("a free port")
+                    .port()
+            };
+            let (client, peer) = (port(), port());
+            let dir = tempfile::tempdir().expect("a data directory");
+            let client_url = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let child = std::process::Command::new("etcd")
+                .args(["--name", "t", "--data-dir"])
+                .arg(dir.path())
+                .args(["--listen-client-urls", &client_url])
+                .args(["--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &format!("t={peer_url}")])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("start etcd (Debian's etcd-server)");
+            let etcd = Etcd(child, client, dir);
+            // Serving once it answers a read.
+            let started = std::time::Instant::now();
+            while crate::backend::Backend::last_runs(&etcd.backend(), &name("x")).is_err() {
+                assert!(started.elapsed().as_secs() < 30, "etcd did not start");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            etcd
+        }
+
+        fn backend(&self) -> super::super::EtcdBackend {
+            let config = crate::backend::BackendConfig {
+                kind: crate::backend::BackendKind::Etcd,
+                urls: vec![format!("etcd://127.0.0.1:{}", self.1)],
+                connect_timeout: std::time::Duration::from_secs(20),
+                create: false,
+                replicas: 0,
+                stop: Default::default(),
+            };
+            super::super::EtcdBackend::open(&config).expect("open the backend")
+        }
+    }
+
+    impl Drop for Etcd {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    #[test]
+    fn last_runs_reads_what_acquisitions_and_releases_wrote() {
+        use crate::backend::{Attempt, Backend};
+        use crate::lock::{Mode, RunEnd};
+        let etcd = Etcd::start();
+        let backend = etcd.backend();
+        let lock = name("runs");
+        let request = LockRequest {
+            name: lock.clone(),
+            mode: Mode::Exclusive,
+            ttl: std::time::Duration::from_secs(10),
+            owner: "0123456789abcdef0123456789abcdef".into(),
+            message: Some("m".into()),
+            min_hold: None,
+        };
+        let take = || match backend.try_acquire(&request).expect("acquire") {
+            Attempt::Acquired(lease) => lease,
+            Attempt::Busy(_) => panic!("busy"),
+        };
+        assert_eq!(backend.last_runs(&lock).expect("read"), LastRuns::default());
+        let lease = take();
+        let token = lease.token();
+        let runs = backend.last_runs(&lock).expect("read");
+        let run = runs.last_run.expect("a last run");
+        assert_eq!((run.token, run.ending), (Some(token), None), "{run:?}");
+        assert_eq!(run.message.as_deref(), Some("m"));
+        assert_eq!(runs.last_success, None);
+        let end = RunEnd {
+            ending: Ending::Exited(0),
+            keep: true,
+        };
+        lease.release(&end).expect("release");
+        let runs = backend.last_runs(&lock).expect("read");
+        let run = runs.last_run.expect("a last run");
+        assert_eq!(
+            (run.token, run.ending),
+            (Some(token), Some(Ending::Exited(0)))
+        );
+        assert_eq!(runs.last_success, Some(run));
+
+        // What another client wrote there is shown escaped, never trusted.
+        let conn = backend.connection().expect("connected");
+        let keys = RunKeys::of(&lock);
+        let forged = TxnRequest::new(
+            vec![],
+            vec![RequestOp::put(keys.last_run.as_str(), "run1 \u{1b}[2J", 0)],
+        );
+        conn.runtime()
+            .block_on(conn.client().txn(forged))
+            .expect("put");
+        let run = backend.last_runs(&lock).expect("read").last_run.unwrap();
+        assert!(run
+            .unreadable
+            .is_some_and(|u| u.contains("run1") && !u.contains('\u{1b}')));
+    }
+
     #[test]
     fn records_go_after_four_hundred_days_without_an_event() {
         let day = 24 * 3600 * 1000;
