@@ -207,13 +207,21 @@ pub(super) async fn read(session: &Session, name: &LockName) -> anyhow::Result<L
             }
         }
     };
-    let mut runs = results.into_iter().map(|result| match result {
-        zk::MultiReadResult::Data { data, stat } => run_of(&data, &stat),
+    let mut read = results.into_iter().map(|result| match result {
+        zk::MultiReadResult::Data { data, stat } => Some((data, stat)),
         _ => None,
     });
+    let (last_run, last_success) = (read.next().flatten(), read.next().flatten());
+    let same = matches!((&last_run, &last_success), (Some((a, _)), Some((b, _))) if a == b);
+    let last_run = last_run.and_then(|(data, stat)| run_of(&data, &stat));
+    let last_success = match same {
+        // One run, written into both by its release: stamped once, as the last run.
+        true => last_run.clone(),
+        false => last_success.and_then(|(data, stat)| run_of(&data, &stat)),
+    };
     Ok(LastRuns {
-        last_run: runs.next().flatten(),
-        last_success: runs.next().flatten(),
+        last_run,
+        last_success,
     })
 }
 
@@ -301,6 +309,127 @@ mod tests {
         assert_eq!(run_of(b"", &stat(7_000)), None);
         let garbage = run_of(b"\x1b[2J\xff", &stat(7_000)).unwrap();
         assert!(garbage.unreadable.is_some_and(|u| !u.contains('\x1b')));
+    }
+
+    /// A ZooKeeper server of this test's own on loopback (Debian's zookeeper), killed when dropped
+    /// (and then its data directory removed).
+    struct Zk(
+        std::process::Child,
+        u16,
+        #[allow(dead_code)] tempfile::TempDir,
+    );
+
+    impl Zk {
+        fn start() -> Zk {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let dir = tempfile::tempdir().expect("a data directory");
+            let config = dir.path().join("zoo.cfg");
+            std::fs::write(
+                &config,
+                format!(
+                    "tickTime=100\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+                     admin.enableServer=false\n",
+                    dir.path().display()
+                ),
+            )
+            .expect("zoo.cfg");
+            let mut classpath = "/usr/share/java/zookeeper.jar".to_owned();
+            if std::path::Path::new("/usr/share/java/slf4j-nop.jar").exists() {
+                classpath.push_str(":/usr/share/java/slf4j-nop.jar");
+            }
+            let child = std::process::Command::new("java")
+                .args(["-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", &classpath])
+                .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+                .arg(&config)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("start ZooKeeper (Debian's zookeeper and a JRE)");
+            Zk(child, port, dir)
+        }
+
+        fn backend(&self) -> super::super::ZkBackend {
+            let config = crate::backend::BackendConfig {
+                kind: crate::backend::BackendKind::Zk,
+                urls: vec![format!("zk://127.0.0.1:{}", self.1)],
+                connect_timeout: Duration::from_secs(60),
+                create: false,
+                replicas: 0,
+                stop: Default::default(),
+            };
+            super::super::ZkBackend::open(&config).expect("open the backend")
+        }
+    }
+
+    impl Drop for Zk {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    #[test]
+    fn last_runs_reads_what_acquisitions_and_releases_wrote_stamped_by_the_ensemble() {
+        use crate::backend::{Attempt, Backend};
+        use crate::lock::{Mode, RunEnd};
+        let zk = Zk::start();
+        let backend = zk.backend();
+        let lock = LockName::new("runs").unwrap();
+        // The first call waits for the server (the connect timeout).
+        assert_eq!(backend.last_runs(&lock).expect("read"), LastRuns::default());
+        let request = LockRequest {
+            name: lock.clone(),
+            mode: Mode::Exclusive,
+            ttl: Duration::from_secs(10),
+            owner: "0123456789abcdef0123456789abcdef".into(),
+            message: Some("m".into()),
+            min_hold: None,
+        };
+        let Attempt::Acquired(lease) = backend.try_acquire(&request).expect("acquire") else {
+            panic!("busy");
+        };
+        let token = lease.token();
+        let runs = backend.last_runs(&lock).expect("read");
+        let run = runs.last_run.expect("a last run");
+        assert_eq!((run.token, run.ending), (Some(token), None), "{run:?}");
+        assert_eq!(runs.last_success, None, "its node is there, empty");
+        let end = RunEnd {
+            ending: Ending::Exited(0),
+            keep: true,
+        };
+        lease.release(&end).expect("release");
+        let runs = backend.last_runs(&lock).expect("read");
+        let run = runs.last_run.expect("a last run");
+        assert_eq!(
+            (run.token, run.ending),
+            (Some(token), Some(Ending::Exited(0)))
+        );
+        assert_eq!(runs.last_success, Some(run.clone()));
+        // The times are the nodes' mtimes: read them raw.
+        let session = backend.session(Duration::from_secs(10)).expect("session");
+        let nodes = RunNodes::of(&session, &lock);
+        let (_, stat) = session
+            .runtime
+            .block_on(session.client().get_data(&nodes.last_run))
+            .expect("read");
+        assert_eq!(run.ended, time_of(stat.mtime));
+
+        // What another client wrote there is shown escaped, never trusted.
+        session
+            .runtime
+            .block_on(
+                session
+                    .client()
+                    .set_data(&nodes.last_run, b"run1 \x1b[2J", None),
+            )
+            .expect("write");
+        let run = backend.last_runs(&lock).expect("read").last_run.unwrap();
+        assert!(run
+            .unreadable
+            .is_some_and(|u| u.contains("run1") && !u.contains('\x1b')));
     }
 
     #[test]
