@@ -2,8 +2,9 @@
 //! `ZkServer`): what is left in ZooKeeper, waiters queued in order, one watcher per waiter, losing
 //! the lock when the server stops, keeping it when it restarts, a killed holder's session; ACLs,
 //! chroots and bad URLs (access.rs), interop with Apache Curator (curator.rs) and kazoo, and what
-//! dlock shows of nodes other clients and `--min-hold` leave (interop.rs). What every
-//! backend owes is in the contract suite.
+//! dlock shows of nodes other clients and `--min-hold` leave (interop.rs); the records of each
+//! lock's last run and last success, read raw (last_run.rs). What every backend owes is in the
+//! contract suite.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
