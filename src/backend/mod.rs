@@ -135,14 +135,7 @@ pub trait Backend: Send {
 
     /// What the store keeps of `name`'s runs: the last run and the last that succeeded (see
     /// lock/last_run.rs for the rules every store follows when it writes them).
-    #[allow(dead_code)]
-    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
-        let _ = name;
-        Err(anyhow::anyhow!(
-            "the {} backend does not keep its last runs yet",
-            self.location()
-        ))
-    }
+    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns>;
 
     /// Break the lock for every holder (an operator cleaning up after a dead one). Returns the holders
     /// removed. Each removed holder's dlock notices at its next renewal and treats the lock as lost.

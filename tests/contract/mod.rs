@@ -101,8 +101,7 @@ macro_rules! scenario_tests {
 /// The table of what a backend cannot support, one arm a (backend, area, scenario), each with
 /// its reason: no test is generated for it, so none passes without testing anything; where it is
 /// cheap, a test that the backend really cannot takes its place. The arm names the scenario's
-/// function, so renaming a scenario without its row fails to compile. The network stores' last
-/// runs are being built: their rows of `last_run` go as each store keeps them.
+/// function, so renaming a scenario without its row fails to compile.
 macro_rules! scenario_test {
     (file, min_hold, a_callers_wrong_clock_cannot_shorten_it) => {
         unsupported!(
@@ -121,12 +120,6 @@ macro_rules! scenario_test {
             min_hold::a_callers_fast_clock_cannot_shorten_it,
             "the file backend has no server: the host's clock judges a min-hold, by design"
         );
-    };
-    (zk, last_run, $scenario:ident) => {
-        unsupported!(last_run::$scenario, "being built");
-    };
-    (etcd, last_run, $scenario:ident) => {
-        unsupported!(last_run::$scenario, "being built");
     };
     ($backend:ident, $area:ident, $scenario:ident) => {
         #[test]
