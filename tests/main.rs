@@ -6,6 +6,7 @@ mod support;
 mod cli;
 mod config;
 mod contract;
+mod cron_fleet;
 mod docs_examples;
 #[cfg(feature = "etcd")]
 mod etcd;
