@@ -449,3 +449,45 @@ impl Waiting {
         (self.on_busy)(holders)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{open, BackendConfig, BackendKind};
+    use crate::url::{redact, with_password};
+    use std::time::Duration;
+
+    /// What the file and ZooKeeper backends say about `url` when opened (neither connects when it
+    /// opens), or where they keep their locks. The file backend only for other schemes: a plain
+    /// path is a directory's name, which it shows as given.
+    fn messages_about(url: &str) -> Vec<String> {
+        let mut messages = vec![redact(url)];
+        let mut kinds = vec![BackendKind::Zk];
+        if url.contains("://") && !url.starts_with("file://") {
+            kinds.push(BackendKind::File);
+        }
+        for kind in kinds {
+            let config = BackendConfig {
+                kind,
+                urls: vec![url.to_owned()],
+                connect_timeout: Duration::from_millis(1),
+                create: false,
+                replicas: 0,
+                stop: Default::default(),
+            };
+            match open(&config) {
+                Ok(b) => messages.push(b.location()),
+                Err(e) => messages.push(format!("{e:#}")),
+            }
+        }
+        messages
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_message_shows_a_password(url in with_password()) {
+            for message in messages_about(&url) {
+                proptest::prop_assert!(!message.contains("SECRET"), "{} gave {}", url, message);
+            }
+        }
+    }
+}

@@ -12,8 +12,7 @@ use zookeeper_client as zk;
 use super::address::ZkUrl;
 use super::frames;
 use super::naming::{node_name, ROOT};
-use super::wait::{cancellable, stopped};
-use super::{CLEANUP_TIMEOUT, MAX_RETRIES};
+use super::{CANCEL_POLL, CLEANUP_TIMEOUT, MAX_RETRIES};
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
 use crate::lock::LockName;
@@ -347,6 +346,31 @@ where
                 tries += 1
             }
             result => return result,
+        }
+    }
+}
+
+/// Whether a wait must end now: a stop signal was caught, or `waiting` (if any) was cancelled.
+pub(super) fn stopped(waiting: Option<&Waiting>) -> bool {
+    interrupt::caught().is_some() || waiting.is_some_and(Waiting::is_cancelled)
+}
+
+/// Runs `work` to its end, asking `go_on` every `CANCEL_POLL` meanwhile (and once at the start):
+/// `None` as soon as it says no.
+pub(super) async fn cancellable<F: std::future::Future>(
+    work: F,
+    mut go_on: impl FnMut() -> bool,
+) -> Option<F::Output> {
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval(CANCEL_POLL);
+    loop {
+        tokio::select! {
+            output = &mut work => return Some(output),
+            _ = tick.tick() => {
+                if !go_on() {
+                    return None;
+                }
+            }
         }
     }
 }

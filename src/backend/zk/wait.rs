@@ -12,40 +12,14 @@ use super::frames;
 use super::kept::{self, is_kept, EnsembleClock};
 use super::lease::ZkLease;
 use super::recipe::{queue, verdict, Verdict};
-use super::session::{is_connection_loss, is_terminal, retrying, Session};
-use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
+use super::session::{cancellable, is_connection_loss, is_terminal, retrying, stopped, Session};
+use super::CLEANUP_TIMEOUT;
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
 use crate::lock::Token;
-use crate::signal::interrupt;
 
 /// What arming a data watch gives: the node's data, its stat and the watch.
 type Watched = (Vec<u8>, zk::Stat, zk::OneshotWatcher);
-
-/// Whether a wait must end now: a stop signal was caught, or `waiting` (if any) was cancelled.
-pub(super) fn stopped(waiting: Option<&Waiting>) -> bool {
-    interrupt::caught().is_some() || waiting.is_some_and(Waiting::is_cancelled)
-}
-
-/// Runs `work` to its end, asking `go_on` every `CANCEL_POLL` meanwhile (and once at the start):
-/// `None` as soon as it says no.
-pub(super) async fn cancellable<F: Future>(
-    work: F,
-    mut go_on: impl FnMut() -> bool,
-) -> Option<F::Output> {
-    tokio::pin!(work);
-    let mut tick = tokio::time::interval(CANCEL_POLL);
-    loop {
-        tokio::select! {
-            output = &mut work => return Some(output),
-            _ = tick.tick() => {
-                if !go_on() {
-                    return None;
-                }
-            }
-        }
-    }
-}
 
 /// Waits for an acquisition `task`, telling `waiting` meanwhile whether the ensemble can be
 /// reached. When the wait is cancelled or a stop signal was caught, the task (which looks at both)
