@@ -13,6 +13,8 @@
     )),
     allow(dead_code, unused_imports)
 )]
+// `unsafe` only in the modules that allow it below, each for a call no safe crate offers.
+#![deny(unsafe_code)]
 
 // Linux system calls throughout, with no cheap portable fallback: clone(2) for the command and the
 // guardian, open file description locks, /proc, a parent-death signal, thread-directed timers.
@@ -28,6 +30,8 @@ mod commands;
 mod completions;
 mod exit;
 mod generate;
+// clone(2) with a stack of its own for the guardian, and raw descriptors in it.
+#[allow(unsafe_code)]
 mod guard;
 mod hold;
 mod job;
@@ -37,6 +41,8 @@ mod manual;
 mod program;
 mod reentry;
 mod report;
+// Signal masks, handlers, sigwaitinfo, pthread_kill and thread-directed timers: libc only.
+#[allow(unsafe_code)]
 mod signal;
 mod supervise;
 mod sync;

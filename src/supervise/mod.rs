@@ -17,6 +17,8 @@ mod child;
 mod environment;
 mod heartbeat;
 pub mod progress;
+// clone(2) for the command, which then runs in dlock's memory until it execs.
+#[allow(unsafe_code)]
 mod spawn;
 
 use std::path::PathBuf;
