@@ -52,6 +52,15 @@ mod url;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Before any backend blocks or starts a thread: what backends need of signal/, handed over
+    // so that no backend imports it (see backend/blocking.rs).
+    backend::blocking::provide(backend::blocking::Provided {
+        alarm_at: |deadline| {
+            signal::interrupt::Alarm::at(deadline).map(|a| Box::new(a) as Box<dyn std::any::Any>)
+        },
+        wake_blocked: || Box::new(signal::mask::WakeBlocked::on_this_thread()),
+        block_all: signal::mask::block_all_in_this_thread,
+    });
     let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(status) => return ExitCode::from(status.code()),

@@ -391,3 +391,37 @@ fn the_lowest_layers_of_backends_import_nothing_above_them() {
         );
     }
 }
+
+/// Backends never touch process signals: cancellation reaches them through `Waiting` and
+/// `BackendConfig::stop`, and what their blocking calls and threads need of signals through
+/// `backend::blocking`, which main.rs fills from signal/. So no file under src/backend/ names
+/// `crate::signal` (not even in a comment: what `grep -rn crate::signal src/backend` prints), and
+/// no path of theirs reaches signal/ otherwise (`crate::{signal, ...}`).
+#[test]
+fn no_backend_imports_signal() {
+    let dir = src().join("backend");
+    let mut found = Vec::new();
+    for file in rust_files(&dir) {
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        let rel = file
+            .strip_prefix(src())
+            .expect("under src/")
+            .display()
+            .to_string();
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("crate::signal") {
+                found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+        for (to, line) in paths_after(&code_only(&text), "crate::") {
+            if to == "signal" {
+                found.push(format!("src/{rel}:{line}: a crate::{{signal, ..}} path"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "backends import signal/:\n  {}",
+        found.join("\n  ")
+    );
+}

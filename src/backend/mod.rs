@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::exit::FailWith;
 use crate::lock::{Holder, LastRuns, LockName, LockRequest, RunEnd, Token, Waiter};
 
+pub mod blocking;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod file;
@@ -89,14 +90,14 @@ pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
 ///
 /// Every backend's `acquire` MUST, while it waits:
 /// - look at `Waiting::is_cancelled` at least every `CANCEL_CHECK`: it blocks in slices of at most
-///   `waiting.slice(CANCEL_CHECK)` (a kernel lock under `signal::interrupt::Alarm`, a read with a
+///   `waiting.slice(CANCEL_CHECK)` (a kernel lock under `blocking::Alarm`, a read with a
 ///   socket timeout, a watch polled with a timer), so that a deadline or a stop the caller only
 ///   notices when asked (`Waiting::stopping`) ends the wait within that time, on whatever thread
 ///   the wait runs;
 /// - return promptly when a blocking call is interrupted by the wake signal
 ///   (`signal::WAKE_SIGNAL`, EINTR): look at `is_cancelled` before retrying the call, and never
 ///   block that signal while waiting (only for the last calls that clean up, see
-///   `signal::mask::WakeBlocked`). A single exchange with a server, which cannot be sliced, is
+///   `blocking::WakeBlocked`). A single exchange with a server, which cannot be sliced, is
 ///   bounded by the backend's own timeouts and by `waiting.slice`.
 ///
 /// Given that, the caller may run any wait on its own thread, or on a helper thread it cancels

@@ -12,6 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::connection::{fault, Fault};
+use crate::backend::blocking;
 use crate::backend::stop::{Stop, STOPPED};
 use crate::backend::CANCEL_CHECK;
 
@@ -23,15 +24,12 @@ pub fn connect_within(
 ) -> Result<mysql::Conn, Fault> {
     let deadline = Instant::now() + within;
     let (tx, rx) = mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("dlock-mysql-connect".into())
-        .spawn(move || {
-            // Signals are the supervisor's (and the waiting caller's): never this thread's.
-            crate::signal::mask::block_all_in_this_thread();
-            // Nobody waits any more: the connection is dropped, and the session with it.
-            let _ = tx.send(mysql::Conn::new(opts));
-        })
-        .map_err(|e| Fault::Unreachable(format!("cannot start a thread to connect: {e}")))?;
+    // Signals are the supervisor's (and the waiting caller's): never this thread's.
+    blocking::thread("dlock-mysql-connect", move || {
+        // Nobody waits any more: the connection is dropped, and the session with it.
+        let _ = tx.send(mysql::Conn::new(opts));
+    })
+    .map_err(|e| Fault::Unreachable(format!("cannot start a thread to connect: {e}")))?;
     // Bounded by the deadline: every turn waits until the next look or the deadline.
     loop {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -14,6 +14,7 @@ use super::lease::ZkLease;
 use super::recipe::{queue, verdict, Verdict};
 use super::session::{cancellable, is_connection_loss, is_terminal, retrying, stopped, Session};
 use super::CLEANUP_TIMEOUT;
+use crate::backend::stop::Stop;
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
 use crate::lock::Token;
@@ -29,12 +30,13 @@ type Watched = (Vec<u8>, zk::Stat, zk::OneshotWatcher);
 pub(super) fn watched<T: Send + 'static>(
     session: &Session,
     mut task: tokio::task::JoinHandle<T>,
+    stop: &Stop,
     waiting: Option<&Waiting>,
 ) -> Option<Result<T, tokio::task::JoinError>> {
     let client = session.client().clone();
     let result = session.runtime.block_on(cancellable(&mut task, || {
         // A server that lied is not waited for (frames.rs).
-        if stopped(waiting) || frames::lie().is_some() {
+        if stopped(stop, waiting) || frames::lie().is_some() {
             return false;
         }
         if let Some(waiting) = waiting {
