@@ -45,10 +45,10 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, Context};
 use zookeeper_client as zk;
 
+use super::stop::Stop;
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Ending, Holder, LastRuns, LockName, LockRequest};
-use crate::signal::interrupt;
 use crate::sync::lock;
 use acquisition::{Acquisition, Outcome};
 use address::ZkUrl;
@@ -82,6 +82,8 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct ZkBackend {
     url: ZkUrl,
     connect_timeout: Duration,
+    /// A stop signal caught while connecting or waiting (the caller's; see `BackendConfig`).
+    stop: Stop,
     /// Connected on first use, with the session timeout of the first request (`--ttl`).
     session: Mutex<Option<Arc<Session>>>,
 }
@@ -91,6 +93,7 @@ impl ZkBackend {
         Ok(ZkBackend {
             url: ZkUrl::from_urls(&config.urls)?,
             connect_timeout: config.connect_timeout,
+            stop: config.stop.clone(),
             session: Mutex::new(None),
         })
     }
@@ -100,7 +103,12 @@ impl ZkBackend {
         if let Some(session) = slot.as_ref() {
             return Ok(session.clone());
         }
-        let session = Arc::new(Session::open(&self.url, timeout, self.connect_timeout)?);
+        let session = Arc::new(Session::open(
+            &self.url,
+            timeout,
+            self.connect_timeout,
+            &self.stop,
+        )?);
         *slot = Some(session.clone());
         Ok(session)
     }
@@ -129,13 +137,19 @@ impl ZkBackend {
             };
             *lock(&self.session) = None;
             drop(session);
-            match Session::reopen(&self.url, request.ttl, self.connect_timeout, waiting)? {
+            match Session::reopen(
+                &self.url,
+                request.ttl,
+                self.connect_timeout,
+                &self.stop,
+                waiting,
+            )? {
                 Some(fresh) => {
                     let fresh = Arc::new(fresh);
                     *lock(&self.session) = Some(fresh.clone());
                     session = fresh;
                 }
-                None if interrupt::caught().is_some() => return Err(anyhow!("interrupted")),
+                None if self.stop.requested() => return Err(anyhow!("interrupted")),
                 None => return Ok(Outcome::Cancelled),
             }
         }
@@ -170,7 +184,7 @@ impl ZkBackend {
         let task = session
             .runtime
             .spawn(async move { acquisition.run(waiting.as_ref()).await });
-        match watched(session, task, watch.as_ref()) {
+        match watched(session, task, &self.stop, watch.as_ref()) {
             Some(Ok(outcome)) => outcome.with_context(ctx),
             Some(Err(e)) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
             // The server lied in a reply (frames.rs): the wait ends, and says so.
@@ -178,7 +192,7 @@ impl ZkBackend {
                 Err(anyhow!("{}", frames::lie().unwrap_or_default()))
                     .fail_with(Failure::BackendUnavailable)
             }
-            None if interrupt::caught().is_some() => Err(anyhow!("interrupted")),
+            None if self.stop.requested() => Err(anyhow!("interrupted")),
             None => Ok(Outcome::Cancelled),
         }
     }

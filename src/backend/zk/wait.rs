@@ -13,40 +13,15 @@ use super::kept::{self, is_kept, EnsembleClock};
 use super::lease::ZkLease;
 use super::recipe::{queue, verdict, Verdict};
 use super::runs;
-use super::session::{is_connection_loss, is_terminal, retrying, Session};
-use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
+use super::session::{cancellable, is_connection_loss, is_terminal, retrying, stopped, Session};
+use super::CLEANUP_TIMEOUT;
+use crate::backend::stop::Stop;
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Ending, Token};
-use crate::signal::interrupt;
 
 /// What arming a data watch gives: the node's data, its stat and the watch.
 type Watched = (Vec<u8>, zk::Stat, zk::OneshotWatcher);
-
-/// Whether a wait must end now: a stop signal was caught, or `waiting` (if any) was cancelled.
-pub(super) fn stopped(waiting: Option<&Waiting>) -> bool {
-    interrupt::caught().is_some() || waiting.is_some_and(Waiting::is_cancelled)
-}
-
-/// Runs `work` to its end, asking `go_on` every `CANCEL_POLL` meanwhile (and once at the start):
-/// `None` as soon as it says no.
-pub(super) async fn cancellable<F: Future>(
-    work: F,
-    mut go_on: impl FnMut() -> bool,
-) -> Option<F::Output> {
-    tokio::pin!(work);
-    let mut tick = tokio::time::interval(CANCEL_POLL);
-    loop {
-        tokio::select! {
-            output = &mut work => return Some(output),
-            _ = tick.tick() => {
-                if !go_on() {
-                    return None;
-                }
-            }
-        }
-    }
-}
 
 /// Waits for an acquisition `task`, telling `waiting` meanwhile whether the ensemble can be
 /// reached. When the wait is cancelled or a stop signal was caught, the task (which looks at both)
@@ -56,12 +31,13 @@ pub(super) async fn cancellable<F: Future>(
 pub(super) fn watched<T: Send + 'static>(
     session: &Session,
     mut task: tokio::task::JoinHandle<T>,
+    stop: &Stop,
     waiting: Option<&Waiting>,
 ) -> Option<Result<T, tokio::task::JoinError>> {
     let client = session.client().clone();
     let result = session.runtime.block_on(cancellable(&mut task, || {
         // A server that lied is not waited for (frames.rs).
-        if stopped(waiting) || frames::lie().is_some() {
+        if stopped(stop, waiting) || frames::lie().is_some() {
             return false;
         }
         if let Some(waiting) = waiting {
