@@ -65,6 +65,12 @@ pub(super) fn watched<T: Send + 'static>(
         }
     }
     task.abort();
+    // Until the aborted task is dropped, on the runtime's worker: it holds a reference to the
+    // session, and the session's last reference must not go there (dropping a runtime from its own
+    // worker panics). An abort takes effect at the task's next await, so this is brief.
+    let _ = session
+        .runtime
+        .block_on(async { tokio::time::timeout(CLEANUP_TIMEOUT, &mut task).await });
     None
 }
 
