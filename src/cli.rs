@@ -86,7 +86,7 @@ pub struct GlobalArgs {
     /// Redis: replicas that must acknowledge.
     ///
     /// Wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps
-    /// the lock.
+    /// the lock. For every Redis URL that does not say it itself with ?replicas=N (the URL's wins).
     #[arg(
         long,
         global = true,

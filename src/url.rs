@@ -174,6 +174,20 @@ pub fn without_secrets(url: &str) -> (String, bool) {
     (kept, taken)
 }
 
+/// Whether the query of the `scheme://` URL `url` has the parameter `key` (`?key=...`; a plain
+/// path has no query).
+pub fn has_parameter(url: &str, key: &str) -> bool {
+    let Some(parts) = Parts::of(url) else {
+        return false;
+    };
+    let before_fragment = parts.tail.split('#').next().unwrap_or_default();
+    before_fragment.split_once('?').is_some_and(|(_, pairs)| {
+        pairs
+            .split('&')
+            .any(|pair| pair.split('=').next() == Some(key))
+    })
+}
+
 /// The servers of an `etcd://` or `zk://` URL, `host:port[,host:port...]`: each `host:port`,
 /// `host` (on `default_port`) or `[v6]:port`, as `host:port`. A message names the host it refuses
 /// (never the credentials, which the caller has taken off).
@@ -298,7 +312,26 @@ pub fn with_password() -> impl proptest::strategy::Strategy<Value = String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{host_list, insert_password, redact, user_password, without_secrets};
+    use super::{
+        has_parameter, host_list, insert_password, redact, user_password, without_secrets,
+    };
+
+    #[test]
+    fn a_parameter_is_found_in_the_query_only() {
+        assert!(has_parameter("zk://h:1/?replicas=1", "replicas"));
+        assert!(has_parameter(
+            "postgres://h/db?sslmode=disable&replicas",
+            "replicas"
+        ));
+        for url in [
+            "zk://h:1/replicas",
+            "zk://h:1/?xreplicas=1",
+            "zk://h:1/#?replicas=1",
+            "/srv/locks?replicas=1",
+        ] {
+            assert!(!has_parameter(url, "replicas"), "{url}");
+        }
+    }
 
     #[test]
     fn credentials_and_queries_are_hidden() {

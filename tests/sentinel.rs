@@ -1,6 +1,6 @@
-//! Redis behind Sentinel (`redis+sentinel://`) and `--replicas`, against a real master, two
-//! replicas and three sentinels started per test: a forced failover while a lock is held and
-//! waited for, replicas that do not acknowledge, and sentinels that cannot help.
+//! Redis behind Sentinel (`redis+sentinel://`) and `--replicas` (a URL's `?replicas=`), against a
+//! real master, two replicas and three sentinels started per test: a forced failover while a lock
+//! is held and waited for, replicas that do not acknowledge, and sentinels that cannot help.
 
 use std::path::Path;
 use std::time::Duration;
@@ -192,6 +192,18 @@ fn replicas_that_do_not_acknowledge_refuse_the_lock_or_end_the_lease() {
         "{}",
         stderr(&out)
     );
+    // The same said by the sentinel URL itself.
+    let url = format!("{}?replicas=1", set.url());
+    let out = output(dlock_at(
+        &[url],
+        &["--connect-timeout", "1s", "run", "job", "--", "true"],
+    ));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("only 0 of 1 replicas acknowledged"),
+        "{}",
+        stderr(&out)
+    );
     // Without --replicas dlock does not wait for them: the lock is granted though no replica has
     // it (the window the README describes).
     let out = output(set.dlock(&["run", "-n", "job", "--", "true"]));
@@ -312,4 +324,152 @@ fn a_sentinel_naming_an_unreadable_address_is_refused() {
         err.contains("not a host name or IP") && !err.contains('\u{1b}'),
         "{err:?}"
     );
+}
+
+/// A master with one replica, online.
+fn master_and_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_until("the replica online", T, || {
+        crate::support::sentinel_set::info(&master, "replication").contains("state=online")
+    });
+    (master, replica)
+}
+
+/// `dlock --connect-timeout BUDGET run -n job -- true` on `url`, with `options` before `run` and
+/// `env` set: WAIT gets half the budget.
+fn run_at(url: &str, budget: &str, options: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut args = vec!["--connect-timeout", budget];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&["run", "-n", "job", "--", "true"]);
+    let mut cmd = dlock_at(&[url], &args);
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let out = output(cmd);
+    (code(&out), stderr(&out))
+}
+
+/// `?replicas=N` in a `redis://` URL is `--replicas N` for that server; the option, DLOCK_REPLICAS
+/// and the configuration file's `replicas` are the default for a URL that does not say it, and the
+/// URL's own wins over each of them.
+#[test]
+fn replicas_in_the_url_waits_for_them_and_wins_over_the_option() {
+    let (master, replica) = master_and_replica();
+    let plain = master.url();
+    let one = format!("{plain}/?replicas=1");
+    let none = format!("{plain}/0?replicas=0");
+    let (status, err) = run_at(&one, "5s", &[], &[]);
+    assert_eq!(status, 0, "acknowledged by the running replica: {err}");
+
+    replica.pause();
+    let unacknowledged = |(status, err): (i32, String)| {
+        assert_eq!(status, 69, "{err}");
+        assert!(err.contains("only 0 of 1 replicas acknowledged"), "{err}");
+    };
+    unacknowledged(run_at(&one, "1s", &[], &[]));
+    unacknowledged(run_at(&one, "1s", &["--replicas", "0"], &[]));
+    unacknowledged(run_at(&one, "1s", &[], &[("DLOCK_REPLICAS", "0")]));
+    // The aliases, on a URL that does not say it.
+    unacknowledged(run_at(&plain, "1s", &["--replicas", "1"], &[]));
+    unacknowledged(run_at(&plain, "1s", &[], &[("DLOCK_REPLICAS", "1")]));
+    let dir = LockDir::new();
+    let config = dir.file("config");
+    std::fs::write(&config, "replicas = 1\n").expect("write the configuration file");
+    let config = config.to_str().expect("a UTF-8 path");
+    unacknowledged(run_at(&plain, "1s", &[], &[("DLOCK_CONFIG", config)]));
+    // A URL that says 0 does not wait, whatever the default.
+    for (options, env) in [
+        (&["--replicas", "1"][..], &[][..]),
+        (&[], &[("DLOCK_REPLICAS", "1")]),
+        (&[], &[("DLOCK_CONFIG", config)]),
+    ] {
+        let (status, err) = run_at(&none, "1s", options, env);
+        assert_eq!(status, 0, "{options:?} {env:?}: {err}");
+    }
+    // And none at all does not either (the window the README describes).
+    let (status, err) = run_at(&plain, "1s", &[], &[]);
+    assert_eq!(status, 0, "{err}");
+
+    for bad in [
+        "replicas=",
+        "replicas=one",
+        "replicas=-1",
+        "replicas=1&replicas=2",
+    ] {
+        let (status, err) = run_at(&format!("{plain}/?{bad}"), "1s", &[], &[]);
+        assert_eq!(status, 64, "{bad}: {err}");
+        assert!(err.contains("replicas="), "{bad}: {err}");
+    }
+    replica.resume();
+}
+
+/// With Redlock each URL says its own: only the server whose URL asks for a replica it does not
+/// have refuses, and URLs that say 0 override `--replicas` on servers that have none.
+#[test]
+fn each_redlock_url_says_its_own_replicas() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let mut urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let args = ["--connect-timeout", "1s", "run", "-n", "job", "--", "true"];
+    urls[2].push_str("/?replicas=1");
+    let out = output(dlock_at(&urls, &args));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    let err = stderr(&out);
+    let (asked, others) = (servers[2].port(), [servers[0].port(), servers[1].port()]);
+    assert!(
+        err.contains(&format!(
+            "127.0.0.1:{asked}: only 0 of 1 replicas acknowledged"
+        )) && others.iter().all(|p| !err.contains(&format!(":{p}"))),
+        "{err}"
+    );
+
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|s| format!("{}/?replicas=0", s.url()))
+        .collect();
+    let out = output(dlock_at(&urls, &[&["--replicas", "1"][..], &args].concat()));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+/// `?replicas=` in another backend's URL is a usage error naming that backend, before any
+/// connection is tried.
+#[test]
+fn replicas_in_another_backend_s_url_is_a_usage_error_naming_it() {
+    let dir = LockDir::new();
+    let port = free_port();
+    for (backend, url) in [
+        (
+            "file",
+            format!("file://{}?replicas=1", dir.path().display()),
+        ),
+        ("zk", format!("zk://127.0.0.1:{port}/?replicas=1")),
+        ("etcd", format!("etcd://127.0.0.1:{port}?replicas=1")),
+        (
+            "postgres",
+            format!("postgres://u@127.0.0.1:{port}/db?sslmode=disable&replicas=1"),
+        ),
+        ("mysql", format!("mysql://u@127.0.0.1:{port}/db?replicas=1")),
+    ] {
+        let mut cmd = dlock();
+        cmd.args([
+            "--backend",
+            backend,
+            "--url",
+            &url,
+            "run",
+            "job",
+            "--",
+            "true",
+        ]);
+        let out = output(cmd);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 64, "{url}: {err}");
+        assert!(
+            err.contains(&format!("replicas= in {backend}://"))
+                && err.contains(&format!("is for the redis backend, not {backend}"))
+                && err.lines().count() == 1,
+            "{url}: {err}"
+        );
+    }
 }

@@ -55,13 +55,7 @@ pub struct BackendConfig {
 /// Opens the configured backend. Errors are tagged with the exit status they map to (usage for a
 /// malformed address, backend-unavailable for one that cannot be used).
 pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
-    if config.replicas > 0 && config.kind != BackendKind::Redis {
-        return Err(anyhow::anyhow!(
-            "--replicas (DLOCK_REPLICAS) is for the redis backend, not {}",
-            config.kind.as_str()
-        ))
-        .fail_with(crate::exit::Failure::Usage);
-    }
+    replicas_only_where_taken(config)?;
     match config.kind {
         BackendKind::File => Ok(Box::new(file::FileBackend::open(config)?)),
         #[cfg(feature = "redis")]
@@ -79,6 +73,29 @@ pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
         kind => Err(anyhow::anyhow!(not_built(kind.descriptor())))
             .fail_with(crate::exit::Failure::Usage),
     }
+}
+
+/// `--replicas N` or a URL's `?replicas=N` for a backend that has no replicas to wait for: a
+/// usage error naming it (DLOCK_REPLICAS, set fleet-wide, was dropped for it by then).
+fn replicas_only_where_taken(config: &BackendConfig) -> anyhow::Result<()> {
+    if config.kind.descriptor().replicas {
+        return Ok(());
+    }
+    let kind = config.kind.as_str();
+    let url = config
+        .urls
+        .iter()
+        .find(|url| config.kind.takes(url) && crate::url::has_parameter(url, "replicas"));
+    let why = match url {
+        _ if config.replicas > 0 => "--replicas (DLOCK_REPLICAS)".to_owned(),
+        Some(url) => format!("replicas= in {}", crate::url::redact(url)),
+        None => return Ok(()),
+    };
+    Err(anyhow::anyhow!(
+        "{why} is for {}, not {kind}",
+        registry::replicas_help()
+    ))
+    .fail_with(crate::exit::Failure::Usage)
 }
 
 /// A lock store.

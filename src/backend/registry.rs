@@ -32,6 +32,9 @@ pub struct Descriptor {
     pub address: &'static str,
     /// The Cargo feature that builds it (`None`: always built).
     pub feature: Option<&'static str>,
+    /// Whether it takes `--replicas N` (a URL's own `?replicas=N` wins); another backend refuses
+    /// both, and ignores DLOCK_REPLICAS.
+    pub replicas: bool,
     /// Whether this build has it.
     pub built: bool,
 }
@@ -46,6 +49,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         help: "Lock files in a local directory (flock(2)); no server, one machine",
         address: "a directory (or file:///dir) for file",
         feature: None,
+        replicas: false,
         built: true,
     },
     Descriptor {
@@ -61,11 +65,13 @@ pub const BACKENDS: [Descriptor; 6] = [
         store: "Redis",
         help: "A Redis server (or several, with Redlock); cluster-wide",
         // Split so that no word is wider than a terminal: `--help` is at most 80 columns.
-        address: "redis://[user:password@]host:port[/db] (give it 3, 5, ... times for Redlock); \
+        address: "redis://[user:password@]host:port[/db][?replicas=N] (give it 3, 5, ... times \
+                  for Redlock); \
                   redis+sentinel://[user:password@]host:port,host:port/MASTER[/db] with \
                   ?sentinel_password=P if the sentinels want one; \
                   redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS)",
         feature: Some("redis"),
+        replicas: true,
         built: cfg!(feature = "redis"),
     },
     Descriptor {
@@ -76,6 +82,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         help: "A ZooKeeper ensemble; cluster-wide",
         address: "zk://[user:password@]host:port,host:port[/chroot]",
         feature: Some("zk"),
+        replicas: false,
         built: cfg!(feature = "zk"),
     },
     Descriptor {
@@ -86,6 +93,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         help: "An etcd cluster; cluster-wide",
         address: "etcd://[user:password@]host:port,host:port (etcds:// for TLS)",
         feature: Some("etcd"),
+        replicas: false,
         built: cfg!(feature = "etcd"),
     },
     Descriptor {
@@ -96,6 +104,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         help: "A PostgreSQL database (tables of dlock's own); cluster-wide",
         address: "postgres://...",
         feature: Some("postgres"),
+        replicas: false,
         built: cfg!(feature = "postgres"),
     },
     Descriptor {
@@ -106,9 +115,20 @@ pub const BACKENDS: [Descriptor; 6] = [
         help: "A MySQL or MariaDB database (tables of dlock's own); cluster-wide",
         address: "mysql://...",
         feature: Some("mysql"),
+        replicas: false,
         built: cfg!(feature = "mysql"),
     },
 ];
+
+/// The backends that take `--replicas`, as a message names them (`the redis backend`).
+pub fn replicas_help() -> String {
+    let names: Vec<&str> = BACKENDS
+        .iter()
+        .filter(|b| b.replicas)
+        .map(|b| b.name)
+        .collect();
+    format!("the {} backend", or_list(&names))
+}
 
 /// The backends this build has.
 pub fn built() -> impl Iterator<Item = &'static Descriptor> {

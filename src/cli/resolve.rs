@@ -28,7 +28,7 @@ pub fn resolve(cli: &mut Cli, matches: &ArgMatches, config: &Config) -> Result<(
     super::place::settle(&mut cli.global, matches);
     password(&mut cli.global)?;
     // DLOCK_REPLICAS set fleet-wide for Redis: not an error for a command on another backend.
-    if cli.global.backend != BackendKind::Redis
+    if !cli.global.backend.descriptor().replicas
         && matches.value_source("replicas") == Some(EnvVariable)
     {
         cli.global.replicas = 0;

@@ -18,6 +18,7 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, Value};
 
 use super::fault::{Fault, FaultKind};
 use super::link::{Heard, Link};
+use super::replication;
 use super::scripts::text_of;
 use super::server::Server;
 use crate::exit::{FailWith, Failure};
@@ -67,8 +68,8 @@ pub(super) fn is_cluster_url(url: &str) -> bool {
     SCHEMES.iter().any(|(scheme, _)| url.starts_with(scheme))
 }
 
-/// Parses a cluster URL (no connection yet).
-pub(super) fn parse(url: &str) -> anyhow::Result<Server> {
+/// Parses a cluster URL (no connection yet); `replicas` unless it says `?replicas=`.
+pub(super) fn parse(url: &str, replicas: u32) -> anyhow::Result<Server> {
     let shown = redact(url);
     let usage = |why: &str| {
         Err(anyhow!(
@@ -86,10 +87,24 @@ pub(super) fn parse(url: &str) -> anyhow::Result<Server> {
         Some(at) => (&rest[..=at], &rest[at + 1..]),
         None => ("", rest),
     };
-    // A cluster has one database: the URL names nodes, nothing after them.
+    // A cluster has one database: the URL names nodes, nothing after them but `?replicas=N`.
+    let (nodes, replicas) = match nodes.split_once('?') {
+        Some((nodes, pairs))
+            if pairs
+                .split('&')
+                .all(|p| p.split('=').next() == Some("replicas")) =>
+        {
+            (
+                nodes,
+                replication::in_query(pairs, &shown)?.unwrap_or(replicas),
+            )
+        }
+        Some(_) => return usage("its only query parameter is replicas"),
+        None => (nodes, replicas),
+    };
     let nodes = nodes.strip_suffix('/').unwrap_or(nodes);
     if nodes.contains(['/', '?', '#']) {
-        return usage("a cluster has database 0 only and the URL takes no options");
+        return usage("a cluster has database 0 only");
     }
     let mut seeds = Vec::new();
     let mut first = None;
@@ -97,7 +112,8 @@ pub(super) fn parse(url: &str) -> anyhow::Result<Server> {
         if node.is_empty() {
             return usage("a node is missing between commas");
         }
-        let server = Server::parse_plain(&format!("{plain}://{credentials}{node}"), &shown)?;
+        let server =
+            Server::parse_plain(&format!("{plain}://{credentials}{node}"), &shown, replicas)?;
         if !seeds.contains(&server.addr) {
             seeds.push(server.addr.clone());
         }
@@ -406,14 +422,22 @@ mod tests {
 
     #[test]
     fn a_cluster_url_names_its_nodes_and_never_its_password() {
-        let s = parse("redis+cluster://u:s3cret@127.0.0.1:7000,127.0.0.1:7001").unwrap();
+        let s = parse("redis+cluster://u:s3cret@127.0.0.1:7000,127.0.0.1:7001", 0).unwrap();
         assert_eq!(s.location, "redis+cluster://127.0.0.1:7000,127.0.0.1:7001");
+        assert_eq!(s.replicas, 0);
+        let s = parse("redis+cluster://127.0.0.1:7000/?replicas=1", 2).unwrap();
+        assert_eq!(
+            (s.location.as_str(), s.replicas),
+            ("redis+cluster://127.0.0.1:7000", 1)
+        );
         for bad in [
+            "redis+cluster://u:s3cret@127.0.0.1:7000?replicas=1&x=2",
+            "redis+cluster://u:s3cret@127.0.0.1:7000?replicas=-1",
             "redis+cluster://u:s3cret@127.0.0.1:7000/1",
             "redis+cluster://u:s3cret@127.0.0.1:7000,,h:1",
             "redis+cluster://u:s3cret@",
         ] {
-            let e = parse(bad).err().unwrap();
+            let e = parse(bad, 0).err().unwrap();
             assert!(!format!("{e:#}").contains("s3cret"), "{e:#}");
         }
     }

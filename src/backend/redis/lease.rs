@@ -31,8 +31,6 @@ pub(super) struct RedisLease {
     /// When the request behind the last confirmation (acquisition or renewal) was sent.
     confirmed: Instant,
     op_timeout: Duration,
-    /// How many replicas must acknowledge a renewal (`--replicas`).
-    replicas: u32,
     /// Why the lock was lost, once it was: from then on, never renew again.
     lost: Option<String>,
     /// Why the last renewal did not reach a majority, for the message when the lease runs out.
@@ -51,7 +49,6 @@ impl RedisBackend {
             confirmed: sent,
             deadline: sent + ttl.saturating_sub(drift(ttl)),
             op_timeout: self.op_timeout(self.count, ttl),
-            replicas: self.replicas,
             lost: None,
             trouble: None,
         }
@@ -118,12 +115,12 @@ impl Lease for RedisLease {
             .min(ttl / 5)
             .min(MAX_RENEW_ATTEMPT)
             .min(left);
-        let (ask, replicas) = (&self.ask, self.replicas);
+        let ask = &self.ask;
         let tally = self.ask_every_server(|s| {
             // Behind Sentinel: renew where the master is now (asked at most once a second).
             s.master_moved(attempt / 2, false);
             let renew = |l: &mut Link| Ok(ask.renew(&mut l.conn)? == 1);
-            Some(s.call_acked(attempt, replicas, renew, |&ours| ours))
+            Some(s.call_acked(attempt, renew, |&ours| ours))
         });
         if tally.confirmed() {
             self.deadline = sent + ttl.saturating_sub(drift(ttl));

@@ -105,8 +105,9 @@ pub struct RedisBackend {
     count: usize,
     connect_timeout: Duration,
     location: String,
-    /// How many replicas must acknowledge each grant and renewal (`--replicas`).
-    replicas: u32,
+    /// Whether some server waits for its replicas to acknowledge each grant and renewal (its URL's
+    /// `?replicas=`, or `--replicas`).
+    replicated: bool,
     /// Redis Cluster: grants go by sharded pub/sub (see `Keys::sharded`).
     sharded: bool,
 }
@@ -122,7 +123,7 @@ impl RedisBackend {
         };
         let mut servers = urls
             .iter()
-            .map(|url| Server::parse(url))
+            .map(|url| Server::parse(url, config.replicas))
             .collect::<anyhow::Result<Vec<_>>>()?;
         for server in &mut servers {
             server.stop = config.stop.clone();
@@ -158,12 +159,12 @@ impl RedisBackend {
             .flatten()
             .collect();
         let backend = RedisBackend {
+            replicated: servers.iter().any(|s| s.replicas > 0),
             sharded: servers.iter().any(Server::is_cluster),
             count: servers.len(),
             servers: Arc::new(Mutex::new(servers)),
             connect_timeout: timeout,
             location,
-            replicas: config.replicas,
         };
         if let Some(auth) = first_fatal(&faults) {
             return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);

@@ -71,10 +71,7 @@ impl RedisBackend {
             *ticket = client_ticket();
         }
         let started = Instant::now();
-        let replicas = self.replicas;
-        let replies = on_all(servers, |s| {
-            s.acquire(timeout, ask, wait, ticket.as_str(), replicas)
-        });
+        let replies = on_all(servers, |s| s.acquire(timeout, ask, wait, ticket.as_str()));
         // The replies tell the truth: a grant heard before them is stale.
         forget_grants(servers, &ask.keys.base);
         let quorum = quorum(servers.len());
@@ -177,13 +174,8 @@ impl RedisBackend {
         let raised = on_each(servers, |i, s| {
             s.at(&ask.keys.base);
             granted.iter().any(|&(g, _)| g == i)
-                && s.call_acked(
-                    timeout,
-                    self.replicas,
-                    |l| ask.raise_token(&mut l.conn, token),
-                    |_| true,
-                )
-                .is_ok()
+                && s.call_acked(timeout, |l| ask.raise_token(&mut l.conn, token), |_| true)
+                    .is_ok()
         });
         raised.into_iter().filter(|&ok| ok).count() >= quorum(servers.len())
     }

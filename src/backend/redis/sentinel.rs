@@ -1,6 +1,6 @@
 //! A master found through Redis Sentinel: `redis+sentinel://[user:password@]host:port[,host:port…]
-//! /MASTER[/db][?sentinel_password=P]`. The user and password are the data nodes'; the sentinels'
-//! own password, if they have one, is the query parameter. The master's address is asked of the
+//! /MASTER[/db][?sentinel_password=P&replicas=N]`. The user and password are the data nodes'; the
+//! sentinels' own password, if they have one, is a query parameter. The master's address is asked of the
 //! sentinels (`SENTINEL GET-MASTER-ADDR-BY-NAME`) on every new connection, so a connection that
 //! broke or met a demoted master (READONLY) is reopened to whichever node the sentinels now name.
 
@@ -10,6 +10,7 @@ use anyhow::anyhow;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 
 use super::fault::{Fault, FaultKind};
+use super::replication;
 use super::server::Server;
 use crate::backend::blocking::Alarm;
 use crate::backend::stop::Stop;
@@ -39,6 +40,8 @@ pub(super) struct Parsed {
     pub(super) data_url: String,
     /// `redis+sentinel://host:port,.../MASTER[/db]`, without credentials.
     pub(super) location: String,
+    /// `?replicas=N`, if given (see `replication`).
+    pub(super) replicas: Option<u32>,
 }
 
 fn usage(message: String) -> anyhow::Error {
@@ -115,6 +118,7 @@ pub(super) fn parse(url: &str) -> anyhow::Result<Parsed> {
         })?,
     };
     let mut password = None;
+    let mut replicas = None;
     for pair in query
         .unwrap_or_default()
         .split('&')
@@ -128,9 +132,13 @@ pub(super) fn parse(url: &str) -> anyhow::Result<Parsed> {
                     ))
                 })?)
             }
+            Some((replication::PARAMETER, _)) if replicas.is_none() => {
+                replicas = replication::in_query(pair, &shown)?;
+            }
             _ => {
                 return Err(usage(format!(
-                    "redis sentinel URL {shown:?}: the only query parameter is sentinel_password"
+                    "redis sentinel URL {shown:?}: the query parameters are sentinel_password \
+                     and replicas, once each"
                 )))
             }
         }
@@ -155,6 +163,7 @@ pub(super) fn parse(url: &str) -> anyhow::Result<Parsed> {
         },
         data_url: format!("redis://{credentials}127.0.0.1:6379/{db}"),
         location,
+        replicas,
     })
 }
 
@@ -353,9 +362,10 @@ mod tests {
     #[test]
     fn a_sentinel_url_names_sentinels_master_and_db() {
         let p = parse(
-            "redis+sentinel://u:pw@127.0.0.1:26379,[::1]:26380/main/2?sentinel_password=s%40x",
+            "redis+sentinel://u:pw@127.0.0.1:26379,[::1]:26380/main/2?sentinel_password=s%40x&replicas=2",
         )
         .unwrap();
+        assert_eq!(p.replicas, Some(2));
         assert_eq!(
             p.location,
             "redis+sentinel://127.0.0.1:26379,[::1]:26380/main/2"
@@ -369,6 +379,8 @@ mod tests {
             "redis+sentinel://127.0.0.1/main",
             "redis+sentinel://127.0.0.1:26379/main/x",
             "redis+sentinel://127.0.0.1:26379/main?password=x",
+            "redis+sentinel://127.0.0.1:26379/main?replicas=1&replicas=2",
+            "redis+sentinel://127.0.0.1:26379/main?replicas=two",
             "redis+sentinel://a:b@c@127.0.0.1:1/main/@",
         ] {
             assert!(parse(bad).is_err(), "{bad}");

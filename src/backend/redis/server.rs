@@ -16,6 +16,7 @@ use redis::{
 use super::cluster::{self, Cluster};
 use super::fault::{self, Fault, FaultKind};
 use super::link::{Heard, Link, Subscribed};
+use super::replication;
 use super::scripts::{Ask, Reply};
 use super::sentinel::{self, Sentinels};
 use crate::backend::blocking::Alarm;
@@ -54,21 +55,26 @@ pub(super) struct Server {
     pub(super) master: Option<((String, u16), Instant)>,
     /// For `redis+cluster://`: the slots' masters and the connections to them.
     pub(super) cluster: Option<Box<Cluster>>,
+    /// How many replicas must acknowledge each grant and renewal here: the URL's `?replicas=`,
+    /// else `--replicas` (see `replication`).
+    pub(super) replicas: u32,
     /// Whether a stop signal was caught (the caller's, see `BackendConfig`): a call it interrupted
     /// is told from one its alarm did.
     pub(super) stop: Stop,
 }
 
 impl Server {
-    pub(super) fn parse(url: &str) -> anyhow::Result<Server> {
+    /// One `--url`; `replicas` (`--replicas`) unless it says `?replicas=` itself.
+    pub(super) fn parse(url: &str, replicas: u32) -> anyhow::Result<Server> {
         if cluster::is_cluster_url(url) {
-            return cluster::parse(url);
+            return cluster::parse(url, replicas);
         }
         if !url.starts_with(sentinel::SCHEME) {
-            return Server::parse_plain(url, &redact(url));
+            return Server::parse_plain(url, &redact(url), replicas);
         }
         let parsed = sentinel::parse(url)?;
-        let mut server = Server::parse_plain(&parsed.data_url, &redact(url))?;
+        let replicas = parsed.replicas.unwrap_or(replicas);
+        let mut server = Server::parse_plain(&parsed.data_url, &redact(url), replicas)?;
         server.addr = format!("master {:?}", parsed.sentinels.master);
         server.location = parsed.location;
         server.sentinel = Some((
@@ -78,8 +84,9 @@ impl Server {
         Ok(server)
     }
 
-    /// A `redis://` or `rediss://` URL (`shown`: how messages show it).
-    pub(super) fn parse_plain(url: &str, shown: &str) -> anyhow::Result<Server> {
+    /// A `redis://` or `rediss://` URL (`shown`: how messages show it); `replicas` unless it says
+    /// `?replicas=` (its other query parameters are the library's).
+    pub(super) fn parse_plain(url: &str, shown: &str, replicas: u32) -> anyhow::Result<Server> {
         if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
             return Err(anyhow!(
                 "{shown:?} is not a redis URL: use redis://[user:password@]host:port[/db] or rediss://..."
@@ -99,6 +106,12 @@ impl Server {
             ))
             .fail_with(Failure::Usage);
         }
+        let tail = &after_scheme[address_end..];
+        let query = tail.split('#').next().unwrap_or_default().split_once('?');
+        let replicas = match query {
+            Some((_, pairs)) => replication::in_query(pairs, shown)?.unwrap_or(replicas),
+            None => replicas,
+        };
         let info = url
             .into_connection_info()
             .map_err(|e| {
@@ -167,6 +180,7 @@ impl Server {
             sentinel: None,
             master: None,
             cluster: None,
+            replicas,
             stop: Stop::default(),
         })
     }
@@ -352,14 +366,13 @@ impl Server {
     }
 
     /// One acquisition attempt. A waiter's first one on a connection also makes it listen. A
-    /// grant counts once `replicas` replicas acknowledged it (see `call_acked`).
+    /// grant counts once this server's `replicas` acknowledged it (see `call_acked`).
     pub(super) fn acquire(
         &mut self,
         timeout: Duration,
         ask: &Ask,
         wait: bool,
         ticket: &str,
-        replicas: u32,
     ) -> Result<Reply, Fault> {
         // Behind Sentinel, a waiter's connection may still go to a master the sentinels replaced,
         // where the lock looks free once its holder renews on the new one: ask where the master
@@ -390,9 +403,7 @@ impl Server {
             }
             Ok(reply)
         };
-        self.call_acked(timeout, replicas, listen, |reply| {
-            matches!(reply, Reply::Granted(_))
-        })
+        self.call_acked(timeout, listen, |reply| matches!(reply, Reply::Granted(_)))
     }
 
     /// Reads one message (into the link's `messages`), waiting at most `timeout`. `Err` when the
@@ -427,9 +438,9 @@ mod tests {
 
     #[test]
     fn location_and_messages_never_show_the_password() {
-        let s = Server::parse("redis://alice:s3cret@127.0.0.1:6390/3").unwrap();
+        let s = Server::parse("redis://alice:s3cret@127.0.0.1:6390/3", 0).unwrap();
         assert_eq!(s.location, "redis://127.0.0.1:6390/3");
-        let e = Server::parse("redis://alice:s3cret@127.0.0.1:notaport")
+        let e = Server::parse("redis://alice:s3cret@127.0.0.1:notaport", 0)
             .err()
             .unwrap();
         assert!(!format!("{e:#}").contains("s3cret"), "{e:#}");
@@ -439,14 +450,14 @@ mod tests {
         /// URLs from the command line: parsed or refused, never a panic.
         #[test]
         fn any_url_text_parses_or_is_refused(text in "(rediss?://)?\\PC{0,60}") {
-            let _ = Server::parse(&text);
+            let _ = Server::parse(&text, 0);
         }
 
         /// A password in any place a password can take: neither the refusal nor the location
         /// (which every later message names) shows it.
         #[test]
         fn no_message_shows_a_password(url in crate::url::with_password()) {
-            let shown = match Server::parse(&url) {
+            let shown = match Server::parse(&url, 0) {
                 Ok(server) => format!("{} {}", server.location, server.addr),
                 Err(e) => format!("{e:#}"),
             };

@@ -143,7 +143,7 @@ impl RedisBackend {
                 // says "try again now", everywhere; with --replicas too, as the grant was written
                 // by the releaser's connection, and only a write of our own (the next round finds
                 // the lock ours and extends it) can be waited for on ours.
-                if self.count == 1 && self.replicas == 0 && place.sent.elapsed() < ttl / 6 {
+                if self.count == 1 && !self.replicated && place.sent.elapsed() < ttl / 6 {
                     return Ok(Some(Box::new(self.lease(ask, token, place.sent))));
                 }
             }
