@@ -224,7 +224,7 @@ pub struct LockArgs {
 
     /// The lease, on network backends.
     ///
-    /// How long the lock outlives a dlock that stops renewing it.
+    /// How long the lock outlives a dlock that stops renewing it: 100ms to a year (24 days on zk).
     #[arg(long, env = "DLOCK_TTL", value_name = "DURATION", value_parser = parse_ttl,
           default_value = "15s", allow_hyphen_values = true, value_hint = ValueHint::Other)]
     pub ttl: Duration,

@@ -223,3 +223,37 @@ fn a_quoted_value_in_the_configuration_file_is_the_value_inside_the_quotes() {
         format!("{}/x.lock", locks.display())
     );
 }
+
+/// A `ttl` from the file longer than the backend keeps is refused naming the file and line, the
+/// backend and its limit; the same ttl is a lease on a backend that keeps it.
+#[test]
+fn a_ttl_from_the_file_beyond_the_backend_s_limit_is_refused_naming_the_line() {
+    let scratch = LockDir::new();
+    let config = scratch.file("config");
+    std::fs::write(&config, "# fleet\nttl = 25d\n").unwrap();
+    let mut cmd = with_config(&config);
+    cmd.args([
+        "-b",
+        "zk",
+        "-u",
+        "zk://127.0.0.1:1",
+        "run",
+        "n",
+        "--",
+        "true",
+    ]);
+    let out = output(cmd);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 64, "{err}");
+    assert!(
+        err.contains(&format!("ttl ({} line 2) 25d", config.display()))
+            && err.contains("too long for the zk backend: at most 24d"),
+        "{err}"
+    );
+    let mut cmd = with_config(&config);
+    cmd.arg("--url")
+        .arg(scratch.path())
+        .args(["run", "n", "--", "true"]);
+    let out = output(cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}

@@ -206,8 +206,39 @@ fn durations_out_of_range_exit_64_naming_the_limit() {
         ),
         (
             &[],
-            &["run", "--ttl", "25d", "n", "--", "true"],
-            "at most 24d",
+            &["run", "--ttl", "366d", "n", "--", "true"],
+            "the ttl must be at most 1 year",
+        ),
+        // ZooKeeper's own limit, named once the backend is known, before any connection.
+        (
+            &[],
+            &[
+                "-b",
+                "zk",
+                "-u",
+                "zk://127.0.0.1:1",
+                "run",
+                "--ttl",
+                "25d",
+                "n",
+                "--",
+                "true",
+            ],
+            "--ttl 25d is too long for the zk backend: at most 24d",
+        ),
+        (
+            &[("DLOCK_TTL", "30d")],
+            &[
+                "-b",
+                "zk",
+                "-u",
+                "zk://127.0.0.1:1",
+                "run",
+                "n",
+                "--",
+                "true",
+            ],
+            "DLOCK_TTL 30d is too long for the zk backend: at most 24d",
         ),
         (
             &[],

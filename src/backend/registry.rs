@@ -1,8 +1,10 @@
 //! The registry of backends: one `Descriptor` per store (its name, URL schemes, help lines, how its
-//! address is written, the Cargo feature that builds it), from which `--backend`'s values, URL
+//! address is written, the Cargo feature that builds it, its limits), from which `--backend`'s values, URL
 //! scheme detection, the help, the man pages, the completions and `--version` are derived.
 //! Adding a backend is one entry here, its folder, one arm in `open` (mod.rs) and one line in the
 //! contract suite.
+
+use std::time::Duration;
 
 /// Which store holds the locks. Every kind exists in every build, so that a name or a URL of a
 /// backend this build left out is recognised, and refused naming the feature to build with.
@@ -35,9 +37,24 @@ pub struct Descriptor {
     /// Whether it takes `--replicas N` (a URL's own `?replicas=N` wins); another backend refuses
     /// both, and ignores DLOCK_REPLICAS.
     pub replicas: bool,
+    /// The longest `--ttl` it can keep, when shorter than what `--ttl` takes at all (a year).
+    pub max_ttl: Option<Limit>,
     /// Whether this build has it.
     pub built: bool,
 }
+
+/// A bound a backend puts on a value, and why: the message that refuses more says both.
+pub struct Limit {
+    pub at_most: Duration,
+    pub because: &'static str,
+}
+
+/// ZooKeeper's longest lease: 24 days, the largest whole number of days a session timeout (a
+/// signed 32-bit count of milliseconds, at most 24.8 days) can carry; the session is the lease.
+const ZK_MAX_TTL: Limit = Limit {
+    at_most: Duration::from_secs(24 * 24 * 3600),
+    because: "ZooKeeper counts a session timeout in a 32-bit number of milliseconds",
+};
 
 /// Every backend, built or not, in the order help and `--version` list them.
 pub const BACKENDS: [Descriptor; 6] = [
@@ -50,6 +67,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         address: "a directory (or file:///dir) for file",
         feature: None,
         replicas: false,
+        max_ttl: None,
         built: true,
     },
     Descriptor {
@@ -72,6 +90,7 @@ pub const BACKENDS: [Descriptor; 6] = [
                   redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS)",
         feature: Some("redis"),
         replicas: true,
+        max_ttl: None,
         built: cfg!(feature = "redis"),
     },
     Descriptor {
@@ -83,6 +102,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         address: "zk://[user:password@]host:port,host:port[/chroot]",
         feature: Some("zk"),
         replicas: false,
+        max_ttl: Some(ZK_MAX_TTL),
         built: cfg!(feature = "zk"),
     },
     Descriptor {
@@ -94,6 +114,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         address: "etcd://[user:password@]host:port,host:port (etcds:// for TLS)",
         feature: Some("etcd"),
         replicas: false,
+        max_ttl: None,
         built: cfg!(feature = "etcd"),
     },
     Descriptor {
@@ -105,6 +126,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         address: "postgres://...",
         feature: Some("postgres"),
         replicas: false,
+        max_ttl: None,
         built: cfg!(feature = "postgres"),
     },
     Descriptor {
@@ -116,6 +138,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         address: "mysql://...",
         feature: Some("mysql"),
         replicas: false,
+        max_ttl: None,
         built: cfg!(feature = "mysql"),
     },
 ];
@@ -200,6 +223,19 @@ impl BackendKind {
 
     pub fn as_str(self) -> &'static str {
         self.descriptor().name
+    }
+
+    /// Why `ttl` is too long for this backend (`too long for the zk backend: at most 24d
+    /// (ZooKeeper ...)`), or `None` when it keeps a lease that long.
+    pub fn refuses_ttl(self, ttl: Duration) -> Option<String> {
+        let descriptor = self.descriptor();
+        let limit = descriptor.max_ttl.as_ref().filter(|l| ttl > l.at_most)?;
+        Some(format!(
+            "too long for the {} backend: at most {} ({})",
+            descriptor.name,
+            crate::text::duration(limit.at_most),
+            limit.because
+        ))
     }
 
     /// Whether `url` is an address of this backend: one of its schemes (the file backend: also a
@@ -292,6 +328,32 @@ mod tests {
         }
         assert!(BackendKind::File.takes("/var/lock/dlock"));
         assert!(!BackendKind::Redis.takes("/var/lock/dlock"));
+    }
+
+    /// A limit is below what `--ttl` takes at all (else it would never be met), and ZooKeeper's
+    /// fits its session timeout, a 32-bit count of milliseconds.
+    #[test]
+    fn each_backend_s_longest_ttl_is_one_it_can_keep() {
+        // What `--ttl` takes at all (cli/duration.rs).
+        let year = std::time::Duration::from_secs(31_557_600);
+        for b in &BACKENDS {
+            if let Some(limit) = &b.max_ttl {
+                assert!(limit.at_most < year, "{}", b.name);
+                assert_eq!(b.kind.refuses_ttl(limit.at_most), None);
+                let over = limit.at_most + std::time::Duration::from_millis(1);
+                assert!(b
+                    .kind
+                    .refuses_ttl(over)
+                    .is_some_and(|why| why.contains(b.name)));
+            }
+        }
+        let zk = BackendKind::Zk
+            .descriptor()
+            .max_ttl
+            .as_ref()
+            .map(|l| l.at_most);
+        assert!(zk.is_some_and(|ttl| i32::try_from(ttl.as_millis()).is_ok()));
+        assert_eq!(BackendKind::Redis.refuses_ttl(year), None);
     }
 
     #[test]

@@ -12,12 +12,13 @@ use std::time::Duration;
 pub const MAX_DURATION: Duration = Duration::from_secs(31_557_600);
 const MAX_DURATION_TEXT: &str = "1 year";
 
-/// The longest lease: 24 days, the largest whole number of days a ZooKeeper session timeout (a
-/// signed 32-bit count of milliseconds, at most 24.8 days) can carry. Redis counts leases in
-/// milliseconds too, in the scripts' doubles, and is exact far beyond it. A lease this long already
-/// keeps a lock from others for weeks after its holder died; dlock renews every ttl/3, so no run
-/// needs a longer one.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 24 * 3600);
+/// The longest `--ttl` any backend is asked for: a year, as the other durations. A backend that
+/// cannot keep a lease that long says so in its descriptor (`max_ttl`, backend/registry.rs: 24 days
+/// on ZooKeeper), checked once the backend is known (`resolve`). Redis counts leases in
+/// milliseconds, in the scripts' doubles, PostgreSQL and MySQL in 64-bit milliseconds, etcd in
+/// 64-bit seconds: all exact far beyond it. A lease this long already keeps a lock from others for
+/// a year after its holder died; dlock renews every ttl/3, so no run needs a longer one.
+pub const MAX_TTL: Duration = MAX_DURATION;
 const MIN_TTL: Duration = Duration::from_millis(100);
 /// The shortest `--connect-timeout`: a budget below it would fail against any server but the
 /// nearest, and 0 would read as "no limit" to some clients and "fail at once" to others.
@@ -45,16 +46,12 @@ pub fn parse_connect_timeout(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// `--ttl`: 100ms to 24 days.
+/// `--ttl`: 100ms to a year (the backend's own limit is checked once it is known).
 pub fn parse_ttl(text: &str) -> Result<Duration, String> {
     match read(text)? {
         Some(ttl) if ttl < MIN_TTL => Err("the ttl must be at least 100ms".into()),
         Some(ttl) if ttl <= MAX_TTL => Ok(ttl),
-        _ => Err(format!(
-            "the ttl must be at most {} (ZooKeeper counts a session timeout in a 32-bit number of \
-             milliseconds)",
-            crate::text::duration(MAX_TTL)
-        )),
+        _ => Err(format!("the ttl must be at most {MAX_DURATION_TEXT}")),
     }
 }
 
@@ -185,7 +182,9 @@ mod tests {
             let err = parse_duration(text).unwrap_err();
             assert!(err.contains(needle), "{text:?}: {err}");
         }
-        assert!(parse_ttl("25d").unwrap_err().contains("at most 24d ("));
+        // A backend's own limit (ZooKeeper's 24 days) is its descriptor's, checked later.
+        assert_eq!(parse_ttl("25d"), Ok(Duration::from_secs(25 * 86_400)));
+        assert!(parse_ttl("366d").unwrap_err().contains("at most 1 year"));
         assert!(parse_ttl("0.05").unwrap_err().contains("at least 100ms"));
         assert_eq!(parse_ttl("30"), Ok(Duration::from_secs(30)));
         for zero in ["0", "0s", "0.05", "99ms"] {
@@ -206,8 +205,9 @@ mod tests {
             }
             if let Ok(ttl) = parse_ttl(&text) {
                 proptest::prop_assert!(ttl <= MAX_TTL);
-                // What the backends make of it stays in range: Redis milliseconds, ZooKeeper's i32.
-                proptest::prop_assert!(i32::try_from(ttl.as_millis()).is_ok());
+                // What the backends make of it stays in range: 64-bit milliseconds (ZooKeeper's
+                // 32-bit ones are its descriptor's limit).
+                proptest::prop_assert!(i64::try_from(ttl.as_millis()).is_ok());
             }
         }
     }

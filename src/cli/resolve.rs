@@ -36,22 +36,47 @@ pub fn resolve(cli: &mut Cli, matches: &ArgMatches, config: &Config) -> Result<(
     if let (Command::Run(run), Some(matches)) =
         (&mut cli.command, matches.subcommand_matches("run"))
     {
-        lock_options(&mut run.lock, matches)?;
+        lock_options(&mut run.lock, matches, cli.global.backend, config)?;
         shell_command(run, matches)?;
     }
     if let (Command::Hold(hold), Some(matches)) =
         (&mut cli.command, matches.subcommand_matches("hold"))
     {
-        lock_options(&mut hold.lock, matches)?;
+        lock_options(&mut hold.lock, matches, cli.global.backend, config)?;
     }
     Ok(())
 }
 
 /// What `run` and `hold` share (`LockArgs`).
-fn lock_options(lock: &mut LockArgs, matches: &ArgMatches) -> Result<(), String> {
+fn lock_options(
+    lock: &mut LockArgs,
+    matches: &ArgMatches,
+    backend: BackendKind,
+    config: &Config,
+) -> Result<(), String> {
     wait_or_not(&mut lock.no_wait, &mut lock.wait, matches)?;
     message(lock, matches)?;
-    Ok(())
+    ttl_for(backend, lock.ttl, matches, config)
+}
+
+/// A `--ttl` longer than the backend can keep (ZooKeeper: 24 days), refused naming where it came
+/// from, the backend and its limit. Also from DLOCK_TTL or the file: a lease shorter than asked
+/// would let the lock go while its holder still runs.
+fn ttl_for(
+    backend: BackendKind,
+    ttl: Duration,
+    matches: &ArgMatches,
+    config: &Config,
+) -> Result<(), String> {
+    let Some(why) = backend.refuses_ttl(ttl) else {
+        return Ok(());
+    };
+    let given = match (matches.value_source("ttl"), config.value_for("DLOCK_TTL")) {
+        (Some(EnvVariable), _) => "DLOCK_TTL".to_owned(),
+        (Some(DefaultValue), Some((_, at))) => format!("ttl ({at})"),
+        _ => "--ttl".to_owned(),
+    };
+    Err(format!("{given} {} is {why}", crate::text::duration(ttl)))
 }
 
 /// A backend and a URL that do not go together, given at different levels (the command line,
