@@ -1,6 +1,7 @@
 //! The code's seams, read from the sources (these tests do not run dlock): the top-level modules of
-//! `src/` import one another without a cycle, and no backend touches process signals. The rules
-//! themselves are in docs/DESIGN.md, under Layout.
+//! `src/` import one another without a cycle, no backend touches process signals, and a backend is
+//! named only where the checklist for adding one says. The rules themselves are in docs/DESIGN.md,
+//! under Layout and "Adding a backend".
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -426,4 +427,248 @@ fn no_backend_imports_signal() {
         "backends import signal/:\n  {}",
         found.join("\n  ")
     );
+}
+
+/// A backend as registry.rs's table has it.
+#[derive(Debug)]
+struct Registered {
+    /// `BackendKind`'s variant: `Zk`.
+    kind: String,
+    /// `-b`'s value, its folder's name: `zk`.
+    name: String,
+    /// Its Cargo feature, if it has one.
+    feature: Option<String>,
+}
+
+/// `field: "value"` or `field: BackendKind::Value` in `block`: the value.
+fn field_of<'a>(block: &'a str, field: &str) -> Option<&'a str> {
+    let at = block.find(&format!("\n        {field}: "))? + field.len() + 11;
+    let rest = &block[at..];
+    let value = rest[..rest.find(",\n")?].trim();
+    Some(value.trim_start_matches("BackendKind::").trim_matches('"'))
+}
+
+/// The entries of `BACKENDS` in src/backend/registry.rs.
+fn registered_backends() -> Vec<Registered> {
+    let text = std::fs::read_to_string(src().join("backend/registry.rs")).expect("registry.rs");
+    let table = text
+        .split_once("pub const BACKENDS")
+        .and_then(|(_, rest)| rest.split_once("\n];"))
+        .map(|(table, _)| table)
+        .expect("BACKENDS in registry.rs");
+    let mut found = Vec::new();
+    for block in table.split("Descriptor {").skip(1) {
+        let read = |field: &str| {
+            field_of(block, field)
+                .unwrap_or_else(|| panic!("no {field} in a BACKENDS entry:{block}"))
+                .to_owned()
+        };
+        let feature = read("feature");
+        found.push(Registered {
+            kind: read("kind"),
+            name: read("name"),
+            feature: feature
+                .strip_prefix("Some(\"")
+                .and_then(|f| f.strip_suffix("\")"))
+                .map(str::to_owned),
+        });
+    }
+    assert!(found.len() >= 2, "BACKENDS read as {found:?}");
+    found
+}
+
+/// Which backends `text` names in its code (comments and other strings left out): a
+/// `BackendKind::Kind` path, or `feature = "name"` in a `cfg`.
+fn backends_named<'a>(text: &str, backends: &'a [Registered]) -> BTreeSet<&'a str> {
+    let code: Vec<char> = code_only(text).chars().collect();
+    let original: Vec<char> = text.chars().collect();
+    assert_eq!(code.len(), original.len(), "code_only keeps every position");
+    let word_at = |chars: &[char], i: usize| -> String {
+        chars[i..].iter().take_while(|&&c| ident_char(c)).collect()
+    };
+    let mut named = BTreeSet::new();
+    for i in 0..code.len() {
+        if ident_before(&code, i) {
+            continue;
+        }
+        if code[i..].starts_with(&"BackendKind::".chars().collect::<Vec<_>>()) {
+            let kind = word_at(&code, i + "BackendKind::".len());
+            named.extend(
+                backends
+                    .iter()
+                    .filter(|b| b.kind == kind)
+                    .map(|b| b.name.as_str()),
+            );
+        } else if code[i..].starts_with(&"feature".chars().collect::<Vec<_>>()) {
+            let mut j = i + "feature".len();
+            let skip = |j: &mut usize, chars: &[char]| {
+                while chars.get(*j).is_some_and(|c| c.is_whitespace()) {
+                    *j += 1;
+                }
+            };
+            // The opening quote is blanked in `code`: skip the spaces in the original.
+            skip(&mut j, &original);
+            if code.get(j) != Some(&'=') {
+                continue;
+            }
+            j += 1;
+            skip(&mut j, &original);
+            if original.get(j) == Some(&'"') {
+                let feature = word_at(&original, j + 1);
+                let of = |b: &&Registered| b.feature.as_deref() == Some(feature.as_str());
+                named.extend(backends.iter().filter(of).map(|b| b.name.as_str()));
+            }
+        }
+    }
+    named
+}
+
+/// The folders under src/backend/ that are no backend's: what several share.
+const SHARED_FOLDERS: [&str; 1] = ["sql"];
+/// The Cargo features that are no backend's: what several share.
+const SHARED_FEATURES: [&str; 1] = ["tokio"];
+/// Where every backend is named in src/ outside its own folder (docs/DESIGN.md, "Adding a
+/// backend"): its entry in the table, its module and its arm in `open`.
+const NAMED_IN: [&str; 2] = ["backend/mod.rs", "backend/registry.rs"];
+
+/// docs/DESIGN.md's checklist for adding a backend, against the tree: every backend of the table
+/// has its folder, its Cargo feature (in `default`), its module and arm in `open`, and a row in the
+/// contract suite; no other folder or feature pretends to be one; and no file of src/ but its own
+/// and those the checklist lists names it.
+#[test]
+fn adding_a_backend_touches_only_its_checklist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let backends = registered_backends();
+    let mut wrong = Vec::new();
+
+    let cargo = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let features_section = cargo
+        .split_once("\n[features]\n")
+        .map(|(_, rest)| rest.split("\n[").next().unwrap_or(rest))
+        .expect("a [features] section");
+    let features: BTreeSet<&str> = features_section
+        .lines()
+        .filter(|line| !line.starts_with([' ', '#', ']']) && !line.is_empty())
+        .filter_map(|line| line.split_once(" = ").map(|(name, _)| name))
+        .collect();
+    let default = features_section
+        .lines()
+        .find(|line| line.starts_with("default = "))
+        .expect("default features");
+    let mod_rs = std::fs::read_to_string(src().join("backend/mod.rs")).expect("backend/mod.rs");
+    let open = mod_rs
+        .split_once("pub fn open(")
+        .and_then(|(_, rest)| rest.split_once("\n}\n"))
+        .map(|(body, _)| body)
+        .expect("backend::open");
+    let contract = std::fs::read_to_string(root.join("tests/contract/mod.rs")).expect("contract");
+    let rows = contract
+        .split_once("    backends: {\n")
+        .and_then(|(_, rest)| rest.split_once("\n    }"))
+        .map(|(rows, _)| rows)
+        .expect("contract!'s backends");
+
+    for b in &backends {
+        let name = b.name.as_str();
+        if !src().join("backend").join(name).join("mod.rs").is_file() {
+            wrong.push(format!("{name}: no src/backend/{name}/mod.rs"));
+        }
+        let module = format!("pub mod {name};");
+        let arm = format!("BackendKind::{} =>", b.kind);
+        match &b.feature {
+            Some(feature) => {
+                if feature != name || !features.contains(name) {
+                    wrong.push(format!(
+                        "{name}: no Cargo feature {name} (its own: {feature})"
+                    ));
+                }
+                if !default.contains(&format!("\"{name}\"")) {
+                    wrong.push(format!("{name}: not in the default features"));
+                }
+                let gate = format!("#[cfg(feature = \"{name}\")]");
+                if !mod_rs.contains(&format!("{gate}\npub mod {name};")) {
+                    wrong.push(format!("{name}: no `{gate} {module}` in backend/mod.rs"));
+                }
+                if !open.contains(&format!("{gate}\n        {arm}")) {
+                    wrong.push(format!("{name}: no `{gate} {arm}` arm in backend::open"));
+                }
+            }
+            None => {
+                if !mod_rs.contains(&format!("\n{module}")) || !open.contains(&arm) {
+                    wrong.push(format!(
+                        "{name}: no `{module}` or no `{arm}` in backend/mod.rs"
+                    ));
+                }
+            }
+        }
+        if !rows
+            .lines()
+            .any(|row| row.trim_start().starts_with(&format!("{name} => ")))
+        {
+            wrong.push(format!(
+                "{name}: no `{name} => ...` row in tests/contract/mod.rs"
+            ));
+        }
+    }
+
+    // Nothing that is no backend's looks like one.
+    let names: BTreeSet<&str> = backends.iter().map(|b| b.name.as_str()).collect();
+    for entry in std::fs::read_dir(src().join("backend")).expect("src/backend") {
+        let path = entry.expect("an entry").path();
+        let folder = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.is_dir() && !names.contains(folder) && !SHARED_FOLDERS.contains(&folder) {
+            wrong.push(format!(
+                "src/backend/{folder}/ is no backend's, nor a shared folder"
+            ));
+        }
+    }
+    for feature in features {
+        if feature != "default" && !names.contains(feature) && !SHARED_FEATURES.contains(&feature) {
+            wrong.push(format!(
+                "Cargo feature {feature} is no backend's, nor a shared one"
+            ));
+        }
+    }
+
+    // Each backend named in src/ only in its folder and the files the checklist lists.
+    let mut named_in: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for file in rust_files(&src()) {
+        let rel = file.strip_prefix(src()).expect("under src/");
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        for name in backends_named(&text, &backends) {
+            if !rel.starts_with(Path::new("backend").join(name)) {
+                let rel = rel.display().to_string();
+                named_in.entry(name).or_default().insert(rel);
+            }
+        }
+    }
+    let listed: BTreeSet<String> = NAMED_IN.iter().map(|f| f.to_string()).collect();
+    for name in names {
+        let found = named_in.remove(name).unwrap_or_default();
+        if found != listed {
+            wrong.push(format!(
+                "{name} is named (BackendKind::, feature = \"{name}\") in {} files of src/ \
+                 outside src/backend/{name}/: {found:?}; the checklist lists {}: {listed:?}",
+                found.len(),
+                listed.len()
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/DESIGN.md's \"Adding a backend\" does not hold:\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+#[test]
+fn the_backend_reader_sees_kinds_and_features_not_comments_or_strings() {
+    let backends = registered_backends();
+    let text = "// BackendKind::Redis in a comment\n\
+                let s = \"feature = \\\"zk\\\" BackendKind::Etcd\";\n\
+                #[cfg(feature = \"mysql\")]\n\
+                if kind == BackendKind::File || cfg!(feature=\"postgres\") {}\n\
+                let x = MyBackendKind::Zk;\n";
+    let named: Vec<&str> = backends_named(text, &backends).into_iter().collect();
+    assert_eq!(named, ["file", "mysql", "postgres"]);
 }

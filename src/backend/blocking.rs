@@ -89,7 +89,7 @@ pub fn thread<T: Send + 'static>(
 /// thread of that name (and one blocking thread), for a client whose own task must run while
 /// every dlock thread is blocked elsewhere; without: calls run on the calling thread, inside
 /// `block_on` (its blocking threads, resolving a host name, still never take a signal).
-#[cfg(any(feature = "zk", feature = "etcd", feature = "postgres"))]
+#[cfg(feature = "tokio")]
 pub fn runtime(worker: Option<&str>) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = match worker {
         Some(name) => {

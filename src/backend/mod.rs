@@ -467,6 +467,48 @@ mod tests {
     use crate::url::{redact, with_password};
     use std::time::Duration;
 
+    /// `takes` says what each backend's own parser says of an address: usage error or not.
+    #[test]
+    fn backends_take_the_urls_takes_says() {
+        let urls = [
+            "/nonexistent/dlock-test",
+            "relative/dir",
+            "file:///nonexistent/dlock-test",
+            "redis://127.0.0.1:1",
+            "rediss://127.0.0.1:1",
+            "redis+sentinel://127.0.0.1:1/main",
+            "redis+cluster://127.0.0.1:1,127.0.0.1:2",
+            "rediss+cluster://127.0.0.1:1",
+            "zk://127.0.0.1:1",
+            "http://127.0.0.1:1",
+            "unix:///nonexistent.sock",
+            "mysql://127.0.0.1:1/db",
+        ];
+        let kinds = [
+            BackendKind::File,
+            BackendKind::Redis,
+            BackendKind::Zk,
+            BackendKind::Mysql,
+        ];
+        for kind in kinds.into_iter().filter(|k| k.descriptor().built) {
+            for url in urls {
+                let config = BackendConfig {
+                    kind,
+                    urls: vec![url.to_owned()],
+                    connect_timeout: Duration::from_millis(1),
+                    create: false,
+                    replicas: 0,
+                    stop: Default::default(),
+                };
+                let refused = match open(&config) {
+                    Ok(_) => false,
+                    Err(e) => crate::exit::status_of(&e) == crate::exit::Status::Usage,
+                };
+                assert_eq!(kind.takes(url), !refused, "{kind:?} {url}");
+            }
+        }
+    }
+
     /// What the file and ZooKeeper backends say about `url` when opened (neither connects when it
     /// opens), or where they keep their locks. The file backend only for other schemes: a plain
     /// path is a directory's name, which it shows as given.

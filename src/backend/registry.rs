@@ -1,15 +1,17 @@
 //! The registry of backends: one `Descriptor` per store (its name, URL schemes, help lines, how its
 //! address is written, the Cargo feature that builds it, its limits), from which `--backend`'s values, URL
 //! scheme detection, the help, the man pages, the completions and `--version` are derived.
-//! Adding a backend is one entry here, its folder, one arm in `open` (mod.rs) and one line in the
-//! contract suite.
+//! Adding a backend is one entry here, its folder, its feature, one arm in `open` (mod.rs) and one
+//! line in the contract suite: the checklist is in docs/DESIGN.md, "Adding a backend".
 
 use std::time::Duration;
 
 /// Which store holds the locks. Every kind exists in every build, so that a name or a URL of a
 /// backend this build left out is recognised, and refused naming the feature to build with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BackendKind {
+    /// The default (`--backend`'s, as clap's definition has it too).
+    #[default]
     File,
     Redis,
     Zk,
@@ -34,6 +36,10 @@ pub struct Descriptor {
     pub address: &'static str,
     /// The Cargo feature that builds it (`None`: always built).
     pub feature: Option<&'static str>,
+    /// Whether its address is a directory on this machine (a path, or a URL of its scheme), not a
+    /// server: a nested dlock gets it made absolute, a hold knows it by its real path, and no
+    /// password goes into it.
+    pub local: bool,
     /// Whether it takes `--replicas N` (a URL's own `?replicas=N` wins); another backend refuses
     /// both, and ignores DLOCK_REPLICAS.
     pub replicas: bool,
@@ -66,6 +72,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         help: "Lock files in a local directory (flock(2)); no server, one machine",
         address: "a directory (or file:///dir) for file",
         feature: None,
+        local: true,
         replicas: false,
         max_ttl: None,
         built: true,
@@ -89,6 +96,7 @@ pub const BACKENDS: [Descriptor; 6] = [
                   ?sentinel_password=P if the sentinels want one; \
                   redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS)",
         feature: Some("redis"),
+        local: false,
         replicas: true,
         max_ttl: None,
         built: cfg!(feature = "redis"),
@@ -101,6 +109,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         help: "A ZooKeeper ensemble; cluster-wide",
         address: "zk://[user:password@]host:port,host:port[/chroot]",
         feature: Some("zk"),
+        local: false,
         replicas: false,
         max_ttl: Some(ZK_MAX_TTL),
         built: cfg!(feature = "zk"),
@@ -113,6 +122,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         help: "An etcd cluster; cluster-wide",
         address: "etcd://[user:password@]host:port,host:port (etcds:// for TLS)",
         feature: Some("etcd"),
+        local: false,
         replicas: false,
         max_ttl: None,
         built: cfg!(feature = "etcd"),
@@ -125,6 +135,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         help: "A PostgreSQL database (tables of dlock's own); cluster-wide",
         address: "postgres://...",
         feature: Some("postgres"),
+        local: false,
         replicas: false,
         max_ttl: None,
         built: cfg!(feature = "postgres"),
@@ -137,6 +148,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         help: "A MySQL or MariaDB database (tables of dlock's own); cluster-wide",
         address: "mysql://...",
         feature: Some("mysql"),
+        local: false,
         replicas: false,
         max_ttl: None,
         built: cfg!(feature = "mysql"),
@@ -238,12 +250,26 @@ impl BackendKind {
         ))
     }
 
-    /// Whether `url` is an address of this backend: one of its schemes (the file backend: also a
-    /// path, anything without `://`).
+    /// The directory `url` names, for a backend whose address is one (see `Descriptor::local`):
+    /// the path, or what follows the scheme; `None` for a server's address.
+    pub fn directory(self, url: &str) -> Option<&str> {
+        let descriptor = self.descriptor();
+        if !descriptor.local {
+            return None;
+        }
+        let path = descriptor
+            .schemes
+            .iter()
+            .find_map(|scheme| url.strip_prefix(scheme));
+        Some(path.unwrap_or(url))
+    }
+
+    /// Whether `url` is an address of this backend: one of its schemes (a local one, the file
+    /// backend: also a path, anything without `://`).
     pub fn takes(self, url: &str) -> bool {
         let schemes = self.descriptor().schemes;
         schemes.iter().any(|scheme| url.starts_with(scheme))
-            || (self == BackendKind::File && !url.contains("://"))
+            || (self.descriptor().local && !url.contains("://"))
     }
 }
 

@@ -39,7 +39,7 @@ impl Stop {
 
     /// `work`, unless a stop comes first (`None`). The stop is looked at every `CANCEL_CHECK`: a
     /// signal interrupts the runtime's own wait, but the runtime goes back to it.
-    #[cfg(any(feature = "etcd", feature = "postgres"))]
+    #[cfg(feature = "tokio")]
     pub async fn unless<T>(&self, work: impl std::future::Future<Output = T>) -> Option<T> {
         if self.0.is_none() {
             return Some(work.await);

@@ -13,7 +13,6 @@ use clap::parser::ValueSource::{CommandLine, EnvVariable};
 use clap::ArgMatches;
 
 use super::GlobalArgs;
-use crate::backend::BackendKind;
 use crate::url::PASSWORD_WITHHELD_VAR as WITHHELD_VAR;
 
 /// The variables naming `global`'s place for the command, settled but before the password file's
@@ -29,13 +28,13 @@ pub fn settle(global: &mut GlobalArgs, matches: &ArgMatches) {
         let urls: Vec<String> = global
             .urls
             .iter()
-            .map(|url| match global.backend {
-                BackendKind::File => absolute(url),
-                _ => {
-                    let (kept, taken) = crate::url::without_secrets(url);
-                    withheld |= taken;
-                    kept
+            .map(|url| {
+                if global.backend.descriptor().local {
+                    return absolute(url);
                 }
+                let (kept, taken) = crate::url::without_secrets(url);
+                withheld |= taken;
+                kept
             })
             .collect();
         vars.push(("DLOCK_URL".to_owned(), urls.join(" ")));

@@ -100,7 +100,7 @@ fn backend_and_url(global: &mut GlobalArgs, matches: &ArgMatches, config: &Confi
         global.urls.clear();
     } else if url > backend {
         // The default backend, as clap's definition has it.
-        global.backend = BackendKind::File;
+        global.backend = BackendKind::default();
     }
 }
 
@@ -123,7 +123,7 @@ fn password(global: &mut GlobalArgs) -> Result<(), String> {
     let Some(path) = &global.password_file else {
         return Ok(());
     };
-    if global.backend == BackendKind::File {
+    if global.backend.descriptor().local {
         return Ok(());
     }
     let password = urls::read_password(path)?;
@@ -224,54 +224,4 @@ fn message(lock: &LockArgs, matches: &ArgMatches) -> Result<(), String> {
     crate::lock::check_message(text)
         .map(drop)
         .map_err(|why| format!("{option}: {why}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use crate::backend::{self, BackendConfig, BackendKind};
-    use crate::exit;
-
-    /// `takes` says what each backend's own parser says of an address: usage error or not.
-    #[test]
-    fn backends_take_the_urls_takes_says() {
-        let urls = [
-            "/nonexistent/dlock-test",
-            "relative/dir",
-            "file:///nonexistent/dlock-test",
-            "redis://127.0.0.1:1",
-            "rediss://127.0.0.1:1",
-            "redis+sentinel://127.0.0.1:1/main",
-            "redis+cluster://127.0.0.1:1,127.0.0.1:2",
-            "rediss+cluster://127.0.0.1:1",
-            "zk://127.0.0.1:1",
-            "http://127.0.0.1:1",
-            "unix:///nonexistent.sock",
-            "mysql://127.0.0.1:1/db",
-        ];
-        let kinds = [
-            BackendKind::File,
-            BackendKind::Redis,
-            BackendKind::Zk,
-            BackendKind::Mysql,
-        ];
-        for kind in kinds.into_iter().filter(|k| k.descriptor().built) {
-            for url in urls {
-                let config = BackendConfig {
-                    kind,
-                    urls: vec![url.to_owned()],
-                    connect_timeout: Duration::from_millis(1),
-                    create: false,
-                    replicas: 0,
-                    stop: Default::default(),
-                };
-                let refused = match backend::open(&config) {
-                    Ok(_) => false,
-                    Err(e) => exit::status_of(&e) == exit::Status::Usage,
-                };
-                assert_eq!(kind.takes(url), !refused, "{kind:?} {url}");
-            }
-        }
-    }
 }

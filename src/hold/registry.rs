@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::anyhow;
 use sha2::{Digest, Sha256};
 
-use crate::backend::{BackendConfig, BackendKind};
+use crate::backend::BackendConfig;
 use crate::exit::{FailWith, Failure};
 use crate::lock::LockName;
 use crate::report::plain;
@@ -134,11 +134,11 @@ pub fn place(config: &BackendConfig) -> String {
     let urls: Vec<String> = config
         .urls
         .iter()
-        .map(|url| match config.kind {
-            BackendKind::File => fs::canonicalize(url.strip_prefix("file://").unwrap_or(url))
+        .map(|url| match config.kind.directory(url) {
+            Some(dir) => fs::canonicalize(dir)
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_else(|_| url.clone()),
-            _ => url.clone(),
+            None => url.clone(),
         })
         .collect();
     format!("{}\n{}", config.kind.as_str(), urls.join("\n"))
