@@ -446,6 +446,30 @@ mod tests {
         assert!(!format!("{e:#}").contains("s3cret"), "{e:#}");
     }
 
+    /// `?replicas=N` is the URL's own `--replicas`, on `redis://` and `rediss://` alike; the
+    /// library's own parameters stay the library's.
+    #[test]
+    fn a_url_s_replicas_wins_over_the_option() {
+        for (url, option, replicas) in [
+            ("redis://127.0.0.1:6390", 2, 2),
+            ("redis://127.0.0.1:6390/3?replicas=1", 2, 1),
+            ("redis://127.0.0.1:6390/?protocol=resp3&replicas=0", 2, 0),
+            ("rediss://127.0.0.1:6390?replicas=4", 0, 4),
+        ] {
+            let s = Server::parse(url, option).unwrap();
+            assert_eq!(s.replicas, replicas, "{url}");
+        }
+        for bad in [
+            "redis://127.0.0.1:6390/?replicas=",
+            "redis://127.0.0.1:6390/?replicas=+1",
+            "redis://127.0.0.1:6390/?replicas=1&replicas=1",
+            "rediss://127.0.0.1:6390?replicas=99999999999",
+        ] {
+            let e = Server::parse(bad, 0).err().expect(bad);
+            assert!(format!("{e:#}").contains("replicas="), "{bad}: {e:#}");
+        }
+    }
+
     proptest::proptest! {
         /// URLs from the command line: parsed or refused, never a panic.
         #[test]
