@@ -103,6 +103,21 @@ pub fn lines(runs: &LastRuns, holders: &[Holder], now: SystemTime) -> String {
     text
 }
 
+/// The line `list --runs` prints of a lock: `NAME: last run RUN`, then `; last success RUN` when
+/// that is another run.
+pub fn line(name: &str, runs: &LastRuns, holders: &[Holder], now: SystemTime) -> String {
+    let mut parts = Vec::new();
+    if let Some(run) = &runs.last_run {
+        parts.push(format!("last run {}", describe(run, holders, now)));
+    }
+    if let Some(success) = &runs.last_success {
+        if runs.last_run.as_ref() != Some(success) {
+            parts.push(format!("last success {}", describe(success, holders, now)));
+        }
+    }
+    format!("{name}: {}", parts.join("; "))
+}
+
 /// A run for `--json`: its fields, and `running` (see `running`); null for none.
 fn run_json(run: Option<&Run>, holders: &[Holder]) -> serde_json::Value {
     let Some(run) = run else {

@@ -137,6 +137,12 @@ pub trait Backend: Send {
     /// lock/last_run.rs for the rules every store follows when it writes them).
     fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns>;
 
+    /// Every lock whose name starts with `prefix` and of which the store keeps a last run or a
+    /// last success, held or free, sorted by name, each with what `last_runs` says of it (records
+    /// that expired are left out). At most `MAX_LISTED_RUNS` names; what the store keeps under a
+    /// name that is no lock's is left out too (see `runs_of`).
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>>;
+
     /// Break the lock for every holder (an operator cleaning up after a dead one). Returns the holders
     /// removed. Each removed holder's dlock notices at its next renewal and treats the lock as lost.
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>>;
@@ -254,6 +260,33 @@ impl From<Vec<LockStatus>> for Listing {
             unreadable: vec![],
         }
     }
+}
+
+/// Most names `list_runs` reads the records of: each costs a read, and an entry anyone could write
+/// is no reason to read without end.
+pub const MAX_LISTED_RUNS: usize = 10_000;
+
+/// `list_runs` once a store has found the names it keeps records under (in any order, repeated
+/// or not, each only if it starts with `prefix`): each one's records, read as `last_runs` reads
+/// them, for the first `MAX_LISTED_RUNS` names by order; the names with none (expired, or
+/// removed meanwhile) are left out.
+pub(crate) fn runs_of(
+    backend: &dyn Backend,
+    prefix: &str,
+    mut names: Vec<LockName>,
+) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+    names.retain(|name| name.as_str().starts_with(prefix));
+    names.sort();
+    names.dedup();
+    names.truncate(MAX_LISTED_RUNS);
+    let mut found = Vec::with_capacity(names.len());
+    for name in names {
+        let runs = backend.last_runs(&name)?;
+        if runs.last_run.is_some() || runs.last_success.is_some() {
+            found.push((name, runs));
+        }
+    }
+    Ok(found)
 }
 
 /// Where a waiting acquisition reports who holds the lock.

@@ -45,21 +45,18 @@ impl RunKeys {
 
 /// Whether `key` is a record key of a lock (for `list`).
 pub(super) fn is_record(key: &[u8]) -> bool {
-    let Some(rest) = key.strip_prefix(ROOT.as_bytes()) else {
-        return false;
-    };
-    let Ok(rest) = std::str::from_utf8(rest) else {
-        return false;
-    };
-    let Some(name) = rest
+    record_name(key).is_some()
+}
+
+/// The lock whose record `key` is, if it is one (for `list --runs`).
+pub(super) fn record_name(key: &[u8]) -> Option<LockName> {
+    let rest = std::str::from_utf8(key.strip_prefix(ROOT.as_bytes())?).ok()?;
+    let name = rest
         .strip_suffix(LAST_RUN)
-        .or_else(|| rest.strip_suffix(LAST_SUCCESS))
-    else {
-        return false;
-    };
+        .or_else(|| rest.strip_suffix(LAST_SUCCESS))?;
     crate::text::percent_decode(name)
         .and_then(|decoded| LockName::new(&decoded).ok())
-        .is_some_and(|lock| escaped_name(&lock) == name)
+        .filter(|lock| escaped_name(lock) == name)
 }
 
 /// A held lock's run: the record, and the mod revision of the last-run key its acquisition wrote

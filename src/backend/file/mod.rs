@@ -157,6 +157,11 @@ impl Backend for FileBackend {
             .fail_with(Failure::BackendUnavailable)
     }
 
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+        let names = self.list_runs_at(prefix)?;
+        crate::backend::runs_of(self, prefix, names)
+    }
+
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         self.break_lock(name)
     }

@@ -67,6 +67,21 @@ pub(super) fn name_of_holders_key(key: &str, prefix: &str) -> Option<LockName> {
         .then_some(name)
 }
 
+/// The SCAN pattern of the last-run and last-success keys of the names that start with `prefix`
+/// (see `holders_pattern`).
+pub(super) fn runs_pattern(prefix: &str) -> String {
+    format!("dlock:{{{}*}}:last-*", encode_name(prefix))
+}
+
+/// The lock whose last-run or last-success key `key` is, if dlock would name a lock starting with
+/// `prefix` so.
+pub(super) fn name_of_runs_key(key: &str, prefix: &str) -> Option<LockName> {
+    let key = key
+        .strip_suffix(":last-run")
+        .or_else(|| key.strip_suffix(":last-success"))?;
+    name_of_holders_key(&format!("{key}:holders"), prefix)
+}
+
 /// Bytes that must not appear raw inside the hash tag: `%` (the escape itself), `{` and `}` (they
 /// would end the tag early and change the slot), glob characters (so `list` can SCAN by prefix),
 /// and the space and control characters (keys stay copy-pasteable in redis-cli).

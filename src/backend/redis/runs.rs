@@ -5,7 +5,7 @@
 //! release), then one that knows when the run began (a server that only heard of its success).
 
 use super::fault::first_fatal;
-use super::keys::Keys;
+use super::keys::{self, Keys};
 use super::redlock::on_all;
 use super::scripts;
 use super::RedisBackend;
@@ -41,6 +41,17 @@ impl RedisBackend {
             last_run: latest(runs),
             last_success: latest(successes),
         })
+    }
+}
+
+impl RedisBackend {
+    /// The names with a last-run or last-success key under `prefix`, on every server that answers.
+    pub(super) fn names_with_runs(&self, prefix: &str) -> anyhow::Result<Vec<LockName>> {
+        let found = self.scan_everywhere(&keys::runs_pattern(prefix))?;
+        Ok(found
+            .iter()
+            .filter_map(|key| keys::name_of_runs_key(key, prefix))
+            .collect())
     }
 }
 

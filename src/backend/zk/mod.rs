@@ -255,6 +255,14 @@ impl Backend for ZkBackend {
         session.runtime.block_on(runs::read(&session, name))
     }
 
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+        let session = self.session(QUERY_SESSION_TIMEOUT)?;
+        // Expired records go first, as in `list`, so that none is shown.
+        session.runtime.block_on(runs::expire(&session));
+        let names = session.runtime.block_on(runs::names(&session))?;
+        crate::backend::runs_of(self, prefix, names)
+    }
+
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         let dir = session.dir(name);

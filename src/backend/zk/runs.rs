@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use zookeeper_client as zk;
 
 use super::kept::{ask_ensemble, EnsembleClock};
-use super::naming::node_name;
+use super::naming::{lock_name_of, node_name};
 use super::session::{is_connection_loss, Session};
 use super::{CLEANUP_TIMEOUT, MAX_RETRIES};
 use crate::lock::last_run::RUN_RECORD_KEPT_FOR;
@@ -223,6 +223,17 @@ pub(super) async fn read(session: &Session, name: &LockName) -> anyhow::Result<L
         last_run,
         last_success,
     })
+}
+
+/// The locks with a node in either records directory (for `list --runs`); a child that is no
+/// lock's node name is left out.
+pub(super) async fn names(session: &Session) -> anyhow::Result<Vec<LockName>> {
+    let mut names = Vec::new();
+    for dir in [LAST_RUN, LAST_SUCCESS] {
+        let children = session.children(&format!("{}/{dir}", session.root)).await?;
+        names.extend(children.iter().filter_map(|node| lock_name_of(node)));
+    }
+    Ok(names)
 }
 
 /// The last-run record as `release --force` reads it: the run and the version to write over.
