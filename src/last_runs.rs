@@ -224,6 +224,31 @@ mod tests {
     }
 
     #[test]
+    fn a_list_line_names_the_lock_and_the_last_success_only_when_another_run() {
+        let ok = run(1_700_000_000).ended(Ending::Exited(0), at(1_700_000_251));
+        let failed = run(1_700_100_000).ended(Ending::Exited(3), at(1_700_100_001));
+        let same = LastRuns {
+            last_run: Some(ok.clone()),
+            last_success: Some(ok.clone()),
+        };
+        let line = line("nightly", &same, &[], at(1_800_000_000));
+        assert!(
+            line.starts_with("nightly: last run host-3 pid 42, "),
+            "{line}"
+        );
+        assert!(!line.contains("last success"), "{line}");
+        let other = LastRuns {
+            last_run: Some(failed),
+            last_success: Some(ok),
+        };
+        let line = super::line("nightly", &other, &[], at(1_800_000_000));
+        assert!(
+            line.contains(", exit 3, token 17; last success host-3 "),
+            "{line}"
+        );
+    }
+
+    #[test]
     fn ran_within_says_ok_warning_critical_or_unknown() {
         let now = at(1_700_100_000);
         let success = run(1_700_000_000).ended(Ending::Exited(0), at(1_700_000_000));

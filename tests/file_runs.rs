@@ -2,7 +2,8 @@
 //! `list`; never in the way of a lock operation, whatever sits at its path (a FIFO, a symbolic
 //! link, a directory, a hard link to another file, someone's data), which is left as it was;
 //! shown escaped when it cannot be read; read as none once 400 days old. A lock file removed under its holder makes a lost run, and a set of names
-//! given back before its command ran keeps none of them for `--min-hold`.
+//! given back before its command ran keeps none of them for `--min-hold`. `list --runs` shows a
+//! forged record escaped and leaves out entries that name no lock.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -119,6 +120,47 @@ fn a_records_file_dlock_did_not_write_is_shown_escaped_and_left_as_it_is() {
 
 /// Someone who may write the directory links another of the user's files at the records path:
 /// dlock writes nothing into it, nor into a records file of dlock's own linked there.
+/// `list --runs` in a directory anyone may write: a forged records file is shown escaped, one that
+/// cannot be read (a FIFO) hides no other, entries that name no lock and records 400 days old
+/// are left out, and a name too long for a file name (hashed) is shown by the name its lock file
+/// says.
+#[test]
+fn list_runs_shows_forged_records_escaped_and_leaves_out_what_names_no_lock() {
+    let dir = LockDir::new();
+    let long = "h".repeat(250);
+    for name in ["ok", "old", long.as_str()] {
+        assert_eq!(code(&output(dir.dlock(&["run", name, "--", "true"]))), 0);
+    }
+    let aged = std::process::Command::new("touch")
+        .args(["-m", "-d", "401 days ago"])
+        .arg(dir.file("old.runs"))
+        .status()
+        .expect("touch");
+    assert!(aged.success());
+    std::fs::write(dir.file("forged.runs"), b"\x1b[2J\x07forged").unwrap();
+    mkfifo(&dir.file("fifo.runs"));
+    for nameless in ["%zz.runs", "%%0123.runs", ".runs"] {
+        std::fs::write(dir.file(nameless), b"dlock-runs1\n").unwrap();
+    }
+    let out = output(dir.dlock(&["list", "--runs"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.split_once(": ").map(|(name, _)| name))
+        .collect();
+    assert_eq!(names, ["fifo", "forged", long.as_str(), "ok"], "{text}");
+    assert!(
+        text.contains("forged: last run unreadable record \"\\u{1b}[2J\\u{7}forged\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("fifo: last run unreadable record \"") && text.contains("not a regular file"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_records_path_linked_to_another_file_is_never_written() {
     let dir = LockDir::new();

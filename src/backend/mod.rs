@@ -267,13 +267,13 @@ impl From<Vec<LockStatus>> for Listing {
 pub const MAX_LISTED_RUNS: usize = 10_000;
 
 /// `list_runs` once a store has found the names it keeps records under (in any order, repeated
-/// or not, each only if it starts with `prefix`): each one's records, read as `last_runs` reads
-/// them, for the first `MAX_LISTED_RUNS` names by order; the names with none (expired, or
-/// removed meanwhile) are left out.
+/// or not, each only if it starts with `prefix`): each one's records, read by `read` (as
+/// `last_runs` reads them), for the first `MAX_LISTED_RUNS` names by order; the names with none
+/// (expired, or removed meanwhile) are left out.
 pub(crate) fn runs_of(
-    backend: &dyn Backend,
     prefix: &str,
     mut names: Vec<LockName>,
+    read: impl Fn(&LockName) -> anyhow::Result<LastRuns>,
 ) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
     names.retain(|name| name.as_str().starts_with(prefix));
     names.sort();
@@ -281,7 +281,7 @@ pub(crate) fn runs_of(
     names.truncate(MAX_LISTED_RUNS);
     let mut found = Vec::with_capacity(names.len());
     for name in names {
-        let runs = backend.last_runs(&name)?;
+        let runs = read(&name)?;
         if runs.last_run.is_some() || runs.last_success.is_some() {
             found.push((name, runs));
         }

@@ -225,7 +225,12 @@ impl Run {
     /// The inverse of `record`; a record dlock would not have written gives a run marked
     /// unreadable.
     pub fn from_record(raw: &str) -> Run {
-        Run::parse(raw).unwrap_or_else(|| Run {
+        Run::parse(raw).unwrap_or_else(|| Run::unreadable(raw))
+    }
+
+    /// A run that could not be read: `raw` (what was read, or why nothing was), shown escaped.
+    pub fn unreadable(raw: &str) -> Run {
+        Run {
             host: None,
             pid: None,
             owner: String::new(),
@@ -235,7 +240,7 @@ impl Run {
             ended: None,
             ending: None,
             unreadable: Some(escaped(raw, MAX_SHOWN_CHARS)),
-        })
+        }
     }
 
     fn parse(raw: &str) -> Option<Run> {

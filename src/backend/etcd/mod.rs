@@ -328,7 +328,7 @@ impl Backend for EtcdBackend {
             .iter()
             .filter_map(|kv| runs::record_name(&kv.key))
             .collect();
-        crate::backend::runs_of(self, prefix, names)
+        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

@@ -255,7 +255,7 @@ impl Backend for PgBackend {
             .iter()
             .filter_map(|name| LockName::new(name).ok())
             .collect();
-        crate::backend::runs_of(self, prefix, names)
+        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

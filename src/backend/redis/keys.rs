@@ -129,6 +129,26 @@ mod tests {
         assert_eq!(keys.all()[0], "dlock:{a%7Db}:holders");
     }
 
+    #[test]
+    fn runs_keys_name_their_lock_and_nothing_else() {
+        let name = |key: &str, prefix: &str| name_of_runs_key(key, prefix).map(|n| n.to_string());
+        assert_eq!(runs_pattern("jobs/"), "dlock:{jobs/*}:last-*");
+        assert_eq!(name("dlock:{a%7Db}:last-run", "").as_deref(), Some("a}b"));
+        assert_eq!(
+            name("dlock:{jobs/x}:last-success", "jobs/").as_deref(),
+            Some("jobs/x")
+        );
+        for (key, prefix) in [
+            ("dlock:{jobs/x}:last-success", "other"),
+            ("dlock:{a}b}:last-run", ""),
+            ("dlock:{%61}:last-run", ""),
+            ("dlock:{a}:last-runs", ""),
+            ("dlock:{a}:holders", ""),
+        ] {
+            assert_eq!(name(key, prefix), None, "{key}");
+        }
+    }
+
     proptest::proptest! {
         /// Hostile names: every key of any name stays inside `dlock:{...}` with the whole encoded
         /// name as its hash tag, and the encoding round-trips (so two names never share keys).

@@ -207,7 +207,7 @@ impl Backend for RedisBackend {
 
     fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
         let names = self.names_with_runs(prefix)?;
-        crate::backend::runs_of(self, prefix, names)
+        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

@@ -260,7 +260,7 @@ impl Backend for ZkBackend {
         // Expired records go first, as in `list`, so that none is shown.
         session.runtime.block_on(runs::expire(&session));
         let names = session.runtime.block_on(runs::names(&session))?;
-        crate::backend::runs_of(self, prefix, names)
+        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
