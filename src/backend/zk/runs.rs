@@ -441,6 +441,23 @@ mod tests {
         assert!(run
             .unreadable
             .is_some_and(|u| u.contains("run1") && !u.contains('\x1b')));
+
+        // `list_runs`: the lock with its records, shown as `last_runs` shows them; a child of
+        // the records' node that no lock's node is named is left out.
+        let stray = format!("{}/{LAST_RUN}/%zz", session.root);
+        session
+            .runtime
+            .block_on(session.client().create(
+                &stray,
+                b"run1",
+                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+            ))
+            .expect("create");
+        let listed = backend.list_runs("").expect("list");
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].0, lock);
+        assert_eq!(listed[0].1, backend.last_runs(&lock).expect("read"));
+        assert!(backend.list_runs("other").expect("list").is_empty());
     }
 
     #[test]
