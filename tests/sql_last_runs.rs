@@ -1,7 +1,8 @@
 //! The last runs on PostgreSQL and MySQL, through the real binary: what each ending writes into
 //! the stored records (read raw from `<prefix>runs` with psql and mariadb, in hexadecimal so that
 //! a message's tab arrives as written), which writes never overwrite another run's record,
-//! `--min-hold` kept or given up at once, hostile records, and tables an older dlock made.
+//! `--min-hold` kept or given up at once, hostile records (and rows `list --runs` leaves out),
+//! and tables an older dlock made.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -384,6 +385,28 @@ fn hostile_records_never_stop_acquiring_or_releasing(s: &Store) {
         "INSERT INTO {p}runs (name, last_run, last_success, written_at) \
          VALUES ('evil', {garbage}, {long}, {now})"
     ));
+    // `list --runs` shows the garbage escaped, and leaves out a row whose name no lock has.
+    let bad_name = match s.kind {
+        Kind::Pg => r"E'bad\x07'",
+        Kind::My => "X'62616407'",
+    };
+    s.sql(&format!(
+        "INSERT INTO {p}runs (name, last_run, last_success, written_at) \
+         VALUES ({bad_name}, {garbage}, NULL, {now})"
+    ));
+    let out = output(s.dlock(&["list", "--runs"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.split_once(": ").map(|(name, _)| name))
+        .collect();
+    assert_eq!(names, ["evil", "other"], "{text}");
+    assert!(
+        text.contains("evil: last run unreadable record \""),
+        "{text}"
+    );
     let (_, status) = s.run(&["run", "evil", "--", "true"]);
     assert_eq!(status, 0, "acquired and released past garbage");
     let ok = s.last_run("evil");
@@ -510,6 +533,17 @@ fn names_unwritten_for_400_days_lose_their_records_at_the_next_list(s: &Store) {
         s.raw("stale", "last_run").is_some(),
         "a run deletes nothing"
     );
+    // Not shown by `list --runs` before any list deletes it.
+    let out = output(s.dlock(&["list", "--runs", "--json"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let names: Vec<&str> = listed
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    assert_eq!(names, ["now", "recent"], "{listed:#}");
     let out = output(s.dlock(&["list"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(s.raw("stale", "last_run"), None, "deleted by the list");
