@@ -2,7 +2,8 @@
 //! acquisition writes its run, by the server's clock, in the same script; each way a run ends
 //! writes its ending into it while it is still its own; a success is also the last success;
 //! `release --force` ends it "forced"; a holder killed with SIGKILL never ends it; another
-//! client's key in their place stops nothing; Redlock writes them on every server.
+//! client's key in their place stops nothing, and `list --runs` shows it escaped; Redlock writes
+//! them on every server.
 
 use std::process::{Command, Stdio};
 
@@ -380,6 +381,43 @@ fn keys_of_another_type_or_garbage_in_the_record_keys_stop_nothing() {
     assert_eq!(
         (list, hash.as_deref()),
         (vec!["theirs".to_owned()], Some("too"))
+    );
+}
+
+/// `list --runs` finds the names by their record keys: another client's value there is shown
+/// escaped, a key of another type as unreadable, and keys dlock would not name so are left out.
+#[test]
+fn list_runs_shows_foreign_records_escaped_and_leaves_out_keys_no_lock_has() {
+    let server = RedisServer::start();
+    let url = [server.url()];
+    let mut conn = server.connection();
+    assert_eq!(run_to_end(&url, &["run", "ok", "--", "true"]).0, 0);
+    for (command, key, value) in [
+        ("SET", "dlock:{esc}:last-run", "run1 \x1b[2J"),
+        ("RPUSH", "dlock:{wrong}:last-success", "theirs"),
+        ("SET", "dlock:{%61}:last-run", "not a's"),
+        ("SET", "dlock:{x}:last-runs", "no such key"),
+        ("SET", "dlock:{y}:holders:last-run", "nor this"),
+    ] {
+        redis::cmd(command)
+            .arg(key)
+            .arg(value)
+            .query::<()>(&mut conn)
+            .unwrap_or_else(|e| panic!("{command} {key}: {e}"));
+    }
+    let out = output(dlock_at(&url, &["list", "--runs"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.contains('\x1b'), "{text:?}");
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.split_once(": ").map(|(name, _)| name))
+        .collect();
+    assert_eq!(names, ["esc", "ok", "wrong"], "{text}");
+    assert!(
+        text.contains("esc: last run unreadable record \"run1 \\u{1b}[2J\"")
+            && text.contains("wrong: last success unreadable record \""),
+        "{text}"
     );
 }
 
