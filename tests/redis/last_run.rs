@@ -179,6 +179,53 @@ fn a_run_that_loses_its_lock_ends_lost() {
     assert_eq!(last_success(&server, "gone"), None);
 }
 
+/// Whether `name` reads free on the servers `urls` (`status` exits 1).
+fn free(urls: &[String], name: &str) -> bool {
+    code(&output(dlock_at(urls, &["status", name]))) == 1
+}
+
+/// The lease passes while dlock is stopped, and the command exits 0 before dlock runs again: its
+/// release finds the lock lost (79), and on every server the run ends `lost`, no success.
+fn a_command_that_succeeds_after_its_lease_passed_ends_lost(
+    urls: &[String],
+    servers: &[&RedisServer],
+) {
+    let dir = LockDir::new();
+    let run = dlock_at(urls, &["run", "--ttl", "1s", "late"]);
+    let (status, said) = succeed_after_a_silent_loss(run, dir.path(), || {
+        wait_until("the stopped holder's lease to pass", T, || {
+            free(urls, "late")
+        })
+    });
+    assert_eq!(status, 79, "{said}");
+    assert!(
+        said.contains("the lock was lost before the command ended"),
+        "found by the release: {said}"
+    );
+    for server in servers {
+        let run = last_run(server, "late").expect("a last run");
+        assert_eq!(run.ending.as_deref(), Some("lost"), "{run:?}");
+        assert_eq!(last_success(server, "late"), None);
+    }
+    let out = output(dlock_at(urls, &["status", "late", "--ran-within", "1h"]));
+    assert_eq!(code(&out), 2, "never succeeded: {}", stdout(&out));
+}
+
+#[test]
+fn a_command_that_succeeds_after_its_lease_passed_while_dlock_was_stopped_ends_lost() {
+    let server = RedisServer::start();
+    a_command_that_succeeds_after_its_lease_passed_ends_lost(&[server.url()], &[&server]);
+}
+
+#[test]
+fn redlock_a_command_that_succeeds_after_its_lease_passed_ends_lost_on_every_server() {
+    let (servers, all) = three_servers();
+    a_command_that_succeeds_after_its_lease_passed_ends_lost(
+        &all,
+        &servers.iter().collect::<Vec<_>>(),
+    );
+}
+
 #[test]
 fn release_force_ends_the_run_forced_and_its_holders_own_release_keeps_it_so() {
     let server = RedisServer::start();
