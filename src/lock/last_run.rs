@@ -19,7 +19,7 @@
 //! - With several servers (Redlock), each applies these rules on its own, by whether it still had
 //!   the lease: servers that disagree keep different endings of one run (`lost` on some, the
 //!   command's and a success on others), while the release's answer goes by the majority; the
-//!   store's reading then picks among them (see the backend's runs.rs).
+//!   store's reading goes by the majority too (backend/redis/runs.rs).
 //! - `release --force` writes `Forced` into the last run when it removes that run's holder.
 //! - A last run that never ended, whose holder no longer holds the lock, is shown as "never
 //!   ended": its host died, or it was killed beyond dlock's reach, and its lease has passed.
