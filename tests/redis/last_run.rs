@@ -185,17 +185,17 @@ fn free(urls: &[String], name: &str) -> bool {
 }
 
 /// The lease passes while dlock is stopped, and the command exits 0 before dlock runs again: its
-/// release finds the lock lost (79), and on every server the run ends `lost`, no success.
+/// release finds the lock lost (79), and on each of `servers` (those that keep `name`) the run
+/// ends `lost`, no success.
 fn a_command_that_succeeds_after_its_lease_passed_ends_lost(
     urls: &[String],
+    name: &str,
     servers: &[&RedisServer],
 ) {
     let dir = LockDir::new();
-    let run = dlock_at(urls, &["run", "--ttl", "1s", "late"]);
+    let run = dlock_at(urls, &["run", "--ttl", "1s", name]);
     let (status, said) = succeed_after_a_silent_loss(run, dir.path(), || {
-        wait_until("the stopped holder's lease to pass", T, || {
-            free(urls, "late")
-        })
+        wait_until("the stopped holder's lease to pass", T, || free(urls, name))
     });
     assert_eq!(status, 79, "{said}");
     assert!(
@@ -203,27 +203,39 @@ fn a_command_that_succeeds_after_its_lease_passed_ends_lost(
         "found by the release: {said}"
     );
     for server in servers {
-        let run = last_run(server, "late").expect("a last run");
+        let run = last_run(server, name).expect("a last run");
         assert_eq!(run.ending.as_deref(), Some("lost"), "{run:?}");
-        assert_eq!(last_success(server, "late"), None);
+        assert_eq!(last_success(server, name), None);
     }
-    let out = output(dlock_at(urls, &["status", "late", "--ran-within", "1h"]));
+    let out = output(dlock_at(urls, &["status", name, "--ran-within", "1h"]));
     assert_eq!(code(&out), 2, "never succeeded: {}", stdout(&out));
 }
 
 #[test]
 fn a_command_that_succeeds_after_its_lease_passed_while_dlock_was_stopped_ends_lost() {
     let server = RedisServer::start();
-    a_command_that_succeeds_after_its_lease_passed_ends_lost(&[server.url()], &[&server]);
+    a_command_that_succeeds_after_its_lease_passed_ends_lost(&[server.url()], "late", &[&server]);
 }
 
 #[test]
 fn redlock_a_command_that_succeeds_after_its_lease_passed_ends_lost_on_every_server() {
     let (servers, all) = three_servers();
-    a_command_that_succeeds_after_its_lease_passed_ends_lost(
-        &all,
-        &servers.iter().collect::<Vec<_>>(),
-    );
+    let servers: Vec<&RedisServer> = servers.iter().collect();
+    a_command_that_succeeds_after_its_lease_passed_ends_lost(&all, "late", &servers);
+}
+
+#[test]
+fn on_redis_cluster_a_command_that_succeeds_after_its_lease_passed_ends_lost() {
+    let cluster = RedisCluster::start();
+    let name = cluster.name_on("late/", 2);
+    let master = &cluster.nodes[2];
+    a_command_that_succeeds_after_its_lease_passed_ends_lost(&[cluster.url()], &name, &[master]);
+}
+
+#[test]
+fn behind_sentinel_a_command_that_succeeds_after_its_lease_passed_ends_lost() {
+    let set = SentinelSet::start();
+    a_command_that_succeeds_after_its_lease_passed_ends_lost(&[set.url()], "late", &[set.master()]);
 }
 
 /// Redlock servers that disagree at the release: each writes its own view (`lost` where the
