@@ -288,6 +288,13 @@ impl Lease for ZkLease {
                 "its node {} was gone (deleted by `dlock release --force`, or its session expired)",
                 self.path
             ))),
+            // The session expired while this process was stopped, before the watchers could
+            // tell: its nodes went with it, so the lock was lost. (Its run's record cannot be
+            // ended through a session that is over: it reads "never ended", and no success.)
+            Ok(Err(zk::Error::SessionExpired)) => Ok(Released::Lost(format!(
+                "its ZooKeeper session expired, and its node {} with it",
+                self.path
+            ))),
             Ok(Err(e)) => Err(self
                 .session
                 .fail(e, &format!("cannot delete {}", self.path))),
