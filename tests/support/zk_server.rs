@@ -154,6 +154,21 @@ impl ZkServer {
         })
     }
 
+    /// The places in line among the children of `path`: an exclusive dlock holder's pair (its
+    /// `_c_<uuid>-lock-N` node and the `_c_<uuid>-__WRIT__N+1` made with it) counts once.
+    pub fn queue(&self, path: &str) -> Option<Vec<String>> {
+        let children = self.children(path)?;
+        let paired = |n: &String| {
+            n.split_once("__WRIT__").is_some_and(|(prefix, _)| {
+                prefix.starts_with("_c_")
+                    && children
+                        .iter()
+                        .any(|o| o.starts_with(&format!("{prefix}lock-")))
+            })
+        };
+        Some(children.iter().filter(|n| !paired(n)).cloned().collect())
+    }
+
     /// Deletes `path` as a client with the given digest credentials (or none).
     pub fn delete_as(
         &self,

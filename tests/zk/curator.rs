@@ -29,11 +29,23 @@ pub(super) fn compile_curator_program(dir: &Path) -> String {
     full
 }
 
+/// The classpath of the Curator program, compiled once for the whole test run.
+pub(super) fn curator_classpath() -> &'static str {
+    static CLASSPATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    CLASSPATH.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("curator-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        compile_curator_program(&dir)
+    })
+}
+
 fn curator(classpath: &str, server: &ZkServer, mode: &str, held: &Path, release: &Path) -> Command {
     curator_at(classpath, server, "/dlock/interop", mode, held, release)
 }
 
-/// CuratorLock on `path`.
+/// CuratorLock on `path` (Curator's InterProcessMutex; `.arg("write")` or `.arg("read")` for
+/// the halves of its InterProcessReadWriteLock).
 pub(super) fn curator_at(
     classpath: &str,
     server: &ZkServer,

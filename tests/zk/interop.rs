@@ -1,11 +1,11 @@
 //! Interop with kazoo's lock recipes (Debian's python3-kazoo, driven by
-//! tests/support/kazoo_lock.py), each pair in both directions: the second is refused while the
-//! first holds, waits, and gets in once the first lets go. And what dlock shows of nodes other
-//! clients and `--min-hold` leave in a lock's directory.
+//! tests/support/kazoo_lock.py) and Curator's (tests/support/CuratorLock.java), each pair in both
+//! directions: the second is refused while the first holds, waits, and gets in once the first lets
+//! go. And what dlock shows of nodes other clients and `--min-hold` leave in a lock's directory.
 
 use std::path::PathBuf;
 
-use super::curator::{compile_curator_program, curator_at};
+use super::curator::{compile_curator_program, curator_at, curator_classpath};
 use super::*;
 
 /// The patterns kazoo's `Lock` and `WriteLock` need to wait for every dlock holder (README).
@@ -47,11 +47,33 @@ fn kazoo(
     cmd
 }
 
-/// One side of a pair: dlock with these flags, or a kazoo recipe with its extra_lock_patterns.
+/// One side of a pair: dlock with these flags, a kazoo recipe with its extra_lock_patterns, or
+/// a Curator recipe (`mutex`, `write`, `read`).
 #[derive(Clone, Copy, Debug)]
 enum Side {
     Dlock(&'static [&'static str]),
     Kazoo(&'static str, &'static str),
+    Curator(&'static str),
+}
+
+fn curator(
+    server: &ZkServer,
+    name: &str,
+    recipe: &str,
+    how: &str,
+    held: &Path,
+    release: &Path,
+) -> Command {
+    let mut cmd = curator_at(
+        curator_classpath(),
+        server,
+        &format!("/dlock/{name}"),
+        how,
+        held,
+        release,
+    );
+    cmd.arg(recipe);
+    cmd
 }
 
 /// A side that holds the lock (or waits for it) in the background until told to let go.
@@ -79,6 +101,9 @@ impl Side {
                     .spawn()
                     .unwrap()
             }
+            Side::Curator(recipe) => curator(server, name, recipe, "wait", &held, &release)
+                .spawn()
+                .unwrap(),
         };
         Running {
             child,
@@ -102,6 +127,10 @@ impl Side {
                 output(kazoo(
                     server, name, recipe, patterns, "try", &held, &release,
                 )),
+                3,
+            ),
+            Side::Curator(recipe) => (
+                output(curator(server, name, recipe, "try", &held, &release)),
                 3,
             ),
         };
@@ -188,6 +217,40 @@ fn kazoo_read_lock_excludes_dlock_exclusive_both_ways_and_shares_with_shared() {
     // A kazoo reader is a shared holder for dlock, not an exclusive one.
     share(&server, "kr", reader, Side::Dlock(&["--shared"]));
     share(&server, "kr", Side::Dlock(&["--shared"]), reader);
+}
+
+#[test]
+fn curator_write_lock_and_mutex_exclude_every_dlock_mode_but_limit_both_ways() {
+    let server = ZkServer::start();
+    for recipe in ["write", "mutex"] {
+        let curator = Side::Curator(recipe);
+        let modes: &[&[&str]] = match recipe {
+            "write" => &[&[], &["--shared"]],
+            // Curator's mutex never waits for a `__READ__` node (README).
+            _ => &[&[]],
+        };
+        for &flags in modes {
+            let dlock = Side::Dlock(flags);
+            excludes(&server, "cw", curator, dlock);
+            excludes(&server, "cw", dlock, curator);
+        }
+    }
+    excludes(
+        &server,
+        "cw",
+        Side::Curator("mutex"),
+        Side::Dlock(&["--shared"]),
+    );
+}
+
+#[test]
+fn curator_read_lock_excludes_dlock_exclusive_both_ways_and_shares_with_shared() {
+    let server = ZkServer::start();
+    let reader = Side::Curator("read");
+    excludes(&server, "cr", reader, Side::Dlock(&[]));
+    excludes(&server, "cr", Side::Dlock(&[]), reader);
+    share(&server, "cr", reader, Side::Dlock(&["--shared"]));
+    share(&server, "cr", Side::Dlock(&["--shared"]), reader);
 }
 
 #[test]

@@ -43,12 +43,26 @@ pub(super) struct ZkLease {
     /// `--min-hold`: the kept node (kept.rs) and when the min-hold ends on this machine's
     /// monotonic clock, after which the release deletes it.
     kept: Option<(String, Instant)>,
+    /// Our node's companion (recipe.rs), watched and deleted with it: the pair is one holder.
+    companion: Option<String>,
 }
 
 impl ZkLease {
     /// A lease whose lock a kept node keeps for `hold` from now (see kept.rs).
     pub(super) fn keeping(mut self, kept: Option<(String, Duration)>) -> ZkLease {
         self.kept = kept.map(|(path, hold)| (path, Instant::now() + hold));
+        self
+    }
+
+    /// A lease held by a pair of nodes: the companion at `path` is watched through `watcher` (armed
+    /// before the lease exists, as our node's is) and deleted with our node.
+    pub(super) fn pairing(mut self, companion: Option<(String, zk::OneshotWatcher)>) -> ZkLease {
+        if let Some((path, watcher)) = companion {
+            let client = self.session.client().clone();
+            let task = watch_node(client, path.clone(), watcher, self.health.clone());
+            self.watchers.push(self.session.runtime.spawn(task));
+            self.companion = Some(path);
+        }
         self
     }
 
@@ -90,6 +104,7 @@ impl ZkLease {
             watchers: vec![state_watcher, node_watcher],
             session,
             kept: None,
+            companion: None,
         }
     }
 }
@@ -248,6 +263,10 @@ impl Lease for ZkLease {
         let closing = Arc::get_mut(&mut self.session).and_then(|s| s.client.take());
         let session = &self.session;
         let result = session.runtime.block_on(async {
+            if let Some(companion) = &self.companion {
+                // The pair goes in one request (see `Session::delete_together`).
+                return self.delete_pair(closing, companion).await;
+            }
             let Some(client) = closing else {
                 let delete = session.client().delete(&self.path, None);
                 return tokio::time::timeout(CLEANUP_TIMEOUT, delete).await;
@@ -279,6 +298,40 @@ impl Lease for ZkLease {
                 self.path
             )),
         }
+    }
+}
+
+impl ZkLease {
+    /// Deletes our node and its companion in one multi request, then closes the session if we
+    /// hold its last client (`closing`): the multi's answer borrows the client, so the close
+    /// follows the answer rather than the request. A pair found broken (one of them gone) is
+    /// NoNode, what is left of it deleted.
+    async fn delete_pair(
+        &self,
+        closing: Option<zk::Client>,
+        companion: &str,
+    ) -> Result<Result<(), zk::Error>, tokio::time::error::Elapsed> {
+        let paths = [self.path.clone(), companion.to_owned()];
+        let mut states = closing.as_ref().map(zk::Client::state_watcher);
+        let client = closing.as_ref().unwrap_or_else(|| self.session.client());
+        let mut writer = client.new_multi_writer();
+        let added = paths.iter().try_for_each(|p| writer.add_delete(p, None));
+        let commit = added.map(|()| writer.commit());
+        let together = async { Ok::<_, zk::Error>(commit?.await?) };
+        let result = match tokio::time::timeout(CLEANUP_TIMEOUT, together).await {
+            Ok(Err(zk::Error::NoNode)) => {
+                for path in &paths {
+                    let _ = tokio::time::timeout(CLEANUP_TIMEOUT, client.delete(path, None)).await;
+                }
+                Ok(Err(zk::Error::NoNode))
+            }
+            result => result.map(|r| r.map(|_| ())),
+        };
+        drop(closing);
+        if let Some(states) = &mut states {
+            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, ended(states)).await;
+        }
+        result
     }
 }
 

@@ -40,7 +40,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use zookeeper_client as zk;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::lock::{Holder, LockName, LockRequest};
@@ -49,8 +48,9 @@ use crate::sync::lock;
 use acquisition::{Acquisition, Outcome};
 use address::ZkUrl;
 use naming::lock_name_of;
+use recipe::companion_in;
 use record::{holders, holders_and_waiters};
-use session::{retrying, Session};
+use session::Session;
 use wait::watched;
 
 mod acquisition;
@@ -240,15 +240,22 @@ impl Backend for ZkBackend {
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         let dir = session.dir(name);
-        let client = session.client();
         session.runtime.block_on(async {
             let owners = holders(&session, &dir, None).await?;
+            // Listed after the owners were judged: an exclusive pair's companion is there if its
+            // `lock-` node was (both go together).
+            let listing = match owners.is_empty() {
+                true => Vec::new(),
+                false => session.children(&dir).await?,
+            };
             let mut removed = Vec::new();
             for (node, holder) in owners {
                 let path = format!("{dir}/{node}");
-                match retrying(|| client.delete(&path, None)).await {
-                    // Gone already: released by its holder meanwhile, which is what we wanted.
-                    Ok(()) | Err(zk::Error::NoNode) => removed.push(holder),
+                let mut paths = vec![path.clone()];
+                paths.extend(companion_in(&listing, &node).map(|c| format!("{dir}/{c}")));
+                // Gone already (`Ok` too): released by its holder meanwhile, as we wanted.
+                match session.delete_together(&paths).await {
+                    Ok(()) => removed.push(holder),
                     Err(e) => {
                         return Err(session.fail(e, &format!("cannot delete {path}")))
                             .with_context(|| format!("cannot release lock {:?}", name.as_str()))

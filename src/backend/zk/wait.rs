@@ -122,8 +122,13 @@ impl Acquisition {
             // The node whose end we wait for; none: any change among the children.
             let (verdict, in_line) = self.judge(&listing, node)?;
             let ahead = match verdict {
-                Verdict::Owns => match self.watch_own(&own_path, own.take()).await? {
-                    Some(watcher) => {
+                Verdict::Owns => match {
+                    // Both watches in one round trip.
+                    let mine = self.watch_own(&own_path, own.take());
+                    tokio::join!(mine, self.watch_companion())
+                } {
+                    (Ok(Some(watcher)), companion) => {
+                        let companion = companion?;
                         let ttl = self.request.ttl;
                         let kept = match self.request.min_hold {
                             Some(hold) => Some((kept::create(self, hold, token).await?, hold)),
@@ -131,11 +136,13 @@ impl Acquisition {
                         };
                         let lease =
                             ZkLease::start(self.session.clone(), own_path, token, ttl, watcher)
-                                .keeping(kept);
+                                .keeping(kept)
+                                .pairing(companion);
                         return Ok(Outcome::Acquired(lease));
                     }
+                    (Err(e), _) => return Err(e),
                     // Deleted under us: the next look reports it.
-                    None => {
+                    (Ok(None), _) => {
                         listing = self.list().await?;
                         continue;
                     }
@@ -217,6 +224,21 @@ impl Acquisition {
         }
         armed(retrying(|| self.client().get_and_watch_data(own_path)).await)
             .map_err(|e| self.fail(e, &format!("cannot watch {own_path}")))
+    }
+
+    /// The watch the lease needs on our node's companion, with its path, if it has one. Without
+    /// its companion our node would hold the lock unseen by Curator's read-write lock: an error.
+    async fn watch_companion(&self) -> anyhow::Result<Option<(String, zk::OneshotWatcher)>> {
+        let Some(path) = self.companion_path() else {
+            return Ok(None);
+        };
+        match self.watch_own(&path, None).await? {
+            Some(watcher) => Ok(Some((path, watcher))),
+            None => Err(anyhow!(
+                "our node {path} vanished while waiting (dlock release --force, or the session expired)"
+            ))
+            .fail_with(Failure::BackendUnavailable),
+        }
     }
 
     /// The watch on the node ahead of ours, whose request `arming` has sent, sent again after a
