@@ -298,23 +298,48 @@ fn status_lets_a_curator_waiter_past_an_expired_kept_node() {
     let server = ZkServer::start();
     let dir = LockDir::new();
     let classpath = compile_curator_program(dir.path());
-    let out = output(server.dlock(&["run", "--min-hold", "1s", "ck", "--", "true"]));
+    for recipe in ["mutex", "write"] {
+        let out = output(server.dlock(&["run", "--min-hold", "1s", "ck", "--", "true"]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let held = dir.file(&format!("{recipe}.held"));
+        let release = dir.file(&format!("{recipe}.release"));
+        let mut c = curator_at(&classpath, &server, "/dlock/ck", "wait", &held, &release)
+            .arg(recipe)
+            .spawn()
+            .unwrap();
+        wait_until("Curator to queue", T, || {
+            lock_nodes(&server, "ck").len() == 2
+        });
+        // No dlock acquirer comes by: status, once the min-hold is over, is enough.
+        wait_until("Curator to get in after a status", T, || {
+            let out = output(server.dlock(&["status", "ck"]));
+            assert!(matches!(code(&out), 0 | 1), "{}", stderr(&out));
+            wait_for_file_within(&held, Duration::from_millis(200))
+        });
+        let left = server.children("/dlock/ck").unwrap();
+        assert_eq!(left.len(), 1, "only Curator's node: {left:?}");
+        std::fs::write(&release, "").unwrap();
+        assert!(wait_exit(&mut c, T).success());
+    }
+}
+
+#[test]
+fn a_min_hold_keeps_curators_read_write_lock_out_too_until_release_force() {
+    let server = ZkServer::start();
+    let dir = LockDir::new();
+    let out = output(server.dlock(&["run", "--min-hold", "60s", "mk", "--", "true"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let (held, release) = (dir.file("c.held"), dir.file("c.release"));
-    let mut c = curator_at(&classpath, &server, "/dlock/ck", "wait", &held, &release)
-        .spawn()
-        .unwrap();
-    wait_until("Curator to queue", T, || {
-        lock_nodes(&server, "ck").len() == 2
-    });
-    // No dlock acquirer comes by: status, once the min-hold is over, is enough.
-    wait_until("Curator to get in after a status", T, || {
-        let out = output(server.dlock(&["status", "ck"]));
-        assert!(matches!(code(&out), 0 | 1), "{}", stderr(&out));
-        wait_for_file_within(&held, Duration::from_millis(200))
-    });
-    std::fs::write(&release, "").unwrap();
-    assert!(wait_exit(&mut c, T).success());
+    for recipe in ["mutex", "write", "read"] {
+        Side::Curator(recipe).refused(&server, &dir, "mk");
+    }
+    let json = status_json(&server, "mk");
+    assert_eq!(json["holders"].as_array().unwrap().len(), 1, "{json}");
+    let out = output(server.dlock(&["release", "--force", "mk"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(lock_nodes(&server, "mk"), Vec::<String>::new());
+    let writer = Side::Curator("write").start(&server, &dir, "mk", "w");
+    writer.wait_held();
+    writer.finish();
 }
 
 /// Whether `path` appears within `limit`.

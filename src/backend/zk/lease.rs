@@ -253,7 +253,9 @@ impl Lease for ZkLease {
                 session.runtime.block_on(async {
                     let asked = tokio::time::timeout(CLEANUP_TIMEOUT, kept::ran_out(session, kept));
                     if asked.await == Ok(true) {
-                        session.discard(kept).await;
+                        let mut paths = vec![kept.clone()];
+                        paths.extend(kept::companion_of(kept));
+                        session.discard_all(&paths).await;
                     }
                 });
             }
