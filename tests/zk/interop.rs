@@ -220,12 +220,12 @@ fn kazoo_read_lock_excludes_dlock_exclusive_both_ways_and_shares_with_shared() {
 }
 
 #[test]
-fn curator_write_lock_and_mutex_exclude_every_dlock_mode_but_limit_both_ways() {
+fn curator_write_lock_excludes_every_dlock_mode_and_its_mutex_exclusive_both_ways() {
     let server = ZkServer::start();
     for recipe in ["write", "mutex"] {
         let curator = Side::Curator(recipe);
         let modes: &[&[&str]] = match recipe {
-            "write" => &[&[], &["--shared"]],
+            "write" => &[&[], &["--shared"], &["--limit", "2"]],
             // Curator's mutex never waits for a `__READ__` node (README).
             _ => &[&[]],
         };
@@ -244,13 +244,15 @@ fn curator_write_lock_and_mutex_exclude_every_dlock_mode_but_limit_both_ways() {
 }
 
 #[test]
-fn curator_read_lock_excludes_dlock_exclusive_both_ways_and_shares_with_shared() {
+fn curator_read_lock_excludes_dlock_exclusive_both_ways_and_shares_with_shared_and_limit() {
     let server = ZkServer::start();
     let reader = Side::Curator("read");
     excludes(&server, "cr", reader, Side::Dlock(&[]));
     excludes(&server, "cr", Side::Dlock(&[]), reader);
-    share(&server, "cr", reader, Side::Dlock(&["--shared"]));
-    share(&server, "cr", Side::Dlock(&["--shared"]), reader);
+    for flags in [&["--shared"][..], &["--limit", "2"]] {
+        share(&server, "cr", reader, Side::Dlock(flags));
+        share(&server, "cr", Side::Dlock(flags), reader);
+    }
 }
 
 #[test]

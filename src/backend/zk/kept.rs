@@ -3,8 +3,8 @@
 //! created once the lock is held, named `_k_<uuid>-<kind>0000000000` so that dlock and Curator
 //! both sort it ahead of every queued node (Curator watches it like any node ahead of it), with the
 //! holder's record and the min-hold in its data. An exclusive holder's kept `lock-` node has a kept
-//! `__WRIT__` companion made with it in one request (recipe.rs), for Curator's read-write lock;
-//! the two are judged once and deleted together. It keeps the lock taken until its creation time
+//! `__WRIT__` companion made with it in one request (recipe.rs), a seat's a `__READ__` one, for
+//! Curator's read-write lock; the two are judged once and deleted together. It keeps the lock taken until its creation time
 //! plus the min-hold, both by ZooKeeper's clock (the node's `ctime`, stamped by the ensemble).
 //!
 //! Nobody is there to delete it at that moment, so whoever finds it expired deletes it: a waiter
@@ -22,10 +22,10 @@ use zookeeper_client as zk;
 
 use super::acquisition::Acquisition;
 use super::naming::uuid;
-use super::recipe::{companion_kind, kind_of};
+use super::recipe::{kind_of, pair_stem};
 use super::record::NodeData;
 use super::session::{retrying, Session};
-use crate::lock::{time_from_millis, Holder, Kept, Mode, Token};
+use crate::lock::{time_from_millis, Holder, Kept, Token};
 
 /// What marks a kept node's name (dlock's queue nodes start with Curator's `_c_`).
 const KEPT_PREFIX: &str = "_k_";
@@ -38,16 +38,16 @@ pub(super) fn is_kept(name: &str) -> bool {
 }
 
 /// The companion (recipe.rs) of the kept node at `path` (a name, or a path ending in one), if it
-/// has one: an exclusive holder's kept `lock-` node has a kept `__WRIT__` node beside it, made in
-/// the same request, so that Curator's read-write lock waits for the min-hold too.
+/// has one: an exclusive holder's kept `lock-` node has a kept `__WRIT__` node beside it, a seat's
+/// kept `__SEAT__` node a `__READ__` one, made in the same request, so that Curator's read-write
+/// lock waits for the min-hold too.
 pub(super) fn companion_of(path: &str) -> Option<String> {
     let (dir, name) = match path.rsplit_once('/') {
         Some((dir, name)) => (format!("{dir}/"), name),
         None => (String::new(), path),
     };
     let stem = name.strip_suffix(KEPT_NUMBER).filter(|_| is_kept(name))?;
-    let prefix = stem.strip_suffix(kind_of(Mode::Exclusive).0)?;
-    let kind = companion_kind(Mode::Exclusive)?;
+    let (prefix, kind) = pair_stem(stem)?;
     Some(format!("{dir}{prefix}{kind}{KEPT_NUMBER}"))
 }
 
@@ -280,6 +280,10 @@ mod tests {
             Some("/x/dlock/n/_k_a-__WRIT__0000000000")
         );
         assert_eq!(companion_of("_k_c-__READ__0000000000"), None);
+        assert_eq!(
+            companion_of("_k_e-__SEAT__0000000000").as_deref(),
+            Some("_k_e-__READ__0000000000")
+        );
         assert_eq!(companion_of("_c_d-lock-0000000003"), None);
         // A lone companion keeps the lock by its own record.
         assert_eq!(

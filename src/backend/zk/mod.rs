@@ -13,9 +13,9 @@
 //!   `lock-` for exclusive holders (exactly Curator's `InterProcessMutex`, so the two exclude each
 //!   other), with a `__WRIT__` companion made in the same request for Curator's read-write lock
 //!   (recipe.rs: the pair is one holder), `__READ__` for shared ones (Curator's read lock; Curator's
-//!   `__WRIT__` write nodes count as exclusive) and `__SEAT__` for `--limit N`. A child with an
-//!   unknown kind is taken to be exclusive, so a foreign recipe can only make dlock wait, never let
-//!   two holders in.
+//!   `__WRIT__` write nodes count as exclusive) and `__SEAT__` for `--limit N` (with a `__READ__`
+//!   companion, so that Curator's write lock waits for seats too). A child with an unknown kind is
+//!   taken to be exclusive, so a foreign recipe can only make dlock wait, never let two holders in.
 //! - Node data: JSON describing the holder (host, pid, owner id, mode, since) for status and list.
 //!
 //! Who owns: an exclusive node when it is first; a shared node when no exclusive node precedes it; a
