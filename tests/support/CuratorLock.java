@@ -1,8 +1,9 @@
 // Takes an Apache Curator lock, for dlock's interop tests (compiled by the test).
 //
-// usage: CuratorLock CONNECT PATH try|wait HELD_MARKER RELEASE_FILE [mutex|write|read]
-//   try:  one attempt without waiting; exits 3 (printing "busy") if the lock is held.
-//   wait: waits up to 60s for the lock.
+// usage: CuratorLock CONNECT PATH try|timeout|wait HELD_MARKER RELEASE_FILE [mutex|write|read]
+//   try:     one attempt without waiting; exits 3 (printing "busy") if the lock is held.
+//   timeout: waits up to 1s (watching the node ahead), then as try.
+//   wait:    waits up to 60s for the lock.
 //   mutex (the default): InterProcessMutex; write, read: the halves of InterProcessReadWriteLock.
 // Once it holds the lock it writes HELD_MARKER, waits (at most 60s) for RELEASE_FILE to appear,
 // releases and exits 0.
@@ -38,9 +39,8 @@ public class CuratorLock {
             default:
                 throw new IllegalArgumentException("unknown recipe " + recipe);
         }
-        boolean held = args[2].equals("try")
-                ? lock.acquire(0, TimeUnit.MILLISECONDS)
-                : lock.acquire(60, TimeUnit.SECONDS);
+        long wait = args[2].equals("try") ? 0 : args[2].equals("timeout") ? 1000 : 60000;
+        boolean held = lock.acquire(wait, TimeUnit.MILLISECONDS);
         if (!held) {
             System.out.println("busy");
             client.close();

@@ -169,8 +169,25 @@ fn an_exclusive_holders_two_nodes_are_one_holder_and_release_force_removes_both(
     let dir = LockDir::new();
     let mut holder = start_holder(&server, &dir, &[], "pair", "h");
     let (lock, writ) = pair_of(&server, "pair");
-    let (held, release) = (dir.file("w.held"), dir.file("w.release"));
     let classpath = curator_classpath();
+    // Curator's write and read locks wait for the pair (a watch on its `__WRIT__`), then give up.
+    for recipe in ["write", "read"] {
+        let (held, release) = (dir.file("t.held"), dir.file("t.release"));
+        let out = curator_at(
+            classpath,
+            &server,
+            "/dlock/pair",
+            "timeout",
+            &held,
+            &release,
+        )
+        .arg(recipe)
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{recipe}: {out:?}");
+        assert!(!held.exists(), "{recipe}");
+    }
+    let (held, release) = (dir.file("w.held"), dir.file("w.release"));
     let mut writer = curator_at(classpath, &server, "/dlock/pair", "wait", &held, &release)
         .arg("write")
         .spawn()
@@ -261,4 +278,27 @@ fn a_holder_whose_either_node_is_deleted_loses_the_lock() {
             lock_nodes(&server, "either").is_empty()
         });
     }
+}
+
+#[test]
+fn a_seat_is_two_nodes_one_holder_and_release_force_removes_both() {
+    let server = ZkServer::start();
+    let dir = LockDir::new();
+    let mut holder = start_holder(&server, &dir, &["--limit", "2"], "seat", "h");
+    let nodes = server.children("/dlock/seat").unwrap();
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    assert!(nodes.iter().any(|n| n.contains("__SEAT__")), "{nodes:?}");
+    assert!(nodes.iter().any(|n| n.contains("__READ__")), "{nodes:?}");
+    let json = status_json(&server, "seat");
+    let holders = json["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{json}");
+    assert_eq!(holders[0]["pid"], holder.id(), "{json}");
+    assert_eq!(json["waiters"].as_array().unwrap().len(), 0, "{json}");
+    let out = output(server.dlock(&["release", "--force", "seat"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        server.children("/dlock/seat").unwrap_or_default(),
+        Vec::<String>::new()
+    );
+    assert_eq!(wait_exit(&mut holder, T).code(), Some(79));
 }
