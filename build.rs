@@ -23,6 +23,7 @@ fn main() {
         ("BREAK", "break.lua"),
         ("RAISE_TOKEN", "raise_token.lua"),
         ("KEY_TYPES", "key_types.lua"),
+        ("LAST_RUNS", "last_runs.lua"),
     ] {
         let body = format!("{prelude}{}", read(file));
         let sha1 = sha1_smol::Sha1::from(&body).digest().to_string();

@@ -553,7 +553,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__run)
-            opts="-x -s -l -t -n -w -E -c -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --min-hold --ttl --message --kill-after --command --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            opts="-x -s -l -t -n -w -E -c -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --min-hold --ttl --message --kill-after --release-on-failure --command --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -697,12 +697,19 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__status)
-            opts="-b -u -v -q -h --json --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            opts="-b -u -v -q -h --json --ran-within --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --ran-within)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --backend)
                     COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
                     return 0
@@ -758,7 +765,7 @@ _dlock() {
     esac
 }
 
-_dlock_taking_values="--backend --command --conflict-exit-code --connect-timeout --kill-after --limit --message --min-hold --out --owner --password-file --progress-every --replicas --ttl --url --wait -E -b -c -l -u -w"
+_dlock_taking_values="--backend --command --conflict-exit-code --connect-timeout --kill-after --limit --message --min-hold --out --owner --password-file --progress-every --ran-within --replicas --ttl --url --wait -E -b -c -l -u -w"
 
 # Lock names held now, one a line: on the backend the line's -b/-u name (typed before the word
 # being completed), else the configured one; given up after well under a second.

@@ -68,9 +68,11 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s x -l exclusive -d 'T
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Take the lock shared'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s t -l tree -d 'Lock NAME\'s ancestors shared too'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Fail at once if the lock is busy'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l release-on-failure -d 'Free a --min-hold lock if the command fails'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l ran-within -d 'Check that the last success ended within DURATION' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'

@@ -7,8 +7,7 @@ mod help;
 mod place;
 mod resolve;
 mod trusted;
-pub(crate) mod urls;
-pub use place::WITHHELD_VAR as PASSWORD_WITHHELD_VAR;
+mod urls;
 mod usage;
 mod values;
 
@@ -125,6 +124,9 @@ pub enum Command {
               after_long_help = after_long_help())]
     Run(RunArgs),
     /// Show who holds a lock. Exit status 0 when held, 1 when free.
+    ///
+    /// Then the last run (who, when, how it ended) and the last success, where the store keeps
+    /// them; with --ran-within, a check of the last success instead (its own exit statuses).
     Status(StatusArgs),
     /// List every lock currently held.
     List(ListArgs),
@@ -264,6 +266,14 @@ pub struct RunArgs {
     )]
     pub command: Vec<String>,
 
+    /// Free a --min-hold lock if the command fails.
+    ///
+    /// Keep the lock for --min-hold only if the command succeeded (exit 0); any other end (a
+    /// failure, a signal, a lost lock) gives the lock up at once, so that the next run anywhere
+    /// tries again. Without --min-hold the lock is given up at the end anyway: it changes nothing.
+    #[arg(long, env = "DLOCK_RELEASE_ON_FAILURE", value_parser = parse_switch)]
+    pub release_on_failure: bool,
+
     /// A shell command instead of -- COMMAND.
     ///
     /// Run this one string with `$SHELL -c` instead of a COMMAND after `--` (/bin/sh when SHELL is unset or empty), as flock -c does: `-c 'make && make install'`.
@@ -304,10 +314,20 @@ pub struct StatusArgs {
     ///
     /// Name, held, location, holders (mode, host, pid, owner, since, token, message,
     /// expires_at: the lease's end by the server's clock, null without a lease; kept_until: until
-    /// when --min-hold keeps the lock, null without one) and waiters (in
-    /// line, first first; null where the backend keeps no line).
-    #[arg(long)]
+    /// when --min-hold keeps the lock, null without one), waiters (in
+    /// line, first first; null where the backend keeps no line), last_run and last_success (host,
+    /// pid, owner, token, message, acquired, ended, ending, running; null when none).
+    #[arg(long, conflicts_with = "ran_within")]
     pub json: bool,
+    /// Check that the last success ended within DURATION.
+    ///
+    /// For a monitoring check: one line, `OK: NAME last succeeded 3h 12m ago on HOST`, and the
+    /// exit status monitoring plugins use: 0 within DURATION, 1 longer ago (WARNING), 2 no
+    /// success on record (CRITICAL), 3 the store unreachable or its records unreadable
+    /// (UNKNOWN). Same forms as --wait, at most a year.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration,
+          allow_hyphen_values = true, value_hint = ValueHint::Other)]
+    pub ran_within: Option<Duration>,
 }
 
 #[derive(Args, Debug)]
@@ -373,7 +393,9 @@ impl RunArgs {
             Some(script) => vec![shell()?, "-c".into(), script.clone()],
             None => self.command.clone(),
         };
-        self.lock.plan(global, command, self.kill_after)
+        let mut plan = self.lock.plan(global, command, self.kill_after)?;
+        plan.release_on_failure = self.release_on_failure;
+        Ok(plan)
     }
 }
 

@@ -4,14 +4,16 @@
 
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
+use std::time::{Duration, SystemTime};
 
 use anyhow::anyhow;
 
 use crate::backend::{self, Backend, BackendConfig, LockStatus};
-use crate::cli::{lock_name, Cli, Command};
-use crate::exit::Status;
+use crate::cli::{lock_name, Cli, Command, GlobalArgs};
+use crate::exit::{message_of, Check, Status};
+use crate::lock::{LastRuns, LockName};
 use crate::report::Reporter;
-use crate::{generate, hold, program, supervise};
+use crate::{generate, hold, last_runs, program, supervise};
 
 pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
     let global = &cli.global;
@@ -29,18 +31,30 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
                     return Ok(why.status());
                 }
             }
-            supervise::run(plan, report)
+            supervise::run(plan, hold::nested::claims, report)
         }
         Command::Status(args) => {
             let name = lock_name(&args.name)?;
-            let status = open_backend(&global.backend_config(), report)?.status(&name)?;
+            if let Some(within) = args.ran_within {
+                return Ok(ran_within(&name, within, global, report));
+            }
+            let backend = open_backend(&global.backend_config(), report)?;
+            let status = backend.status(&name)?;
+            // Records that cannot be read leave the answer about the holders, and its exit
+            // status, as they are: an error line on stderr says why they are missing.
+            let runs = backend
+                .last_runs(&name)
+                .map_err(|e| report.error(&last_runs_unread(&name, &e)))
+                .unwrap_or_default();
             if args.json {
                 emit(&format!(
                     "{}\n",
-                    serde_json::to_string_pretty(&status_json(&status))?
+                    serde_json::to_string_pretty(&status_json(&status, &runs))?
                 ))?;
             } else if !global.quiet {
-                emit(&status_text(&status))?;
+                let mut text = status_text(&status);
+                text.push_str(&last_runs::lines(&runs, &status.holders, SystemTime::now()));
+                emit(&text)?;
             }
             Ok(if status.holders.is_empty() {
                 Status::Free
@@ -49,7 +63,8 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
             })
         }
         Command::List(args) => {
-            let listing = open_backend(&global.backend_config(), report)?.list(&args.prefix)?;
+            let backend = open_backend(&global.backend_config(), report)?;
+            let listing = backend.list(&args.prefix)?;
             // Entries that are not locks do not hide the others: each gets a line on stderr (so
             // the JSON on stdout keeps its shape) and the exit status stays 0.
             for unreadable in &listing.unreadable {
@@ -58,7 +73,21 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
             let held = listing.held;
             let mut text = String::new();
             if args.json {
-                let all: Vec<_> = held.iter().map(status_json).collect();
+                // Each lock's last runs; one error line for all that cannot be read (a backend
+                // that keeps none would say the same for each).
+                let mut told = false;
+                let mut runs_of = |name: &LockName| {
+                    backend.last_runs(name).unwrap_or_else(|e| {
+                        if !std::mem::replace(&mut told, true) {
+                            report.error(&last_runs_unread(name, &e));
+                        }
+                        LastRuns::default()
+                    })
+                };
+                let all: Vec<_> = held
+                    .iter()
+                    .map(|status| status_json(status, &runs_of(&status.name)))
+                    .collect();
                 text = format!("{}\n", serde_json::to_string_pretty(&all)?);
             } else {
                 for status in &held {
@@ -107,14 +136,49 @@ fn open_backend(config: &BackendConfig, report: &Reporter) -> anyhow::Result<Box
     Ok(backend)
 }
 
-fn status_json(status: &LockStatus) -> serde_json::Value {
+fn status_json(status: &LockStatus, runs: &LastRuns) -> serde_json::Value {
+    let (last_run, last_success) = last_runs::json(runs, &status.holders);
     serde_json::json!({
         "name": status.name,
         "held": !status.holders.is_empty(),
         "location": status.location,
         "holders": status.holders,
         "waiters": status.waiters,
+        "last_run": last_run,
+        "last_success": last_success,
     })
+}
+
+fn last_runs_unread(name: &LockName, e: &anyhow::Error) -> String {
+    format!(
+        "cannot read the last runs of lock {:?}: {}",
+        name.as_str(),
+        message_of(e)
+    )
+}
+
+/// `status NAME --ran-within WITHIN`: one line for a monitoring system, and its exit status (see
+/// `last_runs::check`); a store that cannot be asked is UNKNOWN, not 69.
+fn ran_within(name: &LockName, within: Duration, global: &GlobalArgs, report: &Reporter) -> Status {
+    let asked = open_backend(&global.backend_config(), report).and_then(|backend| {
+        let holders = backend.status(name)?.holders;
+        Ok((backend.last_runs(name)?, holders))
+    });
+    let (check, line) = match asked {
+        Ok((runs, holders)) => {
+            last_runs::check(name.as_str(), &runs, &holders, within, SystemTime::now())
+        }
+        Err(e) => (
+            Check::Unknown,
+            format!("{}: {name}: {}", Check::Unknown.word(), message_of(&e)),
+        ),
+    };
+    if !global.quiet {
+        if let Err(e) = emit(&format!("{line}\n")) {
+            report.error(&message_of(&e));
+        }
+    }
+    Status::Check(check)
 }
 
 fn status_text(status: &LockStatus) -> String {

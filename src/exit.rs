@@ -35,6 +35,33 @@ pub enum Status {
     NotExecutable,
     /// The command was not found.
     NotFound,
+    /// `status --ran-within`: how the last success stands, in the monitoring plugins' numbers.
+    Check(Check),
+}
+
+/// `status --ran-within`'s answer, as Nagios and its kin read a check's exit status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The last success ended within the time asked.
+    Ok,
+    /// It ended longer ago.
+    Warning,
+    /// There is no success on record.
+    Critical,
+    /// The store could not be asked, or its records could not be read.
+    Unknown,
+}
+
+impl Check {
+    /// The word a monitoring system shows first.
+    pub fn word(self) -> &'static str {
+        match self {
+            Check::Ok => "OK",
+            Check::Warning => "WARNING",
+            Check::Critical => "CRITICAL",
+            Check::Unknown => "UNKNOWN",
+        }
+    }
 }
 
 /// The rows of the table in `--help`, in the order shown.
@@ -67,6 +94,12 @@ impl Status {
             Status::Internal => 70,
             Status::NotExecutable => 126,
             Status::NotFound => 127,
+            Status::Check(check) => match check {
+                Check::Ok => 0,
+                Check::Warning => 1,
+                Check::Critical => 2,
+                Check::Unknown => 3,
+            },
         }
     }
 
@@ -109,6 +142,7 @@ impl Status {
             Status::NotFound => &["the command was not found"],
             Status::Done => &["status: held; release: released"],
             Status::Free => &["status: free; release: nothing held"],
+            Status::Check(_) => &["status --ran-within: 0 ok, 1 too long ago, 2 never, 3 unknown"],
         }
     }
 }
@@ -164,11 +198,16 @@ pub fn rows() -> Vec<(String, String)> {
 /// The statuses of the subcommands other than `run`, as one paragraph.
 pub fn subcommand_statuses() -> String {
     format!(
-        "status: {} held, {} free. release --force: {} released, {} nothing held. hold: {} held \
+        "status: {} held, {} free; with --ran-within {} ran within, {} too long ago, {} never \
+         succeeded, {} unknown. release --force: {} released, {} nothing held. hold: {} held \
          ({} busy, as run). release: {} released, {} no hold of this shell's, {} the hold had \
          lost its lock.",
         Status::Done.code(),
         Status::Free.code(),
+        Status::Check(Check::Ok).code(),
+        Status::Check(Check::Warning).code(),
+        Status::Check(Check::Critical).code(),
+        Status::Check(Check::Unknown).code(),
         Status::Done.code(),
         Status::Free.code(),
         Status::Done.code(),

@@ -36,6 +36,7 @@ pub fn page(subcommand: Option<&str>) -> Option<Page> {
             examples: &[
                 ("dlock status deploy", "Who holds the lock deploy, since when and why; exit status 0 when held, 1 when free."),
                 ("dlock -b redis status --json deploy | jq .holders", "The same as JSON, for a script."),
+                ("dlock status nightly --ran-within 25h", "A monitoring check (Nagios, Icinga): one line, and exit status 0 (OK) when the last success of nightly ended within 25 hours, 1 (WARNING) when longer ago, 2 (CRITICAL) when none is on record, 3 (UNKNOWN) when the store cannot be asked."),
             ],
             runs_a_command: false,
         },
@@ -79,6 +80,7 @@ pub fn page(subcommand: Option<&str>) -> Option<Page> {
 const RUN_EXAMPLES: &[(&str, &str)] = &[
     ("dlock run -n -q backup -- /usr/local/bin/backup", "From cron: run the backup unless another one is running on this host; if one is, exit with 75 and print nothing (-q), so cron sends no mail."),
     ("dlock -b redis run -n -q --min-hold 1h nightly -- ./nightly.sh", "From the same crontab line on many hosts, with DLOCK_URL or /etc/dlock/config naming the Redis server: the first host to fire runs the job; the others, and any host that fires up to an hour later (a late clock, a slow cron), exit with 75 and print nothing."),
+    ("dlock run -n -q --min-hold 24h --release-on-failure nightly -- ./nightly.sh", "From cron every 10 minutes on every host, the servers in /etc/dlock/config: the job runs about once a day, on whichever host comes first; a failure frees the lock at once, so the next firing, anywhere, tries again."),
     ("dlock -b etcd -u etcd://etcd1:2379,etcd2:2379,etcd3:2379 run -w 10m deploy -- ./deploy.sh", "A CI deploy: wait up to ten minutes for the one before it."),
     ("dlock run -s db-read -- ./report.sh", "Shared: any number of readers at once, never alongside an exclusive holder."),
     ("dlock run -l 4 encoder -- ffmpeg -i in.mp4 out.webm", "At most four encoders at once."),
@@ -103,7 +105,7 @@ pub const RECEIVED: &[(&str, &str)] = &[
 
 /// The configuration files and the directories dlock keeps, for FILES.
 pub const FILES: &[(&str, &str)] = &[
-    ("/run/lock/dlock-UID (root: /run/dlock-0)", "The file backend's default lock directory, one lock file per name; made mode 0700 by the first run, and refused if another user made it first. A reboot empties it (see --url for a directory on disk)."),
+    ("/run/lock/dlock-UID (root: /run/dlock-0)", "The file backend's default lock directory, one lock file per name (NAME.lock) and beside it the record of its last runs (NAME.runs); made mode 0700 by the first run, and refused if another user made it first. A reboot empties it, tokens and last runs too (see --url for a directory on disk)."),
     ("/run/lock/dlock-holds-UID (root: /run/dlock-holds-0)", "Where dlock release finds the keepers of dlock hold: a socket per held lock, private to the user."),
     ("$DLOCK_CONFIG, $XDG_CONFIG_HOME/dlock/config, ~/.config/dlock/config, /etc/dlock/config", "The first of these that exists is read. Each line is key = value, where the key is a DLOCK_* variable's name without DLOCK_, in lower case with - for _ (backend, url, password-file, connect-timeout, wait, ttl...); lines starting with # are comments. url may come more than once, and each url may list several servers. An option on the command line beats its variable, and a variable beats the file. A line dlock cannot read is a usage error (64) naming the file and line. The file must belong to the user or root and be writable by nobody else; a relative password-file in it is relative to its directory."),
 ];

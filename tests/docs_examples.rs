@@ -331,6 +331,7 @@ const LOCK_VALUED: &[&str] = &[
     "--kill-after",
     "-c",
     "--command",
+    "--ran-within",
 ];
 
 /// The dlock command of a line, as words.
@@ -745,6 +746,7 @@ fn check(example: &Example) -> Vec<String> {
         rest.starts_with('|') && !rest.starts_with("||")
     };
     let quiet = words.iter().any(|w| w == "-q" || w == "--quiet");
+    let ran_within = words.iter().any(|w| w == "--ran-within");
     let conflict: i32 = words
         .windows(2)
         .find(|p| p[0] == "-E" || p[0] == "--conflict-exit-code")
@@ -769,6 +771,7 @@ fn check(example: &Example) -> Vec<String> {
         conflict,
         piped,
         waits_without_limit,
+        ran_within,
     };
     let mut wrong = Vec::new();
     for scenario in [Scenario::Free, Scenario::HeldElsewhere, Scenario::Killed] {
@@ -810,6 +813,9 @@ struct Line<'a> {
     piped: bool,
     /// Neither `-n` nor `-w`: with the lock held elsewhere it waits for its turn.
     waits_without_limit: bool,
+    /// `status --ran-within`: a check of the last success, of which the test's fresh store has
+    /// none (the holder elsewhere is killed), so CRITICAL, 2.
+    ran_within: bool,
 }
 
 impl Line<'_> {
@@ -866,6 +872,9 @@ impl Line<'_> {
         let fine = match (scenario, self.does) {
             (Scenario::Free | Scenario::HeldElsewhere, Does::Status | Does::List) if self.piped => {
                 status == 0
+            }
+            (Scenario::Free | Scenario::HeldElsewhere, Does::Status) if self.ran_within => {
+                status == 2
             }
             (Scenario::Free, Does::Run | Does::Hold) => ran && status == 0,
             (Scenario::Free, Does::Status | Does::ReleaseForce) => status == 1,

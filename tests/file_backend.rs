@@ -77,7 +77,17 @@ fn names_never_escape_the_lock_directory() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(outside, vec![std::ffi::OsString::from("locks")]);
-    assert_eq!(std::fs::read_dir(&inner).unwrap().count(), 6);
+    // A lock file each, and beside it the file of its last runs.
+    let mut inside: Vec<String> = std::fs::read_dir(&inner)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    inside.sort();
+    assert_eq!(inside.len(), 12, "{inside:?}");
+    for pair in inside.chunks(2) {
+        let stem = pair[0].strip_suffix(".lock").expect("a lock file");
+        assert_eq!(pair[1], format!("{stem}.runs"), "{inside:?}");
+    }
 }
 
 #[test]

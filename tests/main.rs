@@ -6,6 +6,7 @@ mod support;
 mod cli;
 mod config;
 mod contract;
+mod cron_fleet;
 mod docs_examples;
 #[cfg(feature = "etcd")]
 mod etcd;
@@ -17,6 +18,7 @@ mod file_backend;
 mod file_default_dir;
 mod file_entries;
 mod file_interop;
+mod file_runs;
 mod file_tokens;
 mod flock_habits;
 mod group_kill;
@@ -44,8 +46,11 @@ mod postgres_tls;
 #[cfg(feature = "redis")]
 mod redis;
 mod run;
+mod seams;
 #[cfg(feature = "redis")]
 mod sentinel;
+#[cfg(all(feature = "postgres", feature = "mysql"))]
+mod sql_last_runs;
 mod trusted_files;
 #[cfg(feature = "zk")]
 mod zk;

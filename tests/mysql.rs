@@ -615,12 +615,12 @@ fn procedures_and_triggers_defined_by_another_account_are_refused() {
         "DROP USER IF EXISTS t_mallory@'127.0.0.1'; \
          CREATE USER t_mallory@'127.0.0.1' IDENTIFIED BY 'mal-SECRET'; \
          GRANT CREATE ROUTINE, EXECUTE, TRIGGER, INSERT ON dlock.* TO t_mallory@'127.0.0.1'; \
-         DROP PROCEDURE IF EXISTS t_evil_acquire_v4; \
-         CREATE DEFINER = t_mallory@'127.0.0.1' PROCEDURE t_evil_acquire_v4(\
+         DROP PROCEDURE IF EXISTS t_evil_acquire_v5; \
+         CREATE DEFINER = t_mallory@'127.0.0.1' PROCEDURE t_evil_acquire_v5(\
            IN a VARBINARY(512), IN b VARBINARY(64), IN c VARBINARY(32), IN d INT, IN e BIGINT, \
            IN f BIGINT, IN g VARBINARY(255), IN h VARBINARY(1024), IN i VARCHAR(64), \
-           IN j TINYINT, IN k BIGINT, IN l BIGINT, IN m BIGINT) \
-           SELECT 42 AS granted_token, NULL, NULL, NULL, 0, 0, NULL",
+           IN j TINYINT, IN k BIGINT, IN l BIGINT, IN m BIGINT, IN n VARBINARY(1024)) \
+           SELECT 42 AS granted_token, NULL, NULL, NULL, 0, 0, NULL, NULL",
     );
     drop(server);
     let dir = LockDir::new();
@@ -636,7 +636,7 @@ fn procedures_and_triggers_defined_by_another_account_are_refused() {
     );
     let err = stderr(&out);
     assert!(
-        err.contains("refusing procedure dlock.t_evil_acquire_v4 defined by t_mallory@127.0.0.1"),
+        err.contains("refusing procedure dlock.t_evil_acquire_v5 defined by t_mallory@127.0.0.1"),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -653,13 +653,30 @@ fn procedures_and_triggers_defined_by_another_account_are_refused() {
     );
     drop(server);
     let out = output(mysql_dlock(&own, &["run", "x", "--", "true"]));
+    // The same on the table of the last runs, added after the first three.
+    let server = MyServer::shared().lock().unwrap();
+    server.sql(
+        "DROP TRIGGER t_evtrg_spy; \
+         CREATE DEFINER = t_mallory@'127.0.0.1' TRIGGER t_evtrg_spy2 BEFORE UPDATE ON t_evtrg_runs \
+           FOR EACH ROW INSERT INTO t_evtrg_fired VALUES (2)",
+    );
+    drop(server);
+    let on_runs = output(mysql_dlock(&own, &["run", "x", "--", "true"]));
     let server = MyServer::shared().lock().unwrap();
     let fired = server.sql("SELECT COUNT(*) FROM t_evtrg_fired");
     server.sql(
-        "DROP TRIGGER t_evtrg_spy; DROP TABLE t_evtrg_fired; DROP PROCEDURE t_evil_acquire_v4; \
+        "DROP TRIGGER t_evtrg_spy2; DROP TABLE t_evtrg_fired; DROP PROCEDURE t_evil_acquire_v5; \
          DROP USER t_mallory@'127.0.0.1'",
     );
     drop(server);
+    assert_eq!(code(&on_runs), 69, "{}", stderr(&on_runs));
+    assert!(
+        stderr(&on_runs).contains(
+            "refusing trigger dlock.t_evtrg_spy2 on t_evtrg_runs defined by t_mallory@127.0.0.1"
+        ),
+        "{}",
+        stderr(&on_runs)
+    );
     assert_eq!(fired, "0", "{}", stderr(&out));
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     assert!(

@@ -604,7 +604,7 @@ fn remaking_the_schema_takes_no_lock_on_tables_in_use() {
         "t-remake",
         "BEGIN; LOCK TABLE t_remake_locks, t_remake_queue IN ROW EXCLUSIVE MODE",
     );
-    PgServer::use_shared().psql("DROP FUNCTION t_remake_break_v2(text)");
+    PgServer::use_shared().psql("DROP FUNCTION t_remake_break_v3(text)");
     let out = output(pg.dlock(&["--connect-timeout", "3s", "release", "--force", "f"]));
     busy.cut_off();
     // Made again and answered: nobody held f (exit 1), not a wait that ran out (69).

@@ -33,7 +33,8 @@ fn a_tokens_table_made_by_another_role_is_refused_and_its_trigger_never_runs() {
     let server = PgServer::use_shared();
     drop_roles(&server, &["t_evil_mallory"]);
     server.psql(
-        "DROP TABLE IF EXISTS t_evil_locks, t_evil_queue, t_evil_tokens, t_evil_fired CASCADE; \
+        "DROP TABLE IF EXISTS t_evil_locks, t_evil_queue, t_evil_tokens, t_evil_runs, \
+         t_evil_fired CASCADE; \
          CREATE ROLE t_evil_mallory; GRANT CREATE ON SCHEMA public TO t_evil_mallory; \
          CREATE TABLE t_evil_fired (n int); GRANT ALL ON t_evil_fired TO PUBLIC",
     );
@@ -67,6 +68,37 @@ fn a_tokens_table_made_by_another_role_is_refused_and_its_trigger_never_runs() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
+/// The table of the last runs, added after the first three, is checked as they are: one another
+/// role made before dlock is refused with 69, naming it and its owner, and nothing runs.
+#[test]
+fn a_runs_table_made_by_another_role_is_refused() {
+    let server = PgServer::use_shared();
+    drop_roles(&server, &["t_evr_mallory"]);
+    server.psql(
+        "CREATE ROLE t_evr_mallory; GRANT CREATE ON SCHEMA public TO t_evr_mallory; \
+         SET ROLE t_evr_mallory; \
+         CREATE TABLE t_evr_runs (name text PRIMARY KEY, last_run text, last_success text, \
+           written_at timestamptz NOT NULL); \
+         GRANT ALL ON t_evr_runs TO PUBLIC",
+    );
+    let pg = Pg::at(server.url_with("prefix=t_evr_"));
+    drop(server);
+    let ran = pg.dir.file("ran");
+    let out = output(pg.dlock(&["run", "x", "--", "touch", ran.to_str().unwrap()]));
+    let server = PgServer::use_shared();
+    let written = server.psql("SELECT count(*) FROM t_evr_runs");
+    drop_roles(&server, &["t_evr_mallory"]);
+    server.psql("DROP TABLE IF EXISTS t_evr_locks, t_evr_queue, t_evr_tokens CASCADE");
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(!ran.exists());
+    assert_eq!(written, "0");
+    assert!(
+        stderr(&out).contains("refusing table public.t_evr_runs belongs to t_evr_mallory"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// The README's recipe: an administrator role makes the tables (one run of dlock as it), grants
 /// their use to two application roles, and each application names it in `owner=`: both share the
 /// one set of tables (one holds, the other finds the lock busy, then gets it). Without `owner=`
@@ -98,8 +130,8 @@ fn an_administrators_tables_serve_several_application_roles_that_name_it() {
     let made = output(admin.dlock(&["run", "x", "--", "true"]));
     assert_eq!(code(&made), 0, "{}", stderr(&made));
     PgServer::use_shared().psql(
-        "GRANT SELECT, INSERT, UPDATE, DELETE ON t_adm_locks, t_adm_tokens, t_adm_queue \
-         TO t_adm_app1, t_adm_app2; \
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON t_adm_locks, t_adm_tokens, t_adm_queue, \
+         t_adm_runs TO t_adm_app1, t_adm_app2; \
          GRANT USAGE ON SEQUENCE t_adm_queue_ticket_seq TO t_adm_app1, t_adm_app2",
     );
 
@@ -131,7 +163,7 @@ fn an_administrators_tables_serve_several_application_roles_that_name_it() {
     );
     let spied = output(app1.dlock(&["run", "x", "--", "true"]));
     let server = PgServer::use_shared();
-    server.psql("DROP TABLE t_adm_locks, t_adm_tokens, t_adm_queue CASCADE");
+    server.psql("DROP TABLE t_adm_locks, t_adm_tokens, t_adm_queue, t_adm_runs CASCADE");
     drop_roles(&server, &roles);
     assert_eq!(code(&spied), 69, "{}", stderr(&spied));
     assert!(
@@ -143,8 +175,8 @@ fn an_administrators_tables_serve_several_application_roles_that_name_it() {
 
 /// Another role that may create in `public` (in the search path of every session by default)
 /// adds an operator `bigint * interval`, a closer match than the system's `float8 * interval`
-/// for what dlock writes as `$ttl * interval '1 millisecond'`: unpinned, dlock's statements and
-/// functions would call it with dlock's rights. Across a run that creates the tables, a holder
+/// for what dlock writes as `$ttl * interval '1 millisecond'`, and `text || bigint` (see below):
+/// unpinned, dlock's statements and functions would call them with dlock's rights. Across a run that creates the tables, a holder
 /// that renews, a waiter that takes its place in line (in the PL/pgSQL function) and is let in,
 /// it never runs. On a server of its own: the operator would reach every other test's statements.
 #[test]
@@ -159,13 +191,19 @@ fn an_operator_another_role_adds_to_public_never_runs_in_dlocks_statements() {
          CREATE FUNCTION public.t_op_times(bigint, interval) RETURNS interval LANGUAGE sql AS $$ \
            INSERT INTO public.t_op_fired VALUES (1); SELECT $2 * $1::float8 $$; \
          CREATE OPERATOR public.* (LEFTARG = bigint, RIGHTARG = interval, \
-           FUNCTION = public.t_op_times)",
+           FUNCTION = public.t_op_times); \
+         CREATE FUNCTION public.t_op_cat(text, bigint) RETURNS text LANGUAGE sql AS $$ \
+           INSERT INTO public.t_op_fired VALUES (2); SELECT $1 || $2::text $$; \
+         CREATE OPERATOR public.|| (LEFTARG = text, RIGHTARG = bigint, \
+           FUNCTION = public.t_op_cat)",
     );
-    // The operator is live in an ordinary session.
+    // The operators are live in an ordinary session (the second a closer match than the
+    // system's `text || anynonarray` for a run record written as `'run1 ' || token`).
     assert_eq!(
         server.psql("SELECT 2::bigint * interval '1 second'"),
         "00:00:02"
     );
+    assert_eq!(server.psql("SELECT 'run1 ' || 7::bigint"), "run1 7");
     server.psql("TRUNCATE t_op_fired");
     let pg = Pg::at(server.url_with("prefix=t_op_"));
     let (mut held, _) = pg.holder(&["--ttl", "1s"], "x", "h");
@@ -193,13 +231,14 @@ fn a_function_owned_by_another_role_is_refused_before_it_runs() {
     server.psql("CREATE ROLE t_fn_mallory; GRANT CREATE ON SCHEMA public TO t_fn_mallory");
     let forge = |verb: &str| {
         let mut sql = String::from("SET ROLE t_fn_mallory;");
-        for name in ["t_fn_acquire_v2", "t_fn_acquire_v3"] {
+        for name in ["t_fn_acquire_v3", "t_fn_acquire_v4"] {
             sql.push_str(&format!(
                 " {verb} FUNCTION {name}(p_name text, p_owner text, p_mode text, \
                  p_limit integer, p_ttl_ms bigint, p_pid bigint, p_host text, p_queue boolean, \
-                 p_ticket bigint, p_message text) \
-                 RETURNS TABLE (granted_token bigint, queue_ticket bigint, retry_ms bigint) \
-                 LANGUAGE sql AS $$ SELECT 42::bigint, NULL::bigint, NULL::bigint $$;"
+                 p_ticket bigint, p_message text, p_tail text) \
+                 RETURNS TABLE (granted_token bigint, queue_ticket bigint, retry_ms bigint, \
+                 run text) \
+                 LANGUAGE sql AS $$ SELECT 42::bigint, NULL::bigint, NULL::bigint, NULL::text $$;"
             ));
         }
         sql
@@ -213,13 +252,13 @@ fn a_function_owned_by_another_role_is_refused_before_it_runs() {
     pg.let_go("h");
     let held_ok = wait_exit(&mut held, T).success();
     let server = PgServer::use_shared();
-    server.psql("DROP TABLE t_fn_locks, t_fn_tokens, t_fn_queue CASCADE");
+    server.psql("DROP TABLE t_fn_locks, t_fn_tokens, t_fn_queue, t_fn_runs CASCADE");
     drop_roles(&server, &["t_fn_mallory"]);
     drop(server);
     assert!(held_ok);
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("refusing function public.t_fn_acquire_v3 belongs to t_fn_mallory"),
+        stderr(&out).contains("refusing function public.t_fn_acquire_v4 belongs to t_fn_mallory"),
         "{}",
         stderr(&out)
     );

@@ -1,7 +1,8 @@
 //! The PostgreSQL backend through Debian's PgBouncer in transaction mode: every call dlock makes is
 //! one statement in a transaction of its own (no session state, no named prepared statements, no
-//! advisory locks), so locks, tokens, status and release work; only a waiter's LISTEN is lost to
-//! whichever server connection ran it, and the waiter gets in at its re-check instead.
+//! advisory locks), so locks, tokens, the last runs, status and release work; only a waiter's
+//! LISTEN is lost to whichever server connection ran it, and the waiter gets in at its re-check
+//! instead.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -71,4 +72,14 @@ fn through_pgbouncer_in_transaction_mode_locks_exclude_and_a_waiter_gets_in() {
     assert!(dir.file("w.ran").exists());
     assert_eq!(token(), 5, "tokens went on counting");
     assert_eq!(server.psql("SELECT count(*) FROM t_pool_queue"), "0");
+    // The last run and the last success, written in the transactions that acquire and release.
+    let last = server.psql("SELECT last_run = last_success, last_run FROM t_pool_runs");
+    let (same, run) = last.split_once('|').unwrap_or_else(|| panic!("{last:?}"));
+    assert_eq!(same, "t", "{last}");
+    let fields: Vec<&str> = run.split(' ').collect();
+    assert_eq!(
+        (fields[0], fields[1], fields[4]),
+        ("run1", "5", "exit:0"),
+        "{run}"
+    );
 }

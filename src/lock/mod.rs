@@ -3,8 +3,6 @@
 //! storage (a file, Redis keys, znodes); nothing here knows about any backend.
 
 mod holder;
-// Until the stores write these and `status` reads them (being built).
-#[allow(dead_code)]
 pub mod last_run;
 mod plain;
 mod tree;
@@ -17,7 +15,6 @@ use serde::Serialize;
 pub use holder::{
     time_from_millis, Holder, Kept, Waiter, MAX_HOST_BYTES, MAX_MESSAGE_BYTES, MAX_SINCE_SECS,
 };
-#[allow(unused_imports)]
 pub use last_run::{Ending, LastRuns, Run, RunEnd};
 use plain::number;
 pub use plain::{check_message, escaped, is_plain};

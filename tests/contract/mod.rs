@@ -24,6 +24,7 @@
 mod exit_codes;
 mod hold;
 mod hostile;
+mod last_run;
 mod lost_lease;
 mod min_hold;
 mod modes;
@@ -242,6 +243,18 @@ contract! {
             limit_holders_keep_their_seats_and_shared_ones_still_join,
             a_command_longer_than_the_min_hold_keeps_the_lock_to_its_end_then_frees_it,
             a_holder_that_dies_keeps_the_lock_until_the_min_hold_ends,
+        ],
+        last_run: [
+            a_run_is_running_while_it_holds_then_ended_and_the_last_success,
+            a_failed_run_is_the_last_run_and_the_success_before_it_stays,
+            a_run_ended_by_a_signal_records_the_signal,
+            a_run_forced_away_records_forced,
+            a_run_that_lost_its_lock_leaves_the_later_runs_record_alone,
+            a_holder_killed_with_sigkill_never_ended_once_its_lease_passed,
+            a_hold_released_succeeds_and_one_whose_shell_exits_does_not,
+            release_on_failure_frees_a_min_hold_lock_after_a_failure_only,
+            ran_within_is_0_ok_1_too_long_ago_2_never_succeeded,
+            ran_within_is_3_unknown_when_the_store_cannot_be_reached,
         ],
         hostile: [
             a_forged_record_is_unreadable_and_the_lock_stays_busy,

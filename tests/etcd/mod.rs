@@ -2,7 +2,8 @@
 //! lock names; a private one for tests that stop the server or count its events): modes, tokens,
 //! first come first served with one wake-up per release, losing the lock, status/list/release
 //! --force, hostile keys; interop with `etcdctl lock` both ways (interop.rs); passwords, bad
-//! addresses, every endpoint tried, what a busy try leaves, a restart (access.rs).
+//! addresses, every endpoint tried, what a busy try leaves, a restart (access.rs); the records of
+//! each lock's last run and last success, read raw (last_run.rs).
 
 use std::io::Read;
 use std::path::Path;
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 mod access;
 mod interop;
+mod last_run;
 
 use crate::support::etcd_server::{free_port, EtcdServer};
 use crate::support::*;

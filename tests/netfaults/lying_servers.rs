@@ -1,4 +1,4 @@
-//! Servers that lie or crawl, on the SQL backends and Redis: a MySQL greeting dripped a byte at a
+//! Servers that lie or crawl, on the SQL backends, Redis and ZooKeeper: a MySQL greeting dripped a byte at a
 //! time (one connect timeout bounds the whole connect, and SIGTERM ends it at once), and answers
 //! whose length field is forged huge (dlock fails at once, in one line, without allocating for it:
 //! it runs under an address-space limit far below the forged length).
@@ -243,4 +243,92 @@ fn refused_at_once(out: &std::process::Output, took: Duration, port: u16, why: &
         "{err}"
     );
     assert!(took < Duration::from_secs(5), "took {took:?}: {err}");
+}
+
+/// A ZooKeeper server that lies in every list it returns: it takes the session, then answers each
+/// listing of children with a count of 2^31 − 1 names and no names (and everything else with "no
+/// node"). zookeeper-client would reserve room for that count before reading a name: dlock checks
+/// each reply on its way to the client, gives up on the server at once and says why, in one line.
+#[test]
+fn a_forged_zookeeper_list_count_fails_at_once_without_allocating_it() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(10) {
+            let Ok(conn) = conn else { continue };
+            std::thread::spawn(move || lying_zookeeper(conn));
+        }
+    });
+    for args in [&["status", "f"][..], &["run", "f", "--", "true"], &["list"]] {
+        let mut cmd = dlock();
+        cmd.args([
+            "--backend",
+            "zk",
+            "--url",
+            &format!("zk://127.0.0.1:{port}"),
+            "--connect-timeout",
+            "20s",
+        ]);
+        cmd.args(args);
+        let (out, took) = limited(cmd);
+        refused_at_once(
+            &out,
+            took,
+            port,
+            "sent a list of 2147483647 names in 4 bytes; not using it",
+        );
+    }
+}
+
+/// One connection of the lying ZooKeeper server (see above).
+fn lying_zookeeper(mut conn: TcpStream) {
+    let _ = conn.set_read_timeout(Some(SERVER_LIFE));
+    let frame = |conn: &mut TcpStream| -> Option<Vec<u8>> {
+        let mut len = [0u8; 4];
+        conn.read_exact(&mut len).ok()?;
+        let mut body = vec![0u8; u32::from_be_bytes(len).min(1 << 20) as usize];
+        conn.read_exact(&mut body).ok()?;
+        Some(body)
+    };
+    let send = |conn: &mut TcpStream, body: &[u8]| {
+        let mut out = (body.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(body);
+        conn.write_all(&out).is_ok()
+    };
+    // The connect request; the answer: protocol 0, a 10 s session, its id and password.
+    if frame(&mut conn).is_none() {
+        return;
+    }
+    let mut session = vec![
+        0, 0, 0, 0, 0, 0, 0x27, 0x10, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 16,
+    ];
+    session.extend_from_slice(&[7u8; 16]);
+    session.push(0);
+    if !send(&mut conn, &session) {
+        return;
+    }
+    while let Some(request) = frame(&mut conn) {
+        let Some(header) = request.get(..8) else {
+            return;
+        };
+        let (xid, op) = (
+            &header[..4],
+            i32::from_be_bytes(header[4..8].try_into().unwrap()),
+        );
+        let mut answer = xid.to_vec();
+        answer.extend_from_slice(&[0; 8]);
+        match op {
+            // getChildren, getChildren2: a count with nothing behind it.
+            8 | 12 => {
+                answer.extend_from_slice(&0i32.to_be_bytes());
+                answer.extend_from_slice(&i32::MAX.to_be_bytes());
+            }
+            // A ping: answered as such.
+            11 => answer.extend_from_slice(&0i32.to_be_bytes()),
+            _ => answer.extend_from_slice(&(-101i32).to_be_bytes()),
+        }
+        if !send(&mut conn, &answer) {
+            return;
+        }
+    }
 }

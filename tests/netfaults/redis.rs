@@ -192,7 +192,9 @@ fn the_minimal_redis_acl_works_and_a_weaker_one_is_refused_before_acquiring() {
     let mut holder = holder;
     assert!(wait_exit(&mut holder, T).success());
 
-    // The weaker user is refused before it takes anything.
+    // The weaker user is refused before it takes anything (what stays is the counters and the
+    // last runs of the runs above).
+    let before = server.keys();
     let out = output(redis_at(&weak, &["run", "a", "--", "true"]));
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     assert!(
@@ -201,9 +203,13 @@ fn the_minimal_redis_acl_works_and_a_weaker_one_is_refused_before_acquiring() {
         stderr(&out)
     );
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert_eq!(server.keys(), before);
     assert!(
-        server.keys().iter().all(|k| k.ends_with(":token")),
-        "{:?}",
-        server.keys()
+        before
+            .iter()
+            .all(|k| [":token", ":last-run", ":last-success"]
+                .iter()
+                .any(|e| k.ends_with(e))),
+        "{before:?}"
     );
 }

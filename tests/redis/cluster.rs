@@ -49,9 +49,9 @@ fn a_seed_that_serves_other_slots_redirects_to_the_locks_master() {
     ));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "1");
-    // The lock's counter is on its own master, and nowhere else.
-    let token_key = format!("dlock:{{{name}}}:token");
-    assert_eq!(cluster.nodes[2].keys(), [token_key]);
+    // The lock's counter and run records are on its own master, and nowhere else.
+    let kept = ["last-run", "last-success", "token"].map(|k| format!("dlock:{{{name}}}:{k}"));
+    assert_eq!(cluster.nodes[2].keys(), kept);
     assert!(cluster.nodes[0].keys().is_empty());
 }
 

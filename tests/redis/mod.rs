@@ -3,14 +3,15 @@
 //! by events in arrival order that leaves nothing behind, one connection per run, Redlock over
 //! three and five servers (redlock.rs), passwords, TLS and bad addresses (access.rs), Redis Cluster
 //! (cluster.rs: redirects, names on several masters, slots moved while held), keys of the wrong
-//! type another client wrote in dlock's namespace (wrong_type.rs). What every backend
-//! owes is in the contract suite.
+//! type another client wrote in dlock's namespace (wrong_type.rs), the last run and last success
+//! each store keeps, read raw (last_run.rs). What every backend owes is in the contract suite.
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 mod access;
 mod cluster;
+mod last_run;
 mod redlock;
 mod waiting;
 mod wrong_type;
@@ -247,7 +248,14 @@ fn names_with_braces_and_spaces_stay_inside_one_hash_tag() {
     ));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), name);
-    assert_eq!(server.keys(), ["dlock:{a%7Db%7Bc%20d%2A}:token"]);
+    assert_eq!(
+        server.keys(),
+        [
+            "dlock:{a%7Db%7Bc%20d%2A}:last-run",
+            "dlock:{a%7Db%7Bc%20d%2A}:last-success",
+            "dlock:{a%7Db%7Bc%20d%2A}:token"
+        ]
+    );
 }
 
 #[test]

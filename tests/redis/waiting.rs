@@ -85,7 +85,11 @@ fn many_names_are_held_and_renewed_over_one_connection() {
     signal(holder.child.id(), libc::SIGTERM);
     let (status, stderr) = holder.finish(T);
     assert_eq!(status, 128 + libc::SIGTERM, "{stderr}");
-    assert_eq!(server.keys().len(), 200, "only the token counters stay");
+    assert_eq!(
+        server.keys().len(),
+        2 * 200,
+        "only the token counters and the last runs stay"
+    );
 }
 
 #[test]
@@ -221,6 +225,7 @@ fn a_waiter_that_gives_up_leaves_nothing_behind() {
         held_keys,
         [
             "dlock:{tidy}:holders",
+            "dlock:{tidy}:last-run",
             "dlock:{tidy}:owners",
             "dlock:{tidy}:token"
         ]
@@ -260,7 +265,7 @@ fn a_waiter_that_gives_up_leaves_nothing_behind() {
     holder.finish(T);
     assert_eq!(
         server.keys(),
-        ["dlock:{tidy}:token"],
-        "only the token counter stays"
+        ["dlock:{tidy}:last-run", "dlock:{tidy}:token"],
+        "only the token counter and the last run stay"
     );
 }

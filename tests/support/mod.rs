@@ -13,6 +13,7 @@ pub mod pgbouncer;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod relay;
+pub mod run_records;
 pub mod sentinel_faults;
 pub mod sentinel_set;
 pub mod sql_server;

@@ -179,7 +179,7 @@ fn chroot_keeps_locks_apart() {
         .unwrap();
     wait_for_file(&marker, T);
     assert_eq!(
-        server.children("/apps/one/dlock"),
+        lock_dirs(&server, "/apps/one/dlock"),
         Some(vec!["job".to_owned()])
     );
     let out = output(server.dlock(&["run", "-n", "job", "--", "true"]));

@@ -2,8 +2,9 @@
 //! `ZkServer`): what is left in ZooKeeper, waiters queued in order, one watcher per waiter, losing
 //! the lock when the server stops, keeping it when it restarts, a killed holder's session; ACLs,
 //! chroots and bad URLs (access.rs), interop with Apache Curator (curator.rs) and kazoo, and what
-//! dlock shows of nodes other clients and `--min-hold` leave (interop.rs). What every
-//! backend owes is in the contract suite.
+//! dlock shows of nodes other clients and `--min-hold` leave (interop.rs); the records of each
+//! lock's last run and last success, read raw (last_run.rs). What every backend owes is in the
+//! contract suite.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 mod access;
 mod curator;
 mod interop;
+mod last_run;
 
 use crate::support::relay::Relay;
 use crate::support::zk_server::ZkServer;
@@ -105,6 +107,18 @@ fn status_json(server: &ZkServer, name: &str) -> serde_json::Value {
     serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
 }
 
+/// The lock directories under `root` (the records of past runs, in `.`-directories beside them,
+/// stay).
+fn lock_dirs(server: &ZkServer, root: &str) -> Option<Vec<String>> {
+    let children = server.children(root)?;
+    Some(
+        children
+            .into_iter()
+            .filter(|c| !c.starts_with('.'))
+            .collect(),
+    )
+}
+
 /// The places in line for a lock (an exclusive holder's pair of nodes counts once).
 fn lock_nodes(server: &ZkServer, dir_node: &str) -> Vec<String> {
     server
@@ -120,7 +134,7 @@ fn a_run_leaves_no_node_behind_and_the_empty_lock_directory_goes() {
     // The holder's node is gone at once, and the server removes the emptied lock directory.
     assert_eq!(lock_nodes(&server, "env-test"), Vec::<String>::new());
     wait_until("the empty lock directory to go", T, || {
-        server.children("/dlock") == Some(vec![])
+        lock_dirs(&server, "/dlock") == Some(vec![])
     });
     let out = output(server.dlock(&["status", "env-test"]));
     assert_eq!(code(&out), 1, "free: {}", stdout(&out));
@@ -253,7 +267,7 @@ fn waiters_that_give_up_leave_no_node_behind() {
     assert!(wait_exit(&mut holder, T).success());
     assert_eq!(lock_nodes(&server, "giveup"), Vec::<String>::new());
     wait_until("the empty lock directory to go", T, || {
-        server.children("/dlock") == Some(vec![])
+        lock_dirs(&server, "/dlock") == Some(vec![])
     });
 }
 

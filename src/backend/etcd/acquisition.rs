@@ -19,10 +19,9 @@ use super::naming::{key, prefix};
 use super::recipe::{kind_of, owners, verdict, Kind, Verdict};
 use super::record::{value_of, Entry};
 use super::rpc::{Compare, KeyValue, RangeRequest, RangeResponse, RequestOp, TxnRequest};
+use super::runs::OurRun;
 use super::CLEANUP_TIMEOUT;
-use crate::backend::Waiting;
 use crate::lock::{Holder, LockRequest};
-use crate::signal::interrupt;
 use anyhow::anyhow;
 
 /// Most keys read to find who holds a lock for a waiter's report (the owners are the first keys).
@@ -38,6 +37,8 @@ pub(super) struct Place {
     pub(super) stands_until: Instant,
     /// The TTL granted, in seconds.
     pub(super) ttl: i64,
+    /// The run, for its record (runs.rs).
+    pub(super) run: OurRun,
 }
 
 /// How the first attempt went.
@@ -94,11 +95,14 @@ impl Acquisition {
         // An exclusive key owns when it is the first; the others need every key ahead of them.
         let first = RangeRequest::prefix(&self.prefix);
         let mut ops = vec![put];
+        let run = OurRun::new(&self.request);
         if self.kind == Kind::Exclusive {
             ops.push(RequestOp::range(first.limit(1)));
             // Ours, the newest key, and the one just ahead of it: the key to wait for.
             let last = RangeRequest::prefix(&self.prefix).newest_first().limit(2);
             ops.push(RequestOp::range(last));
+            // The run's record, if this key owns at once: no key was there before.
+            ops.push(run.if_first(&self.prefix));
         } else {
             ops.push(RequestOp::range(first));
         }
@@ -118,12 +122,13 @@ impl Acquisition {
                 "the key {key} existed before dlock created it"
             ))));
         }
-        let place = Place {
+        let mut place = Place {
             key,
             lease,
             revision,
             stands_until: asked + Duration::from_secs(ttl as u64),
             ttl,
+            run,
         };
         let mut listed = response.ranges();
         let entries: Vec<Entry> = listed
@@ -140,6 +145,8 @@ impl Acquisition {
             return Ok(First::Queued(place, Ahead::default()));
         };
         if first.create_revision == revision {
+            // Then the transaction inside wrote the run.
+            place.run.written_with(revision);
             return Ok(First::Owns(place));
         }
         let last = listed.next();
@@ -195,9 +202,14 @@ impl Acquisition {
     /// lease first (our place is left if that fails).
     pub(super) async fn lease(
         &self,
-        place: Place,
+        mut place: Place,
         keeper: Option<Keeper>,
     ) -> Result<EtcdLease, Fault> {
+        if !place.run.written() {
+            // Not written with the key: now that it owns the lock.
+            let (key, revision) = (place.key.clone(), place.revision);
+            place.run.write(&self.conn, &key, revision).await;
+        }
         let kept = match keep(&self.conn, &place, &self.request, value_of(&self.request)).await {
             Ok(kept) => kept,
             Err(fault) => {
@@ -230,11 +242,6 @@ pub(super) fn owners_of(entries: &[Entry]) -> Vec<usize> {
 fn ttl_secs(ttl: Duration) -> i64 {
     let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
     i64::try_from(secs.max(1)).unwrap_or(i64::MAX)
-}
-
-/// Whether a wait must end now: a stop signal was caught, or the caller cancelled.
-pub(super) fn stopped(waiting: &Waiting) -> bool {
-    interrupt::caught().is_some() || waiting.is_cancelled()
 }
 
 /// An error for a stop signal caught while acquiring (the supervisor turns it into its exit).

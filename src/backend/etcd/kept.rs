@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::acquisition::Place;
 use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
 use super::rpc::{Compare, RequestOp, TxnRequest};
+use super::runs::EndingOps;
 use crate::lock::{time_from_millis, Kept, LockRequest};
 
 /// The lease a held key lives by while `--min-hold` keeps it, and the key's value then.
@@ -36,17 +37,22 @@ impl KeptKey {
     }
 }
 
-/// Puts `value` into our key with `lease`, only if the key is still ours; whether it was.
+/// Puts `value` into our key with `lease`, only if the key is still ours; whether it was. With
+/// `ending`, the run's ending goes into its record in the same transaction (runs.rs).
 async fn put_ours(
     conn: &Connection,
     place: &Place,
     value: String,
     lease: i64,
+    ending: Option<&EndingOps>,
 ) -> Result<bool, Fault> {
+    let mut ops = vec![RequestOp::put(place.key.as_str(), value, lease)];
+    ops.extend(ending.iter().flat_map(|e| e.ours.iter().cloned()));
     let txn = TxnRequest::new(
         vec![Compare::created_at(place.key.as_str(), place.revision)],
-        vec![RequestOp::put(place.key.as_str(), value, lease)],
-    );
+        ops,
+    )
+    .otherwise(ending.map(|e| e.lost.clone()).unwrap_or_default());
     Ok(bounded(CALL_TIMEOUT, conn.client().txn(txn))
         .await?
         .succeeded)
@@ -77,7 +83,7 @@ pub(super) async fn keep(
             .as_millis(),
         hold_ms: hold.as_millis(),
     };
-    match put_ours(conn, place, kept.value(false), lease).await {
+    match put_ours(conn, place, kept.value(false), lease, None).await {
         Ok(true) => Ok(Some(kept)),
         // Gone already: `renew` finds the lock lost.
         Ok(false) => Ok(None),
@@ -102,19 +108,21 @@ pub(super) async fn hand_back(
     if left > margin {
         return Ok(Some(left));
     }
-    put_ours(conn, place, kept.record.clone(), place.lease).await?;
+    put_ours(conn, place, kept.record.clone(), place.lease, None).await?;
     Ok(None)
 }
 
 /// The command ended: our key moves to (or stays on) the min-hold's lease, marked ended, until
-/// that lease ends. `Ok(None)` when it has ended already (then release as without a min-hold),
-/// else whether the key was still ours.
+/// that lease ends, and the run's `ending` goes into its record. `Ok(None)` when that lease has
+/// ended already (then release as without a min-hold: nothing was written), else whether the key
+/// was still ours.
 pub(super) async fn let_go(
     conn: &Connection,
     place: &Place,
     kept: &KeptKey,
+    ending: &EndingOps,
 ) -> Result<Option<bool>, Fault> {
-    match put_ours(conn, place, kept.value(true), kept.lease).await {
+    match put_ours(conn, place, kept.value(true), kept.lease, Some(ending)).await {
         Err(fault) if fault.is_lease_not_found() => Ok(None),
         other => other.map(Some),
     }

@@ -16,7 +16,7 @@ use super::kept::{hand_back, let_go, KeptKey};
 use super::rpc::{Compare, LeaseKeepAliveRequest, RangeRequest, RequestOp, TxnRequest};
 use super::CLEANUP_TIMEOUT;
 use crate::backend::{Lease, Released, Renewal};
-use crate::lock::Token;
+use crate::lock::{RunEnd, Token};
 
 /// Longest a renewal waits for an answer (less when the lease has less left).
 const RENEW_TIMEOUT: Duration = Duration::from_secs(1);
@@ -177,17 +177,18 @@ impl Lease for EtcdLease {
     }
 
     /// One read and one write (etcd's own mutex deletes the key, and its session revokes the
-    /// lease later): whether the key is still ours, then revoking the lease, which deletes the key
-    /// in the same write. A `release --force` that comes between the two finds the lock given up
-    /// already.
-    fn release(self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
-        let _ = end;
+    /// lease later): whether the key is still ours, deleting it then, in the transaction that ends
+    /// the run's record (runs.rs); then revoking the lease, which has no key left. A `release
+    /// --force` that comes between the two finds the lock given up already. A min-hold that does
+    /// not keep the lock this time (`end.keep` false) is as none: its lease goes too.
+    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
         let conn = &self.conn;
         let place = &self.place;
-        let kept = &self.kept;
+        let kept = self.kept.as_ref();
+        let ending = place.run.ending(end.ending);
         let result = conn.runtime().block_on(async {
-            if let Some(kept) = kept {
-                if let Some(ours) = let_go(conn, place, kept).await? {
+            if let Some(kept) = kept.filter(|_| end.keep) {
+                if let Some(ours) = let_go(conn, place, kept, &ending).await? {
                     // Our own lease has no key left; the kept one ends on its own.
                     let _ = bounded(CLEANUP_TIMEOUT, conn.client().revoke(place.lease)).await;
                     return Ok(ours);
@@ -195,16 +196,27 @@ impl Lease for EtcdLease {
             }
             // Our key goes first, in the call that finds out whether it was still ours: its
             // deletion is what the next waiter watches for, one round trip after the command ended.
+            let mut ops = vec![RequestOp::delete(place.key.as_str())];
+            ops.extend(ending.ours);
             let delete_ours = TxnRequest::new(
                 vec![Compare::created_at(place.key.as_str(), place.revision)],
-                vec![RequestOp::delete(place.key.as_str())],
-            );
+                ops,
+            )
+            .otherwise(ending.lost);
             let client = conn.client();
             let ours = bounded(CLEANUP_TIMEOUT, client.txn(delete_ours))
                 .await?
                 .succeeded;
-            // Then the lease, which has no key left: if this fails, it expires on its own.
-            let _ = bounded(CLEANUP_TIMEOUT, client.revoke(place.lease)).await;
+            // Then the leases, which have no key left: if this fails, they expire on their own.
+            let revoke = |lease| bounded(CLEANUP_TIMEOUT, client.revoke(lease));
+            match kept.filter(|_| !end.keep) {
+                Some(kept) => {
+                    let _ = tokio::join!(revoke(place.lease), revoke(kept.lease));
+                }
+                None => {
+                    let _ = revoke(place.lease).await;
+                }
+            }
             Ok::<bool, Fault>(ours)
         });
         match result {

@@ -5,7 +5,9 @@
 //! `%`, spaces or control characters), so `etcdctl lock /dlock/NAME` takes the same lock. Each
 //! holder or waiter is one key under it, named by its lease in hex and attached to that lease; the
 //! keys queue by create revision (first come, first served). The key's value is the holder record
-//! (`OWNER MODE 0 SINCE PID HOST`); etcdctl's keys are empty, exclusive holders.
+//! (`OWNER MODE 0 SINCE PID HOST`); etcdctl's keys are empty, exclusive holders. Beside the prefix,
+//! `/dlock/NAME:last-run` and `/dlock/NAME:last-success` keep the record of the lock's last run and
+//! last success (runs.rs).
 //!
 //! Who owns: the first key; a shared key behind no exclusive key; a seat (`--limit N`) behind no
 //! exclusive key and fewer than N seats. Every earlier key counts for etcdctl, so it waits for
@@ -21,8 +23,8 @@
 //! Here: `EtcdBackend`, which answers the `Backend` calls. Beside it: `address` (the etcd:// URL),
 //! `connection` (the client, its runtime and its failures), `client` (the gRPC calls), `rpc`
 //! (etcd's messages), `naming` (keys), `record` (what a key
-//! says), `recipe` (who owns), `acquisition` (a place in the queue), `wait` (the wait for a turn)
-//! and `lease` (a held lock).
+//! says), `recipe` (who owns), `acquisition` (a place in the queue), `wait` (the wait for a turn),
+//! `lease` (a held lock) and `runs` (the last run and last success).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,9 +32,8 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use crate::lock::{escaped, Holder, LockName, LockRequest};
-use crate::signal::interrupt;
-use acquisition::{interrupted, owners_of, stopped, Acquisition, Ahead, First};
+use crate::lock::{escaped, Holder, LastRuns, LockName, LockRequest};
+use acquisition::{interrupted, owners_of, Acquisition, Ahead, First};
 use address::EtcdUrl;
 use connection::{bounded, Connection, CALL_TIMEOUT};
 use naming::{lock_of, prefix, ROOT};
@@ -49,6 +50,7 @@ mod naming;
 mod recipe;
 mod record;
 mod rpc;
+mod runs;
 mod wait;
 
 /// How often a wait looks at `Waiting::is_cancelled` (the supervisor asks for 100ms at most).
@@ -60,7 +62,7 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct EtcdBackend {
     url: EtcdUrl,
     connect_timeout: Duration,
-    /// When to give up a connection being made.
+    /// When to give up a connection being made, and whether a wait that ended was stopped.
     stop: crate::backend::stop::Stop,
     connection: Mutex<Option<Arc<Connection>>>,
 }
@@ -220,10 +222,13 @@ impl Backend for EtcdBackend {
         request: &LockRequest,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
-        if stopped(waiting) {
-            return match interrupt::caught() {
-                Some(_) => Err(interrupted()),
-                None => Ok(None),
+        // A stop signal is an error (the supervisor turns it into its exit), the caller's
+        // cancellation not.
+        if waiting.is_cancelled() {
+            return if self.stop.requested() {
+                Err(interrupted())
+            } else {
+                Ok(None)
             };
         }
         let conn = self.connection()?;
@@ -251,7 +256,7 @@ impl Backend for EtcdBackend {
         })?;
         match lease {
             Some(lease) => Ok(Some(Box::new(lease))),
-            None if interrupt::caught().is_some() => Err(interrupted()),
+            None if self.stop.requested() => Err(interrupted()),
             None => Ok(None),
         }
     }
@@ -272,6 +277,9 @@ impl Backend for EtcdBackend {
         let mut locks: std::collections::BTreeMap<LockName, Vec<Entry>> = Default::default();
         let mut unreadable = Vec::new();
         for kv in &listed.kvs {
+            if runs::is_record(&kv.key) {
+                continue;
+            }
             match lock_of(&kv.key) {
                 Some((name, _)) => {
                     if name.as_str().starts_with(prefix) {
@@ -284,6 +292,8 @@ impl Backend for EtcdBackend {
                 )),
             }
         }
+        // Records of runs that ended long enough ago go here (runs.rs).
+        conn.runtime().block_on(runs::expire(&conn, &listed.kvs));
         let ends = lease_ends(&conn, locks.values().map(Vec::as_slice));
         let held = locks
             .into_iter()
@@ -293,19 +303,44 @@ impl Backend for EtcdBackend {
         Ok(Listing { held, unreadable })
     }
 
+    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+        let conn = self.connection()?;
+        conn.runtime()
+            .block_on(runs::read(&conn, name))
+            .map_err(|f| {
+                conn.fail(
+                    f,
+                    &format!("cannot read the last runs of lock {:?}", name.as_str()),
+                )
+            })
+    }
+
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         let conn = self.connection()?;
         let entries = self.entries(&conn, name)?;
+        // The run of the holder it removes ends `forced`, in the same transaction (runs.rs); a
+        // record that cannot be read is no reason not to break the lock.
+        let last_run = conn
+            .runtime()
+            .block_on(runs::last_run_kv(&conn, name))
+            .unwrap_or_default();
         let mut removed = Vec::new();
         for i in owners_of(&entries) {
             let entry = &entries[i];
             // Only the key we read: one created since under the same name is another holder's.
+            let mut ops = vec![RequestOp::delete(entry.key.clone())];
+            ops.extend(runs::forced(
+                name,
+                last_run.as_ref(),
+                &entry.holder.owner,
+                entry.create_revision,
+            ));
             let delete = TxnRequest::new(
                 vec![Compare::created_at(
                     entry.key.clone(),
                     entry.create_revision,
                 )],
-                vec![RequestOp::delete(entry.key.clone())],
+                ops,
             );
             let client = conn.client();
             conn.runtime()

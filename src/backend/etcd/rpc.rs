@@ -22,6 +22,8 @@ pub(super) struct KeyValue {
     pub(super) key: Vec<u8>,
     #[prost(int64, tag = "2")]
     pub(super) create_revision: i64,
+    #[prost(int64, tag = "3")]
+    pub(super) mod_revision: i64,
     #[prost(bytes = "vec", tag = "5")]
     pub(super) value: Vec<u8>,
     #[prost(int64, tag = "6")]
@@ -120,9 +122,11 @@ pub(super) enum CompareResult {
 pub(super) enum CompareTarget {
     Version = 0,
     Create = 1,
+    Mod = 2,
 }
 
-/// A transaction's condition on one key (dlock compares only create revisions).
+/// A transaction's condition on one key, or on every key of a range (dlock compares only
+/// create and mod revisions).
 #[derive(Clone, PartialEq, prost::Message)]
 pub(super) struct Compare {
     #[prost(enumeration = "CompareResult", tag = "1")]
@@ -131,8 +135,12 @@ pub(super) struct Compare {
     pub(super) target: i32,
     #[prost(bytes = "vec", tag = "3")]
     pub(super) key: Vec<u8>,
-    #[prost(oneof = "TargetUnion", tags = "5")]
+    #[prost(oneof = "TargetUnion", tags = "5, 6")]
     pub(super) target_union: Option<TargetUnion>,
+    /// With it, the condition holds for every key from `key` up to this (with no key there, for
+    /// none: the revisions compared are then zero).
+    #[prost(bytes = "vec", tag = "64")]
+    pub(super) range_end: Vec<u8>,
 }
 
 /// Compare.target_union: what the key's target is compared with.
@@ -140,6 +148,8 @@ pub(super) struct Compare {
 pub(super) enum TargetUnion {
     #[prost(int64, tag = "5")]
     CreateRevision(i64),
+    #[prost(int64, tag = "6")]
+    ModRevision(i64),
 }
 
 /// One operation of a transaction (RequestOp.request).
@@ -151,11 +161,15 @@ pub(super) enum Request {
     Put(PutRequest),
     #[prost(message, tag = "3")]
     DeleteRange(DeleteRangeRequest),
+    /// A transaction inside a transaction (etcd 3.3 and later): its conditions are judged with the
+    /// outer ones, on the store as it was before any write of the whole.
+    #[prost(message, tag = "4")]
+    Txn(TxnRequest),
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub(super) struct RequestOp {
-    #[prost(oneof = "Request", tags = "1, 2, 3")]
+    #[prost(oneof = "Request", tags = "1, 2, 3, 4")]
     pub(super) request: Option<Request>,
 }
 
@@ -179,6 +193,8 @@ pub(super) struct TxnRequest {
     pub(super) compare: Vec<Compare>,
     #[prost(message, repeated, tag = "2")]
     pub(super) success: Vec<RequestOp>,
+    #[prost(message, repeated, tag = "3")]
+    pub(super) failure: Vec<RequestOp>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -356,6 +372,26 @@ impl Compare {
             target: CompareTarget::Create as i32,
             key: key.into(),
             target_union: Some(TargetUnion::CreateRevision(revision)),
+            range_end: Vec::new(),
+        }
+    }
+
+    /// Holds when `key` was last written at `revision` (0: the key does not exist).
+    pub(super) fn modified_at(key: impl Into<Vec<u8>>, revision: i64) -> Compare {
+        Compare {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Mod as i32,
+            key: key.into(),
+            target_union: Some(TargetUnion::ModRevision(revision)),
+            range_end: Vec::new(),
+        }
+    }
+
+    /// Holds when no key starts with `prefix`.
+    pub(super) fn none_under(prefix: &str) -> Compare {
+        Compare {
+            range_end: prefix_end(prefix.as_bytes()),
+            ..Compare::created_at(prefix, 0)
         }
     }
 }
@@ -382,6 +418,12 @@ impl RequestOp {
             request: Some(Request::DeleteRange(DeleteRangeRequest { key: key.into() })),
         }
     }
+
+    pub(super) fn txn(txn: TxnRequest) -> RequestOp {
+        RequestOp {
+            request: Some(Request::Txn(txn)),
+        }
+    }
 }
 
 impl TxnRequest {
@@ -390,7 +432,13 @@ impl TxnRequest {
         TxnRequest {
             compare: when,
             success,
+            failure: Vec::new(),
         }
+    }
+
+    /// With `failure` done when a comparison does not hold.
+    pub(super) fn otherwise(self, failure: Vec<RequestOp>) -> TxnRequest {
+        TxnRequest { failure, ..self }
     }
 }
 
@@ -428,6 +476,15 @@ mod tests {
         // result EQUAL and target VERSION are zero, not sent; target CREATE=1 (field 2), key
         // (field 3), create_revision (field 5).
         assert_eq!(compare.encode_to_vec(), b"\x10\x01\x1a\x01k\x28\x07");
+        // target MOD=2, key, mod_revision (field 6).
+        let compare = Compare::modified_at("k", 7);
+        assert_eq!(compare.encode_to_vec(), b"\x10\x02\x1a\x01k\x30\x07");
+        // create_revision 0 is sent (a oneof member), then range_end (field 64: two-byte tag).
+        let compare = Compare::none_under("a");
+        assert_eq!(
+            compare.encode_to_vec(),
+            b"\x10\x01\x1a\x01a\x28\x00\x82\x04\x01b"
+        );
         let range = RangeRequest::prefix("a").limit(1);
         assert_eq!(
             range.encode_to_vec(),

@@ -5,6 +5,7 @@
 
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Context};
@@ -16,10 +17,11 @@ use super::lock_file::{
     blocking, flock, is_would_block, lock_header, ofd_lock, try_range, unlock_range, LockFile,
 };
 use super::record::{claim_record, slots, KeptLine};
+use super::runs;
 use super::{plain_io, FileBackend, HEADER_LEN, RECORD_LEN, SEATS_OFFSET, TURNSTILE_OFFSET};
 use crate::backend::{Lease, Released, Renewal, Waiting};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{host_name, Holder, LockRequest, Mode, Token};
+use crate::lock::{host_name, Holder, LockRequest, Mode, Run, RunEnd, Token};
 
 /// How an acquisition may wait.
 pub(super) enum Wait<'a> {
@@ -29,7 +31,7 @@ pub(super) enum Wait<'a> {
 
 /// How one attempt ended.
 pub(super) enum Step {
-    Held(FileLease),
+    Held(Box<FileLease>),
     Busy(Vec<Holder>),
     Cancelled,
     /// The file was replaced under us (`release --force`): open the new one and start again.
@@ -117,9 +119,13 @@ impl FileBackend {
         entry::write_header(&lock.file, &request.name, token)
             .map_err(|e| anyhow!("cannot write lock file {path}: {}", plain_io(&e)))
             .fail_with(Failure::BackendUnavailable)?;
+        // Still under the header lock, so that the last run is the one with the latest token.
+        let now = SystemTime::now();
+        let run = Run::started(&request.owner, token, request.message.as_deref(), now);
+        let runs_path = FileBackend::runs_path(&lock.path);
+        runs::started(&runs_path, &run);
         unlock_range(fd, 0, HEADER_LEN);
 
-        let now = SystemTime::now();
         let kept = request.min_hold.map(|min_hold| KeptLine {
             until: now + min_hold,
             min_hold,
@@ -142,13 +148,15 @@ impl FileBackend {
             .map_err(|e| anyhow!("cannot write a holder record in {path}: {}", plain_io(&e)))
             .fail_with(Failure::BackendUnavailable)?;
         // The seat's lock lives as long as the file stays open.
-        Ok(Step::Held(FileLease {
+        Ok(Step::Held(Box::new(FileLease {
             lock,
             token,
             record,
             check_every: request.ttl / 3,
             kept_until: kept.map(|k| k.until),
-        }))
+            run,
+            runs_path,
+        })))
     }
 }
 
@@ -199,6 +207,9 @@ pub(super) struct FileLease {
     check_every: Duration,
     /// Until when `--min-hold` keeps the lock (this host's clock).
     kept_until: Option<SystemTime>,
+    /// This acquisition's run, and the file it was written to as the last run.
+    run: Run,
+    runs_path: PathBuf,
 }
 
 impl FileLease {
@@ -225,18 +236,23 @@ impl Lease for FileLease {
         }
     }
 
-    fn release(self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
-        let _ = end;
+    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
         let released = if self.lock.is_current() {
             Released::Held
         } else {
             Released::Lost(self.replaced())
         };
+        // The ending first: a reader who finds the holder's record gone would otherwise take the
+        // run for one that never ended. It is written before the locks go, so the next holder's
+        // run comes after it.
+        runs::ended(&self.runs_path, &self.run, end.ending);
         // Clear the record first so nobody reads it as ours after the locks go; closing unlocks.
-        // A record `--min-hold` still keeps stays: it keeps the lock taken until its end.
-        if self
-            .kept_until
-            .is_none_or(|until| until <= SystemTime::now())
+        // A record `--min-hold` still keeps stays: it keeps the lock taken until its end, unless
+        // the run says not to keep it (a failure under --release-on-failure, nothing run).
+        if !end.keep
+            || self
+                .kept_until
+                .is_none_or(|until| until <= SystemTime::now())
         {
             let _ = self
                 .lock

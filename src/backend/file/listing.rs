@@ -114,6 +114,9 @@ impl FileBackend {
             if holders.is_empty() {
                 return Ok(vec![]);
             }
+            // Under the old file's header lock, so no new acquisition's run comes first.
+            let owners: Vec<&str> = holders.iter().map(|h| h.owner.as_str()).collect();
+            super::runs::forced(&FileBackend::runs_path(&path), &owners);
             let replaced = entry::write_fresh(&path, name, header.token()).and_then(|fresh| {
                 fs::rename(&fresh, &path).inspect_err(|_| {
                     let _ = fs::remove_file(&fresh);

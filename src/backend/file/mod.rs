@@ -22,16 +22,17 @@
 //! lock's path may be used (and creates new lock files whole), `naming` turns a lock's name into
 //! its file's name and back, `lock_file` holds the kernel's locks on an open lock file, `lease`
 //! takes a lock (a seat first for `--limit`) and keeps it, `record` writes and reads the holder
-//! records, `kept` makes acquirers wait out the records `--min-hold` keeps, and `listing` answers `status`, `list` and `release --force`; this file is the layout
-//! and the backend's entry points.
+//! records, `kept` makes acquirers wait out the records `--min-hold` keeps, `runs` keeps the last
+//! run and the last success beside the lock file (`STEM.runs`), and `listing` answers `status`,
+//! `list` and `release --force`; this file is the layout and the backend's entry points.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, LockName, LockRequest};
+use crate::lock::{Holder, LastRuns, LockName, LockRequest};
 /// An OS error in words, for the messages of every file of this backend.
 use crate::report::plain as plain_io;
 
@@ -53,9 +54,12 @@ mod entry;
 mod kept;
 mod lease;
 mod listing;
+// Byte-range open file description locks (F_OFD_SETLK, F_OFD_GETLK): fcntl(2) through libc.
+#[allow(unsafe_code)]
 mod lock_file;
 mod naming;
 mod record;
+mod runs;
 
 pub use dir::{default_base, not_ours};
 use entry::open_existing;
@@ -83,6 +87,11 @@ impl FileBackend {
     /// characters (so `/` and `..` never reach the file system), hashed when that would be too long.
     pub fn path_of(&self, name: &LockName) -> PathBuf {
         self.dir.join(format!("{}.lock", file_stem(name)))
+    }
+
+    /// The file of a lock's last runs (see `runs`): beside its lock file, `.runs` for `.lock`.
+    fn runs_path(lock_path: &Path) -> PathBuf {
+        lock_path.with_extension("runs")
     }
 
     /// Opens the lock file for `name` to lock it, creating it if missing, and refuses (before any
@@ -113,7 +122,7 @@ impl Backend for FileBackend {
     fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
         loop {
             match self.attempt(request, &Wait::Never)? {
-                Step::Held(lease) => return Ok(Attempt::Acquired(Box::new(lease))),
+                Step::Held(lease) => return Ok(Attempt::Acquired(lease)),
                 Step::Busy(holders) => return Ok(Attempt::Busy(holders)),
                 Step::Cancelled => return Ok(Attempt::Busy(vec![])),
                 Step::Retry => continue,
@@ -128,7 +137,7 @@ impl Backend for FileBackend {
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
         loop {
             match self.attempt(request, &Wait::Until(waiting))? {
-                Step::Held(lease) => return Ok(Some(Box::new(lease))),
+                Step::Held(lease) => return Ok(Some(lease)),
                 Step::Busy(_) | Step::Cancelled => return Ok(None),
                 Step::Retry => continue,
             }
@@ -141,6 +150,13 @@ impl Backend for FileBackend {
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
         self.list_held(prefix)
+    }
+
+    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+        let path = FileBackend::runs_path(&self.path_of(name));
+        runs::last_runs(&path)
+            .map_err(|e| anyhow!("cannot read {}: {}", path.display(), plain_io(&e)))
+            .fail_with(Failure::BackendUnavailable)
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

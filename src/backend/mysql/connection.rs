@@ -14,7 +14,7 @@ use anyhow::anyhow;
 use mysql::prelude::Queryable;
 
 use super::address::{MyUrl, Tls};
-use super::dial::connect_within;
+use super::dial::{connect_within, NotMade};
 use crate::backend::sql::fault::{connect_while_full, io_words};
 use crate::backend::stop::Stop;
 use crate::exit::{FailWith, Failure};
@@ -239,7 +239,12 @@ impl Conn {
             &self.stop,
             "max_connections",
             Fault::is_full,
-            |budget| connect_within(opts.clone(), budget, &self.stop),
+            |budget| {
+                connect_within(opts.clone(), budget, &self.stop).map_err(|e| match e {
+                    NotMade::Client(e) => fault(e),
+                    NotMade::GaveUp(why) => Fault::Unreachable(why),
+                })
+            },
         )
     }
 
@@ -338,7 +343,7 @@ impl Conn {
     /// right to gets the statement an administrator must run once.
     fn create_schema(&mut self) -> anyhow::Result<()> {
         let prefix = self.url.prefix.clone();
-        let schema = SCHEMA.replace("{p}", &prefix);
+        let schema = crate::backend::sql::runs::fill(&SCHEMA.replace("{p}", &prefix));
         let key = format!("{prefix}schema");
         let wait = self.connect_timeout.as_secs().max(1);
         // On a connection of its own: DDL may take longer than a fifth of a lease.
@@ -369,7 +374,8 @@ impl Conn {
                     .unwrap_or_else(|| "<user>".into());
                 Err(anyhow!(
                     "mysql at {}: cannot create dlock's tables and procedures ({prefix}locks, \
-                     {prefix}tokens, {prefix}queue, {prefix}acquire_v4...): {message}; an \
+                     {prefix}tokens, {prefix}queue, {prefix}runs, {prefix}acquire_v5...): \
+                     {message}; an \
                      administrator must run once: GRANT {rights} ON `{database}`.* TO {user}",
                     self.url.shown,
                 ))

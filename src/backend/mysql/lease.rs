@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use super::connection::{lock, Shared};
 use super::recipe::Recipe;
 use crate::backend::sql::lease::Renewing;
+use crate::backend::sql::runs::Started;
 use crate::backend::{Lease, Released, Renewal};
-use crate::lock::{LockName, LockRequest, Token};
+use crate::lock::{LockName, LockRequest, RunEnd, Token};
 
 pub struct MyLease {
     conn: Shared,
@@ -18,15 +19,18 @@ pub struct MyLease {
     token: Token,
     ttl: Duration,
     renewing: Renewing,
+    /// The record of this run its grant wrote as the last run (`None`: none was answered).
+    run: Option<Started>,
 }
 
 impl MyLease {
-    /// The lease `request` was granted with `token` (asked at `sent`).
+    /// The lease `request` was granted with `token` (asked at `sent`; `run`: the record of the
+    /// run the grant wrote).
     pub fn new(
         conn: Shared,
         recipe: Arc<Recipe>,
         request: &LockRequest,
-        token: Token,
+        (token, run): (Token, Option<Started>),
         sent: Instant,
     ) -> MyLease {
         let shown = lock(&conn).url().shown.clone();
@@ -38,6 +42,7 @@ impl MyLease {
             token,
             ttl: request.ttl,
             renewing: Renewing::new("mysql", shown, request.ttl, sent),
+            run,
         }
     }
 }
@@ -55,10 +60,13 @@ impl Lease for MyLease {
             .renew(|_| recipe.renew(&mut lock(shared), name, owner, ttl))
     }
 
-    fn release(self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
-        let _ = end;
+    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
         let mut conn = lock(&self.conn);
-        match self.recipe.release(&mut conn, &self.name, &self.owner) {
+        let ended = (self.run.as_ref(), end);
+        match self
+            .recipe
+            .release(&mut conn, &self.name, &self.owner, ended)
+        {
             Ok(ours) => Ok(self.renewing.released(ours)),
             Err(f) => Err(conn
                 .error(f)

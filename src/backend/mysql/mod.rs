@@ -49,7 +49,7 @@ use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting
 use crate::backend::sql::record::unreadable_name;
 use crate::backend::sql::wait::connection_for_wait;
 use crate::exit::{FailWith, Failure};
-use crate::lock::{host_name, Holder, LockName, LockRequest, Waiter};
+use crate::lock::{host_name, Holder, LastRuns, LockName, LockRequest, Waiter};
 use address::MyUrl;
 use connection::{lock, Conn, Fault, Shared};
 use lease::MyLease;
@@ -170,11 +170,11 @@ impl Backend for MyBackend {
             .with_context(ctx)?;
         drop(conn);
         match reply {
-            Reply::Granted(token, sent) => Ok(Attempt::Acquired(Box::new(MyLease::new(
+            Reply::Granted(token, sent, run) => Ok(Attempt::Acquired(Box::new(MyLease::new(
                 self.conn.clone(),
                 self.recipe.clone(),
                 request,
-                token,
+                (token, run),
                 sent,
             )))),
             Reply::Busy { .. } => Ok(Attempt::Busy(
@@ -205,6 +205,16 @@ impl Backend for MyBackend {
     }
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+        {
+            // Housekeeping: a refusal (no right) leaves the rows, which nobody sees; a server
+            // that cannot be reached is the listing's failure.
+            let mut conn = lock(&self.conn);
+            if let Err(f @ (Fault::Unreachable(_) | Fault::Full(_))) =
+                self.recipe.expire_runs(&mut conn)
+            {
+                return Err(conn.error(f)).context("cannot list locks");
+            }
+        }
         let rows = self
             .entries(prefix, false, false)
             .context("cannot list locks")?;
@@ -234,6 +244,14 @@ impl Backend for MyBackend {
             }
         }
         Ok(listing)
+    }
+
+    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+        let mut conn = lock(&self.conn);
+        self.recipe
+            .last_runs(&mut conn, name)
+            .map_err(|f| conn.error(f))
+            .with_context(|| format!("cannot read the last runs of lock {:?}", name.as_str()))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

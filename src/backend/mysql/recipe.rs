@@ -12,7 +12,8 @@ use sha2::{Digest, Sha256};
 
 use super::connection::{Conn, Fault};
 use crate::backend::sql::record::RowText;
-use crate::lock::{Holder, Kept, LockName, LockRequest, Mode, Token};
+use crate::backend::sql::runs::{self, Started};
+use crate::lock::{Holder, Kept, LastRuns, LockName, LockRequest, Mode, RunEnd, Token};
 
 /// The condition on the names starting with a prefix (given twice).
 const FROM: &str = "LEFT(name, LENGTH(?)) = ?";
@@ -25,6 +26,8 @@ pub struct Recipe {
     release: String,
     leave: String,
     brk: String,
+    last_runs: String,
+    expire_runs: String,
     holders: String,
     holders_from: String,
     waiters: String,
@@ -36,13 +39,15 @@ pub struct Recipe {
 }
 
 /// The procedures dlock calls (the versions it creates), whose definers `untrusted.sql` reads.
-const ROUTINES: [&str; 6] = [
-    "acquire_v4",
-    "attempt_v1",
+const ROUTINES: [&str; 8] = [
+    "acquire_v5",
+    "attempt_v2",
     "renew_v2",
-    "release_v3",
+    "release_v4",
     "leave_v2",
-    "break_v1",
+    "break_v2",
+    "last_runs_v1",
+    "expire_runs_v1",
 ];
 
 /// The server error code dlock gives its own refusal of an untrusted object (none of MySQL's).
@@ -51,8 +56,9 @@ const UNTRUSTED: u16 = 0;
 /// What an acquisition attempt found.
 pub enum Reply {
     /// The token, and when the call that was granted it was sent (its lease counts from then: a
-    /// first call that had to create the tables first may have taken long before it).
-    Granted(Token, Instant),
+    /// first call that had to create the tables first may have taken long before it); the record
+    /// of this run the grant wrote as the last run, as the server answered it.
+    Granted(Token, Instant, Option<Started>),
     /// Busy: the place in line kept (when one was asked for), and the entry to wait for (none
     /// found: a row dlock cannot read). `waited_out`: the attempt waited the time it was given
     /// on that entry's key, still held; `found_free`: a key it found free (see `Recipe::acquire`).
@@ -98,14 +104,16 @@ impl Recipe {
         Recipe {
             untrusted: with_values(include_str!("untrusted.sql"), &[])
                 .replace("{routines}", &quoted(&ROUTINES))
-                .replace("{tables}", &quoted(&["tokens", "locks", "queue"])),
+                .replace("{tables}", &quoted(&["tokens", "locks", "queue", "runs"])),
             trusted: trusted.to_vec(),
             prefix: prefix.to_owned(),
-            acquire: fill("CALL {p}acquire_v4(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            acquire: fill("CALL {p}acquire_v5(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
             renew: fill("CALL {p}renew_v2(?, ?, ?, ?)"),
-            release: fill("CALL {p}release_v3(?, ?, ?)"),
+            release: fill("CALL {p}release_v4(?, ?, ?, ?, ?, ?, ?, ?)"),
             leave: fill("CALL {p}leave_v2(?, ?, ?, ?)"),
-            brk: fill("CALL {p}break_v1(?)"),
+            brk: fill("CALL {p}break_v2(?)"),
+            last_runs: fill("CALL {p}last_runs_v1(?)"),
+            expire_runs: fill("CALL {p}expire_runs_v1()"),
             holders: fill(include_str!("holders.sql")).replace("{where}", "name = ?"),
             holders_from: fill(include_str!("holders.sql")).replace("{where}", FROM),
             waiters: fill(include_str!("waiters.sql")).replace("{where}", "name = ?"),
@@ -175,7 +183,7 @@ impl Recipe {
 
     /// The lock key (`GET_LOCK`) the session of `owner` holds while it holds or waits for `name`:
     /// the prefix and 128 bits of a hash, within MySQL's 64 characters for any name. Named the
-    /// same way in SQL by `acquire_v4`, which waits on a blocker's key.
+    /// same way in SQL by `acquire_v5`, which waits on a blocker's key.
     pub fn key(&self, owner: &str, name: &str) -> String {
         let mut hash = Sha256::new();
         hash.update(owner.as_bytes());
@@ -219,6 +227,7 @@ impl Recipe {
             ticket.into(),
             hold_ms.into(),
             ms(wait).into(),
+            runs::tail(request).into(),
         ];
         let mut sent = Instant::now();
         let rows = self.run(conn, true, |c| {
@@ -229,10 +238,11 @@ impl Recipe {
             return Err(odd("no answer from acquire"));
         };
         if let Some(token) = int(row, 0) {
+            let run = text(row, 7).and_then(|raw| Started::of(&raw, &request.owner));
             return Token::try_from(token)
                 .ok()
                 .filter(|&t| t > 0)
-                .map(|t| Reply::Granted(t, sent))
+                .map(|t| Reply::Granted(t, sent, run))
                 .ok_or_else(|| odd("a token below 1"));
         }
         let blocker = text(row, 2).map(|owner| Blocker {
@@ -272,10 +282,29 @@ impl Recipe {
         Ok(rows.first().and_then(|r| int(r, 0)).unwrap_or(0) > 0)
     }
 
-    /// Gives up `owner`'s hold: whether it was still ours.
-    pub fn release(&self, conn: &mut Conn, name: &LockName, owner: &str) -> Result<bool, Fault> {
+    /// Gives up `owner`'s hold: whether it was still ours. A `--min-hold` keeps the lock taken
+    /// past this only when `end.keep` says so. Writes how the run ended (`started`: the record
+    /// its grant wrote) into the last run while that record is still unchanged, and as the last
+    /// success when it succeeded.
+    pub fn release(
+        &self,
+        conn: &mut Conn,
+        name: &LockName,
+        owner: &str,
+        (started, end): (Option<&Started>, &RunEnd),
+    ) -> Result<bool, Fault> {
         let key = self.key(owner, name.as_str());
-        let params: Vec<Value> = vec![name.as_str().into(), owner.into(), key.into()];
+        let (word, success) = runs::ending(end);
+        let params: Vec<Value> = vec![
+            name.as_str().into(),
+            owner.into(),
+            key.into(),
+            end.keep.into(),
+            started.map(|s| s.head.as_str()).into(),
+            started.map(|s| s.tail.as_str()).into(),
+            word.into(),
+            success.into(),
+        ];
         let rows = self.run(conn, false, |c| first_set(c, &self.release, params.clone()))?;
         Ok(rows.first().and_then(|r| int(r, 0)).unwrap_or(0) > 0)
     }
@@ -327,6 +356,28 @@ impl Recipe {
         };
         let rows = self.run(conn, true, |c| first_set(c, sql, params.clone()))?;
         Ok(rows.iter().map(|r| holder_of(r, waiting)).collect())
+    }
+
+    /// The last run and the last success of `name`, as stored (never trusted).
+    pub fn last_runs(&self, conn: &mut Conn, name: &LockName) -> Result<LastRuns, Fault> {
+        let params: Vec<Value> = vec![name.as_str().into()];
+        let rows = self.run(conn, true, |c| {
+            first_set(c, &self.last_runs, params.clone())
+        })?;
+        let Some(row) = rows.first() else {
+            return Ok(LastRuns::default());
+        };
+        let bytes = |i: usize| match row.as_ref(i) {
+            Some(Value::Bytes(b)) => Some(b.as_slice()),
+            _ => None,
+        };
+        Ok(runs::last_runs(bytes(0), bytes(1)))
+    }
+
+    /// Deletes the records of names unwritten for `RUN_RECORD_KEPT_FOR` (up to 1000 at a time).
+    pub fn expire_runs(&self, conn: &mut Conn) -> Result<(), Fault> {
+        self.run(conn, true, |c| first_set(c, &self.expire_runs, vec![]))?;
+        Ok(())
     }
 
     /// Removes every holder of `name`; returns them.

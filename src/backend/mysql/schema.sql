@@ -2,7 +2,8 @@
 -- Statements are separated by lines of `;;` (as with the mysql client's DELIMITER); each is sent
 -- alone. Created under GET_LOCK('{p}schema'), so two dlocks creating them at once do not collide;
 -- a procedure that exists already (error 1304) is kept. Procedures are versioned by name (`_v1`,
--- `_v2`): a newer dlock adds its own beside them (an older dlock's stay, for it). Every text is VARBINARY: names compare byte for byte
+-- `_v2`): a newer dlock adds its own beside them (an older dlock's stay, for it, and it makes
+-- them again when they are missing). Every text is VARBINARY: names compare byte for byte
 -- (no collation folds `A` into `a` or ignores a trailing space), and any bytes a client wrote read.
 -- Times are DATETIME(6) in UTC, by the server's clock (UTC_TIMESTAMP(6)), never the client's.
 
@@ -76,6 +77,21 @@ EXECUTE {p}alter
 ;;
 DEALLOCATE PREPARE {p}alter
 ;;
+-- The last run and the last success of each name (src/lock/last_run.rs), each in its one text
+-- form (`Run::record`), its times and token written by the server: the last run by the
+-- transaction that grants, its ending by the one that releases (only while the record is still
+-- that run's, unchanged: the client hands back the record it was answered with). `written_at`:
+-- the last write, by the server's clock; a name unwritten for 400 days is not shown, and its row
+-- is deleted by a later `list` (expire_runs_v1). No index on it: every run writes the row, and
+-- would pay for one. A table of its own, added beside an older dlock's three: an older dlock
+-- neither reads nor writes it. Records are bounded by the columns.
+CREATE TABLE IF NOT EXISTS {p}runs (
+    name VARBINARY(512) NOT NULL PRIMARY KEY,
+    last_run VARBINARY(1024) NULL,
+    last_success VARBINARY(1024) NULL,
+    written_at DATETIME(6) NOT NULL
+) ENGINE = InnoDB
+;;
 -- Extends the caller's own lease by the server's clock (an expired lease is never revived), and
 -- keeps its lock key held by this session (a renewal after a reconnection takes it again); a
 -- lease found gone gives the key up, so whoever waits on it goes on at once. 1: still ours.
@@ -102,15 +118,24 @@ END
 -- Gives up `p_owner`'s hold on `p_name` and its lock key. 1: it was still held.
 -- A row whose --min-hold has not ended stays until then, and no longer (its lease cut to
 -- `kept_until`), marked ended for status; its key goes, so waiters learn at once to wait it out.
--- v3: serialised with every other change of the name by the counter's row lock, as an attempt
+-- Serialised with every other change of the name by the counter's row lock, as an attempt
 -- is, so that an attempt never sees this holder in one statement and not in the next (it would
 -- find nobody to wait for, and wait for its re-check); the key goes after the commit.
-CREATE PROCEDURE {p}release_v3(
-    IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_key VARCHAR(64))
+-- v4: `p_keep` 0 gives the lock up at once, min-hold or not (a run that failed under
+-- --release-on-failure, or ran nothing). Writes how the run ended (`p_ending`, by the server's
+-- clock) into the last run when that is still this run's record, unchanged since its grant
+-- wrote it (`p_head`, ' - - ', `p_tail`: owner ids are never reused, so no later run's record
+-- and no ending is overwritten), also when the lock was lost; and, `p_success`, as the last
+-- success whatever the last run is. No record (`p_head` NULL): nothing written.
+CREATE PROCEDURE {p}release_v4(
+    IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_key VARCHAR(64), IN p_keep TINYINT,
+    IN p_head VARBINARY(128), IN p_tail VARBINARY(1024), IN p_ending VARBINARY(32),
+    IN p_success TINYINT)
 BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_held BIGINT;
     DECLARE v_counters BIGINT;
+    DECLARE v_ended VARBINARY(1024);
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         ROLLBACK;
@@ -124,10 +149,20 @@ BEGIN
                    WHERE name = p_name AND owner = p_owner AND expires_at > v_now);
     UPDATE {p}locks SET expires_at = kept_until, kept_note = CONCAT(kept_note, ' ended')
      WHERE name = p_name AND owner = p_owner AND expires_at > v_now AND kept_until > v_now
-       AND kept_note NOT LIKE '% ended';
+       AND kept_note NOT LIKE '% ended' AND p_keep;
     DELETE FROM {p}locks
      WHERE name = p_name AND owner = p_owner
-       AND (kept_until IS NULL OR kept_until <= v_now OR expires_at <= v_now);
+       AND (NOT p_keep OR kept_until IS NULL OR kept_until <= v_now OR expires_at <= v_now);
+    IF p_head IS NOT NULL THEN
+        SET v_ended = CONCAT(p_head, ' ', TIMESTAMPDIFF(MICROSECOND, '1970-01-01', v_now) DIV 1000,
+                             ' ', p_ending, ' ', p_tail);
+        UPDATE {p}runs SET last_run = v_ended, written_at = v_now
+         WHERE name = p_name AND last_run = CONCAT(p_head, ' - - ', p_tail);
+        IF p_success THEN
+            INSERT INTO {p}runs (name, last_success, written_at) VALUES (p_name, v_ended, v_now)
+                ON DUPLICATE KEY UPDATE last_success = v_ended, written_at = v_now;
+        END IF;
+    END IF;
     COMMIT;
     IF IS_USED_LOCK(p_key) <=> CONNECTION_ID() THEN DO RELEASE_LOCK(p_key); END IF;
     SELECT v_held;
@@ -154,24 +189,59 @@ END
 ;;
 -- Breaks `p_name` for every holder (`release --force`): returns the rows it removes. Their
 -- sessions keep their keys until each notices at its next renewal and gives its key up.
-CREATE PROCEDURE {p}break_v1(IN p_name VARBINARY(512))
+-- v2: a removed holder whose lease still ran and whose run is the last run, not ended, has that
+-- run ended `forced` now, by the server's clock (its own release then finds the record changed,
+-- and leaves it so). The record is read as bytes of any content: only one of dlock's form is
+-- changed.
+CREATE PROCEDURE {p}break_v2(IN p_name VARBINARY(512))
 BEGIN
+    DECLARE v_now DATETIME(6);
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         ROLLBACK;
         RESIGNAL;
     END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
     INSERT INTO {p}tokens (name, last_token) VALUES (p_name, 0)
         ON DUPLICATE KEY UPDATE last_token = last_token;
+    SET v_now = UTC_TIMESTAMP(6);
     SELECT name, owner, mode, CAST(token AS CHAR), TIMESTAMPDIFF(SECOND, '1970-01-01', since),
            CAST(pid AS CHAR), host, message, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at)
-      FROM {p}locks WHERE name = p_name AND expires_at > UTC_TIMESTAMP(6)
+      FROM {p}locks WHERE name = p_name AND expires_at > v_now
      ORDER BY token FOR UPDATE;
+    UPDATE {p}runs
+       SET last_run = CONCAT(SUBSTRING_INDEX(last_run, ' ', 3), ' ',
+                             TIMESTAMPDIFF(MICROSECOND, '1970-01-01', v_now) DIV 1000, ' forced ',
+                             SUBSTRING(last_run, LENGTH(SUBSTRING_INDEX(last_run, ' ', 5)) + 2)),
+           written_at = v_now
+     WHERE name = p_name AND SUBSTRING_INDEX(last_run, ' ', 1) = 'run1'
+       AND SUBSTRING_INDEX(SUBSTRING_INDEX(last_run, ' ', 4), ' ', -1) = '-'
+       AND SUBSTRING_INDEX(SUBSTRING_INDEX(last_run, ' ', 5), ' ', -1) = '-'
+       AND LENGTH(SUBSTRING_INDEX(last_run, ' ', 7)) < LENGTH(last_run)
+       AND SUBSTRING_INDEX(SUBSTRING_INDEX(last_run, ' ', 7), ' ', -1) IN
+           (SELECT owner FROM {p}locks WHERE name = p_name AND expires_at > v_now);
     DELETE FROM {p}locks WHERE name = p_name;
     COMMIT;
 END
-
+;;
+-- Deletes up to 1000 rows of `{p}runs` of names unwritten for 400 days (which no read shows).
+-- Called by `list`, before its listing: rarely, and it reads the whole table (a run pays for no
+-- index on `written_at`).
+CREATE PROCEDURE {p}expire_runs_v1()
+BEGIN
+    DELETE FROM {p}runs WHERE written_at < UTC_TIMESTAMP(6) - INTERVAL {kept_days} DAY LIMIT 1000;
+END
+;;
+-- The last run and the last success of `p_name` as stored (any bytes: other clients may write
+-- this table), at most {read} bytes of each (`Run::from_record` finds a longer one unreadable),
+-- not shown once the name has gone unwritten for 400 days. A procedure, so that the EXECUTE a
+-- user has on the database is all it needs to read them.
+CREATE PROCEDURE {p}last_runs_v1(IN p_name VARBINARY(512))
+BEGIN
+    SELECT LEFT(last_run, {read}), LEFT(last_success, {read}) FROM {p}runs
+     WHERE name = p_name AND written_at > UTC_TIMESTAMP(6) - INTERVAL {kept_days} DAY;
+END
 ;;
 -- One acquisition attempt on `p_name`, serialised with every other change of that name by the
 -- row lock on its counter, all in one transaction on the server (a client paused mid-way holds
@@ -188,17 +258,23 @@ END
 -- holder let go and its key is free: wait for its end, not on its key).
 -- A new place in line is written with who waits (since, pid, host, message: for status) in the
 -- same statement; the blocker is judged by the same reading of the stored modes as the count (a
--- garbled `limit:` row is exclusive in both). What it found goes out in `o_*` (acquire_v4 answers
+-- garbled `limit:` row is exclusive in both). What it found goes out in `o_*` (acquire_v5 answers
 -- it): the token granted, or the place in line kept and the blocker.
-CREATE PROCEDURE {p}attempt_v1(
+-- v2: a grant also writes its run as the name's last run, `run1 TOKEN ACQUIRED_MS - - ` and
+-- `p_tail` (`PID OWNER HOST[\tMESSAGE]`, the client's), and answers it (`o_run`); a grant found
+-- already made answers the record that grant wrote, made again from its row.
+CREATE PROCEDURE {p}attempt_v2(
     IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_mode VARBINARY(32), IN p_limit INT,
     IN p_ttl_ms BIGINT, IN p_pid BIGINT, IN p_host VARBINARY(255), IN p_message VARBINARY(1024),
     IN p_key VARCHAR(64), IN p_queue TINYINT, IN p_ticket BIGINT, IN p_hold_ms BIGINT,
+    IN p_tail VARBINARY(1024),
     OUT o_token BIGINT, OUT o_ticket BIGINT, OUT o_blocker VARBINARY(64), OUT o_blocker_us BIGINT,
-    OUT o_blocker_gone TINYINT)
+    OUT o_blocker_gone TINYINT, OUT o_run VARBINARY(1024))
 attempt: BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_mine BIGINT DEFAULT NULL;
+    DECLARE v_since DATETIME(6) DEFAULT NULL;
+    DECLARE v_run VARBINARY(1024);
     DECLARE v_last BIGINT;
     DECLARE v_kind CHAR(1);
     DECLARE v_ticket BIGINT DEFAULT NULL;
@@ -241,6 +317,7 @@ attempt: BEGIN
     -- Granted already, to this very acquisition (owner ids are never reused), by an attempt whose
     -- answer was lost on the way: the same grant, its lease renewed.
     SET v_mine = (SELECT token FROM {p}locks WHERE name = p_name AND owner = p_owner);
+    SET v_since = (SELECT since FROM {p}locks WHERE name = p_name AND owner = p_owner);
     IF v_mine IS NOT NULL THEN
         UPDATE {p}locks
            SET expires_at = GREATEST(v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND,
@@ -249,6 +326,9 @@ attempt: BEGIN
         DELETE FROM {p}queue WHERE ticket = v_ticket;
         COMMIT;
         SET o_token = v_mine;
+        SET o_run = CONCAT('run1 ', v_mine, ' ',
+                           TIMESTAMPDIFF(MICROSECOND, '1970-01-01', v_since) DIV 1000, ' - - ',
+                           p_tail);
         LEAVE attempt;
     END IF;
     SELECT COALESCE(SUM(k = 'x'), 0), COALESCE(SUM(k = 'l'), 0), COUNT(*)
@@ -285,8 +365,13 @@ attempt: BEGIN
         IF v_ticket IS NOT NULL THEN
             DELETE FROM {p}queue WHERE ticket = v_ticket;
         END IF;
+        SET v_run = CONCAT('run1 ', v_last + 1, ' ',
+                           TIMESTAMPDIFF(MICROSECOND, '1970-01-01', v_now) DIV 1000, ' - - ',
+                           p_tail);
+        INSERT INTO {p}runs (name, last_run, written_at) VALUES (p_name, v_run, v_now)
+            ON DUPLICATE KEY UPDATE last_run = v_run, written_at = v_now;
         COMMIT;
-        SET o_token = v_last + 1;
+        SET o_token = v_last + 1, o_run = v_run;
     ELSE
         IF p_queue THEN
             IF v_ticket IS NULL THEN
@@ -334,7 +419,7 @@ END attempt
 ;;
 -- Created last: every lock starts with this call, so a dlock that finds it has the other
 -- procedures too (a first run still making them cannot be overtaken by another's release).
--- An attempt (attempt_v1); a busy one that took or kept a place in line then waits, for up to
+-- An attempt (attempt_v2); a busy one that took or kept a place in line then waits, for up to
 -- `p_wait_ms` (and no longer than the blocker's lease or place lasts), on the blocker's lock key,
 -- the prefix and the first 128 bits of SHA-256(owner, 0, name) in hexadecimal as dlock names it;
 -- when the key frees (or was free), it lets it go and tries once more. So the common wait of a
@@ -343,11 +428,12 @@ END attempt
 -- out on this blocker's key (still held: the caller goes on waiting on it), and `found_free`
 -- the owner whose key was free (when the last attempt names it again, its key is not held by its
 -- entry: the caller does not wait on it, which would end at once, but until the entry's end).
-CREATE PROCEDURE {p}acquire_v4(
+-- v5: the attempt writes its run as the last run (see attempt_v2); `run` answers it.
+CREATE PROCEDURE {p}acquire_v5(
     IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_mode VARBINARY(32), IN p_limit INT,
     IN p_ttl_ms BIGINT, IN p_pid BIGINT, IN p_host VARBINARY(255), IN p_message VARBINARY(1024),
     IN p_key VARCHAR(64), IN p_queue TINYINT, IN p_ticket BIGINT, IN p_hold_ms BIGINT,
-    IN p_wait_ms BIGINT)
+    IN p_wait_ms BIGINT, IN p_tail VARBINARY(1024))
 BEGIN
     DECLARE v_token BIGINT;
     DECLARE v_ticket BIGINT;
@@ -358,8 +444,10 @@ BEGIN
     DECLARE v_free INT DEFAULT NULL;
     DECLARE v_waited_out TINYINT DEFAULT 0;
     DECLARE v_found_free VARBINARY(64) DEFAULT NULL;
-    CALL {p}attempt_v1(p_name, p_owner, p_mode, p_limit, p_ttl_ms, p_pid, p_host, p_message, p_key,
-                       p_queue, p_ticket, p_hold_ms, v_token, v_ticket, v_blocker, v_us, v_gone);
+    DECLARE v_run VARBINARY(1024) DEFAULT NULL;
+    CALL {p}attempt_v2(p_name, p_owner, p_mode, p_limit, p_ttl_ms, p_pid, p_host, p_message, p_key,
+                       p_queue, p_ticket, p_hold_ms, p_tail, v_token, v_ticket, v_blocker, v_us,
+                       v_gone, v_run);
     IF v_token IS NULL AND v_ticket IS NOT NULL AND p_wait_ms > 0 AND v_blocker IS NOT NULL
        AND v_gone = 0 THEN
         SET v_key = CONCAT('{p}', LEFT(SHA2(CONCAT(v_blocker, X'00', p_name), 256), 32));
@@ -373,14 +461,14 @@ BEGIN
         IF v_free = 1 THEN
             DO RELEASE_LOCK(v_key);
             SET v_found_free = v_blocker;
-            CALL {p}attempt_v1(p_name, p_owner, p_mode, p_limit, p_ttl_ms, p_pid, p_host,
-                               p_message, p_key, p_queue, v_ticket, p_hold_ms, v_token, v_ticket,
-                               v_blocker, v_us, v_gone);
+            CALL {p}attempt_v2(p_name, p_owner, p_mode, p_limit, p_ttl_ms, p_pid, p_host,
+                               p_message, p_key, p_queue, v_ticket, p_hold_ms, p_tail, v_token,
+                               v_ticket, v_blocker, v_us, v_gone, v_run);
         ELSE
             SET v_waited_out = 1;
         END IF;
     END IF;
     SELECT v_token AS granted_token, v_ticket AS queue_ticket, v_blocker AS blocker,
            v_us AS blocker_us, COALESCE(v_gone, 0) AS blocker_gone, v_waited_out AS waited_out,
-           v_found_free AS found_free;
+           v_found_free AS found_free, v_run AS run;
 END

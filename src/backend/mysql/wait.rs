@@ -61,14 +61,14 @@ pub fn wait(
             recipe.acquire(&mut conn, request, me, true, ticket, slice)
         });
         let (blocker, spent, holders) = match attempt {
-            Ok(Reply::Granted(token, sent)) => {
+            Ok(Reply::Granted(token, sent, run)) => {
                 drop(conn);
                 waiting.reachable();
                 return Ok(Some(Box::new(MyLease::new(
                     shared.clone(),
                     recipe.clone(),
                     request,
-                    token,
+                    (token, run),
                     sent,
                 ))));
             }

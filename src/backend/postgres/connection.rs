@@ -20,6 +20,7 @@ use tokio_postgres::{AsyncMessage, Client, Notification};
 use super::address::{PgUrl, Tls};
 use super::tls::client_config;
 use super::wire;
+use crate::backend::blocking;
 use crate::backend::sql::fault::{connect_while_full, io_words};
 use crate::backend::stop::{Stop, STOPPED};
 use crate::exit::{FailWith, Failure};
@@ -188,12 +189,7 @@ fn read_messages<S, T>(
 
 impl Conn {
     pub fn new(url: Arc<PgUrl>, connect_timeout: Duration) -> anyhow::Result<Conn> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            // Signals are the supervisor's: never let one land in a runtime thread (a blocking
-            // thread resolving a host name).
-            .on_thread_start(crate::signal::mask::block_all_in_this_thread)
-            .enable_all()
-            .build()
+        let runtime = blocking::runtime(None)
             .map_err(|e| anyhow!("cannot start the PostgreSQL client: {e}"))?;
         Ok(Conn {
             runtime,
@@ -359,9 +355,11 @@ impl Conn {
         let sql = format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
              SELECT pg_catalog.pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n{}",
-            SCHEMA
-                .replace("{p}", &self.url.prefix)
-                .replace("{s}", &schema)
+            crate::backend::sql::runs::fill(
+                &SCHEMA
+                    .replace("{p}", &self.url.prefix)
+                    .replace("{s}", &schema)
+            )
         );
         let result = self.call(budget, |c| async move { c.batch_execute(&sql).await });
         match result {
@@ -383,12 +381,10 @@ impl Conn {
                     .and_then(|row| row.try_get::<_, String>(0).ok())
                     .unwrap_or_else(|| "GRANT CREATE ON SCHEMA public TO <user>".into());
                 Err(anyhow!(
-                    "postgres at {}: cannot create dlock's tables ({}locks, {}tokens, {}queue): \
-                     {message}; an administrator must run once: {grant}",
+                    "postgres at {}: cannot create dlock's tables ({p}locks, {p}tokens, {p}queue, \
+                     {p}runs): {message}; an administrator must run once: {grant}",
                     self.url.shown,
-                    self.url.prefix,
-                    self.url.prefix,
-                    self.url.prefix
+                    p = self.url.prefix,
                 ))
                 .fail_with(Failure::BackendUnavailable)
             }

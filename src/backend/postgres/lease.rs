@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use super::connection::{lock, Shared};
 use super::recipe::Recipe;
 use crate::backend::sql::lease::Renewing;
+use crate::backend::sql::runs::Started;
 use crate::backend::{Lease, Released, Renewal};
-use crate::lock::{LockName, LockRequest, Token};
+use crate::lock::{LockName, LockRequest, RunEnd, Token};
 
 /// Longest one renewal attempt may wait for its answer: the supervisor renews from the thread
 /// that also forwards signals and reaps the command.
@@ -26,16 +27,18 @@ pub struct PgLease {
     kept: bool,
     /// Granted free, to a lock nobody held or waited for (see `Recipe::release`).
     free: bool,
+    /// The record of this run its grant wrote as the last run (`None`: none was answered).
+    run: Option<Started>,
 }
 
 impl PgLease {
     /// The lease `request` was granted with `token` (asked at `sent`; `free`: to a lock nobody
-    /// held or waited for).
+    /// held or waited for; `run`: the record of the run the grant wrote).
     pub fn granted(
         conn: Shared,
         recipe: Arc<Recipe>,
         request: &LockRequest,
-        (token, free): (Token, bool),
+        (token, free, run): (Token, bool, Option<Started>),
         sent: Instant,
     ) -> PgLease {
         let shown = lock(&conn).url().shown.clone();
@@ -49,6 +52,7 @@ impl PgLease {
             renewing: Renewing::new("postgres", shown, request.ttl, sent),
             kept: request.min_hold.is_some(),
             free,
+            run,
         }
     }
 }
@@ -73,8 +77,8 @@ impl Lease for PgLease {
         })
     }
 
-    fn release(self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
-        let _ = end;
+    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
+        let ended = (self.run.as_ref(), end);
         let mut conn = lock(&self.conn);
         let lost = self.renewing.is_lost();
         let budget = if lost {
@@ -82,10 +86,11 @@ impl Lease for PgLease {
         } else {
             conn.connect_timeout()
         };
-        if self.kept && !lost {
+        // `end.keep` false: the min-hold keeps nothing, the lock goes at once.
+        if self.kept && !lost && end.keep {
             match self
                 .recipe
-                .let_go(&mut conn, budget, &self.name, &self.owner)
+                .let_go(&mut conn, budget, &self.name, &self.owner, ended)
             {
                 Ok(true) => return Ok(Released::Held),
                 // The min-hold is over (or the lock lost): as without one.
@@ -99,7 +104,7 @@ impl Lease for PgLease {
         }
         match self
             .recipe
-            .release(&mut conn, budget, &self.name, &self.owner, self.free)
+            .release(&mut conn, budget, &self.name, &self.owner, self.free, ended)
         {
             Ok(ours) => Ok(self.renewing.released(ours)),
             Err(f) => Err(conn

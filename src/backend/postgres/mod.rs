@@ -59,9 +59,9 @@ use anyhow::Context;
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::backend::sql::record::unreadable_name;
 use crate::backend::sql::wait::connection_for_wait;
-use crate::lock::{host_name, Holder, LockName, LockRequest};
+use crate::lock::{host_name, Holder, LastRuns, LockName, LockRequest};
 use address::PgUrl;
-use connection::{lock, Conn, Shared};
+use connection::{lock, Conn, Fault, Shared};
 use lease::PgLease;
 use recipe::{Entry, Me, Recipe, Reply};
 
@@ -168,13 +168,15 @@ impl Backend for PgBackend {
         .with_context(ctx)?;
         drop(conn);
         match reply {
-            Reply::Granted { token, free } => Ok(Attempt::Acquired(Box::new(PgLease::granted(
-                self.conn.clone(),
-                self.recipe.clone(),
-                request,
-                (token, free),
-                sent,
-            )))),
+            Reply::Granted { token, free, run } => {
+                Ok(Attempt::Acquired(Box::new(PgLease::granted(
+                    self.conn.clone(),
+                    self.recipe.clone(),
+                    request,
+                    (token, free, run),
+                    sent,
+                ))))
+            }
             Reply::Busy { .. } => Ok(Attempt::Busy(self.holders(&request.name))),
         }
     }
@@ -200,6 +202,17 @@ impl Backend for PgBackend {
     }
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+        {
+            // Housekeeping: a refusal (no right to delete) leaves the rows, which nobody sees; a
+            // server that cannot be reached is the listing's failure.
+            let mut conn = lock(&self.conn);
+            let budget = conn.connect_timeout();
+            if let Err(f @ (Fault::Unreachable(_) | Fault::Full(_))) =
+                self.recipe.expire_runs(&mut conn, budget)
+            {
+                return Err(conn.error(f)).context("cannot list locks");
+            }
+        }
         let rows = self.entries(prefix, false).context("cannot list locks")?;
         let mut by_name: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
         for entry in rows {
@@ -217,6 +230,15 @@ impl Backend for PgBackend {
             }
         }
         Ok(listing)
+    }
+
+    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+        let mut conn = lock(&self.conn);
+        let budget = conn.connect_timeout();
+        self.recipe
+            .last_runs(&mut conn, budget, name)
+            .map_err(|f| conn.error(f))
+            .with_context(|| format!("cannot read the last runs of lock {:?}", name.as_str()))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

@@ -1,6 +1,8 @@
 //! The statements dlock sends (the `.sql` files beside this one, with the table prefix filled
 //! in), each one round trip (`query_typed`: no separate prepare; a transaction of several is sent
-//! at once), and what their rows mean.
+//! at once), and what their rows mean. Those that end a run are in `ending`.
+
+mod ending;
 
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ use tokio_postgres::{Client, Row};
 use super::connection::{Conn, Fault};
 use super::rows::entry_of;
 pub use super::rows::{holders_of, Entry};
+use crate::backend::sql::runs::{self, Started};
 use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
 
 /// The statements, with the prefix filled in.
@@ -30,6 +33,10 @@ pub struct Recipe {
     keep: String,
     renew_kept: String,
     let_go: String,
+    /// The last run and the last success of a name; the deletion of those of names unwritten for
+    /// long (`list`).
+    last_runs: String,
+    expire_runs: String,
     /// The prefix of each waiter's notification channel (`PREFIX` + owner id).
     channel: String,
     /// Sent first in a connection's first transaction: refuses objects of untrusted roles
@@ -48,11 +55,11 @@ pub struct Guard {
 /// The functions dlock calls (each version it creates), which `untrusted.sql` checks.
 const FUNCTIONS: [&str; 6] = [
     "kind_v2",
-    "acquire_v3",
+    "acquire_v4",
     "wake_v2",
-    "release_v2",
+    "release_v3",
     "leave_v2",
-    "break_v2",
+    "break_v3",
 ];
 
 /// The marker `untrusted.sql` puts before its finding, read back from the server's error.
@@ -63,8 +70,13 @@ const TRIGGERS: &str = "dlock-triggers: ";
 
 /// What an acquisition attempt found.
 pub enum Reply {
-    /// `free`: by a run's first attempt, to a lock nobody held or waited for.
-    Granted { token: Token, free: bool },
+    /// `free`: by a run's first attempt, to a lock nobody held or waited for. `run`: the record
+    /// of this run the grant wrote as the last run, as the server answered it.
+    Granted {
+        token: Token,
+        free: bool,
+        run: Option<Started>,
+    },
     /// Busy: the place in line kept (when one was asked for), and when the first lease would run
     /// out (none when the lock waits only for waiters ahead).
     Busy {
@@ -81,7 +93,7 @@ pub struct Me {
 
 impl Recipe {
     pub fn new(prefix: &str, trusted: &[String]) -> Recipe {
-        let fill = |sql: &str| sql.replace("{p}", prefix);
+        let fill = |sql: &str| runs::fill(&sql.replace("{p}", prefix));
         let functions: Vec<String> = FUNCTIONS.iter().map(|f| format!("'{prefix}{f}'")).collect();
         Recipe {
             lock_count: fill(include_str!("lock_count.sql")),
@@ -96,6 +108,8 @@ impl Recipe {
             keep: fill(include_str!("keep.sql")),
             renew_kept: fill(include_str!("renew_kept.sql")),
             let_go: fill(include_str!("let_go.sql")),
+            last_runs: fill(include_str!("last_runs.sql")),
+            expire_runs: fill(include_str!("expire_runs.sql")),
             channel: prefix.to_owned(),
             guard: Guard {
                 sql: fill(include_str!("untrusted.sql"))
@@ -187,6 +201,7 @@ impl Recipe {
         };
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
         let listen = listen.map(|c| format!("LISTEN \"{c}\""));
+        let tail = runs::tail(request);
         let row = self.run(conn, budget, true, true, |client, guard| {
             let listen = listen.clone();
             let (name, owner, mode, host) = (
@@ -196,8 +211,9 @@ impl Recipe {
                 me.host.clone(),
             );
             let (pid, sql, message) = (me.pid, self.acquire.clone(), request.message.clone());
+            let tail = tail.clone();
             async move {
-                let params: [(&(dyn ToSql + Sync), Type); 10] = [
+                let params: [(&(dyn ToSql + Sync), Type); 11] = [
                     (&name, Type::TEXT),
                     (&owner, Type::TEXT),
                     (&mode, Type::TEXT),
@@ -208,6 +224,7 @@ impl Recipe {
                     (&queue, Type::BOOL),
                     (&ticket, Type::INT8),
                     (&message, Type::TEXT),
+                    (&tail, Type::TEXT),
                 ];
                 let attempt = read_committed(&client, guard, None, &sql, &params);
                 let rows = match &listen {
@@ -228,7 +245,8 @@ impl Recipe {
         };
         let granted: Option<i64> = row.try_get(0).map_err(|_| odd("acquire"))?;
         if let Some(token) = granted {
-            return self.granted(conn, budget, request, token, false);
+            let run: Option<String> = row.try_get(3).map_err(|_| odd("acquire"))?;
+            return self.granted(conn, budget, request, token, false, run);
         }
         let ticket: Option<i64> = row.try_get(1).map_err(|_| odd("acquire"))?;
         let retry_ms: Option<i64> = row.try_get(2).map_err(|_| odd("acquire"))?;
@@ -248,6 +266,7 @@ impl Recipe {
         me: &Me,
     ) -> Result<Option<Reply>, Fault> {
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
+        let tail = runs::tail(request);
         let rows = self.run(conn, budget, true, false, |client, guard| {
             let (name, owner, mode, host) = (
                 request.name.as_str().to_owned(),
@@ -255,9 +274,9 @@ impl Recipe {
                 request.mode.to_wire(),
                 me.host.clone(),
             );
-            let (pid, message) = (me.pid, request.message.clone());
+            let (pid, message, tail) = (me.pid, request.message.clone(), tail.clone());
             async move {
-                let params: [(&(dyn ToSql + Sync), Type); 7] = [
+                let params: [(&(dyn ToSql + Sync), Type); 8] = [
                     (&name, Type::TEXT),
                     (&owner, Type::TEXT),
                     (&mode, Type::TEXT),
@@ -265,6 +284,7 @@ impl Recipe {
                     (&pid, Type::INT8),
                     (&host, Type::TEXT),
                     (&message, Type::TEXT),
+                    (&tail, Type::TEXT),
                 ];
                 self.after_lock_count(&client, guard, &name, &self.acquire_free, &params)
                     .await
@@ -273,13 +293,16 @@ impl Recipe {
         match rows.first() {
             Some(row) => {
                 let token = row.try_get(0).map_err(|_| odd("acquire"))?;
-                self.granted(conn, budget, request, token, true).map(Some)
+                let run: Option<String> = row.try_get(1).map_err(|_| odd("acquire"))?;
+                self.granted(conn, budget, request, token, true, run)
+                    .map(Some)
             }
             None => Ok(None),
         }
     }
 
-    /// The grant of `token`, checked, and made to outlast its holder by `--min-hold`.
+    /// The grant of `token`, checked, and made to outlast its holder by `--min-hold`; `run`: the
+    /// record of this run the grant answered.
     fn granted(
         &self,
         conn: &mut Conn,
@@ -287,6 +310,7 @@ impl Recipe {
         request: &LockRequest,
         token: i64,
         free: bool,
+        run: Option<String>,
     ) -> Result<Reply, Fault> {
         let token = Token::try_from(token)
             .ok()
@@ -300,7 +324,8 @@ impl Recipe {
                 return Err(odd("the lock just granted is gone"));
             }
         }
-        Ok(Reply::Granted { token, free })
+        let run = run.and_then(|raw| Started::of(&raw, &request.owner));
+        Ok(Reply::Granted { token, free, run })
     }
 
     /// `lock_count.sql` for `name`, then `sql`, in one transaction (see `read_committed`):
@@ -338,19 +363,6 @@ impl Recipe {
         self.own_row(conn, budget, sql, name, owner, ttl, false)
     }
 
-    /// For a holder with `--min-hold` whose command ended: keeps its row until the min-hold's end.
-    /// False when that has passed (or the lock is no longer ours): then release it as usual.
-    pub fn let_go(
-        &self,
-        conn: &mut Conn,
-        budget: Duration,
-        name: &LockName,
-        owner: &str,
-    ) -> Result<bool, Fault> {
-        let sql = &self.let_go;
-        self.own_row(conn, budget, sql, name, owner, Duration::ZERO, false)
-    }
-
     /// Runs `sql`, an UPDATE of the caller's own live row (`$1` name, `$2` owner, `$3` a duration in
     /// ms) that returns a row when it applied; `creating`: makes dlock's schema first if it is
     /// missing (or older).
@@ -375,63 +387,6 @@ impl Recipe {
             }
         })?;
         Ok(!rows.is_empty())
-    }
-
-    /// Gives up `owner`'s hold on `name`: whether it was still ours. `free`: it was granted free
-    /// (see `acquire_free`), so most likely nobody waits, and the plain-SQL release is tried
-    /// first; one granted after a wait is likely to have others in line behind it, and goes
-    /// straight to release_v2, which wakes them.
-    pub fn release(
-        &self,
-        conn: &mut Conn,
-        budget: Duration,
-        name: &LockName,
-        owner: &str,
-        free: bool,
-    ) -> Result<bool, Fault> {
-        if free {
-            if let Some(held) = self.release_free(conn, budget, name, owner)? {
-                return Ok(held);
-            }
-        }
-        let rows = self.run(conn, budget, false, true, |client, guard| {
-            let (name, owner, sql) = (name.as_str().to_owned(), owner.to_owned(), &self.release);
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 2] =
-                    [(&name, Type::TEXT), (&owner, Type::TEXT)];
-                read_committed(&client, guard, None, sql, &params).await
-            }
-        })?;
-        Ok(rows
-            .first()
-            .and_then(|r| r.try_get::<_, bool>(0).ok())
-            .unwrap_or(false))
-    }
-
-    /// `release_free.sql`: whether the lock was still ours, or `None` when someone is in line
-    /// (then nothing was done).
-    fn release_free(
-        &self,
-        conn: &mut Conn,
-        budget: Duration,
-        name: &LockName,
-        owner: &str,
-    ) -> Result<Option<bool>, Fault> {
-        let rows = self.run(conn, budget, false, false, |client, guard| {
-            let (name, owner) = (name.as_str().to_owned(), owner.to_owned());
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 2] =
-                    [(&name, Type::TEXT), (&owner, Type::TEXT)];
-                self.after_lock_count(&client, guard, &name, &self.release_free, &params)
-                    .await
-            }
-        })?;
-        let row = rows.first().ok_or_else(|| odd("release"))?;
-        let waits: bool = row.try_get(0).map_err(|_| odd("release"))?;
-        if waits {
-            return Ok(None);
-        }
-        row.try_get(1).map(Some).map_err(|_| odd("release"))
     }
 
     /// Leaves the line (a waiter that gave up).

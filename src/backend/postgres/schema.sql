@@ -5,7 +5,8 @@
 -- to the system catalog and names everything of dlock's with its schema: a caller's search path
 -- (which may list a schema others can create in, `public` before PostgreSQL 15) never decides
 -- which function or operator runs inside (the CVE-2018-1058 class). v2 of each (v3 of acquire):
--- the first with the pinned path.
+-- the first with the pinned path; v4 of acquire, v3 of release and break: the first that write
+-- the last runs.
 
 -- The fencing counter of each name: the last token handed out. Updated in the transaction that
 -- grants, so it is as durable as the grant; never a sequence, which may go back after a failover.
@@ -35,6 +36,21 @@ CREATE TABLE IF NOT EXISTS {s}.{p}queue (
     owner text NOT NULL,
     mode text NOT NULL,
     alive_until timestamptz NOT NULL
+);
+
+-- The last run and the last success of each name (src/lock/last_run.rs), each in its one text
+-- form (`Run::record`), its times and token written by the server: the last run by the
+-- transaction that grants, its ending by the one that releases (only while the record is still
+-- that run's, unchanged: the client hands back the record it was answered with). `written_at`:
+-- the last write, by the server's clock; a name unwritten for 400 days is not shown, and its row
+-- is deleted by a later `list` (expire_runs.sql). No index on it: every run writes the row, and
+-- would pay for one. A table of its own, added beside an older dlock's three: an older dlock
+-- neither reads nor writes it.
+CREATE TABLE IF NOT EXISTS {s}.{p}runs (
+    name text PRIMARY KEY,
+    last_run text,
+    last_success text,
+    written_at timestamptz NOT NULL
 );
 
 -- Added after the first release (tables made by an older dlock gain them here): the holder's
@@ -89,13 +105,18 @@ $$;
 -- v2: a live row of `p_owner` is this acquisition's own, granted to an earlier attempt whose
 -- caller stopped waiting for the answer (it timed out, the transaction still committed): it is
 -- taken as granted, with its token and a fresh lease, never inserted twice nor waited behind.
-CREATE OR REPLACE FUNCTION {s}.{p}acquire_v3(
+-- v4: a grant also writes its run as the name's last run, `run1 TOKEN ACQUIRED_MS - - ` and
+-- `p_tail` (`PID OWNER HOST[\tMESSAGE]`, the client's), and answers it (`run`); a grant found
+-- already made answers the record that grant wrote, made again from its row.
+CREATE OR REPLACE FUNCTION {s}.{p}acquire_v4(
     p_name text, p_owner text, p_mode text, p_limit integer, p_ttl_ms bigint, p_pid bigint,
-    p_host text, p_queue boolean, p_ticket bigint, p_message text
-) RETURNS TABLE (granted_token bigint, queue_ticket bigint, retry_ms bigint)
+    p_host text, p_queue boolean, p_ticket bigint, p_message text, p_tail text
+) RETURNS TABLE (granted_token bigint, queue_ticket bigint, retry_ms bigint, run text)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz;
+    v_since timestamptz;
+    v_run text;
     v_last bigint;
     v_kind text := {s}.{p}kind_v2(p_mode);
     v_excl bigint;
@@ -112,10 +133,12 @@ BEGIN
     DELETE FROM {s}.{p}queue q WHERE q.name = p_name AND q.alive_until <= v_now;
     UPDATE {s}.{p}locks l SET expires_at = v_now + p_ttl_ms * interval '1 millisecond'
      WHERE l.name = p_name AND l.owner = p_owner
-    RETURNING l.token INTO v_own;
+    RETURNING l.token, l.since INTO v_own, v_since;
     IF v_own IS NOT NULL THEN
         DELETE FROM {s}.{p}queue q WHERE q.name = p_name AND q.owner = p_owner;
-        RETURN QUERY SELECT v_own, NULL::bigint, NULL::bigint;
+        RETURN QUERY SELECT v_own, NULL::bigint, NULL::bigint,
+            'run1 ' || v_own || ' ' || floor(extract(epoch FROM v_since) * 1000.0)::bigint
+                || ' - - ' || p_tail;
         RETURN;
     END IF;
     IF p_ticket IS NOT NULL THEN
@@ -140,7 +163,12 @@ BEGIN
         IF v_ticket IS NOT NULL THEN
             DELETE FROM {s}.{p}queue q WHERE q.ticket = v_ticket;
         END IF;
-        RETURN QUERY SELECT v_last + 1, NULL::bigint, NULL::bigint;
+        v_run := 'run1 ' || (v_last + 1) || ' ' || floor(extract(epoch FROM v_now) * 1000.0)::bigint
+            || ' - - ' || p_tail;
+        INSERT INTO {s}.{p}runs AS r (name, last_run, written_at) VALUES (p_name, v_run, v_now)
+            ON CONFLICT (name) DO UPDATE SET last_run = excluded.last_run,
+                                             written_at = excluded.written_at;
+        RETURN QUERY SELECT v_last + 1, NULL::bigint, NULL::bigint, v_run;
         RETURN;
     END IF;
     IF p_queue THEN
@@ -156,7 +184,7 @@ BEGIN
     END IF;
     RETURN QUERY SELECT NULL::bigint, v_ticket,
         (SELECT greatest(0, ceil(extract(epoch FROM min(l.expires_at) - v_now) * 1000))::bigint
-           FROM {s}.{p}locks l WHERE l.name = p_name);
+           FROM {s}.{p}locks l WHERE l.name = p_name), NULL::text;
 END
 $$;
 
@@ -198,14 +226,38 @@ END
 $$;
 
 -- Gives up `p_owner`'s hold on `p_name` and wakes who may come next. True when it was still held.
-CREATE OR REPLACE FUNCTION {s}.{p}release_v2(p_name text, p_owner text) RETURNS boolean
+-- v3: writes how the run ended (`p_ending`, by the server's clock) into the last run when that is
+-- still this run's record, unchanged since its grant wrote it (`p_head || ' - - ' || p_tail`:
+-- owner ids are never reused, so no later run's record and no ending is overwritten), also when
+-- the lock was lost; and, `p_success`, as the last success whatever the last run is. No record
+-- (`p_head` null): nothing written.
+CREATE OR REPLACE FUNCTION {s}.{p}release_v3(
+    p_name text, p_owner text, p_head text, p_tail text, p_ending text, p_success boolean
+) RETURNS boolean
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_held boolean;
+    v_now timestamptz;
+    v_ended text;
 BEGIN
     PERFORM 1 FROM {s}.{p}tokens t WHERE t.name = p_name FOR UPDATE;
     DELETE FROM {s}.{p}locks l WHERE l.name = p_name AND l.owner = p_owner
     RETURNING l.expires_at > clock_timestamp() INTO v_held;
+    IF p_head IS NOT NULL THEN
+        v_now := clock_timestamp();
+        v_ended := p_head || ' ' || floor(extract(epoch FROM v_now) * 1000.0)::bigint || ' '
+            || p_ending || ' ' || p_tail;
+        UPDATE {s}.{p}runs r
+           SET last_run = CASE WHEN r.last_run = p_head || ' - - ' || p_tail THEN v_ended
+                               ELSE r.last_run END,
+               last_success = CASE WHEN p_success THEN v_ended ELSE r.last_success END,
+               written_at = v_now
+         WHERE r.name = p_name AND (r.last_run = p_head || ' - - ' || p_tail OR p_success);
+        IF p_success AND NOT FOUND THEN
+            INSERT INTO {s}.{p}runs (name, last_success, written_at) VALUES (p_name, v_ended, v_now)
+                ON CONFLICT (name) DO NOTHING;
+        END IF;
+    END IF;
     PERFORM {s}.{p}wake_v2(p_name);
     RETURN coalesce(v_held, false);
 END
@@ -221,12 +273,30 @@ BEGIN
 END
 $$;
 
--- Breaks `p_name` for every holder (`release --force`); returns the rows removed.
-CREATE OR REPLACE FUNCTION {s}.{p}break_v2(p_name text) RETURNS SETOF {s}.{p}locks
+-- Breaks `p_name` for every holder (`release --force`); returns the rows removed. v3: a removed
+-- holder whose lease still ran and whose run is the last run, not ended, has that run ended
+-- `forced` now, by the server's clock (its own release then finds the record changed, and leaves
+-- it so). The record is read as text of any content: only one of dlock's form is changed.
+CREATE OR REPLACE FUNCTION {s}.{p}break_v3(p_name text) RETURNS SETOF {s}.{p}locks
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz;
 BEGIN
     PERFORM 1 FROM {s}.{p}tokens t WHERE t.name = p_name FOR UPDATE;
-    RETURN QUERY DELETE FROM {s}.{p}locks l WHERE l.name = p_name RETURNING l.*;
+    v_now := clock_timestamp();
+    RETURN QUERY
+    WITH gone AS (
+        DELETE FROM {s}.{p}locks l WHERE l.name = p_name RETURNING l.*
+    ), forced AS (
+        UPDATE {s}.{p}runs r
+           SET last_run = regexp_replace(r.last_run, '^(run1 [0-9]+ [0-9]+) - - ',
+                   E'\\1 ' || floor(extract(epoch FROM v_now) * 1000.0)::bigint || ' forced '),
+               written_at = v_now
+         WHERE r.name = p_name AND r.last_run ~ '^run1 [0-9]+ [0-9]+ - - '
+           AND split_part(r.last_run, ' ', 7) IN (SELECT g.owner FROM gone g
+                                                   WHERE g.expires_at > v_now)
+    )
+    SELECT * FROM gone;
     PERFORM {s}.{p}wake_v2(p_name);
 END
 $$;

@@ -14,7 +14,8 @@ WITH tables AS (
       JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
      WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
                pg_catalog.to_regclass('{p}tokens'), pg_catalog.to_regclass('{p}locks'),
-               pg_catalog.to_regclass('{p}queue')]::pg_catalog.oid[])
+               pg_catalog.to_regclass('{p}queue'), pg_catalog.to_regclass('{p}runs')]
+               ::pg_catalog.oid[])
 ), owned AS (
     SELECT 'table ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(t.nspname)
                OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(t.relname)

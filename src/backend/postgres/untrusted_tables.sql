@@ -9,7 +9,8 @@ WITH tables AS (
       JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
      WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
                pg_catalog.to_regclass('{p}tokens'), pg_catalog.to_regclass('{p}locks'),
-               pg_catalog.to_regclass('{p}queue')]::pg_catalog.oid[])
+               pg_catalog.to_regclass('{p}queue'), pg_catalog.to_regclass('{p}runs')]
+               ::pg_catalog.oid[])
 )
 SELECT (CASE WHEN pg_catalog.pg_get_userbyid(t.relowner) OPERATOR(pg_catalog.=) CURRENT_USER
                   OR pg_catalog.pg_get_userbyid(t.relowner)::pg_catalog.text

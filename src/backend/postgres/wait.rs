@@ -54,14 +54,14 @@ pub fn wait(
         });
         let shown = conn.url().shown.clone();
         let (expires_in, holders) = match result {
-            Ok(Reply::Granted { token, free }) => {
+            Ok(Reply::Granted { token, free, run }) => {
                 drop(conn);
                 waiting.reachable();
                 return Ok(Some(Box::new(PgLease::granted(
                     shared.clone(),
                     recipe.clone(),
                     request,
-                    (token, free),
+                    (token, free, run),
                     sent,
                 ))));
             }

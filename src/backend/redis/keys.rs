@@ -29,13 +29,22 @@ impl Keys {
         }
     }
 
-    /// In the order the scripts expect (see lib.lua); on Redis Cluster a seventh, the prefix of
+    /// In the order the scripts expect (see lib.lua); on Redis Cluster a ninth, the prefix of
     /// the lock's grant channels (never a key that exists: it tells the scripts to use SPUBLISH).
     pub(super) fn all(&self) -> Vec<String> {
-        let mut keys: Vec<String> = ["holders", "owners", "token", "queue", "alive", "kept"]
-            .iter()
-            .map(|k| format!("{}:{k}", self.base))
-            .collect();
+        let mut keys: Vec<String> = [
+            "holders",
+            "owners",
+            "token",
+            "queue",
+            "alive",
+            "kept",
+            "last-run",
+            "last-success",
+        ]
+        .iter()
+        .map(|k| format!("{}:{k}", self.base))
+        .collect();
         if self.sharded {
             keys.push(format!("{}:wake", self.base));
         }

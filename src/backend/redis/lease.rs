@@ -12,7 +12,7 @@ use super::scripts::Ask;
 use super::server::Server;
 use super::{RedisBackend, Shared};
 use crate::backend::{Lease, Released, Renewal};
-use crate::lock::Token;
+use crate::lock::{RunEnd, Token};
 use crate::sync::lock;
 
 /// Longest one renewal attempt may wait for its answer.
@@ -146,8 +146,7 @@ impl Lease for RedisLease {
         }
     }
 
-    fn release(self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
-        let _ = end;
+    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
         // After a loss the servers may be gone: try only those still connected, and briefly.
         let timeout = if self.lost.is_some() {
             self.op_timeout.min(Duration::from_millis(250))
@@ -155,12 +154,12 @@ impl Lease for RedisLease {
             self.op_timeout
         };
         let skip_unconnected = self.lost.is_some();
-        let ask = &self.ask;
+        let (ask, token) = (&self.ask, self.token);
         let tally = self.ask_every_server(|s| {
             if skip_unconnected && !s.is_connected() {
                 return None;
             }
-            Some(s.call(timeout, |l| Ok(ask.let_go(&mut l.conn)? == 1)))
+            Some(s.call(timeout, |l| Ok(ask.let_go(&mut l.conn, token, end)? == 1)))
         });
         if let Some(why) = &self.lost {
             return Ok(Released::Lost(why.clone()));

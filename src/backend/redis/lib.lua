@@ -8,7 +8,14 @@
 --   KEYS[6] kept     hash: owner id -> "UNTIL HOLD" (server ms; " ended" once released) for a
 --                    holder with --min-hold: its entry in holders lasts at least until UNTIL, also
 --                    past its release or its death, so the server's clock alone judges the hold
---   KEYS[7] on Redis Cluster only: `dlock:{NAME}:wake`, never a key that exists: the prefix of the
+--   KEYS[7] last-run      string: the latest acquisition, and how it ended once it has, in the one
+--                         text form every store keeps (lock/last_run.rs, `Run::record`):
+--                         "run1 TOKEN ACQUIRED_MS ENDED_MS ENDING PID OWNER HOST[\tMESSAGE]", the
+--                         times by this server's clock, ENDED_MS and ENDING "-" until it ends
+--   KEYS[8] last-success  string: the latest run that succeeded, in the same form
+--            Both outlive the lock (RUN_KEPT_MS after their last write). Another client's key of
+--            another type there is left alone, and never stops a lock (see run_record).
+--   KEYS[9] on Redis Cluster only: `dlock:{NAME}:wake`, never a key that exists: the prefix of the
 --            lock's grant channels, in its slot
 -- A waiter is "OWNER MODE TTL[:HOLD] PID HOST": all it takes to grant it the lock in its absence. A release
 -- hands the lock to the waiters first in line and tells each with "dlock:{NAME} TOKEN": on Redis
@@ -21,8 +28,9 @@ if redis.replicate_commands then
 end
 
 local HOLDERS, OWNERS, TOKEN, QUEUE, ALIVE, KEPT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local LAST_RUN, LAST_SUCCESS = KEYS[7], KEYS[8]
 local BASE = (string.gsub(HOLDERS, ':holders$', ''))
-local WAKE = KEYS[7]
+local WAKE = KEYS[9]
 
 -- The largest token: Lua numbers are doubles, exact up to 2^53 - 1, and tokens must stay exact.
 local MAX_TOKEN, MAX_TOKEN_TEXT = 9007199254740991, '9007199254740991'
@@ -161,6 +169,72 @@ local function extend(owner, now, ttl)
   end
 end
 
+-- How long a run record lasts after its last write: 400 days (RUN_RECORD_KEPT_FOR), so that a
+-- yearly job still finds its last run.
+local RUN_KEPT_MS = 34560000000
+-- The longest run record written (MAX_RUN_RECORD_BYTES): only a forged waiter's entry is longer.
+local MAX_RUN_RECORD = 1024
+
+-- The run record in KEY ('' when there is none), or nil when KEY is not a string: another
+-- client's key, which is neither read nor written, and stops nothing.
+local function run_record(key)
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then
+    return nil
+  end
+  return raw or ''
+end
+
+local function write_run(key, record)
+  redis.call('SET', key, string.sub(record, 1, MAX_RUN_RECORD), 'PX', RUN_KEPT_MS)
+end
+
+-- A run record's fields: token, acquired, ended, ending, pid, owner, and the rest (host and
+-- message); nothing for a record dlock would not write (any client can write the key).
+local function run_fields(record)
+  return string.match(record or '', '^run1 (%d+) (%S+) (%S+) (%S+) (%d+) (%S+) (.*)$')
+end
+
+local function run_text(token, acquired, ended, ending, pid, owner, host)
+  return 'run1 ' .. token .. ' ' .. acquired .. ' ' .. ended .. ' ' .. ending .. ' ' .. pid ..
+    ' ' .. owner .. ' ' .. host
+end
+
+-- OWNER's acquisition, with TOKEN at NOW, becomes the last run, not ended.
+local function start_run(owner, token, now, pid, host)
+  if run_record(LAST_RUN) then
+    write_run(LAST_RUN, run_text(token, string.format('%d', now), '-', '-', pid, owner, host))
+  end
+end
+
+-- OWNER's run ends NOW with ENDING (a wire word of lock::Ending; SUCCEEDED: it counts as a
+-- success). The last run takes the ending only while it is still OWNER's and not ended: a later
+-- acquisition's record is never overwritten, nor an ending already written (a run forced away
+-- stays forced). A success is written as the last success whatever the last run is. TOKEN: the
+-- lease's ('' for the record's own); PID and HOST as the acquisition wrote them.
+local function end_run(owner, token, ending, succeeded, now, pid, host)
+  local last = run_record(LAST_RUN)
+  local t, acquired, ended, _, _, whose = run_fields(last)
+  local mine = whose == owner
+  if token == '' then
+    token = t or '0'
+  end
+  local at = string.format('%d', now)
+  if mine and ended == '-' then
+    write_run(LAST_RUN, run_text(token, acquired, at, ending, pid, owner, host))
+  end
+  if succeeded and run_record(LAST_SUCCESS) then
+    if not mine then
+      -- A later acquisition took the last run (shared holders): when this one began is in its
+      -- holder record, to the second, while it holds.
+      local held = redis.call('HGET', OWNERS, owner)
+      local since = held and string.match(held, '^%S+ %d+ (%d+) ')
+      acquired = since and since .. '000' or '-'
+    end
+    write_run(LAST_SUCCESS, run_text(token, acquired, at, ending, pid, owner, host))
+  end
+end
+
 -- Make OWNER a holder with a new token; returns the token. The token only ever grows: INCR on a
 -- key that never expires. The caller has checked the counter (token_fault). Written with %d: Lua
 -- would write 1e+14 for a large number. HOLD: --min-hold in ms (0: none).
@@ -174,6 +248,7 @@ local function take(owner, mode, ttl, now, seconds, pid, host, hold)
     redis.call('HDEL', KEPT, owner)
   end
   extend(owner, now, ttl)
+  start_run(owner, text, now, pid, host)
   return token
 end
 

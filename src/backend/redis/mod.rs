@@ -10,8 +10,10 @@
 //!   `dlock:{NAME}:holders` (sorted set, owner id -> lease expiry), `dlock:{NAME}:owners` (hash,
 //!   owner id -> "MODE TOKEN SINCE PID HOST"), `dlock:{NAME}:token` (the fencing counter, never
 //!   expires), `dlock:{NAME}:queue` and `dlock:{NAME}:alive` (waiters in arrival order and their
-//!   own leases). Grants are told on the pub/sub channel `dlock:wake:OWNER` (on Redis Cluster by
-//!   sharded pub/sub, on `dlock:{NAME}:wake:OWNER` in the lock's slot).
+//!   own leases), `dlock:{NAME}:last-run` and `dlock:{NAME}:last-success` (run records, kept 400
+//!   days after their last write; see `runs`). Grants are told on the pub/sub channel
+//!   `dlock:wake:OWNER` (on Redis Cluster by sharded pub/sub, on `dlock:{NAME}:wake:OWNER` in the
+//!   lock's slot).
 //! - Renew and release act only on the caller's own owner id: no client ever extends or deletes
 //!   another's lease. An expired lease is never revived, so a renewal after expiry is "lost".
 //!
@@ -57,7 +59,7 @@
 //! `link` (a connection and the grants heard on it), `replication` (WAIT), `fault` (what went wrong, in
 //! words), `keys` (a name's keys), `scripts` (the Lua scripts, their arguments and replies),
 //! `redlock` (a round over every server, quorum, tokens), `wait` (the queue and grants), `lease`
-//! (renew, release), `holders` (status, list, release --force).
+//! (renew, release), `holders` (status, list, release --force), `runs` (the last run and success).
 
 mod cluster;
 mod fault;
@@ -67,6 +69,7 @@ mod lease;
 mod link;
 mod redlock;
 mod replication;
+mod runs;
 mod scripts;
 mod sentinel;
 mod server;
@@ -79,7 +82,7 @@ use anyhow::anyhow;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, LockName, LockRequest};
+use crate::lock::{Holder, LastRuns, LockName, LockRequest};
 use crate::sync::lock;
 use fault::{first_fatal, Fault};
 use redlock::on_all;
@@ -121,6 +124,9 @@ impl RedisBackend {
             .iter()
             .map(|url| Server::parse(url))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        for server in &mut servers {
+            server.stop = config.stop.clone();
+        }
         for (i, s) in servers.iter().enumerate() {
             if servers[..i].iter().any(|t| t.location == s.location) {
                 return Err(anyhow!(
@@ -196,6 +202,10 @@ impl Backend for RedisBackend {
 
     fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
         self.list_held(prefix)
+    }
+
+    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+        self.read_last_runs(name)
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

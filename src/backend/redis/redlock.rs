@@ -192,9 +192,11 @@ impl RedisBackend {
     /// unless kept), best effort: whatever is left expires within the ttl.
     pub(super) fn undo(&self, servers: &mut [Server], ask: &Ask, place: Place) {
         let timeout = self.op_timeout(servers.len(), ask.ttl);
+        let alone = servers.len() == 1;
         on_all(servers, |s| {
             s.at(&ask.keys.base);
-            s.call(timeout, |l| ask.release(&mut l.conn, place)).ok()
+            s.call(timeout, |l| ask.release(&mut l.conn, place, alone))
+                .ok()
         });
     }
 
@@ -203,10 +205,11 @@ impl RedisBackend {
     /// spend a second connect timeout.
     pub(super) fn undo_connected(&self, servers: &mut [Server], ask: &Ask) {
         let timeout = self.op_timeout(servers.len(), ask.ttl);
+        let alone = servers.len() == 1;
         on_all(servers, |s| {
             s.at(&ask.keys.base);
             if s.is_connected() {
-                let _ = s.call(timeout, |l| ask.release(&mut l.conn, Place::Leave));
+                let _ = s.call(timeout, |l| ask.release(&mut l.conn, Place::Leave, alone));
             }
         });
     }

@@ -2,13 +2,27 @@
 -- unless told to keep it. Used for release, for a waiter that gives up, and to undo a Redlock
 -- acquisition that missed the majority. Acts only on this owner's own entries.
 -- ARGV: owner, mode, keep place ('1' or '0'), ticket, ttl ms, pid, host, min-hold ms, let go ('1':
--- the holder's command ended, so its --min-hold keeps the lease; '0': an undone or abandoned
--- acquisition, which keeps nothing). Returns 1 when a lease was released, else 0.
+-- the holder's command ended and its --min-hold keeps the lease; '0': given up at once, as an
+-- undone or abandoned acquisition, or a run that --min-hold does not keep), token ('' when
+-- unknown), ending (how the run ended, a wire word of lock::Ending; '' for a Redlock acquisition
+-- that did not count: its record goes), succeeded ('1': the ending counts as a success).
+-- Returns 1 when a lease was released, else 0.
 local owner, mode, keep_place, ticket, ttl = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4], tonumber(ARGV[5])
 local hold, let_go = tonumber(ARGV[8]) or 0, ARGV[9] == '1'
+local token, ending, succeeded = ARGV[10] or '', ARGV[11] or '', ARGV[12] == '1'
 local member = waiter(owner, mode, ttl, ARGV[6], ARGV[7], hold)
 local now, seconds = clock()
 prune(now)
+-- The run's ending, before its holder record goes (also when the lease was lost: the release then
+-- tells how the run ended).
+if ending ~= '' then
+  end_run(owner, token, ending, succeeded, now, ARGV[6], ARGV[7])
+else
+  local _, _, ended, _, _, whose = run_fields(run_record(LAST_RUN))
+  if whose == owner and ended == '-' then
+    redis.call('DEL', LAST_RUN)
+  end
+end
 local released
 local kept_end = kept_until(owner)
 if let_go and kept_end > now and redis.call('ZSCORE', HOLDERS, owner) then

@@ -9,7 +9,9 @@ use redis::{Connection, FromRedisValue, RedisError, ToRedisArgs, Value};
 
 use super::keys::Keys;
 use super::link::{confirmation, Subscribed};
-use crate::lock::{host_name, time_from_millis, Holder, Kept, LockRequest, Mode, Token, Waiter};
+use crate::lock::{
+    host_name, time_from_millis, Ending, Holder, Kept, LockRequest, Mode, RunEnd, Token, Waiter,
+};
 
 /// A dlock script: the shared prelude (`lib.lua`) and its own part, with the SHA-1 that EVALSHA
 /// names it by, both made by build.rs.
@@ -18,7 +20,7 @@ struct LuaScript {
     sha1: &'static str,
 }
 
-// ACQUIRE, RENEW, RELEASE, STATUS, BREAK, RAISE_TOKEN and KEY_TYPES.
+// ACQUIRE, RENEW, RELEASE, STATUS, BREAK, RAISE_TOKEN, KEY_TYPES and LAST_RUNS.
 include!(concat!(env!("OUT_DIR"), "/redis_scripts.rs"));
 
 impl LuaScript {
@@ -113,6 +115,23 @@ pub(super) fn holders(
             Ok(parse_holders(&value))
         }
     }
+}
+
+/// The run records of the lock `keys` as this server keeps them (last_runs.lua): the last run and
+/// the last success, each as stored (any client may have written it), `None` for none.
+pub(super) fn last_runs(
+    conn: &mut Connection,
+    keys: &Keys,
+) -> redis::RedisResult<(Option<String>, Option<String>)> {
+    let value: Value = Call::new(&LAST_RUNS, keys).invoke(conn)?;
+    let Value::Array(records) = &value else {
+        return Err(unexpected(&value));
+    };
+    let record = |i: usize| match records.get(i) {
+        Some(Value::Nil) | None => None,
+        Some(v) => Some(lossy(v)),
+    };
+    Ok((record(0), record(1)))
 }
 
 /// What one server says of a lock for `status` and `list`.
@@ -352,19 +371,42 @@ impl Ask {
             .invoke(conn)
     }
 
-    /// The holder's command ended: gives the lock up, but for what its `--min-hold` keeps on this
-    /// server until its end by this server's clock. 1 when it was still this holder's, else 0.
-    pub(super) fn let_go(&self, conn: &mut Connection) -> redis::RedisResult<i64> {
-        self.release_call(Place::Leave, true).invoke(conn)
+    /// The holder's run (with `token`) ended as `end` says: writes its ending, and gives the lock
+    /// up, but for what its `--min-hold` keeps on this server until its end by this server's clock
+    /// when `end.keep`. 1 when it was still this holder's, else 0.
+    pub(super) fn let_go(
+        &self,
+        conn: &mut Connection,
+        token: Token,
+        end: &RunEnd,
+    ) -> redis::RedisResult<i64> {
+        let ending = end.ending.to_wire();
+        self.release_call(Place::Leave, end.keep, &token.to_string(), &ending)
+            .arg(if end.ending.succeeded() { "1" } else { "0" })
+            .invoke(conn)
     }
 
     /// Undoes an acquisition (nothing kept, whatever its min-hold): 1 when a lease was released,
-    /// else 0 (a waiter gives up its place either way).
-    pub(super) fn release(&self, conn: &mut Connection, place: Place) -> redis::RedisResult<i64> {
-        self.release_call(place, false).invoke(conn)
+    /// else 0 (a waiter gives up its place either way). A run record it wrote and that has not
+    /// ended ends "not-run" on a server `alone`; with Redlock it goes, as the acquisition never
+    /// counted (a server that granted it alone must not show a run that did not happen).
+    pub(super) fn release(
+        &self,
+        conn: &mut Connection,
+        place: Place,
+        alone: bool,
+    ) -> redis::RedisResult<i64> {
+        let ending = if alone {
+            Ending::NotRun.to_wire()
+        } else {
+            String::new()
+        };
+        self.release_call(place, false, "", &ending)
+            .arg("0")
+            .invoke(conn)
     }
 
-    fn release_call(&self, place: Place, let_go: bool) -> Call {
+    fn release_call(&self, place: Place, let_go: bool, token: &str, ending: &str) -> Call {
         let (keep, ticket) = match place {
             Place::Keep(ticket) => ("1", ticket),
             Place::Leave => ("0", ""),
@@ -379,9 +421,12 @@ impl Ask {
             .arg(&self.host)
             .arg(self.hold_ms)
             .arg(if let_go { "1" } else { "0" })
+            .arg(token)
+            .arg(ending)
     }
 
-    /// Redlock: lifts the server's fencing counter to `token`, the token just handed out.
+    /// Redlock: lifts the server's fencing counter to `token`, the token just handed out (and
+    /// the token of this owner's run record on it).
     pub(super) fn raise_token(
         &self,
         conn: &mut Connection,
@@ -389,6 +434,7 @@ impl Ask {
     ) -> redis::RedisResult<()> {
         Call::new(&RAISE_TOKEN, &self.keys)
             .arg(token)
+            .arg(&self.owner)
             .invoke::<Value>(conn)
             .map(drop)
     }
@@ -485,4 +531,19 @@ fn parse_holders(value: &Value) -> Vec<Holder> {
             holder
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::last_run::{MAX_RUN_RECORD_BYTES, RUN_RECORD_KEPT_FOR};
+
+    #[test]
+    fn the_scripts_keep_run_records_as_long_and_as_short_as_every_store() {
+        let kept = format!("RUN_KEPT_MS = {}\n", RUN_RECORD_KEPT_FOR.as_millis());
+        let most = format!("MAX_RUN_RECORD = {MAX_RUN_RECORD_BYTES}\n");
+        for script in [&ACQUIRE, &RELEASE, &BREAK, &RAISE_TOKEN, &RENEW] {
+            assert!(script.body.contains(&kept) && script.body.contains(&most));
+        }
+    }
 }

@@ -83,6 +83,11 @@ impl ZkUrl {
         })
     }
 
+    /// The ensemble's servers, `host:port` each.
+    pub(super) fn host_list(&self) -> &[String] {
+        &self.hosts
+    }
+
     pub(super) fn hosts(&self) -> String {
         self.hosts.join(",")
     }

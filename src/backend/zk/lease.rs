@@ -10,10 +10,11 @@ use anyhow::anyhow;
 use zookeeper_client as zk;
 
 use super::kept;
+use super::runs::OurRun;
 use super::session::{ended, is_terminal, Session};
 use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
 use crate::backend::{Lease, Released, Renewal};
-use crate::lock::Token;
+use crate::lock::{Ending, RunEnd, Token};
 use crate::sync::lock;
 
 /// Longest pause between the heartbeat's looks at the session.
@@ -45,6 +46,8 @@ pub(super) struct ZkLease {
     kept: Option<(String, Instant)>,
     /// Our node's companion (recipe.rs), watched and deleted with it: the pair is one holder.
     companion: Option<String>,
+    /// This run's record (runs.rs), for the release to end (boxed: a lease is moved about).
+    run: Option<Box<OurRun>>,
 }
 
 impl ZkLease {
@@ -63,6 +66,12 @@ impl ZkLease {
             self.watchers.push(self.session.runtime.spawn(task));
             self.companion = Some(path);
         }
+        self
+    }
+
+    /// A lease whose run the acquisition recorded as `run`.
+    pub(super) fn recording(mut self, run: OurRun) -> ZkLease {
+        self.run = Some(Box::new(run));
         self
     }
 
@@ -105,6 +114,7 @@ impl ZkLease {
             session,
             kept: None,
             companion: None,
+            run: None,
         }
     }
 }
@@ -227,14 +237,20 @@ impl Lease for ZkLease {
         }
     }
 
-    fn release(mut self: Box<Self>, end: &crate::lock::RunEnd) -> anyhow::Result<Released> {
-        let _ = end;
+    /// Deletes our node and ends this run's record (runs.rs) with it. The requests go out
+    /// together, in this order, so that the whole is one round trip: the last success, while our
+    /// node stands (an ending that succeeded); the delete of our node and the ending, in one multi,
+    /// over the record's version our acquisition wrote (so only into a record still ours and not
+    /// ended); `lost` over that same version, which takes only when the multi did not because our
+    /// node was gone; and the delete alone, for when the record was not ours.
+    fn release(mut self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
         let watchers: Vec<_> = self.watchers.drain(..).collect();
         if let Some(why) = lock(&self.health).lost.clone() {
             // Already gone, or going with a session that is over: nothing to wait for.
             for w in watchers {
                 w.abort();
             }
+            self.record_lost();
             return Ok(Released::Lost(why));
         }
         // Once a watcher task has ended, its dropped watch has queued its removal ahead of our
@@ -245,42 +261,43 @@ impl Lease for ZkLease {
                 let _ = w.await;
             }
         });
-        // A min-hold that has run out by now: its kept node goes first, with no one to wait for it.
-        // This machine's clock only says when to ask: the ensemble's time judges (kept.rs).
         if let Some((kept, until)) = &self.kept {
-            if Instant::now() >= *until {
-                let session = &self.session;
+            let session = &self.session;
+            // The kept node and its companion (kept.rs) go together.
+            let mut paths = vec![kept.clone()];
+            paths.extend(kept::companion_of(kept));
+            if !end.keep {
+                // The min-hold does not keep the lock this time: it goes at once, as without one.
+                session.runtime.block_on(session.discard_all(&paths));
+            } else if Instant::now() >= *until {
+                // A min-hold that has run out by now: its kept node goes first, with no one to
+                // wait for it. This machine's clock only says when to ask: the ensemble's time
+                // judges (kept.rs).
                 session.runtime.block_on(async {
                     let asked = tokio::time::timeout(CLEANUP_TIMEOUT, kept::ran_out(session, kept));
                     if asked.await == Ok(true) {
-                        let mut paths = vec![kept.clone()];
-                        paths.extend(kept::companion_of(kept));
                         session.discard_all(&paths).await;
                     }
                 });
             }
         }
-        // The last user of the session closes it right behind the delete: one round trip, and one
-        // write to the server's log, for both.
+        // The last user of the session closes it once the answers are in.
         let closing = Arc::get_mut(&mut self.session).and_then(|s| s.client.take());
         let session = &self.session;
-        let result = session.runtime.block_on(async {
-            if let Some(companion) = &self.companion {
-                // The pair goes in one request (see `Session::delete_together`).
-                return self.delete_pair(closing, companion).await;
-            }
-            let Some(client) = closing else {
-                let delete = session.client().delete(&self.path, None);
-                return tokio::time::timeout(CLEANUP_TIMEOUT, delete).await;
+        let (path, run, ending) = (&self.path, self.run.as_deref(), end.ending);
+        let companion = self.companion.as_deref();
+        let result = session.runtime.block_on(async move {
+            let states = closing.as_ref().map(zk::Client::state_watcher);
+            let answer = {
+                let client = closing.as_ref().unwrap_or_else(|| session.client());
+                let release = delete_ending(client, path, companion, run, ending);
+                tokio::time::timeout(CLEANUP_TIMEOUT, release).await
             };
-            let mut states = client.state_watcher();
-            // The client sends a request when the call is made, not when its future is polled:
-            // dropping the last client right after queues the close behind the delete.
-            let delete = client.delete(&self.path, None);
-            drop(client);
-            let result = tokio::time::timeout(CLEANUP_TIMEOUT, delete).await;
-            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, ended(&mut states)).await;
-            result
+            if let Some(mut states) = states {
+                drop(closing);
+                let _ = tokio::time::timeout(CLEANUP_TIMEOUT, ended(&mut states)).await;
+            }
+            answer
         });
         match result {
             Ok(Ok(())) => Ok(Released::Held),
@@ -304,36 +321,89 @@ impl Lease for ZkLease {
 }
 
 impl ZkLease {
-    /// Deletes our node and its companion in one multi request, then closes the session if we
-    /// hold its last client (`closing`): the multi's answer borrows the client, so the close
-    /// follows the answer rather than the request. A pair found broken (one of them gone) is
-    /// NoNode, what is left of it deleted.
-    async fn delete_pair(
-        &self,
-        closing: Option<zk::Client>,
-        companion: &str,
-    ) -> Result<Result<(), zk::Error>, tokio::time::error::Elapsed> {
-        let paths = [self.path.clone(), companion.to_owned()];
-        let mut states = closing.as_ref().map(zk::Client::state_watcher);
-        let client = closing.as_ref().unwrap_or_else(|| self.session.client());
-        let mut writer = client.new_multi_writer();
-        let added = paths.iter().try_for_each(|p| writer.add_delete(p, None));
-        let commit = added.map(|()| writer.commit());
-        let together = async { Ok::<_, zk::Error>(commit?.await?) };
-        let result = match tokio::time::timeout(CLEANUP_TIMEOUT, together).await {
-            Ok(Err(zk::Error::NoNode)) => {
-                for path in &paths {
-                    let _ = tokio::time::timeout(CLEANUP_TIMEOUT, client.delete(path, None)).await;
-                }
-                Ok(Err(zk::Error::NoNode))
-            }
-            result => result.map(|r| r.map(|_| ())),
+    /// A lock found lost before its release: `lost` into this run's record, if it is still ours
+    /// and the ensemble is there to ask (a lock lost by being cut off is not waited for).
+    fn record_lost(&self) {
+        let Some(run) = &self.run else {
+            return;
         };
-        drop(closing);
-        if let Some(states) = &mut states {
-            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, ended(states)).await;
+        let connected = self
+            .session
+            .client
+            .as_ref()
+            .is_some_and(|c| c.state() == zk::SessionState::SyncConnected);
+        if connected {
+            let session = &self.session;
+            session.runtime.block_on(run.end_now(session, Ending::Lost));
         }
-        result
+    }
+}
+
+/// The release's requests (see `release`), sent before any answer is awaited. `Ok`: our node was
+/// deleted; `NoNode`: it was gone already.
+async fn delete_ending(
+    client: &zk::Client,
+    own: &str,
+    companion: Option<&str>,
+    run: Option<&OurRun>,
+    ending: Ending,
+) -> Result<(), zk::Error> {
+    // Our node and its companion (recipe.rs) go in one request: the pair is one holder.
+    let ours: Vec<&str> = [own].into_iter().chain(companion).collect();
+    // One record for both, so that the last success is the last run's very text.
+    let ended = run.map(|run| run.ended(ending)).unwrap_or_default();
+    let success = match run {
+        Some(run) if ending.succeeded() => {
+            let mut multi = client.new_multi_writer();
+            multi.add_check_version(own, -1)?;
+            multi.add_set_data(&run.nodes.last_success, &ended, None)?;
+            Some(multi.commit())
+        }
+        _ => None,
+    };
+    let (with_ending, lost) = match run.and_then(|run| Some((run, run.version?))) {
+        Some((run, version)) => {
+            let mut multi = client.new_multi_writer();
+            for path in &ours {
+                multi.add_delete(path, None)?;
+            }
+            multi.add_set_data(&run.nodes.last_run, &ended, Some(version))?;
+            let lost = run.ended(Ending::Lost);
+            (
+                Some(multi.commit()),
+                Some(client.set_data(&run.nodes.last_run, &lost, Some(version))),
+            )
+        }
+        None => (None, None),
+    };
+    let mut multi = client.new_multi_writer();
+    for path in &ours {
+        multi.add_delete(path, None)?;
+    }
+    let delete = multi.commit();
+    if let Some(success) = success {
+        let _ = success.await;
+    }
+    let deleted = match with_ending {
+        Some(multi) => multi.await.is_ok(),
+        None => false,
+    };
+    if let Some(lost) = lost {
+        let _ = lost.await;
+    }
+    match delete.await.map_err(zk::Error::from) {
+        Ok(_) => Ok(()),
+        Err(zk::Error::NoNode) if deleted => Ok(()),
+        Err(zk::Error::NoNode) => {
+            // A pair found broken (one of them gone): what is left of it goes all the same.
+            if ours.len() > 1 {
+                for path in &ours {
+                    let _ = client.delete(path, None).await;
+                }
+            }
+            Err(zk::Error::NoNode)
+        }
+        Err(e) => Err(e),
     }
 }
 

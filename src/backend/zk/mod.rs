@@ -17,6 +17,8 @@
 //!   companion, so that Curator's write lock waits for seats too). A child with an unknown kind is
 //!   taken to be exclusive, so a foreign recipe can only make dlock wait, never let two holders in.
 //! - Node data: JSON describing the holder (host, pid, owner id, mode, since) for status and list.
+//! - `/dlock/.last-run/NAME` and `/dlock/.last-success/NAME` (persistent): the record of the lock's
+//!   last run and last success (runs.rs). No lock name maps to a `.`-child of `/dlock`.
 //!
 //! Who owns: an exclusive node when it is first; a shared node when no exclusive node precedes it; a
 //! seat when no exclusive node and fewer than N seats precede it. A waiter watches only the node it
@@ -36,16 +38,19 @@
 //! Here: `ZkBackend`, which opens sessions and answers the `Backend` calls. Beside it: `address`
 //! (the zk:// URL), `naming` (znode names), `recipe` (who owns, whom a waiter watches), `record`
 //! (what a node says), `session` (the connection and its failures), `acquisition` (a place in the
-//! queue), `wait` (waiting for a turn) and `lease` (a held lock).
+//! queue), `wait` (waiting for a turn), `lease` (a held lock) and `runs` (the last run and last
+//! success).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Context};
+use zookeeper_client as zk;
 
+use super::stop::Stop;
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use crate::lock::{Holder, LockName, LockRequest};
-use crate::signal::interrupt;
+use crate::exit::{FailWith, Failure};
+use crate::lock::{Ending, Holder, LastRuns, LockName, LockRequest};
 use crate::sync::lock;
 use acquisition::{Acquisition, Outcome};
 use address::ZkUrl;
@@ -57,11 +62,13 @@ use wait::watched;
 
 mod acquisition;
 mod address;
+mod frames;
 mod kept;
 mod lease;
 mod naming;
 mod recipe;
 mod record;
+mod runs;
 mod session;
 mod wait;
 
@@ -78,6 +85,8 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct ZkBackend {
     url: ZkUrl,
     connect_timeout: Duration,
+    /// A stop signal caught while connecting or waiting (the caller's; see `BackendConfig`).
+    stop: Stop,
     /// Connected on first use, with the session timeout of the first request (`--ttl`).
     session: Mutex<Option<Arc<Session>>>,
 }
@@ -87,6 +96,7 @@ impl ZkBackend {
         Ok(ZkBackend {
             url: ZkUrl::from_urls(&config.urls)?,
             connect_timeout: config.connect_timeout,
+            stop: config.stop.clone(),
             session: Mutex::new(None),
         })
     }
@@ -96,7 +106,12 @@ impl ZkBackend {
         if let Some(session) = slot.as_ref() {
             return Ok(session.clone());
         }
-        let session = Arc::new(Session::open(&self.url, timeout, self.connect_timeout)?);
+        let session = Arc::new(Session::open(
+            &self.url,
+            timeout,
+            self.connect_timeout,
+            &self.stop,
+        )?);
         *slot = Some(session.clone());
         Ok(session)
     }
@@ -125,13 +140,19 @@ impl ZkBackend {
             };
             *lock(&self.session) = None;
             drop(session);
-            match Session::reopen(&self.url, request.ttl, self.connect_timeout, waiting)? {
+            match Session::reopen(
+                &self.url,
+                request.ttl,
+                self.connect_timeout,
+                &self.stop,
+                waiting,
+            )? {
                 Some(fresh) => {
                     let fresh = Arc::new(fresh);
                     *lock(&self.session) = Some(fresh.clone());
                     session = fresh;
                 }
-                None if interrupt::caught().is_some() => return Err(anyhow!("interrupted")),
+                None if self.stop.requested() => return Err(anyhow!("interrupted")),
                 None => return Ok(Outcome::Cancelled),
             }
         }
@@ -166,10 +187,15 @@ impl ZkBackend {
         let task = session
             .runtime
             .spawn(async move { acquisition.run(waiting.as_ref()).await });
-        match watched(session, task, watch.as_ref()) {
+        match watched(session, task, &self.stop, watch.as_ref()) {
             Some(Ok(outcome)) => outcome.with_context(ctx),
             Some(Err(e)) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
-            None if interrupt::caught().is_some() => Err(anyhow!("interrupted")),
+            // The server lied in a reply (frames.rs): the wait ends, and says so.
+            None if frames::lie().is_some() => {
+                Err(anyhow!("{}", frames::lie().unwrap_or_default()))
+                    .fail_with(Failure::BackendUnavailable)
+            }
+            None if self.stop.requested() => Err(anyhow!("interrupted")),
             None => Ok(Outcome::Cancelled),
         }
     }
@@ -236,28 +262,66 @@ impl Backend for ZkBackend {
             }
         }
         held.sort_by(|a, b| a.name.cmp(&b.name));
+        // Records of runs nobody wrote for long enough go here (runs.rs).
+        session.runtime.block_on(runs::expire(&session));
         Ok(held.into())
+    }
+
+    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+        let session = self.session(QUERY_SESSION_TIMEOUT)?;
+        session.runtime.block_on(runs::read(&session, name))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         let dir = session.dir(name);
+        let client = session.client();
         session.runtime.block_on(async {
             let owners = holders(&session, &dir, None).await?;
-            // Listed after the owners were judged: an exclusive pair's companion is there if its
-            // `lock-` node was (both go together).
+            // Listed after the owners were judged: a pair's companion (recipe.rs) is there if its
+            // first node was (both go together).
             let listing = match owners.is_empty() {
                 true => Vec::new(),
                 false => session.children(&dir).await?,
             };
+            // The run of the holder it removes ends `forced` (runs.rs), in the same multi.
+            let mut last_run = runs::last_run(&session, name).await;
             let mut removed = Vec::new();
             for (node, holder) in owners {
                 let path = format!("{dir}/{node}");
                 let mut paths = vec![path.clone()];
                 paths.extend(companion_in(&listing, &node).map(|c| format!("{dir}/{c}")));
+                let ends = last_run.take_if(|(run, _)| {
+                    run.ending.is_none()
+                        && run.owner == holder.owner
+                        && run.token.is_some()
+                        && run.token == holder.token
+                });
+                let forced = match ends {
+                    Some((run, version)) => {
+                        let record = run.ended(Ending::Forced, SystemTime::now()).record();
+                        let mut multi = client.new_multi_writer();
+                        let nodes = runs::RunNodes::of(&session, name);
+                        multi
+                            .add_set_data(&nodes.last_run, record.as_bytes(), Some(version))
+                            .and_then(|()| paths.iter().try_for_each(|p| multi.add_delete(p, None)))
+                            .map_err(|e| session.fail(e, &format!("cannot delete {path}")))?;
+                        match multi.commit().await {
+                            Ok(_) => Some(Ok(())),
+                            // The record could not be written: the holder goes all the same.
+                            Err(zk::MultiWriteError::OperationFailed { index: 0, .. }) => None,
+                            Err(e) => Some(Err(zk::Error::from(e))),
+                        }
+                    }
+                    None => None,
+                };
                 // Gone already (`Ok` too): released by its holder meanwhile, as we wanted.
-                match session.delete_together(&paths).await {
-                    Ok(()) => removed.push(holder),
+                let deleted = match forced {
+                    Some(Err(zk::Error::NoNode)) | None => session.delete_together(&paths).await,
+                    Some(result) => result,
+                };
+                match deleted {
+                    Ok(()) | Err(zk::Error::NoNode) => removed.push(holder),
                     Err(e) => {
                         return Err(session.fail(e, &format!("cannot delete {path}")))
                             .with_context(|| format!("cannot release lock {:?}", name.as_str()))

@@ -10,13 +10,14 @@ use anyhow::{anyhow, Context};
 use zookeeper_client as zk;
 
 use super::address::ZkUrl;
+use super::frames;
 use super::naming::{node_name, ROOT};
-use super::wait::{cancellable, stopped};
-use super::{CLEANUP_TIMEOUT, MAX_RETRIES};
+use super::{CANCEL_POLL, CLEANUP_TIMEOUT, MAX_RETRIES};
+use crate::backend::blocking;
+use crate::backend::stop::Stop;
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
 use crate::lock::LockName;
-use crate::signal::interrupt;
 
 /// A request lost with its connection: the client fails those in flight with ConnectionLoss, or
 /// with the I/O error that broke the connection (`Custom`). Either may be sent again once the
@@ -45,6 +46,7 @@ fn is_unavailable(e: &zk::Error) -> bool {
 /// exit status 69 when the ensemble could not be reached or used.
 fn failure(e: zk::Error, doing: &str, hosts: &str) -> anyhow::Error {
     let why = match e {
+        _ if frames::lie().is_some() => frames::lie().unwrap_or_default().to_owned(),
         zk::Error::NoAuth => "not authorised: the node belongs to another ZooKeeper identity \
              (give zk://user:password@... to act as its owner)"
             .to_owned(),
@@ -118,11 +120,18 @@ impl Session {
         url: &ZkUrl,
         session_timeout: Duration,
         connect_timeout: Duration,
+        stop: &Stop,
     ) -> anyhow::Result<Session> {
         let hosts = url.hosts();
         let runtime = Session::runtime()?;
         let client = runtime
-            .block_on(connecting(url, session_timeout, connect_timeout, None))
+            .block_on(connecting(
+                url,
+                session_timeout,
+                connect_timeout,
+                stop,
+                None,
+            ))
             .map_err(|e| {
                 anyhow!(
                     "cannot reach ZooKeeper at {hosts} within {}: {e}",
@@ -135,20 +144,21 @@ impl Session {
 
     /// A new session for a waiter whose session expired while it waited: tries until the ensemble
     /// answers, telling `waiting` meanwhile that it cannot be reached. `None` when the wait was
-    /// cancelled or a stop signal caught first.
+    /// cancelled or a stop signal caught first (`stop`).
     pub(super) fn reopen(
         url: &ZkUrl,
         session_timeout: Duration,
         connect_timeout: Duration,
+        stop: &Stop,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Session>> {
         let runtime = Session::runtime()?;
         // Each round ends at `connect_timeout` or at the cancellation, which ends the loop.
         loop {
-            if waiting.is_cancelled() || interrupt::caught().is_some() {
+            if stopped(stop, Some(waiting)) {
                 return Ok(None);
             }
-            let attempt = connecting(url, session_timeout, connect_timeout, Some(waiting));
+            let attempt = connecting(url, session_timeout, connect_timeout, stop, Some(waiting));
             match runtime.block_on(attempt) {
                 Ok(client) => return Ok(Some(Session::with(url, runtime, client))),
                 Err(e @ (zk::Error::AuthFailed | zk::Error::BadArguments(_))) => {
@@ -163,15 +173,8 @@ impl Session {
     fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         // One worker: the session's own task must run while every dlock thread is blocked elsewhere
         // (a current-thread runtime would only run it inside block_on).
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(1)
-            .thread_name("dlock-zk")
-            // Signals are the supervisor's: never let one land in a runtime thread.
-            .on_thread_start(crate::signal::mask::block_all_in_this_thread)
-            .enable_time()
-            .build()
-            .context("cannot start the ZooKeeper client's runtime")
+        // The reply check's relays (frames.rs) are tokio sockets: I/O and time both enabled.
+        blocking::runtime(Some("dlock-zk")).context("cannot start the ZooKeeper client's runtime")
     }
 
     fn with(url: &ZkUrl, runtime: tokio::runtime::Runtime, client: zk::Client) -> Session {
@@ -306,16 +309,17 @@ pub(super) fn is_terminal(state: zk::SessionState) -> bool {
     )
 }
 
-/// `connect`, ended at once by a stop signal (`interrupt::caught`) or, given a `waiting`, by its
+/// `connect`, ended at once by a stop signal (`stop`) or, given a `waiting`, by its
 /// cancellation (both as `ClientClosed`), which it meanwhile tells that the ensemble is unreachable.
 async fn connecting(
     url: &ZkUrl,
     session_timeout: Duration,
     connect_timeout: Duration,
+    stop: &Stop,
     waiting: Option<&Waiting>,
 ) -> Result<zk::Client, zk::Error> {
     let connected = cancellable(connect(url, session_timeout, connect_timeout), || {
-        if stopped(waiting) {
+        if stopped(stop, waiting) {
             return false;
         }
         if let Some(waiting) = waiting {
@@ -338,6 +342,11 @@ async fn connect(
     connect_timeout: Duration,
 ) -> Result<zk::Client, zk::Error> {
     let deadline = Instant::now() + connect_timeout;
+    // Every reply is checked on its way to the client (frames.rs). (Binding a loopback port fails
+    // only when the host has no loopback at all: as good as a connection refused.)
+    let relays = frames::relay(url.host_list())
+        .await
+        .map_err(|_| zk::Error::ConnectionLoss)?;
     let mut last = zk::Error::Timeout;
     for _ in 0..1000 {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -348,7 +357,10 @@ async fn connect(
         if let Some((user, password)) = &url.credentials {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
-        match tokio::time::timeout(left, connector.connect(&url.hosts())).await {
+        if frames::lie().is_some() {
+            break;
+        }
+        match tokio::time::timeout(left, connector.connect(&relays)).await {
             Ok(Ok(client)) => return Ok(client),
             Ok(Err(e @ (zk::Error::AuthFailed | zk::Error::BadArguments(_)))) => return Err(e),
             Ok(Err(e)) => {
@@ -371,8 +383,37 @@ where
     let mut tries = 0;
     loop {
         match op().await {
-            Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES => tries += 1,
+            // A server that lied is not asked again (frames.rs).
+            Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES && frames::lie().is_none() => {
+                tries += 1
+            }
             result => return result,
+        }
+    }
+}
+
+/// Whether a wait must end now: a stop signal was caught (`stop`, the caller's), or `waiting` (if
+/// any) was cancelled.
+pub(super) fn stopped(stop: &Stop, waiting: Option<&Waiting>) -> bool {
+    stop.requested() || waiting.is_some_and(Waiting::is_cancelled)
+}
+
+/// Runs `work` to its end, asking `go_on` every `CANCEL_POLL` meanwhile (and once at the start):
+/// `None` as soon as it says no.
+pub(super) async fn cancellable<F: std::future::Future>(
+    work: F,
+    mut go_on: impl FnMut() -> bool,
+) -> Option<F::Output> {
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval(CANCEL_POLL);
+    loop {
+        tokio::select! {
+            output = &mut work => return Some(output),
+            _ = tick.tick() => {
+                if !go_on() {
+                    return None;
+                }
+            }
         }
     }
 }

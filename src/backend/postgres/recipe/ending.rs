@@ -1,0 +1,174 @@
+//! How a run ends on the server: the release (in plain SQL when nobody waits, else by
+//! release_v3), the let-go of a lock `--min-hold` keeps, each writing the run's ending into the
+//! last runs; and the records read back, and those of names unwritten for long deleted.
+
+use std::time::Duration;
+
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Row;
+
+use super::{odd, read_committed, Recipe};
+use crate::backend::postgres::connection::{Conn, Fault};
+use crate::backend::sql::runs::{self, Started};
+use crate::lock::{LastRuns, LockName, RunEnd};
+
+impl Recipe {
+    /// For a holder with `--min-hold` whose command ended: keeps its row until the min-hold's end,
+    /// and writes how the run ended (see `release`). False when that has passed (or the lock is no
+    /// longer ours): then release it as usual.
+    pub fn let_go(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        name: &LockName,
+        owner: &str,
+        ended: (Option<&Started>, &RunEnd),
+    ) -> Result<bool, Fault> {
+        let rows = self.ending(conn, budget, &self.let_go, name, owner, ended, Via::Plain)?;
+        Ok(!rows.is_empty())
+    }
+
+    /// `sql` (`$1` name, `$2` owner, then the run's ending: `$3` the head of the record its grant
+    /// wrote, `$4` its tail, `$5` the ending's word, `$6` whether it succeeded), sent `via` as it
+    /// says.
+    #[allow(clippy::too_many_arguments)]
+    fn ending(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        sql: &str,
+        name: &LockName,
+        owner: &str,
+        (started, end): (Option<&Started>, &RunEnd),
+        via: Via,
+    ) -> Result<Vec<Row>, Fault> {
+        let (word, success) = runs::ending(end);
+        let head = started.map(|s| s.head.clone());
+        let tail = started.map(|s| s.tail.clone());
+        self.run(
+            conn,
+            budget,
+            false,
+            via == Via::Function,
+            |client, guard| {
+                let (name, owner, sql) =
+                    (name.as_str().to_owned(), owner.to_owned(), sql.to_owned());
+                let (head, tail, word) = (head.clone(), tail.clone(), word.clone());
+                async move {
+                    let params: [(&(dyn ToSql + Sync), Type); 6] = [
+                        (&name, Type::TEXT),
+                        (&owner, Type::TEXT),
+                        (&head, Type::TEXT),
+                        (&tail, Type::TEXT),
+                        (&word, Type::TEXT),
+                        (&success, Type::BOOL),
+                    ];
+                    if via == Via::AfterLockCount {
+                        self.after_lock_count(&client, guard, &name, &sql, &params)
+                            .await
+                    } else {
+                        read_committed(&client, guard, None, &sql, &params).await
+                    }
+                }
+            },
+        )
+    }
+
+    /// Gives up `owner`'s hold on `name`: whether it was still ours. `free`: it was granted free
+    /// (see `acquire_free`), so most likely nobody waits, and the plain-SQL release is tried
+    /// first; one granted after a wait is likely to have others in line behind it, and goes
+    /// straight to release_v3, which wakes them. Either writes how the run ended (`ended`: the
+    /// record its grant wrote, and how it ended) into the last run while that record is still
+    /// unchanged, and as the last success when it succeeded.
+    pub fn release(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        name: &LockName,
+        owner: &str,
+        free: bool,
+        ended: (Option<&Started>, &RunEnd),
+    ) -> Result<bool, Fault> {
+        if free {
+            if let Some(held) = self.release_free(conn, budget, name, owner, ended)? {
+                return Ok(held);
+            }
+        }
+        let rows = self.ending(
+            conn,
+            budget,
+            &self.release,
+            name,
+            owner,
+            ended,
+            Via::Function,
+        )?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.try_get::<_, bool>(0).ok())
+            .unwrap_or(false))
+    }
+
+    /// `release_free.sql`: whether the lock was still ours, or `None` when someone is in line
+    /// (then nothing was done).
+    fn release_free(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        name: &LockName,
+        owner: &str,
+        ended: (Option<&Started>, &RunEnd),
+    ) -> Result<Option<bool>, Fault> {
+        let sql = &self.release_free;
+        let rows = self.ending(conn, budget, sql, name, owner, ended, Via::AfterLockCount)?;
+        let row = rows.first().ok_or_else(|| odd("release"))?;
+        let waits: bool = row.try_get(0).map_err(|_| odd("release"))?;
+        if waits {
+            return Ok(None);
+        }
+        row.try_get(1).map(Some).map_err(|_| odd("release"))
+    }
+
+    /// The last run and the last success of `name`, as stored (never trusted).
+    pub fn last_runs(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        name: &LockName,
+    ) -> Result<LastRuns, Fault> {
+        let rows = self.run(conn, budget, true, false, |client, guard| {
+            let (name, sql) = (name.as_str().to_owned(), &self.last_runs);
+            async move {
+                let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
+                read_committed(&client, guard, None, sql, &params).await
+            }
+        })?;
+        let Some(row) = rows.first() else {
+            return Ok(LastRuns::default());
+        };
+        let text = |i: usize| row.try_get::<_, Option<String>>(i).ok().flatten();
+        let (last_run, last_success) = (text(0), text(1));
+        Ok(runs::last_runs(
+            last_run.as_deref().map(str::as_bytes),
+            last_success.as_deref().map(str::as_bytes),
+        ))
+    }
+
+    /// Deletes the records of names unwritten for `RUN_RECORD_KEPT_FOR` (up to 1000 at a time).
+    pub fn expire_runs(&self, conn: &mut Conn, budget: Duration) -> Result<(), Fault> {
+        self.run(conn, budget, true, false, |client, guard| {
+            let sql = &self.expire_runs;
+            async move { read_committed(&client, guard, None, sql, &[]).await }
+        })?;
+        Ok(())
+    }
+}
+
+/// How a statement goes: a call of dlock's functions, plain SQL, or plain SQL after the name's
+/// counter row lock (`lock_count.sql`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Function,
+    Plain,
+    AfterLockCount,
+}

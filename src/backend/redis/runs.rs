@@ -1,0 +1,209 @@
+//! What the servers keep of a lock's runs (`Backend::last_runs`): the last run and the last
+//! success, read on every server that answers. With Redlock they may disagree (a server that missed
+//! an acquisition, or its release, or lost its data): of each, the record with the highest token
+//! wins, and at equal tokens one that has ended over one that has not (a server that missed the
+//! release), then one that knows when the run began (a server that only heard of its success).
+
+use super::fault::first_fatal;
+use super::keys::Keys;
+use super::redlock::on_all;
+use super::scripts;
+use super::RedisBackend;
+use crate::exit::{FailWith, Failure};
+use crate::lock::{LastRuns, LockName, Run};
+
+impl RedisBackend {
+    /// The last run and last success of `name`, merged over every server that answered.
+    pub(super) fn read_last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+        let mut servers = self.servers();
+        let keys = Keys::on(name, self.sharded);
+        let timeout = self.connect_timeout;
+        let replies = on_all(&mut servers, |s| {
+            s.at(&keys.base);
+            s.call(timeout, |l| scripts::last_runs(&mut l.conn, &keys))
+        });
+        let (mut runs, mut successes, mut faults) = (Vec::new(), Vec::new(), Vec::new());
+        for reply in replies {
+            match reply {
+                Ok((run, success)) => {
+                    runs.extend(run.as_deref().map(Run::from_record));
+                    successes.extend(success.as_deref().map(Run::from_record));
+                }
+                Err(fault) => faults.push(fault),
+            }
+        }
+        if faults.len() == servers.len() || first_fatal(&faults).is_some() {
+            if let Some(fault) = first_fatal(&faults).or(faults.first()) {
+                return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
+            }
+        }
+        Ok(LastRuns {
+            last_run: latest(runs),
+            last_success: latest(successes),
+        })
+    }
+}
+
+/// The record to show of those the servers keep of one kind (see the module's documentation);
+/// one that cannot be read has no token and loses to any that can. Ties go to the first server.
+fn latest(runs: Vec<Run>) -> Option<Run> {
+    let rank = |run: &Run| (run.token, run.ended.is_some(), run.acquired.is_some());
+    runs.into_iter()
+        .reduce(|best, run| if rank(&run) > rank(&best) { run } else { best })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+
+    const OWNER: &str = "0123456789abcdef0123456789abcdef";
+
+    fn run(record: &str) -> Run {
+        let run = Run::from_record(record);
+        assert!(run.unreadable.is_none(), "{record}");
+        run
+    }
+
+    #[test]
+    fn the_highest_token_wins_then_an_ended_run_then_a_known_start() {
+        let older_ended = run(&format!("run1 4 1000 2000 exit:0 7 {OWNER} a"));
+        let newer = run(&format!("run1 5 3000 - - 8 {OWNER} b"));
+        let newer_ended = run(&format!("run1 5 3000 4000 exit:3 8 {OWNER} b"));
+        let newer_unknown_start = run(&format!("run1 5 - 4000 exit:3 8 {OWNER} b"));
+        let garbage = Run::from_record("run1 99 \x1b");
+        assert_eq!(
+            latest(vec![older_ended.clone(), newer.clone(), garbage.clone()]),
+            Some(newer.clone())
+        );
+        for order in [
+            vec![newer.clone(), newer_ended.clone(), older_ended.clone()],
+            vec![older_ended.clone(), newer_ended.clone(), newer.clone()],
+            vec![
+                newer_unknown_start.clone(),
+                newer_ended.clone(),
+                newer.clone(),
+            ],
+        ] {
+            assert_eq!(latest(order), Some(newer_ended.clone()));
+        }
+        assert_eq!(latest(vec![garbage.clone()]), Some(garbage));
+        assert_eq!(latest(vec![]), None);
+    }
+
+    /// redis-servers of this test's own, killed when dropped.
+    struct Servers(Vec<(std::process::Child, u16)>);
+
+    impl Servers {
+        fn start(count: usize) -> Servers {
+            let servers = Servers(
+                (0..count)
+                    .map(|_| {
+                        let port = std::net::TcpListener::bind("127.0.0.1:0")
+                            .and_then(|l| l.local_addr())
+                            .expect("a free port")
+                            .port();
+                        let child = std::process::Command::new("redis-server")
+                            .args(["--port", &port.to_string(), "--save", "", "--appendonly"])
+                            .arg("no")
+                            .stdout(std::process::Stdio::null())
+                            .spawn()
+                            .expect("start redis-server");
+                        (child, port)
+                    })
+                    .collect(),
+            );
+            for i in 0..count {
+                let started = std::time::Instant::now();
+                while servers.connection(i).is_err() {
+                    assert!(
+                        started.elapsed().as_secs() < 20,
+                        "redis-server did not start"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            }
+            servers
+        }
+
+        fn url(&self, i: usize) -> String {
+            format!("redis://127.0.0.1:{}", self.0[i].1)
+        }
+
+        fn connection(&self, i: usize) -> redis::RedisResult<redis::Connection> {
+            let mut conn = redis::Client::open(self.url(i))?.get_connection()?;
+            redis::cmd("PING").query::<()>(&mut conn)?;
+            Ok(conn)
+        }
+
+        /// Runs `args` on server `i`.
+        fn set(&self, i: usize, args: &[&str]) {
+            let mut cmd = redis::cmd(args[0]);
+            for arg in &args[1..] {
+                cmd.arg(*arg);
+            }
+            let mut conn = self.connection(i).expect("connect");
+            cmd.query::<()>(&mut conn).expect("write a record");
+        }
+
+        fn backend(&self) -> RedisBackend {
+            let config = crate::backend::BackendConfig {
+                kind: crate::backend::BackendKind::Redis,
+                urls: (0..self.0.len()).map(|i| self.url(i)).collect(),
+                connect_timeout: std::time::Duration::from_secs(5),
+                create: false,
+                replicas: 0,
+                stop: Default::default(),
+            };
+            RedisBackend::open(&config).expect("open the backend")
+        }
+    }
+
+    impl Drop for Servers {
+        fn drop(&mut self) {
+            for (child, _) in &mut self.0 {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    #[test]
+    fn redlock_reads_every_server_and_keeps_the_record_that_wins() {
+        let servers = Servers::start(3);
+        let name = LockName::new("r").unwrap();
+        let (run, success) = ("dlock:{r}:last-run", "dlock:{r}:last-success");
+        let older = format!("run1 4 1000 2000 exit:0 7 {OWNER} a");
+        let not_ended = format!("run1 5 3000 - - 8 {OWNER} b");
+        let ended = format!("run1 5 3000 4000 exit:3 8 {OWNER} b");
+        servers.set(0, &["SET", run, &not_ended]);
+        servers.set(0, &["SET", success, &older]);
+        servers.set(1, &["SET", run, &ended]);
+        servers.set(1, &["RPUSH", success, "another client's"]);
+        servers.set(2, &["SET", run, &older]);
+        let runs = servers.backend().last_runs(&name).expect("last runs");
+        assert_eq!(runs.last_run, Some(Run::from_record(&ended)));
+        assert_eq!(runs.last_success, Some(Run::from_record(&older)));
+
+        // Only what cannot be read: shown escaped, as read.
+        servers.set(0, &["SET", run, "run1 9 \x1b[31m"]);
+        servers.set(0, &["DEL", success]);
+        for i in [1, 2] {
+            servers.set(i, &["DEL", run]);
+        }
+        let runs = servers.backend().last_runs(&name).expect("last runs");
+        let shown = runs
+            .last_run
+            .and_then(|r| r.unreadable)
+            .expect("unreadable");
+        assert!(
+            shown.contains("run1 9") && !shown.contains('\x1b'),
+            "{shown:?}"
+        );
+        let shown = runs
+            .last_success
+            .and_then(|r| r.unreadable)
+            .expect("unreadable");
+        assert!(shown.contains("is not a string key"), "{shown:?}");
+    }
+}

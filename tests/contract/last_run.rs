@@ -1,0 +1,314 @@
+//! What a store keeps of a lock's runs, as `status --json` shows it: the last run (running, ended
+//! and how, or never ended once its holder is gone) and the last success; `run
+//! --release-on-failure` with `--min-hold`; and `status --ran-within`'s exit statuses 0 to 3.
+
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use super::{Holding, T};
+use crate::support::target::{Kind, Target};
+use crate::support::*;
+
+/// `status NAME --json`: the whole answer.
+fn status_json(t: &Target, name: &str) -> Value {
+    let out = output(t.dlock(&["status", name, "--json"]));
+    assert!(
+        matches!(code(&out), 0 | 1),
+        "status {name}: {}",
+        stderr(&out)
+    );
+    assert_eq!(stderr(&out), "", "status {name} says nothing on stderr");
+    serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
+}
+
+/// `status NAME --json`'s `last_run` and `last_success`.
+fn runs(t: &Target, name: &str) -> (Value, Value) {
+    let json = status_json(t, name);
+    (json["last_run"].clone(), json["last_success"].clone())
+}
+
+/// `run NAME -- sh -c SCRIPT` (after `flags`), where SCRIPT also prints the token: the exit
+/// status and the token.
+fn run(t: &Target, flags: &[&str], name: &str, script: &str) -> (i32, u64) {
+    let script = format!("echo $DLOCK_TOKEN; {script}");
+    let mut args = vec!["run"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[name, "--", "sh", "-c", &script]);
+    let out = output(t.dlock(&args));
+    let token = stdout(&out)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("no token: {}", stderr(&out)));
+    (code(&out), token)
+}
+
+/// A run's record ended as `ending` (`exit:0`), and took the lock with `token`.
+fn assert_ended(run: &Value, ending: &str, token: u64) {
+    assert_eq!(run["ending"], ending, "{run:#}");
+    assert_eq!(run["token"], token, "{run:#}");
+    assert_eq!(run["running"], false, "{run:#}");
+    let (acquired, ended) = (run["acquired"].as_str(), run["ended"].as_str());
+    assert!(
+        acquired.is_some() && ended.is_some() && acquired <= ended,
+        "{run:#}"
+    );
+    assert!(run["host"].is_string() && run["pid"].is_u64(), "{run:#}");
+}
+
+pub fn a_run_is_running_while_it_holds_then_ended_and_the_last_success(t: &Target) {
+    let (last, success) = runs(t, "lr/ok");
+    assert!(
+        last.is_null() && success.is_null(),
+        "never run: {last} {success}"
+    );
+    let holder = Holding::start(t, &["--message", "nightly backup", "lr/ok"]);
+    let (last, _) = runs(t, "lr/ok");
+    assert_eq!(last["running"], true, "{last:#}");
+    assert!(
+        last["ended"].is_null() && last["ending"].is_null(),
+        "{last:#}"
+    );
+    assert_eq!(last["token"], holder.token(), "{last:#}");
+    assert_eq!(last["message"], "nightly backup", "{last:#}");
+    let token = holder.token();
+    assert_eq!(holder.let_go().code(), Some(0));
+    let (last, success) = runs(t, "lr/ok");
+    assert_ended(&last, "exit:0", token);
+    assert_eq!(
+        last, success,
+        "a success is the last run and the last success"
+    );
+    let text = stdout(&output(t.dlock(&["status", "lr/ok"])));
+    assert!(
+        text.contains("  last run: ") && text.contains(", exit 0, token "),
+        "{text}"
+    );
+    assert!(!text.contains("last success:"), "the same run: {text}");
+}
+
+pub fn a_failed_run_is_the_last_run_and_the_success_before_it_stays(t: &Target) {
+    let (status, ok) = run(t, &[], "lr/fail", "true");
+    assert_eq!(status, 0);
+    let (status, failed) = run(t, &[], "lr/fail", "exit 3");
+    assert_eq!(status, 3);
+    let (last, success) = runs(t, "lr/fail");
+    assert_ended(&last, "exit:3", failed);
+    assert_ended(&success, "exit:0", ok);
+    let text = stdout(&output(t.dlock(&["status", "lr/fail"])));
+    assert!(
+        text.contains(", exit 3, token ") && text.contains("  last success: "),
+        "{text}"
+    );
+}
+
+pub fn a_run_ended_by_a_signal_records_the_signal(t: &Target) {
+    let holder = Holding::start(t, &["lr/signal"]);
+    let token = holder.token();
+    // Forwarded to the command's group: the shell ends by it.
+    signal(holder.dlock.id(), libc::SIGTERM);
+    let (status, _) = holder.finish();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    let (last, success) = runs(t, "lr/signal");
+    assert_ended(&last, &format!("signal:{}", libc::SIGTERM), token);
+    assert!(success.is_null(), "{success:#}");
+}
+
+pub fn a_run_forced_away_records_forced(t: &Target) {
+    let holder = Holding::start(t, &["--ttl", "1s", "lr/forced"]);
+    let token = holder.token();
+    let out = output(t.dlock(&["release", "--force", "lr/forced"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (status, err) = holder.finish();
+    assert_eq!(status.code(), Some(79), "{err}");
+    let (last, success) = runs(t, "lr/forced");
+    assert_ended(&last, "forced", token);
+    assert!(success.is_null(), "{success:#}");
+}
+
+/// dlock is stopped while its command runs, the lock is broken and another run takes it and
+/// succeeds; when the first dlock runs again it finds its lock lost (79), and writes nothing over
+/// the later run's record.
+pub fn a_run_that_lost_its_lock_leaves_the_later_runs_record_alone(t: &Target) {
+    let holder = Holding::start(t, &["--ttl", "1s", "lr/lost"]);
+    signal(holder.dlock.id(), libc::SIGSTOP);
+    let out = output(t.dlock(&["release", "--force", "lr/lost"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (status, later) = run(t, &["-n"], "lr/lost", "true");
+    assert_eq!(status, 0, "another run takes the lock");
+    signal(holder.dlock.id(), libc::SIGCONT);
+    let (status, err) = holder.finish();
+    assert_eq!(status.code(), Some(79), "{err}");
+    let (last, success) = runs(t, "lr/lost");
+    assert_ended(&last, "exit:0", later);
+    assert_ended(&success, "exit:0", later);
+}
+
+pub fn a_holder_killed_with_sigkill_never_ended_once_its_lease_passed(t: &Target) {
+    let mut holder = Holding::start(t, &["--ttl", "1s", "lr/killed"]);
+    let token = holder.token();
+    signal(holder.dlock.id(), libc::SIGKILL);
+    wait_exit(&mut holder.dlock, T);
+    wait_until("the killed holder's lease to pass", T, || {
+        code(&output(t.dlock(&["status", "lr/killed"]))) == 1
+    });
+    let (last, success) = runs(t, "lr/killed");
+    assert_eq!(last["token"], token, "{last:#}");
+    assert!(
+        last["ended"].is_null() && last["ending"].is_null(),
+        "{last:#}"
+    );
+    assert_eq!(last["running"], false, "{last:#}");
+    assert!(success.is_null(), "{success:#}");
+    let text = stdout(&output(t.dlock(&["status", "lr/killed"])));
+    assert!(text.contains(", never ended, token "), "{text}");
+}
+
+/// `sh -c SCRIPT`, its dlock lines given the target's arguments: its status.
+fn shell(t: &Target, script: &str) -> i32 {
+    let script = script.replace("dlock ", &format!("{} ", t.shell_words(&[])));
+    let status = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .status()
+        .expect("run sh");
+    status.code().expect("sh exits")
+}
+
+pub fn a_hold_released_succeeds_and_one_whose_shell_exits_does_not(t: &Target) {
+    let status = shell(
+        t,
+        "dlock hold -n lr/hold-released || exit $?; dlock release lr/hold-released",
+    );
+    assert_eq!(status, 0);
+    let (last, success) = runs(t, "lr/hold-released");
+    assert_eq!(last["ending"], "released", "{last:#}");
+    assert_eq!(last, success, "a released hold is a success");
+
+    let status = shell(t, "dlock hold -n lr/hold-exited || exit $?; exit 0");
+    assert_eq!(status, 0);
+    wait_until("the keeper to see its shell gone", T, || {
+        runs(t, "lr/hold-exited").0["ending"] == "shell-exited"
+    });
+    let (last, success) = runs(t, "lr/hold-exited");
+    assert!(last["ended"].is_string(), "{last:#}");
+    assert!(success.is_null(), "{success:#}");
+}
+
+pub fn release_on_failure_frees_a_min_hold_lock_after_a_failure_only(t: &Target) {
+    let keep = ["-n", "--min-hold", "60s", "--release-on-failure"];
+    let (status, failed) = run(t, &keep, "lr/rof", "exit 3");
+    assert_eq!(status, 3);
+    let (status, next) = run(t, &["-n"], "lr/rof", "true");
+    assert_eq!(status, 0, "a failure frees the lock at once");
+    assert!(next > failed);
+    let (status, ok) = run(t, &keep, "lr/rof", "true");
+    assert_eq!(status, 0);
+    let out = output(t.dlock(&["run", "-n", "lr/rof", "--", "true"]));
+    assert_eq!(code(&out), 75, "a success keeps it: {}", stderr(&out));
+    let out = output(t.dlock(&["list", "lr/rof", "--json"]));
+    let list: Value = serde_json::from_str(&stdout(&out)).expect("list JSON");
+    assert_eq!(list[0]["name"], "lr/rof", "{list:#}");
+    assert_ended(&list[0]["last_run"], "exit:0", ok);
+    assert_ended(&list[0]["last_success"], "exit:0", ok);
+    // The variable says the same as the flag.
+    let out = output(t.dlock(&["release", "--force", "lr/rof"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (status, _) = run(t, &["-n", "--min-hold", "60s"], "lr/rof-env", "exit 3");
+    assert_eq!(status, 3);
+    let out = output(t.dlock(&["run", "-n", "lr/rof-env", "--", "true"]));
+    assert_eq!(code(&out), 75, "without it a failure keeps the lock");
+    let out = output(t.dlock(&["release", "--force", "lr/rof-env"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let mut env_run = t.dlock(&[
+        "run",
+        "-n",
+        "--min-hold",
+        "60s",
+        "lr/rof-env",
+        "--",
+        "false",
+    ]);
+    env_run.env("DLOCK_RELEASE_ON_FAILURE", "1");
+    assert_eq!(code(&output(env_run)), 1);
+    let out = output(t.dlock(&["run", "-n", "lr/rof-env", "--", "true"]));
+    assert_eq!(
+        code(&out),
+        0,
+        "DLOCK_RELEASE_ON_FAILURE=1: {}",
+        stderr(&out)
+    );
+}
+
+/// `status NAME --ran-within WITHIN` (after `args`): its exit status and its one line.
+fn ran_within(mut dlock: Command, name: &str, within: &str) -> (i32, String) {
+    dlock.args(["status", name, "--ran-within", within]);
+    let out = output(dlock);
+    let line = stdout(&out);
+    assert_eq!(
+        line.lines().count(),
+        1,
+        "one line: {line:?} {}",
+        stderr(&out)
+    );
+    (code(&out), line.trim_end().to_owned())
+}
+
+pub fn ran_within_is_0_ok_1_too_long_ago_2_never_succeeded(t: &Target) {
+    let (status, line) = ran_within(t.dlock(&[]), "lr/check", "1h");
+    assert_eq!(status, 2, "{line}");
+    assert!(
+        line.starts_with("CRITICAL: lr/check has never succeeded"),
+        "{line}"
+    );
+    let (status, _) = run(t, &[], "lr/check", "exit 3");
+    assert_eq!(status, 3);
+    let (status, line) = ran_within(t.dlock(&[]), "lr/check", "1h");
+    assert_eq!(status, 2, "{line}");
+    assert!(line.contains("exit 3"), "the last run says why: {line}");
+    let (status, _) = run(t, &[], "lr/check", "true");
+    assert_eq!(status, 0);
+    let (status, line) = ran_within(t.dlock(&[]), "lr/check", "1h");
+    assert_eq!(status, 0, "{line}");
+    assert!(line.starts_with("OK: lr/check last succeeded "), "{line}");
+    assert!(line.contains(" ago on "), "{line}");
+    // A later failure does not hide the success.
+    let (status, _) = run(t, &[], "lr/check", "exit 3");
+    assert_eq!(status, 3);
+    assert_eq!(ran_within(t.dlock(&[]), "lr/check", "1h").0, 0);
+    wait_until("the success to be over a second old", T, || {
+        ran_within(t.dlock(&[]), "lr/check", "1s").0 == 1
+    });
+    let (_, line) = ran_within(t.dlock(&[]), "lr/check", "1s");
+    assert!(
+        line.starts_with("WARNING: lr/check last succeeded ") && line.ends_with("more than 1s ago"),
+        "{line}"
+    );
+}
+
+pub fn ran_within_is_3_unknown_when_the_store_cannot_be_reached(t: &Target) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = match t.kind {
+        Kind::File => t.scratch_file("no-such-directory"),
+        Kind::Redis => format!("redis://127.0.0.1:{port}"),
+        Kind::Zk => format!("zk://127.0.0.1:{port}"),
+        Kind::Etcd => format!("etcd://127.0.0.1:{port}"),
+        Kind::Postgres => format!("postgres://dlock@127.0.0.1:{port}/dlock"),
+        Kind::Mysql => format!("mysql://dlock@127.0.0.1:{port}/dlock"),
+    };
+    let mut down = dlock();
+    down.args([
+        "--backend",
+        t.backend(),
+        "--url",
+        &url,
+        "--connect-timeout",
+        "1s",
+    ]);
+    let (status, line) = ran_within(down, "lr/down", "1h");
+    assert_eq!(status, 3, "{line}");
+    assert!(line.starts_with("UNKNOWN: lr/down: "), "{line}");
+}

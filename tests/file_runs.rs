@@ -1,0 +1,191 @@
+//! The file backend's record of a lock's runs, `NAME.runs` beside `NAME.lock`: not listed by
+//! `list`; never in the way of a lock operation, whatever sits at its path (a FIFO, a symbolic
+//! link, a directory, a hard link to another file, someone's data), which is left as it was;
+//! shown escaped when it cannot be read; read as none once 400 days old. A lock file removed under its holder makes a lost run, and a set of names
+//! given back before its command ran keeps none of them for `--min-hold`.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+fn status_json(dir: &LockDir, name: &str) -> serde_json::Value {
+    let out = output(dir.dlock(&["status", "--json", name]));
+    serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
+}
+
+/// What an entry is, to check that dlock left it as it was.
+fn snapshot(path: &Path) -> (u64, u32, Option<Vec<u8>>) {
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    let bytes = meta.is_file().then(|| std::fs::read(path).unwrap());
+    (meta.ino(), meta.mode(), bytes)
+}
+
+#[test]
+fn list_shows_locks_only_never_their_records() {
+    let dir = LockDir::new();
+    assert_eq!(code(&output(dir.dlock(&["run", "x", "--", "true"]))), 0);
+    assert!(dir.file("x.runs").is_file(), "the run is recorded");
+    let out = output(dir.dlock(&["list", "--json"]));
+    assert_eq!(
+        (stdout(&out).trim(), stderr(&out).as_str()),
+        ("[]", ""),
+        "nothing held, nothing skipped"
+    );
+    let mut holder = dir.hold_in_background("x");
+    let out = output(dir.dlock(&["list"]));
+    assert_eq!(stderr(&out), "");
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("x\texclusive by "), "{lines:?}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+fn mkfifo(path: &Path) {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: c is a valid NUL-terminated path for the duration of the call.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    assert_eq!(rc, 0, "mkfifo {}", path.display());
+}
+
+/// Puts something at a path.
+type Make<'a> = dyn Fn(&Path) + 'a;
+
+#[test]
+fn whatever_sits_at_the_records_path_never_stops_a_run_and_is_left_as_it_is() {
+    let dir = LockDir::new();
+    let outside = dir.file("outside");
+    std::fs::write(&outside, "someone's data\n").unwrap();
+    let kinds: [(&str, &Make<'_>); 3] = [
+        ("fifo", &|p| mkfifo(p)),
+        ("link", &|p| {
+            std::os::unix::fs::symlink(&outside, p).unwrap()
+        }),
+        ("dir", &|p| std::fs::create_dir(p).unwrap()),
+    ];
+    for (name, make) in kinds {
+        let runs = dir.file(&format!("{name}.runs"));
+        make(&runs);
+        let before = snapshot(&runs);
+        let out = output_within(dir.dlock(&["run", "-n", name, "--", "true"]), T);
+        assert_eq!(code(&out), 0, "{name}: {}", stderr(&out));
+        assert_eq!(stderr(&out), "", "{name}: a run says nothing of it");
+        let out = output_within(dir.dlock(&["status", name]), T);
+        assert_eq!(code(&out), 1, "{name}: free, as before");
+        assert!(
+            stderr(&out).contains("cannot read the last runs of lock"),
+            "{name}: {}",
+            stderr(&out)
+        );
+        assert!(!stdout(&out).contains("last run"), "{}", stdout(&out));
+        assert_eq!(snapshot(&runs), before, "{name} left as it was");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "someone's data\n"
+    );
+}
+
+#[test]
+fn a_records_file_dlock_did_not_write_is_shown_escaped_and_left_as_it_is() {
+    let dir = LockDir::new();
+    let runs = dir.file("x.runs");
+    std::fs::write(&runs, b"\x1b[2J\x07run1 forged\nlast run1 x\n").unwrap();
+    let before = snapshot(&runs);
+    let out = output(dir.dlock(&["status", "x"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("  last run: unreadable record \""), "{text}");
+    assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
+    let json = status_json(&dir, "x");
+    assert!(json["last_run"]["unreadable"].is_string(), "{json:#}");
+    let out = output(dir.dlock(&["status", "x", "--ran-within", "1h"]));
+    assert_eq!(code(&out), 3, "UNKNOWN: {}", stdout(&out));
+    assert_eq!(code(&output(dir.dlock(&["run", "x", "--", "true"]))), 0);
+    assert_eq!(
+        snapshot(&runs),
+        before,
+        "someone's data is never written over"
+    );
+}
+
+/// Someone who may write the directory links another of the user's files at the records path:
+/// dlock writes nothing into it, nor into a records file of dlock's own linked there.
+#[test]
+fn a_records_path_linked_to_another_file_is_never_written() {
+    let dir = LockDir::new();
+    let outside = dir.file("outside");
+    for (name, data) in [("x", &b"someone's data\n"[..]), ("y", b"dlock-runs1\n")] {
+        std::fs::write(&outside, data).unwrap();
+        let runs = dir.file(&format!("{name}.runs"));
+        std::fs::hard_link(&outside, &runs).unwrap();
+        assert_eq!(code(&output(dir.dlock(&["run", name, "--", "true"]))), 0);
+        assert_eq!(std::fs::read(&outside).unwrap(), data, "{name}");
+        std::fs::remove_file(&runs).unwrap();
+    }
+}
+
+#[test]
+fn records_not_written_for_400_days_read_as_none() {
+    let dir = LockDir::new();
+    assert_eq!(code(&output(dir.dlock(&["run", "x", "--", "true"]))), 0);
+    let aged = std::process::Command::new("touch")
+        .args(["-m", "-d", "401 days ago"])
+        .arg(dir.file("x.runs"))
+        .status()
+        .expect("touch");
+    assert!(aged.success());
+    let json = status_json(&dir, "x");
+    assert!(
+        json["last_run"].is_null() && json["last_success"].is_null(),
+        "{json:#}"
+    );
+    let out = output(dir.dlock(&["status", "x", "--ran-within", "1y"]));
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    assert_eq!(code(&output(dir.dlock(&["run", "x", "--", "true"]))), 0);
+    let json = status_json(&dir, "x");
+    assert_eq!(json["last_run"]["token"], 2, "{json:#}");
+    assert_eq!(json["last_success"]["token"], 2, "{json:#}");
+}
+
+#[test]
+fn a_lock_file_removed_under_its_holder_is_a_lost_run() {
+    let dir = LockDir::new();
+    let ready = dir.file("ready");
+    let script = format!("touch '{}'; sleep 30", ready.display());
+    let mut holder = dir
+        .dlock(&["run", "--ttl", "300ms", "x", "--", "sh", "-c", &script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dlock");
+    wait_for_file(&ready, T);
+    std::fs::remove_file(dir.file("x.lock")).unwrap();
+    let status = wait_exit(&mut holder, T);
+    assert_eq!(status.code(), Some(79));
+    let json = status_json(&dir, "x");
+    assert_eq!(json["last_run"]["ending"], "lost", "{json:#}");
+    assert!(json["last_success"].is_null(), "{json:#}");
+}
+
+#[test]
+fn a_set_given_back_before_its_command_ran_keeps_no_min_hold() {
+    let dir = LockDir::new();
+    let mut b = dir.hold_in_background("b");
+    let out = output(dir.dlock(&["run", "-n", "--min-hold", "1h", "a", "b", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let json = status_json(&dir, "a");
+    assert_eq!(json["held"], false, "{json:#}");
+    assert_eq!(json["last_run"]["ending"], "not-run", "{json:#}");
+    let out = output(dir.dlock(&["run", "-n", "a", "--", "true"]));
+    assert_eq!(code(&out), 0, "a is free: {}", stderr(&out));
+    let _ = b.kill();
+    let _ = b.wait();
+}
