@@ -7,8 +7,7 @@ mod help;
 mod place;
 mod resolve;
 mod trusted;
-pub(crate) mod urls;
-pub use place::WITHHELD_VAR as PASSWORD_WITHHELD_VAR;
+mod urls;
 mod usage;
 mod values;
 

@@ -31,7 +31,7 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
                     return Ok(why.status());
                 }
             }
-            supervise::run(plan, report)
+            supervise::run(plan, hold::nested::claims, report)
         }
         Command::Status(args) => {
             let name = lock_name(&args.name)?;

@@ -103,8 +103,9 @@ impl Guardian {
         // Its own process group, so signals for dlock's job never reach it. From here, since the
         // guardian itself must not call into the C library. A failure leaves it in dlock's group,
         // where it still works (its signals are blocked) unless the whole job is SIGKILLed.
-        // SAFETY: setpgid on our own child, which has not exec'd.
-        unsafe { libc::setpgid(pid, pid) };
+        if let Some(child) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::setpgid(Some(child), Some(child));
+        }
         drop(reader);
         Ok(Guardian {
             pid,
@@ -115,11 +116,13 @@ impl Guardian {
     /// Ends the guardian before dlock replaces itself with the command (`exec`), which then has a
     /// parent dlock no more: the outer dlock's guardian already covers it.
     pub fn dismiss(self) {
-        // SAFETY: kill on our own child, which has no other use for its pid.
-        unsafe { libc::kill(self.pid, libc::SIGKILL) };
-        // SAFETY: waitpid on our own child with no status pointer; __WCLONE since it has no exit
-        // signal.
-        unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), libc::__WCLONE) };
+        let Some(pid) = rustix::process::Pid::from_raw(self.pid) else {
+            return;
+        };
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        // __WCLONE: it has no exit signal.
+        let clone = rustix::process::WaitOptions::from_bits_retain(libc::__WCLONE as u32);
+        let _ = rustix::process::waitpid(Some(pid), clone);
     }
 }
 

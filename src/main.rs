@@ -13,6 +13,8 @@
     )),
     allow(dead_code, unused_imports)
 )]
+// `unsafe` only in the modules that allow it below, each for a call no safe crate offers.
+#![deny(unsafe_code)]
 
 // Linux system calls throughout, with no cheap portable fallback: clone(2) for the command and the
 // guardian, open file description locks, /proc, a parent-death signal, thread-directed timers.
@@ -28,6 +30,8 @@ mod commands;
 mod completions;
 mod exit;
 mod generate;
+// clone(2) with a stack of its own for the guardian, and raw descriptors in it.
+#[allow(unsafe_code)]
 mod guard;
 mod hold;
 mod job;
@@ -37,6 +41,8 @@ mod manual;
 mod program;
 mod reentry;
 mod report;
+// Signal masks, handlers, sigwaitinfo, pthread_kill and thread-directed timers: libc only.
+#[allow(unsafe_code)]
 mod signal;
 mod supervise;
 mod sync;
@@ -46,6 +52,15 @@ mod url;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Before any backend blocks or starts a thread: what backends need of signal/, handed over
+    // so that no backend imports it (see backend/blocking.rs).
+    backend::blocking::provide(backend::blocking::Provided {
+        alarm_at: |deadline| {
+            signal::interrupt::Alarm::at(deadline).map(|a| Box::new(a) as Box<dyn std::any::Any>)
+        },
+        wake_blocked: || Box::new(signal::mask::WakeBlocked::on_this_thread()),
+        block_all: signal::mask::block_all_in_this_thread,
+    });
     let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(status) => return ExitCode::from(status.code()),

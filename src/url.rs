@@ -90,8 +90,12 @@ impl<'a> Parts<'a> {
     }
 }
 
+/// Set (to 1) for the command when a password was taken out of the DLOCK_URL it gets
+/// (`without_secrets`): set by `cli::place`, kept from the command by `supervise::environment`.
+pub const PASSWORD_WITHHELD_VAR: &str = "DLOCK_PASSWORD_WITHHELD";
+
 /// Where a password that does not work came from, for the line that says so: set once, when a
-/// password file is read (see `cli::urls`), and read by every backend's message about a refused
+/// password file is read (see `cli::resolve`), and read by every backend's message about a refused
 /// password.
 static PASSWORD_FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
@@ -236,6 +240,39 @@ pub fn user_password(userinfo: &str, what: &str, shown: &str) -> anyhow::Result<
     Ok((user, password))
 }
 
+/// `url` with `password` in it, percent-encoded, where it has none: after the user name in
+/// `scheme://user@host`, or as `scheme://:password@host` without a user (Redis's default user).
+/// A URL with its own password keeps it; a path (the file backend) is left as it is. The URL is
+/// cut into its parts first (`Parts`), so the password lands in the user information
+/// whatever `@`, `:`, `?` or `#` the path, query or fragment hold. `Ok(None)`: left as it was.
+///
+/// ZooKeeper's and etcd's parsers end the credentials at the last `@` of the whole URL (so that a
+/// password may hold a `/`): an `@` after the hosts would put the password somewhere else than
+/// where it was inserted, so such a URL is refused instead, with the one line to show.
+pub fn insert_password(url: &str, password: &str) -> Result<Option<String>, String> {
+    let Some(parts) = Parts::of(url) else {
+        return Ok(None);
+    };
+    if parts.scheme == "file" {
+        return Ok(None);
+    }
+    if matches!(parts.scheme, "zk" | "etcd" | "etcds") && parts.tail.contains('@') {
+        return Err(format!(
+            "{}: an `@` after the hosts would be read as the end of the credentials: write it as \
+             %40, or put the password in the URL",
+            redact(url)
+        ));
+    }
+    let encoded = crate::text::percent_encode(password, |_, c| {
+        !(c.is_ascii_alphanumeric() || "-._~".contains(c))
+    });
+    Ok(match parts.userinfo {
+        Some(userinfo) if userinfo.contains(':') => None,
+        Some(user) => Some(parts.with_userinfo(Some(&format!("{user}:{encoded}")))),
+        None => Some(parts.with_userinfo(Some(&format!(":{encoded}")))),
+    })
+}
+
 /// URLs of every backend's shape with the password `...SECRET...` in each place a password can
 /// take, for the tests of each backend's parser.
 #[cfg(test)]
@@ -261,9 +298,7 @@ pub fn with_password() -> impl proptest::strategy::Strategy<Value = String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{host_list, redact, user_password, with_password, without_secrets};
-    use crate::backend::{self, BackendConfig, BackendKind};
-    use std::time::Duration;
+    use super::{host_list, insert_password, redact, user_password, without_secrets};
 
     #[test]
     fn credentials_and_queries_are_hidden() {
@@ -286,32 +321,6 @@ mod tests {
         ] {
             assert_eq!(redact(url), shown, "{url}");
         }
-    }
-
-    /// What the file and ZooKeeper backends say about `url` when opened (neither connects when it
-    /// opens), or where they keep their locks. The file backend only for other schemes: a plain
-    /// path is a directory's name, which it shows as given.
-    fn messages_about(url: &str) -> Vec<String> {
-        let mut messages = vec![redact(url)];
-        let mut kinds = vec![BackendKind::Zk];
-        if url.contains("://") && !url.starts_with("file://") {
-            kinds.push(BackendKind::File);
-        }
-        for kind in kinds {
-            let config = BackendConfig {
-                kind,
-                urls: vec![url.to_owned()],
-                connect_timeout: Duration::from_millis(1),
-                create: false,
-                replicas: 0,
-                stop: Default::default(),
-            };
-            match backend::open(&config) {
-                Ok(b) => messages.push(b.location()),
-                Err(e) => messages.push(format!("{e:#}")),
-            }
-        }
-        messages
     }
 
     #[test]
@@ -419,11 +428,88 @@ mod tests {
             let (kept, taken) = without_secrets(&url);
             proptest::prop_assert!(taken && !kept.contains("SECRET"), "{} gave {}", url, kept);
         }
+    }
 
+    #[test]
+    fn a_password_goes_where_the_url_has_none() {
+        for (url, with) in [
+            ("redis://10.0.0.5:6379", "redis://:p%40ss%3Aw@10.0.0.5:6379"),
+            ("redis://app@h:1/2", "redis://app:p%40ss%3Aw@h:1/2"),
+            ("redis://app:own@h:1", "redis://app:own@h:1"),
+            (
+                "postgres://dlock@db/locks",
+                "postgres://dlock:p%40ss%3Aw@db/locks",
+            ),
+            ("zk://app@a:1,b:2/x", "zk://app:p%40ss%3Aw@a:1,b:2/x"),
+            ("/var/lock/dlock", "/var/lock/dlock"),
+            ("file:///var/lock/dlock", "file:///var/lock/dlock"),
+            (
+                "mysql://root@h:1/db?ssl-ca=/x@y",
+                "mysql://root:p%40ss%3Aw@h:1/db?ssl-ca=/x@y",
+            ),
+            (
+                "postgres://h:1/db?application_name=a@b",
+                "postgres://:p%40ss%3Aw@h:1/db?application_name=a@b",
+            ),
+            ("redis://h#a@b", "redis://:p%40ss%3Aw@h#a@b"),
+        ] {
+            let given = insert_password(url, "p@ss:w")
+                .unwrap()
+                .unwrap_or_else(|| url.to_owned());
+            assert_eq!(given, with, "{url}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever `@`, `:`, `%`, `?` or `#` every part of a URL of any backend holds, the
+        /// password lands in its user information alone: the hosts, path, query and fragment come
+        /// out as they went in, and a URL with a password of its own keeps it.
         #[test]
-        fn no_message_shows_a_password(url in with_password()) {
-            for message in messages_about(&url) {
-                proptest::prop_assert!(!message.contains("SECRET"), "{} gave {}", url, message);
+        fn the_password_goes_into_the_user_information_of_every_url(
+            scheme in "redis|rediss|redis\\+sentinel|redis\\+cluster|rediss\\+cluster|zk|etcd|etcds|postgres|postgresql|mysql",
+            user in proptest::option::of("[a-z0-9@:%?#._-]{0,8}"),
+            hosts in "[a-z0-9.:,\\[\\]%-]{0,16}",
+            path in proptest::option::of("/[a-z0-9/@:%?#&=._-]{0,12}"),
+            query in proptest::option::of("\\?[a-z0-9/@:%?#&=._-]{0,16}"),
+            fragment in proptest::option::of("#[a-z0-9/@:%?#&=._-]{0,8}"),
+            password in "[ -~]{1,12}",
+        ) {
+            let at = user.as_ref().map(|u| format!("{u}@")).unwrap_or_default();
+            let url = format!(
+                "{scheme}://{at}{hosts}{}{}{}",
+                path.unwrap_or_default(),
+                query.unwrap_or_default(),
+                fragment.unwrap_or_default()
+            );
+            let before = super::Parts::of(&url).expect("a scheme");
+            let encoded = crate::text::percent_encode(&password, |_, c| {
+                !(c.is_ascii_alphanumeric() || "-._~".contains(c))
+            });
+            match insert_password(&url, &password) {
+                Err(line) => {
+                    proptest::prop_assert!(
+                        ["zk", "etcd", "etcds"].contains(&before.scheme) && before.tail.contains('@'),
+                        "{} refused: {}", url, line
+                    );
+                    proptest::prop_assert!(line.starts_with(&redact(&url)), "{}", line);
+                }
+                Ok(None) => proptest::prop_assert!(
+                    before.userinfo.is_some_and(|u| u.contains(':')),
+                    "{} left without a password", url
+                ),
+                Ok(Some(given)) => {
+                    let after = super::Parts::of(&given).expect("a scheme");
+                    proptest::prop_assert_eq!(after.scheme, before.scheme);
+                    proptest::prop_assert_eq!(after.hosts, before.hosts);
+                    proptest::prop_assert_eq!(after.tail, before.tail);
+                    let expected = format!("{}:{encoded}", before.userinfo.unwrap_or(""));
+                    proptest::prop_assert_eq!(after.userinfo, Some(expected.as_str()));
+                    let decoded = after
+                        .userinfo
+                        .and_then(|u| u.rsplit_once(':'))
+                        .and_then(|(_, p)| crate::text::percent_decode(p));
+                    proptest::prop_assert_eq!(decoded.as_deref(), Some(password.as_str()));
+                }
             }
         }
     }

@@ -1,9 +1,10 @@
 //! The file backend's record of a lock's runs, `NAME.runs` beside `NAME.lock`: not listed by
 //! `list`; never in the way of a lock operation, whatever sits at its path (a FIFO, a symbolic
 //! link, a directory, a hard link to another file, someone's data), which is left as it was;
-//! shown escaped when it cannot be read; read as none once 400 days old. A lock file removed under its holder makes a lost run, and a set of names
-//! given back before its command ran keeps none of them for `--min-hold`. `list --runs` shows a
-//! forged record escaped and leaves out entries that name no lock.
+//! shown escaped when it cannot be read; read as none once 400 days old. A lock file removed under
+//! its holder makes a lost run, also when its command exits 0 before dlock notices (no success),
+//! and a set of names given back before its command ran keeps none of them for `--min-hold`.
+//! `list --runs` shows a forged record escaped and leaves out entries that name no lock.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -215,6 +216,40 @@ fn a_lock_file_removed_under_its_holder_is_a_lost_run() {
     let json = status_json(&dir, "x");
     assert_eq!(json["last_run"]["ending"], "lost", "{json:#}");
     assert!(json["last_success"].is_null(), "{json:#}");
+}
+
+/// The lock file is removed while dlock is stopped, and the command exits 0 before dlock runs
+/// again: its release finds the lock lost (79), and the run ends `lost`, no success.
+#[test]
+fn a_command_that_succeeds_after_its_lock_file_was_removed_ends_lost_and_is_no_success() {
+    let dir = LockDir::new();
+    let lock = dir.file("x.lock");
+    let run = dir.dlock(&["run", "x"]);
+    let (status, said) =
+        succeed_after_a_silent_loss(run, dir.path(), || std::fs::remove_file(&lock).unwrap());
+    assert_eq!(status, 79, "{said}");
+    assert!(
+        said.contains("the lock was lost before the command ended"),
+        "found by the release: {said}"
+    );
+    let json = status_json(&dir, "x");
+    assert_eq!(json["last_run"]["ending"], "lost", "{json:#}");
+    assert!(json["last_run"]["ended"].is_string(), "{json:#}");
+    assert!(json["last_success"].is_null(), "{json:#}");
+    let out = output(dir.dlock(&["status", "x", "--ran-within", "1h"]));
+    assert_eq!(code(&out), 2, "never succeeded: {}", stdout(&out));
+
+    // After a success, a later silent loss leaves that success the last one.
+    assert_eq!(code(&output(dir.dlock(&["run", "x", "--", "true"]))), 0);
+    let success = status_json(&dir, "x")["last_success"].clone();
+    assert_eq!(success["ending"], "exit:0", "{success:#}");
+    let run = dir.dlock(&["run", "x"]);
+    let (status, said) =
+        succeed_after_a_silent_loss(run, dir.path(), || std::fs::remove_file(&lock).unwrap());
+    assert_eq!(status, 79, "{said}");
+    let json = status_json(&dir, "x");
+    assert_eq!(json["last_run"]["ending"], "lost", "{json:#}");
+    assert_eq!(json["last_success"], success, "{json:#}");
 }
 
 #[test]

@@ -46,6 +46,7 @@ mod postgres_tls;
 #[cfg(feature = "redis")]
 mod redis;
 mod run;
+mod seams;
 #[cfg(feature = "redis")]
 mod sentinel;
 #[cfg(all(feature = "postgres", feature = "mysql"))]

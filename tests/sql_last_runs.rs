@@ -241,6 +241,7 @@ macro_rules! on_both {
 on_both!(
     each_ending_is_written_into_the_last_run_by_the_servers_clock: "t_lr_end_",
     a_lost_lock_is_written_lost: "t_lr_lost_",
+    a_command_that_succeeds_after_its_lease_passed_ends_lost: "t_lr_late_",
     release_force_writes_forced_and_the_holders_own_release_leaves_it: "t_lr_force_",
     a_holder_killed_with_sigkill_leaves_its_run_not_ended: "t_lr_kill_",
     an_earlier_shared_holders_release_never_overwrites_a_later_run: "t_lr_shared_",
@@ -311,6 +312,55 @@ fn a_lost_lock_is_written_lost(s: &Store) {
         (started.owner.as_str(), started.acquired)
     );
     assert_eq!(s.last_success("lost"), None);
+}
+
+/// The lease passes while dlock is stopped, and the command exits 0 before dlock runs again: its
+/// release finds the lock lost (79), the run ends `lost`, and the last success stays what it was.
+/// Once granted free (released in plain SQL), once after a wait (released by the function).
+fn a_command_that_succeeds_after_its_lease_passed_ends_lost(s: &Store) {
+    let lose = || {
+        wait_until("the stopped holder's lease to pass", T, || {
+            code(&output(s.dlock(&["status", "late"]))) == 1
+        })
+    };
+    let run = s.dlock(&["run", "--ttl", "1s", "late"]);
+    let (status, said) = succeed_after_a_silent_loss(run, s.dir.path(), lose);
+    assert_eq!(status, 79, "{said}");
+    assert!(
+        said.contains("the lock was lost before the command ended"),
+        "found by the release: {said}"
+    );
+    let lost = s.last_run("late");
+    assert_eq!((lost.token, lost.ending()), (1, Some("lost")), "{lost:?}");
+    assert_eq!(s.last_success("late"), None);
+    let out = output(s.dlock(&["status", "late", "--ran-within", "1h"]));
+    assert_eq!(code(&out), 2, "never succeeded: {}", stdout(&out));
+
+    // The next run waits behind a holder, which succeeds, so that it is granted after a wait.
+    let mut holder = s.holder(&[], "late", "h");
+    let waited = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            wait_until("the run to wait in line", T, || {
+                let out = output(s.dlock(&["status", "--json", "late"]));
+                let json: serde_json::Value =
+                    serde_json::from_str(&stdout(&out)).unwrap_or_default();
+                json["waiters"].as_array().is_some_and(|w| !w.is_empty())
+            });
+            s.let_go("h");
+        });
+        let run = s.dlock(&["run", "--ttl", "1s", "late"]);
+        succeed_after_a_silent_loss(run, s.dir.path(), lose)
+    });
+    assert_eq!(wait_exit(&mut holder, T).code(), Some(0));
+    assert_eq!(waited.0, 79, "{}", waited.1);
+    let lost = s.last_run("late");
+    assert_eq!((lost.token, lost.ending()), (3, Some("lost")), "{lost:?}");
+    let success = s.last_success("late").expect("the holder's success");
+    assert_eq!(
+        (success.token, success.pid, success.ending()),
+        (2, holder.id(), Some("exit:0")),
+        "the holder's success stays the last"
+    );
 }
 
 fn release_force_writes_forced_and_the_holders_own_release_leaves_it(s: &Store) {

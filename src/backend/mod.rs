@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::exit::FailWith;
 use crate::lock::{Holder, LastRuns, LockName, LockRequest, RunEnd, Token, Waiter};
 
+pub mod blocking;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod file;
@@ -89,14 +90,14 @@ pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
 ///
 /// Every backend's `acquire` MUST, while it waits:
 /// - look at `Waiting::is_cancelled` at least every `CANCEL_CHECK`: it blocks in slices of at most
-///   `waiting.slice(CANCEL_CHECK)` (a kernel lock under `signal::interrupt::Alarm`, a read with a
+///   `waiting.slice(CANCEL_CHECK)` (a kernel lock under `blocking::Alarm`, a read with a
 ///   socket timeout, a watch polled with a timer), so that a deadline or a stop the caller only
 ///   notices when asked (`Waiting::stopping`) ends the wait within that time, on whatever thread
 ///   the wait runs;
 /// - return promptly when a blocking call is interrupted by the wake signal
 ///   (`signal::WAKE_SIGNAL`, EINTR): look at `is_cancelled` before retrying the call, and never
 ///   block that signal while waiting (only for the last calls that clean up, see
-///   `signal::mask::WakeBlocked`). A single exchange with a server, which cannot be sliced, is
+///   `blocking::WakeBlocked`). A single exchange with a server, which cannot be sliced, is
 ///   bounded by the backend's own timeouts and by `waiting.slice`.
 ///
 /// Given that, the caller may run any wait on its own thread, or on a helper thread it cancels
@@ -473,5 +474,47 @@ impl Waiting {
     /// Report the current holders of a lock being waited for.
     pub fn busy(&self, holders: &[Holder]) {
         (self.on_busy)(holders)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{open, BackendConfig, BackendKind};
+    use crate::url::{redact, with_password};
+    use std::time::Duration;
+
+    /// What the file and ZooKeeper backends say about `url` when opened (neither connects when it
+    /// opens), or where they keep their locks. The file backend only for other schemes: a plain
+    /// path is a directory's name, which it shows as given.
+    fn messages_about(url: &str) -> Vec<String> {
+        let mut messages = vec![redact(url)];
+        let mut kinds = vec![BackendKind::Zk];
+        if url.contains("://") && !url.starts_with("file://") {
+            kinds.push(BackendKind::File);
+        }
+        for kind in kinds {
+            let config = BackendConfig {
+                kind,
+                urls: vec![url.to_owned()],
+                connect_timeout: Duration::from_millis(1),
+                create: false,
+                replicas: 0,
+                stop: Default::default(),
+            };
+            match open(&config) {
+                Ok(b) => messages.push(b.location()),
+                Err(e) => messages.push(format!("{e:#}")),
+            }
+        }
+        messages
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_message_shows_a_password(url in with_password()) {
+            for message in messages_about(&url) {
+                proptest::prop_assert!(!message.contains("SECRET"), "{} gave {}", url, message);
+            }
+        }
     }
 }

@@ -3,7 +3,10 @@
 //! the end of `--connect-timeout`. The supervisor gives each backend a `Stop` in its
 //! `BackendConfig`; a backend's connection code looks at it at least every `CANCEL_CHECK` while it
 //! connects (also while it waits to try a full server again), and never after the locks are held,
-//! so that a release still gets through.
+//! so that a release still gets through. A backend also asks it, once a wait or a call has ended
+//! (`Waiting::is_cancelled` says that it must), whether a stop signal ended it: that is an error
+//! ("interrupted"), which the supervisor turns into its exit, where the caller's own cancellation
+//! is not. It is the only way a backend learns of a signal (see `blocking` for the rest).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

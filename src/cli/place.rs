@@ -14,9 +14,7 @@ use clap::ArgMatches;
 
 use super::GlobalArgs;
 use crate::backend::BackendKind;
-
-/// Set (to 1) for the command when a password was taken out of the DLOCK_URL it gets.
-pub const WITHHELD_VAR: &str = "DLOCK_PASSWORD_WITHHELD";
+use crate::url::PASSWORD_WITHHELD_VAR as WITHHELD_VAR;
 
 /// The variables naming `global`'s place for the command, settled but before the password file's
 /// password is put into the URLs; and whether this dlock itself uses such a URL from its parent.

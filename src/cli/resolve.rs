@@ -104,7 +104,7 @@ fn password(global: &mut GlobalArgs) -> Result<(), String> {
     let password = urls::read_password(path)?;
     let mut used = false;
     for url in &mut global.urls {
-        if let Some(with) = urls::with_password(url, &password)? {
+        if let Some(with) = crate::url::insert_password(url, &password)? {
             *url = with;
             used = true;
         }

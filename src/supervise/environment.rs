@@ -32,7 +32,7 @@ pub(super) fn raise_file_limit(locks: usize) -> Option<Rlimit> {
 /// no password in it, or leaves unset where the nested dlock finds the place itself (the
 /// configuration file, the default).
 pub(super) fn withheld(name: &OsStr) -> bool {
-    name == "DLOCK_URL" || name == crate::cli::PASSWORD_WITHHELD_VAR
+    name == "DLOCK_URL" || name == crate::url::PASSWORD_WITHHELD_VAR
 }
 
 /// The lock-related variables the command sees (added to dlock's own environment).

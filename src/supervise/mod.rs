@@ -17,6 +17,8 @@ mod child;
 mod environment;
 mod heartbeat;
 pub mod progress;
+// clone(2) for the command, which then runs in dlock's memory until it execs.
+#[allow(unsafe_code)]
 mod spawn;
 
 use std::path::PathBuf;
@@ -70,12 +72,16 @@ pub struct Kept {
 /// What a keeper does with the locks once held; its result is dlock's exit status.
 pub type Keep<'a> = Box<dyn FnOnce(Kept) -> anyhow::Result<Status> + 'a>;
 
+/// Where a run learns which of its locks the `dlock hold` keepers of its ancestor shells hold
+/// (`hold::nested::claims`): given by the caller, as hold/ sits above supervise/ and uses it.
+pub type HoldClaims = fn(&BackendConfig, &[&LockName]) -> Vec<reentry::Claim>;
+
 /// `dlock run`: the exit status to end with (the command's, or dlock's own when it could not run
 /// the command under the locks).
-pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<Status> {
+pub fn run(plan: RunPlan, holds: HoldClaims, report: &Reporter) -> anyhow::Result<Status> {
     // A command that cannot run is known before anything is opened or taken.
     match program::resolve(&plan.command[0]) {
-        Ok(program) => take(plan, After::Run(program), report),
+        Ok(program) => take(plan, After::Run(program, holds), report),
         Err(cannot) => {
             report.error(&cannot.message(&plan.command[0]));
             Ok(cannot.status())
@@ -85,8 +91,9 @@ pub fn run(plan: RunPlan, report: &Reporter) -> anyhow::Result<Status> {
 
 /// What follows taking the locks.
 enum After<'a> {
-    /// `run`: the command, as `program::resolve` found it.
-    Run(PathBuf),
+    /// `run`: the command, as `program::resolve` found it, and where to ask for the claims of
+    /// the holds around it.
+    Run(PathBuf, HoldClaims),
     /// `hold`: the keeper.
     Keep(Keep<'a>),
 }
@@ -121,16 +128,16 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
     let location = backend.location();
     report.event(&format!("using {location}"));
     let mut claims = reentry::inherited();
-    if matches!(after, After::Run(_)) {
+    if let After::Run(_, holds) = after {
         // Inside a script that holds a lock with `dlock hold`, the hold covers the run.
         let names: Vec<&LockName> = plan.requests.iter().map(|r| &r.name).collect();
-        claims.extend(crate::hold::nested::claims(&plan.backend, &names));
+        claims.extend(holds(&plan.backend, &names));
     }
     let decision = reentry::decide(backend.as_ref(), &location, &plan.requests, claims)?;
     let requests = decision.to_acquire;
     if requests.is_empty() {
         guardian.dismiss();
-        let After::Run(program) = after else {
+        let After::Run(program, _) = after else {
             report.event("every lock is already held by a parent dlock; nothing to hold");
             return Ok(Status::Done);
         };
@@ -227,7 +234,7 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
     let env = environment::for_command(&held, &plan, &location, &decision.passed_on);
     match after {
         After::Keep(keep) => keep(Kept { held, env, signals }),
-        After::Run(program) => {
+        After::Run(program, _) => {
             let env = [env, plan.place.clone()].concat();
             child::supervise(held, &program, &env, &plan, file_limit, &signals, report)
         }

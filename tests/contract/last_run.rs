@@ -313,6 +313,43 @@ pub fn ran_within_is_3_unknown_when_the_store_cannot_be_reached(t: &Target) {
     assert!(line.starts_with("UNKNOWN: lr/down: "), "{line}");
 }
 
+/// dlock is stopped while its command runs, until its lock is gone (the lease passed; on the file
+/// backend, whose lock has no lease, its lock file removed); then the command exits 0 and dlock
+/// goes on: it learns of the loss from its release, exits 79, and the run is recorded lost, with
+/// no success: a run that did not hold its lock to its end is none, whatever its command said.
+pub fn a_run_that_lost_its_lock_before_its_command_succeeded_ends_lost(t: &Target) {
+    let scratch = tempfile::tempdir().unwrap();
+    let location = status_json(t, "lr/silent")["location"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = t.dlock(&["run", "--ttl", "1s", "lr/silent"]);
+    let (status, said) = succeed_after_a_silent_loss(run, scratch.path(), || match t.kind {
+        Kind::File => std::fs::remove_file(&location).unwrap(),
+        _ => wait_until("the stopped holder's lease to pass", T, || {
+            code(&output(t.dlock(&["status", "lr/silent"]))) == 1
+        }),
+    });
+    assert_eq!(status, 79, "{said}");
+    assert!(
+        said.contains("the lock was lost before the command ended"),
+        "found by the release: {said}"
+    );
+    let (last, success) = runs(t, "lr/silent");
+    match t.kind {
+        // The session expired with the lease, and a session that is over writes nothing: the run
+        // reads as never ended.
+        Kind::Zk => {
+            assert!(last["ending"].is_null(), "{last:#}");
+            assert_eq!(last["running"], false, "{last:#}");
+        }
+        _ => assert_eq!(last["ending"], "lost", "{last:#}"),
+    }
+    assert!(success.is_null(), "{success:#}");
+    let out = output(t.dlock(&["status", "lr/silent", "--ran-within", "1h"]));
+    assert_eq!(code(&out), 2, "never succeeded: {}", stdout(&out));
+}
+
 /// `list --runs PREFIX --json`: the names and their records.
 fn list_runs_json(t: &Target, prefix: &str) -> Vec<Value> {
     let out = output(t.dlock(&["list", "--runs", prefix, "--json"]));

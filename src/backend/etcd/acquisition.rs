@@ -21,9 +21,7 @@ use super::record::{value_of, Entry};
 use super::rpc::{Compare, KeyValue, RangeRequest, RangeResponse, RequestOp, TxnRequest};
 use super::runs::OurRun;
 use super::CLEANUP_TIMEOUT;
-use crate::backend::Waiting;
 use crate::lock::{Holder, LockRequest};
-use crate::signal::interrupt;
 use anyhow::anyhow;
 
 /// Most keys read to find who holds a lock for a waiter's report (the owners are the first keys).
@@ -244,11 +242,6 @@ pub(super) fn owners_of(entries: &[Entry]) -> Vec<usize> {
 fn ttl_secs(ttl: Duration) -> i64 {
     let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
     i64::try_from(secs.max(1)).unwrap_or(i64::MAX)
-}
-
-/// Whether a wait must end now: a stop signal was caught, or the caller cancelled.
-pub(super) fn stopped(waiting: &Waiting) -> bool {
-    interrupt::caught().is_some() || waiting.is_cancelled()
 }
 
 /// An error for a stop signal caught while acquiring (the supervisor turns it into its exit).

@@ -13,6 +13,7 @@ use tonic::Code;
 use super::address::EtcdUrl;
 use super::client::{Client, Error};
 use super::rpc::RangeRequest;
+use crate::backend::blocking;
 use crate::backend::stop::{Stop, STOPPED};
 use crate::exit::{FailWith, Failure};
 
@@ -45,14 +46,7 @@ impl Connection {
     ) -> anyhow::Result<Connection> {
         let hosts = url.hosts();
         // One worker: the client's connection task must run while dlock's threads wait elsewhere.
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(1)
-            .thread_name("dlock-etcd")
-            // Signals are the supervisor's: never let one land in a runtime thread.
-            .on_thread_start(crate::signal::mask::block_all_in_this_thread)
-            .enable_all()
-            .build()
+        let runtime = blocking::runtime(Some("dlock-etcd"))
             .context("cannot start the etcd client's runtime")?;
         let racing = first_to_answer(url, connect_timeout);
         let client = match runtime.block_on(stop.unless(racing)) {

@@ -33,8 +33,7 @@ use anyhow::Context;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::lock::{escaped, Holder, LastRuns, LockName, LockRequest};
-use crate::signal::interrupt;
-use acquisition::{interrupted, owners_of, stopped, Acquisition, Ahead, First};
+use acquisition::{interrupted, owners_of, Acquisition, Ahead, First};
 use address::EtcdUrl;
 use connection::{bounded, Connection, CALL_TIMEOUT};
 use naming::{lock_of, prefix, ROOT};
@@ -63,7 +62,7 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct EtcdBackend {
     url: EtcdUrl,
     connect_timeout: Duration,
-    /// When to give up a connection being made.
+    /// When to give up a connection being made, and whether a wait that ended was stopped.
     stop: crate::backend::stop::Stop,
     connection: Mutex<Option<Arc<Connection>>>,
 }
@@ -223,10 +222,13 @@ impl Backend for EtcdBackend {
         request: &LockRequest,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Box<dyn Lease>>> {
-        if stopped(waiting) {
-            return match interrupt::caught() {
-                Some(_) => Err(interrupted()),
-                None => Ok(None),
+        // A stop signal is an error (the supervisor turns it into its exit), the caller's
+        // cancellation not.
+        if waiting.is_cancelled() {
+            return if self.stop.requested() {
+                Err(interrupted())
+            } else {
+                Ok(None)
             };
         }
         let conn = self.connection()?;
@@ -254,7 +256,7 @@ impl Backend for EtcdBackend {
         })?;
         match lease {
             Some(lease) => Ok(Some(Box::new(lease))),
-            None if interrupt::caught().is_some() => Err(interrupted()),
+            None if self.stop.requested() => Err(interrupted()),
             None => Ok(None),
         }
     }

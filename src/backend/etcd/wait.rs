@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::acquisition::{stopped, Acquisition, First, Place};
+use super::acquisition::{Acquisition, First, Place};
 use super::client::Error;
 use super::connection::{bounded, Fault, CALL_TIMEOUT};
 use super::lease::{keep_alive, EtcdLease, Keeper};
@@ -34,7 +34,7 @@ impl Acquisition {
         // Each round ends with a watch event, a failure (then a pause that doubles up to
         // RETRY_MOST), or the cancellation, which ends the loop.
         loop {
-            if stopped(waiting) {
+            if waiting.is_cancelled() {
                 self.leave(&place).await;
                 return Ok(None);
             }
@@ -228,7 +228,7 @@ impl Acquisition {
                     Err(status) => return Err(Fault::Failed(Error::Status(status))),
                 },
                 _ = poll.tick() => {
-                    if stopped(waiting) {
+                    if waiting.is_cancelled() {
                         return Ok(Round::Cancelled);
                     }
                 }
@@ -267,7 +267,7 @@ enum Round {
 async fn pause(pause: Duration, waiting: &Waiting) -> bool {
     let end = Instant::now() + pause;
     loop {
-        if stopped(waiting) {
+        if waiting.is_cancelled() {
             return false;
         }
         let left = end.saturating_duration_since(Instant::now());

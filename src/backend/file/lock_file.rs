@@ -13,10 +13,10 @@ use rustix::fs::FlockOperation;
 
 use super::entry::{check_name, read_header, Header};
 use super::{plain_io, HEADER_LEN};
+use crate::backend::blocking::Alarm;
 use crate::backend::{Waiting, CANCEL_CHECK};
 use crate::exit::{FailWith, Failure};
 use crate::lock::LockName;
-use crate::signal::interrupt::Alarm;
 
 /// An open lock file and the path it was opened at.
 pub(super) struct LockFile {

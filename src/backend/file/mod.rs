@@ -54,6 +54,8 @@ mod entry;
 mod kept;
 mod lease;
 mod listing;
+// Byte-range open file description locks (F_OFD_SETLK, F_OFD_GETLK): fcntl(2) through libc.
+#[allow(unsafe_code)]
 mod lock_file;
 mod naming;
 mod record;

@@ -225,7 +225,7 @@ mod tests {
         ) {
             let port = port.map(|p| format!(":{p}")).unwrap_or_default();
             let url = format!("mysql://{user}@h{port}/{database}?ssl-mode=REQUIRED&ssl-ca={ca}");
-            let given = crate::cli::urls::with_password(&url, &password)
+            let given = crate::url::insert_password(&url, &password)
                 .expect("taken")
                 .expect("no password");
             let parsed = MyUrl::parse(&given).expect("parses");

@@ -14,7 +14,7 @@ use anyhow::anyhow;
 use mysql::prelude::Queryable;
 
 use super::address::{MyUrl, Tls};
-use super::dial::connect_within;
+use super::dial::{connect_within, NotMade};
 use crate::backend::sql::fault::{connect_while_full, io_words};
 use crate::backend::stop::Stop;
 use crate::exit::{FailWith, Failure};
@@ -239,7 +239,12 @@ impl Conn {
             &self.stop,
             "max_connections",
             Fault::is_full,
-            |budget| connect_within(opts.clone(), budget, &self.stop),
+            |budget| {
+                connect_within(opts.clone(), budget, &self.stop).map_err(|e| match e {
+                    NotMade::Client(e) => fault(e),
+                    NotMade::GaveUp(why) => Fault::Unreachable(why),
+                })
+            },
         )
     }
 

@@ -11,42 +11,46 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::connection::{fault, Fault};
+use crate::backend::blocking;
 use crate::backend::stop::{Stop, STOPPED};
 use crate::backend::CANCEL_CHECK;
+
+/// Why no connection was made: the client's error, or why dlock gave up on it (a stop, the
+/// deadline), in words. (connection.rs makes either a `Fault`.)
+pub enum NotMade {
+    Client(mysql::Error),
+    GaveUp(String),
+}
 
 /// Connects with `opts` within `within` in all, unless `stop` says to give up first.
 pub fn connect_within(
     opts: mysql::OptsBuilder,
     within: Duration,
     stop: &Stop,
-) -> Result<mysql::Conn, Fault> {
+) -> Result<mysql::Conn, NotMade> {
     let deadline = Instant::now() + within;
     let (tx, rx) = mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("dlock-mysql-connect".into())
-        .spawn(move || {
-            // Signals are the supervisor's (and the waiting caller's): never this thread's.
-            crate::signal::mask::block_all_in_this_thread();
-            // Nobody waits any more: the connection is dropped, and the session with it.
-            let _ = tx.send(mysql::Conn::new(opts));
-        })
-        .map_err(|e| Fault::Unreachable(format!("cannot start a thread to connect: {e}")))?;
+    // Signals are the supervisor's (and the waiting caller's): never this thread's.
+    blocking::thread("dlock-mysql-connect", move || {
+        // Nobody waits any more: the connection is dropped, and the session with it.
+        let _ = tx.send(mysql::Conn::new(opts));
+    })
+    .map_err(|e| NotMade::GaveUp(format!("cannot start a thread to connect: {e}")))?;
     // Bounded by the deadline: every turn waits until the next look or the deadline.
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left.min(CANCEL_CHECK)) {
-            Ok(result) => return result.map_err(fault),
+            Ok(result) => return result.map_err(NotMade::Client),
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(Fault::Unreachable("the connecting thread failed".into()))
+                return Err(NotMade::GaveUp("the connecting thread failed".into()))
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         if stop.requested() {
-            return Err(Fault::Unreachable(STOPPED.into()));
+            return Err(NotMade::GaveUp(STOPPED.into()));
         }
         if Instant::now() >= deadline {
-            return Err(Fault::Unreachable(format!(
+            return Err(NotMade::GaveUp(format!(
                 "no answer within {}",
                 crate::text::duration(within)
             )));

@@ -161,7 +161,7 @@ mod tests {
         ) {
             let port = port.map(|p| format!(":{p}")).unwrap_or_default();
             let url = format!("postgres://{user}@h{port}/{database}?application_name={app}");
-            let given = crate::cli::urls::with_password(&url, &password)
+            let given = crate::url::insert_password(&url, &password)
                 .expect("taken")
                 .expect("no password");
             let parsed = PgUrl::parse(&given).expect("parses");

@@ -20,6 +20,7 @@ use tokio_postgres::{AsyncMessage, Client, Notification};
 use super::address::{PgUrl, Tls};
 use super::tls::client_config;
 use super::wire;
+use crate::backend::blocking;
 use crate::backend::sql::fault::{connect_while_full, io_words};
 use crate::backend::stop::{Stop, STOPPED};
 use crate::exit::{FailWith, Failure};
@@ -188,12 +189,7 @@ fn read_messages<S, T>(
 
 impl Conn {
     pub fn new(url: Arc<PgUrl>, connect_timeout: Duration) -> anyhow::Result<Conn> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            // Signals are the supervisor's: never let one land in a runtime thread (a blocking
-            // thread resolving a host name).
-            .on_thread_start(crate::signal::mask::block_all_in_this_thread)
-            .enable_all()
-            .build()
+        let runtime = blocking::runtime(None)
             .map_err(|e| anyhow!("cannot start the PostgreSQL client: {e}"))?;
         Ok(Conn {
             runtime,

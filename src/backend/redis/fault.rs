@@ -9,7 +9,6 @@ use anyhow::anyhow;
 use redis::RedisError;
 
 use crate::lock::escaped;
-use crate::signal::interrupt;
 
 /// Why one server did not answer as hoped.
 #[derive(Debug, Clone)]
@@ -56,8 +55,9 @@ impl Fault {
         }
     }
 
-    /// What `e`, met by a call to the server at `addr` that had `timeout`, says about the server.
-    pub(super) fn classify(addr: &str, e: &RedisError, timeout: Duration) -> Fault {
+    /// What `e`, met by a call to the server at `addr` that had `timeout`, says about the server;
+    /// `stopped`: a stop signal was caught (the caller's `Stop`), which interrupts calls too.
+    pub(super) fn classify(addr: &str, e: &RedisError, timeout: Duration, stopped: bool) -> Fault {
         let fault = |kind, detail| Fault::new(addr, kind, detail);
         // A server with a password answers a client without one with NOAUTH, or (for commands
         // with many arguments, like ours) with "Protocol error: unauthenticated ...".
@@ -98,7 +98,7 @@ impl Fault {
             );
         }
         if let Some(io) = io_error_of(e) {
-            return fault(FaultKind::Down, describe_io(io, timeout));
+            return fault(FaultKind::Down, describe_io(io, timeout, stopped));
         }
         if e.to_string().contains("corrupt message") {
             return fault(
@@ -199,10 +199,10 @@ pub(super) fn is_interrupted(e: &RedisError) -> bool {
 }
 
 /// An I/O failure in a few words: `connection refused`, `no answer within 5s`.
-fn describe_io(e: &io::Error, timeout: Duration) -> String {
+fn describe_io(e: &io::Error, timeout: Duration, stopped: bool) -> String {
     match e.kind() {
         io::ErrorKind::ConnectionRefused => "connection refused".into(),
-        io::ErrorKind::Interrupted if interrupt::caught().is_some() => "interrupted".into(),
+        io::ErrorKind::Interrupted if stopped => "interrupted".into(),
         // Otherwise the call's alarm went off: its budget is spent.
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {
             format!("no answer within {}", crate::text::duration(timeout))

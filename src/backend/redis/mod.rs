@@ -124,6 +124,9 @@ impl RedisBackend {
             .iter()
             .map(|url| Server::parse(url))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        for server in &mut servers {
+            server.stop = config.stop.clone();
+        }
         for (i, s) in servers.iter().enumerate() {
             if servers[..i].iter().any(|t| t.location == s.location) {
                 return Err(anyhow!(

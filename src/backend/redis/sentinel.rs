@@ -11,8 +11,9 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Protocol
 
 use super::fault::{Fault, FaultKind};
 use super::server::Server;
+use crate::backend::blocking::Alarm;
+use crate::backend::stop::Stop;
 use crate::exit::{Failure, Tagged};
-use crate::signal::interrupt;
 use crate::text::percent_decode;
 use crate::url::redact;
 
@@ -204,6 +205,7 @@ impl Sentinels {
         &mut self,
         template: &ConnectionInfo,
         timeout: Duration,
+        stop: &Stop,
     ) -> Result<(String, u16), Fault> {
         let until = Instant::now() + timeout;
         let mut failures: Vec<String> = Vec::new();
@@ -227,7 +229,8 @@ impl Sentinels {
                 }
                 Ok(None) => unknown = true,
                 Err(e) => {
-                    let fault = Fault::classify(&format!("sentinel {shown}"), &e, share);
+                    let fault =
+                        Fault::classify(&format!("sentinel {shown}"), &e, share, stop.requested());
                     if fault.is_fatal() {
                         return Err(fault);
                     }
@@ -264,7 +267,7 @@ impl Sentinels {
         port: u16,
         timeout: Duration,
     ) -> redis::RedisResult<Option<(String, u16)>> {
-        let _alarm = interrupt::Alarm::at(Instant::now() + timeout + Duration::from_millis(20));
+        let _alarm = Alarm::at(Instant::now() + timeout + Duration::from_millis(20));
         let mut settings = redis::RedisConnectionInfo::default()
             .set_skip_set_lib_name()
             .set_protocol(ProtocolVersion::RESP2);
@@ -305,7 +308,7 @@ impl Server {
         let Some((sentinels, settings)) = self.sentinel.as_mut() else {
             return Ok(false);
         };
-        let (host, port) = sentinels.master_addr(settings, timeout)?;
+        let (host, port) = sentinels.master_addr(settings, timeout, &self.stop)?;
         self.master = Some(((host.clone(), port), Instant::now()));
         self.addr = if host.contains(':') {
             format!("[{host}]:{port}")
@@ -333,7 +336,7 @@ impl Server {
             return false;
         }
         *asked = Instant::now();
-        match sentinels.master_addr(settings, timeout) {
+        match sentinels.master_addr(settings, timeout, &self.stop) {
             Ok(found) if found != *addr => {
                 self.link = None;
                 true

@@ -18,8 +18,9 @@ use super::fault::{self, Fault, FaultKind};
 use super::link::{Heard, Link, Subscribed};
 use super::scripts::{Ask, Reply};
 use super::sentinel::{self, Sentinels};
+use crate::backend::blocking::Alarm;
+use crate::backend::stop::Stop;
 use crate::exit::{FailWith, Failure};
-use crate::signal::interrupt;
 use crate::url::redact;
 
 /// What an ACL user's permissions are checked for, in one script (Redis 7's
@@ -53,6 +54,9 @@ pub(super) struct Server {
     pub(super) master: Option<((String, u16), Instant)>,
     /// For `redis+cluster://`: the slots' masters and the connections to them.
     pub(super) cluster: Option<Box<Cluster>>,
+    /// Whether a stop signal was caught (the caller's, see `BackendConfig`): a call it interrupted
+    /// is told from one its alarm did.
+    pub(super) stop: Stop,
 }
 
 impl Server {
@@ -163,6 +167,7 @@ impl Server {
             sentinel: None,
             master: None,
             cluster: None,
+            stop: Stop::default(),
         })
     }
 
@@ -200,7 +205,7 @@ impl Server {
                 .max(Duration::from_millis(1)),
             false => timeout,
         };
-        let alarm = interrupt::Alarm::at(until + ALARM_SLACK);
+        let alarm = Alarm::at(until + ALARM_SLACK);
         match self.client.get_connection_with_timeout(timeout) {
             Ok(mut conn) => {
                 let (sender, messages) = mpsc::channel();
@@ -301,7 +306,7 @@ impl Server {
         }
         self.set_timeout(timeout).map_err(|fault| (fault, false))?;
         // Socket timeouts bound each system call; this bounds the whole exchange.
-        let _alarm = interrupt::Alarm::at(Instant::now() + timeout + ALARM_SLACK);
+        let _alarm = Alarm::at(Instant::now() + timeout + ALARM_SLACK);
         let Some(link) = self.link.as_mut() else {
             return Err((self.fault(FaultKind::Down, "not connected".into()), false));
         };
@@ -412,7 +417,7 @@ impl Server {
     }
 
     pub(super) fn classify(&self, e: &RedisError, timeout: Duration) -> Fault {
-        Fault::classify(&self.addr, e, timeout)
+        Fault::classify(&self.addr, e, timeout, self.stop.requested())
     }
 }
 

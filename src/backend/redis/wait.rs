@@ -10,9 +10,9 @@ use super::link::Heard;
 use super::redlock::Round;
 use super::scripts::{Ask, Place};
 use super::RedisBackend;
+use crate::backend::blocking::WakeBlocked;
 use crate::backend::{Attempt, Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
 use crate::lock::{LockRequest, Token};
-use crate::signal::mask::WakeBlocked;
 
 /// A waiter's place after a round that found the lock busy.
 #[derive(Clone, Copy)]

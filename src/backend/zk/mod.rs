@@ -11,9 +11,11 @@
 //!   `_c_<uuid>-<kind><sequence>` children: Curator's "protected" names, so that after a connection
 //!   loss during the create a client finds its own node again by the UUID it chose. `<kind>` is
 //!   `lock-` for exclusive holders (exactly Curator's `InterProcessMutex`, so the two exclude each
-//!   other), `__READ__` for shared ones (Curator's read lock; Curator's `__WRIT__` write nodes count
-//!   as exclusive) and `__SEAT__` for `--limit N`. A child with an unknown kind is taken to be
-//!   exclusive, so a foreign recipe can only make dlock wait, never let two holders in.
+//!   other), with a `__WRIT__` companion made in the same request for Curator's read-write lock
+//!   (recipe.rs: the pair is one holder), `__READ__` for shared ones (Curator's read lock; Curator's
+//!   `__WRIT__` write nodes count as exclusive) and `__SEAT__` for `--limit N` (with a `__READ__`
+//!   companion, so that Curator's write lock waits for seats too). A child with an unknown kind is
+//!   taken to be exclusive, so a foreign recipe can only make dlock wait, never let two holders in.
 //! - Node data: JSON describing the holder (host, pid, owner id, mode, since) for status and list.
 //! - `/dlock/.last-run/NAME` and `/dlock/.last-success/NAME` (persistent): the record of the lock's
 //!   last run and last success (runs.rs). No lock name maps to a `.`-child of `/dlock`.
@@ -45,16 +47,17 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, Context};
 use zookeeper_client as zk;
 
+use super::stop::Stop;
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Ending, Holder, LastRuns, LockName, LockRequest};
-use crate::signal::interrupt;
 use crate::sync::lock;
 use acquisition::{Acquisition, Outcome};
 use address::ZkUrl;
 use naming::lock_name_of;
+use recipe::companion_in;
 use record::{holders, holders_and_waiters};
-use session::{retrying, Session};
+use session::Session;
 use wait::watched;
 
 mod acquisition;
@@ -82,6 +85,8 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct ZkBackend {
     url: ZkUrl,
     connect_timeout: Duration,
+    /// A stop signal caught while connecting or waiting (the caller's; see `BackendConfig`).
+    stop: Stop,
     /// Connected on first use, with the session timeout of the first request (`--ttl`).
     session: Mutex<Option<Arc<Session>>>,
 }
@@ -91,6 +96,7 @@ impl ZkBackend {
         Ok(ZkBackend {
             url: ZkUrl::from_urls(&config.urls)?,
             connect_timeout: config.connect_timeout,
+            stop: config.stop.clone(),
             session: Mutex::new(None),
         })
     }
@@ -100,7 +106,12 @@ impl ZkBackend {
         if let Some(session) = slot.as_ref() {
             return Ok(session.clone());
         }
-        let session = Arc::new(Session::open(&self.url, timeout, self.connect_timeout)?);
+        let session = Arc::new(Session::open(
+            &self.url,
+            timeout,
+            self.connect_timeout,
+            &self.stop,
+        )?);
         *slot = Some(session.clone());
         Ok(session)
     }
@@ -129,13 +140,19 @@ impl ZkBackend {
             };
             *lock(&self.session) = None;
             drop(session);
-            match Session::reopen(&self.url, request.ttl, self.connect_timeout, waiting)? {
+            match Session::reopen(
+                &self.url,
+                request.ttl,
+                self.connect_timeout,
+                &self.stop,
+                waiting,
+            )? {
                 Some(fresh) => {
                     let fresh = Arc::new(fresh);
                     *lock(&self.session) = Some(fresh.clone());
                     session = fresh;
                 }
-                None if interrupt::caught().is_some() => return Err(anyhow!("interrupted")),
+                None if self.stop.requested() => return Err(anyhow!("interrupted")),
                 None => return Ok(Outcome::Cancelled),
             }
         }
@@ -170,7 +187,7 @@ impl ZkBackend {
         let task = session
             .runtime
             .spawn(async move { acquisition.run(waiting.as_ref()).await });
-        match watched(session, task, watch.as_ref()) {
+        match watched(session, task, &self.stop, watch.as_ref()) {
             Some(Ok(outcome)) => outcome.with_context(ctx),
             Some(Err(e)) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
             // The server lied in a reply (frames.rs): the wait ends, and says so.
@@ -178,7 +195,7 @@ impl ZkBackend {
                 Err(anyhow!("{}", frames::lie().unwrap_or_default()))
                     .fail_with(Failure::BackendUnavailable)
             }
-            None if interrupt::caught().is_some() => Err(anyhow!("interrupted")),
+            None if self.stop.requested() => Err(anyhow!("interrupted")),
             None => Ok(Outcome::Cancelled),
         }
     }
@@ -269,11 +286,19 @@ impl Backend for ZkBackend {
         let client = session.client();
         session.runtime.block_on(async {
             let owners = holders(&session, &dir, None).await?;
+            // Listed after the owners were judged: a pair's companion (recipe.rs) is there if its
+            // first node was (both go together).
+            let listing = match owners.is_empty() {
+                true => Vec::new(),
+                false => session.children(&dir).await?,
+            };
             // The run of the holder it removes ends `forced` (runs.rs), in the same multi.
             let mut last_run = runs::last_run(&session, name).await;
             let mut removed = Vec::new();
             for (node, holder) in owners {
                 let path = format!("{dir}/{node}");
+                let mut paths = vec![path.clone()];
+                paths.extend(companion_in(&listing, &node).map(|c| format!("{dir}/{c}")));
                 let ends = last_run.take_if(|(run, _)| {
                     run.ending.is_none()
                         && run.owner == holder.owner
@@ -287,7 +312,7 @@ impl Backend for ZkBackend {
                         let nodes = runs::RunNodes::of(&session, name);
                         multi
                             .add_set_data(&nodes.last_run, record.as_bytes(), Some(version))
-                            .and_then(|()| multi.add_delete(&path, None))
+                            .and_then(|()| paths.iter().try_for_each(|p| multi.add_delete(p, None)))
                             .map_err(|e| session.fail(e, &format!("cannot delete {path}")))?;
                         match multi.commit().await {
                             Ok(_) => Some(Ok(())),
@@ -298,12 +323,12 @@ impl Backend for ZkBackend {
                     }
                     None => None,
                 };
+                // Gone already (`Ok` too): released by its holder meanwhile, as we wanted.
                 let deleted = match forced {
+                    Some(Err(zk::Error::NoNode)) | None => session.delete_together(&paths).await,
                     Some(result) => result,
-                    None => retrying(|| client.delete(&path, None)).await,
                 };
                 match deleted {
-                    // Gone already: released by its holder meanwhile, which is what we wanted.
                     Ok(()) | Err(zk::Error::NoNode) => removed.push(holder),
                     Err(e) => {
                         return Err(session.fail(e, &format!("cannot delete {path}")))

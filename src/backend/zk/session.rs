@@ -12,12 +12,12 @@ use zookeeper_client as zk;
 use super::address::ZkUrl;
 use super::frames;
 use super::naming::{node_name, ROOT};
-use super::wait::{cancellable, stopped};
-use super::{CLEANUP_TIMEOUT, MAX_RETRIES};
+use super::{CANCEL_POLL, CLEANUP_TIMEOUT, MAX_RETRIES};
+use crate::backend::blocking;
+use crate::backend::stop::Stop;
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
 use crate::lock::LockName;
-use crate::signal::interrupt;
 
 /// A request lost with its connection: the client fails those in flight with ConnectionLoss, or
 /// with the I/O error that broke the connection (`Custom`). Either may be sent again once the
@@ -120,11 +120,18 @@ impl Session {
         url: &ZkUrl,
         session_timeout: Duration,
         connect_timeout: Duration,
+        stop: &Stop,
     ) -> anyhow::Result<Session> {
         let hosts = url.hosts();
         let runtime = Session::runtime()?;
         let client = runtime
-            .block_on(connecting(url, session_timeout, connect_timeout, None))
+            .block_on(connecting(
+                url,
+                session_timeout,
+                connect_timeout,
+                stop,
+                None,
+            ))
             .map_err(|e| {
                 anyhow!(
                     "cannot reach ZooKeeper at {hosts} within {}: {e}",
@@ -137,20 +144,21 @@ impl Session {
 
     /// A new session for a waiter whose session expired while it waited: tries until the ensemble
     /// answers, telling `waiting` meanwhile that it cannot be reached. `None` when the wait was
-    /// cancelled or a stop signal caught first.
+    /// cancelled or a stop signal caught first (`stop`).
     pub(super) fn reopen(
         url: &ZkUrl,
         session_timeout: Duration,
         connect_timeout: Duration,
+        stop: &Stop,
         waiting: &Waiting,
     ) -> anyhow::Result<Option<Session>> {
         let runtime = Session::runtime()?;
         // Each round ends at `connect_timeout` or at the cancellation, which ends the loop.
         loop {
-            if waiting.is_cancelled() || interrupt::caught().is_some() {
+            if stopped(stop, Some(waiting)) {
                 return Ok(None);
             }
-            let attempt = connecting(url, session_timeout, connect_timeout, Some(waiting));
+            let attempt = connecting(url, session_timeout, connect_timeout, stop, Some(waiting));
             match runtime.block_on(attempt) {
                 Ok(client) => return Ok(Some(Session::with(url, runtime, client))),
                 Err(e @ (zk::Error::AuthFailed | zk::Error::BadArguments(_))) => {
@@ -165,17 +173,8 @@ impl Session {
     fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         // One worker: the session's own task must run while every dlock thread is blocked elsewhere
         // (a current-thread runtime would only run it inside block_on).
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(1)
-            .thread_name("dlock-zk")
-            // Signals are the supervisor's: never let one land in a runtime thread.
-            .on_thread_start(crate::signal::mask::block_all_in_this_thread)
-            // The reply check's relays (frames.rs) are tokio sockets.
-            .enable_io()
-            .enable_time()
-            .build()
-            .context("cannot start the ZooKeeper client's runtime")
+        // The reply check's relays (frames.rs) are tokio sockets: I/O and time both enabled.
+        blocking::runtime(Some("dlock-zk")).context("cannot start the ZooKeeper client's runtime")
     }
 
     fn with(url: &ZkUrl, runtime: tokio::runtime::Runtime, client: zk::Client) -> Session {
@@ -220,6 +219,47 @@ impl Session {
     /// check, so that never races a new acquirer, which recreates the directory if it finds none.
     pub(super) async fn discard(&self, path: &str) {
         let _ = tokio::time::timeout(CLEANUP_TIMEOUT, self.client().delete(path, None)).await;
+    }
+
+    /// `discard` for a holder's nodes (see `delete_together`).
+    pub(super) async fn discard_all(&self, paths: &[String]) {
+        let _ = tokio::time::timeout(CLEANUP_TIMEOUT, self.delete_together(paths)).await;
+    }
+
+    /// Deletes a holder's nodes, its node and its companion (recipe.rs), in one multi request: no
+    /// client sees one without the other, and a waiter watching either wakes once. Where one is
+    /// gone already (the whole request then fails), the others are deleted one by one. A node
+    /// already gone counts as deleted; after a connection loss the request is sent again.
+    pub(super) async fn delete_together(&self, paths: &[String]) -> Result<(), zk::Error> {
+        let client = self.client();
+        let one = |path: &str| {
+            let delete = client.delete(path, None);
+            async move {
+                match delete.await {
+                    Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        if let [path] = paths {
+            return retrying(|| one(path)).await;
+        }
+        let together = retrying(|| {
+            let mut writer = client.new_multi_writer();
+            let added = paths.iter().try_for_each(|p| writer.add_delete(p, None));
+            let commit = added.map(|()| writer.commit());
+            async move { Ok(commit?.await?) }
+        })
+        .await;
+        match together {
+            Err(zk::Error::NoNode) => {
+                for path in paths {
+                    retrying(|| one(path)).await?;
+                }
+                Ok(())
+            }
+            result => result.map(|_| ()),
+        }
     }
 
     pub(super) fn fail(&self, e: zk::Error, doing: &str) -> anyhow::Error {
@@ -269,16 +309,17 @@ pub(super) fn is_terminal(state: zk::SessionState) -> bool {
     )
 }
 
-/// `connect`, ended at once by a stop signal (`interrupt::caught`) or, given a `waiting`, by its
+/// `connect`, ended at once by a stop signal (`stop`) or, given a `waiting`, by its
 /// cancellation (both as `ClientClosed`), which it meanwhile tells that the ensemble is unreachable.
 async fn connecting(
     url: &ZkUrl,
     session_timeout: Duration,
     connect_timeout: Duration,
+    stop: &Stop,
     waiting: Option<&Waiting>,
 ) -> Result<zk::Client, zk::Error> {
     let connected = cancellable(connect(url, session_timeout, connect_timeout), || {
-        if stopped(waiting) {
+        if stopped(stop, waiting) {
             return false;
         }
         if let Some(waiting) = waiting {
@@ -347,6 +388,32 @@ where
                 tries += 1
             }
             result => return result,
+        }
+    }
+}
+
+/// Whether a wait must end now: a stop signal was caught (`stop`, the caller's), or `waiting` (if
+/// any) was cancelled.
+pub(super) fn stopped(stop: &Stop, waiting: Option<&Waiting>) -> bool {
+    stop.requested() || waiting.is_some_and(Waiting::is_cancelled)
+}
+
+/// Runs `work` to its end, asking `go_on` every `CANCEL_POLL` meanwhile (and once at the start):
+/// `None` as soon as it says no.
+pub(super) async fn cancellable<F: std::future::Future>(
+    work: F,
+    mut go_on: impl FnMut() -> bool,
+) -> Option<F::Output> {
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval(CANCEL_POLL);
+    loop {
+        tokio::select! {
+            output = &mut work => return Some(output),
+            _ = tick.tick() => {
+                if !go_on() {
+                    return None;
+                }
+            }
         }
     }
 }

@@ -13,40 +13,15 @@ use super::kept::{self, is_kept, EnsembleClock};
 use super::lease::ZkLease;
 use super::recipe::{queue, verdict, Verdict};
 use super::runs;
-use super::session::{is_connection_loss, is_terminal, retrying, Session};
-use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
+use super::session::{cancellable, is_connection_loss, is_terminal, retrying, stopped, Session};
+use super::CLEANUP_TIMEOUT;
+use crate::backend::stop::Stop;
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Ending, Token};
-use crate::signal::interrupt;
 
 /// What arming a data watch gives: the node's data, its stat and the watch.
 type Watched = (Vec<u8>, zk::Stat, zk::OneshotWatcher);
-
-/// Whether a wait must end now: a stop signal was caught, or `waiting` (if any) was cancelled.
-pub(super) fn stopped(waiting: Option<&Waiting>) -> bool {
-    interrupt::caught().is_some() || waiting.is_some_and(Waiting::is_cancelled)
-}
-
-/// Runs `work` to its end, asking `go_on` every `CANCEL_POLL` meanwhile (and once at the start):
-/// `None` as soon as it says no.
-pub(super) async fn cancellable<F: Future>(
-    work: F,
-    mut go_on: impl FnMut() -> bool,
-) -> Option<F::Output> {
-    tokio::pin!(work);
-    let mut tick = tokio::time::interval(CANCEL_POLL);
-    loop {
-        tokio::select! {
-            output = &mut work => return Some(output),
-            _ = tick.tick() => {
-                if !go_on() {
-                    return None;
-                }
-            }
-        }
-    }
-}
 
 /// Waits for an acquisition `task`, telling `waiting` meanwhile whether the ensemble can be
 /// reached. When the wait is cancelled or a stop signal was caught, the task (which looks at both)
@@ -56,12 +31,13 @@ pub(super) async fn cancellable<F: Future>(
 pub(super) fn watched<T: Send + 'static>(
     session: &Session,
     mut task: tokio::task::JoinHandle<T>,
+    stop: &Stop,
     waiting: Option<&Waiting>,
 ) -> Option<Result<T, tokio::task::JoinError>> {
     let client = session.client().clone();
     let result = session.runtime.block_on(cancellable(&mut task, || {
         // A server that lied is not waited for (frames.rs).
-        if stopped(waiting) || frames::lie().is_some() {
+        if stopped(stop, waiting) || frames::lie().is_some() {
             return false;
         }
         if let Some(waiting) = waiting {
@@ -89,6 +65,12 @@ pub(super) fn watched<T: Send + 'static>(
         }
     }
     task.abort();
+    // Until the aborted task is dropped, on the runtime's worker: it holds a reference to the
+    // session, and the session's last reference must not go there (dropping a runtime from its own
+    // worker panics). An abort takes effect at the task's next await, so this is brief.
+    let _ = session
+        .runtime
+        .block_on(async { tokio::time::timeout(CLEANUP_TIMEOUT, &mut task).await });
     None
 }
 
@@ -126,17 +108,19 @@ impl Acquisition {
             let (verdict, in_line) = self.judge(&listing, node)?;
             let ahead = match verdict {
                 Verdict::Owns => {
-                    // The run's record goes out with the watch on our node (when that needs a
-                    // request): one round trip for both.
+                    // The run's record and the watch on our companion go out with the watch on
+                    // our node (when that needs a request): one round trip for all.
                     let watch = self.watch_own(&own_path, own.take());
                     let record = runs::started(&self.session, &self.request, token, &clock);
-                    let (watched, run) = tokio::join!(watch, record);
+                    let (watched, run, companion) =
+                        tokio::join!(watch, record, self.watch_companion());
                     let Some(watcher) = watched? else {
                         // Deleted under us: the next look reports it.
                         run.end_now(&self.session, Ending::Lost).await;
                         listing = self.list().await?;
                         continue;
                     };
+                    let companion = companion?;
                     let kept = match self.request.min_hold {
                         Some(hold) => Some((kept::create(self, hold, token).await?, hold)),
                         None => None,
@@ -144,7 +128,8 @@ impl Acquisition {
                     let ttl = self.request.ttl;
                     let lease = ZkLease::start(self.session.clone(), own_path, token, ttl, watcher)
                         .keeping(kept)
-                        .recording(run);
+                        .recording(run)
+                        .pairing(companion);
                     return Ok(Outcome::Acquired(lease));
                 }
                 Verdict::Watch(other) => Some(self.path(&other)),
@@ -224,6 +209,21 @@ impl Acquisition {
         }
         armed(retrying(|| self.client().get_and_watch_data(own_path)).await)
             .map_err(|e| self.fail(e, &format!("cannot watch {own_path}")))
+    }
+
+    /// The watch the lease needs on our node's companion, with its path, if it has one. Without
+    /// its companion our node would hold the lock unseen by Curator's read-write lock: an error.
+    async fn watch_companion(&self) -> anyhow::Result<Option<(String, zk::OneshotWatcher)>> {
+        let Some(path) = self.companion_path() else {
+            return Ok(None);
+        };
+        match self.watch_own(&path, None).await? {
+            Some(watcher) => Ok(Some((path, watcher))),
+            None => Err(anyhow!(
+                "our node {path} vanished while waiting (dlock release --force, or the session expired)"
+            ))
+            .fail_with(Failure::BackendUnavailable),
+        }
     }
 
     /// The watch on the node ahead of ours, whose request `arming` has sent, sent again after a

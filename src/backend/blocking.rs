@@ -1,0 +1,109 @@
+//! What a backend's blocking calls and its own threads need of the process's signals, without a
+//! backend touching one: a deadline that interrupts this thread's blocking system call (`Alarm`),
+//! the supervisor's wake-ups kept off this thread while a wait cleans up (`WakeBlocked`), and
+//! threads and tokio runtimes that never take a signal (`thread`, `runtime`). Signals are the
+//! supervisor's (src/signal/): it has the mechanisms, and main.rs hands them over, once, before
+//! anything else (`provide`), so no file under src/backend/ imports signal/ (tests/seams.rs checks
+//! that). Cancellation itself reaches a backend only through `Waiting` and `BackendConfig::stop`.
+//!
+//! Until they are provided (the unit tests), an alarm is never armed (the socket timeouts still
+//! bound each call), nothing is blocked, and threads keep the mask they are started with.
+
+use std::any::Any;
+use std::sync::OnceLock;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// The mechanisms, as signal/ has them.
+#[derive(Clone, Copy)]
+pub struct Provided {
+    /// `signal::interrupt::Alarm::at`: interrupts this thread's blocking system call once, at the
+    /// deadline, unless what it returns was dropped before; `None` when no timer can be made.
+    pub alarm_at: fn(Instant) -> Option<Box<dyn Any>>,
+    /// `signal::mask::WakeBlocked::on_this_thread`: the wake-up signal blocked on this thread
+    /// until what it returns is dropped.
+    pub wake_blocked: fn() -> Box<dyn Any>,
+    /// `signal::mask::block_all_in_this_thread`: every signal blocked in this thread, for good.
+    pub block_all: fn(),
+}
+
+static PROVIDED: OnceLock<Provided> = OnceLock::new();
+
+/// Hands the mechanisms over (main.rs, first thing; later calls change nothing).
+pub fn provide(provided: Provided) {
+    let _ = PROVIDED.set(provided);
+}
+
+/// Interrupts this thread's blocking system call at a deadline, once, while alive: a library
+/// that retries its call after EINTR is then still bounded by its socket timeout (firing again and
+/// again would restart that timeout every time).
+pub struct Alarm {
+    _armed: Box<dyn Any>,
+}
+
+impl Alarm {
+    /// `None` when no timer can be made; the socket timeouts still bound each system call then.
+    pub fn at(deadline: Instant) -> Option<Alarm> {
+        let armed = (PROVIDED.get()?.alarm_at)(deadline)?;
+        Some(Alarm { _armed: armed })
+    }
+}
+
+/// While alive, the supervisor's wake-up signal is blocked on this thread, so that the last calls
+/// of a wait being abandoned (removing its place in a queue) are not cut short.
+pub struct WakeBlocked {
+    _blocked: Option<Box<dyn Any>>,
+}
+
+impl WakeBlocked {
+    pub fn on_this_thread() -> WakeBlocked {
+        WakeBlocked {
+            _blocked: PROVIDED.get().map(|p| (p.wake_blocked)()),
+        }
+    }
+}
+
+/// Blocks every signal in this thread, for good: for the threads a backend starts, and those its
+/// libraries start, which must never take a signal meant for the supervisor (whatever mask was
+/// current when they were started: stop signals are unblocked while dlock connects).
+pub fn block_all_signals() {
+    if let Some(provided) = PROVIDED.get() {
+        (provided.block_all)();
+    }
+}
+
+/// Starts a thread named `name` that runs `work` with every signal blocked.
+pub fn thread<T: Send + 'static>(
+    name: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<JoinHandle<T>> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            block_all_signals();
+            work()
+        })
+}
+
+/// A tokio runtime none of whose threads ever takes a signal. With a `worker` name: one worker
+/// thread of that name (and one blocking thread), for a client whose own task must run while
+/// every dlock thread is blocked elsewhere; without: calls run on the calling thread, inside
+/// `block_on` (its blocking threads, resolving a host name, still never take a signal).
+#[cfg(any(feature = "zk", feature = "etcd", feature = "postgres"))]
+pub fn runtime(worker: Option<&str>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = match worker {
+        Some(name) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder
+                .worker_threads(1)
+                .max_blocking_threads(1)
+                .thread_name(name);
+            builder
+        }
+        None => tokio::runtime::Builder::new_current_thread(),
+    };
+    builder
+        .on_thread_start(block_all_signals)
+        .enable_all()
+        .build()
+}
