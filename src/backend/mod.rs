@@ -17,6 +17,8 @@ pub mod blocking;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod file;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
+mod lease_clock;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
@@ -203,33 +205,6 @@ pub enum Renewal {
     },
     /// Renewed or not, the lock may now be someone else's: why, for the user.
     Lost(String),
-}
-
-impl Renewal {
-    /// `Held` until the next renewal is due (a third of `ttl` after the last one that got
-    /// through, `confirmed`), when the last attempt had no trouble: the heartbeat's first call
-    /// comes right after the acquisition, which was as good as a renewal. `None`: renew now.
-    pub fn not_due(confirmed: Instant, ttl: Duration, troubled: bool) -> Option<Renewal> {
-        let due = confirmed + ttl / 3;
-        let now = Instant::now();
-        (now < due && !troubled).then(|| Renewal::Held { next: due - now })
-    }
-
-    /// A renewal that did not get through, for a lease that by this side's reckoning holds until
-    /// `deadline`: try again soon (a tenth of the ttl, 10 to 500 ms), never sleeping past the
-    /// deadline, so the next call reports the loss in time. `None` once the deadline has passed.
-    pub fn unconfirmed_until(deadline: Instant, ttl: Duration, why: String) -> Option<Renewal> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        let retry = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
-        Some(Renewal::Unconfirmed {
-            next: retry.min(left),
-            holds_for: left,
-            why,
-        })
-    }
 }
 
 /// A lock's state as `status` and `list` report it.
