@@ -88,7 +88,15 @@ impl EnsembleClock {
         }
     }
 
-    /// The ensemble's time now, in milliseconds since the epoch.
+    /// The ensemble's time when it was asked, in milliseconds since the epoch: what judges a kept
+    /// node's end. (Never `now_ms`, which adds this machine's clock to it: a caller whose clock runs
+    /// fast would add too much, by the time the ask's cleanup took, say.)
+    pub(super) fn asked_ms(&self) -> i64 {
+        self.ctime_ms
+    }
+
+    /// The ensemble's time now by this machine's monotonic clock since it was asked, in
+    /// milliseconds since the epoch: only to say when to ask again, and for people.
     pub(super) fn now_ms(&self) -> i64 {
         let since = i64::try_from(self.at.elapsed().as_millis()).unwrap_or(i64::MAX);
         self.ctime_ms.saturating_add(since)
@@ -128,7 +136,7 @@ pub(super) async fn ran_out(session: &Session, path: &str) -> bool {
         return false;
     };
     match ask_ensemble(session).await {
-        Ok(now) => kept.until_ms <= now.now_ms(),
+        Ok(now) => kept.until_ms <= now.asked_ms(),
         Err(_) => false,
     }
 }
@@ -208,7 +216,8 @@ pub(super) async fn live(
             live.push(kept.name);
             continue;
         }
-        if kept.until_ms <= clock.now_ms() {
+        // Judged by the ensemble's time as asked (in this call), never by this machine's clock.
+        if fresh == Some(true) && kept.until_ms <= clock.asked_ms() {
             let paths = with_companion(&acquisition.dir, name, names);
             let _ = acquisition.session.delete_together(&paths).await;
             continue;
