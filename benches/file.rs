@@ -3,6 +3,7 @@
 //!
 //! Run: `cargo bench --bench file` (the plain release build), or `scripts/static bench --bench
 //! file` for the static build the reference figures come from; the report says which it measured.
+//! With `DLOCK_BENCH_BEFORE=PATH`, an older dlock is run interleaved with this one and compared.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -128,6 +129,28 @@ fn main() {
     let (d, f) = (median(d), median(f));
     let latency_ratio = d.as_secs_f64() / f.as_secs_f64();
 
+    // DLOCK_BENCH_BEFORE=PATH: an older dlock, interleaved with this one, so that what a change
+    // costs is read as a ratio of one run.
+    let before = std::env::var_os("DLOCK_BENCH_BEFORE").map(|before| {
+        let before_cmd = || {
+            let mut c = Command::new(&before);
+            c.arg("--url")
+                .arg(dir.path())
+                .args(["run", "bench-before", "--", "true"]);
+            c
+        };
+        let (mut now, mut then) = (Vec::new(), Vec::new());
+        for _ in 0..UNCONTENDED_RUNS {
+            let t = Instant::now();
+            run_quiet(&mut dlock_cmd());
+            now.push(t.elapsed());
+            let t = Instant::now();
+            run_quiet(&mut before_cmd());
+            then.push(t.elapsed());
+        }
+        (median(now), median(then))
+    });
+
     let (dlock_rate, flock_rate) = contended(dlock_cmd, flock_cmd);
     let rate_ratio = dlock_rate / flock_rate;
 
@@ -147,6 +170,14 @@ fn main() {
         "dlock peak RSS: {:.2} MiB (goal <= 8 MiB)",
         rss as f64 / 1024.0
     );
+    if let Some((now, then)) = before {
+        println!(
+            "uncontended median: this dlock {:.3} ms, the one before {:.3} ms, this/before = {:.2}",
+            now.as_secs_f64() * 1e3,
+            then.as_secs_f64() * 1e3,
+            now.as_secs_f64() / then.as_secs_f64()
+        );
+    }
 }
 
 fn num_cpus() -> usize {

@@ -2,7 +2,8 @@
 //! uncontended latency, 8-way contended acquisitions per second, handoff latency from one holder to
 //! the next, and Redis commands per handoff with 5 and 50 waiters (from INFO commandstats).
 //!
-//! Run: `cargo bench --bench redis`. It starts its own redis-server and etcd on free loopback
+//! Run: `cargo bench --bench redis` (with `DLOCK_BENCH_BEFORE=PATH`, an older dlock is run in the
+//! same rounds and compared, uncontended). It starts its own redis-server and etcd on free loopback
 //! ports (with temporary data directories) and stops them at the end. Every loop is bounded both
 //! by a count and by a time budget.
 
@@ -83,6 +84,24 @@ fn main() {
             }),
         ),
     ];
+    // DLOCK_BENCH_BEFORE=PATH: an older dlock, run in the same rounds, so what a change costs
+    // is read as a ratio of one run (the lines "before").
+    let before = std::env::var("DLOCK_BENCH_BEFORE").ok();
+    let mut tools = tools;
+    if let Some(before) = before.as_deref() {
+        let (url, dir) = (url.clone(), lock_dir.clone());
+        tools.push((
+            "redis (before)",
+            Box::new(move || redis_run(before, &url, "bench-b", &["true"])),
+        ));
+        tools.push((
+            "file (before)",
+            Box::new(move || {
+                let dir = dir.to_str().expect("UTF-8 temp path");
+                command(before, &["--url", dir, "run", "bench-b", "--", "true"])
+            }),
+        ));
+    }
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); tools.len()];
     let started = Instant::now();
     for _ in 0..UNCONTENDED_RUNS {
@@ -102,6 +121,14 @@ fn main() {
         println!("  {name:<14} {:>8.3} ms", ms(*m));
     }
     let (redis_u, flock_u, etcd_u) = (medians[0], medians[2], medians[3]);
+    if before.is_some() {
+        for (now, then, what) in [(0, 4, "redis"), (1, 5, "file")] {
+            println!(
+                "  this dlock / the one before, {what}: {:.2}",
+                medians[now].as_secs_f64() / medians[then].as_secs_f64()
+            );
+        }
+    }
     let ratio_flock = redis_u.as_secs_f64() / flock_u.as_secs_f64();
     let ratio_etcd = etcd_u.as_secs_f64() / redis_u.as_secs_f64();
     goal(

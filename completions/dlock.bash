@@ -435,7 +435,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__list)
-            opts="-b -u -v -q -h --json --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            opts="-b -u -v -q -h --json --runs --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

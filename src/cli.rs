@@ -129,6 +129,9 @@ pub enum Command {
     /// them; with --ran-within, a check of the last success instead (its own exit statuses).
     Status(StatusArgs),
     /// List every lock currently held.
+    ///
+    /// With --runs, every lock whose store keeps a last run, held or free: how each last ran
+    /// (and last succeeded), in the words of `status`.
     List(ListArgs),
     /// Hold the lock for the rest of the calling shell script.
     ///
@@ -338,6 +341,10 @@ pub struct ListArgs {
     /// Print a JSON array of what `status --json` prints, one per held lock.
     #[arg(long)]
     pub json: bool,
+    /// Every lock with a last run on record, held or free, a line each: its last run, and its
+    /// last success when that is another run (--json: name, last_run, last_success).
+    #[arg(long)]
+    pub runs: bool,
 }
 
 #[derive(Args, Debug)]

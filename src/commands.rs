@@ -64,6 +64,9 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
         }
         Command::List(args) => {
             let backend = open_backend(&global.backend_config(), report)?;
+            if args.runs {
+                return list_runs(backend.as_ref(), &args.prefix, args.json, report);
+            }
             let listing = backend.list(&args.prefix)?;
             // Entries that are not locks do not hide the others: each gets a line on stderr (so
             // the JSON on stdout keeps its shape) and the exit status stays 0.
@@ -134,6 +137,51 @@ fn open_backend(config: &BackendConfig, report: &Reporter) -> anyhow::Result<Box
     let backend = backend::open(config)?;
     report.event(&format!("using {}", backend.location()));
     Ok(backend)
+}
+
+/// `list --runs`: every lock with records under `prefix`, a line each or a JSON array. The held
+/// locks' holders tell a run that is running from one that never ended.
+fn list_runs(
+    backend: &dyn Backend,
+    prefix: &str,
+    json: bool,
+    report: &Reporter,
+) -> anyhow::Result<Status> {
+    let found = backend.list_runs(prefix)?;
+    let listing = backend.list(prefix)?;
+    for unreadable in &listing.unreadable {
+        report.error(&format!("skipped: {unreadable}"));
+    }
+    let holders: std::collections::BTreeMap<&LockName, &[crate::lock::Holder]> = listing
+        .held
+        .iter()
+        .map(|status| (&status.name, status.holders.as_slice()))
+        .collect();
+    let holders_of = |name: &LockName| holders.get(name).copied().unwrap_or_default();
+    let text = if json {
+        let all: Vec<_> = found
+            .iter()
+            .map(|(name, runs)| {
+                let (last_run, last_success) = last_runs::json(runs, holders_of(name));
+                serde_json::json!({
+                    "name": name,
+                    "last_run": last_run,
+                    "last_success": last_success,
+                })
+            })
+            .collect();
+        format!("{}\n", serde_json::to_string_pretty(&all)?)
+    } else {
+        let now = SystemTime::now();
+        let mut text = String::new();
+        for (name, runs) in &found {
+            let line = last_runs::line(name.as_str(), runs, holders_of(name), now);
+            let _ = writeln!(text, "{line}");
+        }
+        text
+    };
+    emit(&text)?;
+    Ok(Status::Done)
 }
 
 fn status_json(status: &LockStatus, runs: &LastRuns) -> serde_json::Value {

@@ -103,6 +103,21 @@ pub fn lines(runs: &LastRuns, holders: &[Holder], now: SystemTime) -> String {
     text
 }
 
+/// The line `list --runs` prints of a lock: `NAME: last run RUN`, then `; last success RUN` when
+/// that is another run.
+pub fn line(name: &str, runs: &LastRuns, holders: &[Holder], now: SystemTime) -> String {
+    let mut parts = Vec::new();
+    if let Some(run) = &runs.last_run {
+        parts.push(format!("last run {}", describe(run, holders, now)));
+    }
+    if let Some(success) = &runs.last_success {
+        if runs.last_run.as_ref() != Some(success) {
+            parts.push(format!("last success {}", describe(success, holders, now)));
+        }
+    }
+    format!("{name}: {}", parts.join("; "))
+}
+
 /// A run for `--json`: its fields, and `running` (see `running`); null for none.
 fn run_json(run: Option<&Run>, holders: &[Holder]) -> serde_json::Value {
     let Some(run) = run else {
@@ -206,6 +221,31 @@ mod tests {
         let open = run(1_700_000_000);
         assert!(describe(&open, &[], at(1_700_000_100)).contains("acquired at"));
         assert!(describe(&open, &[], at(1_700_000_100)).ends_with("never ended, token 17"));
+    }
+
+    #[test]
+    fn a_list_line_names_the_lock_and_the_last_success_only_when_another_run() {
+        let ok = run(1_700_000_000).ended(Ending::Exited(0), at(1_700_000_251));
+        let failed = run(1_700_100_000).ended(Ending::Exited(3), at(1_700_100_001));
+        let same = LastRuns {
+            last_run: Some(ok.clone()),
+            last_success: Some(ok.clone()),
+        };
+        let line = line("nightly", &same, &[], at(1_800_000_000));
+        assert!(
+            line.starts_with("nightly: last run host-3 pid 42, "),
+            "{line}"
+        );
+        assert!(!line.contains("last success"), "{line}");
+        let other = LastRuns {
+            last_run: Some(failed),
+            last_success: Some(ok),
+        };
+        let line = super::line("nightly", &other, &[], at(1_800_000_000));
+        assert!(
+            line.contains(", exit 3, token 17; last success host-3 "),
+            "{line}"
+        );
     }
 
     #[test]

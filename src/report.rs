@@ -171,11 +171,79 @@ pub fn plain(e: &std::io::Error) -> String {
     }
 }
 
+/// How a connection to a server failed, in the words every network backend uses: `connection
+/// refused`, `connection reset`, `the server closed the connection`, `no answer within 2s` (`no
+/// answer in time` where the call's budget is not known); else the system's words, as `plain`.
+/// (Dead code in a build without the network backends, which main.rs allows there.)
+pub fn connection_failure(e: &std::io::Error, budget: Option<std::time::Duration>) -> String {
+    connection_words(e, budget).unwrap_or_else(|| plain(e))
+}
+
+/// `connection_failure`'s words for the kinds every client meets alike; `None` for another kind,
+/// which a client with better words of its own may word itself.
+pub fn connection_words(e: &std::io::Error, budget: Option<std::time::Duration>) -> Option<String> {
+    use std::io::ErrorKind;
+    Some(match e.kind() {
+        ErrorKind::ConnectionRefused => "connection refused".into(),
+        ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => "connection reset".into(),
+        ErrorKind::UnexpectedEof | ErrorKind::BrokenPipe => {
+            "the server closed the connection".into()
+        }
+        ErrorKind::TimedOut | ErrorKind::WouldBlock => match budget {
+            Some(budget) => format!("no answer within {}", crate::text::duration(budget)),
+            None => "no answer in time".into(),
+        },
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn io_errors_read_without_rust_internals() {
         let e = std::io::Error::from_raw_os_error(libc::ENOTDIR);
         assert_eq!(super::plain(&e), "not a directory");
+    }
+
+    #[test]
+    fn connection_failures_read_alike_whatever_the_client() {
+        use std::io::{Error, ErrorKind};
+        use std::time::Duration;
+
+        use super::connection_failure;
+
+        let os = |errno| Error::from_raw_os_error(errno);
+        assert_eq!(
+            connection_failure(&os(libc::ECONNREFUSED), None),
+            "connection refused"
+        );
+        assert_eq!(
+            connection_failure(&os(libc::ECONNRESET), None),
+            "connection reset"
+        );
+        assert_eq!(
+            connection_failure(&os(libc::EPIPE), None),
+            "the server closed the connection"
+        );
+        let eof = Error::from(ErrorKind::UnexpectedEof);
+        assert_eq!(
+            connection_failure(&eof, None),
+            "the server closed the connection"
+        );
+        let late = Error::from(ErrorKind::TimedOut);
+        assert_eq!(connection_failure(&late, None), "no answer in time");
+        assert_eq!(
+            connection_failure(&late, Some(Duration::from_secs(2))),
+            "no answer within 2s"
+        );
+        let dns = Error::other("failed to lookup address information: Name or service not known");
+        assert_eq!(
+            connection_failure(&dns, None),
+            "failed to lookup address information: Name or service not known"
+        );
+        assert_eq!(
+            connection_failure(&os(libc::EHOSTUNREACH), None),
+            "no route to host"
+        );
     }
 }

@@ -1,8 +1,10 @@
 //! The file backend's record of a lock's runs, `NAME.runs` beside `NAME.lock`: not listed by
 //! `list`; never in the way of a lock operation, whatever sits at its path (a FIFO, a symbolic
 //! link, a directory, a hard link to another file, someone's data), which is left as it was;
-//! shown escaped when it cannot be read; read as none once 400 days old. A lock file removed under its holder makes a lost run, and a set of names
-//! given back before its command ran keeps none of them for `--min-hold`.
+//! shown escaped when it cannot be read; read as none once 400 days old. A lock file removed under
+//! its holder makes a lost run, also when its command exits 0 before dlock notices (no success),
+//! and a set of names given back before its command ran keeps none of them for `--min-hold`.
+//! `list --runs` shows a forged record escaped and leaves out entries that name no lock.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -119,6 +121,47 @@ fn a_records_file_dlock_did_not_write_is_shown_escaped_and_left_as_it_is() {
 
 /// Someone who may write the directory links another of the user's files at the records path:
 /// dlock writes nothing into it, nor into a records file of dlock's own linked there.
+/// `list --runs` in a directory anyone may write: a forged records file is shown escaped, one that
+/// cannot be read (a FIFO) hides no other, entries that name no lock and records 400 days old
+/// are left out, and a name too long for a file name (hashed) is shown by the name its lock file
+/// says.
+#[test]
+fn list_runs_shows_forged_records_escaped_and_leaves_out_what_names_no_lock() {
+    let dir = LockDir::new();
+    let long = "h".repeat(250);
+    for name in ["ok", "old", long.as_str()] {
+        assert_eq!(code(&output(dir.dlock(&["run", name, "--", "true"]))), 0);
+    }
+    let aged = std::process::Command::new("touch")
+        .args(["-m", "-d", "401 days ago"])
+        .arg(dir.file("old.runs"))
+        .status()
+        .expect("touch");
+    assert!(aged.success());
+    std::fs::write(dir.file("forged.runs"), b"\x1b[2J\x07forged").unwrap();
+    mkfifo(&dir.file("fifo.runs"));
+    for nameless in ["%zz.runs", "%%0123.runs", ".runs"] {
+        std::fs::write(dir.file(nameless), b"dlock-runs1\n").unwrap();
+    }
+    let out = output(dir.dlock(&["list", "--runs"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.split_once(": ").map(|(name, _)| name))
+        .collect();
+    assert_eq!(names, ["fifo", "forged", long.as_str(), "ok"], "{text}");
+    assert!(
+        text.contains("forged: last run unreadable record \"\\u{1b}[2J\\u{7}forged\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("fifo: last run unreadable record \"") && text.contains("not a regular file"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_records_path_linked_to_another_file_is_never_written() {
     let dir = LockDir::new();
@@ -173,6 +216,40 @@ fn a_lock_file_removed_under_its_holder_is_a_lost_run() {
     let json = status_json(&dir, "x");
     assert_eq!(json["last_run"]["ending"], "lost", "{json:#}");
     assert!(json["last_success"].is_null(), "{json:#}");
+}
+
+/// The lock file is removed while dlock is stopped, and the command exits 0 before dlock runs
+/// again: its release finds the lock lost (79), and the run ends `lost`, no success.
+#[test]
+fn a_command_that_succeeds_after_its_lock_file_was_removed_ends_lost_and_is_no_success() {
+    let dir = LockDir::new();
+    let lock = dir.file("x.lock");
+    let run = dir.dlock(&["run", "x"]);
+    let (status, said) =
+        succeed_after_a_silent_loss(run, dir.path(), || std::fs::remove_file(&lock).unwrap());
+    assert_eq!(status, 79, "{said}");
+    assert!(
+        said.contains("the lock was lost before the command ended"),
+        "found by the release: {said}"
+    );
+    let json = status_json(&dir, "x");
+    assert_eq!(json["last_run"]["ending"], "lost", "{json:#}");
+    assert!(json["last_run"]["ended"].is_string(), "{json:#}");
+    assert!(json["last_success"].is_null(), "{json:#}");
+    let out = output(dir.dlock(&["status", "x", "--ran-within", "1h"]));
+    assert_eq!(code(&out), 2, "never succeeded: {}", stdout(&out));
+
+    // After a success, a later silent loss leaves that success the last one.
+    assert_eq!(code(&output(dir.dlock(&["run", "x", "--", "true"]))), 0);
+    let success = status_json(&dir, "x")["last_success"].clone();
+    assert_eq!(success["ending"], "exit:0", "{success:#}");
+    let run = dir.dlock(&["run", "x"]);
+    let (status, said) =
+        succeed_after_a_silent_loss(run, dir.path(), || std::fs::remove_file(&lock).unwrap());
+    assert_eq!(status, 79, "{said}");
+    let json = status_json(&dir, "x");
+    assert_eq!(json["last_run"]["ending"], "lost", "{json:#}");
+    assert_eq!(json["last_success"], success, "{json:#}");
 }
 
 #[test]

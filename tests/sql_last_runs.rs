@@ -1,7 +1,8 @@
 //! The last runs on PostgreSQL and MySQL, through the real binary: what each ending writes into
 //! the stored records (read raw from `<prefix>runs` with psql and mariadb, in hexadecimal so that
 //! a message's tab arrives as written), which writes never overwrite another run's record,
-//! `--min-hold` kept or given up at once, hostile records, and tables an older dlock made.
+//! `--min-hold` kept or given up at once, hostile records (and rows `list --runs` leaves out),
+//! and tables an older dlock made.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -240,6 +241,7 @@ macro_rules! on_both {
 on_both!(
     each_ending_is_written_into_the_last_run_by_the_servers_clock: "t_lr_end_",
     a_lost_lock_is_written_lost: "t_lr_lost_",
+    a_command_that_succeeds_after_its_lease_passed_ends_lost: "t_lr_late_",
     release_force_writes_forced_and_the_holders_own_release_leaves_it: "t_lr_force_",
     a_holder_killed_with_sigkill_leaves_its_run_not_ended: "t_lr_kill_",
     an_earlier_shared_holders_release_never_overwrites_a_later_run: "t_lr_shared_",
@@ -310,6 +312,55 @@ fn a_lost_lock_is_written_lost(s: &Store) {
         (started.owner.as_str(), started.acquired)
     );
     assert_eq!(s.last_success("lost"), None);
+}
+
+/// The lease passes while dlock is stopped, and the command exits 0 before dlock runs again: its
+/// release finds the lock lost (79), the run ends `lost`, and the last success stays what it was.
+/// Once granted free (released in plain SQL), once after a wait (released by the function).
+fn a_command_that_succeeds_after_its_lease_passed_ends_lost(s: &Store) {
+    let lose = || {
+        wait_until("the stopped holder's lease to pass", T, || {
+            code(&output(s.dlock(&["status", "late"]))) == 1
+        })
+    };
+    let run = s.dlock(&["run", "--ttl", "1s", "late"]);
+    let (status, said) = succeed_after_a_silent_loss(run, s.dir.path(), lose);
+    assert_eq!(status, 79, "{said}");
+    assert!(
+        said.contains("the lock was lost before the command ended"),
+        "found by the release: {said}"
+    );
+    let lost = s.last_run("late");
+    assert_eq!((lost.token, lost.ending()), (1, Some("lost")), "{lost:?}");
+    assert_eq!(s.last_success("late"), None);
+    let out = output(s.dlock(&["status", "late", "--ran-within", "1h"]));
+    assert_eq!(code(&out), 2, "never succeeded: {}", stdout(&out));
+
+    // The next run waits behind a holder, which succeeds, so that it is granted after a wait.
+    let mut holder = s.holder(&[], "late", "h");
+    let waited = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            wait_until("the run to wait in line", T, || {
+                let out = output(s.dlock(&["status", "--json", "late"]));
+                let json: serde_json::Value =
+                    serde_json::from_str(&stdout(&out)).unwrap_or_default();
+                json["waiters"].as_array().is_some_and(|w| !w.is_empty())
+            });
+            s.let_go("h");
+        });
+        let run = s.dlock(&["run", "--ttl", "1s", "late"]);
+        succeed_after_a_silent_loss(run, s.dir.path(), lose)
+    });
+    assert_eq!(wait_exit(&mut holder, T).code(), Some(0));
+    assert_eq!(waited.0, 79, "{}", waited.1);
+    let lost = s.last_run("late");
+    assert_eq!((lost.token, lost.ending()), (3, Some("lost")), "{lost:?}");
+    let success = s.last_success("late").expect("the holder's success");
+    assert_eq!(
+        (success.token, success.pid, success.ending()),
+        (2, holder.id(), Some("exit:0")),
+        "the holder's success stays the last"
+    );
 }
 
 fn release_force_writes_forced_and_the_holders_own_release_leaves_it(s: &Store) {
@@ -384,6 +435,28 @@ fn hostile_records_never_stop_acquiring_or_releasing(s: &Store) {
         "INSERT INTO {p}runs (name, last_run, last_success, written_at) \
          VALUES ('evil', {garbage}, {long}, {now})"
     ));
+    // `list --runs` shows the garbage escaped, and leaves out a row whose name no lock has.
+    let bad_name = match s.kind {
+        Kind::Pg => r"E'bad\x07'",
+        Kind::My => "X'62616407'",
+    };
+    s.sql(&format!(
+        "INSERT INTO {p}runs (name, last_run, last_success, written_at) \
+         VALUES ({bad_name}, {garbage}, NULL, {now})"
+    ));
+    let out = output(s.dlock(&["list", "--runs"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.split_once(": ").map(|(name, _)| name))
+        .collect();
+    assert_eq!(names, ["evil", "other"], "{text}");
+    assert!(
+        text.contains("evil: last run unreadable record \""),
+        "{text}"
+    );
     let (_, status) = s.run(&["run", "evil", "--", "true"]);
     assert_eq!(status, 0, "acquired and released past garbage");
     let ok = s.last_run("evil");
@@ -510,6 +583,17 @@ fn names_unwritten_for_400_days_lose_their_records_at_the_next_list(s: &Store) {
         s.raw("stale", "last_run").is_some(),
         "a run deletes nothing"
     );
+    // Not shown by `list --runs` before any list deletes it.
+    let out = output(s.dlock(&["list", "--runs", "--json"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let names: Vec<&str> = listed
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    assert_eq!(names, ["now", "recent"], "{listed:#}");
     let out = output(s.dlock(&["list"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(s.raw("stale", "last_run"), None, "deleted by the list");

@@ -17,6 +17,8 @@ pub mod blocking;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod file;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
+mod lease_clock;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
@@ -155,6 +157,12 @@ pub trait Backend: Send {
     /// lock/last_run.rs for the rules every store follows when it writes them).
     fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns>;
 
+    /// Every lock whose name starts with `prefix` and of which the store keeps a last run or a
+    /// last success, held or free, sorted by name, each with what `last_runs` says of it (records
+    /// that expired are left out). At most `MAX_LISTED_RUNS` names; what the store keeps under a
+    /// name that is no lock's is left out too (see `runs_of`).
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>>;
+
     /// Break the lock for every holder (an operator cleaning up after a dead one). Returns the holders
     /// removed. Each removed holder's dlock notices at its next renewal and treats the lock as lost.
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>>;
@@ -216,33 +224,6 @@ pub enum Renewal {
     Lost(String),
 }
 
-impl Renewal {
-    /// `Held` until the next renewal is due (a third of `ttl` after the last one that got
-    /// through, `confirmed`), when the last attempt had no trouble: the heartbeat's first call
-    /// comes right after the acquisition, which was as good as a renewal. `None`: renew now.
-    pub fn not_due(confirmed: Instant, ttl: Duration, troubled: bool) -> Option<Renewal> {
-        let due = confirmed + ttl / 3;
-        let now = Instant::now();
-        (now < due && !troubled).then(|| Renewal::Held { next: due - now })
-    }
-
-    /// A renewal that did not get through, for a lease that by this side's reckoning holds until
-    /// `deadline`: try again soon (a tenth of the ttl, 10 to 500 ms), never sleeping past the
-    /// deadline, so the next call reports the loss in time. `None` once the deadline has passed.
-    pub fn unconfirmed_until(deadline: Instant, ttl: Duration, why: String) -> Option<Renewal> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        let retry = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
-        Some(Renewal::Unconfirmed {
-            next: retry.min(left),
-            holds_for: left,
-            why,
-        })
-    }
-}
-
 /// A lock's state as `status` and `list` report it.
 #[derive(Clone, Debug, Serialize)]
 pub struct LockStatus {
@@ -272,6 +253,33 @@ impl From<Vec<LockStatus>> for Listing {
             unreadable: vec![],
         }
     }
+}
+
+/// Most names `list_runs` reads the records of: each costs a read, and an entry anyone could write
+/// is no reason to read without end.
+pub const MAX_LISTED_RUNS: usize = 10_000;
+
+/// `list_runs` once a store has found the names it keeps records under (in any order, repeated
+/// or not, each only if it starts with `prefix`): each one's records, read by `read` (as
+/// `last_runs` reads them), for the first `MAX_LISTED_RUNS` names by order; the names with none
+/// (expired, or removed meanwhile) are left out.
+pub(crate) fn runs_of(
+    prefix: &str,
+    mut names: Vec<LockName>,
+    read: impl Fn(&LockName) -> anyhow::Result<LastRuns>,
+) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+    names.retain(|name| name.as_str().starts_with(prefix));
+    names.sort();
+    names.dedup();
+    names.truncate(MAX_LISTED_RUNS);
+    let mut found = Vec::with_capacity(names.len());
+    for name in names {
+        let runs = read(&name)?;
+        if runs.last_run.is_some() || runs.last_success.is_some() {
+            found.push((name, runs));
+        }
+    }
+    Ok(found)
 }
 
 /// Where a waiting acquisition reports who holds the lock.

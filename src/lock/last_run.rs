@@ -9,7 +9,17 @@
 //! - A release, or the end of a hold, writes the ending into the last run only when that record is
 //!   still its own (the same owner id) and not ended yet: a later acquisition's record is never
 //!   overwritten, nor an ending already written (a run forced away stays "forced", not "lost").
-//! - A successful ending (`Ending::succeeded`) is also written as the last success, always.
+//! - A release that finds the lock no longer this holder's (the finding that makes it say
+//!   `Released::Lost`: a lease that passed while dlock was stopped, a lock broken or deleted)
+//!   writes `Lost`, whatever the supervisor passed: the command did not hold the lock to its end,
+//!   even if it exited 0.
+//! - A successful ending (`Ending::succeeded`) is also written as the last success, whatever the
+//!   last run is (a later shared holder's record may be there), but never by a release that found
+//!   the lock lost.
+//! - With several servers (Redlock), each applies these rules on its own, by whether it still had
+//!   the lease: servers that disagree keep different endings of one run (`lost` on some, the
+//!   command's and a success on others), while the release's answer goes by the majority; the
+//!   store's reading goes by the majority too (backend/redis/runs.rs).
 //! - `release --force` writes `Forced` into the last run when it removes that run's holder.
 //! - A last run that never ended, whose holder no longer holds the lock, is shown as "never
 //!   ended": its host died, or it was killed beyond dlock's reach, and its lease has passed.
@@ -225,7 +235,12 @@ impl Run {
     /// The inverse of `record`; a record dlock would not have written gives a run marked
     /// unreadable.
     pub fn from_record(raw: &str) -> Run {
-        Run::parse(raw).unwrap_or_else(|| Run {
+        Run::parse(raw).unwrap_or_else(|| Run::unreadable(raw))
+    }
+
+    /// A run that could not be read: `raw` (what was read, or why nothing was), shown escaped.
+    pub fn unreadable(raw: &str) -> Run {
+        Run {
             host: None,
             pid: None,
             owner: String::new(),
@@ -235,7 +250,7 @@ impl Run {
             ended: None,
             ending: None,
             unreadable: Some(escaped(raw, MAX_SHOWN_CHARS)),
-        })
+        }
     }
 
     fn parse(raw: &str) -> Option<Run> {

@@ -312,3 +312,158 @@ pub fn ran_within_is_3_unknown_when_the_store_cannot_be_reached(t: &Target) {
     assert_eq!(status, 3, "{line}");
     assert!(line.starts_with("UNKNOWN: lr/down: "), "{line}");
 }
+
+/// dlock is stopped while its command runs, until its lock is gone (the lease passed; on the file
+/// backend, whose lock has no lease, its lock file removed); then the command exits 0 and dlock
+/// goes on: it learns of the loss from its release, exits 79, and the run is recorded lost, with
+/// no success: a run that did not hold its lock to its end is none, whatever its command said.
+pub fn a_run_that_lost_its_lock_before_its_command_succeeded_ends_lost(t: &Target) {
+    let scratch = tempfile::tempdir().unwrap();
+    let location = status_json(t, "lr/silent")["location"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = t.dlock(&["run", "--ttl", "1s", "lr/silent"]);
+    let (status, said) = succeed_after_a_silent_loss(run, scratch.path(), || match t.kind {
+        Kind::File => std::fs::remove_file(&location).unwrap(),
+        _ => wait_until("the stopped holder's lease to pass", T, || {
+            code(&output(t.dlock(&["status", "lr/silent"]))) == 1
+        }),
+    });
+    assert_eq!(status, 79, "{said}");
+    assert!(
+        said.contains("the lock was lost before the command ended"),
+        "found by the release: {said}"
+    );
+    let (last, success) = runs(t, "lr/silent");
+    match t.kind {
+        // The session expired with the lease, and a session that is over writes nothing: the run
+        // reads as never ended.
+        Kind::Zk => {
+            assert!(last["ending"].is_null(), "{last:#}");
+            assert_eq!(last["running"], false, "{last:#}");
+        }
+        _ => assert_eq!(last["ending"], "lost", "{last:#}"),
+    }
+    assert!(success.is_null(), "{success:#}");
+    let out = output(t.dlock(&["status", "lr/silent", "--ran-within", "1h"]));
+    assert_eq!(code(&out), 2, "never succeeded: {}", stdout(&out));
+}
+
+/// `list --runs PREFIX --json`: the names and their records.
+fn list_runs_json(t: &Target, prefix: &str) -> Vec<Value> {
+    let out = output(t.dlock(&["list", "--runs", prefix, "--json"]));
+    assert_eq!(code(&out), 0, "list --runs --json: {}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "",
+        "list --runs --json says nothing on stderr"
+    );
+    let json: Value =
+        serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)));
+    json.as_array()
+        .unwrap_or_else(|| panic!("an array: {json:#}"))
+        .clone()
+}
+
+/// `list --runs` shows every lock with a record, held or free, by name, in `status`'s words: one
+/// that succeeded, one that failed after a success (both shown), one held now (running); a prefix
+/// picks among them, and a name never run, or run under another prefix, is not shown. A store
+/// that cannot be reached is 69.
+pub fn list_runs_shows_every_lock_that_ran_held_or_free_and_how_each_ended(t: &Target) {
+    let (status, ok) = run(t, &[], "lrl/ok", "true");
+    assert_eq!(status, 0);
+    let (status, succeeded) = run(t, &[], "lrl/failed", "true");
+    assert_eq!(status, 0);
+    let (status, failed) = run(t, &[], "lrl/failed", "exit 3");
+    assert_eq!(status, 3);
+    let (status, _) = run(t, &[], "lrl-elsewhere", "true");
+    assert_eq!(status, 0);
+    // Asked about, never run: no record.
+    assert_eq!(code(&output(t.dlock(&["status", "lrl/never"]))), 1);
+    let holder = Holding::start(t, &["lrl/held"]);
+    let held = holder.token();
+
+    let out = output(t.dlock(&["list", "--runs", "lrl/"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stderr(&out), "", "nothing on stderr");
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "three locks ran: {text}");
+    let (failed_line, held_line, ok_line) = (lines[0], lines[1], lines[2]);
+    assert!(
+        failed_line.starts_with("lrl/failed: last run ")
+            && failed_line.contains(&format!(", exit 3, token {failed}; last success "))
+            && failed_line.ends_with(&format!(", exit 0, token {succeeded}")),
+        "{text}"
+    );
+    assert!(
+        held_line.starts_with("lrl/held: last run ")
+            && held_line.contains(", running since ")
+            && held_line.ends_with(&format!(", token {held}")),
+        "{text}"
+    );
+    assert_eq!(
+        ok_line
+            .strip_prefix("lrl/ok: last run ")
+            .map(|rest| rest.ends_with(&format!(", exit 0, token {ok}"))),
+        Some(true),
+        "one line, the success being the last run: {text}"
+    );
+
+    let all = list_runs_json(t, "lrl/");
+    let names: Vec<&str> = all.iter().filter_map(|l| l["name"].as_str()).collect();
+    assert_eq!(names, ["lrl/failed", "lrl/held", "lrl/ok"], "{all:#?}");
+    assert_ended(&all[0]["last_run"], "exit:3", failed);
+    assert_ended(&all[0]["last_success"], "exit:0", succeeded);
+    assert_eq!(all[1]["last_run"]["running"], true, "{:#}", all[1]);
+    assert_eq!(all[1]["last_run"]["token"], held, "{:#}", all[1]);
+    assert!(all[1]["last_success"].is_null(), "{:#}", all[1]);
+    assert_ended(&all[2]["last_run"], "exit:0", ok);
+    assert_eq!(all[2]["last_run"], all[2]["last_success"], "{:#}", all[2]);
+    // The same fields as `status --json`'s.
+    let (last, success) = runs(t, "lrl/failed");
+    assert_eq!(
+        (&all[0]["last_run"], &all[0]["last_success"]),
+        (&last, &success)
+    );
+
+    let only = list_runs_json(t, "lrl/f");
+    let names: Vec<&str> = only.iter().filter_map(|l| l["name"].as_str()).collect();
+    assert_eq!(names, ["lrl/failed"], "{only:#?}");
+    assert_eq!(list_runs_json(t, "lrl/never"), Vec::<Value>::new());
+    let wider = list_runs_json(t, "lrl");
+    assert!(
+        wider.iter().any(|l| l["name"] == "lrl-elsewhere") && wider.len() == 4,
+        "{wider:#?}"
+    );
+
+    assert_eq!(holder.let_go().code(), Some(0));
+    let after = list_runs_json(t, "lrl/held");
+    assert_ended(&after[0]["last_run"], "exit:0", held);
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = match t.kind {
+        Kind::File => t.scratch_file("no-such-directory"),
+        Kind::Redis => format!("redis://127.0.0.1:{port}"),
+        Kind::Zk => format!("zk://127.0.0.1:{port}"),
+        Kind::Etcd => format!("etcd://127.0.0.1:{port}"),
+        Kind::Postgres => format!("postgres://dlock@127.0.0.1:{port}/dlock"),
+        Kind::Mysql => format!("mysql://dlock@127.0.0.1:{port}/dlock"),
+    };
+    let mut down = dlock();
+    down.args([
+        "--backend",
+        t.backend(),
+        "--url",
+        &url,
+        "--connect-timeout",
+        "1s",
+    ]);
+    down.args(["list", "--runs"]);
+    let down = output(down);
+    assert_eq!(code(&down), 69, "{}", stderr(&down));
+}

@@ -255,6 +255,8 @@ contract! {
             release_on_failure_frees_a_min_hold_lock_after_a_failure_only,
             ran_within_is_0_ok_1_too_long_ago_2_never_succeeded,
             ran_within_is_3_unknown_when_the_store_cannot_be_reached,
+            a_run_that_lost_its_lock_before_its_command_succeeded_ends_lost,
+            list_runs_shows_every_lock_that_ran_held_or_free_and_how_each_ended,
         ],
         hostile: [
             a_forged_record_is_unreadable_and_the_lock_stays_busy,

@@ -28,7 +28,7 @@ fn a_zookeeper_waiter_reports_an_outage_and_still_gets_the_lock() {
         "-v", "run", "--ttl", "30s", "-w", "60s", "z", "--", "sh", "-c", "exit 7",
     ]));
     wait_until("the waiter to queue", T, || {
-        server.children("/dlock/z").is_some_and(|c| c.len() == 2)
+        server.queue("/dlock/z").is_some_and(|c| c.len() == 2)
     });
     server.stop();
     waiter.wait_for("; still waiting for lock \"z\"", T);
@@ -48,7 +48,7 @@ fn a_zookeeper_waiter_gives_up_with_75_when_its_wait_ends_during_an_outage() {
     let mut holder = holding(&server, &dir, &[], "z");
     let mut waiter = Watched::start(server.dlock(&["run", "-w", "3s", "z", "--", "true"]));
     wait_until("the waiter to queue", T, || {
-        server.children("/dlock/z").is_some_and(|c| c.len() == 2)
+        server.queue("/dlock/z").is_some_and(|c| c.len() == 2)
     });
     server.stop();
     let (code, stderr) = {
@@ -81,7 +81,7 @@ fn a_zookeeper_waiter_whose_session_expires_in_an_outage_queues_again_and_gets_t
         &format!("touch {}", ran.display()),
     ]));
     wait_until("the waiter to queue", T, || {
-        server.children("/dlock/z").is_some_and(|c| c.len() == 2)
+        server.queue("/dlock/z").is_some_and(|c| c.len() == 2)
     });
     server.stop();
     // The client gives the session up after 7/5 of its timeout without the server.
@@ -106,7 +106,7 @@ fn a_zookeeper_waiter_whose_session_expires_in_an_outage_gives_up_with_75_at_its
     let waiter =
         Watched::start(server.dlock(&["run", "--ttl", "2s", "-w", "8s", "z", "--", "true"]));
     wait_until("the waiter to queue", T, || {
-        server.children("/dlock/z").is_some_and(|c| c.len() == 2)
+        server.queue("/dlock/z").is_some_and(|c| c.len() == 2)
     });
     let stopped = Instant::now();
     server.stop();
@@ -140,8 +140,8 @@ fn a_zookeeper_waiter_holding_some_of_its_names_fails_when_its_session_expires_i
         &format!("touch {}", ran.display()),
     ]));
     wait_until("the waiter to take a and queue for b", T, || {
-        server.children("/dlock/a").is_some_and(|c| c.len() == 1)
-            && server.children("/dlock/b").is_some_and(|c| c.len() == 2)
+        server.queue("/dlock/a").is_some_and(|c| c.len() == 1)
+            && server.queue("/dlock/b").is_some_and(|c| c.len() == 2)
     });
     server.stop();
     let (code, stderr) = waiter.finish(T);

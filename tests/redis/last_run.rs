@@ -2,7 +2,8 @@
 //! acquisition writes its run, by the server's clock, in the same script; each way a run ends
 //! writes its ending into it while it is still its own; a success is also the last success;
 //! `release --force` ends it "forced"; a holder killed with SIGKILL never ends it; another
-//! client's key in their place stops nothing; Redlock writes them on every server.
+//! client's key in their place stops nothing, and `list --runs` shows it escaped; Redlock writes
+//! them on every server.
 
 use std::process::{Command, Stdio};
 
@@ -177,6 +178,123 @@ fn a_run_that_loses_its_lock_ends_lost() {
     let run = last_run(&server, "gone").expect("a last run");
     assert_run(&run, pid, 1, Some("lost"), (before, server_ms(&server)));
     assert_eq!(last_success(&server, "gone"), None);
+}
+
+/// Whether `name` reads free on the servers `urls` (`status` exits 1).
+fn free(urls: &[String], name: &str) -> bool {
+    code(&output(dlock_at(urls, &["status", name]))) == 1
+}
+
+/// The lease passes while dlock is stopped, and the command exits 0 before dlock runs again: its
+/// release finds the lock lost (79), and on each of `servers` (those that keep `name`) the run
+/// ends `lost`, no success.
+fn a_command_that_succeeds_after_its_lease_passed_ends_lost(
+    urls: &[String],
+    name: &str,
+    servers: &[&RedisServer],
+) {
+    let dir = LockDir::new();
+    let run = dlock_at(urls, &["run", "--ttl", "1s", name]);
+    let (status, said) = succeed_after_a_silent_loss(run, dir.path(), || {
+        wait_until("the stopped holder's lease to pass", T, || free(urls, name))
+    });
+    assert_eq!(status, 79, "{said}");
+    assert!(
+        said.contains("the lock was lost before the command ended"),
+        "found by the release: {said}"
+    );
+    for server in servers {
+        let run = last_run(server, name).expect("a last run");
+        assert_eq!(run.ending.as_deref(), Some("lost"), "{run:?}");
+        assert_eq!(last_success(server, name), None);
+    }
+    let out = output(dlock_at(urls, &["status", name, "--ran-within", "1h"]));
+    assert_eq!(code(&out), 2, "never succeeded: {}", stdout(&out));
+}
+
+#[test]
+fn a_command_that_succeeds_after_its_lease_passed_while_dlock_was_stopped_ends_lost() {
+    let server = RedisServer::start();
+    a_command_that_succeeds_after_its_lease_passed_ends_lost(&[server.url()], "late", &[&server]);
+}
+
+#[test]
+fn redlock_a_command_that_succeeds_after_its_lease_passed_ends_lost_on_every_server() {
+    let (servers, all) = three_servers();
+    let servers: Vec<&RedisServer> = servers.iter().collect();
+    a_command_that_succeeds_after_its_lease_passed_ends_lost(&all, "late", &servers);
+}
+
+#[test]
+fn on_redis_cluster_a_command_that_succeeds_after_its_lease_passed_ends_lost() {
+    let cluster = RedisCluster::start();
+    let name = cluster.name_on("late/", 2);
+    let master = &cluster.nodes[2];
+    a_command_that_succeeds_after_its_lease_passed_ends_lost(&[cluster.url()], &name, &[master]);
+}
+
+#[test]
+fn behind_sentinel_a_command_that_succeeds_after_its_lease_passed_ends_lost() {
+    let set = SentinelSet::start();
+    a_command_that_succeeds_after_its_lease_passed_ends_lost(&[set.url()], "late", &[set.master()]);
+}
+
+/// Redlock servers that disagree at the release: each writes its own view (`lost` where the
+/// lease went, the command's ending and a success where it stayed), and `status` shows the
+/// majority's, which is also how dlock exits.
+#[test]
+fn redlock_servers_that_disagree_at_the_release_each_keep_their_view_and_status_the_majoritys() {
+    let (servers, all) = three_servers();
+    let dir = LockDir::new();
+    let drop_lease = |server: &RedisServer, name: &str| {
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(format!("dlock:{{{name}}}:holders"))
+            .query(&mut server.connection())
+            .unwrap();
+        assert_eq!(deleted, 1);
+    };
+    // A majority lost the lease: 79, the run reads lost, and no success counts.
+    let run = dlock_at(&all, &["run", "--ttl", "30s", "most"]);
+    let (status, said) = succeed_after_a_silent_loss(run, dir.path(), || {
+        drop_lease(&servers[1], "most");
+        drop_lease(&servers[2], "most");
+    });
+    assert_eq!(status, 79, "{said}");
+    let endings: Vec<_> = servers
+        .iter()
+        .map(|s| last_run(s, "most").and_then(|r| r.ending))
+        .collect();
+    assert_eq!(
+        endings,
+        [
+            Some("exit:0".into()),
+            Some("lost".into()),
+            Some("lost".into())
+        ]
+    );
+    assert!(last_success(&servers[0], "most").is_some());
+    let out = output(dlock_at(&all, &["status", "--json", "most"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(json["last_run"]["ending"], "lost", "{json:#}");
+    assert!(json["last_success"].is_null(), "{json:#}");
+    let out = output(dlock_at(&all, &["status", "most", "--ran-within", "1h"]));
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+
+    // A minority lost it: the command's status, and the run is the last success.
+    let run = dlock_at(&all, &["run", "--ttl", "30s", "few"]);
+    let (status, said) =
+        succeed_after_a_silent_loss(run, dir.path(), || drop_lease(&servers[0], "few"));
+    assert_eq!(status, 0, "{said}");
+    assert_eq!(
+        last_run(&servers[0], "few")
+            .and_then(|r| r.ending)
+            .as_deref(),
+        Some("lost")
+    );
+    let out = output(dlock_at(&all, &["status", "--json", "few"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(json["last_run"]["ending"], "exit:0", "{json:#}");
+    assert_eq!(json["last_success"], json["last_run"], "{json:#}");
 }
 
 #[test]
@@ -380,6 +498,43 @@ fn keys_of_another_type_or_garbage_in_the_record_keys_stop_nothing() {
     assert_eq!(
         (list, hash.as_deref()),
         (vec!["theirs".to_owned()], Some("too"))
+    );
+}
+
+/// `list --runs` finds the names by their record keys: another client's value there is shown
+/// escaped, a key of another type as unreadable, and keys dlock would not name so are left out.
+#[test]
+fn list_runs_shows_foreign_records_escaped_and_leaves_out_keys_no_lock_has() {
+    let server = RedisServer::start();
+    let url = [server.url()];
+    let mut conn = server.connection();
+    assert_eq!(run_to_end(&url, &["run", "ok", "--", "true"]).0, 0);
+    for (command, key, value) in [
+        ("SET", "dlock:{esc}:last-run", "run1 \x1b[2J"),
+        ("RPUSH", "dlock:{wrong}:last-success", "theirs"),
+        ("SET", "dlock:{%61}:last-run", "not a's"),
+        ("SET", "dlock:{x}:last-runs", "no such key"),
+        ("SET", "dlock:{y}:holders:last-run", "nor this"),
+    ] {
+        redis::cmd(command)
+            .arg(key)
+            .arg(value)
+            .query::<()>(&mut conn)
+            .unwrap_or_else(|e| panic!("{command} {key}: {e}"));
+    }
+    let out = output(dlock_at(&url, &["list", "--runs"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.contains('\x1b'), "{text:?}");
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.split_once(": ").map(|(name, _)| name))
+        .collect();
+    assert_eq!(names, ["esc", "ok", "wrong"], "{text}");
+    assert!(
+        text.contains("esc: last run unreadable record \"run1 \\u{1b}[2J\"")
+            && text.contains("wrong: last success unreadable record \""),
+        "{text}"
     );
 }
 

@@ -1,8 +1,10 @@
-// Takes an Apache Curator InterProcessMutex, for dlock's interop test (compiled by the test).
+// Takes an Apache Curator lock, for dlock's interop tests (compiled by the test).
 //
-// usage: CuratorLock CONNECT PATH try|wait HELD_MARKER RELEASE_FILE
-//   try:  one attempt without waiting; exits 3 (printing "busy") if the lock is held.
-//   wait: waits up to 60s for the lock.
+// usage: CuratorLock CONNECT PATH try|timeout|wait HELD_MARKER RELEASE_FILE [mutex|write|read]
+//   try:     one attempt without waiting; exits 3 (printing "busy") if the lock is held.
+//   timeout: waits up to 1s (watching the node ahead), then as try.
+//   wait:    waits up to 60s for the lock.
+//   mutex (the default): InterProcessMutex; write, read: the halves of InterProcessReadWriteLock.
 // Once it holds the lock it writes HELD_MARKER, waits (at most 60s) for RELEASE_FILE to appear,
 // releases and exits 0.
 
@@ -12,7 +14,9 @@ import java.nio.file.Paths;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.RetryNTimes;
 
 public class CuratorLock {
@@ -20,10 +24,23 @@ public class CuratorLock {
         CuratorFramework client =
                 CuratorFrameworkFactory.newClient(args[0], 5000, 5000, new RetryNTimes(3, 100));
         client.start();
-        InterProcessMutex mutex = new InterProcessMutex(client, args[1]);
-        boolean held = args[2].equals("try")
-                ? mutex.acquire(0, TimeUnit.MILLISECONDS)
-                : mutex.acquire(60, TimeUnit.SECONDS);
+        String recipe = args.length > 5 ? args[5] : "mutex";
+        InterProcessLock lock;
+        switch (recipe) {
+            case "mutex":
+                lock = new InterProcessMutex(client, args[1]);
+                break;
+            case "write":
+                lock = new InterProcessReadWriteLock(client, args[1]).writeLock();
+                break;
+            case "read":
+                lock = new InterProcessReadWriteLock(client, args[1]).readLock();
+                break;
+            default:
+                throw new IllegalArgumentException("unknown recipe " + recipe);
+        }
+        long wait = args[2].equals("try") ? 0 : args[2].equals("timeout") ? 1000 : 60000;
+        boolean held = lock.acquire(wait, TimeUnit.MILLISECONDS);
         if (!held) {
             System.out.println("busy");
             client.close();
@@ -35,7 +52,7 @@ public class CuratorLock {
         while (!Files.exists(release) && System.nanoTime() < end) {
             Thread.sleep(10);
         }
-        mutex.release();
+        lock.release();
         client.close();
     }
 }

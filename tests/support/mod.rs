@@ -271,3 +271,48 @@ pub fn on_a_terminal(shell_command: &str) -> std::process::Child {
         .spawn()
         .unwrap()
 }
+
+/// A run that loses its lock without dlock noticing in time, and whose command then succeeds:
+/// `run` is `dlock run [OPTIONS] NAME` (the command is added: it writes its pid, waits for a go,
+/// and exits 0). Once the command runs, dlock is stopped (SIGSTOP), `lose` takes the lock away
+/// (returning once it is gone), the command exits 0, and only once it has does dlock go on
+/// (SIGCONT): it sees the command's end before any renewal, and learns of the loss from its
+/// release. `scratch`: a directory for the files. Returns dlock's exit status and what it said.
+pub fn succeed_after_a_silent_loss(
+    mut run: Command,
+    scratch: &Path,
+    lose: impl FnOnce(),
+) -> (i32, String) {
+    let (pid, go, err) = (
+        scratch.join("silent.pid"),
+        scratch.join("silent.go"),
+        scratch.join("silent.err"),
+    );
+    for stale in [&pid, &go] {
+        let _ = std::fs::remove_file(stale);
+    }
+    let script = format!(
+        "echo $$ > '{p}.tmp'; mv '{p}.tmp' '{p}'; i=0; \
+         while [ ! -e '{g}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; exit 0",
+        p = pid.display(),
+        g = go.display()
+    );
+    let mut dlock = run
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).expect("dlock's stderr file"))
+        .spawn()
+        .expect("start dlock");
+    let command = read_pid(&pid);
+    signal(dlock.id(), libc::SIGSTOP);
+    lose();
+    std::fs::write(&go, "").expect("write the go file");
+    // Reaped by nobody while dlock is stopped: a zombie once it has exited.
+    wait_until("the command to exit", Duration::from_secs(60), || {
+        !alive(command)
+    });
+    signal(dlock.id(), libc::SIGCONT);
+    let status = wait_exit(&mut dlock, Duration::from_secs(60));
+    let said = std::fs::read_to_string(&err).unwrap_or_default();
+    (status.code().unwrap_or(-1), said)
+}

@@ -154,6 +154,26 @@ impl ZkServer {
         })
     }
 
+    /// The places in line among the children of `path`: a dlock holder's pair (its
+    /// `_c_<uuid>-lock-N` node and the `_c_<uuid>-__WRIT__N+1` made with it, a seat's
+    /// `__SEAT__N` and `__READ__N+1`, or a `--min-hold` kept pair `_k_<uuid>-...`) counts once.
+    pub fn queue(&self, path: &str) -> Option<Vec<String>> {
+        let children = self.children(path)?;
+        let paired = |n: &String| {
+            [("__WRIT__", "lock-"), ("__READ__", "__SEAT__")]
+                .iter()
+                .any(|(companion, first)| {
+                    n.split_once(companion).is_some_and(|(prefix, _)| {
+                        (prefix.starts_with("_c_") || prefix.starts_with("_k_"))
+                            && children
+                                .iter()
+                                .any(|o| o.starts_with(&format!("{prefix}{first}")))
+                    })
+                })
+        };
+        Some(children.iter().filter(|n| !paired(n)).cloned().collect())
+    }
+
     /// Deletes `path` as a client with the given digest credentials (or none).
     pub fn delete_as(
         &self,

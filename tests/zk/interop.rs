@@ -1,11 +1,11 @@
 //! Interop with kazoo's lock recipes (Debian's python3-kazoo, driven by
-//! tests/support/kazoo_lock.py), each pair in both directions: the second is refused while the
-//! first holds, waits, and gets in once the first lets go. And what dlock shows of nodes other
-//! clients and `--min-hold` leave in a lock's directory.
+//! tests/support/kazoo_lock.py) and Curator's (tests/support/CuratorLock.java), each pair in both
+//! directions: the second is refused while the first holds, waits, and gets in once the first lets
+//! go. And what dlock shows of nodes other clients and `--min-hold` leave in a lock's directory.
 
 use std::path::PathBuf;
 
-use super::curator::{compile_curator_program, curator_at};
+use super::curator::{compile_curator_program, curator_at, curator_classpath};
 use super::*;
 
 /// The patterns kazoo's `Lock` and `WriteLock` need to wait for every dlock holder (README).
@@ -47,11 +47,33 @@ fn kazoo(
     cmd
 }
 
-/// One side of a pair: dlock with these flags, or a kazoo recipe with its extra_lock_patterns.
+/// One side of a pair: dlock with these flags, a kazoo recipe with its extra_lock_patterns, or
+/// a Curator recipe (`mutex`, `write`, `read`).
 #[derive(Clone, Copy, Debug)]
 enum Side {
     Dlock(&'static [&'static str]),
     Kazoo(&'static str, &'static str),
+    Curator(&'static str),
+}
+
+fn curator(
+    server: &ZkServer,
+    name: &str,
+    recipe: &str,
+    how: &str,
+    held: &Path,
+    release: &Path,
+) -> Command {
+    let mut cmd = curator_at(
+        curator_classpath(),
+        server,
+        &format!("/dlock/{name}"),
+        how,
+        held,
+        release,
+    );
+    cmd.arg(recipe);
+    cmd
 }
 
 /// A side that holds the lock (or waits for it) in the background until told to let go.
@@ -79,6 +101,9 @@ impl Side {
                     .spawn()
                     .unwrap()
             }
+            Side::Curator(recipe) => curator(server, name, recipe, "wait", &held, &release)
+                .spawn()
+                .unwrap(),
         };
         Running {
             child,
@@ -102,6 +127,10 @@ impl Side {
                 output(kazoo(
                     server, name, recipe, patterns, "try", &held, &release,
                 )),
+                3,
+            ),
+            Side::Curator(recipe) => (
+                output(curator(server, name, recipe, "try", &held, &release)),
                 3,
             ),
         };
@@ -191,6 +220,42 @@ fn kazoo_read_lock_excludes_dlock_exclusive_both_ways_and_shares_with_shared() {
 }
 
 #[test]
+fn curator_write_lock_excludes_every_dlock_mode_and_its_mutex_exclusive_both_ways() {
+    let server = ZkServer::start();
+    for recipe in ["write", "mutex"] {
+        let curator = Side::Curator(recipe);
+        let modes: &[&[&str]] = match recipe {
+            "write" => &[&[], &["--shared"], &["--limit", "2"]],
+            // Curator's mutex never waits for a `__READ__` node (README).
+            _ => &[&[]],
+        };
+        for &flags in modes {
+            let dlock = Side::Dlock(flags);
+            excludes(&server, "cw", curator, dlock);
+            excludes(&server, "cw", dlock, curator);
+        }
+    }
+    excludes(
+        &server,
+        "cw",
+        Side::Curator("mutex"),
+        Side::Dlock(&["--shared"]),
+    );
+}
+
+#[test]
+fn curator_read_lock_excludes_dlock_exclusive_both_ways_and_shares_with_shared_and_limit() {
+    let server = ZkServer::start();
+    let reader = Side::Curator("read");
+    excludes(&server, "cr", reader, Side::Dlock(&[]));
+    excludes(&server, "cr", Side::Dlock(&[]), reader);
+    for flags in [&["--shared"][..], &["--limit", "2"]] {
+        share(&server, "cr", reader, Side::Dlock(flags));
+        share(&server, "cr", Side::Dlock(flags), reader);
+    }
+}
+
+#[test]
 fn a_waiter_behind_a_min_hold_kept_node_is_shown_as_a_waiter() {
     let server = ZkServer::start();
     let out = output(server.dlock(&["run", "--min-hold", "60s", "mh", "--", "true"]));
@@ -235,23 +300,48 @@ fn status_lets_a_curator_waiter_past_an_expired_kept_node() {
     let server = ZkServer::start();
     let dir = LockDir::new();
     let classpath = compile_curator_program(dir.path());
-    let out = output(server.dlock(&["run", "--min-hold", "1s", "ck", "--", "true"]));
+    for recipe in ["mutex", "write"] {
+        let out = output(server.dlock(&["run", "--min-hold", "1s", "ck", "--", "true"]));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let held = dir.file(&format!("{recipe}.held"));
+        let release = dir.file(&format!("{recipe}.release"));
+        let mut c = curator_at(&classpath, &server, "/dlock/ck", "wait", &held, &release)
+            .arg(recipe)
+            .spawn()
+            .unwrap();
+        wait_until("Curator to queue", T, || {
+            lock_nodes(&server, "ck").len() == 2
+        });
+        // No dlock acquirer comes by: status, once the min-hold is over, is enough.
+        wait_until("Curator to get in after a status", T, || {
+            let out = output(server.dlock(&["status", "ck"]));
+            assert!(matches!(code(&out), 0 | 1), "{}", stderr(&out));
+            wait_for_file_within(&held, Duration::from_millis(200))
+        });
+        let left = server.children("/dlock/ck").unwrap();
+        assert_eq!(left.len(), 1, "only Curator's node: {left:?}");
+        std::fs::write(&release, "").unwrap();
+        assert!(wait_exit(&mut c, T).success());
+    }
+}
+
+#[test]
+fn a_min_hold_keeps_curators_read_write_lock_out_too_until_release_force() {
+    let server = ZkServer::start();
+    let dir = LockDir::new();
+    let out = output(server.dlock(&["run", "--min-hold", "60s", "mk", "--", "true"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let (held, release) = (dir.file("c.held"), dir.file("c.release"));
-    let mut c = curator_at(&classpath, &server, "/dlock/ck", "wait", &held, &release)
-        .spawn()
-        .unwrap();
-    wait_until("Curator to queue", T, || {
-        lock_nodes(&server, "ck").len() == 2
-    });
-    // No dlock acquirer comes by: status, once the min-hold is over, is enough.
-    wait_until("Curator to get in after a status", T, || {
-        let out = output(server.dlock(&["status", "ck"]));
-        assert!(matches!(code(&out), 0 | 1), "{}", stderr(&out));
-        wait_for_file_within(&held, Duration::from_millis(200))
-    });
-    std::fs::write(&release, "").unwrap();
-    assert!(wait_exit(&mut c, T).success());
+    for recipe in ["mutex", "write", "read"] {
+        Side::Curator(recipe).refused(&server, &dir, "mk");
+    }
+    let json = status_json(&server, "mk");
+    assert_eq!(json["holders"].as_array().unwrap().len(), 1, "{json}");
+    let out = output(server.dlock(&["release", "--force", "mk"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(lock_nodes(&server, "mk"), Vec::<String>::new());
+    let writer = Side::Curator("write").start(&server, &dir, "mk", "w");
+    writer.wait_held();
+    writer.finish();
 }
 
 /// Whether `path` appears within `limit`.

@@ -119,9 +119,10 @@ fn lock_dirs(server: &ZkServer, root: &str) -> Option<Vec<String>> {
     )
 }
 
+/// The places in line for a lock (an exclusive holder's pair of nodes counts once).
 fn lock_nodes(server: &ZkServer, dir_node: &str) -> Vec<String> {
     server
-        .children(&format!("/dlock/{dir_node}"))
+        .queue(&format!("/dlock/{dir_node}"))
         .unwrap_or_default()
 }
 
@@ -220,9 +221,10 @@ fn each_release_wakes_only_the_next_waiter() {
                 .unwrap()
         })
         .collect();
-    // The holder watches its own node; each waiter watches the one node ahead of it.
+    // The holder watches its own two nodes (its `lock-` node and the `__WRIT__` made with it);
+    // each waiter watches the one node ahead of it.
     wait_until("five waiters watching", T, || {
-        mntr(&server, "zk_watch_count") == 6
+        mntr(&server, "zk_watch_count") == 7
     });
     let_go(&dir, "h");
     assert!(wait_exit(&mut holder, T).success());
@@ -350,11 +352,12 @@ fn server_restarted_within_the_session_timeout_keeps_the_lock() {
     let mut holder = start_holder(&server, &dir, &["--ttl", "10s"], "survivor", "h");
     let err = Stderr::of(&mut holder);
     server.restart();
-    // The session and its node were restored from the data directory, and dlock reconnected to them.
+    // The session and its nodes were restored from the data directory, and dlock reconnected to
+    // them (it watches both nodes of its pair).
     wait_until("dlock to reconnect its session", T, || {
         server
             .four_letter("wchs")
-            .contains("1 connections watching 1 paths")
+            .contains("1 connections watching 2 paths")
     });
     assert_eq!(lock_nodes(&server, "survivor").len(), 1);
     let_go(&dir, "h");
@@ -415,9 +418,9 @@ fn a_quiet_waiter_never_reads_who_holds_the_lock() {
         args.extend_from_slice(flags);
         args.extend_from_slice(&["q", "--", "true"]);
         let mut waiter = server.dlock_at(&url, &args).spawn().unwrap();
-        // The holder watches its own node, the waiter the one ahead.
+        // The holder watches its own two nodes, the waiter the one ahead.
         wait_until("the waiter in line", T, || {
-            mntr(&server, "zk_watch_count") == 2
+            mntr(&server, "zk_watch_count") == 3
         });
         let_go(&dir, &held);
         assert!(wait_exit(&mut holder, T).success());

@@ -62,6 +62,10 @@ impl Connection {
                 ))
                 .fail_with(Failure::BackendUnavailable)
             }
+            Some(Err(fault)) if fault.is_unreachable() => {
+                return Err(anyhow!("cannot reach etcd at {hosts}: {fault}"))
+                    .fail_with(Failure::BackendUnavailable);
+            }
             Some(Err(fault)) => {
                 return Err(anyhow!("cannot use etcd at {hosts}: {fault}"))
                     .fail_with(Failure::BackendUnavailable);
@@ -250,6 +254,11 @@ pub(super) fn why(e: &Error) -> String {
             let mut source = std::error::Error::source(s);
             // Bounded: a chain of causes is short, and at most 8 are read.
             while let Some(cause) = source.filter(|_| causes.len() < 8) {
+                // A connection that failed reads as it does for every backend.
+                let io = cause.downcast_ref::<std::io::Error>();
+                if let Some(words) = io.and_then(|io| crate::report::connection_words(io, None)) {
+                    return words;
+                }
                 causes.push(cause.to_string());
                 source = cause.source();
             }

@@ -315,6 +315,24 @@ impl Backend for EtcdBackend {
             })
     }
 
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+        let conn = self.connection()?;
+        let listed = conn
+            .run(
+                CALL_TIMEOUT,
+                conn.client().range(RangeRequest::prefix(ROOT)),
+            )
+            .map_err(|f| conn.fail(f, &format!("cannot list the runs under {ROOT}")))?;
+        // Expired records go first, as in `list`, so that none is shown.
+        conn.runtime().block_on(runs::expire(&conn, &listed.kvs));
+        let names = listed
+            .kvs
+            .iter()
+            .filter_map(|kv| runs::record_name(&kv.key))
+            .collect();
+        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
+    }
+
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         let conn = self.connection()?;
         let entries = self.entries(&conn, name)?;

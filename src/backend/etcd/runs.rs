@@ -45,21 +45,18 @@ impl RunKeys {
 
 /// Whether `key` is a record key of a lock (for `list`).
 pub(super) fn is_record(key: &[u8]) -> bool {
-    let Some(rest) = key.strip_prefix(ROOT.as_bytes()) else {
-        return false;
-    };
-    let Ok(rest) = std::str::from_utf8(rest) else {
-        return false;
-    };
-    let Some(name) = rest
+    record_name(key).is_some()
+}
+
+/// The lock whose record `key` is, if it is one (for `list --runs`).
+pub(super) fn record_name(key: &[u8]) -> Option<LockName> {
+    let rest = std::str::from_utf8(key.strip_prefix(ROOT.as_bytes())?).ok()?;
+    let name = rest
         .strip_suffix(LAST_RUN)
-        .or_else(|| rest.strip_suffix(LAST_SUCCESS))
-    else {
-        return false;
-    };
+        .or_else(|| rest.strip_suffix(LAST_SUCCESS))?;
     crate::text::percent_decode(name)
         .and_then(|decoded| LockName::new(&decoded).ok())
-        .is_some_and(|lock| escaped_name(&lock) == name)
+        .filter(|lock| escaped_name(lock) == name)
 }
 
 /// A held lock's run: the record, and the mod revision of the last-run key its acquisition wrote
@@ -426,6 +423,29 @@ mod tests {
         assert!(run
             .unreadable
             .is_some_and(|u| u.contains("run1") && !u.contains('\u{1b}')));
+
+        // `list_runs`: the lock with its records; one whose only record is 400 days old is
+        // removed and not shown, and a key under another name's prefix is not this one's.
+        let old = RunKeys::of(&name("runs-old"));
+        let aged = format!("run1 1 1000 2000 exit:0 42 {} h", request.owner);
+        let put = TxnRequest::new(
+            vec![],
+            vec![RequestOp::put(old.last_run.as_str(), aged.as_str(), 0)],
+        );
+        conn.runtime()
+            .block_on(conn.client().txn(put))
+            .expect("put");
+        let listed = backend.list_runs("run").expect("list");
+        let names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["runs"], "{listed:?}");
+        assert!(listed[0]
+            .1
+            .last_run
+            .as_ref()
+            .is_some_and(|r| r.unreadable.is_some()));
+        let gone = backend.last_runs(&name("runs-old")).expect("read");
+        assert_eq!(gone, LastRuns::default(), "removed");
+        assert!(backend.list_runs("other").expect("list").is_empty());
     }
 
     #[test]

@@ -21,7 +21,7 @@ use super::runs;
 use super::{plain_io, FileBackend, HEADER_LEN, RECORD_LEN, SEATS_OFFSET, TURNSTILE_OFFSET};
 use crate::backend::{Lease, Released, Renewal, Waiting};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{host_name, Holder, LockRequest, Mode, Run, RunEnd, Token};
+use crate::lock::{host_name, Ending, Holder, LockRequest, Mode, Run, RunEnd, Token};
 
 /// How an acquisition may wait.
 pub(super) enum Wait<'a> {
@@ -244,8 +244,13 @@ impl Lease for FileLease {
         };
         // The ending first: a reader who finds the holder's record gone would otherwise take the
         // run for one that never ended. It is written before the locks go, so the next holder's
-        // run comes after it.
-        runs::ended(&self.runs_path, &self.run, end.ending);
+        // run comes after it. A lock found lost ends the run `lost`, whatever the command did: it
+        // did not hold the lock to its end.
+        let ending = match released {
+            Released::Held => end.ending,
+            Released::Lost(_) => Ending::Lost,
+        };
+        runs::ended(&self.runs_path, &self.run, ending);
         // Clear the record first so nobody reads it as ours after the locks go; closing unlocks.
         // A record `--min-hold` still keeps stays: it keeps the lock taken until its end, unless
         // the run says not to keep it (a failure under --release-on-failure, nothing run).

@@ -85,6 +85,59 @@ impl FileBackend {
         Ok(listing)
     }
 
+    /// `list --runs`: the locks with a `*.runs` file in the directory. A file's name says its lock,
+    /// unless hashed: then the lock file beside it does, in its header. A name whose lock would
+    /// live elsewhere (a file copied or renamed) is left out, as is what names no lock.
+    pub(super) fn list_runs_at(&self, prefix: &str) -> anyhow::Result<Vec<LockName>> {
+        let failed = |e: io::Error| {
+            anyhow!(
+                "cannot read lock directory {}: {}",
+                self.dir.display(),
+                plain_io(&e)
+            )
+        };
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(failed(e)).fail_with(Failure::BackendUnavailable),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let path = entry
+                .map_err(failed)
+                .fail_with(Failure::BackendUnavailable)?
+                .path();
+            let Some(stem) = path
+                .file_name()
+                .and_then(|f| f.to_str())
+                .and_then(|f| f.strip_suffix(".runs"))
+            else {
+                continue;
+            };
+            let name = match name_of_stem(stem) {
+                Some(name) if !name.starts_with(prefix) => continue,
+                Some(name) => LockName::new(&name).ok(),
+                None => self.hashed_name(&path.with_extension("lock")),
+            };
+            let Some(name) = name else {
+                continue;
+            };
+            if FileBackend::runs_path(&self.path_of(&name)) == path {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
+    /// The name in the header of the lock file at `path`, if it has a dlock header.
+    fn hashed_name(&self, path: &Path) -> Option<LockName> {
+        let file = open_existing(path, false).ok()??;
+        match read_header(&file, path).ok()? {
+            Header::Dlock { name, .. } => LockName::new(&name).ok(),
+            Header::Empty => None,
+        }
+    }
+
     /// `release --force`: replaces the lock file (see the module's documentation in mod.rs).
     pub(super) fn break_lock(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         let path = self.path_of(name);

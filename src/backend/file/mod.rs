@@ -32,7 +32,7 @@ use anyhow::anyhow;
 
 use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
 use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, LastRuns, LockName, LockRequest};
+use crate::lock::{Holder, LastRuns, LockName, LockRequest, Run};
 /// An OS error in words, for the messages of every file of this backend.
 use crate::report::plain as plain_io;
 
@@ -157,6 +157,18 @@ impl Backend for FileBackend {
         runs::last_runs(&path)
             .map_err(|e| anyhow!("cannot read {}: {}", path.display(), plain_io(&e)))
             .fail_with(Failure::BackendUnavailable)
+    }
+
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+        let names = self.list_runs_at(prefix)?;
+        // A records file that cannot be read (a FIFO at its path, no right to read it) hides no
+        // other: it is shown as an unreadable record saying why.
+        crate::backend::runs_of(prefix, names, |name| {
+            Ok(self.last_runs(name).unwrap_or_else(|e| LastRuns {
+                last_run: Some(Run::unreadable(&format!("{e:#}"))),
+                last_success: None,
+            }))
+        })
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

@@ -17,7 +17,7 @@
 //! The records of a name nobody runs any more are not swept: a file not written for
 //! `RUN_RECORD_KEPT_FOR` reads as no record, and the next run writes it afresh.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
@@ -40,9 +40,10 @@ const MAX_SHOWN_CHARS: usize = 120;
 /// few system calls; one that holds it longer is not let stall a lock operation.
 const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 
-/// Opens the records file at `path` (creating it when `create`), or `Ok(None)` if there is none.
-/// Anything but a regular file there is refused, as at a lock's path.
-fn open(path: &Path, create: bool) -> io::Result<Option<File>> {
+/// Opens the records file at `path` (creating it when `create`), or `Ok(None)` if there is none,
+/// with what fstat says of it. Anything but a regular file there is refused, as at a lock's path.
+/// (O_NONBLOCK only keeps the open from hanging on a FIFO: a regular file ignores it.)
+fn open(path: &Path, create: bool) -> io::Result<Option<(File, Metadata)>> {
     let opened = OpenOptions::new()
         .read(true)
         .write(create)
@@ -55,15 +56,14 @@ fn open(path: &Path, create: bool) -> io::Result<Option<File>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    if !file.metadata()?.file_type().is_file() {
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
         return Err(io::Error::other(format!(
             "{} is not a regular file",
             path.display()
         )));
     }
-    let flags = rustix::fs::fcntl_getfl(&file)?;
-    rustix::fs::fcntl_setfl(&file, flags - rustix::fs::OFlags::NONBLOCK)?;
-    Ok(Some(file))
+    Ok(Some((file, meta)))
 }
 
 /// Takes a lock of `kind` on the whole file, trying for `LOCK_PATIENCE`; `false` if another kept
@@ -87,29 +87,41 @@ fn lock(file: &File, kind: i32) -> io::Result<bool> {
     }
 }
 
-/// The records as read from an open file: `None` when the file is older than
-/// `RUN_RECORD_KEPT_FOR` (expired) or empty.
-fn read(file: &File) -> io::Result<LastRuns> {
-    let meta = file.metadata()?;
+/// Whether a file last written at `meta`'s time is older than `RUN_RECORD_KEPT_FOR`: its records
+/// read as none.
+fn expired(meta: &Metadata) -> bool {
     let written = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-    let expired = SystemTime::now()
+    SystemTime::now()
         .duration_since(written)
-        .is_ok_and(|age| age > RUN_RECORD_KEPT_FOR);
-    if expired {
+        .is_ok_and(|age| age > RUN_RECORD_KEPT_FOR)
+}
+
+/// The records of an open file (`meta`: what fstat said of it): none when it is expired or empty.
+fn read(file: &File, meta: &Metadata) -> io::Result<LastRuns> {
+    if expired(meta) {
         return Ok(LastRuns::default());
     }
+    Ok(parse(&bytes(file)?))
+}
+
+/// The file's first `MAX_BYTES` and one more (a longer file is none of dlock's).
+/// (A regular file, as `open` made sure: a read that returns less than asked has reached its end.)
+fn bytes(file: &File) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; MAX_BYTES as usize + 1];
     let mut done = 0;
     while done < buf.len() {
         match file.read_at(&mut buf[done..], done as u64) {
-            Ok(0) => break,
+            Ok(n) if n < buf.len() - done => {
+                done += n;
+                break;
+            }
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
     }
     buf.truncate(done);
-    Ok(parse(&buf))
+    Ok(buf)
 }
 
 /// The records a file's bytes say; what dlock would not have written is an unreadable last run.
@@ -163,40 +175,23 @@ fn text(runs: &LastRuns) -> String {
     text
 }
 
-/// Whether dlock may write the file: empty (just made) or begun with dlock's first line, and not
-/// also linked elsewhere. Anyone who can write the directory can put a hard link to another file
-/// of the user's at the records path; what is not dlock's is left as it is, as at a lock's path.
-fn is_ours(file: &File) -> io::Result<bool> {
+/// Whether dlock may write the file whose bytes are `bytes`: empty (just made) or begun with
+/// dlock's first line, and not also linked elsewhere. Anyone who can write the directory can put a
+/// hard link to another file of the user's at the records path; what is not dlock's is left as it
+/// is, as at a lock's path.
+fn is_ours(meta: &Metadata, bytes: &[u8]) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let meta = file.metadata()?;
-    if meta.nlink() != 1 {
-        return Ok(false);
-    }
-    if meta.len() == 0 {
-        return Ok(true);
-    }
-    let first = format!("{MAGIC}\n");
-    let mut buf = vec![0u8; first.len()];
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(buf[..done] == *first.as_bytes())
+    meta.nlink() == 1 && (bytes.is_empty() || bytes.starts_with(format!("{MAGIC}\n").as_bytes()))
 }
 
 /// The records of the file at `path`: none when there is no file.
 pub(super) fn last_runs(path: &Path) -> io::Result<LastRuns> {
-    let Some(file) = open(path, false)? else {
+    let Some((file, meta)) = open(path, false)? else {
         return Ok(LastRuns::default());
     };
     // A file kept locked by someone else is read anyway: a half-written one reads as unreadable.
     let locked = lock(&file, libc::F_RDLCK)?;
-    let runs = read(&file);
+    let runs = read(&file, &meta);
     if locked {
         unlock_range(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0);
     }
@@ -206,17 +201,28 @@ pub(super) fn last_runs(path: &Path) -> io::Result<LastRuns> {
 /// Changes the records of the file at `path` (made if missing) as `change` says, under the file's
 /// write lock. `false`: the lock was not had in time, and nothing was written.
 fn update(path: &Path, change: impl FnOnce(&mut LastRuns)) -> io::Result<bool> {
-    let Some(file) = open(path, true)? else {
+    let Some((file, meta)) = open(path, true)? else {
         return Err(io::Error::other("the records file vanished"));
     };
-    if !lock(&file, libc::F_WRLCK)? || !is_ours(&file)? {
+    if !lock(&file, libc::F_WRLCK)? {
         return Ok(false);
     }
-    let mut runs = read(&file)?;
+    let bytes = bytes(&file)?;
+    if !is_ours(&meta, &bytes) {
+        return Ok(false);
+    }
+    let mut runs = match expired(&meta) {
+        true => LastRuns::default(),
+        false => parse(&bytes),
+    };
     change(&mut runs);
     let text = text(&runs);
     file.write_all_at(text.as_bytes(), 0)?;
-    file.set_len(text.len() as u64)?;
+    // Cut only what is left of a longer text (a truncate to the same length is a system call and
+    // an inode write for nothing).
+    if (text.len() as u64) < bytes.len() as u64 {
+        file.set_len(text.len() as u64)?;
+    }
     // Closing the file lets the lock go.
     Ok(true)
 }

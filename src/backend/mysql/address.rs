@@ -5,7 +5,7 @@ use anyhow::anyhow;
 
 use crate::exit::{FailWith, Failure};
 use crate::text::percent_decode;
-use crate::url::redact;
+use crate::url::{redact, server, BadServer, Server};
 
 pub use crate::backend::sql::address::Tls;
 use crate::backend::sql::address::{owners, prefix as table_prefix, DEFAULT_PREFIX};
@@ -61,30 +61,20 @@ impl MyUrl {
                 ((!user.is_empty()).then_some(user), password)
             }
         };
-        let bad_port = || usage(format!("MySQL URL {shown}: the port must be 1 to 65535"));
         // `host`, `host:port`, `[v6]`, `[v6]:port`.
-        let (host, port) = match host_port.strip_prefix('[') {
-            Some(v6) => match v6.split_once(']') {
-                Some((h, "")) => (h, None),
-                Some((h, rest)) => match rest.strip_prefix(':') {
-                    Some(p) => (h, Some(p)),
-                    None => return bad_port(),
-                },
-                None => return usage(format!("MySQL URL {shown}: a `[` without its `]`")),
-            },
-            None => match host_port.split_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (host_port, None),
-            },
+        let Server { host, port } = match server(host_port, Some(DEFAULT_PORT)) {
+            Ok(server) => server,
+            Err(BadServer::Unclosed) => {
+                return usage(format!("MySQL URL {shown}: a `[` without its `]`"))
+            }
+            Err(BadServer::NoHost) => return usage(format!("MySQL URL {shown} names no host")),
+            Err(BadServer::BadHost(host)) => {
+                return usage(format!("MySQL URL {shown}: bad host {host:?}"))
+            }
+            Err(BadServer::Malformed | BadServer::BadPort(_) | BadServer::NoPort) => {
+                return usage(format!("MySQL URL {shown}: the port must be 1 to 65535"))
+            }
         };
-        let port = match port.map(str::parse::<u16>) {
-            None => DEFAULT_PORT,
-            Some(Ok(port)) if port > 0 => port,
-            Some(_) => return bad_port(),
-        };
-        if host.is_empty() {
-            return usage(format!("MySQL URL {shown} names no host"));
-        }
         if database.is_empty() || database.contains('/') {
             return usage(format!(
                 "MySQL URL {shown} names no database (mysql://HOST/DATABASE)"
@@ -138,7 +128,7 @@ impl MyUrl {
             ));
         }
         Ok(MyUrl {
-            host: host.to_owned(),
+            host,
             port,
             user,
             password,
@@ -197,6 +187,8 @@ mod tests {
             "mysql://u:SECRET@h:99999/db",
             "mysql://u:SECRET@[::1/db",
             "mysql://u:SECRET@h:1:2/db",
+            "mysql://u:SECRET@a%20b/db",
+            "mysql://u:SECRET@a b/db",
             "mysql://u:SECRET@/db",
             "mysql://u:SECRET@h/db?ssl-mode=SOMETIMES",
             "mysql://u:SECRET@h/db?prefix=Bad-Prefix",

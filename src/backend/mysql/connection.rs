@@ -15,9 +15,10 @@ use mysql::prelude::Queryable;
 
 use super::address::{MyUrl, Tls};
 use super::dial::{connect_within, NotMade};
-use crate::backend::sql::fault::{connect_while_full, io_words};
+use crate::backend::sql::fault::connect_while_full;
 use crate::backend::stop::Stop;
 use crate::exit::{FailWith, Failure};
+use crate::report::{connection_failure, connection_words};
 
 /// The longest packet dlock takes from a server (the client's `max_allowed_packet`, also its
 /// default before it is set): the codec checks every length read against it before it allocates.
@@ -112,8 +113,9 @@ pub(super) fn fault(e: mysql::Error) -> Fault {
         Error::DriverError(DriverError::TlsNotSupported) => {
             Fault::Unreachable("the server does not offer TLS".into())
         }
-        Error::DriverError(DriverError::CouldNotConnect(Some((_, message, _)))) => {
-            Fault::Unreachable(message.split(" (os error").next().unwrap_or("").to_owned())
+        Error::DriverError(DriverError::CouldNotConnect(Some((_, message, kind)))) => {
+            let io = std::io::Error::new(kind, message);
+            Fault::Unreachable(connection_failure(&io, None))
         }
         // A length above max_allowed_packet, which the codec checks before it allocates.
         Error::CodecError(PacketCodecError::PacketTooLarge) => Fault::Unreachable(format!(
@@ -137,25 +139,13 @@ pub(super) fn fault(e: mysql::Error) -> Fault {
 
 /// How a read or write failed, as people say it.
 fn io_failure(io: &std::io::Error) -> String {
-    use std::io::ErrorKind;
-    if let Some(words) = io_words(io) {
-        return words.into();
-    }
-    match io.kind() {
-        ErrorKind::TimedOut | ErrorKind::WouldBlock => "no answer in time".into(),
+    connection_words(io, None).unwrap_or_else(|| match io.get_ref() {
         // A TLS failure comes wrapped in an I/O error: its own message, which names the cause;
         // so does the client's own wording of a broken connection ("server disconnected").
-        _ => match io.get_ref() {
-            Some(inner) if inner.is::<rustls::Error>() => format!("TLS: {inner}"),
-            Some(inner) => inner.to_string(),
-            None => io
-                .to_string()
-                .split(" (os error")
-                .next()
-                .unwrap_or("")
-                .to_owned(),
-        },
-    }
+        Some(inner) if inner.is::<rustls::Error>() => format!("TLS: {inner}"),
+        Some(inner) => inner.to_string(),
+        None => connection_failure(io, None),
+    })
 }
 
 impl Conn {

@@ -254,6 +254,22 @@ impl Backend for MyBackend {
             .with_context(|| format!("cannot read the last runs of lock {:?}", name.as_str()))
     }
 
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+        let names = {
+            let mut conn = lock(&self.conn);
+            self.recipe
+                .run_names(&mut conn, prefix)
+                .map_err(|f| conn.error(f))
+                .context("cannot list the last runs")?
+        };
+        // A name no lock could have is left out, as `list` shows none.
+        let names = names
+            .iter()
+            .filter_map(|name| LockName::new(name).ok())
+            .collect();
+        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
+    }
+
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         let mut conn = lock(&self.conn);
         self.recipe

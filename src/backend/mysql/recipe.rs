@@ -28,6 +28,7 @@ pub struct Recipe {
     brk: String,
     last_runs: String,
     expire_runs: String,
+    run_names: String,
     holders: String,
     holders_from: String,
     waiters: String,
@@ -114,6 +115,9 @@ impl Recipe {
             brk: fill("CALL {p}break_v2(?)"),
             last_runs: fill("CALL {p}last_runs_v1(?)"),
             expire_runs: fill("CALL {p}expire_runs_v1()"),
+            run_names: runs::fill(&fill(include_str!("run_names.sql")))
+                .replace("{where}", FROM)
+                .replace("{most}", &crate::backend::MAX_LISTED_RUNS.to_string()),
             holders: fill(include_str!("holders.sql")).replace("{where}", "name = ?"),
             holders_from: fill(include_str!("holders.sql")).replace("{where}", FROM),
             waiters: fill(include_str!("waiters.sql")).replace("{where}", "name = ?"),
@@ -372,6 +376,22 @@ impl Recipe {
             _ => None,
         };
         Ok(runs::last_runs(bytes(0), bytes(1)))
+    }
+
+    /// The names starting with `prefix` that have records (`list --runs`), as stored: any bytes
+    /// (a name that is not UTF-8 is no lock's, and left out).
+    pub fn run_names(&self, conn: &mut Conn, prefix: &str) -> Result<Vec<String>, Fault> {
+        let params: Vec<Value> = vec![prefix.into(), prefix.into()];
+        let rows = self.run(conn, true, |c| {
+            first_set(c, &self.run_names, params.clone())
+        })?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| match row.as_ref(0) {
+                Some(Value::Bytes(b)) => String::from_utf8(b.clone()).ok(),
+                _ => None,
+            })
+            .collect())
     }
 
     /// Deletes the records of names unwritten for `RUN_RECORD_KEPT_FOR` (up to 1000 at a time).

@@ -125,8 +125,10 @@ END
 -- --release-on-failure, or ran nothing). Writes how the run ended (`p_ending`, by the server's
 -- clock) into the last run when that is still this run's record, unchanged since its grant
 -- wrote it (`p_head`, ' - - ', `p_tail`: owner ids are never reused, so no later run's record
--- and no ending is overwritten), also when the lock was lost; and, `p_success`, as the last
--- success whatever the last run is. No record (`p_head` NULL): nothing written.
+-- and no ending is overwritten); and, `p_success`, as the last success whatever the last run
+-- is. A lock no longer held (its lease passed, or it was broken) ends the run 'lost' whatever the
+-- caller says, and is no success: the command did not hold the lock to its end. No record
+-- (`p_head` NULL): nothing written.
 CREATE PROCEDURE {p}release_v4(
     IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_key VARCHAR(64), IN p_keep TINYINT,
     IN p_head VARBINARY(128), IN p_tail VARBINARY(1024), IN p_ending VARBINARY(32),
@@ -147,6 +149,9 @@ BEGIN
     SET v_now = UTC_TIMESTAMP(6);
     SET v_held = (SELECT COUNT(*) FROM {p}locks
                    WHERE name = p_name AND owner = p_owner AND expires_at > v_now);
+    IF v_held = 0 THEN
+        SET p_ending = 'lost', p_success = 0;
+    END IF;
     UPDATE {p}locks SET expires_at = kept_until, kept_note = CONCAT(kept_note, ' ended')
      WHERE name = p_name AND owner = p_owner AND expires_at > v_now AND kept_until > v_now
        AND kept_note NOT LIKE '% ended' AND p_keep;

@@ -21,7 +21,7 @@ use super::address::{PgUrl, Tls};
 use super::tls::client_config;
 use super::wire;
 use crate::backend::blocking;
-use crate::backend::sql::fault::{connect_while_full, io_words};
+use crate::backend::sql::fault::connect_while_full;
 use crate::backend::stop::{Stop, STOPPED};
 use crate::exit::{FailWith, Failure};
 
@@ -99,16 +99,7 @@ fn describe(e: &tokio_postgres::Error) -> String {
 
 /// How a read, write or connect failed, as people say it.
 fn describe_io(io: &std::io::Error) -> String {
-    match (io_words(io), io.kind()) {
-        (Some(words), _) => words.into(),
-        (None, std::io::ErrorKind::TimedOut) => "timed out".into(),
-        (None, _) => io
-            .to_string()
-            .split(" (os error")
-            .next()
-            .unwrap_or("")
-            .into(),
-    }
+    crate::report::connection_failure(io, None)
 }
 
 fn fault(e: tokio_postgres::Error) -> Fault {

@@ -37,6 +37,8 @@ pub struct Recipe {
     /// long (`list`).
     last_runs: String,
     expire_runs: String,
+    /// The names with last runs (`list --runs`).
+    run_names: String,
     /// The prefix of each waiter's notification channel (`PREFIX` + owner id).
     channel: String,
     /// Sent first in a connection's first transaction: refuses objects of untrusted roles
@@ -110,6 +112,8 @@ impl Recipe {
             let_go: fill(include_str!("let_go.sql")),
             last_runs: fill(include_str!("last_runs.sql")),
             expire_runs: fill(include_str!("expire_runs.sql")),
+            run_names: fill(include_str!("run_names.sql"))
+                .replace("{most}", &crate::backend::MAX_LISTED_RUNS.to_string()),
             channel: prefix.to_owned(),
             guard: Guard {
                 sql: fill(include_str!("untrusted.sql"))

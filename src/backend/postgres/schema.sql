@@ -228,9 +228,10 @@ $$;
 -- Gives up `p_owner`'s hold on `p_name` and wakes who may come next. True when it was still held.
 -- v3: writes how the run ended (`p_ending`, by the server's clock) into the last run when that is
 -- still this run's record, unchanged since its grant wrote it (`p_head || ' - - ' || p_tail`:
--- owner ids are never reused, so no later run's record and no ending is overwritten), also when
--- the lock was lost; and, `p_success`, as the last success whatever the last run is. No record
--- (`p_head` null): nothing written.
+-- owner ids are never reused, so no later run's record and no ending is overwritten); and,
+-- `p_success`, as the last success whatever the last run is. A lock no longer held (its lease
+-- passed, or it was broken) ends the run 'lost' whatever the caller says, and is no success: the
+-- command did not hold the lock to its end. No record (`p_head` null): nothing written.
 CREATE OR REPLACE FUNCTION {s}.{p}release_v3(
     p_name text, p_owner text, p_head text, p_tail text, p_ending text, p_success boolean
 ) RETURNS boolean
@@ -243,6 +244,10 @@ BEGIN
     PERFORM 1 FROM {s}.{p}tokens t WHERE t.name = p_name FOR UPDATE;
     DELETE FROM {s}.{p}locks l WHERE l.name = p_name AND l.owner = p_owner
     RETURNING l.expires_at > clock_timestamp() INTO v_held;
+    IF NOT coalesce(v_held, false) THEN
+        p_ending := 'lost';
+        p_success := false;
+    END IF;
     IF p_head IS NOT NULL THEN
         v_now := clock_timestamp();
         v_ended := p_head || ' ' || floor(extract(epoch FROM v_now) * 1000.0)::bigint || ' '

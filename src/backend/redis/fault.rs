@@ -9,6 +9,7 @@ use anyhow::anyhow;
 use redis::RedisError;
 
 use crate::lock::escaped;
+use crate::report::connection_failure;
 
 /// Why one server did not answer as hoped.
 #[derive(Debug, Clone)]
@@ -201,16 +202,13 @@ pub(super) fn is_interrupted(e: &RedisError) -> bool {
 /// An I/O failure in a few words: `connection refused`, `no answer within 5s`.
 fn describe_io(e: &io::Error, timeout: Duration, stopped: bool) -> String {
     match e.kind() {
-        io::ErrorKind::ConnectionRefused => "connection refused".into(),
         io::ErrorKind::Interrupted if stopped => "interrupted".into(),
         // Otherwise the call's alarm went off: its budget is spent.
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {
-            format!("no answer within {}", crate::text::duration(timeout))
+        io::ErrorKind::Interrupted => {
+            connection_failure(&io::ErrorKind::TimedOut.into(), Some(timeout))
         }
-        io::ErrorKind::ConnectionReset => "connection reset".into(),
-        io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof => "connection closed".into(),
         _ => {
-            let text = e.to_string();
+            let text = connection_failure(e, Some(timeout));
             if text.contains("certificate") {
                 format!("{text} (rediss:// trusts the system CAs, or SSL_CERT_FILE when set)")
             } else {

@@ -83,34 +83,37 @@ impl RedisBackend {
         Ok((holders, waiters))
     }
 
+    /// The keys matching `pattern` on every server (on Cluster, every master); an error only when
+    /// no server answered.
+    pub(super) fn scan_everywhere(&self, pattern: &str) -> anyhow::Result<Vec<String>> {
+        let mut servers = self.servers();
+        let timeout = self.connect_timeout;
+        let found: Vec<_> = on_all(&mut servers, |s| {
+            s.call_everywhere(timeout, |l| scan(&mut l.conn, pattern))
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+        let mut names = Vec::new();
+        let mut faults = Vec::new();
+        let total = found.len();
+        for result in found {
+            match result {
+                Ok(keys) => names.extend(keys),
+                Err(fault) => faults.push(fault),
+            }
+        }
+        if faults.len() == total {
+            if let Some(fault) = faults.first() {
+                return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
+            }
+        }
+        Ok(names)
+    }
+
     /// The held locks whose names start with `prefix`.
     pub(super) fn list_held(&self, prefix: &str) -> anyhow::Result<Listing> {
-        let pattern = keys::holders_pattern(prefix);
-        let names = {
-            let mut servers = self.servers();
-            let timeout = self.connect_timeout;
-            let found: Vec<_> = on_all(&mut servers, |s| {
-                s.call_everywhere(timeout, |l| scan(&mut l.conn, &pattern))
-            })
-            .into_iter()
-            .flatten()
-            .collect();
-            let mut names = Vec::new();
-            let mut faults = Vec::new();
-            let total = found.len();
-            for result in found {
-                match result {
-                    Ok(keys) => names.extend(keys),
-                    Err(fault) => faults.push(fault),
-                }
-            }
-            if faults.len() == total {
-                if let Some(fault) = faults.first() {
-                    return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
-                }
-            }
-            names
-        };
+        let names = self.scan_everywhere(&keys::holders_pattern(prefix))?;
         let mut names: Vec<LockName> = names
             .iter()
             .filter_map(|key| keys::name_of_holders_key(key, prefix))

@@ -67,6 +67,21 @@ pub(super) fn name_of_holders_key(key: &str, prefix: &str) -> Option<LockName> {
         .then_some(name)
 }
 
+/// The SCAN pattern of the last-run and last-success keys of the names that start with `prefix`
+/// (see `holders_pattern`).
+pub(super) fn runs_pattern(prefix: &str) -> String {
+    format!("dlock:{{{}*}}:last-*", encode_name(prefix))
+}
+
+/// The lock whose last-run or last-success key `key` is, if dlock would name a lock starting with
+/// `prefix` so.
+pub(super) fn name_of_runs_key(key: &str, prefix: &str) -> Option<LockName> {
+    let key = key
+        .strip_suffix(":last-run")
+        .or_else(|| key.strip_suffix(":last-success"))?;
+    name_of_holders_key(&format!("{key}:holders"), prefix)
+}
+
 /// Bytes that must not appear raw inside the hash tag: `%` (the escape itself), `{` and `}` (they
 /// would end the tag early and change the slot), glob characters (so `list` can SCAN by prefix),
 /// and the space and control characters (keys stay copy-pasteable in redis-cli).
@@ -112,6 +127,26 @@ mod tests {
         assert_eq!(encode_name("jobs/nightly-backup"), "jobs/nightly-backup");
         let keys = Keys::of(&LockName::new("a}b").unwrap());
         assert_eq!(keys.all()[0], "dlock:{a%7Db}:holders");
+    }
+
+    #[test]
+    fn runs_keys_name_their_lock_and_nothing_else() {
+        let name = |key: &str, prefix: &str| name_of_runs_key(key, prefix).map(|n| n.to_string());
+        assert_eq!(runs_pattern("jobs/"), "dlock:{jobs/*}:last-*");
+        assert_eq!(name("dlock:{a%7Db}:last-run", "").as_deref(), Some("a}b"));
+        assert_eq!(
+            name("dlock:{jobs/x}:last-success", "jobs/").as_deref(),
+            Some("jobs/x")
+        );
+        for (key, prefix) in [
+            ("dlock:{jobs/x}:last-success", "other"),
+            ("dlock:{a}b}:last-run", ""),
+            ("dlock:{%61}:last-run", ""),
+            ("dlock:{a}:last-runs", ""),
+            ("dlock:{a}:holders", ""),
+        ] {
+            assert_eq!(name(key, prefix), None, "{key}");
+        }
     }
 
     proptest::proptest! {

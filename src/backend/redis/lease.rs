@@ -7,10 +7,11 @@ use anyhow::anyhow;
 
 use super::fault::{self, Fault};
 use super::link::Link;
-use super::redlock::{drift, on_all, quorum};
+use super::redlock::{on_all, quorum};
 use super::scripts::Ask;
 use super::server::Server;
 use super::{RedisBackend, Shared};
+use crate::backend::lease_clock::{Due, LeaseClock};
 use crate::backend::{Lease, Released, Renewal};
 use crate::lock::{RunEnd, Token};
 use crate::sync::lock;
@@ -25,16 +26,10 @@ pub(super) struct RedisLease {
     count: usize,
     ask: Ask,
     token: Token,
-    /// After this (monotonic clock) the lease may have run out on the servers: the send time of
-    /// the last renewal a majority confirmed, plus the ttl, minus the drift margin.
-    pub(super) deadline: Instant,
-    /// When the request behind the last confirmation (acquisition or renewal) was sent.
-    confirmed: Instant,
+    /// When the lease may have run out on the servers, from the last renewal a majority
+    /// confirmed; why the last one did not; why the lock was lost, once it was.
+    pub(super) clock: LeaseClock,
     op_timeout: Duration,
-    /// Why the lock was lost, once it was: from then on, never renew again.
-    lost: Option<String>,
-    /// Why the last renewal did not reach a majority, for the message when the lease runs out.
-    trouble: Option<String>,
 }
 
 impl RedisBackend {
@@ -46,21 +41,13 @@ impl RedisBackend {
             count: self.count,
             ask: ask.clone(),
             token,
-            confirmed: sent,
-            deadline: sent + ttl.saturating_sub(drift(ttl)),
+            clock: LeaseClock::new(ttl, sent),
             op_timeout: self.op_timeout(self.count, ttl),
-            lost: None,
-            trouble: None,
         }
     }
 }
 
 impl RedisLease {
-    fn lose(&mut self, why: String) -> Renewal {
-        self.lost = Some(why.clone());
-        Renewal::Lost(why)
-    }
-
     /// Asks every server (at once) whether the lease is ours, by `f`: `None` for a server `f`
     /// skips, else whether the server found it ours (and renewed or released it).
     fn ask_every_server(
@@ -96,18 +83,12 @@ impl Lease for RedisLease {
     }
 
     fn renew(&mut self) -> Renewal {
-        if let Some(why) = &self.lost {
-            return Renewal::Lost(why.clone());
-        }
         let ttl = self.ask.ttl;
-        if let Some(held) = Renewal::not_due(self.confirmed, ttl, self.trouble.is_some()) {
-            return held;
-        }
-        let sent = Instant::now();
-        let left = self.deadline.saturating_duration_since(sent);
-        if left.is_zero() {
-            return self.lose_to_the_deadline();
-        }
+        let (sent, left) = match self.clock.due() {
+            Due::Not(renewal) => return renewal,
+            Due::TooLate(trouble) => return self.lose_to_the_deadline(trouble),
+            Due::Now { sent, left } => (sent, left),
+        };
         // The supervisor renews from the thread that also forwards signals and reaps the command:
         // one attempt may block it only briefly, and a failed one is retried until the deadline.
         let attempt = self
@@ -123,34 +104,31 @@ impl Lease for RedisLease {
             Some(s.call_acked(attempt, renew, |&ours| ours))
         });
         if tally.confirmed() {
-            self.deadline = sent + ttl.saturating_sub(drift(ttl));
-            self.confirmed = sent;
-            self.trouble = None;
-            return Renewal::Held { next: ttl / 3 };
+            return self.clock.confirm(sent);
         }
         if tally.disowned() {
-            return self.lose(format!(
+            return self.clock.lose(format!(
                 "it is no longer ours on redis at {} (expired, broken by `dlock release --force`, \
                  deleted, or the server lost its data)",
                 tally.not_ours.join(", ")
             ));
         }
         let why = fault::describe(&tally.faults);
-        self.trouble = Some(why.clone());
-        match Renewal::unconfirmed_until(self.deadline, ttl, why) {
+        match self.clock.unconfirmed(why.clone()) {
             Some(unconfirmed) => unconfirmed,
-            None => self.lose_to_the_deadline(),
+            None => self.lose_to_the_deadline(Some(why)),
         }
     }
 
     fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
         // After a loss the servers may be gone: try only those still connected, and briefly.
-        let timeout = if self.lost.is_some() {
+        let lost = self.clock.lost().map(str::to_owned);
+        let timeout = if lost.is_some() {
             self.op_timeout.min(Duration::from_millis(250))
         } else {
             self.op_timeout
         };
-        let skip_unconnected = self.lost.is_some();
+        let skip_unconnected = lost.is_some();
         let (ask, token) = (&self.ask, self.token);
         let tally = self.ask_every_server(|s| {
             if skip_unconnected && !s.is_connected() {
@@ -158,8 +136,8 @@ impl Lease for RedisLease {
             }
             Some(s.call(timeout, |l| Ok(ask.let_go(&mut l.conn, token, end)? == 1)))
         });
-        if let Some(why) = &self.lost {
-            return Ok(Released::Lost(why.clone()));
+        if let Some(why) = lost {
+            return Ok(Released::Lost(why));
         }
         if tally.confirmed() {
             return Ok(Released::Held);
@@ -182,13 +160,13 @@ impl Lease for RedisLease {
 }
 
 impl RedisLease {
-    fn lose_to_the_deadline(&mut self) -> Renewal {
+    fn lose_to_the_deadline(&mut self, trouble: Option<String>) -> Renewal {
         let whom = match self.count {
             1 => "the server".to_owned(),
             n => format!("a majority of the {n} servers"),
         };
-        let why = self.trouble.take().unwrap_or_else(|| "no answer".into());
-        self.lose(format!(
+        let why = trouble.unwrap_or_else(|| "no answer".into());
+        self.clock.lose(format!(
             "could not renew it on {whom} before the lease ({}) ran out: {why}",
             crate::text::duration(self.ask.ttl)
         ))

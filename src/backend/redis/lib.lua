@@ -210,7 +210,8 @@ end
 -- OWNER's run ends NOW with ENDING (a wire word of lock::Ending; SUCCEEDED: it counts as a
 -- success). The last run takes the ending only while it is still OWNER's and not ended: a later
 -- acquisition's record is never overwritten, nor an ending already written (a run forced away
--- stays forced). A success is written as the last success whatever the last run is. TOKEN: the
+-- stays forced). A success is written as the last success whatever the last run is (a release
+-- that finds its lease gone has made the ending 'lost' before: see release.lua). TOKEN: the
 -- lease's ('' for the record's own); PID and HOST as the acquisition wrote them.
 local function end_run(owner, token, ending, succeeded, now, pid, host)
   local last = run_record(LAST_RUN)

@@ -209,6 +209,11 @@ impl Backend for RedisBackend {
         self.read_last_runs(name)
     }
 
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+        let names = self.names_with_runs(prefix)?;
+        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
+    }
+
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         self.holders_everywhere(name, HoldersScript::Break)
     }

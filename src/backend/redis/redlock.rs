@@ -123,7 +123,7 @@ impl RedisBackend {
                 .fail_with(Failure::BackendUnavailable);
             }
             let lease = self.lease(ask, token, started);
-            if Instant::now() < lease.deadline
+            if Instant::now() < lease.clock.deadline()
                 && self.raise_tokens(servers, ask, &granted, token, timeout)
             {
                 return Ok(Round::Held(Box::new(lease)));
@@ -230,11 +230,6 @@ fn forget_grants(servers: &[Server], base: &str) {
 /// The majority of `n` servers.
 pub(super) fn quorum(n: usize) -> usize {
     n / 2 + 1
-}
-
-/// The margin for clock drift between this machine and the servers: 1% of the ttl plus 2ms.
-pub(super) fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
 }
 
 /// Runs `f` on every server, in parallel when there are several (so one slow server costs one

@@ -13,9 +13,13 @@ local token, ending, succeeded = ARGV[10] or '', ARGV[11] or '', ARGV[12] == '1'
 local member = waiter(owner, mode, ttl, ARGV[6], ARGV[7], hold)
 local now, seconds = clock()
 prune(now)
--- The run's ending, before its holder record goes (also when the lease was lost: the release then
--- tells how the run ended).
+-- The run's ending, before its holder record goes. A lease this server no longer has (it passed,
+-- or was broken) ends the run 'lost' whatever the command did, and is no success: the command did
+-- not hold the lock to its end, by this server's account.
 if ending ~= '' then
+  if not redis.call('ZSCORE', HOLDERS, owner) then
+    ending, succeeded = 'lost', false
+  end
   end_run(owner, token, ending, succeeded, now, ARGV[6], ARGV[7])
 else
   local _, _, ended, _, _, whose = run_fields(run_record(LAST_RUN))

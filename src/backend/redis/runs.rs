@@ -3,9 +3,13 @@
 //! an acquisition, or its release, or lost its data): of each, the record with the highest token
 //! wins, and at equal tokens one that has ended over one that has not (a server that missed the
 //! release), then one that knows when the run began (a server that only heard of its success).
+//! Servers that still had the lease at the release and servers that did not keep different
+//! endings of one run (lock/last_run.rs): of the last runs that tie so, the ending most servers
+//! keep wins, as the release's answer went by the majority, and a success of a run that ending
+//! says did not succeed (a minority still held its lease) is not the last success.
 
 use super::fault::first_fatal;
-use super::keys::Keys;
+use super::keys::{self, Keys};
 use super::redlock::on_all;
 use super::scripts;
 use super::RedisBackend;
@@ -37,19 +41,46 @@ impl RedisBackend {
                 return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
             }
         }
+        let last_run = latest(runs);
+        // A success of the run whose ending the servers' majority says was no success.
+        let disowned = |success: &Run| {
+            last_run.as_ref().is_some_and(|last| {
+                last.unreadable.is_none()
+                    && (&last.owner, last.token) == (&success.owner, success.token)
+                    && last.ending.is_some_and(|ending| !ending.succeeded())
+            })
+        };
+        successes.retain(|success| !disowned(success));
         Ok(LastRuns {
-            last_run: latest(runs),
+            last_run,
             last_success: latest(successes),
         })
     }
 }
 
+impl RedisBackend {
+    /// The names with a last-run or last-success key under `prefix`, on every server that answers.
+    pub(super) fn names_with_runs(&self, prefix: &str) -> anyhow::Result<Vec<LockName>> {
+        let found = self.scan_everywhere(&keys::runs_pattern(prefix))?;
+        Ok(found
+            .iter()
+            .filter_map(|key| keys::name_of_runs_key(key, prefix))
+            .collect())
+    }
+}
+
 /// The record to show of those the servers keep of one kind (see the module's documentation);
-/// one that cannot be read has no token and loses to any that can. Ties go to the first server.
+/// one that cannot be read has no token and loses to any that can. Of those that tie, the ending
+/// most of them keep; then the first server's.
 fn latest(runs: Vec<Run>) -> Option<Run> {
     let rank = |run: &Run| (run.token, run.ended.is_some(), run.acquired.is_some());
-    runs.into_iter()
-        .reduce(|best, run| if rank(&run) > rank(&best) { run } else { best })
+    let best = runs.iter().map(rank).max()?;
+    let tied: Vec<&Run> = runs.iter().filter(|run| rank(run) == best).collect();
+    let votes = |run: &Run| tied.iter().filter(|r| r.ending == run.ending).count();
+    tied.iter()
+        .copied()
+        .reduce(|best, run| if votes(run) > votes(best) { run } else { best })
+        .cloned()
 }
 
 #[cfg(test)]
@@ -89,6 +120,21 @@ mod tests {
         }
         assert_eq!(latest(vec![garbage.clone()]), Some(garbage));
         assert_eq!(latest(vec![]), None);
+    }
+
+    #[test]
+    fn of_one_runs_endings_the_one_most_servers_keep_wins() {
+        let lost = run(&format!("run1 5 3000 4000 lost 8 {OWNER} b"));
+        let ok = run(&format!("run1 5 3000 4000 exit:0 8 {OWNER} b"));
+        assert_eq!(
+            latest(vec![ok.clone(), lost.clone(), lost.clone()]),
+            Some(lost.clone())
+        );
+        assert_eq!(
+            latest(vec![lost.clone(), ok.clone(), ok.clone()]),
+            Some(ok.clone())
+        );
+        assert_eq!(latest(vec![lost.clone(), ok.clone()]), Some(lost));
     }
 
     /// redis-servers of this test's own, killed when dropped.

@@ -174,13 +174,8 @@ fn shown_master(master: &str) -> String {
 
 /// `host:port` or `[v6]:port`.
 fn host_port(text: &str) -> Option<(String, u16)> {
-    let (host, port) = text.rsplit_once(':')?;
-    let host = match host.strip_prefix('[') {
-        Some(v6) => v6.strip_suffix(']')?,
-        None => host,
-    };
-    valid_host(host).then_some(())?;
-    Some((host.to_owned(), port.parse().ok().filter(|p| *p != 0)?))
+    let server = crate::url::server(text, None).ok()?;
+    valid_host(&server.host).then_some((server.host, server.port))
 }
 
 /// A host name, an IPv4 or an IPv6 address (without brackets).
@@ -193,11 +188,8 @@ fn valid_host(host: &str) -> bool {
 }
 
 fn show_addr(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
+    let host = host.to_owned();
+    crate::url::Server { host, port }.to_string()
 }
 
 impl Sentinels {
@@ -377,6 +369,8 @@ mod tests {
             "redis+sentinel://127.0.0.1:26379",
             "redis+sentinel://127.0.0.1:26379/",
             "redis+sentinel://127.0.0.1/main",
+            "redis+sentinel://::1:26379/main",
+            "redis+sentinel://[::1]/main",
             "redis+sentinel://127.0.0.1:26379/main/x",
             "redis+sentinel://127.0.0.1:26379/main?password=x",
             "redis+sentinel://127.0.0.1:26379/main?replicas=1&replicas=2",

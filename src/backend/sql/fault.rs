@@ -32,29 +32,19 @@ impl<C> Fault<C> {
         }
     }
 
-    /// The error for the user, naming the server (`postgres at 10.0.0.5:5432: ...`), tagged
-    /// backend-unavailable; a failed setup is its own error, which names the server already.
+    /// The error for the user, naming the server (`postgres at 10.0.0.5:5432: ...`, `cannot reach
+    /// postgres at ...` as every backend says it), tagged backend-unavailable; a failed setup is
+    /// its own error, which names the server already.
     pub fn into_error(self, backend: &str, shown: &str) -> anyhow::Error {
-        if let Fault::Setup(e) = self {
-            return e;
-        }
-        let message = format!("{backend} at {shown}: {}", self.message());
+        let message = match self {
+            Fault::Setup(e) => return e,
+            Fault::Unreachable(why) => format!("cannot reach {backend} at {shown}: {why}"),
+            _ => format!("{backend} at {shown}: {}", self.message()),
+        };
         match Err::<(), _>(anyhow!("{message}")).fail_with(Failure::BackendUnavailable) {
             Err(e) => e,
             Ok(()) => anyhow!("{message}"),
         }
-    }
-}
-
-/// How a read or write to the server failed, as people say it, for the kinds both clients meet
-/// alike; `None` for another kind, which each client words itself.
-pub fn io_words(io: &std::io::Error) -> Option<&'static str> {
-    use std::io::ErrorKind;
-    match io.kind() {
-        ErrorKind::ConnectionRefused => Some("connection refused"),
-        ErrorKind::ConnectionReset => Some("connection reset"),
-        ErrorKind::UnexpectedEof => Some("the server closed the connection"),
-        _ => None,
     }
 }
 

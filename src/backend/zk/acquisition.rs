@@ -10,13 +10,18 @@ use zookeeper_client as zk;
 use super::kept::EnsembleClock;
 use super::lease::ZkLease;
 use super::naming::uuid;
-use super::recipe::kind_of;
+use super::recipe::{companion_kind, companion_name, kind_of};
 use super::record::{holders, NodeData};
 use super::session::{is_connection_loss, retrying, Session};
 use super::MAX_RETRIES;
 use crate::backend::Waiting;
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LockRequest, Token};
+
+/// Our node's create, sent: its name and stat once made.
+type Creating<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(String, zk::Stat), zk::Error>> + Send + 'a>,
+>;
 
 /// How one acquisition ended.
 pub(super) enum Outcome {
@@ -34,6 +39,10 @@ pub(super) struct Acquisition {
     /// `_c_<uuid>-`: finds our node again after a connection loss during the create.
     protection: String,
     kind: &'static str,
+    /// The kind of the companion our node is made with (recipe.rs), if any.
+    companion_kind: Option<&'static str>,
+    /// The companion's name, once made.
+    companion: std::sync::OnceLock<String>,
     data: Vec<u8>,
     pub(super) limit: u32,
 }
@@ -42,12 +51,15 @@ impl Acquisition {
     pub(super) fn new(session: Arc<Session>, request: LockRequest) -> anyhow::Result<Acquisition> {
         let (kind, limit) = kind_of(request.mode);
         let data = NodeData::of(&request)?;
+        let companion_kind = companion_kind(request.mode);
         Ok(Acquisition {
             dir: session.dir(&request.name),
             session,
             request,
             protection: format!("_c_{}-", uuid()?),
             kind,
+            companion_kind,
+            companion: std::sync::OnceLock::new(),
             data,
             limit,
         })
@@ -66,6 +78,11 @@ impl Acquisition {
         format!("{}/{node}", self.dir)
     }
 
+    /// The path of our node's companion, if it has one.
+    pub(super) fn companion_path(&self) -> Option<String> {
+        self.companion.get().map(|node| self.path(node))
+    }
+
     /// Queue up, then wait for our turn (`waiting`) or give up at once (`None`). A node that ends
     /// without a lease is deleted.
     pub(super) async fn run(&self, waiting: Option<&Waiting>) -> anyhow::Result<Outcome> {
@@ -80,22 +97,19 @@ impl Acquisition {
         outcome
     }
 
-    /// Creates our node; returns its name, its creation zxid (the token), the directory listing
-    /// taken right after it, and the ensemble's time by its creation.
+    /// Creates our node (and its companion); returns its name, its creation zxid (the token), the
+    /// directory listing taken right after it, and the ensemble's time by its creation.
     async fn enqueue(&self) -> anyhow::Result<(String, Token, Vec<String>, EnsembleClock)> {
         let client = self.client();
         let prefix = format!("{}/{}{}", self.dir, self.protection, self.kind);
-        let options =
-            zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&self.session.acls.lock));
         for _ in 0..MAX_RETRIES {
             // Sent back to back, so the server lists the directory right after creating our node: the
             // usual uncontended acquisition is one round trip.
-            let create = client.create(&prefix, &self.data, &options);
+            let create = self.create(&prefix);
             let list = client.list_children(&self.dir);
             let (created, listed) = tokio::join!(create, list);
             match created {
-                Ok((stat, sequence)) => {
-                    let node = format!("{}{}{sequence}", self.protection, self.kind);
+                Ok((node, stat)) => {
                     let (token, stat) = self.token_of(&node, stat).await?;
                     let listing = match listed {
                         Ok(listing) => listing,
@@ -105,10 +119,20 @@ impl Acquisition {
                 }
                 Err(zk::Error::NoNode) => self.make_dirs().await?,
                 Err(e) if is_connection_loss(&e) => {
-                    // The create may have happened: find our node by its protected prefix.
+                    // The create may have happened: find our node by its protected prefix (and its
+                    // companion, made in the same request: both are there or neither is).
                     let listing = self.list().await?;
-                    if let Some(node) = listing.iter().find(|n| n.starts_with(&self.protection)) {
+                    let ours = format!("{}{}", self.protection, self.kind);
+                    if let Some(node) = listing.iter().find(|n| n.starts_with(&ours)) {
                         let node = node.clone();
+                        // Named as made (the next sequence number): if it has gone since, arming
+                        // the lease's watch on it fails.
+                        if let Some(companion) = self
+                            .companion_kind
+                            .and_then(|kind| companion_name(&node, self.kind, kind))
+                        {
+                            let _ = self.companion.set(companion);
+                        }
                         let (token, stat) = self.read_token(&node).await?;
                         return Ok((node, token, listing, EnsembleClock::from(&stat)));
                     }
@@ -123,6 +147,45 @@ impl Acquisition {
             self.dir
         ))
         .fail_with(Failure::BackendUnavailable)
+    }
+
+    /// Sends the create of our node at `prefix`, with its companion in one multi request (so both
+    /// get the same zxid and consecutive sequence numbers: nothing comes between them); returns
+    /// our node's name and stat once made. The request is sent when this is called.
+    fn create<'a>(&'a self, prefix: &'a str) -> Creating<'a> {
+        let options =
+            zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&self.session.acls.lock));
+        let Some(kind) = self.companion_kind else {
+            let single = self.client().create(prefix, &self.data, &options);
+            return Box::pin(async move {
+                let (stat, sequence) = single.await?;
+                Ok((format!("{}{}{sequence}", self.protection, self.kind), stat))
+            });
+        };
+        let mut writer = self.client().new_multi_writer();
+        let companion = format!("{}/{}{kind}", self.dir, self.protection);
+        let added = writer
+            .add_create(prefix, &self.data, &options)
+            .and_then(|()| writer.add_create(&companion, &self.data, &options));
+        if let Err(e) = added {
+            return Box::pin(async move { Err(e) });
+        }
+        let commit = writer.commit();
+        Box::pin(async move {
+            let mut created = commit.await?.into_iter().filter_map(|r| match r {
+                zk::MultiWriteResult::Create { path, stat } => Some((path, stat)),
+                _ => None,
+            });
+            let (Some((node, stat)), Some((companion, _))) = (created.next(), created.next())
+            else {
+                return Err(zk::Error::UnexpectedError(
+                    "a multi request's creates without their results".into(),
+                ));
+            };
+            let name = |path: &str| path.rsplit('/').next().unwrap_or_default().to_owned();
+            let _ = self.companion.set(name(&companion));
+            Ok((name(&node), stat))
+        })
     }
 
     /// The creation zxid, and the node's stat; servers before 3.5 return no stat from create, so
@@ -184,13 +247,16 @@ impl Acquisition {
         Ok(())
     }
 
-    /// Deletes our node on the way out; if that fails the session's end deletes it.
+    /// Deletes our node (and its companion) on the way out; if that fails the session's end
+    /// deletes them.
     async fn delete_quietly(&self, node: &str) {
         if self.client().state() != zk::SessionState::SyncConnected {
             // No one to ask now; the node goes with the session, which ends with dlock.
             return;
         }
-        self.session.discard(&self.path(node)).await;
+        let mut paths = vec![self.path(node)];
+        paths.extend(self.companion_path());
+        self.session.discard_all(&paths).await;
     }
 
     /// Who owns the lock by `listing`, as their nodes say.

@@ -2,7 +2,9 @@
 //! that must stay taken after its holder ended gets a second node: a *kept node*, persistent,
 //! created once the lock is held, named `_k_<uuid>-<kind>0000000000` so that dlock and Curator
 //! both sort it ahead of every queued node (Curator watches it like any node ahead of it), with the
-//! holder's record and the min-hold in its data. It keeps the lock taken until its creation time
+//! holder's record and the min-hold in its data. An exclusive holder's kept `lock-` node has a kept
+//! `__WRIT__` companion made with it in one request (recipe.rs), a seat's a `__READ__` one, for
+//! Curator's read-write lock; the two are judged once and deleted together. It keeps the lock taken until its creation time
 //! plus the min-hold, both by ZooKeeper's clock (the node's `ctime`, stamped by the ensemble).
 //!
 //! Nobody is there to delete it at that moment, so whoever finds it expired deletes it: a waiter
@@ -20,16 +22,54 @@ use zookeeper_client as zk;
 
 use super::acquisition::Acquisition;
 use super::naming::uuid;
+use super::recipe::{kind_of, pair_stem};
 use super::record::NodeData;
 use super::session::{retrying, Session};
 use crate::lock::{time_from_millis, Holder, Kept, Token};
 
 /// What marks a kept node's name (dlock's queue nodes start with Curator's `_c_`).
 const KEPT_PREFIX: &str = "_k_";
+/// A kept node's number: ahead of every queued node, for dlock and Curator alike.
+const KEPT_NUMBER: &str = "0000000000";
 
 /// Whether `name` is a kept node.
 pub(super) fn is_kept(name: &str) -> bool {
     name.starts_with(KEPT_PREFIX)
+}
+
+/// The companion (recipe.rs) of the kept node at `path` (a name, or a path ending in one), if it
+/// has one: an exclusive holder's kept `lock-` node has a kept `__WRIT__` node beside it, a seat's
+/// kept `__SEAT__` node a `__READ__` one, made in the same request, so that Curator's read-write
+/// lock waits for the min-hold too.
+pub(super) fn companion_of(path: &str) -> Option<String> {
+    let (dir, name) = match path.rsplit_once('/') {
+        Some((dir, name)) => (format!("{dir}/"), name),
+        None => (String::new(), path),
+    };
+    let stem = name.strip_suffix(KEPT_NUMBER).filter(|_| is_kept(name))?;
+    let (prefix, kind) = pair_stem(stem)?;
+    Some(format!("{dir}{prefix}{kind}{KEPT_NUMBER}"))
+}
+
+/// The kept nodes among `names` to judge: a companion whose kept `lock-` node is there goes with
+/// that node (a lone one keeps the lock by its own record).
+pub(super) fn judged(names: &[String]) -> Vec<&String> {
+    let companions: Vec<String> = names.iter().filter_map(|n| companion_of(n)).collect();
+    names
+        .iter()
+        .filter(|n| is_kept(n) && !companions.contains(n))
+        .collect()
+}
+
+/// The paths of the kept node `name` in `dir` and of its companion, if `names` has it.
+pub(super) fn with_companion(dir: &str, name: &str, names: &[String]) -> Vec<String> {
+    let mut paths = vec![format!("{dir}/{name}")];
+    paths.extend(
+        companion_of(name)
+            .filter(|c| names.contains(c))
+            .map(|c| format!("{dir}/{c}")),
+    );
+    paths
 }
 
 /// The ensemble's time, as learnt from a node this client just created: its `ctime`, and when
@@ -48,7 +88,15 @@ impl EnsembleClock {
         }
     }
 
-    /// The ensemble's time now, in milliseconds since the epoch.
+    /// The ensemble's time when it was asked, in milliseconds since the epoch: what judges a kept
+    /// node's end. (Never `now_ms`, which adds this machine's clock to it: a caller whose clock runs
+    /// fast would add too much, by the time the ask's cleanup took, say.)
+    pub(super) fn asked_ms(&self) -> i64 {
+        self.ctime_ms
+    }
+
+    /// The ensemble's time now by this machine's monotonic clock since it was asked, in
+    /// milliseconds since the epoch: only to say when to ask again, and for people.
     pub(super) fn now_ms(&self) -> i64 {
         let since = i64::try_from(self.at.elapsed().as_millis()).unwrap_or(i64::MAX);
         self.ctime_ms.saturating_add(since)
@@ -88,7 +136,7 @@ pub(super) async fn ran_out(session: &Session, path: &str) -> bool {
         return false;
     };
     match ask_ensemble(session).await {
-        Ok(now) => kept.until_ms <= now.now_ms(),
+        Ok(now) => kept.until_ms <= now.asked_ms(),
         Err(_) => false,
     }
 }
@@ -148,7 +196,7 @@ pub(super) async fn live(
     let mut first_end: Option<Instant> = None;
     // Whether `clock` was asked afresh in this call; `None`: asking failed.
     let mut fresh = Some(false);
-    for name in names.iter().filter(|n| is_kept(n)) {
+    for name in judged(names) {
         let Some(kept) = KeptNode::read(&acquisition.session, &acquisition.dir, name).await else {
             continue;
         };
@@ -168,9 +216,10 @@ pub(super) async fn live(
             live.push(kept.name);
             continue;
         }
-        if kept.until_ms <= clock.now_ms() {
-            let path = acquisition.path(name);
-            let _ = retrying(|| acquisition.client().delete(&path, None)).await;
+        // Judged by the ensemble's time as asked (in this call), never by this machine's clock.
+        if fresh == Some(true) && kept.until_ms <= clock.asked_ms() {
+            let paths = with_companion(&acquisition.dir, name, names);
+            let _ = acquisition.session.delete_together(&paths).await;
             continue;
         }
         let end = clock.instant_of(kept.until_ms);
@@ -186,18 +235,81 @@ pub(super) async fn create(
     hold: Duration,
     token: Token,
 ) -> anyhow::Result<String> {
-    let kind = super::recipe::kind_of(acquisition.request.mode).0;
-    let path = acquisition.path(&format!("{KEPT_PREFIX}{}-{kind}0000000000", uuid()?));
+    let kind = kind_of(acquisition.request.mode).0;
+    let path = acquisition.path(&format!("{KEPT_PREFIX}{}-{kind}{KEPT_NUMBER}", uuid()?));
     let data = NodeData::kept(&acquisition.request, hold, token)?;
     let options =
         zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acquisition.session.acls.lock));
-    retrying(|| acquisition.client().create(&path, &data, &options))
-        .await
-        .map_err(|e| acquisition.fail(e, &format!("cannot create {path} for --min-hold")))?;
-    Ok(path)
+    let client = acquisition.client();
+    // Made again after a connection loss: one that got there before is ours (NodeExists).
+    let created = match companion_of(&path) {
+        None => retrying(|| client.create(&path, &data, &options))
+            .await
+            .map(|_| ()),
+        Some(companion) => {
+            retrying(|| {
+                let mut writer = client.new_multi_writer();
+                let added = writer
+                    .add_create(&path, &data, &options)
+                    .and_then(|()| writer.add_create(&companion, &data, &options));
+                let commit = added.map(|()| writer.commit());
+                async move { Ok(commit?.await.map(|_| ())?) }
+            })
+            .await
+        }
+    };
+    match created {
+        Ok(()) | Err(zk::Error::NodeExists) => Ok(path),
+        Err(e) => Err(acquisition.fail(e, &format!("cannot create {path} for --min-hold"))),
+    }
 }
 
 /// The ensemble's time, for `status` (see `ask_ensemble`).
 pub(super) async fn ensemble_now_ms(session: &Session) -> anyhow::Result<i64> {
     Ok(ask_ensemble(session).await?.ctime_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exclusive_kept_node_and_its_companion_are_judged_once() {
+        let names: Vec<String> = [
+            "_k_a-lock-0000000000",
+            "_k_a-__WRIT__0000000000",
+            "_k_b-__WRIT__0000000000",
+            "_k_c-__READ__0000000000",
+            "_c_d-lock-0000000003",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            companion_of("/x/dlock/n/_k_a-lock-0000000000").as_deref(),
+            Some("/x/dlock/n/_k_a-__WRIT__0000000000")
+        );
+        assert_eq!(companion_of("_k_c-__READ__0000000000"), None);
+        assert_eq!(
+            companion_of("_k_e-__SEAT__0000000000").as_deref(),
+            Some("_k_e-__READ__0000000000")
+        );
+        assert_eq!(companion_of("_c_d-lock-0000000003"), None);
+        // A lone companion keeps the lock by its own record.
+        assert_eq!(
+            judged(&names),
+            [
+                "_k_a-lock-0000000000",
+                "_k_b-__WRIT__0000000000",
+                "_k_c-__READ__0000000000"
+            ]
+        );
+        assert_eq!(
+            with_companion("/d", "_k_a-lock-0000000000", &names),
+            ["/d/_k_a-lock-0000000000", "/d/_k_a-__WRIT__0000000000"]
+        );
+        assert_eq!(
+            with_companion("/d", "_k_c-__READ__0000000000", &names),
+            ["/d/_k_c-__READ__0000000000"]
+        );
+    }
 }

@@ -44,6 +44,8 @@ pub(super) struct ZkLease {
     /// `--min-hold`: the kept node (kept.rs) and when the min-hold ends on this machine's
     /// monotonic clock, after which the release deletes it.
     kept: Option<(String, Instant)>,
+    /// Our node's companion (recipe.rs), watched and deleted with it: the pair is one holder.
+    companion: Option<String>,
     /// This run's record (runs.rs), for the release to end (boxed: a lease is moved about).
     run: Option<Box<OurRun>>,
 }
@@ -52,6 +54,18 @@ impl ZkLease {
     /// A lease whose lock a kept node keeps for `hold` from now (see kept.rs).
     pub(super) fn keeping(mut self, kept: Option<(String, Duration)>) -> ZkLease {
         self.kept = kept.map(|(path, hold)| (path, Instant::now() + hold));
+        self
+    }
+
+    /// A lease held by a pair of nodes: the companion at `path` is watched through `watcher` (armed
+    /// before the lease exists, as our node's is) and deleted with our node.
+    pub(super) fn pairing(mut self, companion: Option<(String, zk::OneshotWatcher)>) -> ZkLease {
+        if let Some((path, watcher)) = companion {
+            let client = self.session.client().clone();
+            let task = watch_node(client, path.clone(), watcher, self.health.clone());
+            self.watchers.push(self.session.runtime.spawn(task));
+            self.companion = Some(path);
+        }
         self
     }
 
@@ -99,6 +113,7 @@ impl ZkLease {
             watchers: vec![state_watcher, node_watcher],
             session,
             kept: None,
+            companion: None,
             run: None,
         }
     }
@@ -248,9 +263,12 @@ impl Lease for ZkLease {
         });
         if let Some((kept, until)) = &self.kept {
             let session = &self.session;
+            // The kept node and its companion (kept.rs) go together.
+            let mut paths = vec![kept.clone()];
+            paths.extend(kept::companion_of(kept));
             if !end.keep {
                 // The min-hold does not keep the lock this time: it goes at once, as without one.
-                session.runtime.block_on(session.discard(kept));
+                session.runtime.block_on(session.discard_all(&paths));
             } else if Instant::now() >= *until {
                 // A min-hold that has run out by now: its kept node goes first, with no one to
                 // wait for it. This machine's clock only says when to ask: the ensemble's time
@@ -258,7 +276,7 @@ impl Lease for ZkLease {
                 session.runtime.block_on(async {
                     let asked = tokio::time::timeout(CLEANUP_TIMEOUT, kept::ran_out(session, kept));
                     if asked.await == Ok(true) {
-                        session.discard(kept).await;
+                        session.discard_all(&paths).await;
                     }
                 });
             }
@@ -267,11 +285,12 @@ impl Lease for ZkLease {
         let closing = Arc::get_mut(&mut self.session).and_then(|s| s.client.take());
         let session = &self.session;
         let (path, run, ending) = (&self.path, self.run.as_deref(), end.ending);
+        let companion = self.companion.as_deref();
         let result = session.runtime.block_on(async move {
             let states = closing.as_ref().map(zk::Client::state_watcher);
             let answer = {
                 let client = closing.as_ref().unwrap_or_else(|| session.client());
-                let release = delete_ending(client, path, run, ending);
+                let release = delete_ending(client, path, companion, run, ending);
                 tokio::time::timeout(CLEANUP_TIMEOUT, release).await
             };
             if let Some(mut states) = states {
@@ -286,6 +305,13 @@ impl Lease for ZkLease {
             // for `dlock release --force`.
             Ok(Err(zk::Error::NoNode)) => Ok(Released::Lost(format!(
                 "its node {} was gone (deleted by `dlock release --force`, or its session expired)",
+                self.path
+            ))),
+            // The session expired while this process was stopped, before the watchers could
+            // tell: its nodes went with it, so the lock was lost. (Its run's record cannot be
+            // ended through a session that is over: it reads "never ended", and no success.)
+            Ok(Err(zk::Error::SessionExpired)) => Ok(Released::Lost(format!(
+                "its ZooKeeper session expired, and its node {} with it",
                 self.path
             ))),
             Ok(Err(e)) => Err(self
@@ -325,9 +351,12 @@ impl ZkLease {
 async fn delete_ending(
     client: &zk::Client,
     own: &str,
+    companion: Option<&str>,
     run: Option<&OurRun>,
     ending: Ending,
 ) -> Result<(), zk::Error> {
+    // Our node and its companion (recipe.rs) go in one request: the pair is one holder.
+    let ours: Vec<&str> = [own].into_iter().chain(companion).collect();
     // One record for both, so that the last success is the last run's very text.
     let ended = run.map(|run| run.ended(ending)).unwrap_or_default();
     let success = match run {
@@ -342,7 +371,9 @@ async fn delete_ending(
     let (with_ending, lost) = match run.and_then(|run| Some((run, run.version?))) {
         Some((run, version)) => {
             let mut multi = client.new_multi_writer();
-            multi.add_delete(own, None)?;
+            for path in &ours {
+                multi.add_delete(path, None)?;
+            }
             multi.add_set_data(&run.nodes.last_run, &ended, Some(version))?;
             let lost = run.ended(Ending::Lost);
             (
@@ -352,7 +383,11 @@ async fn delete_ending(
         }
         None => (None, None),
     };
-    let delete = client.delete(own, None);
+    let mut multi = client.new_multi_writer();
+    for path in &ours {
+        multi.add_delete(path, None)?;
+    }
+    let delete = multi.commit();
     if let Some(success) = success {
         let _ = success.await;
     }
@@ -363,9 +398,19 @@ async fn delete_ending(
     if let Some(lost) = lost {
         let _ = lost.await;
     }
-    match delete.await {
+    match delete.await.map_err(zk::Error::from) {
+        Ok(_) => Ok(()),
         Err(zk::Error::NoNode) if deleted => Ok(()),
-        result => result,
+        Err(zk::Error::NoNode) => {
+            // A pair found broken (one of them gone): what is left of it goes all the same.
+            if ours.len() > 1 {
+                for path in &ours {
+                    let _ = client.delete(path, None).await;
+                }
+            }
+            Err(zk::Error::NoNode)
+        }
+        Err(e) => Err(e),
     }
 }
 

@@ -11,9 +11,11 @@
 //!   `_c_<uuid>-<kind><sequence>` children: Curator's "protected" names, so that after a connection
 //!   loss during the create a client finds its own node again by the UUID it chose. `<kind>` is
 //!   `lock-` for exclusive holders (exactly Curator's `InterProcessMutex`, so the two exclude each
-//!   other), `__READ__` for shared ones (Curator's read lock; Curator's `__WRIT__` write nodes count
-//!   as exclusive) and `__SEAT__` for `--limit N`. A child with an unknown kind is taken to be
-//!   exclusive, so a foreign recipe can only make dlock wait, never let two holders in.
+//!   other), with a `__WRIT__` companion made in the same request for Curator's read-write lock
+//!   (recipe.rs: the pair is one holder), `__READ__` for shared ones (Curator's read lock; Curator's
+//!   `__WRIT__` write nodes count as exclusive) and `__SEAT__` for `--limit N` (with a `__READ__`
+//!   companion, so that Curator's write lock waits for seats too). A child with an unknown kind is
+//!   taken to be exclusive, so a foreign recipe can only make dlock wait, never let two holders in.
 //! - Node data: JSON describing the holder (host, pid, owner id, mode, since) for status and list.
 //! - `/dlock/.last-run/NAME` and `/dlock/.last-success/NAME` (persistent): the record of the lock's
 //!   last run and last success (runs.rs). No lock name maps to a `.`-child of `/dlock`.
@@ -53,8 +55,9 @@ use crate::sync::lock;
 use acquisition::{Acquisition, Outcome};
 use address::ZkUrl;
 use naming::lock_name_of;
+use recipe::companion_in;
 use record::{holders, holders_and_waiters};
-use session::{retrying, Session};
+use session::Session;
 use wait::watched;
 
 mod acquisition;
@@ -269,17 +272,33 @@ impl Backend for ZkBackend {
         session.runtime.block_on(runs::read(&session, name))
     }
 
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+        let session = self.session(QUERY_SESSION_TIMEOUT)?;
+        // Expired records go first, as in `list`, so that none is shown.
+        session.runtime.block_on(runs::expire(&session));
+        let names = session.runtime.block_on(runs::names(&session))?;
+        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
+    }
+
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         let dir = session.dir(name);
         let client = session.client();
         session.runtime.block_on(async {
             let owners = holders(&session, &dir, None).await?;
+            // Listed after the owners were judged: a pair's companion (recipe.rs) is there if its
+            // first node was (both go together).
+            let listing = match owners.is_empty() {
+                true => Vec::new(),
+                false => session.children(&dir).await?,
+            };
             // The run of the holder it removes ends `forced` (runs.rs), in the same multi.
             let mut last_run = runs::last_run(&session, name).await;
             let mut removed = Vec::new();
             for (node, holder) in owners {
                 let path = format!("{dir}/{node}");
+                let mut paths = vec![path.clone()];
+                paths.extend(companion_in(&listing, &node).map(|c| format!("{dir}/{c}")));
                 let ends = last_run.take_if(|(run, _)| {
                     run.ending.is_none()
                         && run.owner == holder.owner
@@ -293,7 +312,7 @@ impl Backend for ZkBackend {
                         let nodes = runs::RunNodes::of(&session, name);
                         multi
                             .add_set_data(&nodes.last_run, record.as_bytes(), Some(version))
-                            .and_then(|()| multi.add_delete(&path, None))
+                            .and_then(|()| paths.iter().try_for_each(|p| multi.add_delete(p, None)))
                             .map_err(|e| session.fail(e, &format!("cannot delete {path}")))?;
                         match multi.commit().await {
                             Ok(_) => Some(Ok(())),
@@ -304,12 +323,12 @@ impl Backend for ZkBackend {
                     }
                     None => None,
                 };
+                // Gone already (`Ok` too): released by its holder meanwhile, as we wanted.
                 let deleted = match forced {
+                    Some(Err(zk::Error::NoNode)) | None => session.delete_together(&paths).await,
                     Some(result) => result,
-                    None => retrying(|| client.delete(&path, None)).await,
                 };
                 match deleted {
-                    // Gone already: released by its holder meanwhile, which is what we wanted.
                     Ok(()) | Err(zk::Error::NoNode) => removed.push(holder),
                     Err(e) => {
                         return Err(session.fail(e, &format!("cannot delete {path}")))

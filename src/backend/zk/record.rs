@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
-use super::kept::{ensemble_now_ms, is_kept, KeptNode};
+use super::kept::{ensemble_now_ms, is_kept, judged, with_companion, KeptNode};
 use super::recipe::{owners, queue, Child, Kind};
 use super::session::{is_connection_loss, Session};
 use super::MAX_RETRIES;
@@ -191,11 +191,11 @@ async fn read_kept(
     now: Option<i64>,
 ) -> Vec<KeptNode> {
     let mut kept = Vec::new();
-    for name in names {
+    for name in judged(names) {
         if let Some(node) = KeptNode::read(session, dir, name).await {
             match now {
                 Some(now) if node.until_ms <= now => {
-                    session.discard(&format!("{dir}/{name}")).await;
+                    session.discard_all(&with_companion(dir, name, names)).await;
                 }
                 _ => kept.push(node),
             }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use zookeeper_client as zk;
 
 use super::kept::{ask_ensemble, EnsembleClock};
-use super::naming::node_name;
+use super::naming::{lock_name_of, node_name};
 use super::session::{is_connection_loss, Session};
 use super::{CLEANUP_TIMEOUT, MAX_RETRIES};
 use crate::lock::last_run::RUN_RECORD_KEPT_FOR;
@@ -223,6 +223,17 @@ pub(super) async fn read(session: &Session, name: &LockName) -> anyhow::Result<L
         last_run,
         last_success,
     })
+}
+
+/// The locks with a node in either records directory (for `list --runs`); a child that is no
+/// lock's node name is left out.
+pub(super) async fn names(session: &Session) -> anyhow::Result<Vec<LockName>> {
+    let mut names = Vec::new();
+    for dir in [LAST_RUN, LAST_SUCCESS] {
+        let children = session.children(&format!("{}/{dir}", session.root)).await?;
+        names.extend(children.iter().filter_map(|node| lock_name_of(node)));
+    }
+    Ok(names)
 }
 
 /// The last-run record as `release --force` reads it: the run and the version to write over.
@@ -430,6 +441,23 @@ mod tests {
         assert!(run
             .unreadable
             .is_some_and(|u| u.contains("run1") && !u.contains('\x1b')));
+
+        // `list_runs`: the lock with its records, shown as `last_runs` shows them; a child of
+        // the records' node that no lock's node is named is left out.
+        let stray = format!("{}/{LAST_RUN}/%zz", session.root);
+        session
+            .runtime
+            .block_on(session.client().create(
+                &stray,
+                b"run1",
+                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+            ))
+            .expect("create");
+        let listed = backend.list_runs("").expect("list");
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].0, lock);
+        assert_eq!(listed[0].1, backend.last_runs(&lock).expect("read"));
+        assert!(backend.list_runs("other").expect("list").is_empty());
     }
 
     #[test]

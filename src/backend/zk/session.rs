@@ -221,6 +221,47 @@ impl Session {
         let _ = tokio::time::timeout(CLEANUP_TIMEOUT, self.client().delete(path, None)).await;
     }
 
+    /// `discard` for a holder's nodes (see `delete_together`).
+    pub(super) async fn discard_all(&self, paths: &[String]) {
+        let _ = tokio::time::timeout(CLEANUP_TIMEOUT, self.delete_together(paths)).await;
+    }
+
+    /// Deletes a holder's nodes, its node and its companion (recipe.rs), in one multi request: no
+    /// client sees one without the other, and a waiter watching either wakes once. Where one is
+    /// gone already (the whole request then fails), the others are deleted one by one. A node
+    /// already gone counts as deleted; after a connection loss the request is sent again.
+    pub(super) async fn delete_together(&self, paths: &[String]) -> Result<(), zk::Error> {
+        let client = self.client();
+        let one = |path: &str| {
+            let delete = client.delete(path, None);
+            async move {
+                match delete.await {
+                    Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        if let [path] = paths {
+            return retrying(|| one(path)).await;
+        }
+        let together = retrying(|| {
+            let mut writer = client.new_multi_writer();
+            let added = paths.iter().try_for_each(|p| writer.add_delete(p, None));
+            let commit = added.map(|()| writer.commit());
+            async move { Ok(commit?.await?) }
+        })
+        .await;
+        match together {
+            Err(zk::Error::NoNode) => {
+                for path in paths {
+                    retrying(|| one(path)).await?;
+                }
+                Ok(())
+            }
+            result => result.map(|_| ()),
+        }
+    }
+
     pub(super) fn fail(&self, e: zk::Error, doing: &str) -> anyhow::Error {
         // A request can fail with "session expired" before the client's own state says so (the
         // ensemble unreachable, the client gave up on it): remember it for `is_over`.

@@ -108,17 +108,19 @@ impl Acquisition {
             let (verdict, in_line) = self.judge(&listing, node)?;
             let ahead = match verdict {
                 Verdict::Owns => {
-                    // The run's record goes out with the watch on our node (when that needs a
-                    // request): one round trip for both.
+                    // The run's record and the watch on our companion go out with the watch on
+                    // our node (when that needs a request): one round trip for all.
                     let watch = self.watch_own(&own_path, own.take());
                     let record = runs::started(&self.session, &self.request, token, &clock);
-                    let (watched, run) = tokio::join!(watch, record);
+                    let (watched, run, companion) =
+                        tokio::join!(watch, record, self.watch_companion());
                     let Some(watcher) = watched? else {
                         // Deleted under us: the next look reports it.
                         run.end_now(&self.session, Ending::Lost).await;
                         listing = self.list().await?;
                         continue;
                     };
+                    let companion = companion?;
                     let kept = match self.request.min_hold {
                         Some(hold) => Some((kept::create(self, hold, token).await?, hold)),
                         None => None,
@@ -126,7 +128,8 @@ impl Acquisition {
                     let ttl = self.request.ttl;
                     let lease = ZkLease::start(self.session.clone(), own_path, token, ttl, watcher)
                         .keeping(kept)
-                        .recording(run);
+                        .recording(run)
+                        .pairing(companion);
                     return Ok(Outcome::Acquired(lease));
                 }
                 Verdict::Watch(other) => Some(self.path(&other)),
@@ -206,6 +209,21 @@ impl Acquisition {
         }
         armed(retrying(|| self.client().get_and_watch_data(own_path)).await)
             .map_err(|e| self.fail(e, &format!("cannot watch {own_path}")))
+    }
+
+    /// The watch the lease needs on our node's companion, with its path, if it has one. Without
+    /// its companion our node would hold the lock unseen by Curator's read-write lock: an error.
+    async fn watch_companion(&self) -> anyhow::Result<Option<(String, zk::OneshotWatcher)>> {
+        let Some(path) = self.companion_path() else {
+            return Ok(None);
+        };
+        match self.watch_own(&path, None).await? {
+            Some(watcher) => Ok(Some((path, watcher))),
+            None => Err(anyhow!(
+                "our node {path} vanished while waiting (dlock release --force, or the session expired)"
+            ))
+            .fail_with(Failure::BackendUnavailable),
+        }
     }
 
     /// The watch on the node ahead of ours, whose request `arming` has sent, sent again after a

@@ -154,6 +154,26 @@ impl Recipe {
         ))
     }
 
+    /// The names starting with `prefix` that have records (`list --runs`), as stored: any text.
+    pub fn run_names(
+        &self,
+        conn: &mut Conn,
+        budget: Duration,
+        prefix: &str,
+    ) -> Result<Vec<String>, Fault> {
+        let rows = self.run(conn, budget, true, false, |client, guard| {
+            let (prefix, sql) = (prefix.to_owned(), &self.run_names);
+            async move {
+                let params: [(&(dyn ToSql + Sync), Type); 1] = [(&prefix, Type::TEXT)];
+                read_committed(&client, guard, None, sql, &params).await
+            }
+        })?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| row.try_get::<_, String>(0).ok())
+            .collect())
+    }
+
     /// Deletes the records of names unwritten for `RUN_RECORD_KEPT_FOR` (up to 1000 at a time).
     pub fn expire_runs(&self, conn: &mut Conn, budget: Duration) -> Result<(), Fault> {
         self.run(conn, budget, true, false, |client, guard| {
