@@ -165,7 +165,7 @@ fn forms(t: &Target, args: &[&str]) -> [String; 3] {
 /// never runs and the script exits 1; with the lock free it runs, under the lock, which is held
 /// for the script's shell (not for a subshell) until it ends.
 fn the_documented_forms_fail_closed(t: &Target) {
-    let holder = crate::contract::Holding::start(t, &["hc/busy"]);
+    let mut holder = crate::contract::Holding::start(t, &["hc/busy"]);
     let protected = "echo \"ran $DLOCK_TOKEN\" > ran.tmp; mv ran.tmp ran";
     let mut case = 0;
     for shell in SHELLS {
@@ -193,6 +193,7 @@ fn the_documented_forms_fail_closed(t: &Target) {
                         signal(front[0], libc::SIGKILL);
                     }
                     let code = script.exit_code();
+                    assert!(holder.is_running(), "the holder of hc/busy ended early");
                     assert!(
                         !script.path("ran").exists(),
                         "{shell:?} `{prelude}` `{form}` ({what}): the protected part ran"

@@ -6,6 +6,7 @@ mod support;
 mod cli;
 mod config;
 mod contract;
+#[cfg(any(feature = "redis", feature = "postgres"))]
 mod cron_fleet;
 mod docs_examples;
 #[cfg(feature = "etcd")]

@@ -282,7 +282,8 @@ pub struct Holding {
 
 impl Holding {
     /// `dlock run RUN -- <hold>`, `RUN` being the options and names; returns once the command
-    /// runs.
+    /// runs. The command waits for `finish` (or the holder's drop), ten minutes at most: a long
+    /// scenario on a loaded machine must not find its holder gone.
     pub fn start(t: &Target, run: &[&str]) -> Holding {
         let n = HOLDERS.fetch_add(1, Ordering::SeqCst);
         let (marker, go, err) = (
@@ -292,7 +293,7 @@ impl Holding {
         );
         let script = format!(
             "echo \"$$ $DLOCK_TOKEN\" > '{m}.tmp'; mv '{m}.tmp' '{m}'; i=0; \
-             while [ ! -e '{go}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
+             while [ ! -e '{go}' ] && [ $i -lt 12000 ]; do sleep 0.05; i=$((i+1)); done",
             m = marker.display(),
             go = go.display()
         );
@@ -345,6 +346,11 @@ impl Holding {
 
     /// Waits for dlock to end without letting the command go (it was signalled or lost its
     /// lock); returns its status and what it said.
+    /// Whether the holder's dlock is still running (holding, unless it lost the lock).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.dlock.try_wait(), Ok(None))
+    }
+
     pub fn finish(mut self) -> (ExitStatus, String) {
         let status = wait_exit(&mut self.dlock, T);
         (status, self.stderr())
