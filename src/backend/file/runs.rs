@@ -25,16 +25,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::lock_file::{is_would_block, ofd_lock, unlock_range};
 use crate::lock::last_run::RUN_RECORD_KEPT_FOR;
-use crate::lock::{escaped, Ending, LastRuns, Run};
+use crate::lock::{Ending, LastRuns, Run};
 
 /// The first line of a records file.
 const MAGIC: &str = "dlock-runs1";
 
 /// Most of a records file read: its three lines at their longest, with room to spare.
 const MAX_BYTES: u64 = 4096;
-
-/// Most characters of an unreadable file shown.
-const MAX_SHOWN_CHARS: usize = 120;
 
 /// How long a read or a write waits for another's lock on the records file: others hold it for a
 /// few system calls; one that holds it longer is not let stall a lock operation.
@@ -131,17 +128,7 @@ fn parse(bytes: &[u8]) -> LastRuns {
     }
     // Not `Run::from_record`: a bare record without the file's first line is not dlock's either.
     let unreadable = || LastRuns {
-        last_run: Some(Run {
-            host: None,
-            pid: None,
-            owner: String::new(),
-            token: None,
-            message: None,
-            acquired: None,
-            ended: None,
-            ending: None,
-            unreadable: Some(escaped(&String::from_utf8_lossy(bytes), MAX_SHOWN_CHARS)),
-        }),
+        last_run: Some(Run::unreadable(&String::from_utf8_lossy(bytes))),
         last_success: None,
     };
     let Ok(text) = std::str::from_utf8(bytes) else {
