@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 
@@ -43,35 +43,11 @@ impl FileBackend {
 
     /// `list`: every held lock under `prefix`, and the entries that are not readable locks.
     pub(super) fn list_held(&self, prefix: &str) -> anyhow::Result<Listing> {
-        let failed = |e: io::Error| {
-            anyhow!(
-                "cannot read lock directory {}: {}",
-                self.dir.display(),
-                plain_io(&e)
-            )
-        };
-        let entries = match fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            // Only `run` makes the directory; until then no lock is held in it.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Listing::default()),
-            Err(e) => return Err(failed(e)).fail_with(Failure::BackendUnavailable),
-        };
         let mut listing = Listing::default();
-        for entry in entries {
-            let path = entry
-                .map_err(failed)
-                .fail_with(Failure::BackendUnavailable)?
-                .path();
-            let Some(stem) = path
-                .file_name()
-                .and_then(|f| f.to_str())
-                .and_then(|f| f.strip_suffix(".lock"))
-            else {
-                continue;
-            };
+        for (path, stem) in self.entries_ending(".lock")? {
             // An entry's name is known from its file name unless hashed; one that cannot match
             // the prefix is not looked at, readable or not.
-            if name_of_stem(stem).is_some_and(|name| !name.starts_with(prefix)) {
+            if name_of_stem(&stem).is_some_and(|name| !name.starts_with(prefix)) {
                 continue;
             }
             match self.list_entry(&path, prefix) {
@@ -89,31 +65,9 @@ impl FileBackend {
     /// unless hashed: then the lock file beside it does, in its header. A name whose lock would
     /// live elsewhere (a file copied or renamed) is left out, as is what names no lock.
     pub(super) fn list_runs_at(&self, prefix: &str) -> anyhow::Result<Vec<LockName>> {
-        let failed = |e: io::Error| {
-            anyhow!(
-                "cannot read lock directory {}: {}",
-                self.dir.display(),
-                plain_io(&e)
-            )
-        };
-        let entries = match fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(failed(e)).fail_with(Failure::BackendUnavailable),
-        };
         let mut names = Vec::new();
-        for entry in entries {
-            let path = entry
-                .map_err(failed)
-                .fail_with(Failure::BackendUnavailable)?
-                .path();
-            let Some(stem) = path
-                .file_name()
-                .and_then(|f| f.to_str())
-                .and_then(|f| f.strip_suffix(".runs"))
-            else {
-                continue;
-            };
+        for (path, stem) in self.entries_ending(".runs")? {
+            let stem = stem.as_str();
             let name = match name_of_stem(stem) {
                 Some(name) if !name.starts_with(prefix) => continue,
                 Some(name) => LockName::new(&name).ok(),
@@ -127,6 +81,39 @@ impl FileBackend {
             }
         }
         Ok(names)
+    }
+
+    /// The directory's entries whose names end in `suffix`, each with its name without it. A
+    /// directory not made yet has none: only `run` makes it, and until then nothing is kept there.
+    fn entries_ending(&self, suffix: &str) -> anyhow::Result<Vec<(PathBuf, String)>> {
+        let failed = |e: io::Error| {
+            anyhow!(
+                "cannot read lock directory {}: {}",
+                self.dir.display(),
+                plain_io(&e)
+            )
+        };
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(failed(e)).fail_with(Failure::BackendUnavailable),
+        };
+        let mut found = Vec::new();
+        for entry in entries {
+            let path = entry
+                .map_err(failed)
+                .fail_with(Failure::BackendUnavailable)?
+                .path();
+            let stem = path
+                .file_name()
+                .and_then(|f| f.to_str())
+                .and_then(|f| f.strip_suffix(suffix))
+                .map(str::to_owned);
+            if let Some(stem) = stem {
+                found.push((path, stem));
+            }
+        }
+        Ok(found)
     }
 
     /// The name in the header of the lock file at `path`, if it has a dlock header.
