@@ -14,11 +14,7 @@ use crate::support::target::Target;
 use crate::support::*;
 
 fn herd_size() -> usize {
-    if std::env::var("DLOCK_LOAD").is_ok_and(|v| v == "1") {
-        200
-    } else {
-        100
-    }
+    load(100, 200)
 }
 
 /// The connection slots of the SQL servers the herd meets: far fewer than the herd.

@@ -11,16 +11,9 @@ mod cron_fleet;
 mod docs_examples;
 #[cfg(feature = "etcd")]
 mod etcd;
-#[cfg(feature = "etcd")]
-mod etcd_secure;
 mod faults;
 mod features;
-mod file_backend;
-mod file_default_dir;
-mod file_entries;
-mod file_interop;
-mod file_runs;
-mod file_tokens;
+mod file;
 mod flock_habits;
 mod group_kill;
 mod herd;
@@ -36,20 +29,10 @@ mod nested;
 mod netfaults;
 #[cfg(feature = "postgres")]
 mod postgres;
-#[cfg(feature = "postgres")]
-mod postgres_late;
-#[cfg(feature = "postgres")]
-mod postgres_owners;
-#[cfg(feature = "postgres")]
-mod postgres_pooler;
-#[cfg(feature = "postgres")]
-mod postgres_tls;
 #[cfg(feature = "redis")]
 mod redis;
 mod run;
 mod seams;
-#[cfg(feature = "redis")]
-mod sentinel;
 #[cfg(all(feature = "postgres", feature = "mysql"))]
 mod sql_last_runs;
 mod trusted_files;

@@ -14,11 +14,7 @@ use crate::support::pg_server::PgServer;
 use crate::support::*;
 
 fn waiter_count() -> usize {
-    if std::env::var("DLOCK_LOAD").is_ok_and(|v| v == "1") {
-        1000
-    } else {
-        100
-    }
+    load(100, 1000)
 }
 
 /// Long enough that no waiter re-checks (a third of the ttl) while the line drains.

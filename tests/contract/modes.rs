@@ -32,9 +32,10 @@ fn contenders(
         .collect()
 }
 
-/// Read-modify-write of a counter file under the lock, by 16 contenders x 20 runs.
+/// Read-modify-write of a counter file under the lock, by 8 contenders x 10 runs (16 x 20 with
+/// `DLOCK_LOAD=1`).
 pub fn contenders_lose_no_update(t: &Target) {
-    let (count, iterations) = (16, 20);
+    let (count, iterations) = (load(8, 16), load(10, 20));
     let counter = t.scratch_file("counter");
     std::fs::write(&counter, "0").unwrap();
     let rmw = format!("n=$(cat {counter}); echo $((n + 1)) > {counter}");

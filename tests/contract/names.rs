@@ -10,7 +10,7 @@ use std::process::{Child, Command};
 /// Two processes asking for {a,b} and {b,a} many times each (300 rounds on the file backend,
 /// fewer where a run costs more), under contention, both finish.
 pub fn opposite_orders_never_deadlock(t: &Target) {
-    let rounds = t.rounds(300);
+    let rounds = t.rounds(load(100, 300));
     let spawn = |names: [&str; 2]| -> Child {
         let run = t.shell_words(&["run", "--wait", "60s", names[0], names[1], "--", "true"]);
         Command::new("sh")

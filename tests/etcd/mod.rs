@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 mod access;
 mod interop;
 mod last_run;
+mod secure;
 
 use crate::support::etcd_server::{free_port, EtcdServer};
 use crate::support::*;

@@ -13,6 +13,7 @@ mod access;
 mod cluster;
 mod last_run;
 mod redlock;
+mod sentinel;
 mod waiting;
 mod wrong_type;
 

@@ -27,6 +27,16 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The dlock binary under test.
+/// How many times a load loop goes round: `light` in the README's test command, `full` with
+/// `DLOCK_LOAD=1` (the soak). Both counts make the same test, which fails the same way.
+pub fn load(light: usize, full: usize) -> usize {
+    if std::env::var("DLOCK_LOAD").is_ok_and(|v| v == "1") {
+        full
+    } else {
+        light
+    }
+}
+
 pub fn dlock_bin() -> &'static str {
     env!("CARGO_BIN_EXE_dlock")
 }

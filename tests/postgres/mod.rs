@@ -7,6 +7,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod late;
+mod owners;
+mod pooler;
+mod tls;
+
 use crate::support::pg_server::{PgServer, PASSWORD};
 use crate::support::sql_server::Pausable;
 use crate::support::*;

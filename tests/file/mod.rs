@@ -5,6 +5,12 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
+mod default_dir;
+mod entries;
+mod interop;
+mod runs;
+mod tokens;
+
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
