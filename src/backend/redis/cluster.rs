@@ -19,7 +19,7 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, Value};
 use super::fault::{Fault, FaultKind};
 use super::link::{Heard, Link};
 use super::replication;
-use super::scripts::text_of;
+use super::reply::text_of;
 use super::server::Server;
 use crate::exit::{FailWith, Failure};
 use crate::lock::escaped;

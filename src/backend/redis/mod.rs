@@ -56,10 +56,11 @@
 //!
 //! Where things are: `server` (one server: URL, connection, calls), `sentinel` (finding the master),
 //! `cluster` (Redis Cluster: slots, routing, redirects),
-//! `link` (a connection and the grants heard on it), `replication` (WAIT), `fault` (what went wrong, in
-//! words), `keys` (a name's keys), `scripts` (the Lua scripts, their arguments and replies),
-//! `redlock` (a round over every server, quorum, tokens), `wait` (the queue and grants), `lease`
-//! (renew, release), `holders` (status, list, release --force), `runs` (the last run and success).
+//! `link` (a connection and the grants heard on it), `reply` (a reply's values as text),
+//! `replication` (WAIT), `fault` (what went wrong, in words), `keys` (a name's keys), `scripts`
+//! (the Lua scripts, their arguments and replies), `redlock` (a round over every server, quorum,
+//! tokens), `wait` (the queue and grants), `lease` (renew, release), `holders` (status, list,
+//! release --force), `runs` (the last run and success).
 
 mod cluster;
 mod fault;
@@ -69,6 +70,7 @@ mod lease;
 mod link;
 mod redlock;
 mod replication;
+mod reply;
 mod runs;
 mod scripts;
 mod sentinel;
