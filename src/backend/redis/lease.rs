@@ -7,7 +7,7 @@ use anyhow::anyhow;
 
 use super::fault::{self, Fault};
 use super::link::Link;
-use super::redlock::{on_all, quorum};
+use super::quorum::{on_all, quorum};
 use super::scripts::Ask;
 use super::server::Server;
 use super::{RedisBackend, Shared};

@@ -58,9 +58,10 @@
 //! `cluster` (Redis Cluster: slots, routing, redirects),
 //! `link` (a connection and the grants heard on it), `reply` (a reply's values as text),
 //! `replication` (WAIT), `fault` (what went wrong, in words), `keys` (a name's keys), `scripts`
-//! (the Lua scripts, their arguments and replies), `redlock` (a round over every server, quorum,
-//! tokens), `wait` (the queue and grants), `lease` (renew, release), `holders` (status, list,
-//! release --force), `runs` (the last run and success).
+//! (the Lua scripts, their arguments and replies), `quorum` (majorities, a call on every server at
+//! once), `redlock` (a round over every server, tokens, the place in line), `wait` (the queue and
+//! grants), `lease` (renew, release), `holders` (status, list, release --force), `runs` (the last
+//! run and success).
 
 mod cluster;
 mod fault;
@@ -68,6 +69,7 @@ mod holders;
 mod keys;
 mod lease;
 mod link;
+mod quorum;
 mod redlock;
 mod replication;
 mod reply;
@@ -87,7 +89,7 @@ use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LastRuns, LockName, LockRequest};
 use crate::sync::lock;
 use fault::{first_fatal, Fault};
-use redlock::on_all;
+use quorum::on_all;
 use scripts::HoldersScript;
 use server::Server;
 
