@@ -4,7 +4,7 @@
 use anyhow::anyhow;
 
 use super::fault::{self, first_fatal, Fault};
-use super::server::Server;
+use super::topology::Topology;
 use super::RedisBackend;
 use crate::exit::{FailWith, Failure};
 
@@ -40,16 +40,16 @@ pub(super) fn quorum(n: usize) -> usize {
 /// Runs `f` on every server, in parallel when there are several (so one slow server costs one
 /// timeout, not one per server), and returns the results in server order.
 pub(super) fn on_all<T: Send>(
-    servers: &mut [Server],
-    f: impl Fn(&mut Server) -> T + Sync,
+    servers: &mut [Topology],
+    f: impl Fn(&mut Topology) -> T + Sync,
 ) -> Vec<T> {
     on_each(servers, |_, server| f(server))
 }
 
 /// `on_all`, telling `f` each server's index too.
 pub(super) fn on_each<T: Send>(
-    servers: &mut [Server],
-    f: impl Fn(usize, &mut Server) -> T + Sync,
+    servers: &mut [Topology],
+    f: impl Fn(usize, &mut Topology) -> T + Sync,
 ) -> Vec<T> {
     if let [only] = servers {
         return vec![f(0, only)];

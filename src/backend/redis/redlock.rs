@@ -11,7 +11,7 @@ use super::fault::{first_fatal, Fault, FaultKind};
 use super::lease::RedisLease;
 use super::quorum::{on_all, on_each, quorum};
 use super::scripts::{Ask, Place, Reply};
-use super::server::Server;
+use super::topology::Topology;
 use super::RedisBackend;
 use crate::exit::{FailWith, Failure};
 use crate::lock::{random_bytes, Holder, Token};
@@ -35,7 +35,7 @@ impl RedisBackend {
     /// One acquisition round on every server.
     pub(super) fn round(
         &self,
-        servers: &mut [Server],
+        servers: &mut [Topology],
         ask: &Ask,
         wait: bool,
         ticket: &mut String,
@@ -141,7 +141,7 @@ impl RedisBackend {
     /// Redlock: lift the granting servers' counters to the token handed out. Needs a majority.
     fn raise_tokens(
         &self,
-        servers: &mut [Server],
+        servers: &mut [Topology],
         ask: &Ask,
         granted: &[(usize, Token)],
         token: Token,
@@ -161,7 +161,7 @@ impl RedisBackend {
 
     /// Removes what `ask` has in the lock on every server (its lease, and its place in the queue
     /// unless kept), best effort: whatever is left expires within the ttl.
-    pub(super) fn undo(&self, servers: &mut [Server], ask: &Ask, place: Place) {
+    pub(super) fn undo(&self, servers: &mut [Topology], ask: &Ask, place: Place) {
         let timeout = self.op_timeout(servers.len(), ask.ttl);
         let alone = servers.len() == 1;
         on_all(servers, |s| {
@@ -174,7 +174,7 @@ impl RedisBackend {
     /// `undo` on the servers still connected only: the place a failed attempt may have taken on a
     /// server that stopped answering expires within the ttl, and reconnecting to remove it would
     /// spend a second connect timeout.
-    pub(super) fn undo_connected(&self, servers: &mut [Server], ask: &Ask) {
+    pub(super) fn undo_connected(&self, servers: &mut [Topology], ask: &Ask) {
         let timeout = self.op_timeout(servers.len(), ask.ttl);
         let alone = servers.len() == 1;
         on_all(servers, |s| {
@@ -213,7 +213,7 @@ pub(super) struct Line {
 
 /// Drops the grants of `base` heard so far: a round's replies, which came after them, tell the
 /// truth.
-fn forget_grants(servers: &[Server], base: &str) {
+fn forget_grants(servers: &[Topology], base: &str) {
     for server in servers {
         let _ = server.heard(base);
     }
