@@ -19,7 +19,7 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, Value};
 use super::fault::{Fault, FaultKind};
 use super::link::{Heard, Link};
 use super::replication;
-use super::scripts::text_of;
+use super::reply::text_of;
 use super::server::Server;
 use crate::exit::{FailWith, Failure};
 use crate::lock::escaped;
@@ -40,8 +40,10 @@ const MAX_REDIRECTS: usize = 5;
 const TRY_AGAIN_PAUSE: Duration = Duration::from_millis(20);
 const MAX_TRY_AGAIN: usize = 50;
 
-/// What a cluster `Server` knows besides the node it talks to now.
+/// A Redis Cluster: the node the connection goes to now, and what is known of the others.
 pub(super) struct Cluster {
+    /// The node in use: the master of the lock in hand, as far as known.
+    pub(super) server: Server,
     /// `host:port` of each node the URL names.
     seeds: Vec<String>,
     /// The seed to start from for a slot no redirect has named yet.
@@ -69,7 +71,7 @@ pub(super) fn is_cluster_url(url: &str) -> bool {
 }
 
 /// Parses a cluster URL (no connection yet); `replicas` unless it says `?replicas=`.
-pub(super) fn parse(url: &str, replicas: u32) -> anyhow::Result<Server> {
+pub(super) fn parse(url: &str, replicas: u32) -> anyhow::Result<Cluster> {
     let shown = redact(url);
     let usage = |why: &str| {
         Err(anyhow!(
@@ -112,8 +114,9 @@ pub(super) fn parse(url: &str, replicas: u32) -> anyhow::Result<Server> {
         if node.is_empty() {
             return usage("a node is missing between commas");
         }
-        let server =
+        let mut server =
             Server::parse_plain(&format!("{plain}://{credentials}{node}"), &shown, replicas)?;
+        server.cluster_node = true;
         if !seeds.contains(&server.addr) {
             seeds.push(server.addr.clone());
         }
@@ -123,24 +126,27 @@ pub(super) fn parse(url: &str, replicas: u32) -> anyhow::Result<Server> {
         return usage("it names no node");
     };
     server.location = format!("{plain}+cluster://{}", seeds.join(","));
-    server.cluster = Some(Box::new(Cluster {
+    Ok(Cluster {
         seeds,
         seed: 0,
         template: server.client.get_connection_info().clone(),
         routes: HashMap::new(),
         slot: 0,
         parked: HashMap::new(),
-    }));
-    Ok(server)
+        server,
+    })
 }
 
 impl Cluster {
-    /// What was heard of `base` on a parked connection.
+    /// What was heard of `base` on the connection in use, else on a parked one.
     pub(super) fn heard(&self, base: &str) -> Option<Heard> {
-        self.parked
-            .values()
-            .filter_map(|node| node.link.as_ref())
-            .find_map(|link| link.heard(base))
+        let parked = || {
+            self.parked
+                .values()
+                .filter_map(|node| node.link.as_ref())
+                .find_map(|link| link.heard(base))
+        };
+        self.server.heard(base).or_else(parked)
     }
 
     /// The node that serves `slot`, as far as known.
@@ -150,31 +156,22 @@ impl Cluster {
             None => self.seeds[self.seed % self.seeds.len()].clone(),
         }
     }
-}
 
-impl Server {
-    /// Points a cluster's connection at the master of the lock `base` (`dlock:{NAME}`), as far as
-    /// known; nothing for a single server.
+    /// Points the connection at the master of the lock `base` (`dlock:{NAME}`), as far as known.
     pub(super) fn at(&mut self, base: &str) {
-        let Some(cluster) = self.cluster.as_mut() else {
-            return;
-        };
-        cluster.slot = key_slot(base.as_bytes());
-        let addr = cluster.route(cluster.slot);
+        self.slot = key_slot(base.as_bytes());
+        let addr = self.route(self.slot);
         self.switch(&addr);
     }
 
     /// Makes `addr` the node the connection goes to, parking the present one.
     fn switch(&mut self, addr: &str) {
-        let Some(cluster) = self.cluster.as_mut() else {
-            return;
-        };
-        if self.addr == addr {
+        if self.server.addr == addr {
             return;
         }
-        let node = match cluster.parked.remove(addr) {
+        let node = match self.parked.remove(addr) {
             Some(node) => node,
-            None => match node_client(&cluster.template, addr) {
+            None => match node_client(&self.template, addr) {
                 Some(client) => Node {
                     client,
                     link: None,
@@ -184,19 +181,20 @@ impl Server {
                 None => return,
             },
         };
+        let server = &mut self.server;
         let parked = Node {
-            client: mem::replace(&mut self.client, node.client),
-            link: mem::replace(&mut self.link, node.link),
-            timeout: mem::replace(&mut self.timeout, node.timeout),
+            client: mem::replace(&mut server.client, node.client),
+            link: mem::replace(&mut server.link, node.link),
+            timeout: mem::replace(&mut server.timeout, node.timeout),
         };
-        self.first_reply_by = None;
-        let old = mem::replace(&mut self.addr, addr.to_owned());
-        cluster.parked.insert(old, parked);
+        server.first_reply_by = None;
+        let old = mem::replace(&mut server.addr, addr.to_owned());
+        self.parked.insert(old, parked);
     }
 
-    /// `call` in a cluster: follows MOVED, ASK and TRYAGAIN within `timeout` (see the module
+    /// A call on the cluster: follows MOVED, ASK and TRYAGAIN within `timeout` (see the module
     /// documentation), and tries the next seed when a node no redirect named is down.
-    pub(super) fn call_routed<T>(
+    pub(super) fn call<T>(
         &mut self,
         timeout: Duration,
         f: &mut impl FnMut(&mut Link) -> redis::RedisResult<T>,
@@ -218,28 +216,25 @@ impl Server {
                     redis::cmd("ASKING").query::<()>(&mut link.conn)?;
                     f(link)
                 };
-                self.call_once(left, &mut asked)
+                self.server.call_once(left, &mut asked)
             } else {
-                self.call_once(left, f)
+                self.server.call_once(left, f)
             };
             asking = false;
             let fault = match result {
                 Ok(value) => return Ok(value),
                 Err((fault, _)) => fault,
             };
-            let Some(cluster) = self.cluster.as_mut() else {
-                return Err(fault);
-            };
             match fault.kind {
                 FaultKind::Moved | FaultKind::Ask => {
                     let Some((slot, addr)) = redirect(fault.detail()) else {
                         let detail = escaped(fault.detail(), 100);
                         let why = format!("answered with a malformed redirect {detail:?}");
-                        return Err(self.fault(FaultKind::Protocol, why));
+                        return Err(self.server.fault(FaultKind::Protocol, why));
                     };
                     redirects += 1;
                     if matches!(fault.kind, FaultKind::Moved) {
-                        cluster.routes.insert(slot, addr.clone());
+                        self.routes.insert(slot, addr.clone());
                     } else {
                         asking = true;
                     }
@@ -249,11 +244,11 @@ impl Server {
                 FaultKind::Down => {
                     // The slot's master may have failed over to a replica: forget it and ask a
                     // seed, which redirects to the new one. A seed that is down: the next seed.
-                    if cluster.routes.remove(&cluster.slot).is_none() {
-                        cluster.seed = cluster.seed.wrapping_add(1);
+                    if self.routes.remove(&self.slot).is_none() {
+                        self.seed = self.seed.wrapping_add(1);
                     }
-                    let addr = cluster.route(cluster.slot);
-                    if addr == self.addr {
+                    let addr = self.route(self.slot);
+                    if addr == self.server.addr {
                         return Err(fault);
                     }
                     redirects += 1;
@@ -267,9 +262,9 @@ impl Server {
             Some(fault) if matches!(fault.kind, FaultKind::Down) => fault,
             Some(fault) => {
                 let why = format!("the cluster kept redirecting: {}", fault.detail());
-                self.fault(FaultKind::Down, why)
+                self.server.fault(FaultKind::Down, why)
             }
-            None => self.fault(
+            None => self.server.fault(
                 FaultKind::Down,
                 format!(
                     "no answer within {}",
@@ -279,26 +274,25 @@ impl Server {
         })
     }
 
-    /// `call` on every master of a cluster (from `CLUSTER SLOTS`), or on the one server.
+    /// `call` on every master of the cluster (from `CLUSTER SLOTS`).
     pub(super) fn call_everywhere<T>(
         &mut self,
         timeout: Duration,
         mut f: impl FnMut(&mut Link) -> redis::RedisResult<T>,
     ) -> Vec<Result<T, Fault>> {
-        if self.cluster.is_none() {
-            return vec![self.call(timeout, f)];
-        }
-        let masters = match self.call(timeout, |link| {
+        let masters = match self.call(timeout, &mut |link: &mut Link| {
             redis::cmd("CLUSTER").arg("SLOTS").query(&mut link.conn)
         }) {
-            Ok(slots) => masters(&slots, &self.addr),
+            Ok(slots) => masters(&slots, &self.server.addr),
             Err(fault) => return vec![Err(fault)],
         };
         masters
             .iter()
             .map(|addr| {
                 self.switch(addr);
-                self.call_once(timeout, &mut f).map_err(|(fault, _)| fault)
+                self.server
+                    .call_once(timeout, &mut f)
+                    .map_err(|(fault, _)| fault)
             })
             .collect()
     }
@@ -423,11 +417,14 @@ mod tests {
     #[test]
     fn a_cluster_url_names_its_nodes_and_never_its_password() {
         let s = parse("redis+cluster://u:s3cret@127.0.0.1:7000,127.0.0.1:7001", 0).unwrap();
-        assert_eq!(s.location, "redis+cluster://127.0.0.1:7000,127.0.0.1:7001");
-        assert_eq!(s.replicas, 0);
+        assert_eq!(
+            s.server.location,
+            "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"
+        );
+        assert_eq!(s.server.replicas, 0);
         let s = parse("redis+cluster://127.0.0.1:7000/?replicas=1", 2).unwrap();
         assert_eq!(
-            (s.location.as_str(), s.replicas),
+            (s.server.location.as_str(), s.server.replicas),
             ("redis+cluster://127.0.0.1:7000", 1)
         );
         for bad in [

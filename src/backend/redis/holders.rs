@@ -7,7 +7,7 @@ use redis::Connection;
 
 use super::fault::{first_fatal, Fault, FaultKind};
 use super::keys::{self, Keys};
-use super::redlock::on_all;
+use super::quorum::on_all;
 use super::scripts::{self, HoldersScript};
 use super::RedisBackend;
 use crate::backend::{Listing, LockStatus};

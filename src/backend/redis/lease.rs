@@ -7,9 +7,9 @@ use anyhow::anyhow;
 
 use super::fault::{self, Fault};
 use super::link::Link;
-use super::redlock::{on_all, quorum};
+use super::quorum::{on_all, quorum};
 use super::scripts::Ask;
-use super::server::Server;
+use super::topology::Topology;
 use super::{RedisBackend, Shared};
 use crate::backend::lease_clock::{Due, LeaseClock};
 use crate::backend::{Lease, Released, Renewal};
@@ -52,7 +52,7 @@ impl RedisLease {
     /// skips, else whether the server found it ours (and renewed or released it).
     fn ask_every_server(
         &self,
-        f: impl Fn(&mut Server) -> Option<Result<bool, Fault>> + Sync,
+        f: impl Fn(&mut Topology) -> Option<Result<bool, Fault>> + Sync,
     ) -> Tally {
         let mut servers = lock(&self.servers);
         for server in servers.iter_mut() {
@@ -68,7 +68,7 @@ impl RedisLease {
         for (answer, server) in answers.into_iter().zip(servers.iter()) {
             match answer {
                 Some(Ok(true)) => tally.ours += 1,
-                Some(Ok(false)) => tally.not_ours.push(server.addr.clone()),
+                Some(Ok(false)) => tally.not_ours.push(server.addr().to_owned()),
                 Some(Err(fault)) => tally.faults.push(fault),
                 None => {}
             }

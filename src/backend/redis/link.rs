@@ -8,7 +8,7 @@ use std::sync::mpsc::Receiver;
 
 use redis::{Connection, PushInfo, PushKind, Value};
 
-use super::scripts::text_of;
+use super::reply::text_of;
 use crate::lock::Token;
 
 /// A connection to one server (RESP3), and the messages read on it.

@@ -51,15 +51,18 @@
 //! master when a connection opens (`sentinel`); with `--replicas N` every grant and renewal waits
 //! for N replicas (`replication`), so a failover to one of them keeps the lease and the counter.
 //!
-//! On Redis Cluster (`redis+cluster://`), one `Server` whose connection goes, before each lock's
-//! calls, to the master of the lock's slot, following MOVED, ASK and TRYAGAIN (`cluster`).
+//! On Redis Cluster (`redis+cluster://`), one connection that goes, before each lock's calls, to
+//! the master of the lock's slot, following MOVED, ASK and TRYAGAIN (`cluster`).
 //!
 //! Where things are: `server` (one server: URL, connection, calls), `sentinel` (finding the master),
-//! `cluster` (Redis Cluster: slots, routing, redirects),
-//! `link` (a connection and the grants heard on it), `replication` (WAIT), `fault` (what went wrong, in
-//! words), `keys` (a name's keys), `scripts` (the Lua scripts, their arguments and replies),
-//! `redlock` (a round over every server, quorum, tokens), `wait` (the queue and grants), `lease`
-//! (renew, release), `holders` (status, list, release --force), `runs` (the last run and success).
+//! `cluster` (Redis Cluster: slots, routing, redirects), `topology` (what a `--url` names: one
+//! server, a Sentinel master or a Cluster, and the calls on it, waiting for replicas),
+//! `link` (a connection and the grants heard on it), `reply` (a reply's values as text),
+//! `replication` (`?replicas=`, WAIT), `fault` (what went wrong, in words), `keys` (a name's keys), `scripts`
+//! (the Lua scripts, their arguments and replies), `quorum` (majorities, a call on every server at
+//! once), `redlock` (a round over every server, tokens, the place in line), `wait` (the queue and
+//! grants), `lease` (renew, release), `holders` (status, list, release --force), `runs` (the last
+//! run and success).
 
 mod cluster;
 mod fault;
@@ -67,12 +70,15 @@ mod holders;
 mod keys;
 mod lease;
 mod link;
+mod quorum;
 mod redlock;
 mod replication;
+mod reply;
 mod runs;
 mod scripts;
 mod sentinel;
 mod server;
+mod topology;
 mod wait;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -85,18 +91,18 @@ use crate::exit::{FailWith, Failure};
 use crate::lock::{Holder, LastRuns, LockName, LockRequest};
 use crate::sync::lock;
 use fault::{first_fatal, Fault};
-use redlock::on_all;
+use quorum::on_all;
 use scripts::HoldersScript;
-use server::Server;
+use topology::Topology;
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
 /// One connection per `--url`, shared by the backend and every lease it hands out: a dlock holding
 /// 10,000 names renews them over one connection per server, not 10,000. Each use locks it for one
 /// round of commands, or for one short read of a waiter listening for its grant. A poisoned lock's
-/// data is still sound: a `Server` is never left half-changed (a failed call just drops its
+/// data is still sound: a `Topology` is never left half-changed (a failed call just drops its
 /// connection).
-type Shared = Arc<Mutex<Vec<Server>>>;
+type Shared = Arc<Mutex<Vec<Topology>>>;
 
 /// The locks in one Redis server, or in several (Redlock).
 pub struct RedisBackend {
@@ -123,16 +129,16 @@ impl RedisBackend {
         };
         let mut servers = urls
             .iter()
-            .map(|url| Server::parse(url, config.replicas))
+            .map(|url| Topology::parse(url, config.replicas))
             .collect::<anyhow::Result<Vec<_>>>()?;
         for server in &mut servers {
-            server.stop = config.stop.clone();
+            server.set_stop(config.stop.clone());
         }
         for (i, s) in servers.iter().enumerate() {
-            if servers[..i].iter().any(|t| t.location == s.location) {
+            if servers[..i].iter().any(|t| t.location() == s.location()) {
                 return Err(anyhow!(
                     "{} is given twice; Redlock needs distinct servers",
-                    s.location
+                    s.location()
                 ))
                 .fail_with(Failure::Usage);
             }
@@ -143,14 +149,14 @@ impl RedisBackend {
             return Err(anyhow!(
                 "two Redis servers ({} and {}) cannot make a Redlock: a majority of 2 is 2, so \
                  either one down stops every lock; give one server, or 3 or more",
-                servers[0].location,
-                servers[1].location
+                servers[0].location(),
+                servers[1].location()
             ))
             .fail_with(Failure::Usage);
         }
         let location = servers
             .iter()
-            .map(|s| s.location.as_str())
+            .map(Topology::location)
             .collect::<Vec<_>>()
             .join(",");
         let timeout = config.connect_timeout.max(Duration::from_millis(1));
@@ -159,8 +165,8 @@ impl RedisBackend {
             .flatten()
             .collect();
         let backend = RedisBackend {
-            replicated: servers.iter().any(|s| s.replicas > 0),
-            sharded: servers.iter().any(Server::is_cluster),
+            replicated: servers.iter().any(|s| s.replicas() > 0),
+            sharded: servers.iter().any(Topology::is_cluster),
             count: servers.len(),
             servers: Arc::new(Mutex::new(servers)),
             connect_timeout: timeout,
@@ -173,7 +179,7 @@ impl RedisBackend {
         Ok(backend)
     }
 
-    fn servers(&self) -> MutexGuard<'_, Vec<Server>> {
+    fn servers(&self) -> MutexGuard<'_, Vec<Topology>> {
         lock(&self.servers)
     }
 }

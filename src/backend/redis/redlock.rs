@@ -1,16 +1,17 @@
 //! One acquisition round over every server: a single server, or several with Redlock, where the
 //! lock is held only when a majority granted it within the lease less the time taken and the drift
-//! margin, the fencing token is raised above every counter seen, and a minority grant is undone.
+//! margin, the fencing token is raised above every counter seen, and a minority grant is undone;
+//! a round that finds the lock busy tells the waiter its place in line (`Line`).
 
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-use super::fault::{self, first_fatal, Fault, FaultKind};
+use super::fault::{first_fatal, Fault, FaultKind};
 use super::lease::RedisLease;
+use super::quorum::{on_all, on_each, quorum};
 use super::scripts::{Ask, Place, Reply};
-use super::server::Server;
-use super::wait::Line;
+use super::topology::Topology;
 use super::RedisBackend;
 use crate::exit::{FailWith, Failure};
 use crate::lock::{random_bytes, Holder, Token};
@@ -19,28 +20,6 @@ use crate::lock::{random_bytes, Holder, Token};
 const MAX_TOKEN: Token = (1 << 53) - 1;
 
 impl RedisBackend {
-    /// An error (exit 69) when fewer than a majority of servers answered.
-    pub(super) fn check_quorum(&self, answered: usize, faults: &[Fault]) -> anyhow::Result<()> {
-        let total = answered + faults.len();
-        if answered >= quorum(total) {
-            return Ok(());
-        }
-        if let [only] = faults {
-            if total == 1 {
-                return Err(only.to_error()).fail_with(Failure::BackendUnavailable);
-            }
-        }
-        if let Some(auth) = first_fatal(faults) {
-            return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
-        }
-        Err(anyhow!(
-            "only {answered} of {total} redis servers answered, a majority is {}: {}",
-            quorum(total),
-            fault::describe(faults)
-        ))
-        .fail_with(Failure::BackendUnavailable)
-    }
-
     /// How long one command to one server may take. With several servers it is short, so one
     /// stopped server costs little of the lease (Redlock's advice); alone, the connect timeout.
     pub(super) fn op_timeout(&self, servers: usize, ttl: Duration) -> Duration {
@@ -56,7 +35,7 @@ impl RedisBackend {
     /// One acquisition round on every server.
     pub(super) fn round(
         &self,
-        servers: &mut [Server],
+        servers: &mut [Topology],
         ask: &Ask,
         wait: bool,
         ticket: &mut String,
@@ -162,7 +141,7 @@ impl RedisBackend {
     /// Redlock: lift the granting servers' counters to the token handed out. Needs a majority.
     fn raise_tokens(
         &self,
-        servers: &mut [Server],
+        servers: &mut [Topology],
         ask: &Ask,
         granted: &[(usize, Token)],
         token: Token,
@@ -182,7 +161,7 @@ impl RedisBackend {
 
     /// Removes what `ask` has in the lock on every server (its lease, and its place in the queue
     /// unless kept), best effort: whatever is left expires within the ttl.
-    pub(super) fn undo(&self, servers: &mut [Server], ask: &Ask, place: Place) {
+    pub(super) fn undo(&self, servers: &mut [Topology], ask: &Ask, place: Place) {
         let timeout = self.op_timeout(servers.len(), ask.ttl);
         let alone = servers.len() == 1;
         on_all(servers, |s| {
@@ -195,7 +174,7 @@ impl RedisBackend {
     /// `undo` on the servers still connected only: the place a failed attempt may have taken on a
     /// server that stopped answering expires within the ttl, and reconnecting to remove it would
     /// spend a second connect timeout.
-    pub(super) fn undo_connected(&self, servers: &mut [Server], ask: &Ask) {
+    pub(super) fn undo_connected(&self, servers: &mut [Topology], ask: &Ask) {
         let timeout = self.op_timeout(servers.len(), ask.ttl);
         let alone = servers.len() == 1;
         on_all(servers, |s| {
@@ -219,48 +198,25 @@ pub(super) enum Round {
     Unreachable(Vec<Fault>),
 }
 
+/// A waiter's place after a round that found the lock busy.
+#[derive(Clone, Copy)]
+pub(super) struct Line {
+    /// When that round was sent: a grant heard after its replies was made later than this.
+    pub(super) sent: Instant,
+    /// Look again after this long if no grant comes.
+    pub(super) retry: Duration,
+    /// A server that answered, whose connection to listen on.
+    pub(super) server: usize,
+    /// Waiters in line before this one, by that server.
+    pub(super) ahead: usize,
+}
+
 /// Drops the grants of `base` heard so far: a round's replies, which came after them, tell the
 /// truth.
-fn forget_grants(servers: &[Server], base: &str) {
+fn forget_grants(servers: &[Topology], base: &str) {
     for server in servers {
         let _ = server.heard(base);
     }
-}
-
-/// The majority of `n` servers.
-pub(super) fn quorum(n: usize) -> usize {
-    n / 2 + 1
-}
-
-/// Runs `f` on every server, in parallel when there are several (so one slow server costs one
-/// timeout, not one per server), and returns the results in server order.
-pub(super) fn on_all<T: Send>(
-    servers: &mut [Server],
-    f: impl Fn(&mut Server) -> T + Sync,
-) -> Vec<T> {
-    on_each(servers, |_, server| f(server))
-}
-
-/// `on_all`, telling `f` each server's index too.
-fn on_each<T: Send>(servers: &mut [Server], f: impl Fn(usize, &mut Server) -> T + Sync) -> Vec<T> {
-    if let [only] = servers {
-        return vec![f(0, only)];
-    }
-    std::thread::scope(|scope| {
-        let f = &f;
-        let handles: Vec<_> = servers
-            .iter_mut()
-            .enumerate()
-            .map(|(i, server)| scope.spawn(move || f(i, server)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    })
 }
 
 /// A queue ticket from this machine's clock, in the scripts' format (microseconds since the epoch).
@@ -277,14 +233,4 @@ fn jitter(most: Duration) -> Duration {
     let random = random_bytes(&mut bytes).map_or(0, |()| u32::from_le_bytes(bytes));
     let most_ms = most.as_millis().max(1) as u32;
     Duration::from_millis(u64::from(1 + random % most_ms))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_majority_is_more_than_half() {
-        assert_eq!([1, 2, 3, 4, 5].map(quorum), [1, 2, 2, 3, 3]);
-    }
 }

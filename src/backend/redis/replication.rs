@@ -3,15 +3,12 @@
 //! master that fails over before replicating can hand the lock to a second client and a token out
 //! twice (the README says so). Each URL may say it for its own servers (`?replicas=N`); the
 //! option (DLOCK_REPLICAS, the configuration file's `replicas`) is the default for those that do
-//! not.
-
-use std::time::{Duration, Instant};
+//! not. Here: reading `?replicas=`, and the `WAIT`; `Topology::call_acked` waits with it after
+//! each grant and renewal.
 
 use anyhow::anyhow;
+use redis::Connection;
 
-use super::fault::{Fault, FaultKind};
-use super::link::Link;
-use super::server::Server;
 use crate::exit::{FailWith, Failure};
 
 /// The query parameter a Redis URL says `--replicas` with.
@@ -49,54 +46,8 @@ pub(super) fn in_query(pairs: &str, shown: &str) -> anyhow::Result<Option<u32>> 
     Ok(found)
 }
 
-impl Server {
-    /// `call`, and then, when `wrote` says `f` changed the lock and this server's `replicas` is
-    /// not 0, `WAIT` on the same connection (so it waits for that write) until that many replicas
-    /// acknowledged it,
-    /// for at most half of `timeout`. Too few acknowledgements: a fault, whatever `f` answered,
-    /// unless the sentinels now name another master, where it is done once more (a former
-    /// master, not yet told, still takes writes but has no replicas left).
-    pub(super) fn call_acked<T>(
-        &mut self,
-        timeout: Duration,
-        mut f: impl FnMut(&mut Link) -> redis::RedisResult<T>,
-        wrote: impl Fn(&T) -> bool,
-    ) -> Result<T, Fault> {
-        // WAIT 0 would wait for ever: at least a millisecond.
-        let wait = (timeout / 2).max(Duration::from_millis(1));
-        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-        let started = Instant::now();
-        let replicas = self.replicas;
-        let mut run = |link: &mut Link| {
-            let value = f(link)?;
-            if replicas == 0 || !wrote(&value) {
-                return Ok((value, None));
-            }
-            let acks: i64 = redis::cmd("WAIT")
-                .arg(replicas)
-                .arg(wait_ms)
-                .query(&mut link.conn)?;
-            Ok((value, Some(acks)))
-        };
-        let (mut value, mut acks) = self.call(timeout, &mut run)?;
-        let short = |acks: Option<i64>| acks.is_some_and(|a| a < i64::from(replicas));
-        if short(acks) {
-            let left = timeout.saturating_sub(started.elapsed());
-            if !left.is_zero() && self.master_moved(left / 2, true) {
-                let left = timeout.saturating_sub(started.elapsed());
-                (value, acks) = self.call(left.max(Duration::from_millis(1)), &mut run)?;
-            }
-        }
-        match acks {
-            Some(acks) if acks < i64::from(replicas) => Err(self.fault(
-                FaultKind::Unreplicated,
-                format!(
-                    "only {} of {replicas} replicas acknowledged it within {}",
-                    acks.max(0),
-                    crate::text::duration(wait)
-                ),
-            )),
-            _ => Ok(value),
-        }
-    }
+/// `WAIT`: how many replicas acknowledged the writes made so far on `conn`, waiting at most
+/// `wait_ms` for `replicas` of them (see `Topology::call_acked`).
+pub(super) fn wait(conn: &mut Connection, replicas: u32, wait_ms: u64) -> redis::RedisResult<i64> {
+    redis::cmd("WAIT").arg(replicas).arg(wait_ms).query(conn)
 }

@@ -10,7 +10,7 @@
 
 use super::fault::first_fatal;
 use super::keys::{self, Keys};
-use super::redlock::on_all;
+use super::quorum::on_all;
 use super::scripts;
 use super::RedisBackend;
 use crate::exit::{FailWith, Failure};

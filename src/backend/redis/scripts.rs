@@ -9,6 +9,7 @@ use redis::{Connection, FromRedisValue, RedisError, ToRedisArgs, Value};
 
 use super::keys::Keys;
 use super::link::{confirmation, Subscribed};
+use super::reply::text_of;
 use crate::lock::{
     host_name, time_from_millis, Ending, Holder, Kept, LockRequest, Mode, RunEnd, Token, Waiter,
 };
@@ -500,15 +501,6 @@ fn int_of(value: &Value) -> Option<i64> {
     match value {
         Value::Int(n) => Some(*n),
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
-    }
-}
-
-pub(super) fn text_of(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(n) => Some(n.to_string()),
         _ => None,
     }
 }

@@ -10,6 +10,7 @@ use anyhow::anyhow;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 
 use super::fault::{Fault, FaultKind};
+use super::link::Link;
 use super::replication;
 use super::server::Server;
 use crate::backend::blocking::Alarm;
@@ -19,6 +20,18 @@ use crate::text::percent_decode;
 use crate::url::redact;
 
 pub(super) const SCHEME: &str = "redis+sentinel://";
+
+/// A master the sentinels name: the connection to whichever node they name, and how to ask them.
+pub(super) struct SentinelMaster {
+    /// The node the sentinels named last, and the connection to it.
+    pub(super) server: Server,
+    /// Who names the master each new connection goes to.
+    sentinels: Sentinels,
+    /// The settings (credentials, db, TCP) that connection is opened with.
+    settings: ConnectionInfo,
+    /// The node the sentinels named last, and when they were asked.
+    master: Option<((String, u16), Instant)>,
+}
 
 /// How long a sentinel that answers nothing may hold up the question at least, before the next
 /// one is asked (each gets a share of the connect timeout, but no less than this).
@@ -302,44 +315,117 @@ impl Sentinels {
 /// How often a holder asks the sentinels whether its master is still the master.
 const LOOK_AGAIN: Duration = Duration::from_secs(1);
 
-impl Server {
-    /// For a sentinel-managed master: asks the sentinels where it is now and points the client
-    /// there. False when there are no sentinels to ask.
-    pub(super) fn find_master(&mut self, timeout: Duration) -> Result<bool, Fault> {
-        let Some((sentinels, settings)) = self.sentinel.as_mut() else {
-            return Ok(false);
-        };
-        let (host, port) = sentinels.master_addr(settings, timeout, &self.stop)?;
+impl SentinelMaster {
+    /// A `redis+sentinel://` URL (no connection yet); `replicas` unless it says `?replicas=`.
+    pub(super) fn parse(url: &str, replicas: u32) -> anyhow::Result<SentinelMaster> {
+        let parsed = parse(url)?;
+        let replicas = parsed.replicas.unwrap_or(replicas);
+        let mut server = Server::parse_plain(&parsed.data_url, &redact(url), replicas)?;
+        server.addr = format!("master {:?}", parsed.sentinels.master);
+        server.location = parsed.location;
+        server.behind_sentinel = true;
+        let settings = server.client.get_connection_info().clone();
+        Ok(SentinelMaster {
+            server,
+            sentinels: parsed.sentinels,
+            settings,
+            master: None,
+        })
+    }
+
+    /// Asks the sentinels where the master is now and points the client there.
+    fn find_master(&mut self, timeout: Duration) -> Result<(), Fault> {
+        let (host, port) =
+            self.sentinels
+                .master_addr(&self.settings, timeout, &self.server.stop)?;
         self.master = Some(((host.clone(), port), Instant::now()));
-        self.addr = if host.contains(':') {
+        self.server.addr = if host.contains(':') {
             format!("[{host}]:{port}")
         } else {
             format!("{host}:{port}")
         };
-        let info = settings.clone().set_addr(ConnectionAddr::Tcp(host, port));
-        self.client = Client::open(info).map_err(|e| self.classify(&e, timeout))?;
-        Ok(true)
+        let info = self
+            .settings
+            .clone()
+            .set_addr(ConnectionAddr::Tcp(host, port));
+        self.server.client = Client::open(info).map_err(|e| self.server.classify(&e, timeout))?;
+        Ok(())
     }
 
-    /// For a sentinel-managed master: whether the sentinels now name another node than the one
-    /// this connection goes to, asked at most every `LOOK_AGAIN` unless `now`. A forced failover
-    /// leaves the old master running, and taking writes, for seconds before the sentinels make it
-    /// a replica (and close its connections): a holder that kept renewing there would renew a
-    /// lease that no longer counts. When it moved, the connection is dropped, so the next call
-    /// goes to the new master. A lookup that fails changes nothing.
+    /// Connects within `timeout` to the node the sentinels name now: asking them and connecting
+    /// share it, and it bounds the first reply on the new connection (and the permission check of
+    /// an ACL user), however slowly the server answers.
+    pub(super) fn connect(&mut self, timeout: Duration) -> Result<(), Fault> {
+        let until = Instant::now() + timeout;
+        self.find_master(timeout)?;
+        let timeout = until
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        self.server.open(until, timeout)?;
+        let Some(user) = self.server.acl_user.clone() else {
+            return Ok(());
+        };
+        let missing = self.call(timeout, self.server.permissions_check())?;
+        self.server.permitted(&user, missing)
+    }
+
+    /// Runs `f` on the connection (reconnecting first if it broke): see `Server::call_once`. A
+    /// master that failed over (the connection broke, or the node is now a replica) is looked up
+    /// again and `f` run once more there, within what is left of `timeout`: every call dlock makes
+    /// may be repeated (each script finds its own earlier effect, and a WAIT is sent on the
+    /// connection that carried the write it waits for).
+    pub(super) fn call<T>(
+        &mut self,
+        timeout: Duration,
+        mut f: impl FnMut(&mut Link) -> redis::RedisResult<T>,
+    ) -> Result<T, Fault> {
+        let started = Instant::now();
+        let had_link = self.server.is_connected();
+        match self.call_once(timeout, &mut f) {
+            Err((fault, true)) if had_link => {
+                let left = timeout.saturating_sub(started.elapsed());
+                if left < Duration::from_millis(1) {
+                    return Err(fault);
+                }
+                self.call_once(left, &mut f).map_err(|(fault, _)| fault)
+            }
+            result => result.map_err(|(fault, _)| fault),
+        }
+    }
+
+    /// `Server::call_once`, connecting first (by way of the sentinels) when not connected.
+    fn call_once<T>(
+        &mut self,
+        timeout: Duration,
+        f: &mut impl FnMut(&mut Link) -> redis::RedisResult<T>,
+    ) -> Result<T, (Fault, bool)> {
+        if !self.server.is_connected() {
+            self.connect(timeout.max(Duration::from_millis(1)))
+                .map_err(|fault| (fault, false))?;
+        }
+        self.server.call_once(timeout, f)
+    }
+
+    /// Whether the sentinels now name another node than the one this connection goes to, asked
+    /// at most every `LOOK_AGAIN` unless `now`. A forced failover leaves the old master running,
+    /// and taking writes, for seconds before the sentinels make it a replica (and close its
+    /// connections): a holder that kept renewing there would renew a lease that no longer counts.
+    /// When it moved, the connection is dropped, so the next call goes to the new master. A lookup
+    /// that fails changes nothing.
     pub(super) fn master_moved(&mut self, timeout: Duration, now: bool) -> bool {
-        let (Some((sentinels, settings)), Some((addr, asked))) =
-            (self.sentinel.as_mut(), self.master.as_mut())
-        else {
+        let Some((addr, asked)) = self.master.as_mut() else {
             return false;
         };
-        if self.link.is_none() || (!now && asked.elapsed() < LOOK_AGAIN) {
+        if self.server.link.is_none() || (!now && asked.elapsed() < LOOK_AGAIN) {
             return false;
         }
         *asked = Instant::now();
-        match sentinels.master_addr(settings, timeout, &self.stop) {
+        match self
+            .sentinels
+            .master_addr(&self.settings, timeout, &self.server.stop)
+        {
             Ok(found) if found != *addr => {
-                self.link = None;
+                self.server.link = None;
                 true
             }
             _ => false,

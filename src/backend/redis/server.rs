@@ -1,6 +1,8 @@
 //! One Redis server as dlock talks to it: the URL parsed and checked (no password ever shown),
 //! the connection opened within the connect timeout (and an ACL user's permissions checked), and
 //! every call bounded by socket timeouts and an alarm, a broken connection dropped and reopened.
+//! A master found through Sentinel and a Redis Cluster build on it (`sentinel`, `cluster`); what a
+//! `--url` names, and which of those it is, is `topology`'s.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -9,20 +11,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use redis::{
-    Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion, RedisError,
-};
+use redis::{Client, ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisError};
 
-use super::cluster::{self, Cluster};
 use super::fault::{self, Fault, FaultKind};
-use super::link::{Heard, Link, Subscribed};
+use super::link::{Heard, Link};
 use super::replication;
-use super::scripts::{Ask, Reply};
-use super::sentinel::{self, Sentinels};
 use crate::backend::blocking::Alarm;
 use crate::backend::stop::Stop;
 use crate::exit::{FailWith, Failure};
-use crate::url::redact;
 
 /// What an ACL user's permissions are checked for, in one script (Redis 7's
 /// `redis.acl_check_cmd`; before that, PUBLISH is tried, the one command a script needs after its
@@ -34,7 +30,7 @@ const PERMISSIONS_CHECK: &str = include_str!("permissions.lua");
 /// after EINTR, as rustls does, would start its full socket timeout again.)
 const ALARM_SLACK: Duration = Duration::from_millis(20);
 
-/// One `--url`: where it is, and the connection to it (reopened when it breaks).
+/// One server: where it is, and the connection to it (reopened when it breaks).
 pub(super) struct Server {
     /// `redis://host:port[/db]` without the credentials: for messages and `location`.
     pub(super) location: String,
@@ -47,14 +43,12 @@ pub(super) struct Server {
     /// A new connection's budget: connecting (TCP, TLS, AUTH) and its first reply share one.
     pub(super) first_reply_by: Option<Instant>,
     /// The ACL user the URL names (not `default`): its permissions are checked on connecting.
-    acl_user: Option<String>,
-    /// For `redis+sentinel://`: who names the master each new connection goes to, and the
-    /// settings (credentials, db, TCP) that connection is opened with.
-    pub(super) sentinel: Option<(Sentinels, ConnectionInfo)>,
-    /// The node the sentinels named last, and when they were asked.
-    pub(super) master: Option<((String, u16), Instant)>,
-    /// For `redis+cluster://`: the slots' masters and the connections to them.
-    pub(super) cluster: Option<Box<Cluster>>,
+    pub(super) acl_user: Option<String>,
+    /// A master the sentinels name (`sentinel`): a reply that says it no longer is one
+    /// (`Fault::failover`) is a failover, worth looking the master up again.
+    pub(super) behind_sentinel: bool,
+    /// A node of a Redis Cluster (`cluster`): it takes keys of its own slots only.
+    pub(super) cluster_node: bool,
     /// How many replicas must acknowledge each grant and renewal here: the URL's `?replicas=`,
     /// else `--replicas` (see `replication`).
     pub(super) replicas: u32,
@@ -64,26 +58,6 @@ pub(super) struct Server {
 }
 
 impl Server {
-    /// One `--url`; `replicas` (`--replicas`) unless it says `?replicas=` itself.
-    pub(super) fn parse(url: &str, replicas: u32) -> anyhow::Result<Server> {
-        if cluster::is_cluster_url(url) {
-            return cluster::parse(url, replicas);
-        }
-        if !url.starts_with(sentinel::SCHEME) {
-            return Server::parse_plain(url, &redact(url), replicas);
-        }
-        let parsed = sentinel::parse(url)?;
-        let replicas = parsed.replicas.unwrap_or(replicas);
-        let mut server = Server::parse_plain(&parsed.data_url, &redact(url), replicas)?;
-        server.addr = format!("master {:?}", parsed.sentinels.master);
-        server.location = parsed.location;
-        server.sentinel = Some((
-            parsed.sentinels,
-            server.client.get_connection_info().clone(),
-        ));
-        Ok(server)
-    }
-
     /// A `redis://` or `rediss://` URL (`shown`: how messages show it); `replicas` unless it says
     /// `?replicas=` (its other query parameters are the library's).
     pub(super) fn parse_plain(url: &str, shown: &str, replicas: u32) -> anyhow::Result<Server> {
@@ -177,17 +151,11 @@ impl Server {
             timeout: None,
             first_reply_by: None,
             acl_user,
-            sentinel: None,
-            master: None,
-            cluster: None,
+            behind_sentinel: false,
+            cluster_node: false,
             replicas,
             stop: Stop::default(),
         })
-    }
-
-    /// Whether this is a Redis Cluster (`redis+cluster://`).
-    pub(super) fn is_cluster(&self) -> bool {
-        self.cluster.is_some()
     }
 
     /// Whether a connection is open (it may still have broken unnoticed).
@@ -196,13 +164,9 @@ impl Server {
     }
 
     /// What was heard of the lock `base` among the messages read so far on this server's
-    /// connections; see `Link::heard`.
+    /// connection; see `Link::heard`.
     pub(super) fn heard(&self, base: &str) -> Option<Heard> {
-        let parked = || self.cluster.as_ref()?.heard(base);
-        self.link
-            .as_ref()
-            .and_then(|l| l.heard(base))
-            .or_else(parked)
+        self.link.as_ref().and_then(|l| l.heard(base))
     }
 
     pub(super) fn fault(&self, kind: FaultKind, detail: String) -> Fault {
@@ -212,13 +176,19 @@ impl Server {
     /// Connects within `timeout`, which also bounds the first reply on the new connection (and the
     /// permission check of an ACL user), however slowly the server answers.
     pub(super) fn connect(&mut self, timeout: Duration) -> Result<(), Fault> {
-        let until = Instant::now() + timeout;
-        let timeout = match self.find_master(timeout)? {
-            true => until
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1)),
-            false => timeout,
+        self.open(Instant::now() + timeout, timeout)?;
+        let Some(user) = self.acl_user.clone() else {
+            return Ok(());
         };
+        let missing = self
+            .call_once(timeout, &mut self.permissions_check())
+            .map_err(|(f, _)| f)?;
+        self.permitted(&user, missing)
+    }
+
+    /// Opens the connection within `timeout`; its first reply is due by `until`. No permission
+    /// check: see `connect`.
+    pub(super) fn open(&mut self, until: Instant, timeout: Duration) -> Result<(), Fault> {
         let alarm = Alarm::at(until + ALARM_SLACK);
         match self.client.get_connection_with_timeout(timeout) {
             Ok(mut conn) => {
@@ -234,35 +204,31 @@ impl Server {
                 self.timeout = None;
                 self.first_reply_by = Some(until);
                 drop(alarm);
-                if let Some(user) = self.acl_user.clone() {
-                    self.check_permissions(&user, timeout)?;
-                }
                 Ok(())
             }
             Err(e) => Err(self.classify(&e, timeout)),
         }
     }
 
-    /// Refuses an ACL user that may not do all dlock does (one round trip, only for such users):
-    /// without this, a missing permission shows only half-way through a script, for instance a
-    /// release that freed the lock and then could not tell the next waiter.
-    fn check_permissions(&mut self, user: &str, timeout: Duration) -> Result<(), Fault> {
+    /// The call that checks an ACL user's permissions (one round trip, only for such users): the
+    /// first command it may not run, or "". Without it, a missing permission shows only half-way
+    /// through a script, for instance a release that freed the lock and then could not tell the
+    /// next waiter. See `permitted`.
+    pub(super) fn permissions_check(&self) -> impl FnMut(&mut Link) -> redis::RedisResult<String> {
         // In a cluster the key goes as an argument: a key would have to be in this node's slots.
-        let keys = if self.cluster.is_some() { 0 } else { 1 };
-        let check = |l: &mut Link| {
+        let keys = if self.cluster_node { 0 } else { 1 };
+        move |l: &mut Link| {
             redis::cmd("EVAL")
                 .arg(PERMISSIONS_CHECK)
                 .arg(keys)
                 .arg("dlock:{check}:holders")
                 .query(&mut l.conn)
-        };
-        let missing: String = match self.cluster {
-            // Not `call`: that would follow redirects, and this runs inside one.
-            Some(_) => self
-                .call_once(timeout, &mut { check })
-                .map_err(|(f, _)| f)?,
-            None => self.call(timeout, check)?,
-        };
+        }
+    }
+
+    /// Refuses the ACL user `user` when the permissions check found a command it may not run
+    /// (`missing`), dropping the connection.
+    pub(super) fn permitted(&mut self, user: &str, missing: String) -> Result<(), Fault> {
         if missing.is_empty() {
             return Ok(());
         }
@@ -273,35 +239,10 @@ impl Server {
         ))
     }
 
-    /// Runs `f` on the connection (reconnecting first if it broke) with `timeout` on each socket
+    /// Runs `f` on the connection (connecting first if it broke) with `timeout` on each socket
     /// operation. A connection that failed is dropped, so no late answer can be mistaken for the
-    /// next one. A sentinel-managed master that failed over (the connection broke, or the node
-    /// is now a replica) is looked up again and `f` run once more there, within what is left of
-    /// `timeout`: every call dlock makes may be repeated (each script finds its own earlier
-    /// effect, and a WAIT is sent on the connection that carried the write it waits for).
-    pub(super) fn call<T>(
-        &mut self,
-        timeout: Duration,
-        mut f: impl FnMut(&mut Link) -> redis::RedisResult<T>,
-    ) -> Result<T, Fault> {
-        if self.cluster.is_some() {
-            return self.call_routed(timeout, &mut f);
-        }
-        let started = Instant::now();
-        let had_link = self.link.is_some();
-        match self.call_once(timeout, &mut f) {
-            Err((fault, true)) if had_link && self.sentinel.is_some() => {
-                let left = timeout.saturating_sub(started.elapsed());
-                if left < Duration::from_millis(1) {
-                    return Err(fault);
-                }
-                self.call_once(left, &mut f).map_err(|(fault, _)| fault)
-            }
-            result => result.map_err(|(fault, _)| fault),
-        }
-    }
-
-    /// One `call`; a failure says whether it looks like a failover (worth one more try).
+    /// next one. A failure says whether it looks like a failover (worth one more try: see
+    /// `SentinelMaster::call`).
     pub(super) fn call_once<T>(
         &mut self,
         timeout: Duration,
@@ -327,9 +268,9 @@ impl Server {
         match f(link) {
             Ok(value) => Ok(value),
             Err(e) => {
-                let failover = match self.sentinel {
-                    Some(_) => Fault::failover(&self.addr, &e),
-                    None => None,
+                let failover = match self.behind_sentinel {
+                    true => Fault::failover(&self.addr, &e),
+                    false => None,
                 };
                 let again = failover.is_some() || e.is_connection_dropped();
                 let fault = failover.unwrap_or_else(|| self.classify(&e, budget));
@@ -365,47 +306,6 @@ impl Server {
         Ok(())
     }
 
-    /// One acquisition attempt. A waiter's first one on a connection also makes it listen. A
-    /// grant counts once this server's `replicas` acknowledged it (see `call_acked`).
-    pub(super) fn acquire(
-        &mut self,
-        timeout: Duration,
-        ask: &Ask,
-        wait: bool,
-        ticket: &str,
-    ) -> Result<Reply, Fault> {
-        // Behind Sentinel, a waiter's connection may still go to a master the sentinels replaced,
-        // where the lock looks free once its holder renews on the new one: ask where the master
-        // is now (at most once a second).
-        self.master_moved(timeout / 2, false);
-        self.at(&ask.keys.base);
-        let listen = |link: &mut Link| {
-            let sharded = ask.keys.sharded && !link.classic;
-            let channel = ask.wake_channel(sharded);
-            if !wait || link.listening.borrow().contains(&channel) {
-                return ask.acquire(&mut link.conn, wait, ticket);
-            }
-            let (reply, subscribed) =
-                ask.acquire_listening(&mut link.conn, ticket, !link.resp3, sharded)?;
-            link.resp3 = true;
-            match subscribed {
-                Subscribed::Yes => {
-                    link.listening.borrow_mut().insert(channel);
-                }
-                // Listened for at the next attempt on this connection; meanwhile the wait's
-                // re-check covers a grant.
-                Subscribed::No => {}
-                Subscribed::Unknown => {
-                    link.classic = true;
-                    ask.subscribe_classic(&mut link.conn)?;
-                    link.listening.borrow_mut().insert(ask.wake_channel(false));
-                }
-            }
-            Ok(reply)
-        };
-        self.call_acked(timeout, listen, |reply| matches!(reply, Reply::Granted(_)))
-    }
-
     /// Reads one message (into the link's `messages`), waiting at most `timeout`. `Err` when the
     /// connection broke (it is then dropped); a timeout or an interruption is `Ok`.
     pub(super) fn read_message(&mut self, timeout: Duration) -> Result<(), ()> {
@@ -429,63 +329,5 @@ impl Server {
 
     pub(super) fn classify(&self, e: &RedisError, timeout: Duration) -> Fault {
         Fault::classify(&self.addr, e, timeout, self.stop.requested())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn location_and_messages_never_show_the_password() {
-        let s = Server::parse("redis://alice:s3cret@127.0.0.1:6390/3", 0).unwrap();
-        assert_eq!(s.location, "redis://127.0.0.1:6390/3");
-        let e = Server::parse("redis://alice:s3cret@127.0.0.1:notaport", 0)
-            .err()
-            .unwrap();
-        assert!(!format!("{e:#}").contains("s3cret"), "{e:#}");
-    }
-
-    /// `?replicas=N` is the URL's own `--replicas`, on `redis://` and `rediss://` alike; the
-    /// library's own parameters stay the library's.
-    #[test]
-    fn a_url_s_replicas_wins_over_the_option() {
-        for (url, option, replicas) in [
-            ("redis://127.0.0.1:6390", 2, 2),
-            ("redis://127.0.0.1:6390/3?replicas=1", 2, 1),
-            ("redis://127.0.0.1:6390/?protocol=resp3&replicas=0", 2, 0),
-            ("rediss://127.0.0.1:6390?replicas=4", 0, 4),
-        ] {
-            let s = Server::parse(url, option).unwrap();
-            assert_eq!(s.replicas, replicas, "{url}");
-        }
-        for bad in [
-            "redis://127.0.0.1:6390/?replicas=",
-            "redis://127.0.0.1:6390/?replicas=+1",
-            "redis://127.0.0.1:6390/?replicas=1&replicas=1",
-            "rediss://127.0.0.1:6390?replicas=99999999999",
-        ] {
-            let e = Server::parse(bad, 0).err().expect(bad);
-            assert!(format!("{e:#}").contains("replicas="), "{bad}: {e:#}");
-        }
-    }
-
-    proptest::proptest! {
-        /// URLs from the command line: parsed or refused, never a panic.
-        #[test]
-        fn any_url_text_parses_or_is_refused(text in "(rediss?://)?\\PC{0,60}") {
-            let _ = Server::parse(&text, 0);
-        }
-
-        /// A password in any place a password can take: neither the refusal nor the location
-        /// (which every later message names) shows it.
-        #[test]
-        fn no_message_shows_a_password(url in crate::url::with_password()) {
-            let shown = match Server::parse(&url, 0) {
-                Ok(server) => format!("{} {}", server.location, server.addr),
-                Err(e) => format!("{e:#}"),
-            };
-            proptest::prop_assert!(!shown.contains("SECRET"), "{} gave {}", url, shown);
-        }
     }
 }

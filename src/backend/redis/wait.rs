@@ -7,25 +7,12 @@ use std::time::{Duration, Instant};
 use super::fault;
 use super::lease::RedisLease;
 use super::link::Heard;
-use super::redlock::Round;
+use super::redlock::{Line, Round};
 use super::scripts::{Ask, Place};
 use super::RedisBackend;
 use crate::backend::blocking::WakeBlocked;
 use crate::backend::{Attempt, Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
 use crate::lock::{LockRequest, Token};
-
-/// A waiter's place after a round that found the lock busy.
-#[derive(Clone, Copy)]
-pub(super) struct Line {
-    /// When that round was sent: a grant heard after its replies was made later than this.
-    pub(super) sent: Instant,
-    /// Look again after this long if no grant comes.
-    pub(super) retry: Duration,
-    /// A server that answered, whose connection to listen on.
-    pub(super) server: usize,
-    /// Waiters in line before this one, by that server.
-    pub(super) ahead: usize,
-}
 
 impl RedisBackend {
     /// One attempt; a busy lock leaves nothing behind.
