@@ -11,7 +11,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::acquisition::Place;
+use super::place::Place;
 use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
 use super::rpc::{Compare, RequestOp, TxnRequest};
 use super::runs::EndingOps;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-use super::acquisition::Place;
+use super::place::Place;
 use super::client::{Error, KeepAlive};
 use super::connection::{bounded, Connection, Fault};
 use super::kept::{hand_back, let_go, KeptKey};
