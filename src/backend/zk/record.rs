@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
-use super::kept::{ensemble_now_ms, is_kept, judged, with_companion, KeptNode};
+use super::ensemble_clock::ensemble_now_ms;
+use super::kept::{is_kept, judged, with_companion, KeptNode};
 use super::recipe::{owners, queue, Child, Kind};
 use super::session::{is_connection_loss, Session};
 use super::MAX_RETRIES;

@@ -8,8 +8,9 @@ use anyhow::anyhow;
 use zookeeper_client as zk;
 
 use super::acquisition::{Acquisition, Outcome};
+use super::ensemble_clock::EnsembleClock;
 use super::frames;
-use super::kept::{self, is_kept, EnsembleClock};
+use super::kept::{self, is_kept};
 use super::lease::ZkLease;
 use super::recipe::{queue, verdict, Verdict};
 use super::runs;
