@@ -23,55 +23,10 @@ use zookeeper_client as zk;
 use super::acquisition::Acquisition;
 use super::ensemble_clock::{ask_ensemble, EnsembleClock};
 use super::naming::uuid;
-use super::recipe::{kind_of, pair_stem};
+use super::recipe::{kept_companion, kept_name, kept_to_judge, kept_with_companion, kind_of};
 use super::record::NodeData;
 use super::session::{retrying, Session};
 use crate::lock::{time_from_millis, Holder, Kept, Token};
-
-/// What marks a kept node's name (dlock's queue nodes start with Curator's `_c_`).
-const KEPT_PREFIX: &str = "_k_";
-/// A kept node's number: ahead of every queued node, for dlock and Curator alike.
-const KEPT_NUMBER: &str = "0000000000";
-
-/// Whether `name` is a kept node.
-pub(super) fn is_kept(name: &str) -> bool {
-    name.starts_with(KEPT_PREFIX)
-}
-
-/// The companion (recipe.rs) of the kept node at `path` (a name, or a path ending in one), if it
-/// has one: an exclusive holder's kept `lock-` node has a kept `__WRIT__` node beside it, a seat's
-/// kept `__SEAT__` node a `__READ__` one, made in the same request, so that Curator's read-write
-/// lock waits for the min-hold too.
-pub(super) fn companion_of(path: &str) -> Option<String> {
-    let (dir, name) = match path.rsplit_once('/') {
-        Some((dir, name)) => (format!("{dir}/"), name),
-        None => (String::new(), path),
-    };
-    let stem = name.strip_suffix(KEPT_NUMBER).filter(|_| is_kept(name))?;
-    let (prefix, kind) = pair_stem(stem)?;
-    Some(format!("{dir}{prefix}{kind}{KEPT_NUMBER}"))
-}
-
-/// The kept nodes among `names` to judge: a companion whose kept `lock-` node is there goes with
-/// that node (a lone one keeps the lock by its own record).
-pub(super) fn judged(names: &[String]) -> Vec<&String> {
-    let companions: Vec<String> = names.iter().filter_map(|n| companion_of(n)).collect();
-    names
-        .iter()
-        .filter(|n| is_kept(n) && !companions.contains(n))
-        .collect()
-}
-
-/// The paths of the kept node `name` in `dir` and of its companion, if `names` has it.
-pub(super) fn with_companion(dir: &str, name: &str, names: &[String]) -> Vec<String> {
-    let mut paths = vec![format!("{dir}/{name}")];
-    paths.extend(
-        companion_of(name)
-            .filter(|c| names.contains(c))
-            .map(|c| format!("{dir}/{c}")),
-    );
-    paths
-}
 
 /// Whether the kept node at `path` has run out by the ensemble's time, asked now. Anything that
 /// cannot be read counts as "not yet": the node then stays for a waiter to judge.
@@ -143,7 +98,7 @@ pub(super) async fn live(
     let mut first_end: Option<Instant> = None;
     // Whether `clock` was asked afresh in this call; `None`: asking failed.
     let mut fresh = Some(false);
-    for name in judged(names) {
+    for name in kept_to_judge(names) {
         let Some(kept) = KeptNode::read(&acquisition.session, &acquisition.dir, name).await else {
             continue;
         };
@@ -165,7 +120,7 @@ pub(super) async fn live(
         }
         // Judged by the ensemble's time as asked (in this call), never by this machine's clock.
         if fresh == Some(true) && kept.until_ms <= clock.asked_ms() {
-            let paths = with_companion(&acquisition.dir, name, names);
+            let paths = kept_with_companion(&acquisition.dir, name, names);
             let _ = acquisition.session.delete_together(&paths).await;
             continue;
         }
@@ -183,13 +138,13 @@ pub(super) async fn create(
     token: Token,
 ) -> anyhow::Result<String> {
     let kind = kind_of(acquisition.request.mode).0;
-    let path = acquisition.path(&format!("{KEPT_PREFIX}{}-{kind}{KEPT_NUMBER}", uuid()?));
+    let path = acquisition.path(&kept_name(&uuid()?, kind));
     let data = NodeData::kept(&acquisition.request, hold, token)?;
     let options =
         zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acquisition.session.acls.lock));
     let client = acquisition.client();
     // Made again after a connection loss: one that got there before is ours (NodeExists).
-    let created = match companion_of(&path) {
+    let created = match kept_companion(&path) {
         None => retrying(|| client.create(&path, &data, &options))
             .await
             .map(|_| ()),
@@ -208,50 +163,5 @@ pub(super) async fn create(
     match created {
         Ok(()) | Err(zk::Error::NodeExists) => Ok(path),
         Err(e) => Err(acquisition.fail(e, &format!("cannot create {path} for --min-hold"))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_exclusive_kept_node_and_its_companion_are_judged_once() {
-        let names: Vec<String> = [
-            "_k_a-lock-0000000000",
-            "_k_a-__WRIT__0000000000",
-            "_k_b-__WRIT__0000000000",
-            "_k_c-__READ__0000000000",
-            "_c_d-lock-0000000003",
-        ]
-        .map(String::from)
-        .to_vec();
-        assert_eq!(
-            companion_of("/x/dlock/n/_k_a-lock-0000000000").as_deref(),
-            Some("/x/dlock/n/_k_a-__WRIT__0000000000")
-        );
-        assert_eq!(companion_of("_k_c-__READ__0000000000"), None);
-        assert_eq!(
-            companion_of("_k_e-__SEAT__0000000000").as_deref(),
-            Some("_k_e-__READ__0000000000")
-        );
-        assert_eq!(companion_of("_c_d-lock-0000000003"), None);
-        // A lone companion keeps the lock by its own record.
-        assert_eq!(
-            judged(&names),
-            [
-                "_k_a-lock-0000000000",
-                "_k_b-__WRIT__0000000000",
-                "_k_c-__READ__0000000000"
-            ]
-        );
-        assert_eq!(
-            with_companion("/d", "_k_a-lock-0000000000", &names),
-            ["/d/_k_a-lock-0000000000", "/d/_k_a-__WRIT__0000000000"]
-        );
-        assert_eq!(
-            with_companion("/d", "_k_c-__READ__0000000000", &names),
-            ["/d/_k_c-__READ__0000000000"]
-        );
     }
 }

@@ -10,6 +10,7 @@ use anyhow::anyhow;
 use zookeeper_client as zk;
 
 use super::kept;
+use super::recipe::kept_companion;
 use super::runs::OurRun;
 use super::session::{ended, is_terminal, Session};
 use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
@@ -265,7 +266,7 @@ impl Lease for ZkLease {
             let session = &self.session;
             // The kept node and its companion (kept.rs) go together.
             let mut paths = vec![kept.clone()];
-            paths.extend(kept::companion_of(kept));
+            paths.extend(kept_companion(kept));
             if !end.keep {
                 // The min-hold does not keep the lock this time: it goes at once, as without one.
                 session.runtime.block_on(session.discard_all(&paths));

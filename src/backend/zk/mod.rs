@@ -339,7 +339,7 @@ impl Backend for ZkBackend {
             }
             // And what `--min-hold` keeps (kept.rs), expired or not.
             for node in session.children(&dir).await? {
-                if kept::is_kept(&node) {
+                if recipe::is_kept(&node) {
                     session.discard(&format!("{dir}/{node}")).await;
                 }
             }

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
 use super::ensemble_clock::ensemble_now_ms;
-use super::kept::{is_kept, judged, with_companion, KeptNode};
-use super::recipe::{owners, queue, Child, Kind};
+use super::kept::KeptNode;
+use super::recipe::{is_kept, kept_to_judge, kept_with_companion, owners, queue, Child, Kind};
 use super::session::{is_connection_loss, Session};
 use super::MAX_RETRIES;
 use crate::lock::{
@@ -192,11 +192,13 @@ async fn read_kept(
     now: Option<i64>,
 ) -> Vec<KeptNode> {
     let mut kept = Vec::new();
-    for name in judged(names) {
+    for name in kept_to_judge(names) {
         if let Some(node) = KeptNode::read(session, dir, name).await {
             match now {
                 Some(now) if node.until_ms <= now => {
-                    session.discard_all(&with_companion(dir, name, names)).await;
+                    session
+                        .discard_all(&kept_with_companion(dir, name, names))
+                        .await;
                 }
                 _ => kept.push(node),
             }
