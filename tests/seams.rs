@@ -395,6 +395,29 @@ fn the_lowest_layers_of_backends_import_nothing_above_them() {
     }
 }
 
+/// The files of the ZooKeeper and etcd backends import one another in layers, none in a cycle,
+/// so that each reads on what is below it.
+#[test]
+fn zk_and_etcd_folders_have_no_import_cycles() {
+    for (folder, from, to) in [
+        ("backend/zk", "acquisition", "session"),
+        ("backend/etcd", "acquisition", "place"),
+    ] {
+        let edges = files_of(folder);
+        // The graph was read at all: this edge is there on purpose.
+        assert!(
+            edges.get(from).is_some_and(|e| e.contains_key(to)),
+            "no edge {from} -> {to} found in src/{folder}: is the source reader broken? {edges:?}"
+        );
+        let found = cycles(&edges);
+        assert!(
+            found.is_empty(),
+            "import cycles between the files of src/{folder}:{}",
+            describe(&edges, &found)
+        );
+    }
+}
+
 /// Backends never touch process signals: cancellation reaches them through `Waiting` and
 /// `BackendConfig::stop`, and what their blocking calls and threads need of signals through
 /// `backend::blocking`, which main.rs fills from signal/. So no file under src/backend/ names
