@@ -16,6 +16,7 @@ use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
 use super::kept::keep;
 use super::lease::{EtcdLease, Keeper};
 use super::naming::{key, prefix};
+use super::place::Place;
 use super::recipe::{kind_of, owners, verdict, Kind, Verdict};
 use super::record::{value_of, Entry};
 use super::rpc::{Compare, KeyValue, RangeRequest, RangeResponse, RequestOp, TxnRequest};
@@ -26,20 +27,6 @@ use anyhow::anyhow;
 
 /// Most keys read to find who holds a lock for a waiter's report (the owners are the first keys).
 const HOLDERS_READ: i64 = 100;
-
-/// Our key in the queue and the lease it lives by.
-pub(super) struct Place {
-    pub(super) key: String,
-    pub(super) lease: i64,
-    /// The key's create revision: its place in the queue and the fencing token.
-    pub(super) revision: i64,
-    /// By this side's clock, until when the lease surely stands.
-    pub(super) stands_until: Instant,
-    /// The TTL granted, in seconds.
-    pub(super) ttl: i64,
-    /// The run, for its record (runs.rs).
-    pub(super) run: OurRun,
-}
 
 /// How the first attempt went.
 pub(super) enum First {

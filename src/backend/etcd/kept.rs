@@ -5,17 +5,18 @@
 //! is nearly over moves its key back to its own lease (`hand_back`, from `renew`, which comes soon
 //! enough: see `Renewal` and the heartbeat's first renewal); when the command ends, the key goes
 //! to (or stays on) the min-hold's lease while that lasts (`let_go`). The key's value then says so
-//! in a second line, `kept LEASE UNTIL_MS HOLD_MS[ ended]`, for `status`: UNTIL_MS is when that
-//! lease ends, by the holder's clock when it was granted (etcd tells no time of day), written once
-//! so that every reader shows the same end.
+//! in a second line, `kept LEASE UNTIL_MS HOLD_MS[ ended]`, for `status` (record.rs writes and reads
+//! it): UNTIL_MS is when that lease ends, by the holder's clock when it was granted (etcd tells no
+//! time of day), written once so that every reader shows the same end.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::acquisition::Place;
 use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
+use super::place::Place;
+use super::record::with_kept_line;
 use super::rpc::{Compare, RequestOp, TxnRequest};
 use super::runs::EndingOps;
-use crate::lock::{time_from_millis, Kept, LockRequest};
+use crate::lock::LockRequest;
 
 /// The lease a held key lives by while `--min-hold` keeps it, and the key's value then.
 pub(super) struct KeptKey {
@@ -29,11 +30,7 @@ pub(super) struct KeptKey {
 
 impl KeptKey {
     fn value(&self, ended: bool) -> String {
-        let ended = if ended { " ended" } else { "" };
-        format!(
-            "{}\nkept {:x} {} {}{ended}",
-            self.record, self.lease, self.until_ms, self.hold_ms
-        )
+        with_kept_line(&self.record, self.lease, self.until_ms, self.hold_ms, ended)
     }
 }
 
@@ -125,54 +122,5 @@ pub(super) async fn let_go(
     match put_ours(conn, place, kept.value(true), kept.lease, Some(ending)).await {
         Err(fault) if fault.is_lease_not_found() => Ok(None),
         other => other.map(Some),
-    }
-}
-
-/// What a key's `kept` line says: the min-hold's lease, when it ends (`None` from a dlock that
-/// did not write it) and why it keeps the key.
-#[derive(Debug, PartialEq)]
-pub(super) struct KeptLine {
-    pub(super) lease: i64,
-    pub(super) until: Option<SystemTime>,
-    pub(super) why: Kept,
-}
-
-/// A key's value without its `kept` line, and what that line says.
-pub(super) fn split(value: &str) -> (&str, Option<KeptLine>) {
-    let Some((record, line)) = value.split_once("\nkept ") else {
-        return (value, None);
-    };
-    let read = || {
-        let (lease, note) = line.split_once(' ')?;
-        let lease = i64::from_str_radix(lease, 16).ok()?;
-        let dated = note.split_once(' ').and_then(|(until, note)| {
-            let until = time_from_millis(until.parse().ok()?)?;
-            Some((Some(until), Kept::from_note(note)?))
-        });
-        let (until, why) = dated.or_else(|| Some((None, Kept::from_note(note)?)))?;
-        Some(KeptLine { lease, until, why })
-    };
-    (record, read())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_kept_line_reads_with_its_end_or_without_one() {
-        let (record, line) = split("o exclusive 0 1 2 h\nkept 1f 1700000000000 2000 ended");
-        assert_eq!(record, "o exclusive 0 1 2 h");
-        let line = line.expect("read");
-        assert_eq!((line.lease, line.why.ended), (0x1f, true));
-        assert_eq!(line.until, time_from_millis(1_700_000_000_000));
-        assert_eq!(line.why.min_hold, Some(Duration::from_secs(2)));
-        // As dlock wrote it before the end was in it.
-        let line = split("r\nkept 1f 2000 ended").1.expect("read");
-        assert_eq!((line.until, line.why.ended), (None, true));
-        let line = split("r\nkept 1f 2000").1.expect("read");
-        assert_eq!((line.until, line.why.ended), (None, false));
-        assert!(split("r\nkept 1f x 2000").1.is_none());
-        assert!(split("r\nkept zz 2000").1.is_none());
     }
 }

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-use super::acquisition::Place;
 use super::client::{Error, KeepAlive};
 use super::connection::{bounded, Connection, Fault};
 use super::kept::{hand_back, let_go, KeptKey};
+use super::place::Place;
 use super::rpc::{Compare, LeaseKeepAliveRequest, RangeRequest, RequestOp, TxnRequest};
 use super::CLEANUP_TIMEOUT;
 use crate::backend::{Lease, Released, Renewal};

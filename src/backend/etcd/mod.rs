@@ -22,9 +22,9 @@
 //!
 //! Here: `EtcdBackend`, which answers the `Backend` calls. Beside it: `address` (the etcd:// URL),
 //! `connection` (the client, its runtime and its failures), `client` (the gRPC calls), `rpc`
-//! (etcd's messages), `naming` (keys), `record` (what a key
-//! says), `recipe` (who owns), `acquisition` (a place in the queue), `wait` (the wait for a turn),
-//! `lease` (a held lock) and `runs` (the last run and last success).
+//! (etcd's messages), `naming` (keys), `record` (what a key says), `recipe` (who owns), `place`
+//! (our key and its lease), `acquisition` (taking a place in the queue), `wait` (the wait for a
+//! turn), `lease` (a held lock), `kept` (`--min-hold`) and `runs` (the last run and last success).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,6 +47,7 @@ mod connection;
 mod kept;
 mod lease;
 mod naming;
+mod place;
 mod recipe;
 mod record;
 mod rpc;

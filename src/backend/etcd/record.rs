@@ -2,15 +2,15 @@
 //! its keys (the holder record every backend shares, its token field unused: the token is the key's
 //! create revision); etcd's own mutex (`etcdctl lock`) writes an empty value, an exclusive holder.
 //! Values come from any client of the server, so each is parsed and checked; what does not read is
-//! an unreadable holder that still counts, as exclusive unless it names another mode.
+//! an unreadable holder that still counts, as exclusive unless it names another mode. A key that
+//! `--min-hold` keeps (kept.rs) has a second line, `kept LEASE UNTIL_MS HOLD_MS[ ended]`, written
+//! and read here.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::rpc::KeyValue;
-
-use super::kept::split;
 use super::recipe::Kind;
-use crate::lock::{escaped, host_name, Holder, LockRequest, Mode};
+use super::rpc::KeyValue;
+use crate::lock::{escaped, host_name, time_from_millis, Holder, Kept, LockRequest, Mode};
 
 /// A holder's or waiter's key, as read.
 #[derive(Clone, Debug)]
@@ -54,7 +54,7 @@ impl Entry {
         let lease = format!("{:x}", kv.lease);
         let (value, kept) = match std::str::from_utf8(&kv.value) {
             Ok(text) => {
-                let (record, kept) = split(text);
+                let (record, kept) = split_kept_line(text);
                 (Ok(record), kept)
             }
             Err(e) => (Err(e), None),
@@ -109,5 +109,80 @@ impl Entry {
             limit,
             holder,
         }
+    }
+}
+
+/// A key's value while `--min-hold` keeps it (kept.rs): the holder's `record`, then the line that
+/// says so, `kept LEASE UNTIL_MS HOLD_MS[ ended]`.
+pub(super) fn with_kept_line(
+    record: &str,
+    lease: i64,
+    until_ms: u128,
+    hold_ms: u128,
+    ended: bool,
+) -> String {
+    let ended = if ended { " ended" } else { "" };
+    format!("{record}\nkept {lease:x} {until_ms} {hold_ms}{ended}")
+}
+
+/// What a key's `kept` line says: the min-hold's lease, when it ends (`None` from a dlock that
+/// did not write it) and why it keeps the key.
+#[derive(Debug, PartialEq)]
+pub(super) struct KeptLine {
+    pub(super) lease: i64,
+    pub(super) until: Option<SystemTime>,
+    pub(super) why: Kept,
+}
+
+/// A key's value without its `kept` line, and what that line says.
+pub(super) fn split_kept_line(value: &str) -> (&str, Option<KeptLine>) {
+    let Some((record, line)) = value.split_once("\nkept ") else {
+        return (value, None);
+    };
+    let read = || {
+        let (lease, note) = line.split_once(' ')?;
+        let lease = i64::from_str_radix(lease, 16).ok()?;
+        let dated = note.split_once(' ').and_then(|(until, note)| {
+            let until = time_from_millis(until.parse().ok()?)?;
+            Some((Some(until), Kept::from_note(note)?))
+        });
+        let (until, why) = dated.or_else(|| Some((None, Kept::from_note(note)?)))?;
+        Some(KeptLine { lease, until, why })
+    };
+    (record, read())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_kept_line_reads_with_its_end_or_without_one() {
+        let (record, line) =
+            split_kept_line("o exclusive 0 1 2 h\nkept 1f 1700000000000 2000 ended");
+        assert_eq!(record, "o exclusive 0 1 2 h");
+        let line = line.expect("read");
+        assert_eq!((line.lease, line.why.ended), (0x1f, true));
+        assert_eq!(line.until, time_from_millis(1_700_000_000_000));
+        assert_eq!(line.why.min_hold, Some(Duration::from_secs(2)));
+        // As dlock wrote it before the end was in it.
+        let line = split_kept_line("r\nkept 1f 2000 ended").1.expect("read");
+        assert_eq!((line.until, line.why.ended), (None, true));
+        let line = split_kept_line("r\nkept 1f 2000").1.expect("read");
+        assert_eq!((line.until, line.why.ended), (None, false));
+        assert!(split_kept_line("r\nkept 1f x 2000").1.is_none());
+        assert!(split_kept_line("r\nkept zz 2000").1.is_none());
+    }
+
+    #[test]
+    fn a_kept_line_reads_as_written() {
+        let value = with_kept_line("o exclusive 0 1 2 h", 0x1f, 1_700_000_000_000, 2000, false);
+        assert_eq!(value, "o exclusive 0 1 2 h\nkept 1f 1700000000000 2000");
+        let (record, line) = split_kept_line(&value);
+        assert_eq!(record, "o exclusive 0 1 2 h");
+        let line = line.expect("read");
+        assert_eq!((line.lease, line.why.ended), (0x1f, false));
+        assert_eq!(line.until, time_from_millis(1_700_000_000_000));
     }
 }

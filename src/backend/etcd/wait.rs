@@ -5,10 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::acquisition::{Acquisition, First, Place};
+use super::acquisition::{Acquisition, First};
 use super::client::Error;
 use super::connection::{bounded, Fault, CALL_TIMEOUT};
 use super::lease::{keep_alive, EtcdLease, Keeper};
+use super::place::Place;
 use super::recipe::{Kind, Verdict};
 use super::record::Entry;
 use super::rpc::{prefix_end, EventType, RangeRequest, RequestOp, TxnRequest};

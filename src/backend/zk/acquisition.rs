@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use zookeeper_client as zk;
 
-use super::kept::EnsembleClock;
+use super::ensemble_clock::EnsembleClock;
 use super::lease::ZkLease;
 use super::naming::uuid;
 use super::recipe::{companion_kind, companion_name, kind_of};

@@ -1,233 +1,34 @@
 //! `--min-hold` on ZooKeeper. A holder's node is ephemeral and goes with its session, so a lock
 //! that must stay taken after its holder ended gets a second node: a *kept node*, persistent,
-//! created once the lock is held, named `_k_<uuid>-<kind>0000000000` so that dlock and Curator
-//! both sort it ahead of every queued node (Curator watches it like any node ahead of it), with the
-//! holder's record and the min-hold in its data. An exclusive holder's kept `lock-` node has a kept
-//! `__WRIT__` companion made with it in one request (recipe.rs), a seat's a `__READ__` one, for
-//! Curator's read-write lock; the two are judged once and deleted together. It keeps the lock taken until its creation time
-//! plus the min-hold, both by ZooKeeper's clock (the node's `ctime`, stamped by the ensemble).
+//! created once the lock is held (`create`, here), named `_k_<uuid>-<kind>0000000000` so that dlock
+//! and Curator both sort it ahead of every queued node (Curator watches it like any node ahead of
+//! it), with the holder's record and the min-hold in its data. An exclusive holder's kept `lock-`
+//! node has a kept `__WRIT__` companion made with it in one request, a seat's a `__READ__` one, for
+//! Curator's read-write lock; the two are judged once and deleted together (their names:
+//! recipe.rs). It keeps the lock taken until its creation time plus the min-hold, both by
+//! ZooKeeper's clock (the node's `ctime`, stamped by the ensemble).
 //!
 //! Nobody is there to delete it at that moment, so whoever finds it expired deletes it: a waiter
 //! or an acquirer, or its holder at release if the min-hold has run out by then. This machine's
 //! clocks only say when to look (an acquirer learns the ensemble's time from its own node's
 //! `ctime` and counts on from there on its monotonic clock); before deleting, the end is judged by
-//! the ensemble's time asked afresh (a short-lived node's `ctime`), so a caller whose clock runs
-//! fast, monotonic clock included, cannot shorten the hold. A Curator client waiting behind an expired kept node gets in once a dlock
-//! client next looks at the lock. `status` asks the ensemble for its time with a short-lived
-//! ephemeral node under the root; `release --force` deletes kept nodes with the holders.
+//! the ensemble's time asked afresh (a short-lived node's `ctime`: ensemble_clock.rs), so a caller
+//! whose clock runs fast, monotonic clock included, cannot shorten the hold. A Curator client
+//! waiting behind an expired kept node gets in once a dlock client next looks at the lock.
+//! `status` asks the ensemble for its time with a short-lived ephemeral node under the root;
+//! `release --force` deletes kept nodes with the holders. Reading a kept node and judging its end
+//! are record.rs's (`KeptNode`, `live_kept`, `kept_ran_out`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use zookeeper_client as zk;
 
 use super::acquisition::Acquisition;
 use super::naming::uuid;
-use super::recipe::{kind_of, pair_stem};
+use super::recipe::{kept_companion, kept_name, kind_of};
 use super::record::NodeData;
-use super::session::{retrying, Session};
-use crate::lock::{time_from_millis, Holder, Kept, Token};
-
-/// What marks a kept node's name (dlock's queue nodes start with Curator's `_c_`).
-const KEPT_PREFIX: &str = "_k_";
-/// A kept node's number: ahead of every queued node, for dlock and Curator alike.
-const KEPT_NUMBER: &str = "0000000000";
-
-/// Whether `name` is a kept node.
-pub(super) fn is_kept(name: &str) -> bool {
-    name.starts_with(KEPT_PREFIX)
-}
-
-/// The companion (recipe.rs) of the kept node at `path` (a name, or a path ending in one), if it
-/// has one: an exclusive holder's kept `lock-` node has a kept `__WRIT__` node beside it, a seat's
-/// kept `__SEAT__` node a `__READ__` one, made in the same request, so that Curator's read-write
-/// lock waits for the min-hold too.
-pub(super) fn companion_of(path: &str) -> Option<String> {
-    let (dir, name) = match path.rsplit_once('/') {
-        Some((dir, name)) => (format!("{dir}/"), name),
-        None => (String::new(), path),
-    };
-    let stem = name.strip_suffix(KEPT_NUMBER).filter(|_| is_kept(name))?;
-    let (prefix, kind) = pair_stem(stem)?;
-    Some(format!("{dir}{prefix}{kind}{KEPT_NUMBER}"))
-}
-
-/// The kept nodes among `names` to judge: a companion whose kept `lock-` node is there goes with
-/// that node (a lone one keeps the lock by its own record).
-pub(super) fn judged(names: &[String]) -> Vec<&String> {
-    let companions: Vec<String> = names.iter().filter_map(|n| companion_of(n)).collect();
-    names
-        .iter()
-        .filter(|n| is_kept(n) && !companions.contains(n))
-        .collect()
-}
-
-/// The paths of the kept node `name` in `dir` and of its companion, if `names` has it.
-pub(super) fn with_companion(dir: &str, name: &str, names: &[String]) -> Vec<String> {
-    let mut paths = vec![format!("{dir}/{name}")];
-    paths.extend(
-        companion_of(name)
-            .filter(|c| names.contains(c))
-            .map(|c| format!("{dir}/{c}")),
-    );
-    paths
-}
-
-/// The ensemble's time, as learnt from a node this client just created: its `ctime`, and when
-/// the create's answer came on this machine's monotonic clock.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct EnsembleClock {
-    ctime_ms: i64,
-    at: Instant,
-}
-
-impl EnsembleClock {
-    pub(super) fn from(stat: &zk::Stat) -> EnsembleClock {
-        EnsembleClock {
-            ctime_ms: stat.ctime,
-            at: Instant::now(),
-        }
-    }
-
-    /// The ensemble's time when it was asked, in milliseconds since the epoch: what judges a kept
-    /// node's end. (Never `now_ms`, which adds this machine's clock to it: a caller whose clock runs
-    /// fast would add too much, by the time the ask's cleanup took, say.)
-    pub(super) fn asked_ms(&self) -> i64 {
-        self.ctime_ms
-    }
-
-    /// The ensemble's time now by this machine's monotonic clock since it was asked, in
-    /// milliseconds since the epoch: only to say when to ask again, and for people.
-    pub(super) fn now_ms(&self) -> i64 {
-        let since = i64::try_from(self.at.elapsed().as_millis()).unwrap_or(i64::MAX);
-        self.ctime_ms.saturating_add(since)
-    }
-
-    /// When, on this machine's monotonic clock, the ensemble's time reaches `ms`.
-    fn instant_of(&self, ms: i64) -> Instant {
-        let ahead = u64::try_from(ms.saturating_sub(self.ctime_ms)).unwrap_or(0);
-        self.at + Duration::from_millis(ahead)
-    }
-}
-
-/// The ensemble's time asked afresh, as a clock: the `ctime` of an ephemeral node made for the
-/// purpose under the root (`.now-`: no lock name maps there, since names escape a leading dot)
-/// and deleted again (or gone with the session).
-pub(super) async fn ask_ensemble(session: &Session) -> anyhow::Result<EnsembleClock> {
-    let prefix = format!("{}/.now-", session.root);
-    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let (stat, sequence) = retrying(|| session.client().create(&prefix, &[], &options))
-        .await
-        .map_err(|e| session.fail(e, "cannot ask ZooKeeper for its time"))?;
-    let clock = EnsembleClock::from(&stat);
-    let _ = session
-        .client()
-        .delete(&format!("{prefix}{sequence}"), None)
-        .await;
-    Ok(clock)
-}
-
-/// Whether the kept node at `path` has run out by the ensemble's time, asked now. Anything that
-/// cannot be read counts as "not yet": the node then stays for a waiter to judge.
-pub(super) async fn ran_out(session: &Session, path: &str) -> bool {
-    let Some((dir, name)) = path.rsplit_once('/') else {
-        return false;
-    };
-    let Some(kept) = KeptNode::read(session, dir, name).await else {
-        return false;
-    };
-    match ask_ensemble(session).await {
-        Ok(now) => kept.until_ms <= now.asked_ms(),
-        Err(_) => false,
-    }
-}
-
-/// How long a waiter that could not ask the ensemble for its time waits before looking again.
-const ASK_AGAIN: Duration = Duration::from_secs(1);
-
-/// A kept node as read: its name, record and end (ensemble milliseconds).
-pub(super) struct KeptNode {
-    pub(super) name: String,
-    pub(super) data: NodeData,
-    pub(super) until_ms: i64,
-}
-
-impl KeptNode {
-    /// Reads the kept node `name` in `dir`; `None` when it is gone or not dlock's (then it keeps
-    /// nothing: a node only dlock writes, with a min-hold in its data, counts).
-    pub(super) async fn read(session: &Session, dir: &str, name: &str) -> Option<KeptNode> {
-        let path = format!("{dir}/{name}");
-        let (data, stat) = retrying(|| session.client().get_data(&path)).await.ok()?;
-        let data = NodeData::parse(&data)?;
-        let hold = i64::try_from(data.kept_ms?).ok()?;
-        Some(KeptNode {
-            name: name.to_owned(),
-            until_ms: stat.ctime.saturating_add(hold),
-            data,
-        })
-    }
-
-    /// The holder it stands for, once its own holder has ended.
-    pub(super) fn holder(&self) -> Option<Holder> {
-        let mut holder = self.data.holder()?;
-        self.mark(&mut holder, true);
-        Some(holder)
-    }
-
-    /// Marks `holder` as kept by this node (`ended`: only the min-hold keeps the lock now).
-    pub(super) fn mark(&self, holder: &mut Holder, ended: bool) {
-        holder.kept_until = u64::try_from(self.until_ms).ok().and_then(time_from_millis);
-        holder.kept = Some(Kept {
-            min_hold: self.data.kept_ms.map(Duration::from_millis),
-            ended,
-        });
-    }
-}
-
-/// The kept nodes among `names` that still keep the lock, and when the first of them ends on this
-/// machine's monotonic clock (when to look again). `clock` only says which ones may have run out:
-/// those are judged by the ensemble's time, asked afresh (`clock` becomes that), and deleted if
-/// they have (a node someone else deleted first is fine).
-pub(super) async fn live(
-    acquisition: &Acquisition,
-    names: &[String],
-    clock: &mut EnsembleClock,
-) -> (Vec<String>, Option<Instant>) {
-    let mut live = Vec::new();
-    let mut first_end: Option<Instant> = None;
-    // Whether `clock` was asked afresh in this call; `None`: asking failed.
-    let mut fresh = Some(false);
-    for name in judged(names) {
-        let Some(kept) = KeptNode::read(&acquisition.session, &acquisition.dir, name).await else {
-            continue;
-        };
-        if kept.until_ms <= clock.now_ms() && fresh == Some(false) {
-            fresh = match ask_ensemble(&acquisition.session).await {
-                Ok(now) => {
-                    *clock = now;
-                    Some(true)
-                }
-                Err(_) => None,
-            };
-        }
-        if kept.until_ms <= clock.now_ms() && fresh.is_none() {
-            // Not judged: it keeps the lock until the ensemble can tell.
-            let end = Instant::now() + ASK_AGAIN;
-            first_end = Some(first_end.map_or(end, |f| f.min(end)));
-            live.push(kept.name);
-            continue;
-        }
-        // Judged by the ensemble's time as asked (in this call), never by this machine's clock.
-        if fresh == Some(true) && kept.until_ms <= clock.asked_ms() {
-            let paths = with_companion(&acquisition.dir, name, names);
-            let _ = acquisition.session.delete_together(&paths).await;
-            continue;
-        }
-        let end = clock.instant_of(kept.until_ms);
-        first_end = Some(first_end.map_or(end, |f| f.min(end)));
-        live.push(kept.name);
-    }
-    (live, first_end)
-}
+use super::session::retrying;
+use crate::lock::Token;
 
 /// Creates the kept node of an acquisition that now holds the lock; returns its path.
 pub(super) async fn create(
@@ -236,13 +37,13 @@ pub(super) async fn create(
     token: Token,
 ) -> anyhow::Result<String> {
     let kind = kind_of(acquisition.request.mode).0;
-    let path = acquisition.path(&format!("{KEPT_PREFIX}{}-{kind}{KEPT_NUMBER}", uuid()?));
+    let path = acquisition.path(&kept_name(&uuid()?, kind));
     let data = NodeData::kept(&acquisition.request, hold, token)?;
     let options =
         zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acquisition.session.acls.lock));
     let client = acquisition.client();
     // Made again after a connection loss: one that got there before is ours (NodeExists).
-    let created = match companion_of(&path) {
+    let created = match kept_companion(&path) {
         None => retrying(|| client.create(&path, &data, &options))
             .await
             .map(|_| ()),
@@ -261,55 +62,5 @@ pub(super) async fn create(
     match created {
         Ok(()) | Err(zk::Error::NodeExists) => Ok(path),
         Err(e) => Err(acquisition.fail(e, &format!("cannot create {path} for --min-hold"))),
-    }
-}
-
-/// The ensemble's time, for `status` (see `ask_ensemble`).
-pub(super) async fn ensemble_now_ms(session: &Session) -> anyhow::Result<i64> {
-    Ok(ask_ensemble(session).await?.ctime_ms)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_exclusive_kept_node_and_its_companion_are_judged_once() {
-        let names: Vec<String> = [
-            "_k_a-lock-0000000000",
-            "_k_a-__WRIT__0000000000",
-            "_k_b-__WRIT__0000000000",
-            "_k_c-__READ__0000000000",
-            "_c_d-lock-0000000003",
-        ]
-        .map(String::from)
-        .to_vec();
-        assert_eq!(
-            companion_of("/x/dlock/n/_k_a-lock-0000000000").as_deref(),
-            Some("/x/dlock/n/_k_a-__WRIT__0000000000")
-        );
-        assert_eq!(companion_of("_k_c-__READ__0000000000"), None);
-        assert_eq!(
-            companion_of("_k_e-__SEAT__0000000000").as_deref(),
-            Some("_k_e-__READ__0000000000")
-        );
-        assert_eq!(companion_of("_c_d-lock-0000000003"), None);
-        // A lone companion keeps the lock by its own record.
-        assert_eq!(
-            judged(&names),
-            [
-                "_k_a-lock-0000000000",
-                "_k_b-__WRIT__0000000000",
-                "_k_c-__READ__0000000000"
-            ]
-        );
-        assert_eq!(
-            with_companion("/d", "_k_a-lock-0000000000", &names),
-            ["/d/_k_a-lock-0000000000", "/d/_k_a-__WRIT__0000000000"]
-        );
-        assert_eq!(
-            with_companion("/d", "_k_c-__READ__0000000000", &names),
-            ["/d/_k_c-__READ__0000000000"]
-        );
     }
 }

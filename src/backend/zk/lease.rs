@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 use zookeeper_client as zk;
 
-use super::kept;
+use super::recipe::kept_companion;
+use super::record::kept_ran_out;
 use super::runs::OurRun;
 use super::session::{ended, is_terminal, Session};
 use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
@@ -265,16 +266,16 @@ impl Lease for ZkLease {
             let session = &self.session;
             // The kept node and its companion (kept.rs) go together.
             let mut paths = vec![kept.clone()];
-            paths.extend(kept::companion_of(kept));
+            paths.extend(kept_companion(kept));
             if !end.keep {
                 // The min-hold does not keep the lock this time: it goes at once, as without one.
                 session.runtime.block_on(session.discard_all(&paths));
             } else if Instant::now() >= *until {
                 // A min-hold that has run out by now: its kept node goes first, with no one to
                 // wait for it. This machine's clock only says when to ask: the ensemble's time
-                // judges (kept.rs).
+                // judges (record.rs).
                 session.runtime.block_on(async {
-                    let asked = tokio::time::timeout(CLEANUP_TIMEOUT, kept::ran_out(session, kept));
+                    let asked = tokio::time::timeout(CLEANUP_TIMEOUT, kept_ran_out(session, kept));
                     if asked.await == Ok(true) {
                         session.discard_all(&paths).await;
                     }

@@ -37,9 +37,9 @@
 //!
 //! Here: `ZkBackend`, which opens sessions and answers the `Backend` calls. Beside it: `address`
 //! (the zk:// URL), `naming` (znode names), `recipe` (who owns, whom a waiter watches), `record`
-//! (what a node says), `session` (the connection and its failures), `acquisition` (a place in the
-//! queue), `wait` (waiting for a turn), `lease` (a held lock) and `runs` (the last run and last
-//! success).
+//! (what a node says), `session` (the connection and its failures), `ensemble_clock` (the
+//! ensemble's time), `acquisition` (a place in the queue), `wait` (waiting for a turn), `lease` (a
+//! held lock), `kept` (`--min-hold`'s kept nodes) and `runs` (the last run and last success).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -62,6 +62,7 @@ use wait::watched;
 
 mod acquisition;
 mod address;
+mod ensemble_clock;
 mod frames;
 mod kept;
 mod lease;
@@ -338,7 +339,7 @@ impl Backend for ZkBackend {
             }
             // And what `--min-hold` keeps (kept.rs), expired or not.
             for node in session.children(&dir).await? {
-                if kept::is_kept(&node) {
+                if recipe::is_kept(&node) {
                     session.discard(&format!("{dir}/{node}")).await;
                 }
             }

@@ -10,10 +10,13 @@
 //! `lock-` node. Nothing can come between N and N+1, so whichever of the two a client compares
 //! with, the pair stands at the same place in its queue. A seat (`--limit`) is a pair the same way,
 //! `__SEAT__N` and a `__READ__N+1` companion, so that Curator's write lock waits for it.
+//!
+//! A kept node (`--min-hold`, kept.rs) is named `_k_<uuid>-<kind>0000000000`, so that it sorts
+//! ahead of every queued node; an exclusive holder's or a seat's has a kept companion the same way.
+//! Its name, its companion and which kept nodes a listing has to judge are told here.
 
 use std::collections::HashSet;
 
-use super::kept::is_kept;
 use crate::lock::Mode;
 
 const EXCLUSIVE_KIND: &str = "lock-";
@@ -109,7 +112,7 @@ fn primary_key(child: &Child) -> Option<CompanionKey<'_>> {
 
 /// A name without its number cut into its prefix and the kind of its companion, if its kind is
 /// made in pairs.
-pub(super) fn pair_stem(stem: &str) -> Option<(&str, &'static str)> {
+fn pair_stem(stem: &str) -> Option<(&str, &'static str)> {
     PAIRS
         .iter()
         .find_map(|(kind, companion)| Some((stem.strip_suffix(kind)?, *companion)))
@@ -166,6 +169,56 @@ pub(super) fn companion_name(node: &str, kind: &str, companion: &str) -> Option<
         "{prefix}{companion}{:010}",
         child.sequence.checked_add(1)?
     ))
+}
+
+/// What marks a kept node's name (dlock's queue nodes start with Curator's `_c_`).
+const KEPT_PREFIX: &str = "_k_";
+/// A kept node's number: ahead of every queued node, for dlock and Curator alike.
+const KEPT_NUMBER: &str = "0000000000";
+
+/// The name of a kept node of `kind` made with `uuid`.
+pub(super) fn kept_name(uuid: &str, kind: &str) -> String {
+    format!("{KEPT_PREFIX}{uuid}-{kind}{KEPT_NUMBER}")
+}
+
+/// Whether `name` is a kept node.
+pub(super) fn is_kept(name: &str) -> bool {
+    name.starts_with(KEPT_PREFIX)
+}
+
+/// The companion of the kept node at `path` (a name, or a path ending in one), if it has one: an
+/// exclusive holder's kept `lock-` node has a kept `__WRIT__` node beside it, a seat's kept
+/// `__SEAT__` node a `__READ__` one, made in the same request, so that Curator's read-write lock
+/// waits for the min-hold too.
+pub(super) fn kept_companion(path: &str) -> Option<String> {
+    let (dir, name) = match path.rsplit_once('/') {
+        Some((dir, name)) => (format!("{dir}/"), name),
+        None => (String::new(), path),
+    };
+    let stem = name.strip_suffix(KEPT_NUMBER).filter(|_| is_kept(name))?;
+    let (prefix, kind) = pair_stem(stem)?;
+    Some(format!("{dir}{prefix}{kind}{KEPT_NUMBER}"))
+}
+
+/// The kept nodes among `names` to judge: a companion whose kept `lock-` node is there goes with
+/// that node (a lone one keeps the lock by its own record).
+pub(super) fn kept_to_judge(names: &[String]) -> Vec<&String> {
+    let companions: Vec<String> = names.iter().filter_map(|n| kept_companion(n)).collect();
+    names
+        .iter()
+        .filter(|n| is_kept(n) && !companions.contains(n))
+        .collect()
+}
+
+/// The paths of the kept node `name` in `dir` and of its companion, if `names` has it.
+pub(super) fn kept_with_companion(dir: &str, name: &str, names: &[String]) -> Vec<String> {
+    let mut paths = vec![format!("{dir}/{name}")];
+    paths.extend(
+        kept_companion(name)
+            .filter(|c| names.contains(c))
+            .map(|c| format!("{dir}/{c}")),
+    );
+    paths
 }
 
 /// Whether the node at `me` owns the lock, and if not, what it waits for.
@@ -472,5 +525,45 @@ mod tests {
                 proptest::prop_assert_eq!(holding.len(), 1);
             }
         }
+    }
+
+    #[test]
+    fn an_exclusive_kept_node_and_its_companion_are_judged_once() {
+        let names: Vec<String> = [
+            "_k_a-lock-0000000000",
+            "_k_a-__WRIT__0000000000",
+            "_k_b-__WRIT__0000000000",
+            "_k_c-__READ__0000000000",
+            "_c_d-lock-0000000003",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            kept_companion("/x/dlock/n/_k_a-lock-0000000000").as_deref(),
+            Some("/x/dlock/n/_k_a-__WRIT__0000000000")
+        );
+        assert_eq!(kept_companion("_k_c-__READ__0000000000"), None);
+        assert_eq!(
+            kept_companion("_k_e-__SEAT__0000000000").as_deref(),
+            Some("_k_e-__READ__0000000000")
+        );
+        assert_eq!(kept_companion("_c_d-lock-0000000003"), None);
+        // A lone companion keeps the lock by its own record.
+        assert_eq!(
+            kept_to_judge(&names),
+            [
+                "_k_a-lock-0000000000",
+                "_k_b-__WRIT__0000000000",
+                "_k_c-__READ__0000000000"
+            ]
+        );
+        assert_eq!(
+            kept_with_companion("/d", "_k_a-lock-0000000000", &names),
+            ["/d/_k_a-lock-0000000000", "/d/_k_a-__WRIT__0000000000"]
+        );
+        assert_eq!(
+            kept_with_companion("/d", "_k_c-__READ__0000000000", &names),
+            ["/d/_k_c-__READ__0000000000"]
+        );
     }
 }

@@ -2,18 +2,23 @@
 //! nodes in a lock's directory back into holders for `status`, `list`, `release --force` and a
 //! waiter's report. The data of a node is written by whoever created it, so it is checked field by
 //! field; the node's name, not its data, decides who owns the lock.
+//!
+//! A kept node's (`--min-hold`, kept.rs) record says when it ends: `KeptNode` reads it, and the
+//! ensemble's time judges whether it still keeps the lock, for `status` (`read_kept`), a waiter
+//! (`live_kept`) and its holder at release (`kept_ran_out`); one that has run out is deleted.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
-use super::kept::{ensemble_now_ms, is_kept, judged, with_companion, KeptNode};
-use super::recipe::{owners, queue, Child, Kind};
-use super::session::{is_connection_loss, Session};
+use super::ensemble_clock::{ask_ensemble, ensemble_now_ms, EnsembleClock};
+use super::recipe::{is_kept, kept_to_judge, kept_with_companion, owners, queue, Child, Kind};
+use super::session::{is_connection_loss, retrying, Session};
 use super::MAX_RETRIES;
 use crate::lock::{
-    escaped, host_name, is_plain, Holder, LockRequest, Mode, Waiter, MAX_HOST_BYTES, MAX_SINCE_SECS,
+    escaped, host_name, is_plain, time_from_millis, Holder, Kept, LockRequest, Mode, Waiter,
+    MAX_HOST_BYTES, MAX_SINCE_SECS,
 };
 
 /// What dlock writes into its nodes, for status and list.
@@ -191,11 +196,13 @@ async fn read_kept(
     now: Option<i64>,
 ) -> Vec<KeptNode> {
     let mut kept = Vec::new();
-    for name in judged(names) {
+    for name in kept_to_judge(names) {
         if let Some(node) = KeptNode::read(session, dir, name).await {
             match now {
                 Some(now) if node.until_ms <= now => {
-                    session.discard_all(&with_companion(dir, name, names)).await;
+                    session
+                        .discard_all(&kept_with_companion(dir, name, names))
+                        .await;
                 }
                 _ => kept.push(node),
             }
@@ -358,6 +365,111 @@ async fn read_nodes(
         }
     }
     Ok(present)
+}
+
+/// A kept node as read: its name, record and end (ensemble milliseconds).
+pub(super) struct KeptNode {
+    pub(super) name: String,
+    pub(super) data: NodeData,
+    pub(super) until_ms: i64,
+}
+
+impl KeptNode {
+    /// Reads the kept node `name` in `dir`; `None` when it is gone or not dlock's (then it keeps
+    /// nothing: a node only dlock writes, with a min-hold in its data, counts).
+    pub(super) async fn read(session: &Session, dir: &str, name: &str) -> Option<KeptNode> {
+        let path = format!("{dir}/{name}");
+        let (data, stat) = retrying(|| session.client().get_data(&path)).await.ok()?;
+        let data = NodeData::parse(&data)?;
+        let hold = i64::try_from(data.kept_ms?).ok()?;
+        Some(KeptNode {
+            name: name.to_owned(),
+            until_ms: stat.ctime.saturating_add(hold),
+            data,
+        })
+    }
+
+    /// The holder it stands for, once its own holder has ended.
+    pub(super) fn holder(&self) -> Option<Holder> {
+        let mut holder = self.data.holder()?;
+        self.mark(&mut holder, true);
+        Some(holder)
+    }
+
+    /// Marks `holder` as kept by this node (`ended`: only the min-hold keeps the lock now).
+    pub(super) fn mark(&self, holder: &mut Holder, ended: bool) {
+        holder.kept_until = u64::try_from(self.until_ms).ok().and_then(time_from_millis);
+        holder.kept = Some(Kept {
+            min_hold: self.data.kept_ms.map(Duration::from_millis),
+            ended,
+        });
+    }
+}
+
+/// For its holder at release: whether the kept node at `path` has run out by the ensemble's time,
+/// asked now. Anything that cannot be read counts as "not yet": the node then stays for a waiter
+/// to judge.
+pub(super) async fn kept_ran_out(session: &Session, path: &str) -> bool {
+    let Some((dir, name)) = path.rsplit_once('/') else {
+        return false;
+    };
+    let Some(kept) = KeptNode::read(session, dir, name).await else {
+        return false;
+    };
+    match ask_ensemble(session).await {
+        Ok(now) => kept.until_ms <= now.asked_ms(),
+        Err(_) => false,
+    }
+}
+
+/// How long a waiter that could not ask the ensemble for its time waits before looking again.
+const ASK_AGAIN: Duration = Duration::from_secs(1);
+
+/// For a waiter: the kept nodes among `names` (in `dir`) that still keep the lock, and when the
+/// first of them ends on this machine's monotonic clock (when to look again). `clock` only says
+/// which ones may have run out: those are judged by the ensemble's time, asked afresh (`clock`
+/// becomes that), and deleted if they have (a node someone else deleted first is fine).
+pub(super) async fn live_kept(
+    session: &Session,
+    dir: &str,
+    names: &[String],
+    clock: &mut EnsembleClock,
+) -> (Vec<String>, Option<Instant>) {
+    let mut live = Vec::new();
+    let mut first_end: Option<Instant> = None;
+    // Whether `clock` was asked afresh in this call; `None`: asking failed.
+    let mut fresh = Some(false);
+    for name in kept_to_judge(names) {
+        let Some(kept) = KeptNode::read(session, dir, name).await else {
+            continue;
+        };
+        if kept.until_ms <= clock.now_ms() && fresh == Some(false) {
+            fresh = match ask_ensemble(session).await {
+                Ok(now) => {
+                    *clock = now;
+                    Some(true)
+                }
+                Err(_) => None,
+            };
+        }
+        if kept.until_ms <= clock.now_ms() && fresh.is_none() {
+            // Not judged: it keeps the lock until the ensemble can tell.
+            let end = Instant::now() + ASK_AGAIN;
+            first_end = Some(first_end.map_or(end, |f| f.min(end)));
+            live.push(kept.name);
+            continue;
+        }
+        // Judged by the ensemble's time as asked (in this call), never by this machine's clock.
+        if fresh == Some(true) && kept.until_ms <= clock.asked_ms() {
+            let paths = kept_with_companion(dir, name, names);
+            let _ = session.delete_together(&paths).await;
+            continue;
+        }
+        let end = clock.instant_of(kept.until_ms);
+        first_end = Some(first_end.map_or(end, |f| f.min(end)));
+        live.push(kept.name);
+    }
+    (live, first_end)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use zookeeper_client as zk;
 
-use super::kept::{ask_ensemble, EnsembleClock};
+use super::ensemble_clock::{ask_ensemble, EnsembleClock};
 use super::naming::{lock_name_of, node_name};
 use super::session::{is_connection_loss, Session};
 use super::{CLEANUP_TIMEOUT, MAX_RETRIES};

@@ -8,10 +8,12 @@ use anyhow::anyhow;
 use zookeeper_client as zk;
 
 use super::acquisition::{Acquisition, Outcome};
+use super::ensemble_clock::EnsembleClock;
 use super::frames;
-use super::kept::{self, is_kept, EnsembleClock};
+use super::kept;
 use super::lease::ZkLease;
-use super::recipe::{queue, verdict, Verdict};
+use super::recipe::{is_kept, queue, verdict, Verdict};
+use super::record::live_kept;
 use super::runs;
 use super::session::{cancellable, is_connection_loss, is_terminal, retrying, stopped, Session};
 use super::CLEANUP_TIMEOUT;
@@ -102,7 +104,7 @@ impl Acquisition {
         loop {
             // Kept nodes (`--min-hold`) that still keep the lock stand ahead of everyone; expired
             // ones are deleted on the way.
-            let (kept, kept_end) = kept::live(self, &listing, &mut clock).await;
+            let (kept, kept_end) = live_kept(&self.session, &self.dir, &listing, &mut clock).await;
             listing.retain(|n| !is_kept(n) || kept.contains(n));
             // The node whose end we wait for; none: any change among the children.
             let (verdict, in_line) = self.judge(&listing, node)?;
