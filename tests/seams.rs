@@ -369,6 +369,44 @@ fn files_of(folder: &str) -> Edges {
     edges
 }
 
+/// Every folder of src/ (each backend's, and cli/, lock/, supervise/...): its files import one
+/// another in layers, none in a cycle, so that each reads on what is below it. A new folder is
+/// checked from the start.
+#[test]
+fn no_folder_of_src_has_import_cycles() {
+    // The graph is read at all: these edges are there on purpose.
+    for (folder, from, to) in [
+        ("backend/zk", "acquisition", "session"),
+        ("backend/etcd", "acquisition", "place"),
+        ("backend/redis", "topology", "cluster"),
+    ] {
+        let edges = files_of(folder);
+        assert!(
+            edges.get(from).is_some_and(|e| e.contains_key(to)),
+            "no edge {from} -> {to} found in src/{folder}: is the source reader broken? {edges:?}"
+        );
+    }
+    let folders: BTreeSet<String> = rust_files(&src())
+        .iter()
+        .filter_map(|f| f.parent())
+        .filter(|dir| *dir != src().as_path())
+        .map(|dir| {
+            let relative = dir.strip_prefix(src()).expect("under src/");
+            relative.to_string_lossy().into_owned()
+        })
+        .collect();
+    assert!(folders.len() >= 10, "too few folders read: {folders:?}");
+    for folder in &folders {
+        let edges = files_of(folder);
+        let found = cycles(&edges);
+        assert!(
+            found.is_empty(),
+            "the files of src/{folder} import one another in cycles:{}",
+            describe(&edges, &found)
+        );
+    }
+}
+
 /// Backends never touch process signals: cancellation reaches them through `Waiting` and
 /// `BackendConfig::stop`, and what their blocking calls and threads need of signals through
 /// `backend::blocking`, which main.rs fills from signal/. So no file under src/backend/ names
