@@ -40,7 +40,7 @@ mod who;
 use std::path::PathBuf;
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::support::target::Target;
 use crate::support::*;
@@ -352,8 +352,23 @@ impl Holding {
     }
 
     pub fn finish(mut self) -> (ExitStatus, String) {
-        let status = wait_exit(&mut self.dlock, T);
-        (status, self.stderr())
+        let end = Instant::now() + T;
+        while Instant::now() < end {
+            if let Some(status) = self.dlock.try_wait().expect("try_wait") {
+                return (status, self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // What a hang leaves to go on: what dlock said, and whether its command still runs.
+        let command = self.command();
+        let _ = self.dlock.kill();
+        let _ = self.dlock.wait();
+        panic!(
+            "dlock (pid {}) did not exit within {T:?}; its command (pid {command}) is {}; it said:\n{}",
+            self.dlock.id(),
+            if alive(command) { "still running" } else { "gone" },
+            self.stderr()
+        );
     }
 }
 
