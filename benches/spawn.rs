@@ -43,11 +43,27 @@ fn fork_bin() -> PathBuf {
         "target/fork-spawn",
     ];
     println!("building the fork variant: cargo {}", args.join(" "));
-    let status = Command::new(cargo)
-        .args(args)
-        .current_dir(manifest)
-        .status()
-        .expect("run cargo");
+    let mut build = Command::new(cargo);
+    build.args(args).current_dir(manifest);
+    // Without what cargo set for this benchmark's own process (this package's name, version and
+    // directory, ...): build scripts that watch those variables (ring's) would otherwise run again,
+    // and their crates be rebuilt, whenever the same build is made from a shell.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_BIN_",
+            "CARGO_CRATE_",
+        ]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+            || ["OUT_DIR", "CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR"].contains(&&*name)
+        {
+            build.env_remove(&*name);
+        }
+    }
+    let status = build.status().expect("run cargo");
     assert!(
         status.success(),
         "building the fork variant failed: {status}"
