@@ -2,7 +2,8 @@
 //! until the `exec`), because the command must also get what `posix_spawn` cannot give it: a death
 //! signal tied to dlock (PR_SET_PDEATHSIG) and, on a terminal, the foreground. A plain `fork` would
 //! do, but copying dlock's page tables and faulting them back in cost about a sixth of an
-//! uncontended `dlock run`; see benches/file.rs.
+//! uncontended `dlock run`; benches/spawn.rs measures the two side by side (the `fork-spawn`
+//! feature builds the `fork` one).
 //!
 //! Between `clone` and `exec` the child shares dlock's memory, so it only calls async-signal-safe
 //! functions on data prepared beforehand (raw system calls, rustix's, where it can), and all
@@ -19,6 +20,7 @@ use rustix::process::{Pid, Resource, Rlimit, Signal};
 use crate::guard;
 use crate::signal::mask::{self, Masked, SigSet};
 
+#[cfg(not(feature = "fork-spawn"))]
 const CHILD_STACK: usize = 64 * 1024;
 
 /// What the child needs, prepared by the parent: nothing is allocated after `clone`.
@@ -88,27 +90,10 @@ pub fn spawn(
         mask: *mask,
         exec_error: AtomicI32::new(0),
     };
-    let mut stack = vec![0u8; CHILD_STACK];
-    // The stack grows down from its top, aligned to 16 bytes.
-    let top = stack.as_mut_ptr_range().end;
-    let top = top.wrapping_sub(top as usize % 16);
     let all_blocked = Masked::blocking_all()?;
-    // SAFETY: the stack stays allocated until the clone returns, and CLONE_VFORK keeps us
-    // suspended until the child has exec'd or exited, so `child` outlives every access the child
-    // makes.
-    let pid = unsafe {
-        libc::clone(
-            child_main,
-            top.cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (&mut child as *mut ChildArgs).cast(),
-        )
-    };
-    let clone_error = io::Error::last_os_error();
+    let started = start(&mut child);
     drop(all_blocked);
-    if pid < 0 {
-        return Err(clone_error);
-    }
+    let pid = started?;
     match child.exec_error.load(Ordering::SeqCst) {
         0 => Ok(pid),
         errno => {
@@ -123,9 +108,80 @@ pub fn spawn(
     }
 }
 
+/// Starts the command's process with every signal blocked (the caller blocks them) and returns
+/// its pid once it has exec'd or failed to (then with `exec_error` set): a `clone` that shares
+/// dlock's memory and suspends dlock until then, as `posix_spawn` does.
+#[cfg(not(feature = "fork-spawn"))]
+fn start(child: &mut ChildArgs) -> io::Result<libc::pid_t> {
+    let mut stack = vec![0u8; CHILD_STACK];
+    // The stack grows down from its top, aligned to 16 bytes.
+    let top = stack.as_mut_ptr_range().end;
+    let top = top.wrapping_sub(top as usize % 16);
+    // SAFETY: the stack stays allocated until the clone returns, and CLONE_VFORK keeps us
+    // suspended until the child has exec'd or exited, so `child` outlives every access the child
+    // makes.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (child as *mut ChildArgs).cast(),
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(pid)
+}
+
+/// The plain way, for benches/spawn.rs only (feature `fork-spawn`): `fork`, the same steps in the
+/// child, and the exec's errno back through a close-on-exec pipe, as std's `Command` does. The
+/// child's own `guard::arm` lands in its copy of dlock's memory, so the parent records the group
+/// for the guardian as soon as `fork` returns.
+#[cfg(feature = "fork-spawn")]
+fn start(child: &mut ChildArgs) -> io::Result<libc::pid_t> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let (mut reader, writer) = io::pipe()?;
+    // SAFETY: the child makes only async-signal-safe calls before it execs or exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let errno = child_steps(child);
+        // SAFETY: writing 4 bytes from the stack to our own pipe, then ending at once.
+        unsafe {
+            libc::write(writer.as_raw_fd(), (&errno as *const i32).cast(), 4);
+            libc::_exit(127)
+        }
+    }
+    guard::arm(pid);
+    drop(writer);
+    // End of file, nothing read: the command exec'd (or ended before trying, as in the clone
+    // variant).
+    let mut errno = [0u8; 4];
+    if reader.read_exact(&mut errno).is_ok() {
+        child
+            .exec_error
+            .store(i32::from_ne_bytes(errno), Ordering::SeqCst);
+    }
+    Ok(pid)
+}
+
+#[cfg(not(feature = "fork-spawn"))]
 extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the parent's ChildArgs, alive while the parent is suspended.
     let child = unsafe { &*(arg as *const ChildArgs) };
+    let errno = child_steps(child);
+    child.exec_error.store(errno, Ordering::SeqCst);
+    // SAFETY: _exit ends this process at once, with no clean-up in shared memory.
+    unsafe { libc::_exit(127) }
+}
+
+/// The command's process from its start to its `exec`; returns only if the exec failed, with its
+/// errno.
+fn child_steps(child: &ChildArgs) -> libc::c_int {
     // Only async-signal-safe calls from here on.
     mask::reset_dispositions_in_child();
     // Its own process group, so signals reach the command and everything it starts; from now on
@@ -165,12 +221,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             )
         };
     }
-    let errno = io::Error::last_os_error()
+    io::Error::last_os_error()
         .raw_os_error()
-        .unwrap_or(libc::ENOEXEC);
-    child.exec_error.store(errno, Ordering::SeqCst);
-    // SAFETY: as above.
-    unsafe { libc::_exit(127) }
+        .unwrap_or(libc::ENOEXEC)
 }
 
 fn cstring(bytes: Vec<u8>) -> io::Result<CString> {
