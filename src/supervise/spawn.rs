@@ -1,9 +1,10 @@
 //! Starting the command the way `posix_spawn` does (a `clone` that shares memory and suspends dlock
 //! until the `exec`), because the command must also get what `posix_spawn` cannot give it: a death
 //! signal tied to dlock (PR_SET_PDEATHSIG) and, on a terminal, the foreground. A plain `fork` would
-//! do, but copying dlock's page tables and faulting them back in cost about a sixth of an
-//! uncontended `dlock run`; benches/spawn.rs measures the two side by side (the `fork-spawn`
-//! feature builds the `fork` one).
+//! do, but copying dlock's page tables and faulting them back in costs 7-10 % more CPU per
+//! uncontended `dlock run -- true` (about 0.2 ms and 50 page faults in the release build) and
+//! 5-16 % of the 8-way contended rate: benches/spawn.rs measures the two side by side (the
+//! `fork-spawn` feature builds the `fork` one).
 //!
 //! Between `clone` and `exec` the child shares dlock's memory, so it only calls async-signal-safe
 //! functions on data prepared beforehand (raw system calls, rustix's, where it can), and all
