@@ -176,7 +176,7 @@ pub enum Attempt {
 }
 
 /// A held lock. The supervisor's main thread renews it (first a third of the ttl after acquiring,
-/// then whenever `renew` says), between the events it waits for, so `renew` must not block for
+/// or sooner if `first_renewal` says, then whenever `renew` says), between the events it waits for, so `renew` must not block for
 /// long: a network backend bounds each attempt and keeps its own deadline across attempts.
 pub trait Lease: Send {
     /// This acquisition's fencing token.
@@ -188,6 +188,14 @@ pub trait Lease: Send {
     /// calls it when due and tells the user of a successful renewal at most once per third of the
     /// ttl, however often it is asked to renew.
     fn renew(&mut self) -> Renewal;
+
+    /// When the first `renew` is due after acquiring, if sooner than a third of the ttl: a lease
+    /// that judges a stopped process by the time between renewals (ZooKeeper's, whose session
+    /// the server may have made shorter than the ttl) must be asked within that time from the
+    /// start.
+    fn first_renewal(&self) -> Option<Duration> {
+        None
+    }
 
     /// Give the lock up. Acts only on this holder's own entry, never on another's. Says whether the
     /// lock was still this holder's when it let go: the supervisor calls this once the command has

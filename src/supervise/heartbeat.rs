@@ -37,15 +37,17 @@ impl Held {
     }
 
     pub(super) fn new(request: &LockRequest, lease: Box<dyn Lease>) -> Held {
+        // A lease kept by --min-hold on a lease of its own (etcd) must hear from us before that
+        // one ends, however long the ttl; and a lease may want to be asked sooner from the start.
+        let first = (request.ttl / 3)
+            .min(request.min_hold.map_or(request.ttl, |d| d / 3))
+            .min(lease.first_renewal().unwrap_or(Duration::MAX));
         Held {
             name: request.name.clone(),
             owner: request.owner.clone(),
             lease,
             renew_every: request.ttl / 3,
-            // A lease kept by --min-hold on a lease of its own (etcd) must hear from us before
-            // that one ends, however long the ttl.
-            due: Instant::now()
-                + (request.ttl / 3).min(request.min_hold.map_or(request.ttl, |d| d / 3)),
+            due: Instant::now() + first,
             reported: Instant::now(),
             failing_since: None,
             warned: false,

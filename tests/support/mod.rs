@@ -38,7 +38,22 @@ pub fn load(light: usize, full: usize) -> usize {
 }
 
 pub fn dlock_bin() -> &'static str {
+    signals_as_a_foreground_job();
     env!("CARGO_BIN_EXE_dlock")
+}
+
+/// The tests send SIGINT and SIGQUIT to the dlocks they start, which must not inherit them
+/// ignored: a shell starts a background job (`cargo test &`) with both ignored, and dlock, as a
+/// shell's job would, leaves a signal ignored at its start ignored. So the test process takes them
+/// back to their defaults, once, before its first dlock.
+fn signals_as_a_foreground_job() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for sig in [libc::SIGINT, libc::SIGQUIT] {
+            // SAFETY: setting a signal's disposition to its default, no handler involved.
+            unsafe { libc::signal(sig, libc::SIG_DFL) };
+        }
+    });
 }
 
 /// A `dlock` command with the environment cleared of DLOCK_* variables from the caller, so tests

@@ -25,6 +25,8 @@ pub struct ZkServer {
     jvm_flags: &'static [&'static str],
     /// In an ensemble: this server's id and the `server.N=` lines of every member.
     peer: Option<(usize, String)>,
+    /// The longest session the server grants (maxSessionTimeout), in milliseconds.
+    max_session_ms: u64,
 }
 
 /// Tests want a server up fast: the quick compiler only, a small heap.
@@ -44,7 +46,17 @@ impl ZkServer {
         ZkServer::start_with(FULL_SPEED)
     }
 
+    /// A server that grants sessions of at most `max_session` (maxSessionTimeout), however long
+    /// a client asks for.
+    pub fn start_with_max_session(max_session: Duration) -> ZkServer {
+        ZkServer::start_with_config(QUICK_START, max_session.as_millis() as u64)
+    }
+
     fn start_with(jvm_flags: &'static [&'static str]) -> ZkServer {
+        ZkServer::start_with_config(jvm_flags, 60_000)
+    }
+
+    fn start_with_config(jvm_flags: &'static [&'static str], max_session_ms: u64) -> ZkServer {
         assert!(
             Path::new(ZOOKEEPER_JAR).exists(),
             "ZooKeeper is not installed ({ZOOKEEPER_JAR} is missing): run scripts/test, which \
@@ -60,6 +72,7 @@ impl ZkServer {
                 process: None,
                 jvm_flags,
                 peer: None,
+                max_session_ms,
             };
             server.write_config();
             if server.launch() {
@@ -208,11 +221,12 @@ impl ZkServer {
              clientPortAddress=127.0.0.1\n\
              maxClientCnxns=0\n\
              minSessionTimeout=400\n\
-             maxSessionTimeout=60000\n\
+             maxSessionTimeout={}\n\
              admin.enableServer=false\n\
              4lw.commands.whitelist=*\n",
             data.display(),
-            self.port
+            self.port,
+            self.max_session_ms
         );
         if let Some((id, members)) = &self.peer {
             // Ticks of 100ms: followers sync within 5s of starting, and one that hears nothing
@@ -421,6 +435,7 @@ impl ZkEnsemble {
                     process: None,
                     jvm_flags: QUICK_START,
                     peer: Some((i + 1, members.clone())),
+                    max_session_ms: 60_000,
                 };
                 server.write_config();
                 servers.push(server);

@@ -194,3 +194,18 @@ fn chroot_keeps_locks_apart() {
     std::fs::write(dir.file("go"), "").unwrap();
     assert!(wait_exit(&mut holder, T).success());
 }
+
+/// A server may grant a shorter session than the ttl asks for (its maxSessionTimeout): dlock then
+/// checks the session within that shorter time from the start, and a run longer than a third of
+/// the ttl keeps its lock (it was judged stopped at its first renewal, and lost its lock, with 79).
+#[test]
+fn a_session_shorter_than_the_ttl_keeps_the_lock_through_a_long_run() {
+    let server = ZkServer::start_with_max_session(Duration::from_secs(2));
+    let out = output(server.dlock(&["-v", "run", "--ttl", "9s", "short", "--", "sleep", "3.5"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("renewed \"short\""),
+        "{}",
+        stderr(&out)
+    );
+}

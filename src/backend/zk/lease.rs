@@ -201,6 +201,13 @@ impl Lease for ZkLease {
         self.token
     }
 
+    /// Within the grace from the start: the server may have made the session shorter than the
+    /// ttl (its maxSessionTimeout), and a first renewal a third of the ttl later would judge
+    /// dlock stopped.
+    fn first_renewal(&self) -> Option<Duration> {
+        Some(self.poll)
+    }
+
     fn renew(&mut self) -> Renewal {
         let mut h = lock(&self.health);
         // A process stopped (SIGSTOP, a frozen VM) sends no pings and learns nothing while stopped:
