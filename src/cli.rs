@@ -31,7 +31,7 @@ use values::{parse_seats, parse_switch};
 // `-h` is each option's first paragraph, `--help` all of it; neither is wider than 80 columns,
 // piped (clap's default is 100) or on a wider terminal.
 #[command(name = "dlock", version = crate::backend::version(), about, long_about = DESCRIPTION,
-          after_help = after_help(), after_long_help = after_long_help(), max_term_width = 80)]
+          max_term_width = 80)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -120,8 +120,7 @@ pub struct GlobalArgs {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run COMMAND while holding the lock.
-    #[command(long_about = RUN_DESCRIPTION, after_help = after_help(),
-              after_long_help = after_long_help())]
+    #[command(long_about = RUN_DESCRIPTION)]
     Run(RunArgs),
     /// Show who holds a lock. Exit status 0 when held, 1 when free.
     ///
@@ -356,8 +355,30 @@ pub struct GenerateArgs {
 }
 
 /// The clap command, for completions and man pages.
+/// The whole command line, as help, man pages and completions show it.
 pub fn command() -> clap::Command {
+    with_help_endings(parsing_command())
+}
+
+/// The command line a run parses: without the ends of its help (the exit statuses, which take
+/// about a tenth of a run's start to format), which only a help shows (`parse` then makes them).
+fn parsing_command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
+}
+
+/// dlock's and run's help end with the exit statuses and where to read on.
+fn with_help_endings(command: clap::Command) -> clap::Command {
+    command
+        .after_help(after_help())
+        .after_long_help(after_long_help())
+        .mut_subcommands(|sub| {
+            if sub.get_name() == "run" {
+                sub.after_help(after_help())
+                    .after_long_help(after_long_help())
+            } else {
+                sub
+            }
+        })
 }
 
 impl GlobalArgs {
@@ -388,7 +409,7 @@ pub fn parse() -> Result<Cli, Status> {
     use clap::error::ErrorKind;
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let configured = config::Config::load().and_then(|config| {
-        let command = config.apply(command())?;
+        let command = config.apply(parsing_command())?;
         Ok((config, command))
     });
     let (config, command) = match configured {
@@ -415,17 +436,15 @@ pub fn parse() -> Result<Cli, Status> {
                     | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
             ) =>
         {
-            let shown = if asks_long_help(&args) {
-                e
+            // The same parse on the whole command (`-h`: in brief) shows the help.
+            let whole = if asks_long_help(&args) {
+                self::command()
             } else {
-                // The same parse on the brief command shows the same help, in short.
-                match config
-                    .apply(brief(self::command()))
-                    .map(|c| c.try_get_matches_from(&args))
-                {
-                    Ok(Err(short)) if short.kind() == e.kind() => short,
-                    _ => e,
-                }
+                brief(self::command())
+            };
+            let shown = match config.apply(whole).map(|c| c.try_get_matches_from(&args)) {
+                Ok(Err(help)) if help.kind() == e.kind() => help,
+                _ => e,
             };
             let _ = shown.print();
             return Err(
