@@ -52,6 +52,11 @@ fn main() -> ExitCode {
         },
         wake_blocked: || Box::new(signal::mask::WakeBlocked::on_this_thread()),
         block_all: signal::mask::block_all_in_this_thread,
+        all_blocked: || {
+            signal::mask::Masked::blocking_all()
+                .ok()
+                .map(|m| Box::new(m) as Box<dyn std::any::Any>)
+        },
     });
     let cli = match cli::parse() {
         Ok(cli) => cli,

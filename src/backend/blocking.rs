@@ -25,6 +25,9 @@ pub struct Provided {
     pub wake_blocked: fn() -> Box<dyn Any>,
     /// `signal::mask::block_all_in_this_thread`: every signal blocked in this thread, for good.
     pub block_all: fn(),
+    /// `signal::mask::Masked::blocking_all`: every signal blocked on this thread until what it
+    /// returns is dropped (`None` when the mask cannot be changed).
+    pub all_blocked: fn() -> Option<Box<dyn Any>>,
 }
 
 static PROVIDED: OnceLock<Provided> = OnceLock::new();
@@ -72,17 +75,27 @@ pub fn block_all_signals() {
     }
 }
 
+/// Runs `start` with every signal blocked on this thread, then puts the mask back: the threads it
+/// starts (a library's, which dlock does not start itself) start with every signal blocked, and
+/// never take one meant for the supervisor, not even before they could block it themselves.
+pub fn with_all_signals_blocked<T>(start: impl FnOnce() -> T) -> T {
+    let _blocked = PROVIDED.get().and_then(|p| (p.all_blocked)());
+    start()
+}
+
 /// Starts a thread named `name` that runs `work` with every signal blocked.
 pub fn thread<T: Send + 'static>(
     name: &str,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> std::io::Result<JoinHandle<T>> {
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(move || {
-            block_all_signals();
-            work()
-        })
+    with_all_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                block_all_signals();
+                work()
+            })
+    })
 }
 
 /// A tokio runtime none of whose threads ever takes a signal. With a `worker` name: one worker
@@ -102,8 +115,6 @@ pub fn runtime(worker: Option<&str>) -> std::io::Result<tokio::runtime::Runtime>
         }
         None => tokio::runtime::Builder::new_current_thread(),
     };
-    builder
-        .on_thread_start(block_all_signals)
-        .enable_all()
-        .build()
+    builder.on_thread_start(block_all_signals).enable_all();
+    with_all_signals_blocked(|| builder.build())
 }

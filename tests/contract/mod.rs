@@ -195,6 +195,7 @@ contract! {
             signals_are_forwarded_to_the_child_and_its_status_returned,
             signal_while_waiting_ends_the_wait_with_128_plus_n_and_leaves_nothing,
             sigkill_of_dlock_kills_the_child_and_frees_the_lock,
+            no_thread_but_the_main_one_takes_a_signal,
         ],
         status: [
             status_list_and_forced_release_end_the_holders_run_with_79,

@@ -84,3 +84,62 @@ pub fn sigkill_of_dlock_kills_the_child_and_frees_the_lock(t: &Target) {
     assert_eq!(status.code(), Some(0));
     assert!(marker.exists());
 }
+
+/// The signals dlock waits for on its main thread (sigtimedwait): a thread of dlock's or of a
+/// library's that could take one would lose it to dlock, which would then wait for ever for a
+/// SIGTERM it should forward or a SIGCHLD that says its command ended.
+const WAITED_FOR: [i32; 7] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGCHLD,
+];
+
+/// The threads of `pid` other than its main one, each with the signals of `WAITED_FOR` it does
+/// not block.
+fn threads_taking_signals(pid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("the threads of dlock") {
+        let task = task.expect("a thread").path();
+        if task.file_name().and_then(|n| n.to_str()) == Some(&pid.to_string()) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(task.join("status")) else {
+            continue; // ended meanwhile
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| u64::from_str_radix(v.trim(), 16).expect("a signal mask"))
+                .expect("a signal mask field")
+        };
+        let blocked = field("SigBlk:");
+        let open: Vec<i32> = WAITED_FOR
+            .into_iter()
+            .filter(|s| blocked & (1 << (s - 1)) == 0)
+            .collect();
+        if !open.is_empty() {
+            let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+            found.push(format!("{} takes {open:?}", name.trim()));
+        }
+    }
+    found
+}
+
+/// Only dlock's main thread can take the signals it waits for, whatever threads the backend's
+/// client starts, while holding and while waiting.
+pub fn no_thread_but_the_main_one_takes_a_signal(t: &Target) {
+    let holder = super::Holding::start(t, &["sig/threads"]);
+    let waiter = waiting(t, &["run", "sig/threads", "--", "true"]);
+    for (who, pid) in [("holder", holder.dlock.id()), ("waiter", waiter.child.id())] {
+        let found = threads_taking_signals(pid);
+        assert!(found.is_empty(), "the {who}'s threads: {found:?}");
+    }
+    assert!(holder.let_go().success());
+    let (status, err) = waiter.finish(T);
+    assert_eq!(status, 0, "{err}");
+}

@@ -171,6 +171,7 @@ impl Session {
     }
 
     fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+        start_the_io_thread();
         // One worker: the session's own task must run while every dlock thread is blocked elsewhere
         // (a current-thread runtime would only run it inside block_on).
         // The reply check's relays (frames.rs) are tokio sockets: I/O and time both enabled.
@@ -416,4 +417,13 @@ pub(super) async fn cancellable<F: std::future::Future>(
             }
         }
     }
+}
+
+/// zookeeper-client does its I/O on async-io's thread, which async-io starts on first use from
+/// the thread that uses it first, with that thread's signal mask (dlock's main thread unblocks the
+/// stop signals while it connects). Started here first, with every signal blocked, so that it
+/// never takes a signal meant for the supervisor: a SIGTERM or SIGCHLD it took was lost to dlock,
+/// which then waited for ever for the command it had already seen end.
+fn start_the_io_thread() {
+    blocking::with_all_signals_blocked(|| async_io::block_on(async {}));
 }
