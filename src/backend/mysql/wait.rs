@@ -28,7 +28,7 @@ use super::connection::{lock, Conn, Fault, Shared};
 use super::lease::MyLease;
 use super::recipe::{Blocker, Me, Recipe, Reply, Woken};
 use crate::backend::sql::wait::{holders, pause_until, recheck, Tries};
-use crate::backend::{Lease, Waiting, CANCEL_CHECK};
+use crate::backend::{blocking, Lease, Waiting, CANCEL_CHECK};
 use crate::lock::LockRequest;
 
 /// Waits for `request`: `Ok(None)` when `waiting` is cancelled, leaving nothing in line.
@@ -161,12 +161,11 @@ fn wait_for_key(
     let id = bell.session_id().ok()?;
     let (send, answer) = channel();
     let (recipe_, key_) = (recipe.clone(), key.to_owned());
-    let helper = std::thread::Builder::new()
-        .name("dlock-doorbell".into())
-        .spawn(move || {
-            let woken = recipe_.wait_for_key(&mut bell, &key_, most);
-            let _ = send.send((bell, woken));
-        });
+    // A thread that never takes a signal: the supervisor waits for them on its main thread.
+    let helper = blocking::thread("dlock-doorbell", move || {
+        let woken = recipe_.wait_for_key(&mut bell, &key_, most);
+        let _ = send.send((bell, woken));
+    });
     if helper.is_err() {
         return None;
     }
