@@ -83,6 +83,9 @@ impl Drop for Script {
             let _ = self.sh.kill();
             let _ = self.sh.wait();
         }
+        // Its keeper releases the hold once it sees the shell gone, writing into the lock
+        // directory, which the test removes after this.
+        let _ = wait_for_keepers_of(self.sh.id(), T);
     }
 }
 

@@ -201,6 +201,39 @@ pub fn wait_for_file(path: &Path, limit: Duration) {
     });
 }
 
+/// Waits, within `limit`, until no `dlock hold` keeper of the shell `shell` runs (a keeper's
+/// environment names its shell: `DLOCK_KEEPER_OF=PID.START`): a keeper releases its lock once it
+/// sees its shell gone, and a test that ends before that would remove the lock directory under a
+/// keeper still writing its last run into it. Never panics (a test's drop calls it): false when
+/// one still runs at the limit.
+pub fn wait_for_keepers_of(shell: u32, limit: Duration) -> bool {
+    let needle = format!("DLOCK_KEEPER_OF={shell}.");
+    let keepers = || -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                    env.split(|b| *b == 0)
+                        .any(|var| var.starts_with(needle.as_bytes()))
+                })
+            })
+            .collect()
+    };
+    let end = Instant::now() + limit;
+    loop {
+        if keepers().is_empty() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Waits for a spawned process to exit within `limit`, killing it (and failing) if it does not.
 pub fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let end = Instant::now() + limit;
