@@ -247,11 +247,8 @@ pub fn a_callers_wrong_clock_cannot_shorten_it(t: &Target) {
         dlock_bin()
     );
     let shifted = |offset: &str, args: &[&str]| {
-        let mut cmd = Command::new("faketime");
-        cmd.arg("-f")
-            .arg(offset)
-            .arg(dlock_bin())
-            .args(&t.args)
+        let mut cmd = with_clock(offset);
+        cmd.args(&t.args)
             .args(args)
             .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
         output(cmd)
@@ -286,9 +283,8 @@ pub fn a_callers_wrong_clock_does_shorten_it_on_the_file_backend(t: &Target) {
         "{} is static: faketime cannot shift its clock",
         dlock_bin()
     );
-    let mut behind = Command::new("faketime");
+    let mut behind = with_clock("-1h");
     behind
-        .args(["-f", "-1h", dlock_bin()])
         .args(&t.args)
         .args(["run", "--min-hold", "60s", "mh/g", "--", "true"])
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
@@ -315,9 +311,8 @@ pub fn a_callers_fast_clock_cannot_shorten_it(t: &Target) {
     );
     let hold = Duration::from_secs(3);
     let fast = |args: &[&str]| {
-        let mut cmd = Command::new("faketime");
-        cmd.args(["-f", "+0 x20", dlock_bin()])
-            .args(&t.args)
+        let mut cmd = with_clock("+0 x20");
+        cmd.args(&t.args)
             .args(args)
             .env_remove("FAKETIME_DONT_FAKE_MONOTONIC");
         output(cmd)

@@ -201,6 +201,21 @@ pub fn wait_for_file(path: &Path, limit: Duration) {
     });
 }
 
+/// dlock with its clock shifted by libfaketime (`FAKETIME`, as `faketime -f` takes it: "-1h",
+/// "+0 x20"). Preloaded directly, not through the `faketime` wrapper, whose shared memory and
+/// semaphore a killed run leaves in /dev/shm, and which then refuses a later run given the same
+/// pid ("sem_open: File exists").
+pub fn with_clock(faketime: &str) -> Command {
+    let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+    assert!(
+        Path::new(lib).exists(),
+        "libfaketime is not installed ({lib} is missing): run scripts/test, which installs it"
+    );
+    let mut cmd = dlock();
+    cmd.env("LD_PRELOAD", lib).env("FAKETIME", faketime);
+    cmd
+}
+
 /// Waits, within `limit`, until no `dlock hold` keeper of the shell `shell` runs (a keeper's
 /// environment names its shell: `DLOCK_KEEPER_OF=PID.START`): a keeper releases its lock once it
 /// sees its shell gone, and a test that ends before that would remove the lock directory under a
