@@ -66,10 +66,10 @@ impl WakeBlocked {
     }
 }
 
-/// Blocks every signal in this thread, for good: for the threads a backend starts, and those its
-/// libraries start, which must never take a signal meant for the supervisor (whatever mask was
-/// current when they were started: stop signals are unblocked while dlock connects).
-pub fn block_all_signals() {
+/// Blocks every signal in this thread, for good: for a tokio runtime's threads that it starts
+/// later, from whichever thread needs one (a blocking thread that resolves a host name, started
+/// inside `block_on` on dlock's main thread, whose stop signals are unblocked while it connects).
+fn block_all_signals() {
     if let Some(provided) = PROVIDED.get() {
         (provided.block_all)();
     }
@@ -83,7 +83,8 @@ pub fn with_all_signals_blocked<T>(start: impl FnOnce() -> T) -> T {
     start()
 }
 
-/// Starts a thread named `name` that runs `work` with every signal blocked.
+/// Starts a thread named `name` that runs `work` with every signal blocked (from its start: it
+/// inherits the mask it is started with).
 pub fn thread<T: Send + 'static>(
     name: &str,
     work: impl FnOnce() -> T + Send + 'static,
@@ -91,10 +92,7 @@ pub fn thread<T: Send + 'static>(
     with_all_signals_blocked(|| {
         std::thread::Builder::new()
             .name(name.to_owned())
-            .spawn(move || {
-                block_all_signals();
-                work()
-            })
+            .spawn(work)
     })
 }
 
@@ -115,6 +113,7 @@ pub fn runtime(worker: Option<&str>) -> std::io::Result<tokio::runtime::Runtime>
         }
         None => tokio::runtime::Builder::new_current_thread(),
     };
+    // The workers start blocked; threads started later block all at their start.
     builder.on_thread_start(block_all_signals).enable_all();
     with_all_signals_blocked(|| builder.build())
 }

@@ -483,6 +483,18 @@ mod tests {
     use crate::url::{redact, with_password};
     use std::time::Duration;
 
+    /// `kind` at `url`, opened without making anything and giving up on a server at once.
+    fn opening(kind: BackendKind, url: &str) -> BackendConfig {
+        BackendConfig {
+            kind,
+            urls: vec![url.to_owned()],
+            connect_timeout: Duration::from_millis(1),
+            create: false,
+            replicas: 0,
+            stop: Default::default(),
+        }
+    }
+
     /// `takes` says what each backend's own parser says of an address: usage error or not.
     #[test]
     fn backends_take_the_urls_takes_says() {
@@ -508,15 +520,7 @@ mod tests {
         ];
         for kind in kinds.into_iter().filter(|k| k.descriptor().built) {
             for url in urls {
-                let config = BackendConfig {
-                    kind,
-                    urls: vec![url.to_owned()],
-                    connect_timeout: Duration::from_millis(1),
-                    create: false,
-                    replicas: 0,
-                    stop: Default::default(),
-                };
-                let refused = match open(&config) {
+                let refused = match open(&opening(kind, url)) {
                     Ok(_) => false,
                     Err(e) => crate::exit::status_of(&e) == crate::exit::Status::Usage,
                 };
@@ -535,15 +539,7 @@ mod tests {
             kinds.push(BackendKind::File);
         }
         for kind in kinds {
-            let config = BackendConfig {
-                kind,
-                urls: vec![url.to_owned()],
-                connect_timeout: Duration::from_millis(1),
-                create: false,
-                replicas: 0,
-                stop: Default::default(),
-            };
-            match open(&config) {
+            match open(&opening(kind, url)) {
                 Ok(b) => messages.push(b.location()),
                 Err(e) => messages.push(format!("{e:#}")),
             }

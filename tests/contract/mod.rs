@@ -40,7 +40,7 @@ mod who;
 use std::path::PathBuf;
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::target::Target;
 use crate::support::*;
@@ -353,12 +353,8 @@ impl Holding {
     }
 
     pub fn finish(mut self) -> (ExitStatus, String) {
-        let end = Instant::now() + T;
-        while Instant::now() < end {
-            if let Some(status) = self.dlock.try_wait().expect("try_wait") {
-                return (status, self.stderr());
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        if let Some(status) = exit_within(&mut self.dlock, T) {
+            return (status, self.stderr());
         }
         // What a hang leaves to go on: what dlock said, and whether its command still runs.
         let command = self.command();

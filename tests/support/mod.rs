@@ -251,15 +251,22 @@ pub fn wait_for_keepers_of(shell: u32, limit: Duration) -> bool {
 
 /// Waits for a spawned process to exit within `limit`, killing it (and failing) if it does not.
 pub fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    exit_within(child, limit).unwrap_or_else(|| {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("process {} did not exit within {limit:?}", child.id());
+    })
+}
+
+/// A spawned process's exit status, if it exits within `limit` (left running otherwise).
+pub fn exit_within(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
     let end = Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
+            return Some(status);
         }
         if Instant::now() >= end {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("process {} did not exit within {limit:?}", child.id());
+            return None;
         }
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -170,6 +170,8 @@ impl Session {
         }
     }
 
+    /// The threads the client runs on: its tokio runtime and async-io's I/O thread, none of
+    /// which takes a signal.
     fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         start_the_io_thread();
         // One worker: the session's own task must run while every dlock thread is blocked elsewhere
