@@ -7,6 +7,9 @@
 #![cfg_attr(not(feature = "default"), allow(dead_code, unused_imports))]
 // `unsafe` only in the modules that allow it below, each for a call no safe crate offers.
 #![deny(unsafe_code)]
+// dlock's `main` is the C entry point itself: Rust's start would read /proc/self/maps at every
+// run (see start.rs). Tests keep the harness's own.
+#![cfg_attr(not(test), no_main)]
 
 // Linux system calls throughout, with no cheap portable fallback: clone(2) for the command and the
 // guardian, open file description locks, /proc, a parent-death signal, thread-directed timers.
@@ -36,14 +39,34 @@ mod report;
 // Signal masks, handlers, sigwaitinfo, pthread_kill and thread-directed timers: libc only.
 #[allow(unsafe_code)]
 mod signal;
+// poll(2) and open(2) on the standard descriptors before anything else.
+#[allow(unsafe_code)]
+#[cfg(not(test))]
+mod start;
 mod supervise;
 mod sync;
 mod text;
 mod url;
 
-use std::process::ExitCode;
+/// The C entry point: what Rust's start would do that dlock needs, then `run`.
+#[cfg(not(test))]
+// A C `main` must keep its name.
+#[allow(unsafe_code)]
+#[unsafe(no_mangle)]
+extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
+    start::standard_descriptors();
+    signal::ignore_broken_pipes();
+    let status = run();
+    start::flush_stdout();
+    status.into()
+}
 
-fn main() -> ExitCode {
+/// Parses, runs, and says how it ended: the exit status.
+#[cfg_attr(test, allow(dead_code))]
+fn run() -> u8 {
     // Before any backend blocks or starts a thread: what backends need of signal/, handed over
     // so that no backend imports it (see backend/blocking.rs).
     backend::blocking::provide(backend::blocking::Provided {
@@ -60,12 +83,12 @@ fn main() -> ExitCode {
     });
     let cli = match cli::parse() {
         Ok(cli) => cli,
-        Err(status) => return ExitCode::from(status.code()),
+        Err(status) => return status.code(),
     };
     let report = report::Reporter::new(cli.global.verbosity());
     let password_withheld = cli.global.parent_password_withheld;
     match commands::run(cli, &report) {
-        Ok(status) => ExitCode::from(status.code()),
+        Ok(status) => status.code(),
         Err(err) => {
             let status = exit::status_of(&err);
             let mut message = exit::message_of(&err);
@@ -81,7 +104,7 @@ fn main() -> ExitCode {
                 );
             }
             report.error(&message);
-            ExitCode::from(status.code())
+            status.code()
         }
     }
 }

@@ -70,19 +70,26 @@ impl Config {
         if self.entries.is_empty() {
             return Ok(command);
         }
-        let built = command.clone();
+        let known = |command: &clap::Command, variable: &str| {
+            command
+                .get_arguments()
+                .chain(command.get_subcommands().flat_map(|s| s.get_arguments()))
+                .any(|arg| arg.get_env() == Some(OsStr::new(variable)))
+        };
+        // A key for another subcommand than the one `command` has is known all the same.
+        let mut whole = None;
         for entry in &self.entries {
             let variable = variable_of(&entry.key);
-            let known = built
-                .get_arguments()
-                .chain(built.get_subcommands().flat_map(|s| s.get_arguments()))
-                .any(|arg| arg.get_env() == Some(OsStr::new(&variable)));
-            if !known {
+            if known(&command, &variable) {
+                continue;
+            }
+            let whole = whole.get_or_insert_with(super::parsing_command);
+            if !known(whole, &variable) {
                 return Err(format!(
                     "{}: unknown key {:?} (keys: {})",
                     self.at(entry.line),
                     entry.key,
-                    known_keys(&built).join(", ")
+                    known_keys(whole).join(", ")
                 ));
             }
         }

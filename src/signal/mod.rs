@@ -56,6 +56,14 @@ pub const WAKE_SIGNAL: i32 = libc::SIGURG;
 /// disposition, an ignored SIGHUP under nohup for one, passes through untouched.
 pub const RESET_IN_CHILD: [i32; 2] = [libc::SIGPIPE, WAKE_SIGNAL];
 
+/// At dlock's start, as Rust's own start does: a write to a closed pipe fails with EPIPE instead
+/// of killing dlock. The command gets SIGPIPE's default back ([`RESET_IN_CHILD`]).
+#[cfg_attr(test, allow(dead_code))]
+pub fn ignore_broken_pipes() {
+    // SAFETY: setting a standard disposition, before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
 /// The acquiring thread's "look at the channel" to the main thread: a real-time signal, so it is
 /// never one a user sends.
 pub fn event_signal() -> i32 {
