@@ -366,9 +366,12 @@ fn parsing_command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
+/// What adds a subcommand's arguments to it.
+type AddArguments = fn(clap::Command) -> clap::Command;
+
 /// Each subcommand with what adds its arguments, as `Command` declares them (a test holds the two
 /// together).
-const SUBCOMMANDS: [(&str, fn(clap::Command) -> clap::Command); 6] = [
+const SUBCOMMANDS: [(&str, AddArguments); 6] = [
     ("run", <RunArgs as Args>::augment_args),
     ("status", <StatusArgs as Args>::augment_args),
     ("list", <ListArgs as Args>::augment_args),
