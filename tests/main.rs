@@ -35,6 +35,7 @@ mod run;
 mod seams;
 #[cfg(all(feature = "postgres", feature = "mysql"))]
 mod sql_last_runs;
+mod start;
 mod trusted_files;
 #[cfg(feature = "zk")]
 mod zk;

@@ -33,16 +33,18 @@ pub fn resolve(cli: &mut Cli, matches: &ArgMatches, config: &Config) -> Result<(
     {
         cli.global.replicas = 0;
     }
-    if let (Command::Run(run), Some(matches)) =
-        (&mut cli.command, matches.subcommand_matches("run"))
-    {
-        lock_options(&mut run.lock, matches, cli.global.backend, config)?;
-        shell_command(run, matches)?;
-    }
-    if let (Command::Hold(hold), Some(matches)) =
-        (&mut cli.command, matches.subcommand_matches("hold"))
-    {
-        lock_options(&mut hold.lock, matches, cli.global.backend, config)?;
+    // The subcommand given (the command parsed may have no other: `subcommand_matches` of
+    // another would be a programming error to clap).
+    let Some((_, sub)) = matches.subcommand() else {
+        return Ok(());
+    };
+    match &mut cli.command {
+        Command::Run(run) => {
+            lock_options(&mut run.lock, sub, cli.global.backend, config)?;
+            shell_command(run, sub)?;
+        }
+        Command::Hold(hold) => lock_options(&mut hold.lock, sub, cli.global.backend, config)?,
+        _ => {}
     }
     Ok(())
 }
