@@ -10,6 +10,7 @@ pub mod idle;
 pub mod mysql_server;
 pub mod pg_server;
 pub mod pgbouncer;
+pub mod reaper;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod relay;
@@ -42,14 +43,14 @@ pub fn dlock_bin() -> &'static str {
     env!("CARGO_BIN_EXE_dlock")
 }
 
-/// The tests send SIGINT and SIGQUIT to the dlocks they start, which must not inherit them
-/// ignored: a shell starts a background job (`cargo test &`) with both ignored, and dlock, as a
-/// shell's job would, leaves a signal ignored at its start ignored. So the test process takes them
-/// back to their defaults, once, before its first dlock.
+/// The tests send SIGINT, SIGQUIT and SIGHUP to the dlocks they start, which must not inherit them
+/// ignored: a shell starts a background job (`cargo test &`) with the first two ignored, `nohup`
+/// ignores the third, and dlock, as a shell's job would, leaves a signal ignored at its start
+/// ignored. So the test process takes them back to their defaults, once, before its first dlock.
 fn signals_as_a_foreground_job() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        for sig in [libc::SIGINT, libc::SIGQUIT] {
+        for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP] {
             // SAFETY: setting a signal's disposition to its default, no handler involved.
             unsafe { libc::signal(sig, libc::SIG_DFL) };
         }
@@ -252,10 +253,38 @@ pub fn wait_for_keepers_of(shell: u32, limit: Duration) -> bool {
 /// Waits for a spawned process to exit within `limit`, killing it (and failing) if it does not.
 pub fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     exit_within(child, limit).unwrap_or_else(|| {
+        let state = signal_state(child.id());
         let _ = child.kill();
         let _ = child.wait();
-        panic!("process {} did not exit within {limit:?}", child.id());
+        panic!(
+            "process {} did not exit within {limit:?}: {state}",
+            child.id()
+        );
     })
+}
+
+/// A process's state and signal masks, and its children's, from /proc: what a hang report needs
+/// (a signal blocked or ignored where it should not be, a child stopped or still running).
+pub fn signal_state(pid: u32) -> String {
+    let lines = |pid: &str| -> String {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kept: Vec<&str> = status
+            .lines()
+            .filter(|l| {
+                ["Name", "State", "SigBlk", "SigIgn", "SigCgt"]
+                    .iter()
+                    .any(|k| l.starts_with(k))
+            })
+            .collect();
+        format!("[pid {pid} {}]", kept.join(", "))
+    };
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    std::iter::once(pid.to_string())
+        .chain(children.split_whitespace().map(str::to_owned))
+        .map(|p| lines(&p))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A spawned process's exit status, if it exits within `limit` (left running otherwise).

@@ -10,8 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use super::reaper::reaper;
 use super::sql_server::{as_server_user, free_port, give_to_server_user};
-use super::sql_server::{stop_at_exit, stop_pid, wait_ready, Pausable};
+use super::sql_server::{stop_pid, wait_ready, Pausable};
 use super::target::{Kind, Target};
 
 /// root's password on the TCP port.
@@ -198,7 +199,8 @@ impl MyServer {
         static SHARED: OnceLock<Mutex<MyServer>> = OnceLock::new();
         SHARED.get_or_init(|| {
             let server = MyServer::start();
-            stop_at_exit(server.pid(), server.dir.path().to_owned(), libc::SIGKILL);
+            // Kept for as long as this process runs (see reaper.rs).
+            std::mem::forget(reaper(server.pid(), server.dir.path(), libc::SIGKILL));
             Mutex::new(server)
         })
     }

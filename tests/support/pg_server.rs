@@ -9,8 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use super::reaper::reaper;
 pub use super::sql_server::{as_server_user, free_port, give_to_server_user};
-use super::sql_server::{stop_at_exit, stop_pid, wait_ready, Pausable};
+use super::sql_server::{stop_pid, wait_ready, Pausable};
 use super::target::{Kind, Target};
 
 pub const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -147,7 +148,8 @@ impl PgServer {
         SHARED.get_or_init(|| {
             let server = PgServer::start();
             // An immediate shutdown.
-            stop_at_exit(server.pid(), server.dir.path().to_owned(), libc::SIGQUIT);
+            // Kept for as long as this process runs (see reaper.rs).
+            std::mem::forget(reaper(server.pid(), server.dir.path(), libc::SIGQUIT));
             Mutex::new(server)
         })
     }

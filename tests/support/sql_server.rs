@@ -3,9 +3,9 @@
 //! the run ends, and the fault checker's pause and crash.
 
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::target::{Kind, ServerControl, Target};
@@ -78,29 +78,6 @@ pub fn wait_ready(
         assert!(start.elapsed() < within, "{name} not ready: {}", log());
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// The shared servers to stop when the run ends: pid, directory, the signal that stops it.
-static AT_EXIT: Mutex<Vec<(u32, PathBuf, i32)>> = Mutex::new(Vec::new());
-
-/// Stops the server `pid` with `signal` (see `stop_pid`) and removes its directory `dir` when the
-/// test run ends.
-pub fn stop_at_exit(pid: u32, dir: PathBuf, signal: i32) {
-    static REGISTER: Once = Once::new();
-    extern "C" fn stop_all() {
-        let servers = AT_EXIT.lock().map(|s| s.clone()).unwrap_or_default();
-        for (pid, dir, signal) in servers {
-            stop_pid(pid, signal);
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-    if let Ok(mut servers) = AT_EXIT.lock() {
-        servers.push((pid, dir, signal));
-    }
-    // SAFETY: `stop_all` is a plain function that stays valid for the life of the process.
-    REGISTER.call_once(|| unsafe {
-        libc::atexit(stop_all);
-    });
 }
 
 /// Sends `signal` (a paused server continued first) to our child `pid`, waits (bounded) until it

@@ -16,17 +16,14 @@
 //! failed scenario left running reaches another. Scenarios that stop, kill or tamper with a server start a private one instead
 //! (`RedisServer::start`, `ZkServer::start`), which its test drops.
 //!
-//! A static is never dropped, so a reaper ends each of these servers instead: a `sh` that waits
-//! on a pipe from this process, which the kernel closes when the process ends, however it ends
-//! (tests done, a failed test, Ctrl-C, SIGKILL); it then kills the server and removes its
-//! directory.
+//! A static is never dropped, so a reaper ends each of these servers instead (see reaper.rs).
 
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use super::etcd_server::{free_port, EtcdServer};
+use super::reaper::reaper;
 use super::redis_cluster::RedisCluster;
 use super::redis_server::RedisServer;
 use super::sentinel_set::SentinelSet;
@@ -58,29 +55,8 @@ pub fn next_namespace() -> usize {
 
 fn lasting_redis() -> Lasting<RedisServer> {
     let server = RedisServer::start_with(&["--databases", &REDIS_DATABASES.to_string()]);
-    let _reaper = vec![reaper(server.pid(), server.dir())];
+    let _reaper = vec![reaper(server.pid(), server.dir(), libc::SIGKILL)];
     Lasting { server, _reaper }
-}
-
-/// A `sh` that kills `pid` and removes `dir` once its stdin, a pipe from this process, closes.
-fn reaper(pid: u32, dir: &Path) -> Child {
-    // Ignores the signals a terminal or a supervisor sends the whole group, so that it outlives
-    // this process and does its job; its loop waits (bounded) for the server to be gone before
-    // removing what it may still write.
-    let script = r#"trap '' INT HUP TERM QUIT
-read -r _
-kill -KILL "$1" 2>/dev/null
-i=0
-while kill -0 "$1" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
-rm -rf -- "$2""#;
-    Command::new("sh")
-        .args(["-c", script, "reaper", &pid.to_string()])
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the reaper of a suite server")
 }
 
 /// A namespace for a Redis target: a database of the suite's servers.
@@ -115,7 +91,7 @@ impl Target {
                 let _reaper = server
                     .processes()
                     .into_iter()
-                    .map(|(pid, dir)| reaper(pid, dir))
+                    .map(|(pid, dir)| reaper(pid, dir, libc::SIGKILL))
                     .collect();
                 Lasting { server, _reaper }
             })
@@ -155,7 +131,7 @@ impl Target {
         let server = &ZK
             .get_or_init(|| {
                 let server = ZkServer::start();
-                let _reaper = vec![reaper(server.pid(), server.dir())];
+                let _reaper = vec![reaper(server.pid(), server.dir(), libc::SIGKILL)];
                 Lasting { server, _reaper }
             })
             .server;
@@ -203,7 +179,7 @@ impl Target {
             .stderr(log)
             .spawn()
             .expect("etcd is installed (Debian package etcd-server)");
-        let reaper = reaper(proxy.id(), dir.path());
+        let reaper = reaper(proxy.id(), dir.path(), libc::SIGKILL);
         let namespace = EtcdNamespace { proxy, reaper, dir };
         super::wait_until(
             "the etcd proxy to listen",
@@ -259,7 +235,7 @@ impl PooledCluster {
         let reapers = cluster
             .nodes
             .iter()
-            .map(|node| reaper(node.pid(), node.dir()))
+            .map(|node| reaper(node.pid(), node.dir(), libc::SIGKILL))
             .collect();
         PooledCluster { cluster, reapers }
     }
