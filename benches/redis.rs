@@ -134,8 +134,8 @@ fn main() {
     goal(
         "dlock redis / flock",
         ratio_flock,
-        "<= 2",
-        ratio_flock <= 2.0,
+        "<= 1.3",
+        ratio_flock <= 1.3,
     );
     goal(
         "etcdctl lock / dlock redis",
