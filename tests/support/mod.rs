@@ -263,8 +263,9 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus
     })
 }
 
-/// A process's state and signal masks, and its children's, from /proc: what a hang report needs
-/// (a signal blocked or ignored where it should not be, a child stopped or still running).
+/// A process's state and signal masks, and its children's, and what each of its threads waits in,
+/// from /proc: what a hang report needs (a signal blocked or ignored where it should not be, a
+/// child stopped or still running, a thread blocked in a call).
 pub fn signal_state(pid: u32) -> String {
     let lines = |pid: &str| -> String {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -278,13 +279,47 @@ pub fn signal_state(pid: u32) -> String {
             .collect();
         format!("[pid {pid} {}]", kept.join(", "))
     };
+    // Each thread of the process: its name, state, what it waits in, and its system call.
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|task| {
+            let read = |file: &str| {
+                std::fs::read_to_string(task.path().join(file))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned()
+            };
+            let stat = read("stat");
+            let state = stat
+                .rsplit(") ")
+                .next()
+                .and_then(|rest| rest.split(' ').next());
+            let syscall: Vec<String> = read("syscall")
+                .split(' ')
+                .take(3)
+                .map(str::to_owned)
+                .collect();
+            format!(
+                "{{thread {} {:?} {} in {} syscall {}}}",
+                task.file_name().to_string_lossy(),
+                read("comm"),
+                state.unwrap_or("?"),
+                read("wchan"),
+                syscall.join(" ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
     let children =
         std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    std::iter::once(pid.to_string())
+    let processes = std::iter::once(pid.to_string())
         .chain(children.split_whitespace().map(str::to_owned))
         .map(|p| lines(&p))
         .collect::<Vec<_>>()
-        .join(" ")
+        .join(" ");
+    format!("{processes} threads of {pid}: {threads}")
 }
 
 /// A spawned process's exit status, if it exits within `limit` (left running otherwise).
