@@ -101,7 +101,7 @@ pub fn thread<T: Send + 'static>(
 /// every dlock thread is blocked elsewhere; without: calls run on the calling thread, inside
 /// `block_on` (its blocking threads, resolving a host name, still never take a signal).
 #[cfg(feature = "tokio")]
-pub fn runtime(worker: Option<&str>) -> std::io::Result<tokio::runtime::Runtime> {
+pub fn runtime(worker: Option<&str>) -> std::io::Result<Runtime> {
     let mut builder = match worker {
         Some(name) => {
             let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -115,5 +115,31 @@ pub fn runtime(worker: Option<&str>) -> std::io::Result<tokio::runtime::Runtime>
     };
     // The workers start blocked; threads started later block all at their start.
     builder.on_thread_start(block_all_signals).enable_all();
-    with_all_signals_blocked(|| builder.build())
+    with_all_signals_blocked(|| builder.build()).map(|built| Runtime(Some(built)))
+}
+
+/// A tokio runtime that, dropped, shuts down without waiting for its threads: a server gone
+/// silent, or a task stuck in a call, must never hold dlock's exit up. Every call a backend makes
+/// on it is bounded by the backend; what it still runs once dropped ends with the process.
+#[cfg(feature = "tokio")]
+pub struct Runtime(Option<tokio::runtime::Runtime>);
+
+#[cfg(feature = "tokio")]
+impl std::ops::Deref for Runtime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        self.0
+            .as_ref()
+            .expect("the runtime goes only when it is dropped")
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }

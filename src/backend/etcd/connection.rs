@@ -23,7 +23,7 @@ pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The client and the runtime it runs on, shared by the backend and every lease it hands out.
 pub(super) struct Connection {
     /// `None` only while dropping.
-    runtime: Option<tokio::runtime::Runtime>,
+    runtime: blocking::Runtime,
     url: EtcdUrl,
     connect_timeout: Duration,
     /// A client of the endpoint that answered last (see `open`).
@@ -72,7 +72,7 @@ impl Connection {
             }
         };
         Ok(Connection {
-            runtime: Some(runtime),
+            runtime,
             url: url.clone(),
             connect_timeout,
             current: Mutex::new(client),
@@ -101,9 +101,7 @@ impl Connection {
     }
 
     pub(super) fn runtime(&self) -> &tokio::runtime::Runtime {
-        self.runtime
-            .as_ref()
-            .expect("the runtime goes only when the connection is dropped")
+        &self.runtime
     }
 
     /// Runs `call` on the runtime, bounded by `timeout`.
@@ -162,15 +160,6 @@ async fn first_to_answer(url: &EtcdUrl, timeout: Duration) -> Result<Client, Fau
         }
     }
     Err(last)
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        // Without waiting for the connection's tasks: a server gone silent must not hold dlock up.
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
-    }
 }
 
 /// Why a call failed.

@@ -33,7 +33,7 @@ const SCHEMA_LOCK_KEY: i64 = 0x0064_6c6f_636b;
 
 /// A connection and what arrived on it.
 pub struct Conn {
-    runtime: tokio::runtime::Runtime,
+    runtime: blocking::Runtime,
     url: Arc<PgUrl>,
     connect_timeout: Duration,
     client: Option<Arc<Client>>,

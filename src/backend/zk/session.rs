@@ -67,7 +67,7 @@ fn failure(e: zk::Error, doing: &str, hosts: &str) -> anyhow::Error {
 /// One ZooKeeper session and the runtime that keeps it alive: shared by the backend and every lease
 /// taken through it, and closed when the last of them lets go.
 pub(super) struct Session {
-    pub(super) runtime: tokio::runtime::Runtime,
+    pub(super) runtime: blocking::Runtime,
     /// `None` once closed: by the release of the last lease using it, or when dropped.
     pub(super) client: Option<zk::Client>,
     pub(super) hosts: String,
@@ -172,7 +172,7 @@ impl Session {
 
     /// The threads the client runs on: its tokio runtime and async-io's I/O thread, none of
     /// which takes a signal.
-    fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    fn runtime() -> anyhow::Result<blocking::Runtime> {
         start_the_io_thread();
         // One worker: the session's own task must run while every dlock thread is blocked elsewhere
         // (a current-thread runtime would only run it inside block_on).
@@ -180,7 +180,7 @@ impl Session {
         blocking::runtime(Some("dlock-zk")).context("cannot start the ZooKeeper client's runtime")
     }
 
-    fn with(url: &ZkUrl, runtime: tokio::runtime::Runtime, client: zk::Client) -> Session {
+    fn with(url: &ZkUrl, runtime: blocking::Runtime, client: zk::Client) -> Session {
         Session {
             runtime,
             client: Some(client),
