@@ -1,7 +1,8 @@
 //! What a backend's blocking calls and its own threads need of the process's signals, without a
 //! backend touching one: a deadline that interrupts this thread's blocking system call (`Alarm`),
 //! the supervisor's wake-ups kept off this thread while a wait cleans up (`WakeBlocked`), and
-//! threads and tokio runtimes that never take a signal (`thread`, `runtime`). Signals are the
+//! threads and tokio runtimes that never take a signal (`thread`, `runtime`; a runtime also never
+//! holds dlock's exit up waiting for its threads, `Runtime`). Signals are the
 //! supervisor's (src/signal/): it has the mechanisms, and main.rs hands them over, once, before
 //! anything else (`provide`), so no file under src/backend/ imports signal/ (tests/seams.rs checks
 //! that). Cancellation itself reaches a backend only through `Waiting` and `BackendConfig::stop`.
