@@ -256,7 +256,10 @@ fn tokens_survive_a_server_crash() {
 /// waiter gets it after it.
 #[test]
 fn a_holder_whose_connection_is_killed_keeps_its_lock() {
-    let url = MyServer::shared_url("t_kill_");
+    // A server of its own: every dlock connection on it is killed, and on the shared one that
+    // would cut other tests' connections too.
+    let server = MyServer::start();
+    let url = server.url_with("prefix=t_kill_");
     let dir = LockDir::new();
     let mut held = holder(&url, &dir, &["--ttl", "3s"], "k", "h");
     let first = token(&dir, "h");
@@ -264,7 +267,6 @@ fn a_holder_whose_connection_is_killed_keeps_its_lock() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let server = MyServer::shared().lock().unwrap();
     let ids = server.sql(
         "SELECT id FROM information_schema.processlist WHERE db = 'dlock' AND host LIKE '127.0.0.1:%'",
     );
@@ -275,7 +277,6 @@ fn a_holder_whose_connection_is_killed_keeps_its_lock() {
             .args(["-e", &format!("KILL {id}")])
             .output();
     }
-    drop(server);
     // Two leases: the holder renewed on a new connection, and nobody else got in meanwhile.
     std::thread::sleep(Duration::from_secs(6));
     assert!(held.try_wait().unwrap().is_none(), "the holder ended");
