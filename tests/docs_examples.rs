@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::target::{Kind, Target};
@@ -653,14 +653,9 @@ fn start_script(
     let _ = std::fs::remove_file(record);
     let file = tempfile::NamedTempFile::new().expect("a script file");
     std::fs::write(file.path(), script).expect("write the script");
-    let mut cmd = Command::new(shell[0]);
-    cmd.args(&shell[1..]).arg(file.path());
-    for (key, _) in std::env::vars() {
-        if key.starts_with("DLOCK_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("DLOCK_CONFIG", "")
+    let mut cmd = without_callers_dlock_settings(shell[0]);
+    cmd.args(&shell[1..])
+        .arg(file.path())
         .env("PATH", path.value())
         .env("DOCS_RECORD", record)
         .stdin(Stdio::null())

@@ -31,15 +31,10 @@ impl Script {
     fn start(dir: &Path, shell: &[&str], body: &str) -> Script {
         std::fs::create_dir_all(dir).expect("script's directory");
         let script = format!("cd '{}' || exit 99\n{body}", dir.display());
-        let mut cmd = Command::new(shell[0]);
-        cmd.args(&shell[1..]).arg("-c").arg(&script);
-        for (key, _) in std::env::vars() {
-            if key.starts_with("DLOCK_") {
-                cmd.env_remove(key);
-            }
-        }
-        let sh = cmd
-            .env("DLOCK_CONFIG", "")
+        let sh = without_callers_dlock_settings(shell[0])
+            .args(&shell[1..])
+            .arg("-c")
+            .arg(&script)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("err")).expect("script's stderr"))

@@ -49,13 +49,8 @@ impl Shell {
     }
 
     fn tmux(&self) -> Command {
-        let mut cmd = Command::new("tmux");
+        let mut cmd = without_callers_dlock_settings("tmux");
         cmd.arg("-S").arg(&self.socket).env_remove("TMUX");
-        for (key, _) in std::env::vars() {
-            if key.starts_with("DLOCK_") {
-                cmd.env_remove(key);
-            }
-        }
         cmd.stdin(Stdio::null()).stdout(Stdio::null());
         cmd
     }

@@ -25,13 +25,8 @@ fn closed_standard_descriptors_become_dev_null() {
         dlock_bin(),
         dir.path().display()
     );
-    let mut sh = Command::new("sh");
-    sh.args(["-c", &script, "sh", &inner])
-        .env("DLOCK_CONFIG", "")
-        .stdin(Stdio::null());
-    for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("DLOCK_")) {
-        sh.env_remove(key);
-    }
+    let mut sh = without_callers_dlock_settings("sh");
+    sh.args(["-c", &script, "sh", &inner]).stdin(Stdio::null());
     let out = output_within(sh, Duration::from_secs(60));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let seen = std::fs::read_to_string(&seen).expect("the command ran");

@@ -36,12 +36,7 @@ pub fn signals_are_forwarded_to_the_child_and_its_status_returned(t: &Target) {
     ] {
         let (mut dlock, child) = start_trapping_child(t, name, &[]);
         signal(dlock.id(), sig);
-        let Some(status) = exit_within(&mut dlock, T) else {
-            let state = signal_state(dlock.id());
-            let _ = dlock.kill();
-            let _ = dlock.wait();
-            panic!("SIG{name} sent: dlock did not exit within {T:?}: {state}");
-        };
+        let status = wait_exit_after(&format!("SIG{name} sent:"), &mut dlock, T);
         assert_eq!(status.code(), Some(3), "{name}");
         assert_eq!(
             std::fs::read_to_string(t.scratch.file(&format!("got-{name}")))

@@ -57,16 +57,21 @@ fn signals_as_a_foreground_job() {
     });
 }
 
-/// A `dlock` command with the environment cleared of DLOCK_* variables from the caller, so tests
-/// see only what they set, and reading no configuration file (the machine's /etc/dlock/config).
-pub fn dlock() -> Command {
-    let mut cmd = Command::new(dlock_bin());
-    for (key, _) in std::env::vars() {
-        if key.starts_with("DLOCK_") {
-            cmd.env_remove(key);
-        }
+/// `program` (dlock, or a shell or terminal that runs it) with the environment cleared of DLOCK_*
+/// variables from the caller, so tests see only what they set, and reading no configuration file
+/// (the machine's /etc/dlock/config).
+pub fn without_callers_dlock_settings(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("DLOCK_")) {
+        cmd.env_remove(key);
     }
     cmd.env("DLOCK_CONFIG", "");
+    cmd
+}
+
+/// A `dlock` command as `without_callers_dlock_settings` makes it, with no input.
+pub fn dlock() -> Command {
+    let mut cmd = without_callers_dlock_settings(dlock_bin());
     cmd.stdin(Stdio::null());
     cmd
 }
@@ -252,12 +257,21 @@ pub fn wait_for_keepers_of(shell: u32, limit: Duration) -> bool {
 
 /// Waits for a spawned process to exit within `limit`, killing it (and failing) if it does not.
 pub fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    wait_exit_after("", child, limit)
+}
+
+/// As `wait_exit`, its failure starting with what came before (`after`: "SIGINT sent").
+pub fn wait_exit_after(
+    after: &str,
+    child: &mut Child,
+    limit: Duration,
+) -> std::process::ExitStatus {
     exit_within(child, limit).unwrap_or_else(|| {
         let state = signal_state(child.id());
         let _ = child.kill();
         let _ = child.wait();
         panic!(
-            "process {} did not exit within {limit:?}: {state}",
+            "{after} process {} did not exit within {limit:?}: {state}",
             child.id()
         );
     })
