@@ -45,11 +45,9 @@ fn run(t: &Target, flags: &[&str], name: &str, script: &str) -> (i32, u64) {
 
 /// `dlock` on `t`'s backend at a place where its store is not: a closed port on loopback (a
 /// missing directory for the file backend), giving up after a second.
-fn store_down(t: &Target) -> Command {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+/// The port refuses for as long as the returned socket lives.
+fn store_down(t: &Target) -> (Command, std::os::fd::OwnedFd) {
+    let (held, port) = refusing_port();
     let url = match t.kind {
         Kind::File => t.scratch_file("no-such-directory"),
         Kind::Redis => format!("redis://127.0.0.1:{port}"),
@@ -67,7 +65,7 @@ fn store_down(t: &Target) -> Command {
         "--connect-timeout",
         "1s",
     ]);
-    down
+    (down, held)
 }
 
 /// A run's record ended as `ending` (`exit:0`), and took the lock with `token`.
@@ -314,7 +312,7 @@ pub fn ran_within_is_0_ok_1_too_long_ago_2_never_succeeded(t: &Target) {
 }
 
 pub fn ran_within_is_3_unknown_when_the_store_cannot_be_reached(t: &Target) {
-    let down = store_down(t);
+    let (down, _refusing) = store_down(t);
     let (status, line) = ran_within(down, "lr/down", "1h");
     assert_eq!(status, 3, "{line}");
     assert!(line.starts_with("UNKNOWN: lr/down: "), "{line}");
@@ -449,7 +447,7 @@ pub fn list_runs_shows_every_lock_that_ran_held_or_free_and_how_each_ended(t: &T
     let after = list_runs_json(t, "lrl/held");
     assert_ended(&after[0]["last_run"], "exit:0", held);
 
-    let mut down = store_down(t);
+    let (mut down, _refusing) = store_down(t);
     down.args(["list", "--runs"]);
     let down = output(down);
     assert_eq!(code(&down), 69, "{}", stderr(&down));

@@ -69,11 +69,7 @@ fn urls_that_cannot_be_read_are_usage_errors_that_never_show_the_password() {
 #[test]
 fn passwords_never_show_in_messages() {
     let port = MyServer::shared().lock().unwrap().port();
-    let free_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (_refusing, free_port) = refusing_port();
     for url in [
         format!("mysql://root:wrong-SECRET@127.0.0.1:{port}/{DATABASE}"),
         format!("mysql://root:{PASSWORD}@127.0.0.1:{free_port}/{DATABASE}"),

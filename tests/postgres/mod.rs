@@ -347,11 +347,7 @@ fn passwords_never_show_in_messages() {
     let port = server.port();
     drop(server);
     let wrong = format!("postgres://postgres:wrong-SECRET@127.0.0.1:{port}/postgres");
-    let free_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (_refusing, free_port) = refusing_port();
     let nobody = format!("postgres://postgres:{PASSWORD}@127.0.0.1:{free_port}/postgres");
     for url in [&wrong, &nobody] {
         let mut cmd = dlock();

@@ -87,11 +87,7 @@ fn tls_works_with_the_servers_ca_and_fails_69_without_it() {
 #[test]
 fn an_unreachable_server_exits_69_within_the_connect_timeout_naming_it() {
     // Nobody listens: refused at once.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (_refusing, port) = refusing_port();
     let url = format!("redis://127.0.0.1:{port}");
     let out = output(dlock_at(&[url], &["run", "n", "--", "true"]));
     assert_eq!(code(&out), 69);

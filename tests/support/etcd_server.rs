@@ -2,6 +2,7 @@
 //! the benchmarks that compare dlock with `etcdctl lock`, which can be killed, paused and started
 //! again on the same address and data; stopped when dropped.
 
+pub use super::free_port;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -284,13 +285,6 @@ impl Drop for EtcdServer {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// What a fault driver may do to a test's etcd.

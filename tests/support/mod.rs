@@ -118,6 +118,38 @@ impl LockDir {
     }
 }
 
+/// A loopback port free when asked. Another test may take it before the caller does: for a
+/// server the caller then starts (which fails loudly if it is taken), never for "nothing there"
+/// (see `refusing_port`).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// A loopback port where a connection is refused, for as long as the returned socket lives: it
+/// is bound, so no other test's server can take it, but not listening. (A free port, once
+/// released, may become another test's server meanwhile, and a store meant to be down answers.)
+pub fn refusing_port() -> (std::os::fd::OwnedFd, u16) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket(2) with constant arguments; its result is checked before use.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: a fresh descriptor this function alone owns.
+    let socket = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_in is plain data; all zero is valid, and the fields set make 127.0.0.1:0.
+    let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    addr.sin_family = libc::AF_INET as libc::sa_family_t;
+    addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let at = (&mut addr as *mut libc::sockaddr_in).cast::<libc::sockaddr>();
+    // SAFETY: `at` points to `addr`, valid for `len` bytes, for both calls.
+    let bound = unsafe { libc::bind(fd, at, len) == 0 && libc::getsockname(fd, at, &mut len) == 0 };
+    assert!(bound, "bind: {}", std::io::Error::last_os_error());
+    (socket, u16::from_be(addr.sin_port))
+}
+
 /// This process's user id.
 pub fn own_uid() -> u32 {
     // SAFETY: getuid cannot fail.

@@ -2,8 +2,8 @@
 //! no persistence, ready when `start` returns (it has printed that it accepts connections), and
 //! killed when dropped. Only the process this helper started is ever signalled.
 
+pub use super::free_port;
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -293,14 +293,6 @@ pub fn dlock_at(urls: &[impl AsRef<str>], args: &[&str]) -> Command {
     }
     cmd.args(args);
     cmd
-}
-
-/// A loopback port nobody listens on now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 fn path_str(p: &Path) -> &str {

@@ -2,6 +2,7 @@
 //! process group of their own, waiting until one answers, stopping the run's shared server when
 //! the run ends, and the fault checker's pause and crash.
 
+pub use super::free_port;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command};
@@ -36,13 +37,6 @@ fn as_user(program: &str) -> Command {
     } else {
         Command::new(program)
     }
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 pub fn give_to_server_user(path: &Path) {

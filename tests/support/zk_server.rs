@@ -5,8 +5,9 @@
 //! Also a raw client (the same Rust crate dlock uses) for looking at the nodes dlock leaves behind
 //! and for acting as another ZooKeeper identity.
 
+pub use super::free_port;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -321,13 +322,6 @@ impl Drop for ZkServer {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
 }
 
 fn four_letter(port: u16, word: &str) -> Option<String> {

@@ -67,16 +67,9 @@ fn nodes_of_an_authenticated_holder_cannot_be_deleted_by_other_identities() {
 
 #[test]
 fn unreachable_ensemble_exits_69_within_the_connect_timeout_naming_the_hosts() {
-    // Ports nobody listens on: bound and closed again at once.
-    let ports: Vec<u16> = (0..2)
-        .map(|_| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        })
-        .collect();
+    // Ports nobody listens on (nor can, while held).
+    let refusing = [refusing_port(), refusing_port()];
+    let ports: Vec<u16> = refusing.iter().map(|(_, port)| *port).collect();
     let hosts = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
     let started = Instant::now();
     let mut cmd = dlock();
