@@ -279,10 +279,9 @@ fn a_killed_keeper_sends_the_shell_sigterm_and_release_exits_79(t: &Target) {
             keeper.len() == 1
         });
         if group {
-            // SAFETY: kill has no memory effects; the group is the keeper's, which this test
-            // started (through the script), and it leads it (its own session).
-            let rc = unsafe { libc::kill(-(keeper[0] as libc::pid_t), sig) };
-            assert_eq!(rc, 0, "kill the keeper's group");
+            // The group is the keeper's, which this test started (through the script), and it
+            // leads it (its own session).
+            assert!(signal_group(keeper[0], sig), "kill the keeper's group");
         } else {
             signal(keeper[0], sig);
         }

@@ -194,8 +194,8 @@ fn sigterm_to_dlock_ends_a_stopped_command_off_a_terminal() {
         .spawn()
         .unwrap();
     let command = read_pid(&dir.file("pid"));
-    // SAFETY: kill has no memory effects; the group is the command's, which this test started.
-    unsafe { libc::kill(-(command as i32), libc::SIGSTOP) };
+    // The group is the command's, which this test started.
+    assert!(signal_group(command, libc::SIGSTOP));
     wait_until("the command to be stopped", T, || {
         state(command) == Some('T')
     });

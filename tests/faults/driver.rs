@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::clients::Board;
 use super::resource::{Resource, Victim};
 use crate::support::relay::Relay;
+use crate::support::signal_group;
 use crate::support::target::{Kind, Target};
 
 /// How long the driver waits for a client of the armed set to begin a critical section.
@@ -157,8 +158,12 @@ impl Driver<'_> {
             return false;
         };
         let (run, token, command) = (victim.run.clone(), victim.token, victim.pid);
-        signal_group(dlock, libc::SIGSTOP);
-        signal_group(command, libc::SIGSTOP);
+        // Both are stopped (or the pause is no fault at all); each leads a group of its own.
+        assert!(signal_group(dlock, libc::SIGSTOP), "stop dlock {dlock}");
+        assert!(
+            signal_group(command, libc::SIGSTOP),
+            "stop command {command}"
+        );
         // The answer waits in the socket until the command runs again.
         victim.go();
         // A flock(2) lock has no lease: nobody can take over, the pause just ends.
@@ -211,9 +216,4 @@ impl Driver<'_> {
         }
         true
     }
-}
-
-fn signal_group(pgid: u32, sig: i32) {
-    // SAFETY: kill has no memory effects; the groups are ones this test started.
-    unsafe { libc::kill(-(pgid as i32), sig) };
 }

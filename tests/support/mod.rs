@@ -384,9 +384,28 @@ pub fn exit_within(child: &mut Child, limit: Duration) -> Option<std::process::E
 
 /// Sends a signal to a process we started.
 pub fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill has no memory effects; the pid is one of ours.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
-    assert_eq!(rc, 0, "kill({pid}, {sig})");
+    assert!(send(pid, sig, false), "kill({pid}, {sig})");
+}
+
+/// Sends a signal to the process group `pgid`, which a process we started leads: whether it
+/// still had a member.
+pub fn signal_group(pgid: u32, sig: i32) -> bool {
+    send(pgid, sig, true)
+}
+
+/// The one `kill` of the tests. A pid of 0 (a server whose process is gone, say) would make it
+/// signal this test process's whole group, every other test's dlocks and shells with it (a
+/// SIGCONT there once woke another test's stopped holder), and -1 every process we may signal:
+/// never sent.
+fn send(target: u32, sig: i32, group: bool) -> bool {
+    let target = libc::pid_t::try_from(target).unwrap_or(0);
+    assert!(
+        target > 1,
+        "no process to send signal {sig} to (pid {target})"
+    );
+    let target = if group { -target } else { target };
+    // SAFETY: kill has no memory effects; the target is a process or group of ours, above 1.
+    unsafe { libc::kill(target, sig) == 0 }
 }
 
 /// Stops a process we started (SIGSTOP) for `pause`, then lets it go on: a fault driver's pause.

@@ -215,8 +215,12 @@ impl MyServer {
         self.port
     }
 
+    /// The server's process (not 0 once it is gone: that pid would be this test's own group).
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.child
+            .as_ref()
+            .map(Child::id)
+            .expect("the server's process is running")
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -312,13 +316,15 @@ impl MyServer {
 
 impl Pausable for MyServer {
     fn pause(&self) {
-        // SAFETY: kill has no memory effects; the pid is this server's.
-        unsafe { libc::kill(self.pid() as i32, libc::SIGSTOP) };
+        if let Some(server) = &self.child {
+            super::signal(server.id(), libc::SIGSTOP);
+        }
     }
 
     fn resume(&self) {
-        // SAFETY: as above.
-        unsafe { libc::kill(self.pid() as i32, libc::SIGCONT) };
+        if let Some(server) = &self.child {
+            super::signal(server.id(), libc::SIGCONT);
+        }
     }
 
     /// A SIGKILL and a start on the same port, keeping the data.

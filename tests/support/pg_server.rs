@@ -170,8 +170,12 @@ impl PgServer {
         self.port
     }
 
+    /// The server's process (not 0 once it is gone: that pid would be this test's own group).
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.child
+            .as_ref()
+            .map(Child::id)
+            .expect("the server's process is running")
     }
 
     /// `postgres://postgres:PASSWORD@127.0.0.1:PORT/postgres?QUERY`
@@ -239,17 +243,21 @@ impl PgServer {
 
     /// Signals the postmaster and every backend: its process group, which the backends it forks
     /// stay in (no scan of /proc, which could name a pid reused meanwhile).
+    /// Nothing once the server is gone.
     fn signal_all(&self, signal: i32) {
-        // SAFETY: kill has no memory effects; the group is this server's (its postmaster is our
-        // child, not yet reaped, so the group id cannot be reused).
-        unsafe { libc::kill(-(self.pid() as i32), signal) };
+        // The group is this server's: its postmaster is our child, not yet reaped, so the group
+        // id cannot be reused.
+        if let Some(postmaster) = &self.child {
+            super::signal_group(postmaster.id(), signal);
+        }
     }
 
     /// Stops the server as a crash would (immediate shutdown: no checkpoint, recovery at the next
     /// start) and waits for it.
     pub fn crash(&mut self) {
+        // Its backends too: a paused one would hold the shutdown up.
+        self.resume();
         if let Some(mut child) = self.child.take() {
-            self.resume();
             stop_pid(child.id(), libc::SIGQUIT);
             let _ = child.wait();
         }

@@ -10,6 +10,8 @@ use std::process::{Child, Command, Stdio};
 /// still runs) and then removes `dir`. Keep the returned child (its stdin is the pipe) for as long
 /// as the server must run.
 pub fn reaper(pid: u32, dir: &Path, signal: i32) -> Child {
+    // `kill 0` would signal the reaper's own group: this test process's.
+    assert!(pid > 1, "no server process to reap (pid {pid})");
     // Ignores the signals a terminal or a supervisor sends the whole group, so that it outlives
     // this process and does its job; its loops wait (bounded) for the server to be gone before
     // removing what it may still write.

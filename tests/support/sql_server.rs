@@ -78,12 +78,10 @@ pub fn wait_ready(
 /// has exited and is reaped, and SIGKILLs it if it has not by then. Once reaped, its pid is never
 /// signalled again: by then it may be another process's.
 pub fn stop_pid(pid: u32, signal: i32) {
+    // The child is not reaped yet.
+    super::signal(pid, libc::SIGCONT);
+    super::signal(pid, signal);
     let pid = pid as i32;
-    // SAFETY: kill has no memory effects; the child is not reaped yet.
-    unsafe {
-        libc::kill(pid, libc::SIGCONT);
-        libc::kill(pid, signal);
-    }
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(10) {
         let mut status = 0;
@@ -95,8 +93,8 @@ pub fn stop_pid(pid: u32, signal: i32) {
             _ => return,
         }
     }
-    // SAFETY: kill has no memory effects; the child is still not reaped.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // The child is still not reaped.
+    super::signal(pid as u32, libc::SIGKILL);
     let mut status = 0;
     // SAFETY: waitpid on our own child, which SIGKILL ends.
     unsafe { libc::waitpid(pid, &mut status, 0) };
