@@ -1,6 +1,9 @@
 //! dlock on Redis side by side with flock(1) and `etcdctl lock`, all on this machine, in one run:
 //! uncontended latency, 8-way contended acquisitions per second, handoff latency from one holder to
 //! the next, and Redis commands per handoff with 5 and 50 waiters (from INFO commandstats).
+//! Uncontended, beside them, the floor of any tool that keeps its lock in Redis and opens a
+//! connection per run: this benchmark's own executable run as `--floor URL`, with the client
+//! dlock uses (redis), connecting, writing, running the command and writing again, with no lock.
 //!
 //! Run: `cargo bench --bench redis` (with `DLOCK_BENCH_BEFORE=PATH`, an older dlock is run in the
 //! same rounds and compared, uncontended). It starts its own redis-server and etcd on free loopback
@@ -40,6 +43,14 @@ fn main() {
         .and_then(|i| args.get(i + 1))
     {
         stamp(Path::new(file));
+        return;
+    }
+    if let Some(url) = args
+        .iter()
+        .position(|a| a == "--floor")
+        .and_then(|i| args.get(i + 1))
+    {
+        floor(url);
         return;
     }
     let dlock = support::dlock_bin();
@@ -84,10 +95,13 @@ fn main() {
             }),
         ),
     ];
+    let before = std::env::var("DLOCK_BENCH_BEFORE").ok();
+    let bench = std::env::current_exe().expect("own path");
+    let bench = bench.to_str().expect("UTF-8 path");
+    let mut tools = tools;
+    tools.push(("floor", Box::new(|| command(bench, &["--floor", &url]))));
     // DLOCK_BENCH_BEFORE=PATH: an older dlock, run in the same rounds, so what a change costs
     // is read as a ratio of one run (the lines "before").
-    let before = std::env::var("DLOCK_BENCH_BEFORE").ok();
-    let mut tools = tools;
     if let Some(before) = before.as_deref() {
         let (url, dir) = (url.clone(), lock_dir.clone());
         tools.push((
@@ -122,13 +136,20 @@ fn main() {
     }
     let (redis_u, flock_u, etcd_u) = (medians[0], medians[2], medians[3]);
     if before.is_some() {
-        for (now, then, what) in [(0, 4, "redis"), (1, 5, "file")] {
+        for (now, then, what) in [(0, 5, "redis"), (1, 6, "file")] {
             println!(
                 "  this dlock / the one before, {what}: {:.2}",
                 medians[now].as_secs_f64() / medians[then].as_secs_f64()
             );
         }
     }
+    let floor_u = medians[4].as_secs_f64();
+    println!(
+        "  the floor (connect, write, command, write; no lock): {:.2}x flock(1); dlock redis: \
+         {:.2}x the floor",
+        floor_u / flock_u.as_secs_f64(),
+        redis_u.as_secs_f64() / floor_u
+    );
     let ratio_flock = redis_u.as_secs_f64() / flock_u.as_secs_f64();
     let ratio_etcd = etcd_u.as_secs_f64() / redis_u.as_secs_f64();
     goal(
@@ -218,6 +239,25 @@ fn main() {
 
 /// Makes the command for one run of a tool.
 type Tool<'a> = Box<dyn Fn() -> Command + 'a>;
+
+/// The floor (`--floor URL`): what any tool that keeps its lock in Redis and opens a connection
+/// per run does at least, with the client dlock uses: connect, write, run the command, write
+/// again. No lock, no lease, no script.
+fn floor(url: &str) {
+    let client = redis::Client::open(url).expect("the floor's URL");
+    let mut conn = client.get_connection().expect("connect");
+    let mut write = |what: &str| {
+        let () = redis::cmd("SET")
+            .arg("bench-floor")
+            .arg(1)
+            .query(&mut conn)
+            .expect(what);
+    };
+    write("the first write");
+    let status = Command::new("true").status().expect("run true");
+    assert!(status.success());
+    write("the second write");
+}
 
 fn command(program: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(program);
