@@ -6,7 +6,7 @@ pub use super::free_port;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::target::{Kind, ServerControl, Target};
 use super::{wait_until, LockDir};
@@ -33,33 +33,42 @@ impl EtcdServer {
     /// etcd-client (scripts/test installs them).
     pub fn start() -> EtcdServer {
         let mut etcd = EtcdServer::unstarted("test", None);
-        etcd.launch();
+        etcd.launch_fresh(None);
         etcd
     }
 
     /// A member on fresh loopback ports and a fresh data directory, not started yet; clients over
     /// TLS with `tls` (certificate, key, CA).
     fn unstarted(name: &str, tls: Option<(PathBuf, PathBuf, PathBuf)>) -> EtcdServer {
-        let (client, peer) = (free_port(), free_port());
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        EtcdServer {
-            endpoint: format!("{scheme}://127.0.0.1:{client}"),
-            client_port: client,
-            peer_url: format!("http://127.0.0.1:{peer}"),
+        let mut etcd = EtcdServer {
+            endpoint: String::new(),
+            client_port: 0,
+            peer_url: String::new(),
             process: None,
             dir: tempfile::tempdir().expect("etcd dir"),
             name: name.to_owned(),
             cluster: None,
             tls,
             flags: Vec::new(),
-        }
+        };
+        etcd.on_fresh_ports();
+        etcd
+    }
+
+    /// New loopback ports for clients and peers.
+    fn on_fresh_ports(&mut self) {
+        let (client, peer) = (free_port(), free_port());
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        self.endpoint = format!("{scheme}://127.0.0.1:{client}");
+        self.client_port = client;
+        self.peer_url = format!("http://127.0.0.1:{peer}");
     }
 
     /// As `start`, with more of etcd's `flags`.
     pub fn start_with(flags: &[&str]) -> EtcdServer {
         let mut etcd = EtcdServer::unstarted("test", None);
         etcd.flags = flags.iter().map(|f| f.to_string()).collect();
-        etcd.launch();
+        etcd.launch_fresh(None);
         etcd
     }
 
@@ -67,7 +76,7 @@ impl EtcdServer {
     pub fn start_tls(files: &super::tls::TlsFiles) -> EtcdServer {
         let tls = (files.cert.clone(), files.key.clone(), files.ca.clone());
         let mut etcd = EtcdServer::unstarted("test", Some(tls));
-        etcd.launch();
+        etcd.launch_fresh(None);
         etcd
     }
 
@@ -78,20 +87,59 @@ impl EtcdServer {
         static SHARED: std::sync::OnceLock<EtcdServer> = std::sync::OnceLock::new();
         SHARED.get_or_init(|| {
             let mut etcd = EtcdServer::unstarted("test", None);
-            etcd.launch_watched(Some(std::process::id()));
+            etcd.launch_fresh(Some(std::process::id()));
             etcd
         })
     }
 
+    /// Starts a member that has served before again, on the same address and data.
     fn launch(&mut self) {
-        self.launch_watched(None);
+        if let Err(log) = self.launch_watched(None) {
+            panic!("etcd exited before serving again: {log}");
+        }
+    }
+
+    /// Starts a new member and waits until it serves. Its ports were free when probed, but another
+    /// test may bind one first: a member that exits for that is started again on new ports and a
+    /// new directory (up to five times). Any other exit before serving fails, with etcd's log.
+    fn launch_fresh(&mut self, watcher: Option<u32>) {
+        for _ in 0..5 {
+            match self.launch_watched(watcher) {
+                Ok(()) => return,
+                Err(log) if log.contains("address already in use") => {
+                    self.on_fresh_ports();
+                    self.dir = tempfile::tempdir().expect("etcd dir");
+                }
+                Err(log) => panic!("etcd exited before serving: {log}"),
+            }
+        }
+        panic!("etcd found its ports taken five times");
     }
 
     /// Starts etcd; with `watcher`, under a shell that kills it (by its pid) once that process is
-    /// gone, checking twice a second.
-    fn launch_watched(&mut self, watcher: Option<u32>) {
+    /// gone, checking twice a second. Waits until it serves: `Err` with its log if it exits first.
+    fn launch_watched(&mut self, watcher: Option<u32>) -> Result<(), String> {
         self.spawn(watcher);
-        wait_until("etcd to serve", Duration::from_secs(60), || self.healthy());
+        let end = Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.healthy() {
+                return Ok(());
+            }
+            if let Some(Ok(Some(_))) = self.process.as_mut().map(Child::try_wait) {
+                self.process = None;
+                return Err(self.log());
+            }
+            assert!(
+                Instant::now() < end,
+                "etcd not serving after 60 s: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
     }
 
     /// Starts etcd without waiting for it (a cluster member serves only once a majority is up).
@@ -103,13 +151,15 @@ impl EtcdServer {
             .expect("etcd log");
         let mut command = match watcher {
             None => Command::new("etcd"),
-            // The shared server's directory is never dropped either: the shell removes it.
+            // The shared server's directory is never dropped either: the shell removes it once
+            // that process is gone (a directory etcd left early is `launch_fresh`'s to drop).
             Some(pid) => {
                 let mut sh = Command::new("sh");
                 sh.arg("-c")
                     .arg(format!(
                         "etcd \"$@\" & e=$!; while kill -0 {pid} 2>/dev/null && kill -0 $e 2>/dev/null; \
-                         do sleep 0.5; done; kill $e 2>/dev/null; wait $e; rm -rf -- {}",
+                         do sleep 0.5; done; kill $e 2>/dev/null; wait $e; \
+                         kill -0 {pid} 2>/dev/null || rm -rf -- {}",
                         shell_quote(&self.dir.path().display().to_string())
                     ))
                     .arg("etcd");

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::reaper::reaper;
 use super::sql_server::{as_server_user, free_port, give_to_server_user};
-use super::sql_server::{stop_pid, wait_ready, Pausable};
+use super::sql_server::{stop_pid, wait_ready, Pausable, PortTaken};
 use super::target::{Kind, Target};
 
 /// root's password on the TCP port.
@@ -34,7 +34,7 @@ pub struct MyServer {
 impl MyServer {
     pub fn start() -> MyServer {
         let mut server = MyServer::init();
-        server.launch();
+        server.launch_fresh();
         server.setup();
         server
     }
@@ -44,7 +44,7 @@ impl MyServer {
     pub fn start_with(options: Vec<String>) -> MyServer {
         let mut server = MyServer::init();
         server.extra = options;
-        server.launch();
+        server.launch_fresh();
         server.setup();
         server
     }
@@ -64,7 +64,7 @@ impl MyServer {
             format!("--ssl-cert={}", c.display()),
             format!("--ssl-key={}", k.display()),
         ];
-        server.launch();
+        server.launch_fresh();
         server.setup();
         server
     }
@@ -123,12 +123,31 @@ impl MyServer {
             ("FAKETIME".into(), shift.into()),
             ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
         ];
-        server.launch();
+        server.launch_fresh();
         server.setup();
         server
     }
 
+    /// Starts a new server: on another port when another test took the one probed (five tries).
+    fn launch_fresh(&mut self) {
+        for _ in 0..5 {
+            if self.launch_on_port().is_ok() {
+                return;
+            }
+            let _ = std::fs::remove_file(self.log_path());
+            self.port = free_port();
+        }
+        panic!("mariadbd found its port taken five times");
+    }
+
+    /// Starts the server again on its port, after a crash.
     fn launch(&mut self) {
+        if self.launch_on_port().is_err() {
+            panic!("mariadbd's port {} was taken while it was down", self.port);
+        }
+    }
+
+    fn launch_on_port(&mut self) -> Result<(), PortTaken> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -180,7 +199,7 @@ impl MyServer {
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success())
-        });
+        })
     }
 
     /// root's password on TCP, and dlock's database.
@@ -308,7 +327,11 @@ impl MyServer {
     /// Kills the server as a crash would (SIGKILL: InnoDB recovers at the next start).
     pub fn crash(&mut self) {
         if let Some(mut child) = self.child.take() {
-            stop_pid(child.id(), libc::SIGKILL);
+            // Never a process already reaped (`wait_ready` reaps one that exited early): its pid
+            // may be another's by now.
+            if let Ok(None) = child.try_wait() {
+                stop_pid(child.id(), libc::SIGKILL);
+            }
             let _ = child.wait();
         }
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::reaper::reaper;
 pub use super::sql_server::{as_server_user, free_port, give_to_server_user};
-use super::sql_server::{stop_pid, wait_ready, Pausable};
+use super::sql_server::{stop_pid, wait_ready, Pausable, PortTaken};
 use super::target::{Kind, Target};
 
 pub const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -50,7 +50,7 @@ impl PgServer {
             format!("ssl_cert_file={}", c.display()),
             format!("ssl_key_file={}", k.display()),
         ];
-        server.launch();
+        server.launch_fresh();
         server
     }
 
@@ -58,7 +58,7 @@ impl PgServer {
     pub fn start_with(extra: Vec<String>) -> PgServer {
         let mut server = PgServer::init();
         server.extra = extra;
-        server.launch();
+        server.launch_fresh();
         server
     }
 
@@ -104,7 +104,26 @@ impl PgServer {
         }
     }
 
+    /// Starts a new server: on another port when another test took the one probed (five tries).
+    fn launch_fresh(&mut self) {
+        for _ in 0..5 {
+            if self.launch_on_port().is_ok() {
+                return;
+            }
+            let _ = std::fs::remove_file(self.log_path());
+            self.port = free_port();
+        }
+        panic!("postgres found its port taken five times");
+    }
+
+    /// Starts the server again on its port, after a crash.
     fn launch(&mut self) {
+        if self.launch_on_port().is_err() {
+            panic!("postgres's port {} was taken while it was down", self.port);
+        }
+    }
+
+    fn launch_on_port(&mut self) -> Result<(), PortTaken> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -139,7 +158,7 @@ impl PgServer {
                 .args(["-q", "-h", "127.0.0.1", "-p", &port])
                 .status()
                 .is_ok_and(|s| s.success())
-        });
+        })
     }
 
     /// The server shared by the tests of this run, stopped when the run ends.
@@ -255,10 +274,14 @@ impl PgServer {
     /// Stops the server as a crash would (immediate shutdown: no checkpoint, recovery at the next
     /// start) and waits for it.
     pub fn crash(&mut self) {
-        // Its backends too: a paused one would hold the shutdown up.
-        self.resume();
         if let Some(mut child) = self.child.take() {
-            stop_pid(child.id(), libc::SIGQUIT);
+            // Never a process already reaped (`wait_ready` reaps one that exited early): its pid
+            // may be another's by now.
+            if let Ok(None) = child.try_wait() {
+                // Its backends too: a paused one would hold the shutdown up.
+                super::signal_group(child.id(), libc::SIGCONT);
+                stop_pid(child.id(), libc::SIGQUIT);
+            }
             let _ = child.wait();
         }
     }

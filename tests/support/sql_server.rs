@@ -51,32 +51,43 @@ pub fn give_to_server_user(path: &Path) {
     }
 }
 
-/// Waits until `ready` says the server `name` (started as `child`) answers; fails with its log
-/// (`log`) when it exits first or is not ready `within`.
+/// A server that exited at its start because its port was taken: free when probed, another test
+/// bound it first.
+pub struct PortTaken;
+
+/// Waits until `ready` says the server `name` (started as `child`) answers. `Err(PortTaken)` when it
+/// exited first because its port was taken (its log, `log`, says so; the child is then gone);
+/// fails with the log when it exits for anything else or is not ready `within`.
 pub fn wait_ready(
     name: &str,
     child: &mut Option<Child>,
     within: Duration,
     log: &Path,
     ready: impl Fn() -> bool,
-) {
+) -> Result<(), PortTaken> {
     let log = || std::fs::read_to_string(log).unwrap_or_default();
     let start = Instant::now();
     loop {
         if ready() {
-            return;
+            return Ok(());
         }
         if let Some(Ok(Some(status))) = child.as_mut().map(|c| c.try_wait()) {
-            panic!("{name} exited ({status}): {}", log());
+            let said = log();
+            if said.to_lowercase().contains("address already in use") {
+                *child = None;
+                return Err(PortTaken);
+            }
+            panic!("{name} exited ({status}): {said}");
         }
         assert!(start.elapsed() < within, "{name} not ready: {}", log());
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
-/// Sends `signal` (a paused server continued first) to our child `pid`, waits (bounded) until it
-/// has exited and is reaped, and SIGKILLs it if it has not by then. Once reaped, its pid is never
-/// signalled again: by then it may be another process's.
+/// Sends `signal` (a paused server continued first) to our child `pid`, which has not been reaped
+/// (a zombie at most), waits (bounded) until it has exited and is reaped, and SIGKILLs it if it
+/// has not by then. Once reaped, its pid is never signalled again: by then it may be another
+/// process's.
 pub fn stop_pid(pid: u32, signal: i32) {
     // The child is not reaped yet.
     super::signal(pid, libc::SIGCONT);
