@@ -31,7 +31,8 @@ fn an_unreachable_endpoint_exits_69_within_the_connect_timeout() {
     // One that refuses, and one that accepts connections but never answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_port = silent.local_addr().unwrap().port();
-    for port in [free_port(), silent_port] {
+    let (_refusing, refusing_port) = refusing_port();
+    for port in [refusing_port, silent_port] {
         let started = Instant::now();
         let out = output_within(
             at(
@@ -58,7 +59,7 @@ fn an_unreachable_endpoint_exits_69_within_the_connect_timeout() {
 #[test]
 fn every_endpoint_is_tried() {
     let server = shared();
-    let dead = free_port();
+    let (_refusing, dead) = refusing_port();
     let url = format!("etcd://127.0.0.1:{dead},127.0.0.1:{}", server.port());
     let out = output(at(&url, &["run", "endpoints", "--", "true"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));

@@ -15,7 +15,7 @@ mod interop;
 mod last_run;
 mod secure;
 
-use crate::support::etcd_server::{free_port, EtcdServer};
+use crate::support::etcd_server::EtcdServer;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);

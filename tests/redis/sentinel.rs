@@ -230,10 +230,10 @@ fn a_master_the_sentinels_do_not_know_is_a_clear_error() {
 
 #[test]
 fn sentinels_all_down_is_backend_unavailable() {
-    let ports = [free_port(), free_port()];
+    let refusing = [refusing_port(), refusing_port()];
     let url = format!(
         "redis+sentinel://127.0.0.1:{},127.0.0.1:{}/main",
-        ports[0], ports[1]
+        refusing[0].1, refusing[1].1
     );
     let out = output(dlock_at(&[url], &["run", "job", "--", "true"]));
     assert_eq!(code(&out), 69, "{}", stderr(&out));
