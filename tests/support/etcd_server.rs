@@ -122,7 +122,8 @@ impl EtcdServer {
         self.spawn(watcher);
         let end = Instant::now() + Duration::from_secs(60);
         loop {
-            if self.healthy() {
+            // Serving, and on its own port: another test's etcd may answer on a port it took first.
+            if self.healthy() && self.owns_its_port() {
                 return Ok(());
             }
             if let Some(Ok(Some(_))) = self.process.as_mut().map(Child::try_wait) {
@@ -136,6 +137,20 @@ impl EtcdServer {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Whether our etcd (the process started, or the one its watching shell started) listens on
+    /// the client port.
+    fn owns_its_port(&self) -> bool {
+        let Some(started) = &self.process else {
+            return false;
+        };
+        let pid = started.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        std::iter::once(pid)
+            .chain(children.split_whitespace().filter_map(|c| c.parse().ok()))
+            .any(|pid| super::listens_on(pid, self.client_port))
     }
 
     fn log(&self) -> String {

@@ -128,6 +128,33 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Whether our child `pid` listens on 127.0.0.1:`port`: a server we started is ready, and the
+/// port is its own, not another test's server that bound it between our probe and its start (a
+/// connection would reach that one as well).
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    let local = format!("0100007F:{port:04X}");
+    // Fields: sl, local address, remote address, state (0A: LISTEN), ..., inode (the tenth).
+    let listening: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A"))
+                .then(|| Some(format!("socket:[{}]", fields.get(9)?)))?
+        })
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| listening.iter().any(|l| target.as_os_str() == l.as_str()))
+    })
+}
+
 /// A loopback port where a connection is refused, for as long as the returned socket lives: it
 /// is bound, so no other test's server can take it, but not listening. (A free port, once
 /// released, may become another test's server meanwhile, and a store meant to be down answers.)

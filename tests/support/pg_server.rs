@@ -151,13 +151,16 @@ impl PgServer {
             .stdout(log.try_clone().unwrap())
             .stderr(log);
         self.child = Some(cmd.spawn().expect("start postgres"));
-        let port = self.port.to_string();
+        let (port, number) = (self.port.to_string(), self.port);
         let log = self.log_path();
+        let postmaster = self.child.as_ref().map_or(0, Child::id);
+        // Ready, and on its own port: another test's server may answer on a port it took first.
         wait_ready("postgres", &mut self.child, READY_WITHIN, &log, || {
             Command::new(format!("{BIN}/pg_isready"))
                 .args(["-q", "-h", "127.0.0.1", "-p", &port])
                 .status()
                 .is_ok_and(|s| s.success())
+                && super::listens_on(postmaster, number)
         })
     }
 

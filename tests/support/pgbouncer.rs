@@ -6,7 +6,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use super::pg_server::{as_server_user, free_port, give_to_server_user, PgServer, PASSWORD};
-use super::wait_until;
+use super::{listens_on, wait_until};
 
 pub struct PgBouncer {
     port: u16,
@@ -17,6 +17,18 @@ pub struct PgBouncer {
 impl PgBouncer {
     /// PgBouncer for `server`'s database `postgres`, in `pool_mode` (`transaction`, `session`).
     pub fn start(server: &PgServer, pool_mode: &str) -> PgBouncer {
+        // Its port was free when probed, but another test's server may bind it first: then
+        // PgBouncer exits, and starts again on a new one (five tries).
+        for _ in 0..5 {
+            if let Some(pooler) = PgBouncer::start_once(server, pool_mode) {
+                return pooler;
+            }
+        }
+        panic!("pgbouncer found its port taken five times");
+    }
+
+    /// `None` when it exited before it listened.
+    fn start_once(server: &PgServer, pool_mode: &str) -> Option<PgBouncer> {
         let dir = tempfile::tempdir().expect("pgbouncer dir");
         let port = free_port();
         let users = dir.path().join("users.txt");
@@ -42,14 +54,17 @@ impl PgBouncer {
             .stderr(Stdio::null())
             .spawn()
             .expect("pgbouncer is installed (Debian package pgbouncer; scripts/test installs it)");
-        wait_until("pgbouncer to listen", Duration::from_secs(30), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        PgBouncer {
+        let mut pooler = PgBouncer {
             port,
             child,
             _dir: dir,
-        }
+        };
+        let mut exited = false;
+        wait_until("pgbouncer to listen", Duration::from_secs(30), || {
+            exited = matches!(pooler.child.try_wait(), Ok(Some(_)));
+            exited || listens_on(pooler.child.id(), port)
+        });
+        (!exited).then_some(pooler)
     }
 
     /// `postgres://postgres:PASSWORD@127.0.0.1:PORT/postgres?QUERY` through the pooler.

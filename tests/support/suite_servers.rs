@@ -162,7 +162,19 @@ struct EtcdNamespace {
 impl Target {
     /// The etcd backend on the suite's etcd, under a key prefix of its own.
     pub fn suite_etcd() -> Target {
-        let server = EtcdServer::shared();
+        // Its port was free when probed, but another test's server may bind it first: then the
+        // proxy exits, and starts again on a new one (five tries).
+        for _ in 0..5 {
+            if let Some(target) = Target::etcd_namespace(EtcdServer::shared()) {
+                return target;
+            }
+        }
+        panic!("the etcd proxy found its port taken five times");
+    }
+
+    /// A proxy in front of `server` with a namespace of its own; `None` when it exited before it
+    /// listened.
+    fn etcd_namespace(server: &EtcdServer) -> Option<Target> {
         let dir = tempfile::tempdir().expect("the etcd proxy's directory");
         let log = std::fs::File::create(dir.path().join("proxy.log")).expect("the proxy's log");
         let port = free_port();
@@ -180,20 +192,27 @@ impl Target {
             .spawn()
             .expect("etcd is installed (Debian package etcd-server)");
         let reaper = reaper(proxy.id(), dir.path(), libc::SIGKILL);
-        let namespace = EtcdNamespace { proxy, reaper, dir };
+        let mut namespace = EtcdNamespace { proxy, reaper, dir };
+        let mut exited = false;
         super::wait_until(
             "the etcd proxy to listen",
             std::time::Duration::from_secs(60),
-            || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            || {
+                exited = matches!(namespace.proxy.try_wait(), Ok(Some(_)));
+                exited || super::listens_on(namespace.proxy.id(), port)
+            },
         );
+        if exited {
+            return None;
+        }
         let ports = vec![port];
-        Target {
+        Some(Target {
             args: Kind::Etcd.args(&ports),
             kind: Kind::Etcd,
             ports,
             servers: vec![Box::new(namespace)],
             scratch: LockDir::new(),
-        }
+        })
     }
 }
 
