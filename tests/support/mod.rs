@@ -128,22 +128,33 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Whether our child `pid` listens on 127.0.0.1:`port`: a server we started is ready, and the
-/// port is its own, not another test's server that bound it between our probe and its start (a
-/// connection would reach that one as well).
+/// Whether our child `pid` listens on `port` of 127.0.0.1 (or of every address): a server we
+/// started is ready, and the port is its own, not another test's server that bound it between
+/// our probe and its start (a connection would reach that one as well).
 pub fn listens_on(pid: u32, port: u16) -> bool {
-    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
-        return false;
-    };
-    let local = format!("0100007F:{port:04X}");
-    // Fields: sl, local address, remote address, state (0A: LISTEN), ..., inode (the tenth).
-    let listening: Vec<String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            (fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A"))
-                .then(|| Some(format!("socket:[{}]", fields.get(9)?)))?
+    // IPv4 sockets, and IPv6 ones on an IPv4-mapped address or on every address (Java's).
+    let local = [
+        format!("0100007F:{port:04X}"),
+        format!("00000000:{port:04X}"),
+        format!("0000000000000000FFFF00000100007F:{port:04X}"),
+        format!("00000000000000000000000000000000:{port:04X}"),
+    ];
+    // Each line: sl, local address, remote address, state (0A: LISTEN), ..., inode (the tenth).
+    let listening: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    let mine = fields
+                        .get(1)
+                        .is_some_and(|at| local.iter().any(|l| l == at));
+                    (mine && fields.get(3) == Some(&"0A"))
+                        .then(|| Some(format!("socket:[{}]", fields.get(9)?)))?
+                })
+                .collect::<Vec<_>>()
         })
         .collect();
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {

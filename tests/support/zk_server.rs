@@ -283,8 +283,13 @@ impl ZkServer {
             });
         self.process = Some(process);
         let end = Instant::now() + START_LIMIT;
+        let java = self.process.as_ref().map_or(0, Child::id);
         while Instant::now() < end {
-            if four_letter(self.port, "ruok").as_deref() == Some("imok") {
+            // Serving, and on its own port: another test's ZooKeeper may answer on a port it took
+            // first.
+            if four_letter(self.port, "ruok").as_deref() == Some("imok")
+                && super::listens_on(java, self.port)
+            {
                 return true;
             }
             if let Some(status) = self
