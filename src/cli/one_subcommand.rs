@@ -23,11 +23,10 @@ const SUBCOMMANDS: [(&str, AddArguments); 6] = [
 ];
 
 /// The command line with only the subcommand `args` name (the first word that is a subcommand's
-/// name), or `None`. Building all of them and copying the global options into each was most of a
-/// run's start. Where that word was not the subcommand (an option's value), the parse fails and
-/// `matches` parses again with the whole command line; where it succeeds, the whole command line
-/// gives the same parse, as dlock itself takes no word before its subcommand.
-pub fn with_only_named_subcommand(args: &[std::ffi::OsString]) -> Option<clap::Command> {
+/// name), or `None`. Where that word was not the subcommand (an option's value), the parse fails
+/// and `matches` parses again with the whole command line; where it succeeds, the whole command
+/// line gives the same parse, as dlock itself takes no word before its subcommand.
+fn with_only_named_subcommand(args: &[std::ffi::OsString]) -> Option<clap::Command> {
     let (name, add_arguments) = args
         .iter()
         .skip(1)

@@ -22,7 +22,6 @@ pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The client and the runtime it runs on, shared by the backend and every lease it hands out.
 pub(super) struct Connection {
-    /// `None` only while dropping.
     runtime: blocking::Runtime,
     url: EtcdUrl,
     connect_timeout: Duration,
