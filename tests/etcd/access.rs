@@ -31,8 +31,8 @@ fn an_unreachable_endpoint_exits_69_within_the_connect_timeout() {
     // One that refuses, and one that accepts connections but never answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_port = silent.local_addr().unwrap().port();
-    let (_refusing, refusing_port) = refusing_port();
-    for port in [refusing_port, silent_port] {
+    let (_held, refused) = refusing_port();
+    for port in [refused, silent_port] {
         let started = Instant::now();
         let out = output_within(
             at(

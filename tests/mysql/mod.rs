@@ -69,10 +69,10 @@ fn urls_that_cannot_be_read_are_usage_errors_that_never_show_the_password() {
 #[test]
 fn passwords_never_show_in_messages() {
     let port = MyServer::shared().lock().unwrap().port();
-    let (_refusing, free_port) = refusing_port();
+    let (_held, refused) = refusing_port();
     for url in [
         format!("mysql://root:wrong-SECRET@127.0.0.1:{port}/{DATABASE}"),
-        format!("mysql://root:{PASSWORD}@127.0.0.1:{free_port}/{DATABASE}"),
+        format!("mysql://root:{PASSWORD}@127.0.0.1:{refused}/{DATABASE}"),
     ] {
         let out = output(mysql_dlock(&url, &["run", "p", "--", "true"]));
         assert_eq!(code(&out), 69, "{}", stderr(&out));

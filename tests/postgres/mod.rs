@@ -347,8 +347,8 @@ fn passwords_never_show_in_messages() {
     let port = server.port();
     drop(server);
     let wrong = format!("postgres://postgres:wrong-SECRET@127.0.0.1:{port}/postgres");
-    let (_refusing, free_port) = refusing_port();
-    let nobody = format!("postgres://postgres:{PASSWORD}@127.0.0.1:{free_port}/postgres");
+    let (_held, refused) = refusing_port();
+    let nobody = format!("postgres://postgres:{PASSWORD}@127.0.0.1:{refused}/postgres");
     for url in [&wrong, &nobody] {
         let mut cmd = dlock();
         cmd.args([

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::support::redis_server::{dlock_at, free_port, RedisServer};
+use crate::support::redis_server::{dlock_at, RedisServer};
 use crate::support::sentinel_set::SentinelSet;
 use crate::support::watched::Watched;
 use crate::support::*;

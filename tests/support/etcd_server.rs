@@ -2,14 +2,13 @@
 //! the benchmarks that compare dlock with `etcdctl lock`, which can be killed, paused and started
 //! again on the same address and data; stopped when dropped.
 
-pub use super::free_port;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::target::{Kind, ServerControl, Target};
-use super::{wait_until, LockDir};
+use super::{free_port, on_a_free_port, says_port_taken, wait_until, LockDir};
 
 /// A single-member etcd on free loopback ports with a private data directory, killed on drop.
 pub struct EtcdServer {
@@ -51,13 +50,12 @@ impl EtcdServer {
             tls,
             flags: Vec::new(),
         };
-        etcd.on_fresh_ports();
+        etcd.on_ports(free_port(), free_port());
         etcd
     }
 
-    /// New loopback ports for clients and peers.
-    fn on_fresh_ports(&mut self) {
-        let (client, peer) = (free_port(), free_port());
+    /// Its loopback ports for clients and peers.
+    fn on_ports(&mut self, client: u16, peer: u16) {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         self.endpoint = format!("{scheme}://127.0.0.1:{client}");
         self.client_port = client;
@@ -103,17 +101,17 @@ impl EtcdServer {
     /// test may bind one first: a member that exits for that is started again on new ports and a
     /// new directory (up to five times). Any other exit before serving fails, with etcd's log.
     fn launch_fresh(&mut self, watcher: Option<u32>) {
-        for _ in 0..5 {
+        on_a_free_port("etcd", |client| {
+            self.on_ports(client, free_port());
             match self.launch_watched(watcher) {
-                Ok(()) => return,
-                Err(log) if log.contains("address already in use") => {
-                    self.on_fresh_ports();
+                Ok(()) => Some(()),
+                Err(log) if says_port_taken(&log) => {
                     self.dir = tempfile::tempdir().expect("etcd dir");
+                    None
                 }
                 Err(log) => panic!("etcd exited before serving: {log}"),
             }
-        }
-        panic!("etcd found its ports taken five times");
+        });
     }
 
     /// Starts etcd; with `watcher`, under a shell that kills it (by its pid) once that process is

@@ -119,13 +119,41 @@ impl LockDir {
 }
 
 /// A loopback port free when asked. Another test may take it before the caller does: for a
-/// server the caller then starts (which fails loudly if it is taken), never for "nothing there"
-/// (see `refusing_port`).
+/// server the caller then starts through `on_a_free_port`, never for "nothing there" (see
+/// `refusing_port`).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
         .port()
+}
+
+/// What `start` makes of a server on a port probed free (`start(port)`), started again on another
+/// port while it answers `None`: the server exited because another test bound the port between
+/// the probe and its start. Five tries.
+pub fn on_a_free_port<T>(what: &str, mut start: impl FnMut(u16) -> Option<T>) -> T {
+    for _ in 0..5 {
+        if let Some(started) = start(free_port()) {
+            return started;
+        }
+    }
+    panic!("{what} found its port taken five times");
+}
+
+/// Whether a server's log says it could not bind its port (etcd, PostgreSQL, MariaDB).
+pub fn says_port_taken(log: &str) -> bool {
+    log.to_lowercase().contains("address already in use")
+}
+
+/// Waits until our child `server` listens on `port` (see `listens_on`): true then, false when it
+/// exits first (its port taken, say); panics with `what` after `limit`.
+pub fn until_listening(what: &str, server: &mut Child, port: u16, limit: Duration) -> bool {
+    let mut exited = false;
+    wait_until(what, limit, || {
+        exited = matches!(server.try_wait(), Ok(Some(_)));
+        exited || listens_on(server.id(), port)
+    });
+    !exited
 }
 
 /// Whether our child `pid` listens on `port` of 127.0.0.1 (or of every address): a server we
@@ -562,4 +590,41 @@ pub fn succeed_after_a_silent_loss(
     let status = wait_exit(&mut dlock, Duration::from_secs(60));
     let said = std::fs::read_to_string(&err).unwrap_or_default();
     (status.code().unwrap_or(-1), said)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A server counts as started only on its own listening socket: not on a port another
+    /// process listens on (the one `listens_on` exists for), nor on one bound and not listening.
+    #[test]
+    fn listens_on_sees_only_a_process_own_listening_socket() {
+        let me = std::process::id();
+        let address =
+            |listener: &std::net::TcpListener| listener.local_addr().expect("its address");
+        let ipv4 = std::net::TcpListener::bind("127.0.0.1:0").expect("an IPv4 listener");
+        // Java's: an IPv6 socket on every address.
+        let ipv6 = std::net::TcpListener::bind("[::]:0").expect("an IPv6 listener");
+        let (v4, v6) = (address(&ipv4).port(), address(&ipv6).port());
+        assert!(super::listens_on(me, v4) && super::listens_on(me, v6));
+        let mut other = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep");
+        let others = super::listens_on(other.id(), v4) || super::listens_on(other.id(), v6);
+        let _ = other.kill();
+        let _ = other.wait();
+        assert!(!others, "another process's listener counted as its own");
+        let (_held, refused) = super::refusing_port();
+        assert!(
+            !super::listens_on(me, refused),
+            "a bound socket counted as listening"
+        );
+    }
+
+    /// A pid of 0 names this test process's own group: never signalled.
+    #[test]
+    #[should_panic(expected = "no process to send signal")]
+    fn no_signal_goes_to_pid_0() {
+        super::signal_group(0, libc::SIGCONT);
+    }
 }

@@ -11,8 +11,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use super::reaper::reaper;
-use super::sql_server::{as_server_user, free_port, give_to_server_user};
-use super::sql_server::{stop_pid, wait_ready, Pausable, PortTaken};
+use super::sql_server::{as_server_user, give_to_server_user};
+use super::sql_server::{stop_pid, wait_ready, Launch, Pausable, PortTaken};
 use super::target::{Kind, Target};
 
 /// root's password on the TCP port.
@@ -102,7 +102,8 @@ impl MyServer {
         );
         MyServer {
             dir,
-            port: free_port(),
+            // `launch_fresh` picks it.
+            port: 0,
             child: None,
             extra: vec![],
             env: vec![],
@@ -126,80 +127,6 @@ impl MyServer {
         server.launch_fresh();
         server.setup();
         server
-    }
-
-    /// Starts a new server: on another port when another test took the one probed (five tries).
-    fn launch_fresh(&mut self) {
-        for _ in 0..5 {
-            if self.launch_on_port().is_ok() {
-                return;
-            }
-            let _ = std::fs::remove_file(self.log_path());
-            self.port = free_port();
-        }
-        panic!("mariadbd found its port taken five times");
-    }
-
-    /// Starts the server again on its port, after a crash.
-    fn launch(&mut self) {
-        if self.launch_on_port().is_err() {
-            panic!("mariadbd's port {} was taken while it was down", self.port);
-        }
-    }
-
-    fn launch_on_port(&mut self) -> Result<(), PortTaken> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .expect("server log");
-        // The environment through `env`, after setpriv: preloaded into setpriv itself, libfaketime
-        // would make its semaphore as root, which mariadbd as nobody then cannot open.
-        let mut cmd = as_server_user("/usr/bin/env");
-        cmd.args(self.env.iter().map(|(k, v)| format!("{k}={v}")))
-            .arg("/usr/sbin/mariadbd")
-            .arg("--no-defaults")
-            .arg(format!(
-                "--datadir={}",
-                self.dir.path().join("data").display()
-            ))
-            .arg(format!(
-                "--tmpdir={}",
-                self.dir.path().join("tmp").display()
-            ))
-            .arg(format!("--socket={}", self.socket().display()))
-            .arg(format!(
-                "--pid-file={}",
-                self.dir.path().join("pid").display()
-            ))
-            .arg(format!("--port={}", self.port))
-            .args([
-                "--bind-address=127.0.0.1",
-                "--skip-name-resolve",
-                "--innodb-flush-log-at-trx-commit=2",
-                "--innodb-buffer-pool-size=32M",
-                "--max-connections=300",
-                "--skip-log-bin",
-            ])
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            // Its own group, like every test server (see pg_server::as_server_user).
-            .process_group(0);
-        self.child = Some(cmd.spawn().expect("start mariadbd"));
-        let socket = self.socket();
-        let log = self.log_path();
-        wait_ready("mariadbd", &mut self.child, READY_WITHIN, &log, || {
-            Command::new("mariadb-admin")
-                .arg("--no-defaults")
-                .arg(format!("--socket={}", socket.display()))
-                .args(["-uroot", "--connect-timeout=2", "ping"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
     }
 
     /// root's password on TCP, and dlock's database.
@@ -254,10 +181,6 @@ impl MyServer {
             url.push_str(query);
         }
         url
-    }
-
-    pub fn log_path(&self) -> PathBuf {
-        self.dir.path().join("server.log")
     }
 
     pub fn log(&self) -> String {
@@ -334,6 +257,69 @@ impl MyServer {
             }
             let _ = child.wait();
         }
+    }
+}
+
+impl Launch for MyServer {
+    const NAME: &'static str = "mariadbd";
+
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn set_port(&mut self, port: u16) {
+        self.port = port;
+    }
+
+    fn launch_on_port(&mut self) -> Result<(), PortTaken> {
+        let log = self.log_file();
+        // The environment through `env`, after setpriv: preloaded into setpriv itself, libfaketime
+        // would make its semaphore as root, which mariadbd as nobody then cannot open.
+        let mut cmd = as_server_user("/usr/bin/env");
+        cmd.args(self.env.iter().map(|(k, v)| format!("{k}={v}")))
+            .arg("/usr/sbin/mariadbd")
+            .arg("--no-defaults")
+            .arg(format!(
+                "--datadir={}",
+                self.dir.path().join("data").display()
+            ))
+            .arg(format!(
+                "--tmpdir={}",
+                self.dir.path().join("tmp").display()
+            ))
+            .arg(format!("--socket={}", self.socket().display()))
+            .arg(format!(
+                "--pid-file={}",
+                self.dir.path().join("pid").display()
+            ))
+            .arg(format!("--port={}", self.port))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                "--innodb-flush-log-at-trx-commit=2",
+                "--innodb-buffer-pool-size=32M",
+                "--max-connections=300",
+                "--skip-log-bin",
+            ])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            // Its own group, like every test server (see pg_server::as_server_user).
+            .process_group(0);
+        self.child = Some(cmd.spawn().expect("start mariadbd"));
+        let socket = self.socket();
+        let log = self.log_path();
+        wait_ready(Self::NAME, &mut self.child, READY_WITHIN, &log, || {
+            Command::new("mariadb-admin")
+                .arg("--no-defaults")
+                .arg(format!("--socket={}", socket.display()))
+                .args(["-uroot", "--connect-timeout=2", "ping"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
     }
 }
 

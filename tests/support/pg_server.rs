@@ -4,14 +4,14 @@
 //! runs as `nobody`. One shared server per test run (`PgServer::shared`), each test with its own
 //! table prefix; tests that crash or pause the server start their own.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use super::reaper::reaper;
-pub use super::sql_server::{as_server_user, free_port, give_to_server_user};
-use super::sql_server::{stop_pid, wait_ready, Pausable, PortTaken};
+pub use super::sql_server::{as_server_user, give_to_server_user};
+use super::sql_server::{stop_pid, wait_ready, Launch, Pausable, PortTaken};
 use super::target::{Kind, Target};
 
 pub const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -98,70 +98,11 @@ impl PgServer {
         );
         PgServer {
             dir,
-            port: free_port(),
+            // `launch_fresh` picks it.
+            port: 0,
             child: None,
             extra: vec![],
         }
-    }
-
-    /// Starts a new server: on another port when another test took the one probed (five tries).
-    fn launch_fresh(&mut self) {
-        for _ in 0..5 {
-            if self.launch_on_port().is_ok() {
-                return;
-            }
-            let _ = std::fs::remove_file(self.log_path());
-            self.port = free_port();
-        }
-        panic!("postgres found its port taken five times");
-    }
-
-    /// Starts the server again on its port, after a crash.
-    fn launch(&mut self) {
-        if self.launch_on_port().is_err() {
-            panic!("postgres's port {} was taken while it was down", self.port);
-        }
-    }
-
-    fn launch_on_port(&mut self) -> Result<(), PortTaken> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .expect("server log");
-        let mut cmd = as_server_user(&format!("{BIN}/postgres"));
-        cmd.arg("-D")
-            .arg(self.dir.path().join("data"))
-            .args(["-p", &self.port.to_string(), "-k"])
-            .arg(self.dir.path().join("sock"));
-        for setting in [
-            "listen_addresses=127.0.0.1",
-            "fsync=off",
-            "log_statement=all",
-            "log_line_prefix=%a|%p| ",
-            "max_connections=200",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(self.extra.iter().cloned())
-        {
-            cmd.args(["-c", &setting]);
-        }
-        cmd.stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        self.child = Some(cmd.spawn().expect("start postgres"));
-        let (port, number) = (self.port.to_string(), self.port);
-        let log = self.log_path();
-        let postmaster = self.child.as_ref().map_or(0, Child::id);
-        // Ready, and on its own port: another test's server may answer on a port it took first.
-        wait_ready("postgres", &mut self.child, READY_WITHIN, &log, || {
-            Command::new(format!("{BIN}/pg_isready"))
-                .args(["-q", "-h", "127.0.0.1", "-p", &port])
-                .status()
-                .is_ok_and(|s| s.success())
-                && super::listens_on(postmaster, number)
-        })
     }
 
     /// The server shared by the tests of this run, stopped when the run ends.
@@ -213,10 +154,6 @@ impl PgServer {
         url
     }
 
-    pub fn log_path(&self) -> PathBuf {
-        self.dir.path().join("server.log")
-    }
-
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
@@ -264,8 +201,8 @@ impl PgServer {
     }
 
     /// Signals the postmaster and every backend: its process group, which the backends it forks
-    /// stay in (no scan of /proc, which could name a pid reused meanwhile).
-    /// Nothing once the server is gone.
+    /// stay in (no scan of /proc, which could name a pid reused meanwhile). Nothing once the server
+    /// is gone.
     fn signal_all(&self, signal: i32) {
         // The group is this server's: its postmaster is our child, not yet reaped, so the group
         // id cannot be reused.
@@ -287,6 +224,56 @@ impl PgServer {
             }
             let _ = child.wait();
         }
+    }
+}
+
+impl Launch for PgServer {
+    const NAME: &'static str = "postgres";
+
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn set_port(&mut self, port: u16) {
+        self.port = port;
+    }
+
+    fn launch_on_port(&mut self) -> Result<(), PortTaken> {
+        let log = self.log_file();
+        let mut cmd = as_server_user(&format!("{BIN}/postgres"));
+        cmd.arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(self.dir.path().join("sock"));
+        for setting in [
+            "listen_addresses=127.0.0.1",
+            "fsync=off",
+            "log_statement=all",
+            "log_line_prefix=%a|%p| ",
+            "max_connections=200",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(self.extra.iter().cloned())
+        {
+            cmd.args(["-c", &setting]);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let postmaster = cmd.spawn().expect("start postgres");
+        let pid = postmaster.id();
+        self.child = Some(postmaster);
+        let port = self.port;
+        let log = self.log_path();
+        // Ready, and on its own port: another test's server may answer on a port it took first.
+        wait_ready(Self::NAME, &mut self.child, READY_WITHIN, &log, || {
+            Command::new(format!("{BIN}/pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string()])
+                .status()
+                .is_ok_and(|s| s.success())
+                && super::listens_on(pid, port)
+        })
     }
 }
 

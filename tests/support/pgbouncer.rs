@@ -5,8 +5,8 @@
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use super::pg_server::{as_server_user, free_port, give_to_server_user, PgServer, PASSWORD};
-use super::{listens_on, wait_until};
+use super::pg_server::{as_server_user, give_to_server_user, PgServer, PASSWORD};
+use super::{on_a_free_port, until_listening};
 
 pub struct PgBouncer {
     port: u16,
@@ -17,20 +17,14 @@ pub struct PgBouncer {
 impl PgBouncer {
     /// PgBouncer for `server`'s database `postgres`, in `pool_mode` (`transaction`, `session`).
     pub fn start(server: &PgServer, pool_mode: &str) -> PgBouncer {
-        // Its port was free when probed, but another test's server may bind it first: then
-        // PgBouncer exits, and starts again on a new one (five tries).
-        for _ in 0..5 {
-            if let Some(pooler) = PgBouncer::start_once(server, pool_mode) {
-                return pooler;
-            }
-        }
-        panic!("pgbouncer found its port taken five times");
+        on_a_free_port("pgbouncer", |port| {
+            PgBouncer::start_on(port, server, pool_mode)
+        })
     }
 
-    /// `None` when it exited before it listened.
-    fn start_once(server: &PgServer, pool_mode: &str) -> Option<PgBouncer> {
+    /// `None` when it exited before it listened on `port`.
+    fn start_on(port: u16, server: &PgServer, pool_mode: &str) -> Option<PgBouncer> {
         let dir = tempfile::tempdir().expect("pgbouncer dir");
-        let port = free_port();
         let users = dir.path().join("users.txt");
         std::fs::write(&users, format!("\"postgres\" \"{PASSWORD}\"\n")).unwrap();
         let ini = dir.path().join("pgbouncer.ini");
@@ -59,12 +53,8 @@ impl PgBouncer {
             child,
             _dir: dir,
         };
-        let mut exited = false;
-        wait_until("pgbouncer to listen", Duration::from_secs(30), || {
-            exited = matches!(pooler.child.try_wait(), Ok(Some(_)));
-            exited || listens_on(pooler.child.id(), port)
-        });
-        (!exited).then_some(pooler)
+        let within = Duration::from_secs(30);
+        until_listening("pgbouncer to listen", &mut pooler.child, port, within).then_some(pooler)
     }
 
     /// `postgres://postgres:PASSWORD@127.0.0.1:PORT/postgres?QUERY` through the pooler.

@@ -2,7 +2,6 @@
 //! no persistence, ready when `start` returns (it has printed that it accepts connections), and
 //! killed when dropped. Only the process this helper started is ever signalled.
 
-pub use super::free_port;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -12,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::target::{ServerControl, Target};
-use super::LockDir;
+use super::{free_port, LockDir};
 
 /// How long a server may take to say it is ready.
 const READY_WITHIN: Duration = Duration::from_secs(20);

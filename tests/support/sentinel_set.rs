@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::redis_server::{dlock_at, free_port, RedisServer};
+use super::free_port;
+use super::redis_server::{dlock_at, RedisServer};
 use super::wait_until;
 
 /// The master's name as the sentinels know it.

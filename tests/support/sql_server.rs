@@ -2,9 +2,8 @@
 //! process group of their own, waiting until one answers, stopping the run's shared server when
 //! the run ends, and the fault checker's pause and crash.
 
-pub use super::free_port;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -73,7 +72,7 @@ pub fn wait_ready(
         }
         if let Some(Ok(Some(status))) = child.as_mut().map(|c| c.try_wait()) {
             let said = log();
-            if said.to_lowercase().contains("address already in use") {
+            if super::says_port_taken(&said) {
                 *child = None;
                 return Err(PortTaken);
             }
@@ -109,6 +108,48 @@ pub fn stop_pid(pid: u32, signal: i32) {
     let mut status = 0;
     // SAFETY: waitpid on our own child, which SIGKILL ends.
     unsafe { libc::waitpid(pid, &mut status, 0) };
+}
+
+/// How a SQL test server starts: first on a port probed free (on another when another test took
+/// it first), and after a crash again on its own port.
+pub trait Launch {
+    /// The server's program, for failures.
+    const NAME: &'static str;
+    /// Its directory, which holds `server.log`.
+    fn dir(&self) -> &Path;
+    fn set_port(&mut self, port: u16);
+    /// Starts the process on the server's port and waits until it answers (`wait_ready`).
+    fn launch_on_port(&mut self) -> Result<(), PortTaken>;
+
+    fn log_path(&self) -> PathBuf {
+        self.dir().join("server.log")
+    }
+
+    /// The log, for the server's output: appended to, across restarts.
+    fn log_file(&self) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("server log")
+    }
+
+    /// Starts a new server.
+    fn launch_fresh(&mut self) {
+        super::on_a_free_port(Self::NAME, |port| {
+            self.set_port(port);
+            // This try's output only: a taken port is read from it.
+            let _ = std::fs::remove_file(self.log_path());
+            self.launch_on_port().ok()
+        });
+    }
+
+    /// Starts the server again on its own port, after a crash.
+    fn launch(&mut self) {
+        if self.launch_on_port().is_err() {
+            panic!("{}'s port was taken while it was down", Self::NAME);
+        }
+    }
 }
 
 /// What the fault checker does to a SQL test server.

@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use super::etcd_server::{free_port, EtcdServer};
+use super::etcd_server::EtcdServer;
 use super::reaper::reaper;
 use super::redis_cluster::RedisCluster;
 use super::redis_server::RedisServer;
@@ -162,22 +162,17 @@ struct EtcdNamespace {
 impl Target {
     /// The etcd backend on the suite's etcd, under a key prefix of its own.
     pub fn suite_etcd() -> Target {
-        // Its port was free when probed, but another test's server may bind it first: then the
-        // proxy exits, and starts again on a new one (five tries).
-        for _ in 0..5 {
-            if let Some(target) = Target::etcd_namespace(EtcdServer::shared()) {
-                return target;
-            }
-        }
-        panic!("the etcd proxy found its port taken five times");
+        let server = EtcdServer::shared();
+        super::on_a_free_port("the etcd proxy", |port| {
+            Target::etcd_namespace(port, server)
+        })
     }
 
-    /// A proxy in front of `server` with a namespace of its own; `None` when it exited before it
-    /// listened.
-    fn etcd_namespace(server: &EtcdServer) -> Option<Target> {
+    /// A proxy on `port` in front of `server` with a namespace of its own; `None` when it exited
+    /// before it listened.
+    fn etcd_namespace(port: u16, server: &EtcdServer) -> Option<Target> {
         let dir = tempfile::tempdir().expect("the etcd proxy's directory");
         let log = std::fs::File::create(dir.path().join("proxy.log")).expect("the proxy's log");
-        let port = free_port();
         let proxy = Command::new("etcd")
             .args(["grpc-proxy", "start", "--endpoints"])
             .arg(format!("127.0.0.1:{}", server.port()))
@@ -193,16 +188,13 @@ impl Target {
             .expect("etcd is installed (Debian package etcd-server)");
         let reaper = reaper(proxy.id(), dir.path(), libc::SIGKILL);
         let mut namespace = EtcdNamespace { proxy, reaper, dir };
-        let mut exited = false;
-        super::wait_until(
+        let within = std::time::Duration::from_secs(60);
+        if !super::until_listening(
             "the etcd proxy to listen",
-            std::time::Duration::from_secs(60),
-            || {
-                exited = matches!(namespace.proxy.try_wait(), Ok(Some(_)));
-                exited || super::listens_on(namespace.proxy.id(), port)
-            },
-        );
-        if exited {
+            &mut namespace.proxy,
+            port,
+            within,
+        ) {
             return None;
         }
         let ports = vec![port];

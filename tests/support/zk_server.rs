@@ -5,7 +5,6 @@
 //! Also a raw client (the same Rust crate dlock uses) for looking at the nodes dlock leaves behind
 //! and for acting as another ZooKeeper identity.
 
-pub use super::free_port;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -14,6 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
+
+use super::free_port;
 
 const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 /// Longest a JVM may take to start serving on a busy two-core machine.
@@ -281,9 +282,9 @@ impl ZkServer {
             .unwrap_or_else(|e| {
                 panic!("cannot start java for ZooKeeper (is a JRE installed?): {e}")
             });
+        let java = process.id();
         self.process = Some(process);
         let end = Instant::now() + START_LIMIT;
-        let java = self.process.as_ref().map_or(0, Child::id);
         while Instant::now() < end {
             // Serving, and on its own port: another test's ZooKeeper may answer on a port it took
             // first.
