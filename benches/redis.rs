@@ -2,14 +2,16 @@
 //! uncontended latency, 8-way contended acquisitions per second, handoff latency from one holder to
 //! the next, and Redis commands per handoff with 5 and 50 waiters (from INFO commandstats).
 //! Uncontended, beside them, the floor of any tool that keeps its lock in Redis and opens a
-//! connection per run: this benchmark's own executable run as `--floor URL`, with the client
-//! dlock uses (redis), connecting, writing, running the command and writing again, with no lock.
+//! connection per run: this benchmark's own executable run as `floor-around URL` (see
+//! side_by_side), with the client dlock uses (redis), connecting, writing, running the command and
+//! writing again, with no lock.
 //!
 //! Run: `cargo bench --bench redis` (with `DLOCK_BENCH_BEFORE=PATH`, an older dlock is run in the
 //! same rounds and compared, uncontended). It starts its own redis-server and etcd on free loopback
 //! ports (with temporary data directories) and stops them at the end. Every loop is bounded both
 //! by a count and by a time budget.
 
+mod side_by_side;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -45,12 +47,7 @@ fn main() {
         stamp(Path::new(file));
         return;
     }
-    if let Some(url) = args
-        .iter()
-        .position(|a| a == "--floor")
-        .and_then(|i| args.get(i + 1))
-    {
-        floor(url);
+    if side_by_side::run_floor_if_asked(connect_and_write) {
         return;
     }
     let dlock = support::dlock_bin();
@@ -99,7 +96,10 @@ fn main() {
     let bench = std::env::current_exe().expect("own path");
     let bench = bench.to_str().expect("UTF-8 path");
     let mut tools = tools;
-    tools.push(("floor", Box::new(|| command(bench, &["--floor", &url]))));
+    tools.push((
+        "floor",
+        Box::new(|| command(bench, &["floor-around", &url])),
+    ));
     // DLOCK_BENCH_BEFORE=PATH: an older dlock, run in the same rounds, so what a change costs
     // is read as a ratio of one run (the lines "before").
     if let Some(before) = before.as_deref() {
@@ -134,24 +134,36 @@ fn main() {
     for ((name, _), m) in tools.iter().zip(&medians) {
         println!("  {name:<14} {:>8.3} ms", ms(*m));
     }
-    let (redis_u, flock_u, etcd_u) = (medians[0], medians[2], medians[3]);
+    // A tool's median, by its name in `tools`.
+    let median_of = |tool: &str| {
+        let at = tools.iter().position(|(name, _)| *name == tool);
+        medians[at.expect("a tool of this benchmark")].as_secs_f64()
+    };
+    let (redis_u, flock_u, etcd_u) = (
+        median_of("dlock redis"),
+        median_of("flock"),
+        median_of("etcdctl lock"),
+    );
     if before.is_some() {
-        for (now, then, what) in [(0, 5, "redis"), (1, 6, "file")] {
+        for (now, then, what) in [
+            ("dlock redis", "redis (before)", "redis"),
+            ("dlock file", "file (before)", "file"),
+        ] {
             println!(
                 "  this dlock / the one before, {what}: {:.2}",
-                medians[now].as_secs_f64() / medians[then].as_secs_f64()
+                median_of(now) / median_of(then)
             );
         }
     }
-    let floor_u = medians[4].as_secs_f64();
+    let floor_u = median_of("floor");
     println!(
         "  the floor (connect, write, command, write; no lock): {:.2}x flock(1); dlock redis: \
          {:.2}x the floor",
-        floor_u / flock_u.as_secs_f64(),
-        redis_u.as_secs_f64() / floor_u
+        floor_u / flock_u,
+        redis_u / floor_u
     );
-    let ratio_flock = redis_u.as_secs_f64() / flock_u.as_secs_f64();
-    let ratio_etcd = etcd_u.as_secs_f64() / redis_u.as_secs_f64();
+    let ratio_flock = redis_u / flock_u;
+    let ratio_etcd = etcd_u / redis_u;
     goal(
         "dlock redis / flock",
         ratio_flock,
@@ -240,10 +252,10 @@ fn main() {
 /// Makes the command for one run of a tool.
 type Tool<'a> = Box<dyn Fn() -> Command + 'a>;
 
-/// The floor (`--floor URL`): what any tool that keeps its lock in Redis and opens a connection
-/// per run does at least, with the client dlock uses: connect, write, run the command, write
-/// again. No lock, no lease, no script.
-fn floor(url: &str) {
+/// The floors of a tool that keeps its lock in Redis and opens a connection per run, with the
+/// client dlock uses: connect and write; for `Floor::WriteAround`, the command and a second write
+/// on the same connection. No lock, no lease, no script.
+fn connect_and_write(url: &str, shape: side_by_side::Floor) {
     let client = redis::Client::open(url).expect("the floor's URL");
     let mut conn = client.get_connection().expect("connect");
     let mut write = |what: &str| {
@@ -254,9 +266,10 @@ fn floor(url: &str) {
             .expect(what);
     };
     write("the first write");
-    let status = Command::new("true").status().expect("run true");
-    assert!(status.success());
-    write("the second write");
+    if shape == side_by_side::Floor::WriteAround {
+        side_by_side::command();
+        write("the second write");
+    }
 }
 
 fn command(program: &str, args: &[&str]) -> Command {
