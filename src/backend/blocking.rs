@@ -144,3 +144,40 @@ impl Drop for Runtime {
         }
     }
 }
+
+#[cfg(all(test, feature = "tokio"))]
+mod tests {
+    use super::runtime;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Dropping a runtime returns while a call it started is still stuck: neither a blocking
+    /// call nor a task that never ends holds the caller (and so dlock's exit) up.
+    #[test]
+    fn a_dropped_runtime_does_not_wait_for_a_stuck_call() {
+        for worker in [None, Some("dlock-test")] {
+            let built = runtime(worker).expect("a runtime");
+            let (release, stuck) = mpsc::channel::<()>();
+            let (started, has_started) = mpsc::channel();
+            built.spawn_blocking(move || {
+                started.send(()).unwrap();
+                let _ = stuck.recv();
+            });
+            built.spawn(std::future::pending::<()>());
+            has_started
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the blocking call started");
+            let (dropped, was_dropped) = mpsc::channel();
+            std::thread::spawn(move || {
+                drop(built);
+                dropped.send(()).unwrap();
+            });
+            let returned = was_dropped.recv_timeout(Duration::from_secs(30));
+            release.send(()).unwrap();
+            assert!(
+                returned.is_ok(),
+                "{worker:?}: the drop waited for the stuck call"
+            );
+        }
+    }
+}
