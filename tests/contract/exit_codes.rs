@@ -85,7 +85,7 @@ pub fn busy_lock_exits_75_or_the_conflict_code_without_running_the_child(t: &Tar
         stderr(&out)
     );
     assert!(
-        stderr(&out).contains(&format!("pid {}", holder.dlock.id())),
+        names_pid(&stderr(&out), holder.dlock.id()),
         "{}",
         stderr(&out)
     );

@@ -16,11 +16,7 @@ pub fn status_list_and_forced_release_end_the_holders_run_with_79(t: &Target) {
     let dlock_pid = holder.dlock.id();
     let out = output(t.dlock(&["status", "jobs/a"]));
     assert_eq!(code(&out), 0);
-    assert!(
-        stdout(&out).contains(&format!("pid {dlock_pid}")),
-        "{}",
-        stdout(&out)
-    );
+    assert!(names_pid(&stdout(&out), dlock_pid), "{}", stdout(&out));
     let quiet = output(t.dlock(&["-q", "status", "jobs/a"]));
     assert_eq!(
         (code(&quiet), stdout(&quiet).as_str()),
@@ -50,7 +46,7 @@ pub fn status_list_and_forced_release_end_the_holders_run_with_79(t: &Target) {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(
         stdout(&out).starts_with("released jobs/a\texclusive by")
-            && stdout(&out).contains(&format!("pid {dlock_pid}")),
+            && names_pid(&stdout(&out), dlock_pid),
         "{}",
         stdout(&out)
     );

@@ -184,10 +184,7 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
         let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("  last ")).collect();
         assert_eq!(lines.len(), 4, "{text}");
         assert!(lines[2].starts_with("  waiting: exclusive by "), "{text}");
-        assert!(
-            lines[2].contains(&format!("pid {}", first.child.id())),
-            "{text}"
-        );
+        assert!(names_pid(lines[2], first.child.id()), "{text}");
         assert!(lines[3].starts_with("  waiting: shared by "), "{text}");
     }
     if leased {

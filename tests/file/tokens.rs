@@ -120,8 +120,7 @@ fn a_stalled_forced_release_acts_on_the_current_file_and_tokens_keep_growing() {
         "every token is greater than every earlier one: {t1}, {t2}, {t3}"
     );
     assert!(
-        stdout(&broke).contains(&format!("pid {}", h2.id()))
-            && !stdout(&broke).contains(&format!("pid {}", h1.id())),
+        names_pid(&stdout(&broke), h2.id()) && !names_pid(&stdout(&broke), h1.id()),
         "the stalled break names the holder it broke, the current file's: {}",
         stdout(&broke)
     );

@@ -267,6 +267,13 @@ pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Whether `text` names process `pid` ("pid 123", not the start of "pid 1234").
+pub fn names_pid(text: &str, pid: u32) -> bool {
+    let named = format!("pid {pid}");
+    text.match_indices(&named)
+        .any(|(at, _)| !text[at + named.len()..].starts_with(|c: char| c.is_ascii_digit()))
+}
+
 /// Runs one whole wait `wait_once(flags, tag)` with `-q` and one without, and checks what `reads`
 /// (the server's count of reads of who holds a lock) grew by: nothing under `-q`, where nobody
 /// sees the holders; something without, for the waiting line.
@@ -594,6 +601,16 @@ pub fn succeed_after_a_silent_loss(
 
 #[cfg(test)]
 mod tests {
+    /// A pid is named whole: "pid 123" is not named by "pid 1234", and is by "pid 123," or at
+    /// the end.
+    #[test]
+    fn names_pid_matches_a_whole_pid_only() {
+        assert!(!super::names_pid("held by vm pid 1234, owner x", 123));
+        assert!(super::names_pid("pid 1234, then pid 123, owner x", 123));
+        assert!(super::names_pid("held by vm pid 123", 123));
+        assert!(!super::names_pid("held by vm pid 12", 123));
+    }
+
     /// A server counts as started only on its own listening socket: not on a port another
     /// process listens on (the one `listens_on` exists for), nor on one bound and not listening.
     #[test]
