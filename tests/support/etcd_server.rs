@@ -217,6 +217,7 @@ impl EtcdServer {
             .stderr(log)
             .spawn()
             .expect("etcd is installed (Debian package etcd-server)");
+        super::reaper::end_with_this_process(&process, self.dir.path());
         self.process = Some(process);
     }
 

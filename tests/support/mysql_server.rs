@@ -307,7 +307,9 @@ impl Launch for MyServer {
             .stderr(log)
             // Its own group, like every test server (see pg_server::as_server_user).
             .process_group(0);
-        self.child = Some(cmd.spawn().expect("start mariadbd"));
+        let server = cmd.spawn().expect("start mariadbd");
+        super::reaper::end_with_this_process(&server, self.dir.path());
+        self.child = Some(server);
         let socket = self.socket();
         let log = self.log_path();
         wait_ready(Self::NAME, &mut self.child, READY_WITHIN, &log, || {

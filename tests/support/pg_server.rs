@@ -262,6 +262,7 @@ impl Launch for PgServer {
             .stdout(log.try_clone().unwrap())
             .stderr(log);
         let postmaster = cmd.spawn().expect("start postgres");
+        super::reaper::end_with_this_process(&postmaster, self.dir.path());
         let pid = postmaster.id();
         self.child = Some(postmaster);
         let port = self.port;

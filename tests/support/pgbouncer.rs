@@ -48,6 +48,7 @@ impl PgBouncer {
             .stderr(Stdio::null())
             .spawn()
             .expect("pgbouncer is installed (Debian package pgbouncer; scripts/test installs it)");
+        super::reaper::end_with_this_process(&child, dir.path());
         let mut pooler = PgBouncer {
             port,
             child,

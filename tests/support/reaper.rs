@@ -2,9 +2,16 @@
 //! reaper: a `sh` that waits on a pipe from this process, which the kernel closes when the process
 //! ends, however it ends (tests done, a failed test, Ctrl-C, SIGTERM, SIGKILL); it then stops the
 //! server and removes its directory.
+//!
+//! A test's own server is stopped by its `Drop`, which a killed test process never runs: every
+//! one is also listed with `end_with_this_process`, for one reaper that ends, once this process
+//! has ended, each listed server still running (its whole process group) and removes its
+//! directory.
 
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
 
 /// A reaper that, once this process has ended, sends `signal` to `pid` (SIGKILL after 5 s if it
 /// still runs) and then removes `dir`. Keep the returned child (its stdin is the pipe) for as long
@@ -33,4 +40,114 @@ rm -rf -- "$2""#;
         .stderr(Stdio::null())
         .spawn()
         .expect("start the reaper of a shared server")
+}
+
+/// Lists `server` (started in its own process group, as every test server is) and its directory
+/// `dir` for the reaper of this process's own servers: once this process has ended, however it
+/// ended, that reaper kills the server's group if the same process still runs (its pid with the
+/// start time it has now, so a pid used again by another process is left alone) and removes
+/// `dir` if it is still there. A server stopped and its directory removed before then are passed
+/// over, so nothing is ever taken off the list.
+pub fn end_with_this_process(server: &Child, dir: &Path) {
+    static LISTED: OnceLock<Mutex<(std::fs::File, Child)>> = OnceLock::new();
+    let Some(started) = start_time(server.id()) else {
+        return; // gone (and reaped) already
+    };
+    let listed = LISTED.get_or_init(|| {
+        let (list, path) = tempfile::Builder::new()
+            .prefix(".tmp-servers-")
+            .tempfile()
+            .and_then(|file| file.keep().map_err(|e| e.error))
+            .expect("the list of this process's servers");
+        Mutex::new((list, reaper_of_listed(&path)))
+    });
+    let mut listed = listed.lock().unwrap_or_else(|e| e.into_inner());
+    writeln!(listed.0, "{} {started} {}", server.id(), dir.display())
+        .expect("list a server for its reaper");
+}
+
+/// The process's start time (field 22 of /proc/PID/stat, after the name in parentheses).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.split(' ').nth(19)?.parse().ok()
+}
+
+/// The reaper of the servers listed in `list` (lines `PID START_TIME DIR`); it removes the list
+/// last.
+fn reaper_of_listed(list: &PathBuf) -> Child {
+    // As `reaper`'s; the start time is read as `start_time` does.
+    let script = r#"trap '' INT HUP TERM QUIT
+list=$1
+gone() { i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i + 1)); done; }
+read -r _
+while read -r pid started dir; do
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) && {
+    set -- ${stat##*) }
+    shift 19
+    [ "$1" = "$started" ] && { kill -9 -"$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null; gone "$pid"; }
+  }
+  [ -d "$dir" ] && rm -rf -- "$dir"
+done < "$list"
+rm -f -- "$list""#;
+    Command::new("sh")
+        .args(["-c", script, "reaper"])
+        .arg(list)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the reaper of this process's servers")
+}
+
+#[cfg(test)]
+mod tests {
+    // Imports go inside the tests: the benchmarks, which share this module, compile it without
+    // them.
+    const HELPER: &str = "support::reaper::tests::a_test_s_own_redis_server_until_killed";
+
+    /// A test process killed outright (no `Drop` runs) leaves no server of its own running and
+    /// no server directory behind: its reaper ends them.
+    #[test]
+    fn a_killed_test_process_leaves_no_server_behind() {
+        use crate::support::{alive, signal, wait_exit, wait_until};
+        use std::io::{BufRead, BufReader};
+        use std::path::PathBuf;
+        use std::process::{Command, Stdio};
+        use std::time::Duration;
+
+        let mut tests = Command::new(std::env::current_exe().expect("this test executable"))
+            .args(["--exact", HELPER, "--ignored", "--nocapture"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the helper test");
+        let mut lines = BufReader::new(tests.stdout.take().expect("piped stdout")).lines();
+        let started = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|line| line.strip_prefix("server ").map(str::to_owned))
+            .expect("the helper says its server");
+        let (pid, dir) = started.split_once(' ').expect("PID DIR");
+        let (pid, dir): (u32, PathBuf) = (pid.parse().expect("a pid"), dir.into());
+        assert!(alive(pid) && dir.is_dir(), "{started}");
+        signal(tests.id(), libc::SIGKILL);
+        wait_exit(&mut tests, Duration::from_secs(10));
+        wait_until(
+            "the killed test process's server to end, and its directory to go",
+            Duration::from_secs(30),
+            || !alive(pid) && !dir.exists(),
+        );
+    }
+
+    /// Run by the test above: starts a server of its own, says its pid and directory, and waits
+    /// to be killed.
+    #[test]
+    #[ignore = "a helper, run by a_killed_test_process_leaves_no_server_behind"]
+    fn a_test_s_own_redis_server_until_killed() {
+        let server = crate::support::redis_server::RedisServer::start();
+        println!("server {} {}", server.pid(), server.dir().display());
+        let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0]);
+        drop(server);
+    }
 }

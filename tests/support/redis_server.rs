@@ -117,6 +117,7 @@ impl RedisServer {
             ),
             Err(e) => panic!("cannot start redis-server: {e}"),
         };
+        super::reaper::end_with_this_process(&child, self.dir.path());
         let stdout = child.stdout.take().expect("piped stdout");
         let (ready_tx, ready_rx) = mpsc::channel();
         let log = self.log.clone();

@@ -248,6 +248,7 @@ impl Sentinel {
                 ),
                 Err(e) => panic!("cannot start redis-sentinel: {e}"),
             };
+            super::reaper::end_with_this_process(&child, dir.path());
             let stdout = child.stdout.take().expect("piped stdout");
             let (tx, rx) = std::sync::mpsc::channel();
             // Drains the sentinel's output while it runs, and says when it monitors the master.

@@ -283,6 +283,7 @@ impl ZkServer {
                 panic!("cannot start java for ZooKeeper (is a JRE installed?): {e}")
             });
         let java = process.id();
+        super::reaper::end_with_this_process(&process, self.dir.path());
         self.process = Some(process);
         let end = Instant::now() + START_LIMIT;
         while Instant::now() < end {
