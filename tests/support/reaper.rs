@@ -9,9 +9,17 @@
 //! directory.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
+
+/// The start of a reaper's script: it ignores the signals a terminal or a supervisor sends the
+/// whole group, so that it outlives this process and does its job, and returns at this process's
+/// end (its stdin, the pipe, closed); `gone PID` then waits (bounded) for a process to be gone,
+/// before what it may still write is removed.
+const WAIT_FOR_THIS_PROCESS_TO_END: &str = r#"trap '' INT HUP TERM QUIT
+gone() { i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i + 1)); done; }
+read -r _"#;
 
 /// A reaper that, once this process has ended, sends `signal` to `pid` (SIGKILL after 5 s if it
 /// still runs) and then removes `dir`. Keep the returned child (its stdin is the pipe) for as long
@@ -19,27 +27,28 @@ use std::sync::{Mutex, OnceLock};
 pub fn reaper(pid: u32, dir: &Path, signal: i32) -> Child {
     // `kill 0` would signal the reaper's own group: this test process's.
     assert!(pid > 1, "no server process to reap (pid {pid})");
-    // Ignores the signals a terminal or a supervisor sends the whole group, so that it outlives
-    // this process and does its job; its loops wait (bounded) for the server to be gone before
-    // removing what it may still write.
-    let script = r#"trap '' INT HUP TERM QUIT
-read -r _
-gone() { i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i + 1)); done; }
-kill -CONT "$1" 2>/dev/null
+    let script = r#"kill -CONT "$1" 2>/dev/null
 kill -"$3" "$1" 2>/dev/null
 gone "$1"
 kill -KILL "$1" 2>/dev/null
 gone "$1"
 rm -rf -- "$2""#;
+    let (pid, signal) = (pid.to_string(), signal.to_string());
+    start_reaper(script, &[pid.as_ref(), dir.as_os_str(), signal.as_ref()])
+}
+
+/// A `sh` running `script` with `args` ($1...) once this process has ended.
+fn start_reaper(script: &str, args: &[&std::ffi::OsStr]) -> Child {
     Command::new("sh")
-        .args(["-c", script, "reaper", &pid.to_string()])
-        .arg(dir)
-        .arg(signal.to_string())
+        .arg("-c")
+        .arg(format!("{WAIT_FOR_THIS_PROCESS_TO_END}\n{script}"))
+        .arg("reaper")
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("start the reaper of a shared server")
+        .expect("start a reaper")
 }
 
 /// Lists `server` (started in its own process group, as every test server is) and its directory
@@ -62,7 +71,11 @@ pub fn end_with_this_process(server: &Child, dir: &Path) {
         Mutex::new((list, reaper_of_listed(&path)))
     });
     let mut listed = listed.lock().unwrap_or_else(|e| e.into_inner());
-    writeln!(listed.0, "{} {started} {}", server.id(), dir.display())
+    // One write per line: a process killed mid-way leaves no half line.
+    let line = format!("{} {started} {}\n", server.id(), dir.display());
+    listed
+        .0
+        .write_all(line.as_bytes())
         .expect("list a server for its reaper");
 }
 
@@ -74,12 +87,9 @@ fn start_time(pid: u32) -> Option<u64> {
 
 /// The reaper of the servers listed in `list` (lines `PID START_TIME DIR`); it removes the list
 /// last.
-fn reaper_of_listed(list: &PathBuf) -> Child {
-    // As `reaper`'s; the start time is read as `start_time` does.
-    let script = r#"trap '' INT HUP TERM QUIT
-list=$1
-gone() { i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i + 1)); done; }
-read -r _
+fn reaper_of_listed(list: &Path) -> Child {
+    // The start time is read as `start_time` does.
+    let script = r#"list=$1
 while read -r pid started dir; do
   stat=$(cat "/proc/$pid/stat" 2>/dev/null) && {
     set -- ${stat##*) }
@@ -89,14 +99,7 @@ while read -r pid started dir; do
   [ -d "$dir" ] && rm -rf -- "$dir"
 done < "$list"
 rm -f -- "$list""#;
-    Command::new("sh")
-        .args(["-c", script, "reaper"])
-        .arg(list)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the reaper of this process's servers")
+    start_reaper(script, &[list.as_os_str()])
 }
 
 #[cfg(test)]
