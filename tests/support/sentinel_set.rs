@@ -15,6 +15,10 @@ use super::wait_until;
 /// The master's name as the sentinels know it.
 pub const MASTER: &str = "main";
 
+/// How many sentinels must agree that the master is down (and, here, on which node is the
+/// master): two of the three.
+const QUORUM: usize = 2;
+
 /// How long the set may take to be ready, or a failover to finish.
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -127,9 +131,37 @@ impl SentinelSet {
         sentinel_query(self.sentinels[i].port, args)
     }
 
-    /// The port of the master the sentinels name now.
+    /// The port of the master a quorum of the sentinels names now (`named_by_quorum`), or, while
+    /// they disagree, the first sentinel's.
     pub fn master_port(&self) -> u16 {
-        master_port_at(self.sentinels[0].port).expect("the sentinel names the master")
+        let named = self.named();
+        named_by_quorum(&named)
+            .or_else(|| named.into_iter().find_map(Result::ok))
+            .expect("a sentinel names the master")
+    }
+
+    /// Each node's port, role and master's port, as it says itself (`?` when it does not answer).
+    fn roles(&self) -> Vec<String> {
+        let field = |info: &str, key: &str| {
+            let value = info.lines().find_map(|l| l.strip_prefix(key));
+            value.unwrap_or("?").to_owned()
+        };
+        self.nodes
+            .iter()
+            .map(|n| {
+                let info = info(n, "replication");
+                let (role, of) = (field(&info, "role:"), field(&info, "master_port:"));
+                format!("{}: {role} of {of}", n.port())
+            })
+            .collect()
+    }
+
+    /// Each sentinel's answer to which node is the master.
+    fn named(&self) -> Vec<redis::RedisResult<u16>> {
+        self.sentinels
+            .iter()
+            .map(|s| master_port_at(s.port))
+            .collect()
     }
 
     /// The node that is the master now.
@@ -166,19 +198,32 @@ impl SentinelSet {
         self.await_new_master(old)
     }
 
-    /// Waits until every sentinel names another master than the node on port `old`, it answers
-    /// as one, and a replica follows it. Returns the new master's port.
+    /// Waits until a quorum of the sentinels names another master than the node on port `old`,
+    /// it answers as one, and a replica follows it. Returns the new master's port.
+    ///
+    /// A quorum, not every sentinel: a sentinel whose promoted replica is killed before its
+    /// failover ends keeps that failover open, naming the dead node, until the node answers again
+    /// (Redis 7.0: the configuration of a newer failover names the master it already had, so it
+    /// is not reset). The fault checker starts that node again only once this returns.
     pub fn await_new_master(&self, old: u16) -> u16 {
         // A failover the sentinels started and gave up (no replica good enough yet, on a loaded
         // machine) is tried again only after twice the failover timeout: allow three tries.
-        wait_until("the sentinels to name a new master", 3 * WITHIN, || {
-            (0..self.sentinels.len()).all(|i| {
-                self.sentinel_query(i, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER])
-                    .and_then(|v| Ok(redis::from_redis_value::<(String, u16)>(v)?))
-                    .is_ok_and(|(_, port)| port != old)
-            })
-        });
-        let new = self.master_port();
+        let end = Instant::now() + 3 * WITHIN;
+        let new = loop {
+            let now = self.named();
+            if let Some(new) = named_by_quorum(&now).filter(|new| *new != old) {
+                break new;
+            }
+            if Instant::now() >= end {
+                panic!(
+                    "timed out after {:?} waiting for the sentinels to name another master than \
+                     {old}: they name {now:?}; the nodes: {:?}",
+                    3 * WITHIN,
+                    self.roles()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
         wait_until("the new master to have a replica online", WITHIN, || {
             let node = self.nodes.iter().find(|n| n.port() == new);
             node.is_some_and(|n| info(n, "replication").contains("state=online"))
@@ -197,6 +242,12 @@ pub fn sentinel_query(port: u16, args: &[&str]) -> redis::RedisResult<redis::Val
     cmd.query(&mut conn)
 }
 
+/// The port that at least `QUORUM` of the answers name.
+fn named_by_quorum(named: &[redis::RedisResult<u16>]) -> Option<u16> {
+    let ports = || named.iter().filter_map(|p| p.as_ref().ok().copied());
+    ports().find(|p| ports().filter(|q| q == p).count() >= QUORUM)
+}
+
 /// The port of the master the sentinel on `port` names now.
 pub fn master_port_at(port: u16) -> redis::RedisResult<u16> {
     let v = sentinel_query(port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER])?;
@@ -206,9 +257,9 @@ pub fn master_port_at(port: u16) -> redis::RedisResult<u16> {
 
 /// `INFO section` of `node`, or "" when it does not answer.
 pub fn info(node: &RedisServer, section: &str) -> String {
-    redis::cmd("INFO")
-        .arg(section)
-        .query(&mut node.connection())
+    node.client()
+        .and_then(|c| c.get_connection_with_timeout(WITHIN))
+        .and_then(|mut c| redis::cmd("INFO").arg(section).query(&mut c))
         .unwrap_or_default()
 }
 
@@ -220,7 +271,7 @@ impl Sentinel {
             let conf = dir.path().join("sentinel.conf");
             let text = format!(
                 "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir {dir}\n\
-                 sentinel monitor {MASTER} 127.0.0.1 {master_port} 2\n\
+                 sentinel monitor {MASTER} 127.0.0.1 {master_port} {QUORUM}\n\
                  sentinel down-after-milliseconds {MASTER} {down}\n\
                  sentinel failover-timeout {MASTER} {timeout}\n\
                  sentinel parallel-syncs {MASTER} 2\n",
