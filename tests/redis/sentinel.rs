@@ -473,3 +473,50 @@ fn replicas_in_another_backend_s_url_is_a_usage_error_naming_it() {
         );
     }
 }
+
+/// A sentinel that names a node nobody answers on (as Redis leaves one whose promoted replica
+/// died before its failover ended) holds dlock up only until dlock asks the next sentinel: the
+/// lock is taken on the master the others name.
+#[test]
+fn a_sentinel_naming_a_dead_master_is_passed_over() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let set = SentinelSet::start();
+    let (_held, dead) = refusing_port();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let liar_port = listener.local_addr().expect("its address").port();
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let liar = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            // Each question, on each connection, answered with the dead node's address.
+            for conn in listener.incoming() {
+                if done.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(mut conn) = conn else { continue };
+                conn.set_read_timeout(Some(T)).expect("a read timeout");
+                let dead = dead.to_string();
+                let answer = format!("*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{dead}\r\n", dead.len());
+                let mut question = [0u8; 512];
+                while conn.read(&mut question).is_ok_and(|n| n > 0) {
+                    let _ = conn.write_all(answer.as_bytes());
+                }
+            }
+        })
+    };
+    let sentinels: Vec<String> = std::iter::once(liar_port)
+        .chain(set.sentinel_ports())
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    let url = format!("redis+sentinel://{}/main", sentinels.join(","));
+    let out = output(dlock_at(&[url], &["run", "-w", "20s", "job", "--", "true"]));
+    done.store(true, Ordering::SeqCst);
+    let _ = std::net::TcpStream::connect(("127.0.0.1", liar_port));
+    let _ = liar.join();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        counter(set.master(), "job") >= 1,
+        "the lock was taken on the master"
+    );
+}

@@ -212,6 +212,11 @@ impl Sentinels {
         addrs.join(",")
     }
 
+    /// The sentinel asked first is asked last from now on.
+    fn pass_over_first(&mut self) {
+        self.addrs.rotate_left(1);
+    }
+
     /// Asks the sentinels in turn for the master's address, within `timeout` in all. A sentinel
     /// that answers becomes the first asked next time. `template`: the data nodes' settings,
     /// whose TCP settings the question uses too.
@@ -354,14 +359,29 @@ impl SentinelMaster {
 
     /// Connects within `timeout` to the node the sentinels name now: asking them and connecting
     /// share it, and it bounds the first reply on the new connection (and the permission check of
-    /// an ACL user), however slowly the server answers.
+    /// an ACL user), however slowly the server answers. A node that cannot be reached sends the
+    /// question on to the next sentinel, each asked once: a sentinel can name a node long gone (one
+    /// whose failover never ended names the replica it promoted, if that died meanwhile).
     pub(super) fn connect(&mut self, timeout: Duration) -> Result<(), Fault> {
         let until = Instant::now() + timeout;
-        self.find_master(timeout)?;
-        let timeout = until
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1));
-        self.server.open(until, timeout)?;
+        let left = || {
+            until
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        };
+        let mut others = self.sentinels.addrs.len().saturating_sub(1);
+        loop {
+            self.find_master(left())?;
+            match self.server.open(until, left()) {
+                Ok(()) => break,
+                Err(fault) if !fault.is_fatal() && others > 0 && Instant::now() < until => {
+                    others -= 1;
+                    self.sentinels.pass_over_first();
+                }
+                Err(fault) => return Err(fault),
+            }
+        }
+        let timeout = left();
         let Some(user) = self.server.acl_user.clone() else {
             return Ok(());
         };
