@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::sentinel_set::{master_port_at, SentinelSet, MASTER};
+use super::sentinel_set::{master_named, master_port_at, SentinelSet, MASTER};
 use super::target::{Kind, ServerControl, Target};
 use super::LockDir;
 
@@ -178,9 +178,11 @@ fn answer(conn: TcpStream, sentinels: &[u16], routes: &[(u16, u16)]) {
     }
 }
 
-/// The master the first sentinel that answers names, at the client's relay to it.
+/// The master a quorum of the sentinels names (else the first that answers), at the client's
+/// relay to it.
 fn master_through(sentinels: &[u16], routes: &[(u16, u16)]) -> String {
-    let Some(master) = sentinels.iter().find_map(|s| master_port_at(*s).ok()) else {
+    let named: Vec<_> = sentinels.iter().map(|s| master_port_at(*s)).collect();
+    let Some(master) = master_named(&named) else {
         return "-ERR no sentinel answered\r\n".to_owned();
     };
     let port = routes

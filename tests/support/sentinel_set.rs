@@ -131,13 +131,9 @@ impl SentinelSet {
         sentinel_query(self.sentinels[i].port, args)
     }
 
-    /// The port of the master a quorum of the sentinels names now (`named_by_quorum`), or, while
-    /// they disagree, the first sentinel's.
+    /// The port of the master the sentinels name now (`master_named`).
     pub fn master_port(&self) -> u16 {
-        let named = self.named();
-        named_by_quorum(&named)
-            .or_else(|| named.into_iter().find_map(Result::ok))
-            .expect("a sentinel names the master")
+        master_named(&self.named()).expect("a sentinel names the master")
     }
 
     /// Each node's port, role and master's port, as it says itself (`?` when it does not answer).
@@ -243,6 +239,12 @@ pub fn sentinel_query(port: u16, args: &[&str]) -> redis::RedisResult<redis::Val
 }
 
 /// The port that at least `QUORUM` of the answers name.
+/// The port a quorum of the answers names, or, while they disagree, the first answer's.
+pub fn master_named(named: &[redis::RedisResult<u16>]) -> Option<u16> {
+    let first = || named.iter().find_map(|p| p.as_ref().ok().copied());
+    named_by_quorum(named).or_else(first)
+}
+
 fn named_by_quorum(named: &[redis::RedisResult<u16>]) -> Option<u16> {
     let ports = || named.iter().filter_map(|p| p.as_ref().ok().copied());
     ports().find(|p| ports().filter(|q| q == p).count() >= QUORUM)
