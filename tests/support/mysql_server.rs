@@ -4,7 +4,6 @@
 //! server per test run (`MyServer::shared`), each test with its own table prefix; tests that
 //! crash, pause or reconfigure the server start their own.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -12,19 +11,15 @@ use std::time::Duration;
 
 use super::reaper::reaper;
 use super::sql_server::{as_server_user, give_to_server_user};
-use super::sql_server::{stop_pid, wait_ready, Launch, Pausable, PortTaken};
+use super::sql_server::{stop_pid, Launch, Pausable, Place};
 use super::target::{Kind, Target};
 
 /// root's password on the TCP port.
 pub const PASSWORD: &str = "my-test-secret";
 /// The database dlock's tables go in.
 pub const DATABASE: &str = "dlock";
-const READY_WITHIN: Duration = Duration::from_secs(60);
-
 pub struct MyServer {
-    dir: tempfile::TempDir,
-    port: u16,
-    child: Option<Child>,
+    place: Place,
     /// `mariadbd` options beyond the usual ones (TLS).
     extra: Vec<String>,
     /// Environment beyond the inherited one (a clock shifted by libfaketime).
@@ -53,8 +48,8 @@ impl MyServer {
     pub fn start_tls(cert: &Path, key: &Path) -> MyServer {
         let mut server = MyServer::init();
         let (c, k) = (
-            server.dir.path().join("server.crt"),
-            server.dir.path().join("server.key"),
+            server.place.dir.path().join("server.crt"),
+            server.place.dir.path().join("server.key"),
         );
         std::fs::copy(cert, &c).expect("copy cert");
         std::fs::copy(key, &k).expect("copy key");
@@ -101,10 +96,7 @@ impl MyServer {
             String::from_utf8_lossy(&out.stderr)
         );
         MyServer {
-            dir,
-            // `launch_fresh` picks it.
-            port: 0,
-            child: None,
+            place: Place::new(dir),
             extra: vec![],
             env: vec![],
         }
@@ -146,7 +138,7 @@ impl MyServer {
         SHARED.get_or_init(|| {
             let server = MyServer::start();
             // Kept for as long as this process runs (see reaper.rs).
-            std::mem::forget(reaper(server.pid(), server.dir.path(), libc::SIGKILL));
+            std::mem::forget(reaper(server.pid(), server.place.dir.path(), libc::SIGKILL));
             Mutex::new(server)
         })
     }
@@ -158,24 +150,28 @@ impl MyServer {
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        self.place.port
     }
 
     /// The server's process (not 0 once it is gone: that pid would be this test's own group).
     pub fn pid(&self) -> u32 {
-        self.child
+        self.place
+            .child
             .as_ref()
             .map(Child::id)
             .expect("the server's process is running")
     }
 
     pub fn socket(&self) -> PathBuf {
-        self.dir.path().join("sock")
+        self.place.dir.path().join("sock")
     }
 
     /// `mysql://root:PASSWORD@127.0.0.1:PORT/dlock?QUERY`
     pub fn url_with(&self, query: &str) -> String {
-        let mut url = format!("mysql://root:{PASSWORD}@127.0.0.1:{}/{DATABASE}", self.port);
+        let mut url = format!(
+            "mysql://root:{PASSWORD}@127.0.0.1:{}/{DATABASE}",
+            self.place.port
+        );
         if !query.is_empty() {
             url.push('?');
             url.push_str(query);
@@ -249,7 +245,7 @@ impl MyServer {
 
     /// Kills the server as a crash would (SIGKILL: InnoDB recovers at the next start).
     pub fn crash(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if let Some(mut child) = self.place.child.take() {
             // Never a process already reaped (`wait_ready` reaps one that exited early): its pid
             // may be another's by now.
             if let Ok(None) = child.try_wait() {
@@ -263,36 +259,27 @@ impl MyServer {
 impl Launch for MyServer {
     const NAME: &'static str = "mariadbd";
 
-    fn dir(&self) -> &Path {
-        self.dir.path()
+    fn place(&self) -> &Place {
+        &self.place
     }
 
-    fn set_port(&mut self, port: u16) {
-        self.port = port;
+    fn place_mut(&mut self) -> &mut Place {
+        &mut self.place
     }
 
-    fn launch_on_port(&mut self) -> Result<(), PortTaken> {
-        let log = self.log_file();
+    fn command(&self) -> Command {
+        let dir = self.place.dir.path();
         // The environment through `env`, after setpriv: preloaded into setpriv itself, libfaketime
         // would make its semaphore as root, which mariadbd as nobody then cannot open.
         let mut cmd = as_server_user("/usr/bin/env");
         cmd.args(self.env.iter().map(|(k, v)| format!("{k}={v}")))
             .arg("/usr/sbin/mariadbd")
             .arg("--no-defaults")
-            .arg(format!(
-                "--datadir={}",
-                self.dir.path().join("data").display()
-            ))
-            .arg(format!(
-                "--tmpdir={}",
-                self.dir.path().join("tmp").display()
-            ))
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
             .arg(format!("--socket={}", self.socket().display()))
-            .arg(format!(
-                "--pid-file={}",
-                self.dir.path().join("pid").display()
-            ))
-            .arg(format!("--port={}", self.port))
+            .arg(format!("--pid-file={}", dir.join("pid").display()))
+            .arg(format!("--port={}", self.place.port))
             .args([
                 "--bind-address=127.0.0.1",
                 "--skip-name-resolve",
@@ -301,18 +288,14 @@ impl Launch for MyServer {
                 "--max-connections=300",
                 "--skip-log-bin",
             ])
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            // Its own group, like every test server (see pg_server::as_server_user).
-            .process_group(0);
-        let server = cmd.spawn().expect("start mariadbd");
-        super::reaper::end_with_this_process(&server, self.dir.path());
-        self.child = Some(server);
+            .args(&self.extra);
+        cmd
+    }
+
+    /// Answers on its own socket (in its directory: no other server's).
+    fn answers(&self, _pid: u32) -> Box<dyn Fn() -> bool> {
         let socket = self.socket();
-        let log = self.log_path();
-        wait_ready(Self::NAME, &mut self.child, READY_WITHIN, &log, || {
+        Box::new(move || {
             Command::new("mariadb-admin")
                 .arg("--no-defaults")
                 .arg(format!("--socket={}", socket.display()))
@@ -323,17 +306,19 @@ impl Launch for MyServer {
                 .is_ok_and(|s| s.success())
         })
     }
+
+    const READY_WITHIN: Duration = Duration::from_secs(60);
 }
 
 impl Pausable for MyServer {
     fn pause(&self) {
-        if let Some(server) = &self.child {
+        if let Some(server) = &self.place.child {
             super::signal(server.id(), libc::SIGSTOP);
         }
     }
 
     fn resume(&self) {
-        if let Some(server) = &self.child {
+        if let Some(server) = &self.place.child {
             super::signal(server.id(), libc::SIGCONT);
         }
     }

@@ -11,18 +11,14 @@ use std::time::Duration;
 
 use super::reaper::reaper;
 pub use super::sql_server::{as_server_user, give_to_server_user};
-use super::sql_server::{stop_pid, wait_ready, Launch, Pausable, PortTaken};
+use super::sql_server::{stop_pid, Launch, Pausable, Place};
 use super::target::{Kind, Target};
 
 pub const BIN: &str = "/usr/lib/postgresql/15/bin";
 /// The superuser's password on the TCP port.
 pub const PASSWORD: &str = "pg-test-secret";
-const READY_WITHIN: Duration = Duration::from_secs(30);
-
 pub struct PgServer {
-    dir: tempfile::TempDir,
-    port: u16,
-    child: Option<Child>,
+    place: Place,
     /// `postgres -c` settings beyond the usual ones (TLS).
     extra: Vec<String>,
 }
@@ -36,8 +32,8 @@ impl PgServer {
     pub fn start_tls(cert: &Path, key: &Path) -> PgServer {
         let mut server = PgServer::init();
         let (c, k) = (
-            server.dir.path().join("server.crt"),
-            server.dir.path().join("server.key"),
+            server.place.dir.path().join("server.crt"),
+            server.place.dir.path().join("server.key"),
         );
         std::fs::copy(cert, &c).expect("copy cert");
         std::fs::copy(key, &k).expect("copy key");
@@ -97,10 +93,7 @@ impl PgServer {
             String::from_utf8_lossy(&out.stderr)
         );
         PgServer {
-            dir,
-            // `launch_fresh` picks it.
-            port: 0,
-            child: None,
+            place: Place::new(dir),
             extra: vec![],
         }
     }
@@ -112,7 +105,7 @@ impl PgServer {
             let server = PgServer::start();
             // An immediate shutdown.
             // Kept for as long as this process runs (see reaper.rs).
-            std::mem::forget(reaper(server.pid(), server.dir.path(), libc::SIGQUIT));
+            std::mem::forget(reaper(server.pid(), server.place.dir.path(), libc::SIGQUIT));
             Mutex::new(server)
         })
     }
@@ -130,12 +123,13 @@ impl PgServer {
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        self.place.port
     }
 
     /// The server's process (not 0 once it is gone: that pid would be this test's own group).
     pub fn pid(&self) -> u32 {
-        self.child
+        self.place
+            .child
             .as_ref()
             .map(Child::id)
             .expect("the server's process is running")
@@ -145,7 +139,7 @@ impl PgServer {
     pub fn url_with(&self, query: &str) -> String {
         let mut url = format!(
             "postgres://postgres:{PASSWORD}@127.0.0.1:{}/postgres",
-            self.port
+            self.place.port
         );
         if !query.is_empty() {
             url.push('?');
@@ -186,10 +180,10 @@ impl PgServer {
     fn psql_command(&self, app: &str, sql: &str) -> Command {
         let mut cmd = Command::new("psql");
         cmd.args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h"])
-            .arg(self.dir.path().join("sock"))
+            .arg(self.place.dir.path().join("sock"))
             .args([
                 "-p",
-                &self.port.to_string(),
+                &self.place.port.to_string(),
                 "-U",
                 "postgres",
                 "-d",
@@ -206,7 +200,7 @@ impl PgServer {
     fn signal_all(&self, signal: i32) {
         // The group is this server's: its postmaster is our child, not yet reaped, so the group
         // id cannot be reused.
-        if let Some(postmaster) = &self.child {
+        if let Some(postmaster) = &self.place.child {
             super::signal_group(postmaster.id(), signal);
         }
     }
@@ -214,7 +208,7 @@ impl PgServer {
     /// Stops the server as a crash would (immediate shutdown: no checkpoint, recovery at the next
     /// start) and waits for it.
     pub fn crash(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if let Some(mut child) = self.place.child.take() {
             // Never a process already reaped (`wait_ready` reaps one that exited early): its pid
             // may be another's by now.
             if let Ok(None) = child.try_wait() {
@@ -230,21 +224,20 @@ impl PgServer {
 impl Launch for PgServer {
     const NAME: &'static str = "postgres";
 
-    fn dir(&self) -> &Path {
-        self.dir.path()
+    fn place(&self) -> &Place {
+        &self.place
     }
 
-    fn set_port(&mut self, port: u16) {
-        self.port = port;
+    fn place_mut(&mut self) -> &mut Place {
+        &mut self.place
     }
 
-    fn launch_on_port(&mut self) -> Result<(), PortTaken> {
-        let log = self.log_file();
+    fn command(&self) -> Command {
         let mut cmd = as_server_user(&format!("{BIN}/postgres"));
         cmd.arg("-D")
-            .arg(self.dir.path().join("data"))
-            .args(["-p", &self.port.to_string(), "-k"])
-            .arg(self.dir.path().join("sock"));
+            .arg(self.place.dir.path().join("data"))
+            .args(["-p", &self.place.port.to_string(), "-k"])
+            .arg(self.place.dir.path().join("sock"));
         for setting in [
             "listen_addresses=127.0.0.1",
             "fsync=off",
@@ -258,17 +251,13 @@ impl Launch for PgServer {
         {
             cmd.args(["-c", &setting]);
         }
-        cmd.stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        let postmaster = cmd.spawn().expect("start postgres");
-        super::reaper::end_with_this_process(&postmaster, self.dir.path());
-        let pid = postmaster.id();
-        self.child = Some(postmaster);
-        let port = self.port;
-        let log = self.log_path();
-        // Ready, and on its own port: another test's server may answer on a port it took first.
-        wait_ready(Self::NAME, &mut self.child, READY_WITHIN, &log, || {
+        cmd
+    }
+
+    /// Ready, and on its own port: another test's server may answer on a port it took first.
+    fn answers(&self, pid: u32) -> Box<dyn Fn() -> bool> {
+        let port = self.place.port;
+        Box::new(move || {
             Command::new(format!("{BIN}/pg_isready"))
                 .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string()])
                 .status()
@@ -276,6 +265,8 @@ impl Launch for PgServer {
                 && super::listens_on(pid, port)
         })
     }
+
+    const READY_WITHIN: Duration = Duration::from_secs(30);
 }
 
 impl Pausable for PgServer {

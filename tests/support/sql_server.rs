@@ -4,7 +4,7 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -110,19 +110,60 @@ pub fn stop_pid(pid: u32, signal: i32) {
     unsafe { libc::waitpid(pid, &mut status, 0) };
 }
 
+/// Where a SQL test server lives: its directory (which holds `server.log`), its port (0 until
+/// `launch_fresh` picks one) and its process.
+pub struct Place {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub child: Option<Child>,
+}
+
+impl Place {
+    pub fn new(dir: tempfile::TempDir) -> Place {
+        Place {
+            dir,
+            port: 0,
+            child: None,
+        }
+    }
+}
+
 /// How a SQL test server starts: first on a port probed free (on another when another test took
 /// it first), and after a crash again on its own port.
 pub trait Launch {
     /// The server's program, for failures.
     const NAME: &'static str;
-    /// Its directory, which holds `server.log`.
-    fn dir(&self) -> &Path;
-    fn set_port(&mut self, port: u16);
-    /// Starts the process on the server's port and waits until it answers (`wait_ready`).
-    fn launch_on_port(&mut self) -> Result<(), PortTaken>;
+    fn place(&self) -> &Place;
+    fn place_mut(&mut self) -> &mut Place;
+    /// The server's command line, on its port, in its own process group (`as_server_user`);
+    /// `launch_on_port` adds the log as its output.
+    fn command(&self) -> Command;
+    /// Whether the server, process `pid`, answers on its port (asked while it starts).
+    fn answers(&self, pid: u32) -> Box<dyn Fn() -> bool>;
+    /// How long it may take to answer.
+    const READY_WITHIN: Duration;
+
+    /// Starts the process on the server's port, lists it for the reaper of a killed test process,
+    /// and waits until it answers (`wait_ready`).
+    fn launch_on_port(&mut self) -> Result<(), PortTaken> {
+        let log = self.log_file();
+        let mut cmd = self.command();
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().expect("the log, again"))
+            .stderr(log);
+        let server = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", Self::NAME));
+        super::reaper::end_with_this_process(&server, self.place().dir.path());
+        let (answers, log) = (self.answers(server.id()), self.log_path());
+        // Held by the server while it starts: a start that fails stops it (`Drop`).
+        let child = &mut self.place_mut().child;
+        *child = Some(server);
+        wait_ready(Self::NAME, child, Self::READY_WITHIN, &log, answers)
+    }
 
     fn log_path(&self) -> PathBuf {
-        self.dir().join("server.log")
+        self.place().dir.path().join("server.log")
     }
 
     /// The log, for the server's output: appended to, across restarts.
@@ -137,7 +178,7 @@ pub trait Launch {
     /// Starts a new server.
     fn launch_fresh(&mut self) {
         super::on_a_free_port(Self::NAME, |port| {
-            self.set_port(port);
+            self.place_mut().port = port;
             // This try's output only: a taken port is read from it.
             let _ = std::fs::remove_file(self.log_path());
             self.launch_on_port().ok()
