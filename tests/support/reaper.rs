@@ -9,7 +9,7 @@
 //! directory.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
@@ -58,25 +58,41 @@ fn start_reaper(script: &str, args: &[&std::ffi::OsStr]) -> Child {
 /// `dir` if it is still there. A server stopped and its directory removed before then are passed
 /// over, so nothing is ever taken off the list.
 pub fn end_with_this_process(server: &Child, dir: &Path) {
-    static LISTED: OnceLock<Mutex<(std::fs::File, Child)>> = OnceLock::new();
     let Some(started) = start_time(server.id()) else {
         return; // gone (and reaped) already
     };
-    let listed = LISTED.get_or_init(|| {
-        let (list, path) = tempfile::Builder::new()
+    let mut listed = listed().lock().unwrap_or_else(|e| e.into_inner());
+    // One write per line: a process killed mid-way leaves no half line.
+    let line = format!("{} {started} {}\n", server.id(), dir.display());
+    listed
+        .file
+        .write_all(line.as_bytes())
+        .expect("list a server for its reaper");
+}
+
+/// The list of this process's own servers, and its reaper.
+struct Listed {
+    file: std::fs::File,
+    path: PathBuf,
+    _reaper: Child,
+}
+
+/// This process's list, made (with its reaper) at its first server.
+fn listed() -> &'static Mutex<Listed> {
+    static LISTED: OnceLock<Mutex<Listed>> = OnceLock::new();
+    LISTED.get_or_init(|| {
+        let (file, path) = tempfile::Builder::new()
             .prefix(".tmp-servers-")
             .tempfile()
             .and_then(|file| file.keep().map_err(|e| e.error))
             .expect("the list of this process's servers");
-        Mutex::new((list, reaper_of_listed(&path)))
-    });
-    let mut listed = listed.lock().unwrap_or_else(|e| e.into_inner());
-    // One write per line: a process killed mid-way leaves no half line.
-    let line = format!("{} {started} {}\n", server.id(), dir.display());
-    listed
-        .0
-        .write_all(line.as_bytes())
-        .expect("list a server for its reaper");
+        let _reaper = reaper_of_listed(&path);
+        Mutex::new(Listed {
+            file,
+            path,
+            _reaper,
+        })
+    })
 }
 
 /// The process's start time (field 22 of /proc/PID/stat, after the name in parentheses).
@@ -106,7 +122,27 @@ rm -f -- "$list""#;
 mod tests {
     // Imports go inside the tests: the benchmarks, which share this module, compile it without
     // them.
-    const HELPER: &str = "support::reaper::tests::a_test_s_own_redis_server_until_killed";
+
+    /// Set by `a_killed_test_process_leaves_no_server_behind` for the test process it starts:
+    /// the test below then says its server and waits to be killed.
+    const THEN_WAIT_TO_BE_KILLED: &str = "DLOCK_TEST_THEN_WAIT_TO_BE_KILLED";
+    const LISTS: &str = "support::reaper::tests::a_test_s_own_server_is_listed_for_its_reaper";
+
+    /// A test's own server is listed for the reaper as it starts: its pid, its start time and its
+    /// directory.
+    #[test]
+    fn a_test_s_own_server_is_listed_for_its_reaper() {
+        let server = crate::support::redis_server::RedisServer::start();
+        let started = super::start_time(server.pid()).expect("the server's start time");
+        let line = format!("{} {started} {}", server.pid(), server.dir().display());
+        let path = super::listed().lock().expect("the list").path.clone();
+        let list = std::fs::read_to_string(&path).expect("the list");
+        assert!(list.lines().any(|l| l == line), "{line:?} not in {list}");
+        if std::env::var_os(THEN_WAIT_TO_BE_KILLED).is_some() {
+            println!("server {} {}", server.pid(), server.dir().display());
+            let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0]);
+        }
+    }
 
     /// A test process killed outright (no `Drop` runs) leaves no server of its own running and
     /// no server directory behind: its reaper ends them.
@@ -119,18 +155,19 @@ mod tests {
         use std::time::Duration;
 
         let mut tests = Command::new(std::env::current_exe().expect("this test executable"))
-            .args(["--exact", HELPER, "--ignored", "--nocapture"])
+            .args(["--exact", LISTS, "--nocapture"])
+            .env(THEN_WAIT_TO_BE_KILLED, "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start the helper test");
+            .expect("start the test that starts a server");
         let mut lines = BufReader::new(tests.stdout.take().expect("piped stdout")).lines();
         let started = lines
             .by_ref()
             .map_while(Result::ok)
             .find_map(|line| line.strip_prefix("server ").map(str::to_owned))
-            .expect("the helper says its server");
+            .expect("the test says its server");
         let (pid, dir) = started.split_once(' ').expect("PID DIR");
         let (pid, dir): (u32, PathBuf) = (pid.parse().expect("a pid"), dir.into());
         assert!(alive(pid) && dir.is_dir(), "{started}");
@@ -141,16 +178,5 @@ mod tests {
             Duration::from_secs(30),
             || !alive(pid) && !dir.exists(),
         );
-    }
-
-    /// Run by the test above: starts a server of its own, says its pid and directory, and waits
-    /// to be killed.
-    #[test]
-    #[ignore = "a helper, run by a_killed_test_process_leaves_no_server_behind"]
-    fn a_test_s_own_redis_server_until_killed() {
-        let server = crate::support::redis_server::RedisServer::start();
-        println!("server {} {}", server.pid(), server.dir().display());
-        let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0]);
-        drop(server);
     }
 }
