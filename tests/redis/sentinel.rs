@@ -511,6 +511,16 @@ fn a_sentinel_naming_a_dead_master_is_passed_over() {
         .collect();
     let url = format!("redis+sentinel://{}/main", sentinels.join(","));
     let out = output(dlock_at(&[url], &["run", "-w", "20s", "job", "--", "true"]));
+    // Sentinels that all name the dead node: each is asked once, and the run fails (69) without
+    // running its command.
+    let liars = format!("redis+sentinel://127.0.0.1:{liar_port},127.0.0.1:{liar_port}/main");
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let ran = scratch.path().join("ran");
+    let script = format!("touch {}", ran.display());
+    let refused = output(dlock_at(
+        &[liars],
+        &["run", "job", "--", "sh", "-c", &script],
+    ));
     done.store(true, Ordering::SeqCst);
     let _ = std::net::TcpStream::connect(("127.0.0.1", liar_port));
     let _ = liar.join();
@@ -519,4 +529,11 @@ fn a_sentinel_naming_a_dead_master_is_passed_over() {
         counter(set.master(), "job") >= 1,
         "the lock was taken on the master"
     );
+    assert_eq!(code(&refused), 69, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains(&format!("cannot reach redis at 127.0.0.1:{dead}")),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(!ran.exists(), "the command ran without the lock");
 }
