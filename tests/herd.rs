@@ -185,6 +185,30 @@ fn full_server_is_named_after_the_connect_budget(label: &str, base: &[String]) {
             "{label}: the waiters never filled the server"
         );
     }
+    // A run's first connection has the whole connect budget, however short its lease: only a
+    // renewal's reconnect is bounded by the ttl. The message names the limit that applied.
+    let mut cmd = dlock();
+    cmd.args(base).args([
+        "--connect-timeout",
+        "3s",
+        "run",
+        "-n",
+        "--ttl",
+        "1s",
+        &name,
+        "--",
+        "true",
+    ]);
+    let started = Instant::now();
+    let out = output(cmd);
+    let took = started.elapsed();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 69, "{label}, --ttl 1s: {err}");
+    assert!(
+        took >= Duration::from_millis(2800),
+        "{label}, --ttl 1s: gave up after {took:?}: {err}"
+    );
+    assert!(err.contains("(--connect-timeout)"), "{label}: {err}");
     // A waiter waits for a slot as for the lock, for its --wait, saying meanwhile that the
     // server is full, and then gives up with 69 naming the limit.
     let mut cmd = dlock();

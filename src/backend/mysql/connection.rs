@@ -15,7 +15,7 @@ use mysql::prelude::Queryable;
 
 use super::address::{MyUrl, Tls};
 use super::dial::{connect_within, NotMade};
-use crate::backend::sql::fault::connect_while_full;
+use crate::backend::sql::fault::{connect_while_full, Budget};
 use crate::backend::stop::Stop;
 use crate::exit::{FailWith, Failure};
 use crate::report::{connection_failure, connection_words};
@@ -220,12 +220,18 @@ impl Conn {
     }
 
     /// A new connection whose calls wait `call_timeout` at most, tried again while the server's
-    /// connections are all taken, within the connect timeout (or `call_timeout`, if sooner: a
-    /// renewal that reconnects must give up in time to report its lease lost).
+    /// connections are all taken: a connection's first, for a run starting, within the whole
+    /// connect timeout; a reconnect within `call_timeout`, if sooner (a renewal that reconnects
+    /// must give up in time to report its lease lost).
     fn connect_patiently(&self, call_timeout: Duration) -> Result<mysql::Conn, Fault> {
         let opts = self.opts(call_timeout)?;
+        let budget = if self.generation == 0 {
+            Budget::connect_timeout(self.connect_timeout)
+        } else {
+            Budget::connect_or_renewal(self.connect_timeout, call_timeout)
+        };
         connect_while_full(
-            self.connect_timeout.min(call_timeout),
+            budget,
             &self.stop,
             "max_connections",
             Fault::is_full,

@@ -21,7 +21,7 @@ use super::address::{PgUrl, Tls};
 use super::tls::client_config;
 use super::wire;
 use crate::backend::blocking;
-use crate::backend::sql::fault::connect_while_full;
+use crate::backend::sql::fault::{connect_while_full, Budget};
 use crate::backend::stop::{Stop, STOPPED};
 use crate::exit::{FailWith, Failure};
 
@@ -234,9 +234,9 @@ impl Conn {
         self.client = None;
         self.notes = None;
         let stop = self.stop.clone();
-        let timeout = self.connect_timeout.min(most);
+        let budget = Budget::connect_or_renewal(self.connect_timeout, most);
         let (client, rx) =
-            connect_while_full(timeout, &stop, "max_connections", Fault::is_full, |left| {
+            connect_while_full(budget, &stop, "max_connections", Fault::is_full, |left| {
                 self.connect_once(left)
             })?;
         self.client = Some(Arc::new(client));

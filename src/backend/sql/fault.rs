@@ -57,23 +57,62 @@ const FULL_RETRY_MOST: Duration = Duration::from_secs(1);
 /// rather than that the server is full.
 const FULL_LAST_TRY: Duration = Duration::from_millis(100);
 
+/// How long a connection may take, and what the user knows that limit as: a run's first
+/// connection has the whole `--connect-timeout`; a reconnect during a renewal only what the
+/// lease leaves it.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    pub most: Duration,
+    pub named: &'static str,
+}
+
+impl Budget {
+    pub const CONNECT_TIMEOUT: &'static str = "--connect-timeout";
+    pub const RENEWAL: &'static str = "a renewal's limit, a fifth of --ttl";
+
+    /// The connect timeout, or `renewal` where that is sooner (a connection made for a renewal).
+    pub fn connect_or_renewal(connect_timeout: Duration, renewal: Duration) -> Budget {
+        if renewal < connect_timeout {
+            Budget {
+                most: renewal,
+                named: Budget::RENEWAL,
+            }
+        } else {
+            Budget {
+                most: connect_timeout,
+                named: Budget::CONNECT_TIMEOUT,
+            }
+        }
+    }
+
+    pub fn connect_timeout(most: Duration) -> Budget {
+        Budget {
+            most,
+            named: Budget::CONNECT_TIMEOUT,
+        }
+    }
+}
+
 /// Connects with `connect` (given the budget left), trying again while the server answers that
 /// its connection slots are all taken (`is_full`): a full server is busy, not unreachable. Gives
-/// up when `budget` is spent, then naming the server's limit (`limit`, as `max_connections`), or
-/// at once when `stop` says so.
+/// up when `budget` is spent, then naming the server's limit (`limit`, as `max_connections`) and
+/// the budget's, or at once when `stop` says so.
 pub fn connect_while_full<T, C>(
-    budget: Duration,
+    budget: Budget,
     stop: &Stop,
     limit: &str,
     is_full: impl Fn(&Fault<C>) -> bool,
     mut connect: impl FnMut(Duration) -> Result<T, Fault<C>>,
 ) -> Result<T, Fault<C>> {
+    let Budget {
+        most: budget,
+        named,
+    } = budget;
     let start = Instant::now();
     let mut backoff = FULL_RETRY_FIRST;
     let full = |fault: &Fault<C>| {
         Fault::Full(format!(
-            "{}: the server's {limit} connections are all taken, still after {} \
-             (--connect-timeout)",
+            "{}: the server's {limit} connections are all taken, still after {} ({named})",
             fault.message(),
             crate::text::duration(start.elapsed())
         ))
