@@ -11,6 +11,7 @@ mod support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::program;
 
 use support::etcd_server::EtcdServer;
 use support::figures::{goal, middle, ms};
@@ -133,7 +134,7 @@ fn main() {
 }
 
 fn command(argv: &[String]) -> Command {
-    let mut cmd = Command::new(&argv[0]);
+    let mut cmd = support::programs::program_or_build(&argv[0]);
     cmd.args(&argv[1..])
         .env_remove("DLOCK_URL")
         .env_remove("DLOCK_BACKEND")
@@ -153,7 +154,7 @@ fn contended(one: &str) -> f64 {
     let started = Instant::now();
     let mut loops: Vec<Child> = (0..CONTENDERS)
         .map(|_| {
-            Command::new("sh")
+            program("sh")
                 .arg("-c")
                 .arg(&script)
                 .env_remove("DLOCK_URL")

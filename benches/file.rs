@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 #[path = "../tests/support/build.rs"]
 mod build;
+#[path = "../tests/support/programs.rs"]
+mod programs;
+use programs::program;
 
 const UNCONTENDED_RUNS: usize = 300;
 const CONTENDERS: usize = 8;
@@ -98,14 +101,14 @@ fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let lock_file = dir.path().join("bench.lock");
     let dlock_cmd = || {
-        let mut c = Command::new(&dlock);
+        let mut c = programs::build(&dlock);
         c.arg("--url")
             .arg(dir.path())
             .args(["run", "bench", "--", "true"]);
         c
     };
     let flock_cmd = || {
-        let mut c = Command::new("flock");
+        let mut c = program("flock");
         c.arg(&lock_file).arg("true");
         c
     };
@@ -133,7 +136,7 @@ fn main() {
     // costs is read as a ratio of one run.
     let before = std::env::var_os("DLOCK_BENCH_BEFORE").map(|before| {
         let before_cmd = || {
-            let mut c = Command::new(&before);
+            let mut c = programs::build(&before);
             c.arg("--url")
                 .arg(dir.path())
                 .args(["run", "bench-before", "--", "true"]);

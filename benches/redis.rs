@@ -20,6 +20,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use support::program;
 
 use support::etcd_server::EtcdServer;
 use support::figures::{goal, middle, ms};
@@ -273,7 +274,7 @@ fn connect_and_write(url: &str, shape: side_by_side::Floor) {
 }
 
 fn command(program: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(program);
+    let mut cmd = support::programs::program_or_build(program);
     cmd.args(args)
         .env_remove("DLOCK_URL")
         .env_remove("DLOCK_BACKEND")
@@ -310,7 +311,7 @@ fn contended(one: &str) -> (f64, Duration) {
     let started = Instant::now();
     let mut loops: Vec<Child> = (0..CONTENDERS)
         .map(|_| {
-            Command::new("sh")
+            program("sh")
                 .arg("-c")
                 .arg(&script)
                 .env_remove("DLOCK_URL")

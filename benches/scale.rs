@@ -33,7 +33,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 }
 
 fn dlock(bin: &Path, s: &Subject, args: &[&str]) -> Command {
-    let mut c = Command::new(bin);
+    let mut c = support::programs::build(bin);
     c.args(&s.args).args(args).stdin(Stdio::null());
     c
 }

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 #[path = "../tests/support/build.rs"]
 mod build;
+#[path = "../tests/support/programs.rs"]
+mod programs;
 
 const UNCONTENDED_PAIRS: usize = 300;
 const WARM_UP: usize = 20;
@@ -33,7 +35,6 @@ fn clone_bin() -> PathBuf {
 /// its executable.
 fn fork_bin() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let args = [
         "build",
         "--release",
@@ -43,7 +44,7 @@ fn fork_bin() -> PathBuf {
         "target/fork-spawn",
     ];
     println!("building the fork variant: cargo {}", args.join(" "));
-    let mut build = Command::new(cargo);
+    let mut build = programs::program("cargo");
     build.args(args).current_dir(manifest);
     // Without what cargo set for this benchmark's own process (this package's name, version and
     // directory, ...): build scripts that watch those variables (ring's) would otherwise run again,
@@ -73,7 +74,7 @@ fn fork_bin() -> PathBuf {
 
 /// One run of `dlock -b file -u DIR run spawn -- true`.
 fn dlock_cmd(dlock: &Path, dir: &Path) -> Command {
-    let mut c = Command::new(dlock);
+    let mut c = programs::build(dlock);
     c.args(["-b", "file", "-u"])
         .arg(dir)
         .args(["run", "spawn", "--", "true"])

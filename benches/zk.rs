@@ -19,6 +19,7 @@ mod support;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::program;
 
 use support::etcd_server::EtcdServer;
 use support::figures::{middle, ms};
@@ -218,7 +219,7 @@ fn time(mut cmd: Command) -> Duration {
 }
 
 fn flock(file: &Path) -> Command {
-    let mut cmd = Command::new("flock");
+    let mut cmd = program("flock");
     cmd.arg(file).arg("true");
     cmd
 }
@@ -231,7 +232,7 @@ fn contended(counter: &Path, command: impl Fn(&str) -> String) -> f64 {
     let started = Instant::now();
     let loops: Vec<Child> = (0..CONTENDERS)
         .map(|_| {
-            Command::new("sh")
+            program("sh")
                 .arg("-c")
                 .arg(format!(
                     "for i in $(seq {ACQUISITIONS_EACH}); do {one} || exit 1; done"

@@ -36,6 +36,10 @@ mod manual;
 mod program;
 mod reentry;
 mod report;
+/// The programs the tests run, from the list scripts/test installs (shared with tests/).
+#[cfg(test)]
+#[path = "../tests/support/programs.rs"]
+mod test_programs;
 // Signal masks, handlers, sigwaitinfo, pthread_kill and thread-directed timers: libc only.
 #[allow(unsafe_code)]
 mod signal;

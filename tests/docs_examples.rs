@@ -631,7 +631,7 @@ impl DlockOnPath {
         format!(
             "{}:{}",
             self.dir.path().display(),
-            std::env::var("PATH").unwrap_or_default()
+            crate::support::programs::listed_path().to_string_lossy()
         )
     }
 }

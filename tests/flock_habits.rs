@@ -345,7 +345,7 @@ fn wait_or_not_on_the_command_line_beats_the_environment() {
     let (out, _) = try_held(&dir, &[("DLOCK_NO_WAIT", "abc")], &["-w", "0.1"]);
     assert_eq!(code(&out), 75, "{}", stderr(&out));
     // (hold from a shell, its owner; busy, it holds nothing.)
-    let mut hold = std::process::Command::new("sh");
+    let mut hold = program("sh");
     hold.arg("-c")
         .arg(format!(
             "'{}' --url '{}' hold -n n; exit $?",

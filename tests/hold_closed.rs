@@ -6,7 +6,7 @@
 //! On the file backend and on Redis (the suite's server).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::target::Target;
@@ -591,7 +591,7 @@ fn directory_of_holds() -> PathBuf {
 fn what_a_killed_keeper_left_is_swept_once_its_shell_has_ended() {
     let dir = directory_of_holds();
     // A shell that has ended: a pid and start time no process has now.
-    let mut gone = Command::new("true").spawn().expect("start true");
+    let mut gone = program("true").spawn().expect("start true");
     let gone_pid = gone.id();
     gone.wait().expect("reap true");
     let stale: Vec<PathBuf> = [

@@ -237,7 +237,7 @@ fn ctrl_z_is_ignored_when_no_shell_could_resume_the_job() {
             s = started.display()
         ),
     );
-    let mut script = match Command::new("script")
+    let mut script = match program("script")
         .args(["-qfec", &cmd, "/dev/null"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())

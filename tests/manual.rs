@@ -146,10 +146,10 @@ fn bash_offers_with(words: &[&str], url: &std::path::Path, cwd: &std::path::Path
     let path = format!(
         "{}:{}",
         bin.display(),
-        std::env::var("PATH").unwrap_or_default()
+        crate::support::programs::listed_path().to_string_lossy()
     );
     let out = output({
-        let mut cmd = std::process::Command::new("bash");
+        let mut cmd = program("bash");
         cmd.arg("-c")
             .arg(script)
             .env("PATH", path)
@@ -249,10 +249,10 @@ fn fish_offers(line: &str, url: &std::path::Path) -> Vec<String> {
     let path = format!(
         "{}:{}",
         bin.display(),
-        std::env::var("PATH").unwrap_or_default()
+        crate::support::programs::listed_path().to_string_lossy()
     );
     let out = output({
-        let mut cmd = std::process::Command::new("fish");
+        let mut cmd = program("fish");
         cmd.args(["--no-config", "-c"])
             .arg(script)
             .env("PATH", path)

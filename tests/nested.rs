@@ -39,7 +39,7 @@ fn nested(mut parent: Command, name: &str, script: Option<&str>) -> std::process
     let path = format!(
         "{}:{}",
         bin.display(),
-        std::env::var("PATH").unwrap_or_default()
+        crate::support::programs::listed_path().to_string_lossy()
     );
     parent.env("PATH", path).args([
         "run",

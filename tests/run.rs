@@ -95,11 +95,7 @@ fn the_command_keeps_signals_its_caller_ignored() {
         dlock_bin(),
         dir.path().display()
     );
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .output()
-        .unwrap();
+    let out = program("sh").arg("-c").arg(script).output().unwrap();
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -5,7 +5,7 @@
 
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::*;
@@ -111,7 +111,7 @@ fn dlock_starts_without_the_stack_overflow_handler() {
 /// libgcc_s.so at each start.
 #[test]
 fn dlock_needs_no_libgcc_s_where_the_static_unwinder_is() {
-    let asked = Command::new("cc")
+    let asked = program("cc")
         .arg("-print-file-name=libgcc_eh.a")
         .output()
         .expect("cc, which building dlock needs");
@@ -124,7 +124,7 @@ fn dlock_needs_no_libgcc_s_where_the_static_unwinder_is() {
         );
         return;
     }
-    let dynamic = Command::new("objdump")
+    let dynamic = program("objdump")
         .args(["-p", dlock_bin()])
         .output()
         .expect("objdump");

@@ -139,7 +139,7 @@ fn a_password_file_another_user_could_write_or_everyone_may_read_is_refused() {
 fn a_password_file_that_is_no_small_regular_file_is_refused_at_once() {
     let scratch = LockDir::new();
     let fifo = scratch.file("fifo");
-    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    let made = program("mkfifo").arg(&fifo).status().expect("mkfifo");
     assert!(made.success());
     std::fs::set_permissions(&fifo, std::fs::Permissions::from_mode(0o600)).unwrap();
     let big = file_with(&scratch, "big", &"x".repeat(5000), 0o600);

@@ -4,7 +4,9 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
+
+use crate::support::program;
 use std::time::{Duration, Instant};
 
 /// Tools to compare: a name and a shell line that takes the lock, runs `true` and lets it go;
@@ -114,7 +116,7 @@ impl<'a> Tools<'a> {
         let start = Instant::now();
         let children: Vec<_> = (0..contenders)
             .map(|_| {
-                Command::new("sh")
+                program("sh")
                     .arg("-c")
                     .arg(format!(
                         "i=0; while [ $i -lt {rounds} ]; do {line} || exit 1; i=$((i+1)); done"
@@ -137,7 +139,7 @@ impl<'a> Tools<'a> {
     /// Runs `line` with sh; the time taken.
     fn shell(&self, line: &str) -> Duration {
         let start = Instant::now();
-        let status = Command::new("sh")
+        let status = program("sh")
             .arg("-c")
             .arg(line)
             .env(self.env.0, self.env.1)
@@ -202,6 +204,6 @@ pub fn run_floor_if_asked(floor: fn(&str, Floor)) -> bool {
 
 /// The command every line runs: `true`.
 pub fn command() {
-    let status = Command::new("true").status().expect("run true");
+    let status = program("true").status().expect("run true");
     assert!(status.success());
 }

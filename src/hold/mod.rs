@@ -66,6 +66,7 @@ pub fn hold(cli: &Cli, args: &HoldArgs, report: &Reporter) -> anyhow::Result<Sta
     }
     let exe =
         std::env::current_exe().context("cannot find dlock's own program to start the keeper")?;
+    #[allow(clippy::disallowed_methods)] // dlock's own program, as the keeper.
     let mut keeper = Command::new(exe)
         .args(std::env::args_os().skip(1))
         .env(

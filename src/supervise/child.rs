@@ -143,6 +143,7 @@ pub(super) fn supervise(
 
 /// Replaces dlock with the command (every lock is already held by a parent dlock, whose guardian
 /// and supervision cover it). Returns only when that fails: the exit status, after saying why.
+#[allow(clippy::disallowed_methods)] // The user's command, by the path dlock resolved.
 pub(super) fn replace_with(program: &Path, command: &[String], report: &Reporter) -> Status {
     let err = Command::new(program)
         .arg0(&command[0])

@@ -4,7 +4,7 @@
 //! makes its `dlock release` exit 79.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use super::T;
@@ -37,7 +37,7 @@ impl Script {
             dir = dir.display(),
             hold = t.shell_words(&words),
         );
-        let sh = Command::new("sh")
+        let sh = program("sh")
             .args(["-c", &script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

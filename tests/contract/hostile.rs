@@ -199,7 +199,7 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
             // A key under the lock's prefix, without a lease, as any etcd client could put: a
             // value of `OWNER RECORD`, the owner first as dlock writes it.
             let endpoint = t.urls()[0].replace("etcd://", "http://");
-            let out = std::process::Command::new("etcdctl")
+            let out = program("etcdctl")
                 .env("ETCDCTL_API", "3")
                 .args(["--endpoints", &endpoint, "put", "/dlock/x/ab"])
                 .arg(format!("ab {record}"))

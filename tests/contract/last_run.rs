@@ -192,7 +192,7 @@ pub fn a_holder_killed_with_sigkill_never_ended_once_its_lease_passed(t: &Target
 /// `sh -c SCRIPT`, its dlock lines given the target's arguments: its status.
 fn shell(t: &Target, script: &str) -> i32 {
     let script = script.replace("dlock ", &format!("{} ", t.shell_words(&[])));
-    let status = Command::new("sh")
+    let status = program("sh")
         .args(["-c", &script])
         .stdin(Stdio::null())
         .status()

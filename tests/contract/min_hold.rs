@@ -186,7 +186,7 @@ pub fn hold_with_min_hold_stays_taken_after_release(t: &Target) {
         release = t.shell_words(&["release", "mh/e"]),
     );
     let out = output({
-        let mut sh = Command::new("sh");
+        let mut sh = program("sh");
         sh.args(["-c", &script]);
         sh
     });

@@ -1,7 +1,7 @@
 //! Exclusive, shared and `--limit N` holders: each mode admits exactly as many holders as it
 //! should, contenders lose no update, and a release lets in whoever may go next.
 
-use std::process::{Child, Command};
+use std::process::Child;
 
 use super::{waiting, Holding, T};
 use crate::support::target::Target;
@@ -21,7 +21,7 @@ fn contenders(
     let run = t.shell_words(&args);
     (0..count)
         .map(|_| {
-            Command::new("sh")
+            program("sh")
                 .arg("-c")
                 .arg(format!(
                     "for i in $(seq {iterations}); do {run} || exit 1; done"

@@ -5,7 +5,7 @@ use super::{Holding, T};
 use crate::support::target::Target;
 use crate::support::watched::Watched;
 use crate::support::*;
-use std::process::{Child, Command};
+use std::process::Child;
 
 /// Two processes asking for {a,b} and {b,a} many times each (300 rounds on the file backend,
 /// fewer where a run costs more), under contention, both finish.
@@ -13,7 +13,7 @@ pub fn opposite_orders_never_deadlock(t: &Target) {
     let rounds = t.rounds(load(100, 300));
     let spawn = |names: [&str; 2]| -> Child {
         let run = t.shell_words(&["run", "--wait", "60s", names[0], names[1], "--", "true"]);
-        Command::new("sh")
+        program("sh")
             .arg("-c")
             .arg(format!(
                 "for i in $(seq {rounds}); do {run} || exit $?; done"

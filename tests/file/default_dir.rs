@@ -64,7 +64,7 @@ fn dlock_in_namespace_as(
             dlock_bin()
         ),
     };
-    let mut cmd = Command::new("unshare");
+    let mut cmd = program("unshare");
     cmd.args(["--mount", "--propagation", "private", "sh", "-ec"])
         .arg(format!(
             "exec 9<\"$1\"\n{setup}\nmount --bind \"$0\" {at}\nshift\n{run}"
@@ -96,7 +96,7 @@ fn default_in(base: &Path) -> PathBuf {
 
 /// Makes `path` (in a fake /run) as `nobody`, as a squatter would.
 fn squat(path: &Path) {
-    let status = Command::new("setpriv")
+    let status = program("setpriv")
         .args([
             "--reuid=nobody",
             "--regid=nogroup",
@@ -345,7 +345,7 @@ fn roots_default_directories_are_where_nobody_else_can_make_them() {
     assert!(run.path().join("dlock-0/rooted.lock").is_file());
 
     // `hold` and `release`, in one shell, as a root script would use them.
-    let mut cmd = Command::new("unshare");
+    let mut cmd = program("unshare");
     cmd.args(["--mount", "--propagation", "private", "sh", "-ec"])
         .arg(
             "mount --bind \"$0\" /run\neval \"$(\"$1\" hold rooted)\"\n\

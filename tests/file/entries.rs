@@ -186,7 +186,7 @@ struct Flock1(std::process::Child);
 
 impl Flock1 {
     fn hold(path: &Path, ready: &Path) -> Flock1 {
-        let child = std::process::Command::new("flock")
+        let child = program("flock")
             .arg(path)
             .args(["sh", "-c", "touch \"$0\"; sleep 60"])
             .arg(ready)
@@ -270,7 +270,7 @@ struct SmallDisk {
 impl SmallDisk {
     fn new(size: &str) -> SmallDisk {
         let dir = tempfile::tempdir().unwrap();
-        let status = std::process::Command::new("mount")
+        let status = program("mount")
             .args([
                 "-t",
                 "tmpfs",
@@ -300,7 +300,7 @@ impl SmallDisk {
 
 impl Drop for SmallDisk {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
+        let _ = program("umount")
             .arg(self.dir.path())
             .stderr(Stdio::null())
             .status();

@@ -5,7 +5,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::Duration;
 
 use crate::support::*;
@@ -39,7 +39,7 @@ impl Side {
         let release = dir.file(&format!("{tag}.release"));
         let script = format!("touch {}; {}", held.display(), hold_until(&release));
         let child = match self {
-            Side::Flock(flag) => Command::new("flock")
+            Side::Flock(flag) => program("flock")
                 .args([flag, "-w", "60", path, "sh", "-c", &script])
                 .spawn()
                 .unwrap(),
@@ -61,7 +61,7 @@ impl Side {
         let (out, busy) = match self {
             Side::Flock(flag) => (
                 output({
-                    let mut c = Command::new("flock");
+                    let mut c = program("flock");
                     c.args([flag, "-n", path, "true"]);
                     c
                 }),
@@ -208,7 +208,7 @@ fn flock_ignores_a_min_hold_and_shared_flock_holds_beside_limit_holders() {
     let out = output(dir.dlock(&["run", "-n", "fl", "--", "true"]));
     assert_eq!(code(&out), 75, "dlock keeps it: {}", stderr(&out));
     let out = output({
-        let mut c = Command::new("flock");
+        let mut c = program("flock");
         c.args(["-n", &path, "true"]);
         c
     });

@@ -32,7 +32,7 @@ fn flock_and_dlock_exclude_each_other() {
             go = dir.file(&format!("{name}-go")).display()
         )
     };
-    let mut flock = std::process::Command::new("flock")
+    let mut flock = program("flock")
         .args([&path, "sh", "-c", &holding("flock")])
         .spawn()
         .unwrap();
@@ -49,7 +49,7 @@ fn flock_and_dlock_exclude_each_other() {
         .spawn()
         .unwrap();
     wait_for_file(&dir.file("dlock-in"), T);
-    let out = std::process::Command::new("flock")
+    let out = program("flock")
         .args(["-n", &path, "true"])
         .output()
         .unwrap();

@@ -132,7 +132,7 @@ fn list_runs_shows_forged_records_escaped_and_leaves_out_what_names_no_lock() {
     for name in ["ok", "old", long.as_str()] {
         assert_eq!(code(&output(dir.dlock(&["run", name, "--", "true"]))), 0);
     }
-    let aged = std::process::Command::new("touch")
+    let aged = program("touch")
         .args(["-m", "-d", "401 days ago"])
         .arg(dir.file("old.runs"))
         .status()
@@ -180,7 +180,7 @@ fn a_records_path_linked_to_another_file_is_never_written() {
 fn records_not_written_for_400_days_read_as_none() {
     let dir = LockDir::new();
     assert_eq!(code(&output(dir.dlock(&["run", "x", "--", "true"]))), 0);
-    let aged = std::process::Command::new("touch")
+    let aged = program("touch")
         .args(["-m", "-d", "401 days ago"])
         .arg(dir.file("x.runs"))
         .status()

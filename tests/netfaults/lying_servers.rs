@@ -107,7 +107,7 @@ fn mysql_at(port: u16, args: &[&str]) -> Command {
 
 /// `cmd` under an address-space limit, run to its end (within a minute).
 fn limited(cmd: Command) -> (std::process::Output, Duration) {
-    let mut limited = Command::new("prlimit");
+    let mut limited = program("prlimit");
     limited
         .arg(ADDRESS_SPACE)
         .arg(cmd.get_program())

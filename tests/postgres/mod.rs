@@ -572,7 +572,7 @@ fn a_serializable_default_isolation_changes_nothing() {
         );
         let mut contenders: Vec<Child> = (0..6)
             .map(|_| {
-                Command::new("sh")
+                program("sh")
                     .arg("-c")
                     .arg(format!("for i in 1 2 3; do {run} || exit $?; done"))
                     .stderr(Stdio::piped())

@@ -5,7 +5,7 @@
 //! client's key in their place stops nothing, and `list --runs` shows it escaped; Redlock writes
 //! them on every server.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use super::*;
 use crate::support::redis_cluster::RedisCluster;
@@ -662,7 +662,7 @@ fn a_hold_ends_released_or_when_its_shell_exits() {
         (String::new(), "shell-exited", false),
     ] {
         let script = format!("v=$({dlock} hold --print-env h) || exit $?; eval \"$v\"; {then}");
-        let mut sh = Command::new("sh");
+        let mut sh = program("sh");
         for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("DLOCK_")) {
             sh.env_remove(key);
         }

@@ -6,7 +6,7 @@
 //! type another client wrote in dlock's namespace (wrong_type.rs), the last run and last success
 //! each store keeps, read raw (last_run.rs). What every backend owes is in the contract suite.
 
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 mod access;
@@ -90,7 +90,7 @@ fn contenders(
                 dlock_bin(),
                 quoted.join(" ")
             );
-            Command::new("sh")
+            program("sh")
                 .arg("-c")
                 .arg(looped)
                 .env_remove("DLOCK_URL")

@@ -2,6 +2,7 @@
 //! the benchmarks that compare dlock with `etcdctl lock`, which can be killed, paused and started
 //! again on the same address and data; stopped when dropped.
 
+use super::programs::program;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -163,11 +164,11 @@ impl EtcdServer {
             .open(self.dir.path().join("etcd.log"))
             .expect("etcd log");
         let mut command = match watcher {
-            None => Command::new("etcd"),
+            None => program("etcd"),
             // The shared server's directory is never dropped either: the shell removes it once
             // that process is gone (a directory etcd left early is `launch_fresh`'s to drop).
             Some(pid) => {
-                let mut sh = Command::new("sh");
+                let mut sh = program("sh");
                 sh.arg("-c")
                     .arg(format!(
                         "etcd \"$@\" & e=$!; while kill -0 {pid} 2>/dev/null && kill -0 $e 2>/dev/null; \
@@ -253,10 +254,7 @@ impl EtcdServer {
     }
 
     pub fn version(&self) -> String {
-        let out = Command::new("etcdctl")
-            .arg("version")
-            .output()
-            .expect("etcdctl");
+        let out = program("etcdctl").arg("version").output().expect("etcdctl");
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .next()
@@ -296,7 +294,7 @@ impl EtcdServer {
 
     /// `etcdctl --endpoints THIS ARGS...` (API v3).
     pub fn etcdctl(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("etcdctl");
+        let mut cmd = program("etcdctl");
         cmd.env("ETCDCTL_API", "3")
             .args(["--endpoints", &self.endpoint]);
         if let Some((_, _, ca)) = &self.tls {
@@ -417,7 +415,7 @@ impl EtcdCluster {
     /// The member that leads now (by `etcdctl endpoint status`), or the first while none does.
     fn leader(&self) -> usize {
         let endpoints: Vec<&str> = self.members.iter().map(|m| m.endpoint()).collect();
-        let out = Command::new("etcdctl")
+        let out = program("etcdctl")
             .env("ETCDCTL_API", "3")
             .args(["--endpoints", &endpoints.join(","), "endpoint", "status"])
             .args(["-w", "json", "--command-timeout", "2s"])

@@ -2,6 +2,7 @@
 //! `/proc/PID/stat`) of the locking process itself, not of its command, over a quiet period, for
 //! several lockers at once, side by side.
 
+use super::programs::program;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -61,9 +62,9 @@ pub fn report(work: &Path, lockers: Vec<(&str, Command)>, quiet: Duration) {
 
 /// `report` for dlock on `backend` at `url` beside flock(1) on a file in `work`.
 pub fn report_beside_flock(work: &Path, dlock: &str, backend: &str, url: &str, quiet: Duration) {
-    let mut dlock_idle = Command::new(dlock);
+    let mut dlock_idle = super::programs::build(dlock);
     dlock_idle.args(["--backend", backend, "--url", url, "run", "idle", "--"]);
-    let mut flock_idle = Command::new("flock");
+    let mut flock_idle = program("flock");
     flock_idle.arg(work.join("idle.lock"));
     let name = format!("dlock {backend}");
     report(

@@ -10,6 +10,7 @@ pub mod idle;
 pub mod mysql_server;
 pub mod pg_server;
 pub mod pgbouncer;
+pub mod programs;
 pub mod reaper;
 pub mod redis_cluster;
 pub mod redis_server;
@@ -23,6 +24,7 @@ pub mod target;
 pub mod tls;
 pub mod watched;
 
+pub use programs::program;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -61,7 +63,8 @@ fn signals_as_a_foreground_job() {
 /// variables from the caller, so tests see only what they set, and reading no configuration file
 /// (the machine's /etc/dlock/config).
 pub fn without_callers_dlock_settings(program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut cmd = Command::new(program);
+    let program = program.as_ref().to_string_lossy();
+    let mut cmd = programs::program_or_build(&program);
     for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("DLOCK_")) {
         cmd.env_remove(key);
     }
@@ -542,7 +545,7 @@ pub fn dlock_header(name: &str, token: u64) -> Vec<u8> {
 
 /// Runs `shell_command` under script(1), which gives it a pseudo-terminal as stdin and stderr.
 pub fn on_a_terminal(shell_command: &str) -> std::process::Child {
-    std::process::Command::new("script")
+    program("script")
         .args(["-qfec", shell_command, "/dev/null"])
         // script(1) runs the command with $SHELL: pinned, so that a Ctrl-C means the same
         // whatever shell the test run was started from (dash ends on it, bash waits for its
@@ -623,10 +626,7 @@ mod tests {
         let ipv6 = std::net::TcpListener::bind("[::]:0").expect("an IPv6 listener");
         let (v4, v6) = (address(&ipv4).port(), address(&ipv6).port());
         assert!(super::listens_on(me, v4) && super::listens_on(me, v6));
-        let mut other = std::process::Command::new("sleep")
-            .arg("60")
-            .spawn()
-            .expect("sleep");
+        let mut other = super::program("sleep").arg("60").spawn().expect("sleep");
         let others = super::listens_on(other.id(), v4) || super::listens_on(other.id(), v6);
         let _ = other.kill();
         let _ = other.wait();

@@ -4,6 +4,7 @@
 //! server per test run (`MyServer::shared`), each test with its own table prefix; tests that
 //! crash, pause or reconfigure the server start their own.
 
+use super::programs::program;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -185,7 +186,7 @@ impl MyServer {
 
     /// A `mariadb` client as root through the socket, in `database`, tab-separated output.
     pub fn client(&self, database: &str) -> Command {
-        let mut cmd = Command::new("mariadb");
+        let mut cmd = program("mariadb");
         cmd.arg("--no-defaults")
             .arg(format!("--socket={}", self.socket().display()))
             .args(["-uroot", "-N", "-B", database]);
@@ -296,7 +297,7 @@ impl Launch for MyServer {
     fn answers(&self, _pid: u32) -> Box<dyn Fn() -> bool> {
         let socket = self.socket();
         Box::new(move || {
-            Command::new("mariadb-admin")
+            program("mariadb-admin")
                 .arg("--no-defaults")
                 .arg(format!("--socket={}", socket.display()))
                 .args(["-uroot", "--connect-timeout=2", "ping"])

@@ -4,6 +4,7 @@
 //! runs as `nobody`. One shared server per test run (`PgServer::shared`), each test with its own
 //! table prefix; tests that crash or pause the server start their own.
 
+use super::programs::program;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -178,7 +179,7 @@ impl PgServer {
 
     /// `psql` running `sql` as the superuser through the socket, as application `app`.
     fn psql_command(&self, app: &str, sql: &str) -> Command {
-        let mut cmd = Command::new("psql");
+        let mut cmd = program("psql");
         cmd.args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h"])
             .arg(self.place.dir.path().join("sock"))
             .args([
@@ -258,7 +259,7 @@ impl Launch for PgServer {
     fn answers(&self, pid: u32) -> Box<dyn Fn() -> bool> {
         let port = self.place.port;
         Box::new(move || {
-            Command::new(format!("{BIN}/pg_isready"))
+            program(&format!("{BIN}/pg_isready"))
                 .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string()])
                 .status()
                 .is_ok_and(|s| s.success())

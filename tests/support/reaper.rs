@@ -8,9 +8,10 @@
 //! has ended, each listed server still running (its whole process group) and removes its
 //! directory.
 
+use super::programs::program;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Mutex, OnceLock};
 
 /// The start of a reaper's script: it ignores the signals a terminal or a supervisor sends the
@@ -39,7 +40,7 @@ rm -rf -- "$2""#;
 
 /// A `sh` running `script` with `args` ($1...) once this process has ended.
 fn start_reaper(script: &str, args: &[&std::ffi::OsStr]) -> Child {
-    Command::new("sh")
+    program("sh")
         .arg("-c")
         .arg(format!("{WAIT_FOR_THIS_PROCESS_TO_END}\n{script}"))
         .arg("reaper")
@@ -151,17 +152,18 @@ mod tests {
         use crate::support::{alive, signal, wait_exit, wait_until};
         use std::io::{BufRead, BufReader};
         use std::path::PathBuf;
-        use std::process::{Command, Stdio};
+        use std::process::Stdio;
         use std::time::Duration;
 
-        let mut tests = Command::new(std::env::current_exe().expect("this test executable"))
-            .args(["--exact", LISTS, "--nocapture"])
-            .env(THEN_WAIT_TO_BE_KILLED, "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the test that starts a server");
+        let mut tests =
+            crate::support::programs::build(std::env::current_exe().expect("this test executable"))
+                .args(["--exact", LISTS, "--nocapture"])
+                .env(THEN_WAIT_TO_BE_KILLED, "1")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start the test that starts a server");
         let mut lines = BufReader::new(tests.stdout.take().expect("piped stdout")).lines();
         let started = lines
             .by_ref()

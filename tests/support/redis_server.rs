@@ -2,6 +2,7 @@
 //! no persistence, ready when `start` returns (it has printed that it accepts connections), and
 //! killed when dropped. Only the process this helper started is ever signalled.
 
+use super::programs::program;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -93,7 +94,7 @@ impl RedisServer {
     /// exited first (its port was taken).
     fn spawn(&mut self) -> bool {
         let port = self.port.to_string();
-        let mut command = Command::new("redis-server");
+        let mut command = program("redis-server");
         if self.tls {
             command.args(["--port", "0", "--tls-port", &port]);
         } else {

@@ -2,6 +2,7 @@
 //! free loopback ports with their own temp dirs; ready when `start` returns (both replicas online,
 //! every sentinel knows them), all killed when dropped. Only processes started here are signalled.
 
+use super::programs::program;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -285,7 +286,7 @@ impl Sentinel {
                 timeout = down_after.as_millis() * 5,
             );
             std::fs::write(&conf, text).expect("write sentinel.conf");
-            let mut child = match Command::new("redis-sentinel")
+            let mut child = match program("redis-sentinel")
                 .arg(&conf)
                 // Its own group, like every test server (see pg_server::as_server_user).
                 .process_group(0)

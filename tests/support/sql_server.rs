@@ -2,6 +2,7 @@
 //! process group of their own, waiting until one answers, stopping the run's shared server when
 //! the run ends, and the fault checker's pause and crash.
 
+use super::programs::program;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,27 +22,29 @@ pub fn as_server_user(program: &str) -> Command {
     cmd
 }
 
-fn as_user(program: &str) -> Command {
+fn as_user(server: &str) -> Command {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
-        let mut cmd = Command::new("setpriv");
+        // setpriv runs it by name: the list must name it too.
+        super::programs::entry(server);
+        let mut cmd = program("setpriv");
         cmd.args([
             "--reuid=nobody",
             "--regid=nogroup",
             "--clear-groups",
             "--",
-            program,
+            server,
         ]);
         cmd
     } else {
-        Command::new(program)
+        program(server)
     }
 }
 
 pub fn give_to_server_user(path: &Path) {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
-        let status = Command::new("chown")
+        let status = program("chown")
             .args(["-R", "nobody:nogroup"])
             .arg(path)
             .status()

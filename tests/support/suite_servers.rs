@@ -18,7 +18,8 @@
 //!
 //! A static is never dropped, so a reaper ends each of these servers instead (see reaper.rs).
 
-use std::process::{Child, Command, Stdio};
+use super::programs::program;
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -173,7 +174,7 @@ impl Target {
     fn etcd_namespace(port: u16, server: &EtcdServer) -> Option<Target> {
         let dir = tempfile::tempdir().expect("the etcd proxy's directory");
         let log = std::fs::File::create(dir.path().join("proxy.log")).expect("the proxy's log");
-        let proxy = Command::new("etcd")
+        let proxy = program("etcd")
             .args(["grpc-proxy", "start", "--endpoints"])
             .arg(format!("127.0.0.1:{}", server.port()))
             .arg(format!("--listen-addr=127.0.0.1:{port}"))

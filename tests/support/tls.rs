@@ -1,8 +1,8 @@
 //! TLS material for the servers the tests start (Redis, PostgreSQL, etcd): a CA of the test's own
 //! and a server certificate for 127.0.0.1 it signed, made with the openssl command.
 
+use super::programs::program;
 use std::path::PathBuf;
-use std::process::Command;
 
 use super::LockDir;
 
@@ -16,7 +16,7 @@ pub struct TlsFiles {
 /// A CA and a server certificate for 127.0.0.1, made with the openssl command.
 pub fn make_tls_files(dir: &LockDir) -> TlsFiles {
     let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
+        let out = program("openssl")
             .args(args)
             .current_dir(dir.path())
             .output()

@@ -5,6 +5,7 @@
 //! Also a raw client (the same Rust crate dlock uses) for looking at the nodes dlock leaves behind
 //! and for acting as another ZooKeeper identity.
 
+use super::programs::program;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -256,7 +257,7 @@ impl ZkServer {
         if Path::new("/usr/share/java/slf4j-nop.jar").exists() {
             classpath.push_str(":/usr/share/java/slf4j-nop.jar");
         }
-        let process = Command::new("java")
+        let process = program("java")
             // Its own group, like every test server (see pg_server::as_server_user).
             .process_group(0)
             .args(self.jvm_flags)

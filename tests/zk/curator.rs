@@ -12,7 +12,7 @@ pub(super) fn compile_curator_program(dir: &Path) -> String {
         "Curator is not installed: run scripts/test (Debian package libcurator-recipes-java)"
     );
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/CuratorLock.java");
-    let out = Command::new("javac")
+    let out = program("javac")
         .args(["-d", dir.to_str().unwrap(), "-cp", classpath])
         .arg(&source)
         .output()
@@ -54,7 +54,7 @@ pub(super) fn curator_at(
     held: &Path,
     release: &Path,
 ) -> Command {
-    let mut cmd = Command::new("java");
+    let mut cmd = program("java");
     cmd.args([
         "-XX:TieredStopAtLevel=1",
         "-Xshare:auto",

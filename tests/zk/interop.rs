@@ -16,7 +16,7 @@ const KAZOO_READ: &str = "-lock-";
 /// The system's python3, with kazoo (a pyenv one on PATH may lack it).
 fn python() -> &'static str {
     let python = "/usr/bin/python3";
-    let ok = Command::new(python)
+    let ok = program(python)
         .args(["-c", "import kazoo"])
         .status()
         .is_ok_and(|s| s.success());
@@ -37,7 +37,7 @@ fn kazoo(
     release: &Path,
 ) -> Command {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/kazoo_lock.py");
-    let mut cmd = Command::new(python());
+    let mut cmd = program(python());
     cmd.arg(script)
         .arg(server.hosts())
         .args([&format!("/dlock/{name}"), recipe, how])

@@ -31,7 +31,7 @@ for path in sys.argv[2:]:
 client.stop()
 print(json.dumps(out))
 "#;
-    let out = Command::new("/usr/bin/python3")
+    let out = program("/usr/bin/python3")
         .args(["-c", script, &server.hosts()])
         .args(paths)
         .output()
@@ -82,7 +82,7 @@ acl = [make_digest_acl("mallory", "pw", all=True), make_acl("world", "anyone", r
 client.create(sys.argv[2], sys.argv[3].encode(), acl=acl, makepath=True)
 client.stop()
 "#;
-    let out = Command::new("/usr/bin/python3")
+    let out = program("/usr/bin/python3")
         .args(["-c", script, &server.hosts(), path, data])
         .output()
         .expect("python3 with kazoo");

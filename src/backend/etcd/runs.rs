@@ -327,7 +327,7 @@ mod tests {
             let dir = tempfile::tempdir().expect("a data directory");
             let client_url = format!("http://127.0.0.1:{client}");
             let peer_url = format!("http://127.0.0.1:{peer}");
-            let child = std::process::Command::new("etcd")
+            let child = crate::test_programs::program("etcd")
                 .args(["--name", "t", "--data-dir"])
                 .arg(dir.path())
                 .args(["--listen-client-urls", &client_url])

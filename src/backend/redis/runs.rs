@@ -149,7 +149,7 @@ mod tests {
                             .and_then(|l| l.local_addr())
                             .expect("a free port")
                             .port();
-                        let child = std::process::Command::new("redis-server")
+                        let child = crate::test_programs::program("redis-server")
                             .args(["--port", &port.to_string(), "--save", "", "--appendonly"])
                             .arg("no")
                             .stdout(std::process::Stdio::null())

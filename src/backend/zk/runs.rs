@@ -351,7 +351,7 @@ mod tests {
             if std::path::Path::new("/usr/share/java/slf4j-nop.jar").exists() {
                 classpath.push_str(":/usr/share/java/slf4j-nop.jar");
             }
-            let child = std::process::Command::new("java")
+            let child = crate::test_programs::program("java")
                 .args(["-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", &classpath])
                 .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
                 .arg(&config)
