@@ -57,6 +57,9 @@ pub struct Conn {
     pub generation: u64,
     /// Whether the schema was created by this dlock (then not tried twice).
     schema_made: bool,
+    /// A renewal is under way (see `renewing`): a reconnect must end in time to report the lease
+    /// lost.
+    renewing: bool,
     /// When to give up a connection being made.
     stop: Stop,
     /// The `generation` whose objects were found trusted (`recipe::Recipe::run`).
@@ -157,6 +160,7 @@ impl Conn {
             conn: None,
             generation: 0,
             schema_made: false,
+            renewing: false,
             stop: Stop::default(),
             trusted: None,
         }
@@ -202,6 +206,15 @@ impl Conn {
             .ok_or_else(|| Fault::Unreachable("not connected".into()))
     }
 
+    /// `renew` on this connection as a renewal: a reconnect it needs is bounded by the call
+    /// timeout, not the connect timeout.
+    pub fn renewing<T>(&mut self, renew: impl FnOnce(&mut Conn) -> T) -> T {
+        self.renewing = true;
+        let result = renew(self);
+        self.renewing = false;
+        result
+    }
+
     /// Bounds every call of connections made from now on by a fifth of `ttl` (a renewal must give
     /// up in time to report its lease lost).
     pub fn fit_ttl(&mut self, ttl: Duration) {
@@ -220,15 +233,15 @@ impl Conn {
     }
 
     /// A new connection whose calls wait `call_timeout` at most, tried again while the server's
-    /// connections are all taken: a connection's first, for a run starting, within the whole
-    /// connect timeout; a reconnect within `call_timeout`, if sooner (a renewal that reconnects
-    /// must give up in time to report its lease lost).
+    /// connections are all taken: within the whole connect timeout, but for a renewal within
+    /// `call_timeout`, if sooner (a renewal that reconnects must give up in time to report its
+    /// lease lost).
     fn connect_patiently(&self, call_timeout: Duration) -> Result<mysql::Conn, Fault> {
         let opts = self.opts(call_timeout)?;
-        let budget = if self.generation == 0 {
-            Budget::connect_timeout(self.connect_timeout)
-        } else {
+        let budget = if self.renewing {
             Budget::connect_or_renewal(self.connect_timeout, call_timeout)
+        } else {
+            Budget::connect_timeout(self.connect_timeout)
         };
         connect_while_full(
             budget,

@@ -57,7 +57,7 @@ impl Lease for MyLease {
         let (name, owner) = (&self.name, &self.owner);
         // Each call is bounded by the connection's read timeout, at most a fifth of the ttl.
         self.renewing
-            .renew(|_| recipe.renew(&mut lock(shared), name, owner, ttl))
+            .renew(|_| lock(shared).renewing(|conn| recipe.renew(conn, name, owner, ttl)))
     }
 
     fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
