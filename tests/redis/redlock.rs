@@ -90,3 +90,39 @@ fn redlock_acquires_with_a_minority_down_and_refuses_without_a_majority() {
         stderr(&out)
     );
 }
+
+/// Redlock counts each server once, whatever it is called: one server under two spellings, or two
+/// databases of one server, would let a minority pass for a majority. Refused before any
+/// connection (64), naming both.
+#[test]
+fn redlock_refuses_one_server_named_twice() {
+    let (_held, port) = refusing_port();
+    let (_other, other) = refusing_port();
+    for (a, b) in [
+        (
+            format!("redis://127.0.0.1:{port}"),
+            format!("redis://localhost:{port}"),
+        ),
+        (
+            format!("redis://127.0.0.1:{port}/0"),
+            format!("redis://127.0.0.1:{port}/1"),
+        ),
+        (
+            format!("redis://127.0.0.1:{port}"),
+            format!("redis://127.0.0.1:{port}"),
+        ),
+    ] {
+        let third = format!("redis://127.0.0.1:{other}");
+        let out = output(dlock_at(
+            &[a.clone(), b.clone(), third],
+            &["run", "x", "--", "true"],
+        ));
+        let err = stderr(&out);
+        assert_eq!(code(&out), 64, "{a} {b}: {err}");
+        assert!(
+            err.contains("one server") && err.contains("Redlock needs distinct servers"),
+            "{a} {b}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+}

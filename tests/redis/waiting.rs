@@ -18,7 +18,7 @@ fn script_calls(server: &RedisServer) -> u64 {
 }
 
 #[test]
-fn a_release_hands_the_lock_over_with_no_command_from_the_waiter() {
+fn a_release_hands_the_lock_over_and_the_waiter_confirms_it_in_one_call() {
     let server = RedisServer::start();
     let dir = LockDir::new();
     let url = [server.url()];
@@ -42,12 +42,12 @@ fn a_release_hands_the_lock_over_with_no_command_from_the_waiter() {
     signal(holder.child.id(), libc::SIGTERM);
     holder.wait_for_more("released", 1, T);
     let child = read_pid(&started);
-    // The holder's release granted the lock, and the waiter started without asking again (its
-    // fallback re-check would come only a second after it queued).
+    // The holder's release granted the lock, and the waiter, woken by the grant, confirmed it
+    // in one call (its fallback re-check would come only a second after it queued).
     assert_eq!(
         script_calls(&server) - before,
-        1,
-        "only the holder's release ran"
+        2,
+        "the holder's release, then the waiter's one confirmation"
     );
     holder.finish(T);
 
@@ -124,6 +124,49 @@ fn time_wait_sockets(port: u16) -> usize {
 }
 
 /// How many waiters are queued for `name`.
+/// Any client of the server may publish on a waiter's grant channel: a forged grant, with a
+/// token the store never handed out, gives the waiter nothing. The lock and its token come from
+/// the store: the waiter waits on while the holder holds, then gets the store's next token.
+#[test]
+fn a_forged_grant_message_gives_a_waiter_nothing() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let holder = start_holder(&url, &[], "forged", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    let started = dir.file("token");
+    let script = format!("echo $DLOCK_TOKEN > {}; exec sleep 60", started.display());
+    let mut waiter = Watched::start(dlock_at(
+        &url,
+        &["-v", "run", "forged", "--", "sh", "-c", &script],
+    ));
+    wait_until("the waiter to queue", T, || queued(&server, "forged") == 1);
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg("dlock:{forged}:queue")
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.connection())
+        .unwrap();
+    let owner = members[0].split(' ').next().unwrap().to_string();
+    let heard: i64 = redis::cmd("PUBLISH")
+        .arg(format!("dlock:wake:{owner}"))
+        .arg("dlock:{forged} 1000000")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(heard, 1, "the waiter listens on its grant channel");
+    waiter.sees_no_line_with("acquired", Duration::from_secs(1));
+    assert!(
+        !started.exists(),
+        "the waiter's command ran beside the holder"
+    );
+    signal(holder.child.id(), libc::SIGTERM);
+    holder.finish(T);
+    wait_for_file(&started, T);
+    assert_eq!(std::fs::read_to_string(&started).unwrap().trim(), "2");
+    signal(waiter.child.id(), libc::SIGTERM);
+    waiter.finish(T);
+}
+
 pub(super) fn queued(server: &RedisServer, name: &str) -> usize {
     redis::cmd("ZCARD")
         .arg(format!("dlock:{{{name}}}:queue"))

@@ -9,7 +9,6 @@ use std::sync::mpsc::Receiver;
 use redis::{Connection, PushInfo, PushKind, Value};
 
 use super::reply::text_of;
-use crate::lock::Token;
 
 /// A connection to one server (RESP3), and the messages read on it.
 pub(super) struct Link {
@@ -28,8 +27,9 @@ pub(super) struct Link {
 /// What a waiter heard.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Heard {
-    /// Its lock was granted to it, with this token.
-    Grant(Token),
+    /// A message says its lock was granted to it: a sign to look, never a proof (any client may
+    /// publish it).
+    Grant,
     /// The server stopped carrying the lock's grant channel (its slot moved to another master):
     /// time to look again, and to listen where the lock is now.
     Dropped,
@@ -40,8 +40,8 @@ impl Link {
     /// grants of other locks, subscription confirmations) are dropped.
     pub(super) fn heard(&self, base: &str) -> Option<Heard> {
         for message in self.messages.try_iter() {
-            if let Some(token) = grant_of(&message, base) {
-                return Some(Heard::Grant(token));
+            if is_grant(&message, base) {
+                return Some(Heard::Grant);
             }
             if message.kind == PushKind::SUnsubscribe {
                 let Some(channel) = message.data.first().and_then(text_of) else {
@@ -58,14 +58,17 @@ impl Link {
     }
 }
 
-/// The token of `message` if it grants the lock `base` ("dlock:{NAME} TOKEN").
-fn grant_of(message: &PushInfo, base: &str) -> Option<Token> {
+/// Whether `message` says the lock `base` was granted ("dlock:{NAME} TOKEN"; the token is not
+/// read: the next attempt takes it from the store).
+fn is_grant(message: &PushInfo, base: &str) -> bool {
     if !matches!(message.kind, PushKind::Message | PushKind::SMessage) {
-        return None;
+        return false;
     }
-    let payload = text_of(message.data.get(1)?)?;
-    let (lock, token) = payload.rsplit_once(' ')?;
-    (lock == base).then(|| token.parse().ok())?
+    let payload = message.data.get(1).and_then(text_of);
+    payload
+        .as_deref()
+        .and_then(|p| p.rsplit_once(' '))
+        .is_some_and(|(lock, _)| lock == base)
 }
 
 /// How a SUBSCRIBE or SSUBSCRIBE went.

@@ -22,18 +22,18 @@
 //! subscribes to a channel of its own on the same connection (RESP3, so one connection carries
 //! commands and messages; the SUBSCRIBE goes out with that first attempt and costs no round trip). A release hands the lock
 //! to the first waiter itself, in the same script, and only when it can take it (then to the next
-//! ones too while they can join: shared and limit holders), and publishes the grant with its
-//! token. So a handoff costs one script and one message whatever the number of waiters (no herd),
-//! the next holder starts without a round trip of its own, and waiters acquire in arrival order
+//! ones too while they can join: shared and limit holders), and publishes the grant. The message
+//! only wakes the waiter (any client may publish on its channel): its next attempt finds the lock
+//! already its own and takes the token and lease from the store. So a handoff costs one script,
+//! one message and the new holder's one call whatever the number of waiters (no herd), and
+//! waiters acquire in arrival order
 //! (nobody may pass a live waiter with an earlier ticket). Pub/sub rather than BLPOP because a
 //! subscriber waits with a short socket timeout and looks at its cancellation flag without
 //! sending a command each time, and its connection stays free for the renewals of locks already
 //! held: an idle waiter costs the server nothing but its fallback re-check, which runs when the
 //! holder's lease would run out and at least every ttl/3 (it also renews the waiter's place: a
 //! waiter that dies drops out of the queue within its ttl). A lost message thus costs at most that
-//! re-check, which finds the lock already granted. The grant's lease is judged from the send time
-//! of the waiter's last attempt before the message (messages and replies come in the order the
-//! server made them, so the grant came later and its lease ends later).
+//! re-check, which finds the lock already granted.
 //!
 //! Several `--url`s: Redlock. Acquire runs the script on every server at once; the lock is held
 //! when a majority granted it within the validity time (ttl minus the time taken minus a drift
@@ -111,11 +111,44 @@ pub struct RedisBackend {
     count: usize,
     connect_timeout: Duration,
     location: String,
-    /// Whether some server waits for its replicas to acknowledge each grant and renewal (its URL's
-    /// `?replicas=`, or `--replicas`).
-    replicated: bool,
     /// Redis Cluster: grants go by sharded pub/sub (see `Keys::sharded`).
     sharded: bool,
+}
+
+/// Redlock counts each server once: a server named twice, under one spelling or two
+/// (`127.0.0.1:6379` and `localhost:6379`, or two databases of one server), would let a minority
+/// pass for a majority. Plain servers are told apart by the addresses their names resolve to.
+fn refuse_one_server_twice(servers: &[Topology]) -> anyhow::Result<()> {
+    use std::net::ToSocketAddrs;
+    let twice = |a: &str, b: &str, why: String| {
+        Err(anyhow!(
+            "{a} and {b} are one server{why}; Redlock needs distinct servers"
+        ))
+        .fail_with(Failure::Usage)
+    };
+    let mut seen: Vec<(std::net::SocketAddr, String)> = Vec::new();
+    for (i, s) in servers.iter().enumerate() {
+        if let Some(t) = servers[..i].iter().find(|t| t.location() == s.location()) {
+            return twice(t.location(), s.location(), String::new());
+        }
+        let Topology::Single(server) = s else {
+            continue;
+        };
+        // A name that does not resolve fails at connect, saying so.
+        let addrs: Vec<_> = server
+            .addr
+            .to_socket_addrs()
+            .into_iter()
+            .flatten()
+            .collect();
+        for addr in &addrs {
+            if let Some((_, other)) = seen.iter().find(|(seen, _)| seen == addr) {
+                return twice(other, &server.location, format!(" (both reach {addr})"));
+            }
+        }
+        seen.extend(addrs.into_iter().map(|a| (a, server.location.clone())));
+    }
+    Ok(())
 }
 
 impl RedisBackend {
@@ -134,15 +167,7 @@ impl RedisBackend {
         for server in &mut servers {
             server.set_stop(config.stop.clone());
         }
-        for (i, s) in servers.iter().enumerate() {
-            if servers[..i].iter().any(|t| t.location() == s.location()) {
-                return Err(anyhow!(
-                    "{} is given twice; Redlock needs distinct servers",
-                    s.location()
-                ))
-                .fail_with(Failure::Usage);
-            }
-        }
+        refuse_one_server_twice(&servers)?;
         // A majority of two is both: Redlock on two servers stops when either does, which is
         // worse than one server, and is almost always a mistake for three.
         if servers.len() == 2 {
@@ -165,7 +190,6 @@ impl RedisBackend {
             .flatten()
             .collect();
         let backend = RedisBackend {
-            replicated: servers.iter().any(|s| s.replicas() > 0),
             sharded: servers.iter().any(Topology::is_cluster),
             count: servers.len(),
             servers: Arc::new(Mutex::new(servers)),

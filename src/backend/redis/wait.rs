@@ -6,13 +6,12 @@ use std::time::{Duration, Instant};
 
 use super::fault;
 use super::lease::RedisLease;
-use super::link::Heard;
 use super::redlock::{Line, Round};
 use super::scripts::{Ask, Place};
 use super::RedisBackend;
 use crate::backend::blocking::WakeBlocked;
 use crate::backend::{Attempt, Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
-use crate::lock::{LockRequest, Token};
+use crate::lock::LockRequest;
 
 impl RedisBackend {
     /// One attempt; a busy lock leaves nothing behind.
@@ -124,43 +123,36 @@ impl RedisBackend {
             waiting.in_line(place.ahead);
             let ttl = ask.ttl;
             let until = place.sent + place.retry.min(ttl / 3);
-            if let Some(token) = self.listen(&ask.keys.base, place.server, until, waiting) {
-                // Alone, the grant is the lock, with a lease that ends after the last attempt's
-                // send time plus the ttl; take it unless that time is old. With Redlock it only
-                // says "try again now", everywhere; with --replicas too, as the grant was written
-                // by the releaser's connection, and only a write of our own (the next round finds
-                // the lock ours and extends it) can be waited for on ours.
-                if self.count == 1 && !self.replicated && place.sent.elapsed() < ttl / 6 {
-                    return Ok(Some(Box::new(self.lease(ask, token, place.sent))));
-                }
-            }
+            // A grant heard is only a sign to look again now: any client of the server may
+            // publish on the channel, so the lock and its token come from the next round, from
+            // the store (which finds the lock already ours and extends it, with its token).
+            self.listen(&ask.keys.base, place.server, until, waiting);
         }
     }
 
     /// Listens until `until` for a grant of the lock `base` to this dlock, on the connection to
     /// server `at` (a message read on any connection by anyone counts too). Holds that connection
     /// for at most `CANCEL_CHECK` at a time, so renewals of locks already held go on meanwhile.
-    /// The grant's token, or `None`: time to look again (or cancelled, or the connection broke).
-    fn listen(&self, base: &str, at: usize, until: Instant, waiting: &Waiting) -> Option<Token> {
+    /// Returns when it is time to look again: a grant heard, `until`, a cancellation, or a
+    /// broken connection.
+    fn listen(&self, base: &str, at: usize, until: Instant, waiting: &Waiting) {
         loop {
             let now = Instant::now();
             if waiting.is_cancelled() || now >= until {
-                return None;
+                return;
             }
             let mut servers = self.servers();
-            for server in servers.iter() {
-                match server.heard(base) {
-                    Some(Heard::Grant(token)) => return Some(token),
-                    // The lock's slot moved: look again at once, and listen where it is now.
-                    Some(Heard::Dropped) => return None,
-                    None => {}
-                }
+            // A grant, or the lock's slot moved (then listen where it is now): look again.
+            if servers.iter().any(|server| server.heard(base).is_some()) {
+                return;
             }
-            let server = servers.get_mut(at)?;
+            let Some(server) = servers.get_mut(at) else {
+                return;
+            };
             server.at(base);
             let slice = waiting.slice((until - now).min(CANCEL_CHECK));
             if server.read_message(slice).is_err() {
-                return None;
+                return;
             }
         }
     }
