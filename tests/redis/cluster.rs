@@ -367,3 +367,37 @@ fn on_nodes_without_sharded_pub_sub_waiters_hear_their_grant_on_the_classic_chan
     });
     release_to_waiter(holder, waiter, &next);
 }
+
+/// Seeds that cannot be reached, or that accept and never answer, are passed over at the start:
+/// each is tried once with a share of the connect budget, and the run goes on from the first that
+/// answers.
+#[test]
+fn a_dead_or_silent_first_seed_is_passed_over() {
+    let target = crate::support::target::Target::suite_cluster();
+    let (_dead, dead) = refusing_port();
+    // Listening, never accepting: the kernel completes the handshake, and nothing ever answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a silent seed");
+    let silent = listener.local_addr().expect("its address").port();
+    let live = target.ports[0];
+    for seeds in [
+        format!("{dead},127.0.0.1:{live}"),
+        format!("{silent},127.0.0.1:{live}"),
+    ] {
+        let url = format!("redis+cluster://127.0.0.1:{seeds}");
+        let started = Instant::now();
+        let out = output(dlock_at(
+            &[url.clone()],
+            &[
+                "--connect-timeout",
+                "4s",
+                "run",
+                "-n",
+                "seeds",
+                "--",
+                "true",
+            ],
+        ));
+        assert_eq!(code(&out), 0, "{url}: {}", stderr(&out));
+        assert!(started.elapsed() < Duration::from_secs(4), "{url}");
+    }
+}

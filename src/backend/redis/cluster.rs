@@ -39,6 +39,9 @@ const MAX_REDIRECTS: usize = 5;
 /// they get TRYAGAIN for as long as the slot is half moved, which is usually milliseconds.
 const TRY_AGAIN_PAUSE: Duration = Duration::from_millis(20);
 const MAX_TRY_AGAIN: usize = 50;
+/// How long a seed that answers nothing may hold up the start at least, before the next one is
+/// tried (each gets a share of the connect timeout, but no less than this).
+const LEAST_PER_SEED: Duration = Duration::from_millis(200);
 
 /// A Redis Cluster: the node the connection goes to now, and what is known of the others.
 pub(super) struct Cluster {
@@ -147,6 +150,40 @@ impl Cluster {
                 .find_map(|link| link.heard(base))
         };
         self.server.heard(base).or_else(parked)
+    }
+
+    /// Connects to a seed within `timeout`: a seed that cannot be reached or does not answer
+    /// passes the start on to the next, each tried once with a share of the time left (as the
+    /// sentinels are asked); the first that answers is where calls start from.
+    pub(super) fn connect(&mut self, timeout: Duration) -> Result<(), Fault> {
+        let until = Instant::now() + timeout;
+        let count = self.seeds.len();
+        let mut last = None;
+        for i in 0..count {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.server.stop.requested() {
+                break;
+            }
+            let share = left
+                .checked_div(u32::try_from(count - i).unwrap_or(u32::MAX))
+                .unwrap_or(left)
+                .max(LEAST_PER_SEED)
+                .min(left);
+            let addr = self.seeds[self.seed % count].clone();
+            self.switch(&addr);
+            match self.server.connect(share) {
+                Ok(()) => return Ok(()),
+                Err(fault) if fault.is_fatal() => return Err(fault),
+                Err(fault) => {
+                    last = Some(fault);
+                    self.seed = self.seed.wrapping_add(1);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            let why = format!("no answer within {}", crate::text::duration(timeout));
+            self.server.fault(FaultKind::Down, why)
+        }))
     }
 
     /// The node that serves `slot`, as far as known.

@@ -98,7 +98,7 @@ impl Topology {
         match self {
             Topology::Single(server) => server.connect(timeout),
             Topology::Sentinel(master) => master.connect(timeout),
-            Topology::Cluster(cluster) => cluster.server.connect(timeout),
+            Topology::Cluster(cluster) => cluster.connect(timeout),
         }
     }
 
