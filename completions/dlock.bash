@@ -16,6 +16,9 @@ _dlock() {
             ",$1")
                 cmd="dlock"
                 ;;
+            dlock,config)
+                cmd="dlock__subcmd__config"
+                ;;
             dlock,generate)
                 cmd="dlock__subcmd__generate"
                 ;;
@@ -36,6 +39,9 @@ _dlock() {
                 ;;
             dlock,status)
                 cmd="dlock__subcmd__status"
+                ;;
+            dlock__subcmd__help,config)
+                cmd="dlock__subcmd__help__subcmd__config"
                 ;;
             dlock__subcmd__help,generate)
                 cmd="dlock__subcmd__help__subcmd__generate"
@@ -65,8 +71,67 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-b -u -v -q -h -V --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help --version run status list hold release generate help"
+            opts="-b -u -v -q -h -V --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help --version run status list hold release config generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --backend)
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    return 0
+                    ;;
+                -b)
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --replicas)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__config)
+            opts="-b -u -v -q -h --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -190,8 +255,22 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help)
-            opts="run status list hold release generate help"
+            opts="run status list hold release config generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__help__subcmd__config)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -43,6 +43,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "status" -d 'Show who ho
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "list" -d 'List every lock currently held'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "release" -d 'Give up what this shell took with `dlock hold` (--force: anyone\'s)'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "config" -d 'Show the settings in force and where each came from'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "generate" -d 'Write the man pages and shell completions into --out DIR'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s l -l limit -d 'Take one of N seats (a semaphore)' -r -f
@@ -142,6 +143,19 @@ complete -c dlock -n "__fish_dlock_using_subcommand release" -l force -d 'Break 
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand config" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
+redis\t'A Redis server (or several, with Redlock); cluster-wide'
+zk\t'A ZooKeeper ensemble; cluster-wide'
+etcd\t'An etcd cluster; cluster-wide'
+postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+complete -c dlock -n "__fish_dlock_using_subcommand config" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand config" -l password-file -d 'Read the servers\' password from a file' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand config" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand config" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand config" -s v -l verbose -d 'Print timestamped events on stderr'
+complete -c dlock -n "__fish_dlock_using_subcommand config" -s q -l quiet -d 'Print nothing but errors'
+complete -c dlock -n "__fish_dlock_using_subcommand config" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l out -d 'The directory to write man/ and completions/ into (created if missing)' -r -f -a "(__fish_complete_directories)"
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s b -l backend -d 'Where locks live (default: file)' -r -f -a "file\t'Lock files in a local directory (flock(2)); no server, one machine'
 redis\t'A Redis server (or several, with Redlock); cluster-wide'
@@ -156,13 +170,14 @@ complete -c dlock -n "__fish_dlock_using_subcommand generate" -l replicas -d 'Re
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "run" -d 'Run COMMAND while holding the lock'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "status" -d 'Show who holds a lock. Exit status 0 when held, 1 when free'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "list" -d 'List every lock currently held'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "release" -d 'Give up what this shell took with `dlock hold` (--force: anyone\'s)'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "generate" -d 'Write the man pages and shell completions into --out DIR'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release config generate help" -f -a "run" -d 'Run COMMAND while holding the lock'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release config generate help" -f -a "status" -d 'Show who holds a lock. Exit status 0 when held, 1 when free'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release config generate help" -f -a "list" -d 'List every lock currently held'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release config generate help" -f -a "hold" -d 'Hold the lock for the rest of the calling shell script'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release config generate help" -f -a "release" -d 'Give up what this shell took with `dlock hold` (--force: anyone\'s)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release config generate help" -f -a "config" -d 'Show the settings in force and where each came from'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release config generate help" -f -a "generate" -d 'Write the man pages and shell completions into --out DIR'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release config generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 
 # Lock names held now on the backend dlock is configured for, for the NAME of run, status, hold
 # and release; after run's `--`, a command and its arguments.

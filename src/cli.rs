@@ -4,6 +4,7 @@
 mod config;
 mod duration;
 mod help;
+mod in_force;
 mod one_subcommand;
 mod place;
 mod plan;
@@ -113,6 +114,10 @@ pub struct GlobalArgs {
     #[arg(skip)]
     pub place: Vec<(String, String)>,
 
+    /// The configuration files read, least specific first, for `-v` to name.
+    #[arg(skip)]
+    pub config_files: Vec<PathBuf>,
+
     /// The servers came from the parent dlock's DLOCK_URL, which left out the password typed into
     /// its --url: a refusal says so.
     #[arg(skip)]
@@ -151,6 +156,12 @@ pub enum Command {
     /// With --force, break a lock for whoever holds it (for an operator cleaning up after a dead
     /// holder).
     Release(ReleaseArgs),
+    /// Show the settings in force and where each came from.
+    ///
+    /// One line per setting, `ORIGIN<TAB>key = value`: the configuration file and line, the
+    /// DLOCK_* variable or the option that gives it, as `git config --list --show-origin` shows
+    /// git's; passwords left out. The backend is always shown (`default` when none is set).
+    Config(ConfigArgs),
     /// Write the man pages and shell completions into --out DIR
     ///
     /// The man pages into DIR/man and the bash, zsh and fish completions into DIR/completions,
@@ -350,6 +361,13 @@ pub struct ReleaseArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct ConfigArgs {
+    /// The settings in force, settled with the command line (see `in_force`).
+    #[arg(skip)]
+    pub settings: Vec<in_force::Setting>,
+}
+
+#[derive(Args, Debug)]
 pub struct GenerateArgs {
     /// The directory to write man/ and completions/ into (created if missing).
     #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
@@ -420,7 +438,10 @@ pub fn parse() -> Result<Cli, Status> {
         }
     };
     let settle = |matches: clap::ArgMatches| match Cli::from_arg_matches(&matches) {
-        Ok(mut cli) => resolve::resolve(&mut cli, &matches, &config).map(|()| cli),
+        Ok(mut cli) => resolve::resolve(&mut cli, &matches, &config).map(|()| {
+            cli.global.config_files = config.paths().map(Into::into).collect();
+            cli
+        }),
         Err(e) => Err(usage::one_line(&e)),
     };
     let refused = match parsed {
@@ -465,6 +486,24 @@ pub fn parse() -> Result<Cli, Status> {
     };
     eprintln!("dlock: {refused}");
     Err(Status::Usage)
+}
+
+/// Whether this is a `dlock hold --print-env` whose output a shell evals (not the keeper it
+/// starts, whose output is the front's): from `cli` once parsed, else from the words before `--`.
+pub fn asks_print_env(cli: Option<&Cli>) -> bool {
+    if crate::hold::is_keeper() {
+        return false;
+    }
+    match cli {
+        Some(cli) => matches!(&cli.command, Command::Hold(hold) if hold.print_env),
+        None => {
+            let words: Vec<std::ffi::OsString> = std::env::args_os()
+                .skip(1)
+                .take_while(|arg| arg != "--")
+                .collect();
+            words.iter().any(|w| w == "hold") && words.iter().any(|w| w == "--print-env")
+        }
+    }
 }
 
 /// The command line parsed again without what DLOCK_WAIT and DLOCK_NO_WAIT (or the file's `wait`

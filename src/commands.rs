@@ -126,6 +126,11 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
             Ok(Status::Done)
         }
         Command::Hold(args) => hold::hold(&cli, args, report),
+        Command::Config(args) => {
+            let text: String = args.settings.iter().map(|s| s.line()).collect();
+            emit(&text)?;
+            Ok(Status::Done)
+        }
         Command::Generate(args) => {
             generate::write_all(&args.out)?;
             Ok(Status::Done)

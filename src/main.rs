@@ -87,11 +87,15 @@ fn run() -> u8 {
     });
     let cli = match cli::parse() {
         Ok(cli) => cli,
-        Err(status) => return status.code(),
+        Err(status) => return for_eval(status.code(), cli::asks_print_env(None)),
     };
     let report = report::Reporter::new(cli.global.verbosity());
+    for path in &cli.global.config_files {
+        report.event(&format!("read configuration file {}", path.display()));
+    }
     let password_withheld = cli.global.parent_password_withheld;
-    match commands::run(cli, &report) {
+    let print_env = cli::asks_print_env(Some(&cli));
+    let code = match commands::run(cli, &report) {
         Ok(status) => status.code(),
         Err(err) => {
             let status = exit::status_of(&err);
@@ -110,5 +114,19 @@ fn run() -> u8 {
             report.error(&message);
             status.code()
         }
+    };
+    for_eval(code, print_env)
+}
+
+/// `code`, having printed `exit CODE` on standard output for a failed `dlock hold --print-env`,
+/// whose output exists to be eval'ed: `eval "$(dlock hold --print-env NAME)"` then ends the script
+/// with the status, where the empty output of a failure would let it run on without the lock.
+#[cfg_attr(test, allow(dead_code))]
+fn for_eval(code: u8, print_env: bool) -> u8 {
+    if print_env && code != 0 {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "exit {code}").and_then(|()| out.flush());
     }
+    code
 }

@@ -342,3 +342,118 @@ fn committed_completions_and_man_pages_are_fresh() {
         .collect();
     assert!(pages.len() >= 5, "dlock.1 plus one page per subcommand");
 }
+
+/// Every URL names its store: `-u` alone selects the backend by the scheme (a path: the file
+/// backend), and `-b` with it is optional. A store that is down is then 69 from that backend, not
+/// 64 from the file backend; a `-b` that contradicts the URL is 64 naming both.
+#[test]
+fn the_backend_comes_from_the_url_s_scheme() {
+    let (_refusing, port) = refusing_port();
+    let cases = [
+        ("redis", format!("redis://127.0.0.1:{port}")),
+        ("redis", format!("rediss://127.0.0.1:{port}")),
+        ("redis", format!("redis+sentinel://127.0.0.1:{port}/main")),
+        ("redis", format!("redis+cluster://127.0.0.1:{port}")),
+        ("redis", format!("rediss+cluster://127.0.0.1:{port}")),
+        ("zk", format!("zk://127.0.0.1:{port}")),
+        ("etcd", format!("etcd://127.0.0.1:{port}")),
+        ("etcd", format!("etcds://127.0.0.1:{port}")),
+        ("postgres", format!("postgres://u@127.0.0.1:{port}/db")),
+        ("postgres", format!("postgresql://u@127.0.0.1:{port}/db")),
+        ("mysql", format!("mysql://u@127.0.0.1:{port}/db")),
+        ("mysql", format!("mariadb://u@127.0.0.1:{port}/db")),
+    ];
+    for (backend, url) in &cases {
+        for with_b in [false, true] {
+            let mut cmd = dlock();
+            if with_b {
+                cmd.args(["-b", backend]);
+            }
+            cmd.args([
+                "-u",
+                url,
+                "--connect-timeout",
+                "500ms",
+                "run",
+                "n",
+                "--",
+                "true",
+            ]);
+            let out = output_within(cmd, std::time::Duration::from_secs(60));
+            let err = stderr(&out);
+            assert_eq!(code(&out), 69, "-b given: {with_b}: {url}: {err}");
+            assert!(!err.contains("file backend"), "{url}: {err}");
+        }
+        let other = if *backend == "zk" { "etcd" } else { "zk" };
+        let out = output({
+            let mut cmd = dlock();
+            cmd.args(["-b", other, "-u", url, "run", "n", "--", "true"]);
+            cmd
+        });
+        assert_eq!(code(&out), 64, "{url}: {}", stderr(&out));
+        assert!(
+            stderr(&out).starts_with(&format!("dlock: --backend {other} does not fit --url "))
+                && stderr(&out).contains(&format!(", a {backend} URL")),
+            "{}",
+            stderr(&out)
+        );
+        // `dlock config` shows the backend the scheme named.
+        let out = output({
+            let mut cmd = dlock();
+            cmd.args(["-u", url, "config"]);
+            cmd
+        });
+        assert_eq!(
+            stdout(&out),
+            format!("the scheme of --url\tbackend = {backend}\n--url\turl = {url}\n"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    // The file backend: a directory, or a file:// URL, with and without -b.
+    let dir = LockDir::new();
+    for url in [
+        dir.path().display().to_string(),
+        format!("file://{}", dir.path().display()),
+    ] {
+        for with_b in [false, true] {
+            let mut cmd = dlock();
+            if with_b {
+                cmd.args(["-b", "file"]);
+            }
+            cmd.args(["-u", &url, "-v", "run", "n", "--", "true"]);
+            let out = output(cmd);
+            assert_eq!(code(&out), 0, "{url}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains(&format!("using file:{}", dir.path().display())),
+                "{}",
+                stderr(&out)
+            );
+        }
+        let out = output({
+            let mut cmd = dlock();
+            cmd.args(["-b", "redis", "-u", &url, "run", "n", "--", "true"]);
+            cmd
+        });
+        assert_eq!(code(&out), 64, "{url}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("does not fit --url") && stderr(&out).contains("a file URL"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    // The environment's pair alike: DLOCK_BACKEND that contradicts DLOCK_URL names both.
+    let out = output({
+        let mut cmd = dlock();
+        cmd.env("DLOCK_BACKEND", "zk")
+            .env("DLOCK_URL", &cases[0].1)
+            .args(["run", "n", "--", "true"]);
+        cmd
+    });
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("dlock: DLOCK_BACKEND zk does not fit DLOCK_URL redis://"),
+        "{}",
+        stderr(&out)
+    );
+}

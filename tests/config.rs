@@ -257,3 +257,336 @@ fn a_ttl_from_the_file_beyond_the_backend_s_limit_is_refused_naming_the_line() {
     let out = output(cmd);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
 }
+
+/// `dlock ARGS` in a private mount namespace where `etc` is /etc, so that `etc/dlock/config` is the
+/// system's configuration file (as the default-directory tests place /run), with the user's files
+/// under `home` and no DLOCK_* variable of the caller's. The binary is opened before the mount and
+/// run through its descriptor, as the mount may hide its path.
+fn with_system_config(etc: &Path, home: &Path) -> Command {
+    assert_eq!(
+        own_uid(),
+        0,
+        "these tests mount a directory over /etc in a private namespace, which needs root (as in \
+         CI)"
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-ec"])
+        .arg("exec 9<\"$1\"\nmount --bind \"$0\" /etc\nshift\nexec /proc/self/fd/9 \"$@\"")
+        .arg(etc)
+        .arg(dlock_bin())
+        .stdin(std::process::Stdio::null());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("DLOCK_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("HOME", home).env_remove("XDG_CONFIG_HOME");
+    cmd
+}
+
+/// A scratch place with a system file (`etc/dlock/config`) and a user's (`home/.config/dlock/
+/// config`), each written only when given.
+struct Layers {
+    scratch: LockDir,
+}
+
+impl Layers {
+    fn new(system: &str, user: Option<&str>) -> Layers {
+        let scratch = LockDir::new();
+        std::fs::create_dir_all(scratch.file("etc/dlock")).unwrap();
+        std::fs::create_dir_all(scratch.file("home/.config/dlock")).unwrap();
+        for dir in ["etc", "etc/dlock"] {
+            std::fs::set_permissions(
+                scratch.file(dir),
+                std::os::unix::fs::PermissionsExt::from_mode(0o755),
+            )
+            .unwrap();
+        }
+        std::fs::write(scratch.file("etc/dlock/config"), system).unwrap();
+        if let Some(user) = user {
+            std::fs::write(scratch.file("home/.config/dlock/config"), user).unwrap();
+        }
+        Layers { scratch }
+    }
+
+    fn user(&self) -> String {
+        self.scratch
+            .file("home/.config/dlock/config")
+            .display()
+            .to_string()
+    }
+
+    fn dlock(&self) -> Command {
+        with_system_config(&self.scratch.file("etc"), &self.scratch.file("home"))
+    }
+
+    /// `dlock config`'s lines, as `ORIGIN<TAB>key = value`.
+    fn shown(&self, mut cmd: Command) -> Vec<String> {
+        cmd.arg("config");
+        let out = output(cmd);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        stdout(&out).lines().map(str::to_owned).collect()
+    }
+}
+
+const SYSTEM: &str = "/etc/dlock/config";
+
+/// The fleet's Redis in /etc/dlock/config and a user's file with only `wait = 5m`: the run uses the
+/// fleet's Redis (the user's file adds its key, it does not replace the system's), `-v` names both
+/// files, and `dlock config` shows each setting with the file and line it came from.
+#[test]
+fn a_user_file_adds_keys_to_the_system_file_and_never_drops_its_servers() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let layers = Layers::new(
+        &format!("backend = redis\nurl = {url}\nttl = 20s\n"),
+        Some("wait = 5m\nmessage = alice's\n"),
+    );
+    let mut cmd = layers.dlock();
+    cmd.args(["-v", "run", "fleet", "--", "true"]);
+    let out = output(cmd);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(
+        err.contains(&format!("read configuration file {SYSTEM}\n"))
+            && err.contains(&format!("read configuration file {}\n", layers.user())),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("using redis://127.0.0.1:{}", server.port())),
+        "{err}"
+    );
+    let user = layers.user();
+    assert_eq!(
+        layers.shown(layers.dlock()),
+        [
+            format!("{SYSTEM} line 1\tbackend = redis"),
+            format!("{SYSTEM} line 2\turl = {url}"),
+            format!("{user} line 1\twait = 5m"),
+            format!("{SYSTEM} line 3\tttl = 20s"),
+            format!("{user} line 2\tmessage = alice's"),
+        ]
+    );
+    // The environment beats the files, key by key, and the command line the environment.
+    let mut cmd = layers.dlock();
+    cmd.env("DLOCK_TTL", "30s")
+        .env("DLOCK_CONNECT_TIMEOUT", "3s")
+        .args(["--connect-timeout", "2s"]);
+    let shown = layers.shown(cmd);
+    assert!(
+        shown.contains(&"DLOCK_TTL\tttl = 30s".to_owned()),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains(&"--connect-timeout\tconnect-timeout = 2s".to_owned()),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains(&format!("{user} line 1\twait = 5m")),
+        "{shown:?}"
+    );
+}
+
+/// `backend` and `url` travel as a pair: the most specific layer that sets either sets both. A
+/// URL brings the backend its scheme names; a backend alone keeps the servers below only when they
+/// are that backend's; DLOCK_CONFIG takes the user's file's place, and set empty reads no file.
+#[test]
+fn the_backend_and_the_url_come_from_one_layer() {
+    let locks = LockDir::new();
+    let [user_dir, env_dir, flag_dir] = ["user", "env", "flag"].map(|d| {
+        let dir = locks.file(d);
+        std::fs::create_dir(&dir).unwrap();
+        dir.display().to_string()
+    });
+    let system = "backend = redis\nurl = redis://127.0.0.1:1\n";
+    let sys_pair = [
+        format!("{SYSTEM} line 1\tbackend = redis"),
+        format!("{SYSTEM} line 2\turl = redis://127.0.0.1:1"),
+    ];
+    // A user's URL: the file backend its path names, not the system's redis.
+    let layers = Layers::new(system, Some(&format!("url = {user_dir}\n")));
+    let user = layers.user();
+    assert_eq!(
+        layers.shown(layers.dlock()),
+        [
+            format!("the scheme of {user} line 1\tbackend = file"),
+            format!("{user} line 1\turl = {user_dir}"),
+        ]
+    );
+    assert_eq!(location(layers.dlock()), format!("{user_dir}/x.lock"));
+    // A user's backend alone: not paired with the system's URL of another backend.
+    let layers = Layers::new(system, Some("backend = file\n"));
+    assert_eq!(
+        layers.shown(layers.dlock()),
+        [format!("{} line 1\tbackend = file", layers.user())]
+    );
+    // The same backend alone keeps the system's servers; so does DLOCK_BACKEND, which a parent
+    // dlock sets for its command where its servers came from the files.
+    let layers = Layers::new(system, Some("backend = redis\n"));
+    let shown = layers.shown(layers.dlock());
+    assert_eq!(shown[1], sys_pair[1], "{shown:?}");
+    let layers = Layers::new(system, None);
+    let mut cmd = layers.dlock();
+    cmd.env("DLOCK_BACKEND", "redis");
+    assert_eq!(
+        layers.shown(cmd),
+        [
+            "DLOCK_BACKEND\tbackend = redis".to_owned(),
+            sys_pair[1].clone()
+        ]
+    );
+    // The environment's URL beats the files' pair, and the command line's the environment's.
+    let mut cmd = layers.dlock();
+    cmd.env("DLOCK_URL", &env_dir);
+    assert_eq!(
+        layers.shown(cmd),
+        [
+            "the scheme of DLOCK_URL\tbackend = file".to_owned(),
+            format!("DLOCK_URL\turl = {env_dir}"),
+        ]
+    );
+    let mut cmd = layers.dlock();
+    cmd.env("DLOCK_URL", &env_dir).args(["-u", &flag_dir]);
+    assert_eq!(
+        layers.shown(cmd),
+        [
+            "the scheme of --url\tbackend = file".to_owned(),
+            format!("--url\turl = {flag_dir}"),
+        ]
+    );
+    // `-b` alone drops a URL of another backend below it, and keeps one of its own.
+    let mut cmd = layers.dlock();
+    cmd.env("DLOCK_URL", "redis://127.0.0.1:1")
+        .args(["-b", "file"]);
+    let shown = layers.shown(cmd);
+    assert_eq!(shown, ["--backend\tbackend = file"], "{shown:?}");
+    let mut cmd = layers.dlock();
+    cmd.env("DLOCK_URL", &env_dir).args(["-b", "file"]);
+    assert_eq!(
+        layers.shown(cmd),
+        [
+            "--backend\tbackend = file".to_owned(),
+            format!("DLOCK_URL\turl = {env_dir}"),
+        ]
+    );
+    // DLOCK_CONFIG in the user's file's place, the system's still read; empty: no file at all.
+    let config = locks.file("config");
+    std::fs::write(&config, format!("url = {flag_dir}\n")).unwrap();
+    let mut cmd = layers.dlock();
+    cmd.env("DLOCK_CONFIG", &config).arg("-v");
+    cmd.args(["run", "x", "--", "true"]);
+    let out = output(cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    for read in [SYSTEM.to_owned(), config.display().to_string()] {
+        assert!(
+            stderr(&out).contains(&format!("read configuration file {read}\n")),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert!(
+        stderr(&out).contains(&format!("using file:{flag_dir}")),
+        "{}",
+        stderr(&out)
+    );
+    let mut cmd = layers.dlock();
+    cmd.env("DLOCK_CONFIG", "");
+    assert_eq!(layers.shown(cmd), ["default\tbackend = file"]);
+}
+
+/// `wait` in the system's file and `no-wait` in the user's: the user's wins, so a busy lock fails
+/// at once (75); both in one file is refused naming the file and lines, not the environment.
+#[test]
+fn a_clash_of_keys_in_the_files_is_settled_by_the_more_specific_file_or_named_by_line() {
+    let t = crate::support::target::Target::file_backend();
+    let mut holder = crate::contract::Holding::start(&t, &["clash"]);
+    let url = t.args[1].clone();
+    let layers = Layers::new(
+        &format!("url = {url}\nwait = 10m\n"),
+        Some("no-wait = yes\n"),
+    );
+    let mut cmd = layers.dlock();
+    cmd.args(["run", "clash", "--", "true"]);
+    let out = output_within(cmd, std::time::Duration::from_secs(60));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(holder.is_running());
+    holder.let_go();
+
+    let scratch = LockDir::new();
+    let config = scratch.file("config");
+    std::fs::write(&config, format!("url = {url}\nno-wait = yes\nwait = 1m\n")).unwrap();
+    let mut cmd = with_config(&config);
+    cmd.args(["run", "clash", "--", "true"]);
+    let out = output(cmd);
+    let at = config.display();
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "dlock: no-wait ({at} line 2) and wait ({at} line 3) are both set: remove one, or \
+             give -n or -w\n"
+        )
+    );
+}
+
+/// `#` after white space starts a comment, also after a value or a quoted value; within quotes it
+/// is text. A URL with a comment after it is the URL alone, not a password to mask.
+#[test]
+fn a_comment_may_follow_a_value() {
+    let scratch = LockDir::new();
+    let locks = scratch.file("locks");
+    std::fs::create_dir(&locks).unwrap();
+    let config = scratch.file("config");
+    for text in [
+        format!("backend = file # x\nurl = {}  # primary\n", locks.display()),
+        format!("url = \"{}\"  # quoted\n", locks.display()),
+    ] {
+        std::fs::write(&config, &text).unwrap();
+        assert_eq!(
+            location(with_config(&config)),
+            format!("{}/x.lock", locks.display()),
+            "{text}"
+        );
+    }
+    std::fs::write(
+        &config,
+        "url = redis://u:s3cr3t@127.0.0.1:6379  # primary\nmessage = \"deploy #42\" # x\n",
+    )
+    .unwrap();
+    let mut cmd = with_config(&config);
+    cmd.arg("config");
+    let out = output(cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let at = config.display();
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "the scheme of {at} line 1\tbackend = redis\n{at} line 1\turl = \
+             redis://u@127.0.0.1:6379\n{at} line 2\tmessage = deploy #42\n"
+        )
+    );
+}
+
+/// A file's `backend` that contradicts its own `url` is refused naming the file and both lines.
+#[test]
+fn a_backend_and_url_of_one_file_that_disagree_are_refused_naming_the_lines() {
+    let scratch = LockDir::new();
+    let config = scratch.file("config");
+    std::fs::write(
+        &config,
+        "backend = zk\n# x\nurl = redis://:pw@127.0.0.1:1\n",
+    )
+    .unwrap();
+    let mut cmd = with_config(&config);
+    cmd.args(["run", "x", "--", "true"]);
+    let out = output(cmd);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 64, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "dlock: {} line 1: backend zk does not fit the url on line 3",
+            config.display()
+        )) && !err.contains("pw"),
+        "{err}"
+    );
+}

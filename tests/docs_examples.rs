@@ -354,11 +354,14 @@ fn excluded(example: &Example) -> Option<&'static str> {
     if words.iter().any(|w| w == "generate") {
         return Some("writes man pages and completions, locks nothing (see manual.rs)");
     }
+    if subcommand_of(&words) == Some("config") {
+        return Some("shows the settings in force, locks nothing (see config.rs)");
+    }
     None
 }
 
-/// The subcommand and the lock names of a dlock command.
-fn subcommand_and_names(words: &[String]) -> Option<(Does, Vec<String>)> {
+/// Where the subcommand of a dlock command is: the first word that is not a global option.
+fn subcommand_at(words: &[String]) -> usize {
     let mut i = 1;
     while i < words.len() {
         let w = words[i].as_str();
@@ -370,6 +373,17 @@ fn subcommand_and_names(words: &[String]) -> Option<(Does, Vec<String>)> {
             break;
         }
     }
+    i
+}
+
+/// The subcommand of a dlock command.
+fn subcommand_of(words: &[String]) -> Option<&str> {
+    words.get(subcommand_at(words)).map(String::as_str)
+}
+
+/// The subcommand and the lock names of a dlock command.
+fn subcommand_and_names(words: &[String]) -> Option<(Does, Vec<String>)> {
+    let i = subcommand_at(words);
     let sub = words.get(i)?.as_str();
     let rest = &words[i + 1..];
     let mut names = Vec::new();
@@ -426,7 +440,7 @@ fn backend_of(words: &[String]) -> Kind {
             "zk" => "zk",
             "etcd" | "etcds" => "etcd",
             "postgres" | "postgresql" => "postgres",
-            "mysql" => "mysql",
+            "mysql" | "mariadb" => "mysql",
             _ => "file",
         })
     });

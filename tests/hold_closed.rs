@@ -3,6 +3,8 @@
 //! without the lock, in bash, dash, busybox sh and zsh, with and without `set -e`; a keeper that is
 //! killed tells the shell (SIGTERM) and its `dlock release` exits 79; a parent that is not a shell
 //! is refused; holds are known by place and name; a second hold from one shell is refused at once.
+//! The ssh-agent habit, `eval "$(dlock hold --print-env NAME)" || exit 1`, ends the script with
+//! dlock's status, since a failed `--print-env` prints `exit N`.
 //! On the file backend and on Redis (the suite's server).
 
 use std::path::{Path, PathBuf};
@@ -244,6 +246,75 @@ fn the_documented_forms_fail_closed(t: &Target) {
     holder.let_go();
 }
 
+/// The ssh-agent habit, `eval "$(dlock hold --print-env ARGS)" || exit 1` (not a documented form):
+/// a failed `hold --print-env` prints `exit N`, so the script ends there with dlock's status (75
+/// busy or `--wait` expired, 69 the store unreachable) and its protected part never runs; in every
+/// shell, with and without `set -e`. Without `--print-env` a failure still prints nothing.
+fn the_eval_habit_ends_the_script_with_dlock_s_status(t: &Target) {
+    let mut holder = crate::contract::Holding::start(t, &["hc/eval"]);
+    let (_refusing, port) = refusing_port();
+    let down = format!(
+        "'{}' --url 'redis://127.0.0.1:{port}' hold --print-env -n hc/down",
+        dlock_bin()
+    );
+    let cases = [
+        (
+            "busy with -n",
+            t.shell_words(&["hold", "--print-env", "-n", "hc/eval"]),
+            75,
+        ),
+        (
+            "--wait expired",
+            t.shell_words(&["hold", "--print-env", "-w", "0.2s", "hc/eval"]),
+            75,
+        ),
+        ("the store down", down, 69),
+    ];
+    let protected = "echo ran > ran";
+    let mut case = 0;
+    for shell in SHELLS {
+        for prelude in PRELUDES {
+            for (what, hold, status) in &cases {
+                case += 1;
+                let dir = t.scratch.file(&format!("eval{case}"));
+                let form = format!("eval \"$({hold})\" || exit 1");
+                let mut script =
+                    Script::start(&dir, shell, &format!("{prelude}\n{form}\n{protected}"));
+                let code = script.exit_code();
+                assert!(
+                    !script.path("ran").exists(),
+                    "{shell:?} `{prelude}` `{form}` ({what}): the protected part ran"
+                );
+                assert_eq!(
+                    code,
+                    *status,
+                    "{shell:?} `{prelude}` `{form}` ({what}): {}",
+                    script.read("err")
+                );
+            }
+        }
+    }
+    // What the substitution holds, and nothing at all without --print-env (`-q`: nothing to mail).
+    for (hold, said) in [
+        (
+            t.shell_words(&["hold", "--print-env", "-n", "hc/eval"]),
+            "[exit 75]\n",
+        ),
+        (t.shell_words(&["-q", "hold", "-n", "hc/eval"]), "[]\n"),
+    ] {
+        let out = output({
+            let mut sh = without_callers_dlock_settings("sh");
+            sh.arg("-c")
+                .arg(format!("v=$({hold}); echo \"[$v]\""))
+                .stdin(Stdio::null());
+            sh
+        });
+        assert_eq!(stdout(&out), said, "{hold}: {}", stderr(&out));
+    }
+    assert!(holder.is_running(), "the holder of hc/eval ended early");
+    holder.let_go();
+}
+
 /// The keeper killed by SIGTERM or SIGKILL, alone or with its process group: the shell gets
 /// SIGTERM, and its `dlock release` then exits 79 (the hold ended without a release), not 1.
 fn a_killed_keeper_sends_the_shell_sigterm_and_release_exits_79(t: &Target) {
@@ -447,6 +518,11 @@ mod file {
     #[test]
     fn the_documented_forms_fail_closed() {
         super::the_documented_forms_fail_closed(&Target::file_backend());
+    }
+
+    #[test]
+    fn the_eval_habit_ends_the_script_with_dlock_s_status() {
+        super::the_eval_habit_ends_the_script_with_dlock_s_status(&Target::file_backend());
     }
 
     #[test]

@@ -35,7 +35,7 @@ fn every_man_page_has_examples_environment_exit_status_and_see_also() {
         .iter()
         .filter(|(path, _)| path.starts_with("man/"))
         .collect();
-    assert_eq!(pages.len(), 7, "dlock.1 and one per subcommand");
+    assert_eq!(pages.len(), 8, "dlock.1 and one per subcommand");
     for (path, page) in &pages {
         for section in [
             ".SH SYNOPSIS",

@@ -33,7 +33,8 @@ pub mod stop;
 pub mod zk;
 
 pub use registry::{
-    backend_help, by_scheme, not_built, url_help, version, BackendKind, KindParser,
+    backend_help, by_scheme, kind_named, kind_of_url, not_built, url_help, version, BackendKind,
+    KindParser,
 };
 
 /// Where and how to reach a backend, from the command line and environment.
@@ -511,6 +512,7 @@ mod tests {
             "http://127.0.0.1:1",
             "unix:///nonexistent.sock",
             "mysql://127.0.0.1:1/db",
+            "mariadb://127.0.0.1:1/db",
         ];
         let kinds = [
             BackendKind::File,

@@ -143,10 +143,10 @@ pub const BACKENDS: [Descriptor; 6] = [
     Descriptor {
         kind: BackendKind::Mysql,
         name: "mysql",
-        schemes: &["mysql://"],
+        schemes: &["mysql://", "mariadb://"],
         store: "MySQL",
         help: "A MySQL or MariaDB database (tables of dlock's own); cluster-wide",
-        address: "mysql://...",
+        address: "mysql://... (or mariadb://...)",
         feature: Some("mysql"),
         local: false,
         replicas: false,
@@ -214,6 +214,20 @@ pub fn not_built(descriptor: &Descriptor) -> String {
         descriptor.name,
         env!("CARGO_PKG_NAME")
     )
+}
+
+/// The backend named `name` (`-b`'s value), built or not.
+pub fn kind_named(name: &str) -> Option<BackendKind> {
+    BACKENDS.iter().find(|b| b.name == name).map(|b| b.kind)
+}
+
+/// The backend `url` names: its scheme's, or the file backend's for a path (no `://`); `None` for
+/// a scheme no backend has.
+pub fn kind_of_url(url: &str) -> Option<BackendKind> {
+    match by_scheme(url) {
+        Some(descriptor) => Some(descriptor.kind),
+        None => (!url.contains("://")).then_some(BackendKind::File),
+    }
 }
 
 /// The backend whose URL scheme `url` has, built or not (`None` for a plain path or an unknown

@@ -1,20 +1,27 @@
-//! The configuration file, for what a fleet sets once per host (the backend, its servers, where
-//! the password is): `key = value` lines, each key a DLOCK_* variable's name without the prefix,
-//! in lower case with `-` for `_` (`url`, `password-file`, `connect-timeout`, `ttl`...).
+//! The configuration files, for what a fleet sets once per host (the backend, its servers, where
+//! the password is) and what a user adds: `key = value` lines, each key a DLOCK_* variable's name
+//! without the prefix, in lower case with `-` for `_` (`url`, `password-file`, `connect-timeout`,
+//! `ttl`...).
 //!
-//! The first of these that exists is read: `$DLOCK_CONFIG` (which must exist when set, and names
-//! no file when set empty), `$XDG_CONFIG_HOME/dlock/config` (or `~/.config/dlock/config`), then
-//! `/etc/dlock/config`. An option on the command line beats its variable, and a variable beats the
-//! file: the file's values are clap's defaults, used where neither was given.
+//! Two layers, as ssh and git have them: `/etc/dlock/config`, then the user's own
+//! (`$XDG_CONFIG_HOME/dlock/config` or `~/.config/dlock/config`; `$DLOCK_CONFIG` in its place,
+//! which must exist when set, and names no file at all, not even the system's, when set empty).
+//! Each key comes from the more specific file that sets it, so a user's `wait = 5m` leaves the
+//! fleet's servers in force. `backend` and `url` go together (see `Pair`): a file that sets `url`
+//! also sets the backend its scheme names, so the system's backend is never paired with a user's
+//! URL. Then an option's variable beats the files, and the command line the variable: the files'
+//! values are clap's defaults, used where neither was given.
 //!
-//! The file decides which server gets the password, so it is refused unless this user or root
-//! owns it and nobody else may write it (see `trusted`). A relative `password-file` in it is
-//! relative to the file's own directory.
+//! A file decides which server gets the password, so it is refused unless this user or root owns
+//! it and nobody else may write it (see `trusted`). A relative `password-file` in it is relative
+//! to the file's own directory.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use clap::Arg;
+
+use crate::backend::{kind_named, kind_of_url, BackendKind};
 
 /// The system-wide file, for a fleet's hosts.
 const SYSTEM: &str = "/etc/dlock/config";
@@ -27,47 +34,155 @@ struct Entry {
     line: usize,
 }
 
-/// The file read, if any.
-#[derive(Debug, Default)]
-pub struct Config {
+/// One file read.
+#[derive(Debug)]
+struct File {
     path: PathBuf,
     entries: Vec<Entry>,
 }
 
-impl Config {
-    /// Reads the first configuration file that exists; none is an empty configuration.
-    pub fn load() -> Result<Config, String> {
-        let Some(path) = locate()? else {
-            return Ok(Config::default());
-        };
-        let text = super::trusted::read(&path, super::trusted::Kind::Config)?;
-        let mut entries = parse(&path, &text)?;
-        anchor_password_file(&path, &mut entries)?;
-        Ok(Config { path, entries })
+impl File {
+    fn entry(&self, key: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.key == key)
     }
 
-    /// The variable's value from the file, when the environment does not set the variable: the
+    fn at(&self, line: usize) -> String {
+        format!("{} line {line}", self.path.display())
+    }
+}
+
+/// Which file and entry gives a value: indices into `Config::files` and its entries.
+type Source = (usize, usize);
+
+/// The backend and the servers the files set, as one pair: from the most specific file that sets
+/// either, where a `backend` alone keeps the URL of the file below only if that names the same
+/// backend (it says no more than that file did), and a `url` alone brings the backend its scheme
+/// names (left to the caller to find, as the command line's is).
+#[derive(Debug, Default, Clone, Copy)]
+struct Pair {
+    backend: Option<Source>,
+    url: Option<Source>,
+}
+
+/// The files read, least specific first, and the backend and URL they set together.
+#[derive(Debug, Default)]
+pub struct Config {
+    files: Vec<File>,
+    pair: Pair,
+}
+
+impl Config {
+    /// Reads the configuration files that exist; none is an empty configuration.
+    pub fn load() -> Result<Config, String> {
+        let mut files = Vec::new();
+        for path in locate() {
+            let text = super::trusted::read(&path, super::trusted::Kind::Config)?;
+            let mut entries = parse(&path, &text)?;
+            anchor_password_file(&path, &mut entries)?;
+            let file = File { path, entries };
+            check_pair(&file)?;
+            files.push(file);
+        }
+        let mut config = Config {
+            files,
+            pair: Pair::default(),
+        };
+        config.pair = config.settle_pair();
+        Ok(config)
+    }
+
+    /// The files read, least specific first.
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.files.iter().map(|f| f.path.as_path())
+    }
+
+    fn settle_pair(&self) -> Pair {
+        let mut pair = Pair::default();
+        for (i, file) in self.files.iter().enumerate() {
+            let index = |key: &str| file.entries.iter().position(|e| e.key == key);
+            match (index("backend"), index("url")) {
+                (None, None) => {}
+                (backend, Some(url)) => {
+                    pair = Pair {
+                        backend: backend.map(|b| (i, b)),
+                        url: Some((i, url)),
+                    }
+                }
+                (Some(backend), None) => {
+                    let same = self.backend_of(pair) == kind_named(&file.entries[backend].value);
+                    pair = Pair {
+                        backend: Some((i, backend)),
+                        url: pair.url.filter(|_| same),
+                    };
+                }
+            }
+        }
+        pair
+    }
+
+    /// The backend a pair names: its `backend`, or its URL's scheme's.
+    fn backend_of(&self, pair: Pair) -> Option<BackendKind> {
+        match (pair.backend, pair.url) {
+            (Some(b), _) => kind_named(&self.entry(b).value),
+            (None, Some(u)) => super::urls::split(&self.entry(u).value)
+                .first()
+                .and_then(|url| kind_of_url(url)),
+            (None, None) => None,
+        }
+    }
+
+    fn entry(&self, (file, entry): Source) -> &Entry {
+        &self.files[file].entries[entry]
+    }
+
+    fn at(&self, (file, entry): Source) -> String {
+        self.files[file].at(self.files[file].entries[entry].line)
+    }
+
+    /// Which file gives the variable's value, whatever the environment says.
+    fn source(&self, variable: &str) -> Option<Source> {
+        match variable {
+            "DLOCK_BACKEND" => self.pair.backend,
+            "DLOCK_URL" => self.pair.url,
+            _ => {
+                let key = key_of(variable);
+                self.files.iter().enumerate().rev().find_map(|(i, file)| {
+                    file.entries
+                        .iter()
+                        .position(|e| e.key == key)
+                        .map(|e| (i, e))
+                })
+            }
+        }
+    }
+
+    /// The variable's value from the files, whatever the environment says: the value and where
+    /// it was written (`/etc/dlock/config line 3`).
+    pub fn file_value(&self, variable: &str) -> Option<(&str, String)> {
+        let source = self.source(variable)?;
+        Some((&self.entry(source).value, self.at(source)))
+    }
+
+    /// The variable's value from the files, when the environment does not set the variable: the
     /// value and where it was written (`/etc/dlock/config line 3`).
     pub fn value_for(&self, variable: &str) -> Option<(&str, String)> {
         if std::env::var_os(variable).is_some() {
             return None;
         }
-        let entry = self
-            .entries
-            .iter()
-            .find(|e| variable_of(&e.key) == variable)?;
-        Some((&entry.value, self.at(entry.line)))
+        self.file_value(variable)
     }
 
-    fn at(&self, line: usize) -> String {
-        format!("{} line {line}", self.path.display())
+    /// How specific the file giving the variable's value is: 1 for the least, 0 for none; the
+    /// environment and the command line beat them all.
+    pub fn layer_of(&self, variable: &str) -> usize {
+        self.source(variable).map_or(0, |(file, _)| file + 1)
     }
 
     /// `command` with the file's values as the defaults of the options they stand for (which
     /// clap checks as it checks the command line, when the subcommand run has the option; see
     /// `usage::explain` for the message). A key no option reads is an error.
     pub fn apply(&self, command: clap::Command) -> Result<clap::Command, String> {
-        if self.entries.is_empty() {
+        if self.files.is_empty() {
             return Ok(command);
         }
         let known = |command: &clap::Command, variable: &str| {
@@ -78,7 +193,11 @@ impl Config {
         };
         // A key for another subcommand than the one `command` has is known all the same.
         let mut whole = None;
-        for entry in &self.entries {
+        let entries = self
+            .files
+            .iter()
+            .flat_map(|f| f.entries.iter().map(move |e| (f, e)));
+        for (file, entry) in entries {
             let variable = variable_of(&entry.key);
             if known(&command, &variable) {
                 continue;
@@ -87,7 +206,7 @@ impl Config {
             if !known(whole, &variable) {
                 return Err(format!(
                     "{}: unknown key {:?} (keys: {})",
-                    self.at(entry.line),
+                    file.at(entry.line),
                     entry.key,
                     known_keys(whole).join(", ")
                 ));
@@ -111,34 +230,56 @@ impl Config {
     }
 }
 
-/// Where the configuration is: `None` for no file.
-fn locate() -> Result<Option<PathBuf>, String> {
-    if let Some(path) = std::env::var_os("DLOCK_CONFIG") {
-        if path.is_empty() {
-            return Ok(None);
+/// The files to read, least specific first: the system's and the user's that exist, or the
+/// system's and `$DLOCK_CONFIG` (which must exist); none when DLOCK_CONFIG is set empty.
+fn locate() -> Vec<PathBuf> {
+    let user = match std::env::var_os("DLOCK_CONFIG") {
+        Some(path) if path.is_empty() => return Vec::new(),
+        Some(path) => Some(PathBuf::from(path)),
+        None => {
+            let dir = match std::env::var_os("XDG_CONFIG_HOME") {
+                Some(dir) if Path::new(&dir).is_absolute() => Some(PathBuf::from(dir)),
+                _ => std::env::var_os("HOME")
+                    .filter(|home| Path::new(home).is_absolute())
+                    .map(|home| Path::new(&home).join(".config")),
+            };
+            dir.map(|dir| dir.join("dlock").join("config"))
+                .filter(|path| path.exists())
         }
-        return Ok(Some(PathBuf::from(path)));
-    }
-    let user = match std::env::var_os("XDG_CONFIG_HOME") {
-        Some(dir) if Path::new(&dir).is_absolute() => Some(PathBuf::from(dir)),
-        _ => std::env::var_os("HOME")
-            .filter(|home| Path::new(home).is_absolute())
-            .map(|home| Path::new(&home).join(".config")),
     };
-    let candidates = user
-        .map(|dir| dir.join("dlock").join("config"))
-        .into_iter()
-        .chain([PathBuf::from(SYSTEM)]);
-    for path in candidates {
-        if path.exists() {
-            return Ok(Some(path));
-        }
-    }
-    Ok(None)
+    let system = Some(PathBuf::from(SYSTEM)).filter(|path| path.exists());
+    system.into_iter().chain(user).collect()
 }
 
-/// `key = value` lines; blank lines and lines starting with `#` are skipped. Only `url` may come
-/// more than once (its values add up, as repeated `--url` do).
+/// A file's `backend` and `url` agree: each URL is one of that backend's (a URL names its backend,
+/// so `backend` may be left out).
+fn check_pair(file: &File) -> Result<(), String> {
+    let (Some(backend), Some(url)) = (file.entry("backend"), file.entry("url")) else {
+        return Ok(());
+    };
+    let Some(kind) = kind_named(&backend.value) else {
+        // Refused by `--backend`'s parser, naming the line.
+        return Ok(());
+    };
+    for one in super::urls::split(&url.value) {
+        if let Some(other) = kind_of_url(&one).filter(|other| *other != kind) {
+            return Err(format!(
+                "{}: backend {} does not fit the url on line {}, {} (a {} URL): the URL names its \
+                 backend, so `backend` may be left out",
+                file.at(backend.line),
+                backend.value,
+                url.line,
+                crate::url::redact(&one),
+                other.as_str()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `key = value` lines; blank lines and lines starting with `#` are skipped, and so is a `#` after
+/// white space and what follows it (a comment after the value). Only `url` may come more than
+/// once (its values add up, as repeated `--url` do).
 fn parse(path: &Path, text: &str) -> Result<Vec<Entry>, String> {
     let mut entries: Vec<Entry> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
@@ -162,12 +303,7 @@ fn parse(path: &Path, text: &str) -> Result<Vec<Entry>, String> {
         if value.chars().any(char::is_control) {
             return Err(format!("{}: the value has a control character", at()));
         }
-        let value = unquoted(value).ok_or_else(|| {
-            format!(
-                "{}: a quote the value does not close (write `key = value`, quotes optional)",
-                at()
-            )
-        })?;
+        let value = unquoted(value).map_err(|why| format!("{}: {why}", at()))?;
         match entries.iter_mut().find(|e| e.key == key) {
             Some(earlier) if key == "url" => {
                 earlier.value = format!("{} {value}", earlier.value);
@@ -189,17 +325,33 @@ fn parse(path: &Path, text: &str) -> Result<Vec<Entry>, String> {
     Ok(entries)
 }
 
-/// `value` without the one pair of quotes around it, as a shell or an INI file would write it
-/// (`url = "redis://a:6379"`); `None` when a quote at one end has no partner at the other.
-fn unquoted(value: &str) -> Option<&str> {
+/// `value` without a comment after it and without the one pair of quotes around it, as a shell or
+/// an INI file would write it (`url = "redis://a:6379"  # primary`); or why not: a quote at one
+/// end with no partner at the other, or words after the closing quote. Within quotes, `#` is text.
+fn unquoted(value: &str) -> Result<&str, &'static str> {
+    const UNCLOSED: &str =
+        "a quote the value does not close (write `key = value`, quotes optional)";
     for quote in ['"', '\''] {
-        let (opens, closes) = (value.starts_with(quote), value.ends_with(quote));
-        if opens || closes {
-            let paired = opens && closes && value.len() >= 2;
-            return paired.then(|| &value[1..value.len() - 1]);
+        if let Some(inside) = value.strip_prefix(quote) {
+            let Some(end) = inside.find(quote) else {
+                return Err(UNCLOSED);
+            };
+            let after = inside[end + 1..].trim_start();
+            if !after.is_empty() && !after.starts_with('#') {
+                return Err("text after the closing quote (a comment starts with `#`)");
+            }
+            return Ok(&inside[..end]);
         }
     }
-    Some(value)
+    // A `#` that starts the value or follows white space starts a comment.
+    let bytes = value.as_bytes();
+    let comment = (0..bytes.len())
+        .find(|&i| bytes[i] == b'#' && (i == 0 || bytes[i - 1].is_ascii_whitespace()));
+    let value = comment.map_or(value, |i| value[..i].trim_end());
+    if value.ends_with(['"', '\'']) {
+        return Err(UNCLOSED);
+    }
+    Ok(value)
 }
 
 /// A relative `password-file` is the file's neighbour, not a file in whatever directory dlock runs
@@ -295,6 +447,27 @@ mod tests {
             let err = parsed(text).unwrap_err();
             assert!(err.contains("line 1: a quote"), "{text:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_hash_after_white_space_starts_a_comment_outside_quotes() {
+        let text = "url = redis://h:6379  # primary\nbackend = redis # x\n\
+                    message = \"deploy #42\"  # quoted\nttl = 'a#b' #\nwait = 5m#s\n";
+        assert_eq!(
+            parsed(text).unwrap(),
+            vec![
+                ("url".into(), "redis://h:6379".into()),
+                ("backend".into(), "redis".into()),
+                ("message".into(), "deploy #42".into()),
+                ("ttl".into(), "a#b".into()),
+                ("wait".into(), "5m#s".into()),
+            ]
+        );
+        let err = parsed("url = \"redis://h\" primary\n").unwrap_err();
+        assert!(
+            err.contains("line 1: text after the closing quote"),
+            "{err}"
+        );
     }
 
     #[test]

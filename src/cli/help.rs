@@ -5,8 +5,12 @@ use crate::exit;
 
 /// Where `--help` points for the rest.
 const READ_ON: &str = "\
-Options beat DLOCK_* variables, which beat the configuration file (see FILES).
-The manual: man dlock, man dlock-run.";
+Options beat DLOCK_* variables, which beat the configuration files (see FILES).
+The manual: man dlock, man dlock-run; the settings in force: dlock config.";
+
+/// Where `-h` points for the rest, in one line, so that it fits a screen.
+const READ_ON_BRIEFLY: &str =
+    "The manual: man dlock, man dlock-run; the settings in force: dlock config.";
 
 /// The end of `--help` (dlock's and run's): the exit statuses, then where to read on.
 pub fn after_long_help() -> String {
@@ -15,7 +19,7 @@ pub fn after_long_help() -> String {
 
 /// The end of `-h`: the statuses in short, then where to read on.
 pub fn after_help() -> String {
-    format!("{}\n\n{READ_ON}", exit::short_table())
+    format!("{}\n\n{READ_ON_BRIEFLY}", exit::short_table())
 }
 
 /// What `dlock --help` and dlock(1) say after the one-line summary, which they do not repeat.

@@ -6,19 +6,22 @@
 use clap::Args;
 
 use super::{config, parsing_command};
-use super::{GenerateArgs, GlobalArgs, HoldArgs, ListArgs, ReleaseArgs, RunArgs, StatusArgs};
+use super::{
+    ConfigArgs, GenerateArgs, GlobalArgs, HoldArgs, ListArgs, ReleaseArgs, RunArgs, StatusArgs,
+};
 
 /// What adds a subcommand's arguments to it.
 type AddArguments = fn(clap::Command) -> clap::Command;
 
 /// Each subcommand with what adds its arguments, as `Command` declares them (a test holds the two
 /// together).
-const SUBCOMMANDS: [(&str, AddArguments); 6] = [
+const SUBCOMMANDS: [(&str, AddArguments); 7] = [
     ("run", <RunArgs as Args>::augment_args),
     ("status", <StatusArgs as Args>::augment_args),
     ("list", <ListArgs as Args>::augment_args),
     ("hold", <HoldArgs as Args>::augment_args),
     ("release", <ReleaseArgs as Args>::augment_args),
+    ("config", <ConfigArgs as Args>::augment_args),
     ("generate", <GenerateArgs as Args>::augment_args),
 ];
 
@@ -115,6 +118,8 @@ mod tests {
             "-b file list run",
             "generate --out run",
             "status run",
+            "config",
+            "-u /tmp config",
             "run --kill-after 1s -E 3 --ttl 2s x -- true",
             "--connect-timeout 1s --replicas 1 run x -- true",
             "run x",

@@ -11,7 +11,7 @@ use clap::ArgMatches;
 
 use super::config::Config;
 use super::{urls, usage::quote, Cli, Command, GlobalArgs, LockArgs, RunArgs};
-use crate::backend::BackendKind;
+use crate::backend::{kind_named, BackendKind};
 
 /// Settles `cli`, which clap parsed into `matches`; or the one line saying what is wrong.
 pub fn resolve(cli: &mut Cli, matches: &ArgMatches, config: &Config) -> Result<(), String> {
@@ -23,7 +23,10 @@ pub fn resolve(cli: &mut Cli, matches: &ArgMatches, config: &Config) -> Result<(
         .iter()
         .flat_map(|u| urls::split(u))
         .collect();
-    backend_and_url(&mut cli.global, matches, config);
+    let origins = backend_and_url(&mut cli.global, matches, config)?;
+    if let Command::Config(shown) = &mut cli.command {
+        shown.settings = super::in_force::settings(&cli.global, matches, config, &origins);
+    }
     not_built(&cli.global)?;
     super::place::settle(&mut cli.global, matches);
     password(&mut cli.global)?;
@@ -56,8 +59,8 @@ fn lock_options(
     backend: BackendKind,
     config: &Config,
 ) -> Result<(), String> {
-    wait_or_not(&mut lock.no_wait, &mut lock.wait, matches)?;
-    message(lock, matches)?;
+    wait_or_not(&mut lock.no_wait, &mut lock.wait, matches, config)?;
+    message(lock, matches, config)?;
     ttl_for(backend, lock.ttl, matches, config)
 }
 
@@ -81,29 +84,123 @@ fn ttl_for(
     Err(format!("{given} {} is {why}", crate::text::duration(ttl)))
 }
 
-/// A backend and a URL that do not go together, given at different levels (the command line,
-/// the environment, the configuration file): the lower one's is dropped, as if unset. `-b file`
-/// with DLOCK_URL=redis://... uses the default lock directory; `-u /srv/locks` with
-/// DLOCK_BACKEND=redis (which a parent dlock sets for its command) the file backend.
-fn backend_and_url(global: &mut GlobalArgs, matches: &ArgMatches, config: &Config) {
-    let fit = global.urls.iter().all(|url| global.backend.takes(url));
-    if fit {
-        return;
-    }
-    let level = |id: &str, variable: &str| match matches.value_source(id) {
-        Some(CommandLine) => 3,
-        Some(EnvVariable) => 2,
-        Some(DefaultValue) if config.value_for(variable).is_some() => 1,
-        _ => 0,
+/// One level's say on where the locks are (the configuration files, the environment, the command
+/// line): its backend and its servers, each with where it was given (`--backend`, `DLOCK_URL`,
+/// `/etc/dlock/config line 2`).
+struct Level {
+    backend: Option<(BackendKind, String)>,
+    urls: Option<(Vec<String>, String)>,
+}
+
+/// Where the backend and the servers in force were given, for `dlock config`.
+#[derive(Debug, Default, Clone)]
+pub struct Origins {
+    pub backend: String,
+    pub urls: Option<String>,
+}
+
+/// The backend and the servers, as a pair: from the most specific level that gives either, where
+/// a URL brings the backend its scheme names (`-u redis://h:6379` needs no `-b redis`) and a
+/// backend alone keeps the servers of the level below only if they are that backend's (`-b file`
+/// with DLOCK_URL=redis://... uses the default lock directory; DLOCK_BACKEND=redis, which a parent
+/// dlock sets for its command, keeps the files' Redis servers). A backend and a URL that disagree
+/// on one level are refused naming both.
+fn backend_and_url(
+    global: &mut GlobalArgs,
+    matches: &ArgMatches,
+    config: &Config,
+) -> Result<Origins, String> {
+    let variable = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let typed = |id: &str| matches.value_source(id) == Some(CommandLine);
+    let levels = [
+        Level {
+            backend: config
+                .file_value("DLOCK_BACKEND")
+                .and_then(|(value, at)| Some((kind_named(value)?, at))),
+            urls: config
+                .file_value("DLOCK_URL")
+                .map(|(value, at)| (urls::split(value), at)),
+        },
+        Level {
+            backend: variable("DLOCK_BACKEND")
+                .and_then(|value| Some((kind_named(&value)?, "DLOCK_BACKEND".to_owned()))),
+            urls: variable("DLOCK_URL").map(|value| (urls::split(&value), "DLOCK_URL".to_owned())),
+        },
+        Level {
+            backend: typed("backend").then(|| (global.backend, "--backend".to_owned())),
+            urls: typed("urls").then(|| (global.urls.clone(), "--url".to_owned())),
+        },
+    ];
+    let mut kind = BackendKind::default();
+    let mut origins = Origins {
+        backend: "default".to_owned(),
+        urls: None,
     };
-    let backend = level("backend", "DLOCK_BACKEND");
-    let url = level("urls", "DLOCK_URL");
-    if backend > url {
-        global.urls.clear();
-    } else if url > backend {
-        // The default backend, as clap's definition has it.
-        global.backend = BackendKind::default();
+    for level in levels {
+        match (level.backend, level.urls) {
+            (None, None) => {}
+            (backend, Some((given, at))) => {
+                let scheme = backend_named_by(&given, &at)?;
+                (kind, origins.backend) = match (backend, scheme) {
+                    (Some((b, b_at)), Some((s, url))) if b != s => {
+                        return Err(format!(
+                            "{b_at} {} does not fit {at} {}, a {} URL: the URL names its backend, \
+                             so give one of them",
+                            b.as_str(),
+                            crate::url::redact(url),
+                            s.as_str()
+                        ))
+                    }
+                    (Some((b, b_at)), _) => (b, b_at),
+                    (None, scheme) => (
+                        scheme.map(|(s, _)| s).unwrap_or_default(),
+                        format!("the scheme of {at}"),
+                    ),
+                };
+                origins.urls = Some(at);
+            }
+            (Some((b, at)), None) => {
+                if b != kind {
+                    origins.urls = None;
+                }
+                kind = b;
+                origins.backend = at;
+            }
+        }
     }
+    global.backend = kind;
+    if origins.urls.is_none() {
+        global.urls.clear();
+    }
+    Ok(origins)
+}
+
+/// The backend the URLs name by their scheme (a path: the file backend), and the first URL that
+/// names it; two backends named is an error.
+fn backend_named_by<'a>(
+    urls: &'a [String],
+    at: &str,
+) -> Result<Option<(BackendKind, &'a str)>, String> {
+    let mut found: Option<(BackendKind, &str)> = None;
+    for url in urls {
+        let Some(kind) = crate::backend::kind_of_url(url) else {
+            continue;
+        };
+        match found {
+            Some((first, shown)) if first != kind => {
+                return Err(format!(
+                    "{at} names two backends: {} ({}) and {} ({})",
+                    crate::url::redact(shown),
+                    first.as_str(),
+                    crate::url::redact(url),
+                    kind.as_str()
+                ))
+            }
+            Some(_) => {}
+            None => found = Some((kind, url)),
+        }
+    }
+    Ok(found)
 }
 
 /// A URL of a backend this build left out (`etcd://...` where the etcd feature was not built) is
@@ -143,33 +240,49 @@ fn password(global: &mut GlobalArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `--no-wait` and `--wait` exclude each other: the one on the command line wins over the other
-/// from the environment; both on the command line, or both in the environment, is an error.
+/// `--no-wait` and `--wait` exclude each other: the one given at the more specific level wins
+/// (the command line, the environment, the user's configuration file, the system's); both at one
+/// level is an error naming where.
 fn wait_or_not(
     no_wait: &mut bool,
     wait: &mut Option<Duration>,
     matches: &ArgMatches,
+    config: &Config,
 ) -> Result<(), String> {
     if !*no_wait || wait.is_none() {
         return Ok(());
     }
-    match (
-        matches.value_source("no_wait"),
-        matches.value_source("wait"),
-    ) {
-        (Some(CommandLine), Some(CommandLine)) => {
-            Err("--no-wait cannot be used with --wait: give one of them".into())
-        }
-        (Some(CommandLine), _) => {
-            *wait = None;
-            Ok(())
-        }
-        (_, Some(CommandLine)) => {
-            *no_wait = false;
-            Ok(())
-        }
-        _ => Err("DLOCK_NO_WAIT and DLOCK_WAIT are both set: unset one, or give -n or -w".into()),
+    let level = |id: &str, variable: &str| match matches.value_source(id) {
+        Some(CommandLine) => usize::MAX,
+        Some(EnvVariable) => usize::MAX - 1,
+        _ => config.layer_of(variable),
+    };
+    let (n, w) = (
+        level("no_wait", "DLOCK_NO_WAIT"),
+        level("wait", "DLOCK_WAIT"),
+    );
+    if n > w {
+        *wait = None;
+        return Ok(());
     }
+    if w > n {
+        *no_wait = false;
+        return Ok(());
+    }
+    Err(match n {
+        usize::MAX => "--no-wait cannot be used with --wait: give one of them".into(),
+        l if l == usize::MAX - 1 => {
+            "DLOCK_NO_WAIT and DLOCK_WAIT are both set: unset one, or give -n or -w".into()
+        }
+        _ => {
+            let at = |variable: &str| config.file_value(variable).map(|(_, at)| at);
+            format!(
+                "no-wait ({}) and wait ({}) are both set: remove one, or give -n or -w",
+                at("DLOCK_NO_WAIT").unwrap_or_default(),
+                at("DLOCK_WAIT").unwrap_or_default()
+            )
+        }
+    })
 }
 
 /// `-c` takes the place of `-- COMMAND`, and (as in flock's `LOCK -c COMMAND`) nothing may follow
@@ -215,13 +328,17 @@ fn shell_command(run: &RunArgs, matches: &ArgMatches) -> Result<(), String> {
 
 /// `--message` is shown to other users: refused (never escaped) unless it is printable text within
 /// the limit. Checked here rather than by clap, which would print the refused text back raw.
-fn message(lock: &LockArgs, matches: &ArgMatches) -> Result<(), String> {
+fn message(lock: &LockArgs, matches: &ArgMatches, config: &Config) -> Result<(), String> {
     let Some(text) = &lock.message else {
         return Ok(());
     };
-    let option = match matches.value_source("message") {
-        Some(EnvVariable) => "DLOCK_MESSAGE",
-        _ => "--message",
+    let option = match (
+        matches.value_source("message"),
+        config.value_for("DLOCK_MESSAGE"),
+    ) {
+        (Some(EnvVariable), _) => "DLOCK_MESSAGE".to_owned(),
+        (Some(DefaultValue), Some((_, at))) => format!("message ({at})"),
+        _ => "--message".to_owned(),
     };
     crate::lock::check_message(text)
         .map(drop)

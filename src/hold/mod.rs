@@ -101,6 +101,11 @@ pub fn hold(cli: &Cli, args: &HoldArgs, report: &Reporter) -> anyhow::Result<Sta
     })
 }
 
+/// Whether this process is a keeper a front started (its output goes to the front).
+pub fn is_keeper() -> bool {
+    keeper_of().is_some()
+}
+
 /// The shell to keep a hold for, when this process is a keeper its parent, a front, started.
 fn keeper_of() -> Option<Process> {
     let value = std::env::var(KEEPER_VAR).ok()?;

@@ -35,8 +35,14 @@ impl MyUrl {
     pub fn parse(url: &str) -> anyhow::Result<MyUrl> {
         let shown = redact(url);
         let usage = |why: String| Err(anyhow!("{why}")).fail_with(Failure::Usage);
-        let Some(rest) = url.strip_prefix("mysql://") else {
-            return usage(format!("MySQL URL {shown} must start with mysql://"));
+        // MariaDB's own name for the same server.
+        let rest = url
+            .strip_prefix("mysql://")
+            .or_else(|| url.strip_prefix("mariadb://"));
+        let Some(rest) = rest else {
+            return usage(format!(
+                "MySQL URL {shown} must start with mysql:// (or mariadb://)"
+            ));
         };
         let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (authority, database) = base.split_once('/').unwrap_or((base, ""));
@@ -176,6 +182,11 @@ mod tests {
             (3306, Tls::Off, "dlock_")
         );
         assert_eq!(plain.user, None);
+        let maria = MyUrl::parse("mariadb://al@h:3307/app").unwrap();
+        assert_eq!(
+            (maria.host.as_str(), maria.port, maria.user.as_deref()),
+            ("h", 3307, Some("al"))
+        );
     }
 
     #[test]
