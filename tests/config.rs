@@ -269,7 +269,7 @@ fn with_system_config(etc: &Path, home: &Path) -> Command {
         "these tests mount a directory over /etc in a private namespace, which needs root (as in \
          CI)"
     );
-    let mut cmd = Command::new("unshare");
+    let mut cmd = program("unshare");
     cmd.args(["--mount", "--propagation", "private", "sh", "-ec"])
         .arg("exec 9<\"$1\"\nmount --bind \"$0\" /etc\nshift\nexec /proc/self/fd/9 \"$@\"")
         .arg(etc)

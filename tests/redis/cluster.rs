@@ -386,7 +386,7 @@ fn a_dead_or_silent_first_seed_is_passed_over() {
         let url = format!("redis+cluster://127.0.0.1:{seeds}");
         let started = Instant::now();
         let out = output(dlock_at(
-            &[url.clone()],
+            std::slice::from_ref(&url),
             &[
                 "--connect-timeout",
                 "4s",
