@@ -76,7 +76,7 @@ impl Acquisition {
         let asked = Instant::now();
         let granted = bounded(CALL_TIMEOUT, client.grant(ttl)).await?;
         let lease = granted.id;
-        let ttl = granted.ttl.max(1);
+        let ttl = super::place::believed_ttl(granted.ttl).max(1);
         let key = key(&self.prefix, lease);
         let put = RequestOp::put(key.as_str(), value_of(&self.request), lease);
         // An exclusive key owns when it is the first; the others need every key ahead of them.
@@ -113,7 +113,7 @@ impl Acquisition {
             key,
             lease,
             revision,
-            stands_until: asked + Duration::from_secs(ttl as u64),
+            stands_until: super::place::stands_until(asked, ttl),
             ttl,
             run,
         };

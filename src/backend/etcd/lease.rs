@@ -141,7 +141,7 @@ impl Lease for EtcdLease {
                 ))
             }
             (Ok(ttl), Ok(_)) => {
-                self.place.stands_until = sent + Duration::from_secs(ttl.max(0) as u64);
+                self.place.stands_until = super::place::stands_until(sent, ttl);
                 let mut next = self.every;
                 if let Some(kept) = self.kept.as_ref().filter(|_| self.on_kept) {
                     // Two more chances before the min-hold's lease ends (renewals come every

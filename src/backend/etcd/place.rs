@@ -2,7 +2,7 @@
 //! `acquisition` takes it, `wait` waits with it, `lease` holds it and `kept` moves its key to the
 //! min-hold's lease and back.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::runs::OurRun;
 
@@ -18,4 +18,36 @@ pub(super) struct Place {
     pub(super) ttl: i64,
     /// The run, for its record (runs.rs).
     pub(super) run: OurRun,
+}
+
+/// The longest lease a server's answer is believed for: a year and a day, above the longest
+/// `--ttl` and `--min-hold` dlock asks for. A server answering a TTL beyond it (or below zero) is
+/// taken at this bound, never added to a clock unchecked.
+const LONGEST_TTL_SECS: i64 = 366 * 24 * 3600;
+
+/// A TTL in seconds as a server answered it, within 0 and `LONGEST_TTL_SECS`.
+pub(super) fn believed_ttl(answered: i64) -> i64 {
+    answered.clamp(0, LONGEST_TTL_SECS)
+}
+
+/// Until when a lease of `ttl` seconds (as the server answered it), asked for at `sent`, surely
+/// stands by this side's clock.
+pub(super) fn stands_until(sent: Instant, ttl: i64) -> Instant {
+    let secs = u64::try_from(believed_ttl(ttl)).unwrap_or(0);
+    sent.checked_add(Duration::from_secs(secs)).unwrap_or(sent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ttl_from_the_server_is_bounded_before_it_meets_a_clock() {
+        let now = Instant::now();
+        assert_eq!(stands_until(now, 3), now + Duration::from_secs(3));
+        assert_eq!(stands_until(now, -5), now);
+        let longest = Duration::from_secs(LONGEST_TTL_SECS as u64);
+        assert_eq!(stands_until(now, i64::MAX), now + longest);
+        assert_eq!(believed_ttl(i64::MIN), 0);
+    }
 }

@@ -236,7 +236,7 @@ impl Acquisition {
                 _ = renew.tick() => {
                     let sent = Instant::now();
                     match keep_alive(&self.conn, place.lease, place.ttl, keeper, CALL_TIMEOUT).await {
-                        Ok(ttl) => place.stands_until = sent + Duration::from_secs(ttl as u64),
+                        Ok(ttl) => place.stands_until = super::place::stands_until(sent, ttl),
                         // Gone: the next round finds our key gone and queues again.
                         Err(fault) if fault.is_lease_not_found() => return Ok(Round::Again),
                         Err(fault) => return Err(fault),
