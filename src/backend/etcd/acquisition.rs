@@ -113,6 +113,7 @@ impl Acquisition {
             key,
             lease,
             revision,
+            token: revision,
             stands_until: super::place::stands_until(asked, ttl),
             ttl,
             run,
@@ -179,6 +180,31 @@ impl Acquisition {
         Ok(holders_in(&listed))
     }
 
+    /// Takes the token of a place granted after it waited: the revision of a write made now. A
+    /// key's create revision orders the line, but shared and `--limit` keys pass each other in it
+    /// (a seat that joined at 91 may be granted after a shared key that joined at 94, and holds
+    /// with 94): a token taken at the grant is above every token taken before. The write puts our
+    /// key again as it is (same value, same lease), which keeps its place in the line.
+    pub(super) async fn take_token(&self, place: &mut Place) -> Result<(), Fault> {
+        let txn = TxnRequest::new(
+            vec![Compare::created_at(place.key.as_str(), place.revision)],
+            vec![RequestOp::put(
+                place.key.as_str(),
+                value_of(&self.request),
+                place.lease,
+            )],
+        );
+        let done = bounded(CALL_TIMEOUT, self.conn.client().txn(txn)).await?;
+        if !done.succeeded || done.revision() <= 0 {
+            return Err(Fault::Failed(Error::Unexpected(format!(
+                "its key {} was deleted as it was granted the lock",
+                place.key
+            ))));
+        }
+        place.token = done.revision();
+        Ok(())
+    }
+
     /// Gives up our place: revoking the lease deletes our key. Bounded; a lease the server does
     /// not hear about expires on its own.
     pub(super) async fn leave(&self, place: &Place) {
@@ -195,7 +221,10 @@ impl Acquisition {
         if !place.run.written() {
             // Not written with the key: now that it owns the lock.
             let (key, revision) = (place.key.clone(), place.revision);
-            place.run.write(&self.conn, &key, revision).await;
+            place
+                .run
+                .write(&self.conn, &key, revision, place.token)
+                .await;
         }
         let kept = match keep(&self.conn, &place, &self.request, value_of(&self.request)).await {
             Ok(kept) => kept,

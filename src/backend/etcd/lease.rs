@@ -99,7 +99,7 @@ impl EtcdLease {
 
 impl Lease for EtcdLease {
     fn token(&self) -> Token {
-        u64::try_from(self.place.revision).unwrap_or(0)
+        u64::try_from(self.place.token).unwrap_or(0)
     }
 
     fn renew(&mut self) -> Renewal {

@@ -10,8 +10,11 @@ use super::runs::OurRun;
 pub(super) struct Place {
     pub(super) key: String,
     pub(super) lease: i64,
-    /// The key's create revision: its place in the queue and the fencing token.
+    /// The key's create revision: its place in the queue.
     pub(super) revision: i64,
+    /// The fencing token: the create revision of a key that owned the lock as it joined the
+    /// line, else the revision of the write that took the grant (`Acquisition::take_token`).
+    pub(super) token: i64,
     /// By this side's clock, until when the lease surely stands.
     pub(super) stands_until: Instant,
     /// The TTL granted, in seconds.

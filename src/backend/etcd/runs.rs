@@ -109,11 +109,11 @@ impl OurRun {
 
     /// Writes the run as the last run once its key (`key`, `token`) owns the lock, if the key is
     /// still there. Best effort: a run not written is no reason to give the lock up.
-    pub(super) async fn write(&mut self, conn: &Connection, key: &str, token: i64) {
+    pub(super) async fn write(&mut self, conn: &Connection, key: &str, created: i64, token: i64) {
         self.run.token = Token::try_from(token).ok();
         self.run.acquired = Some(SystemTime::now());
         let txn = TxnRequest::new(
-            vec![Compare::created_at(key, token)],
+            vec![Compare::created_at(key, created)],
             vec![RequestOp::put(
                 self.keys.last_run.as_str(),
                 self.run.record(),

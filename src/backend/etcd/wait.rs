@@ -50,7 +50,14 @@ impl Acquisition {
             match round {
                 Ok(Round::Owns) => {
                     waiting.reachable();
-                    return match self.lease(place, keeper).await {
+                    let granted = match self.take_token(&mut place).await {
+                        Ok(()) => self.lease(place, keeper).await,
+                        Err(fault) => {
+                            self.leave(&place).await;
+                            Err(fault)
+                        }
+                    };
+                    return match granted {
                         Ok(lease) => Ok(Some(lease)),
                         Err(fault) => {
                             Err(self.conn.fail(fault, &format!("taking {}", self.doing())))

@@ -206,6 +206,17 @@ impl Acquisition {
         Ok((stat.czxid.max(0) as Token, stat))
     }
 
+    /// The token of a node granted after it waited: the zxid of a write made now (its data set
+    /// again as it is). A node's creation zxid orders the line, but shared and `--limit` nodes
+    /// pass each other in it (a seat created at 91 may be granted after a shared node created at
+    /// 94, which holds with 94): a token taken at the grant is above every one taken before.
+    pub(super) async fn take_token(&self, path: &str) -> anyhow::Result<Token> {
+        let stat = retrying(|| self.client().set_data(path, &self.data, None))
+            .await
+            .map_err(|e| self.fail(e, "cannot write our own lock node"))?;
+        Ok(stat.mzxid.max(0) as Token)
+    }
+
     pub(super) async fn list(&self) -> anyhow::Result<Vec<String>> {
         retrying(|| self.client().list_children(&self.dir))
             .await

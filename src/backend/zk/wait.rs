@@ -101,6 +101,8 @@ impl Acquisition {
         let mut own: Option<zk::OneshotWatcher> = None;
         let mut reported = false;
         let mut told_place = None;
+        // Whether our node waited behind others: then its token is taken at the grant.
+        let mut waited = false;
         loop {
             // Kept nodes (`--min-hold`) that still keep the lock stand ahead of everyone; expired
             // ones are deleted on the way.
@@ -110,6 +112,10 @@ impl Acquisition {
             let (verdict, in_line) = self.judge(&listing, node)?;
             let ahead = match verdict {
                 Verdict::Owns => {
+                    let token = match waited {
+                        true => self.take_token(&own_path).await?,
+                        false => token,
+                    };
                     // The run's record and the watch on our companion go out with the watch on
                     // our node (when that needs a request): one round trip for all.
                     let watch = self.watch_own(&own_path, own.take());
@@ -137,6 +143,7 @@ impl Acquisition {
                 Verdict::Watch(other) => Some(self.path(&other)),
                 Verdict::WatchChildren => None,
             };
+            waited = true;
             let Some(waiting) = waiting else {
                 return Ok(Outcome::Busy(self.holders(&listing).await?));
             };
