@@ -1,10 +1,12 @@
 //! Network faults on the Redis and ZooKeeper backends: a server down while a waiter waits or a
 //! holder renews (`redis`, `zk`), servers that accept and never answer, answer slowly or speak
 //! something else (`fake_servers`), and Redis ACL users without the permissions dlock needs; SQL
-//! and Redis servers that drip a greeting or forge a length (`lying_servers`).
+//! and Redis servers that drip a greeting or forge a length (`lying_servers`); a holder cut off
+//! from its server on every network store (`partition`).
 
 mod fake_servers;
 mod lying_servers;
+mod partition;
 pub(crate) mod redis;
 mod zk;
 
