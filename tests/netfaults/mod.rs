@@ -2,10 +2,12 @@
 //! holder renews (`redis`, `zk`), servers that accept and never answer, answer slowly or speak
 //! something else (`fake_servers`), and Redis ACL users without the permissions dlock needs; SQL
 //! and Redis servers that drip a greeting or forge a length (`lying_servers`); a holder cut off
-//! from its server on every network store (`partition`).
+//! from its server on every network store (`partition`); a server answering "not now" while a
+//! waiter waits (`not_now`).
 
 mod fake_servers;
 mod lying_servers;
+mod not_now;
 mod partition;
 pub(crate) mod redis;
 mod zk;
