@@ -152,3 +152,59 @@ fn a_zookeeper_waiter_holding_some_of_its_names_fails_when_its_session_expires_i
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+/// A server at its cap of connections from one host (`maxClientCnxns`; many runs queued on one
+/// lock from one CI runner) is busy, not unreachable: the waiters past it wait for a connection
+/// within their `--wait`, and one whose wait ends first exits 69 naming the cap.
+#[test]
+fn zookeeper_waiters_past_the_servers_cap_per_host_wait_for_a_connection() {
+    // The holder and three waiters fill it; three more wait for a connection.
+    let server = ZkServer::start_with_cap(4);
+    let dir = LockDir::new();
+    let mut holder = holding(&server, &dir, &["--ttl", "30s"], "cap");
+    let waiter = || {
+        Watched::start(server.dlock(&[
+            "run",
+            "--connect-timeout",
+            "1s",
+            "-w",
+            "60s",
+            "cap",
+            "--",
+            "true",
+        ]))
+    };
+    let mut waiters: Vec<Watched> = (0..6).map(|_| waiter()).collect();
+    // Past the cap, each either says so (or, before the fix, ended with 69 after its connect
+    // timeout): three of them.
+    wait_until("three waiters past the cap", T, || {
+        waiters
+            .iter_mut()
+            .map(|w| w.has_said("maxClientCnxns") || w.child.try_wait().ok().flatten().is_some())
+            .filter(|&past| past)
+            .count()
+            >= 3
+    });
+    let (code, stderr) = Watched::start(server.dlock(&[
+        "run",
+        "--connect-timeout",
+        "1s",
+        "-w",
+        "2s",
+        "cap",
+        "--",
+        "true",
+    ]))
+    .finish(T);
+    assert_eq!(code, 69, "{stderr}");
+    assert!(
+        stderr.contains("maxClientCnxns"),
+        "the cap is named:\n{stderr}"
+    );
+    std::fs::write(dir.file("h.go"), "").unwrap();
+    assert!(wait_exit(&mut holder, T).success());
+    for waiter in waiters {
+        let (code, stderr) = waiter.finish(T);
+        assert_eq!(code, 0, "every waiter gets the lock in turn:\n{stderr}");
+    }
+}

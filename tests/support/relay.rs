@@ -6,11 +6,15 @@
 //! hear nothing. Thawed, everything that waited flows on, as after a partition heals (TCP would
 //! retransmit). Threads, two per connection, bounded by `MAX_CONNECTIONS`; dropping the relay ends
 //! them all within a few milliseconds.
+//!
+//! Restarting, it plays a server that restarts: every connection it carries ends, and each new one
+//! gets the server's answer for "not now" (PostgreSQL's "the database system is starting up") and
+//! is closed, until it relays again.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -31,6 +35,12 @@ struct Shared {
     connections: AtomicUsize,
     /// Bytes the clients sent the server, over every connection.
     sent_up: AtomicUsize,
+    /// While restarting, what each new connection is answered (then closed).
+    restarting: Mutex<Option<Vec<u8>>>,
+    /// Bumped by a restart: a connection of an older one ends.
+    generation: AtomicUsize,
+    /// How many connections were answered while restarting.
+    answered: AtomicUsize,
 }
 
 impl Relay {
@@ -46,6 +56,9 @@ impl Relay {
             stop: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
             sent_up: AtomicUsize::new(0),
+            restarting: Mutex::new(None),
+            generation: AtomicUsize::new(0),
+            answered: AtomicUsize::new(0),
         });
         let acceptor = {
             let shared = shared.clone();
@@ -70,6 +83,31 @@ impl Relay {
     /// Forwards again, what waited first.
     pub fn thaw(&self) {
         self.shared.frozen.store(false, Ordering::SeqCst);
+    }
+
+    /// Ends every connection and answers each new one with `reply` until `serve`, as a server
+    /// restarting does.
+    pub fn restart_answering(&self, reply: &[u8]) {
+        *self
+            .shared
+            .restarting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(reply.to_vec());
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Relays new connections again after `restart_answering`.
+    pub fn serve(&self) {
+        *self
+            .shared
+            .restarting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// How many connections were answered while restarting.
+    pub fn answered_restarting(&self) -> usize {
+        self.shared.answered.load(Ordering::SeqCst)
     }
 
     /// How many bytes the clients have sent the server through the relay.
@@ -100,6 +138,16 @@ fn accept(listener: TcpListener, upstream: SocketAddr, shared: &Arc<Shared>) {
             Err(_) => continue,
         };
         if shared.connections.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+            continue;
+        }
+        let reply = shared
+            .restarting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(reply) = reply {
+            let shared = shared.clone();
+            pumps.push(std::thread::spawn(move || answer(client, &reply, &shared)));
             continue;
         }
         let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(1)) else {
@@ -137,7 +185,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, up: bool, shared: &Shared) {
     let _ = from.set_read_timeout(Some(POLL * 5));
     let _ = to.set_write_timeout(Some(POLL * 5));
     let mut buf = [0u8; 16 * 1024];
-    'relay: while !shared.stop.load(Ordering::SeqCst) {
+    let generation = shared.generation.load(Ordering::SeqCst);
+    'relay: while !shared.stop.load(Ordering::SeqCst)
+        && shared.generation.load(Ordering::SeqCst) == generation
+    {
         if shared.frozen.load(Ordering::SeqCst) {
             // Not even reading: the sender's data stays in the kernel's buffers.
             std::thread::sleep(POLL);
@@ -166,6 +217,21 @@ fn pump(mut from: TcpStream, mut to: TcpStream, up: bool, shared: &Shared) {
     }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
+}
+
+/// Answers a connection made while restarting: reads what the client sends first (its startup
+/// message, within a second), writes `reply` and closes, as the server does.
+fn answer(mut client: TcpStream, reply: &[u8], shared: &Shared) {
+    let _ = client.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut buf = [0u8; 16 * 1024];
+    let _ = client.read(&mut buf);
+    if write_all(&mut client, reply, shared) {
+        shared.answered.fetch_add(1, Ordering::SeqCst);
+    }
+    let _ = client.shutdown(Shutdown::Write);
+    // The client's close, or a second: a close with unread data would reset the connection
+    // before the client read the answer.
+    let _ = client.read(&mut buf);
 }
 
 /// `write_all` that gives up when the relay stops, even towards a peer that reads nothing (a

@@ -65,6 +65,14 @@ impl Watched {
         }
     }
 
+    /// Whether a line said so far contains `what` (never waits).
+    pub fn has_said(&mut self, what: &str) -> bool {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
+        self.seen.iter().any(|l| l.contains(what))
+    }
+
     /// Waits for `count` more lines containing `what`, counting from now.
     pub fn wait_for_more(&mut self, what: &str, count: usize, limit: Duration) {
         let end = Instant::now() + limit;

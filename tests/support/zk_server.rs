@@ -30,6 +30,8 @@ pub struct ZkServer {
     peer: Option<(usize, String)>,
     /// The longest session the server grants (maxSessionTimeout), in milliseconds.
     max_session_ms: u64,
+    /// How many connections one host may have open at once (maxClientCnxns; 0: any number).
+    max_client_cnxns: u32,
 }
 
 /// Tests want a server up fast: the quick compiler only, a small heap.
@@ -52,14 +54,24 @@ impl ZkServer {
     /// A server that grants sessions of at most `max_session` (maxSessionTimeout), however long
     /// a client asks for.
     pub fn start_with_max_session(max_session: Duration) -> ZkServer {
-        ZkServer::start_with_config(QUICK_START, max_session.as_millis() as u64)
+        ZkServer::start_with_config(QUICK_START, max_session.as_millis() as u64, 0)
+    }
+
+    /// A server that takes at most `cap` connections from one host at once (maxClientCnxns):
+    /// one past it is accepted and closed at once.
+    pub fn start_with_cap(cap: u32) -> ZkServer {
+        ZkServer::start_with_config(QUICK_START, 60_000, cap)
     }
 
     fn start_with(jvm_flags: &'static [&'static str]) -> ZkServer {
-        ZkServer::start_with_config(jvm_flags, 60_000)
+        ZkServer::start_with_config(jvm_flags, 60_000, 0)
     }
 
-    fn start_with_config(jvm_flags: &'static [&'static str], max_session_ms: u64) -> ZkServer {
+    fn start_with_config(
+        jvm_flags: &'static [&'static str],
+        max_session_ms: u64,
+        max_client_cnxns: u32,
+    ) -> ZkServer {
         assert!(
             Path::new(ZOOKEEPER_JAR).exists(),
             "ZooKeeper is not installed ({ZOOKEEPER_JAR} is missing): run scripts/test, which \
@@ -76,6 +88,7 @@ impl ZkServer {
                 jvm_flags,
                 peer: None,
                 max_session_ms,
+                max_client_cnxns,
             };
             server.write_config();
             if server.launch() {
@@ -222,13 +235,14 @@ impl ZkServer {
              dataDir={}\n\
              clientPort={}\n\
              clientPortAddress=127.0.0.1\n\
-             maxClientCnxns=0\n\
+             maxClientCnxns={}\n\
              minSessionTimeout=400\n\
              maxSessionTimeout={}\n\
              admin.enableServer=false\n\
              4lw.commands.whitelist=*\n",
             data.display(),
             self.port,
+            self.max_client_cnxns,
             self.max_session_ms
         );
         if let Some((id, members)) = &self.peer {
@@ -438,6 +452,7 @@ impl ZkEnsemble {
                     jvm_flags: QUICK_START,
                     peer: Some((i + 1, members.clone())),
                     max_session_ms: 60_000,
+                    max_client_cnxns: 0,
                 };
                 server.write_config();
                 servers.push(server);

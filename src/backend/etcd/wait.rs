@@ -103,7 +103,11 @@ impl Acquisition {
         keeper: &mut Option<Keeper>,
         waiting: &Waiting,
     ) -> Result<Round, Fault> {
-        match self.look(place).await? {
+        let look = self.look(place).await?;
+        // Answered: an outage is over now, not when the round ends (on a held lock, at its
+        // release).
+        waiting.reachable();
+        match look {
             Look::Owns => Ok(Round::Owns),
             Look::Wait(target, seen_at) => {
                 self.watch(target, seen_at, place, keeper, waiting).await
@@ -220,6 +224,9 @@ impl Acquisition {
                         }
                         if response.events.iter().any(|e| e.r#type() == EventType::Delete) {
                             return Ok(Round::Again);
+                        }
+                        if response.created {
+                            waiting.reachable();
                         }
                         let stands_at = response.header.as_ref().map_or(i64::MAX, |h| h.revision);
                         if response.created && stands_at > seen_at {

@@ -5,9 +5,10 @@
 //!
 //! The synchronous `mysql` crate: dlock's calls are sequential on the supervisor's thread, and the
 //! crate's per-connection read and write timeouts bound each of them (set when it connects, to a
-//! fifth of the ttl at most, so that a renewal gives up in time to report its lease lost).
+//! fifth of the ttl at most). A renewal is further bounded by what is left of its lease
+//! (`within`), so that it gives up in time to stop the command before the server frees the lock.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::anyhow;
@@ -15,6 +16,7 @@ use mysql::prelude::Queryable;
 
 use super::address::{MyUrl, Tls};
 use super::dial::{connect_within, NotMade};
+use crate::backend::blocking;
 use crate::backend::sql::fault::{connect_while_full, Budget};
 use crate::backend::stop::Stop;
 use crate::exit::{FailWith, Failure};
@@ -73,6 +75,41 @@ pub fn lock(shared: &Shared) -> MutexGuard<'_, Conn> {
     // A panic elsewhere leaves at worst a connection in an unknown state, which the next call
     // notices as any other failure.
     crate::sync::lock(shared)
+}
+
+/// Runs `op` on the connection behind `shared` on a thread of its own and waits `within` at most
+/// for its answer: a renewal must end by its lease's deadline, and the connection's read timeout
+/// (a fifth of the ttl) bounds each read, not the time left. A call given up on ends on its
+/// thread by that timeout, which drops its connection; meanwhile the connection is busy, and a
+/// new call fails at once rather than queue behind it.
+pub fn within<T: Send + 'static>(
+    shared: &Shared,
+    within: Duration,
+    op: impl FnOnce(&mut Conn) -> Result<T, Fault> + Send + 'static,
+) -> Result<T, Fault> {
+    if matches!(shared.try_lock(), Err(std::sync::TryLockError::WouldBlock)) {
+        return Err(Fault::Unreachable(
+            "the last call still waits for its answer".into(),
+        ));
+    }
+    let (tx, rx) = mpsc::sync_channel(1);
+    let conn = shared.clone();
+    // Signals are the supervisor's: never this thread's.
+    blocking::thread("dlock-mysql-call", move || {
+        // Nobody waits any more: the answer is dropped.
+        let _ = tx.send(op(&mut lock(&conn)));
+    })
+    .map_err(|e| Fault::Unreachable(format!("cannot start a thread for the call: {e}")))?;
+    match rx.recv_timeout(within) {
+        Ok(answer) => answer,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(Fault::Unreachable(format!(
+            "no answer within {}",
+            crate::text::duration(within)
+        ))),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Err(Fault::Unreachable("the calling thread failed".into()))
+        }
+    }
 }
 
 /// Why a call failed; a refusal's code is the server's error number.

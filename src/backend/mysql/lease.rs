@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::connection::{lock, Shared};
+use super::connection::{lock, within, Shared};
 use super::recipe::Recipe;
 use crate::backend::sql::lease::Renewing;
 use crate::backend::sql::runs::Started;
@@ -53,11 +53,15 @@ impl Lease for MyLease {
     }
 
     fn renew(&mut self) -> Renewal {
-        let (shared, recipe, ttl) = (&self.conn, &self.recipe, self.ttl);
-        let (name, owner) = (&self.name, &self.owner);
-        // Each call is bounded by the connection's read timeout, at most a fifth of the ttl.
-        self.renewing
-            .renew(|_| lock(shared).renewing(|conn| recipe.renew(conn, name, owner, ttl)))
+        let (recipe, ttl) = (self.recipe.clone(), self.ttl);
+        let (name, owner) = (self.name.clone(), self.owner.clone());
+        // Each read is bounded by the connection's read timeout (a fifth of the ttl), the whole
+        // call by what is left of the lease: the command is stopped at its end, not after it.
+        self.renewing.renew(|left| {
+            within(&self.conn, left, move |conn| {
+                conn.renewing(|conn| recipe.renew(conn, &name, &owner, ttl))
+            })
+        })
     }
 
     fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {

@@ -102,8 +102,15 @@ fn describe_io(io: &std::io::Error) -> String {
     crate::report::connection_failure(io, None)
 }
 
+/// Answers that mean "not now" rather than "no": the server is starting up, shutting down or in
+/// recovery (57P03 cannot_connect_now), or ended the session as it stops or restarts (57P01
+/// admin_shutdown, 57P02 crash_shutdown). An outage, waited through as one; a full server (53300)
+/// is `Fault::Full`'s.
+const NOT_NOW: [&str; 3] = ["57P01", "57P02", "57P03"];
+
 fn fault(e: tokio_postgres::Error) -> Fault {
     match e.as_db_error() {
+        Some(db) if NOT_NOW.contains(&db.code().code()) => Fault::Unreachable(db.message().into()),
         // Refusals that last (wrong password, no such database, no rights, a SQL error): the
         // connection works, and trying again would not help.
         Some(db) => {

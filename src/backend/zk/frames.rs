@@ -8,6 +8,7 @@
 //! the server for the user (`lie`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,6 +35,15 @@ const STAT_BYTES: usize = 68;
 
 /// Why a server's reply was refused, once one was: the relays then take no more connections.
 static LIE: OnceLock<String> = OnceLock::new();
+
+/// How many connections a server ended before its first answer: one at its cap of connections
+/// from one host (`maxClientCnxns`) accepts each connection past it and closes it at once.
+static ENDED_UNANSWERED: AtomicUsize = AtomicUsize::new(0);
+
+/// How many connections a server has ended before its first answer, so far.
+pub(super) fn ended_unanswered() -> usize {
+    ENDED_UNANSWERED.load(Ordering::SeqCst)
+}
 
 /// Why dlock stopped believing a server, if it did: for the user, naming the server.
 pub(super) fn lie() -> Option<&'static str> {
@@ -72,23 +82,29 @@ async fn carry(client: TcpStream, server: TcpStream, host: &str) {
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     let in_flight = Arc::new(Mutex::new(HashMap::new()));
-    tokio::select! {
-        () = requests(client_read, server_write, in_flight.clone()) => {}
-        verdict = replies(server_read, client_write, in_flight) => {
-            if let Err(why) = verdict {
+    let answered = AtomicBool::new(false);
+    let server_ended = tokio::select! {
+        ended = requests(client_read, server_write, in_flight.clone()) => ended,
+        verdict = replies(server_read, client_write, in_flight, &answered) => match verdict {
+            Ok(ended) => ended,
+            Err(why) => {
                 let _ = LIE.set(format!("ZooKeeper at {host} sent {why}; not using it"));
+                false
             }
-        }
+        },
+    };
+    if server_ended && !answered.load(Ordering::SeqCst) {
+        ENDED_UNANSWERED.fetch_add(1, Ordering::SeqCst);
     }
 }
 
 /// Client to server: each request's operation noted by its xid before its bytes go on, so that its
-/// reply is never checked without it.
+/// reply is never checked without it. Whether the server's side ended it (not the client's).
 async fn requests(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     in_flight: Arc<Mutex<HashMap<i32, i32>>>,
-) {
+) -> bool {
     let mut pending: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 << 10];
     // The first frame is the connect request, which has no header; then each frame is its length,
@@ -97,7 +113,7 @@ async fn requests(
     let mut left_of_frame = 0usize;
     loop {
         let n = match from.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return false,
             Ok(n) => n,
         };
         pending.extend_from_slice(&chunk[..n]);
@@ -108,7 +124,7 @@ async fn requests(
                     break;
                 }
                 if to.write_all(&pending[..take]).await.is_err() {
-                    return;
+                    return true;
                 }
                 pending.drain(..take);
                 left_of_frame -= take;
@@ -124,7 +140,7 @@ async fn requests(
                 if xid > 0 {
                     let mut map = crate::sync::lock(&in_flight);
                     if map.len() >= MAX_IN_FLIGHT {
-                        return;
+                        return false;
                     }
                     map.insert(xid, op);
                 }
@@ -135,12 +151,14 @@ async fn requests(
     }
 }
 
-/// Server to client: each reply read whole, checked, and passed on.
+/// Server to client: each reply read whole, checked, and passed on (`answered` once the first
+/// is). Whether the server's side ended it (not the client's).
 async fn replies(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     in_flight: Arc<Mutex<HashMap<i32, i32>>>,
-) -> Result<(), String> {
+    answered: &AtomicBool,
+) -> Result<bool, String> {
     let mut pending: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 << 10];
     // The first reply is the connect response, which has no reply header.
@@ -160,12 +178,13 @@ async fn replies(
             }
             first = false;
             if to.write_all(&pending[..end]).await.is_err() {
-                return Ok(());
+                return Ok(false);
             }
+            answered.store(true, Ordering::SeqCst);
             pending.drain(..end);
         }
         let n = match from.read(&mut chunk).await {
-            Ok(0) | Err(_) => return Ok(()),
+            Ok(0) | Err(_) => return Ok(true),
             Ok(n) => n,
         };
         pending.extend_from_slice(&chunk[..n]);

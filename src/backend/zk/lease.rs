@@ -90,9 +90,12 @@ impl ZkLease {
         let timeout = client.session_timeout();
         // The server expires the session `timeout` after it last heard from us. The client declares
         // the connection lost after hearing nothing for 2/5 of the timeout (it pings well within
-        // that), so when it reports a disconnection we last heard from the server at most 2/5 of
-        // the timeout before: the session is safe for 3/5 of the timeout after the report.
-        let grace = timeout * 3 / 5;
+        // that), looking every 1/20 of it, and its report reaches the lease's watcher a moment
+        // later still: when the lease learns of a disconnection, we last heard from the server up
+        // to 2/5 + 1/20 of the timeout before, and more on a loaded machine. The session is
+        // counted safe for half the timeout after the report: 1/20 of it (100 ms at 2 s) is left
+        // to stop the command before the server may expire the session.
+        let grace = timeout / 2;
         let health = Arc::new(Mutex::new(Health::default()));
         let states = client.state_watcher();
         let state_watcher = session.runtime.spawn(watch_session(states, health.clone()));
@@ -233,9 +236,11 @@ impl Lease for ZkLease {
                 // Remembered, so that release does not wait on a server that has gone silent.
                 h.lost = Some(format!("{why}: the session may have expired"));
             }
+            // Never sleeping past the grace: the command is stopped as it ends, not a poll later.
+            let holds_for = self.grace.saturating_sub(cut_off);
             unconfirmed = Some(Renewal::Unconfirmed {
-                next: self.poll,
-                holds_for: self.grace.saturating_sub(cut_off),
+                next: self.poll.min(holds_for),
+                holds_for,
                 why,
             });
         }

@@ -103,6 +103,15 @@ impl ZkBackend {
     }
 
     fn session(&self, timeout: Duration) -> anyhow::Result<Arc<Session>> {
+        self.session_within(timeout, self.connect_timeout)
+    }
+
+    /// `session`, connecting within `connect_timeout`.
+    fn session_within(
+        &self,
+        timeout: Duration,
+        connect_timeout: Duration,
+    ) -> anyhow::Result<Arc<Session>> {
         let mut slot = lock(&self.session);
         if let Some(session) = slot.as_ref() {
             return Ok(session.clone());
@@ -110,11 +119,46 @@ impl ZkBackend {
         let session = Arc::new(Session::open(
             &self.url,
             timeout,
-            self.connect_timeout,
+            connect_timeout,
             &self.stop,
         )?);
         *slot = Some(session.clone());
         Ok(session)
+    }
+
+    /// The session of a waiter. A server at its cap of connections from one host (it ends each
+    /// connection past it before answering) is busy, not unreachable: tried again, saying so,
+    /// while the wait lasts, each try within what is left of it, and so is any failure after one
+    /// such answer (a try cut short by the wait's end, a slot taken by another first). When the
+    /// wait ends, the error names the cap.
+    fn waiters_session(
+        &self,
+        timeout: Duration,
+        waiting: &Waiting,
+    ) -> anyhow::Result<Arc<Session>> {
+        let mut full: Option<anyhow::Error> = None;
+        // Each turn takes a connect timeout or what is left of the wait, whichever is shorter,
+        // and the wait's end or a stop signal ends the loop.
+        loop {
+            let ended = frames::ended_unanswered();
+            let failed = match self.session_within(timeout, waiting.slice(self.connect_timeout)) {
+                Ok(session) => return Ok(session),
+                Err(e) => e,
+            };
+            if frames::ended_unanswered() > ended {
+                full = Some(failed);
+            } else if full.is_none() {
+                return Err(failed);
+            }
+            let Some(busy) = &full else {
+                continue;
+            };
+            if session::stopped(&self.stop, Some(waiting)) {
+                return Err(full.unwrap_or_else(|| anyhow!("interrupted")));
+            }
+            waiting.unreachable(&format!("{busy:#}"));
+            std::thread::sleep(waiting.slice(CANCEL_POLL));
+        }
     }
 
     /// One acquisition; a waiter whose session expires while it waits (it holds nothing yet)
@@ -122,7 +166,10 @@ impl ZkBackend {
     /// its node went with the old session. With a lease of another name on that session, the
     /// expiry has taken that lock too, and the acquisition fails.
     fn attempt(&self, request: &LockRequest, waiting: Option<&Waiting>) -> anyhow::Result<Outcome> {
-        let mut session = self.session(request.ttl)?;
+        let mut session = match waiting {
+            Some(waiting) => self.waiters_session(request.ttl, waiting)?,
+            None => self.session(request.ttl)?,
+        };
         // Each round follows the end of a session, at least a session timeout after it began, and
         // the rounds end with the wait (its cancellation).
         loop {

@@ -124,6 +124,7 @@ impl Session {
     ) -> anyhow::Result<Session> {
         let hosts = url.hosts();
         let runtime = Session::runtime()?;
+        let ended = frames::ended_unanswered();
         let client = runtime
             .block_on(connecting(
                 url,
@@ -133,10 +134,16 @@ impl Session {
                 None,
             ))
             .map_err(|e| {
-                anyhow!(
-                    "cannot reach ZooKeeper at {hosts} within {}: {e}",
-                    crate::text::duration(connect_timeout)
-                )
+                let within = crate::text::duration(connect_timeout);
+                if frames::ended_unanswered() > ended {
+                    anyhow!(
+                        "ZooKeeper at {hosts} ended every connection before answering within \
+                         {within}: it is at its cap of connections from one host \
+                         (maxClientCnxns, 60 by default)"
+                    )
+                } else {
+                    anyhow!("cannot reach ZooKeeper at {hosts} within {within}: {e}")
+                }
             })
             .fail_with(Failure::BackendUnavailable)?;
         Ok(Session::with(url, runtime, client))

@@ -1,0 +1,118 @@
+//! A holder cut off from its server (its relay frozen: a partition as the holder sees it) stops
+//! its command before the server can give the lock to anyone else, on every network store: the
+//! waiter's command, reaching the server directly, finds the holder's command already dead when
+//! it starts.
+
+use std::time::Duration;
+
+use super::T;
+use crate::support::relay::Relay;
+use crate::support::target::Target;
+use crate::support::watched::Watched;
+use crate::support::*;
+
+/// The lease: short, so that a round is quick and the margins are thin.
+const TTL: &str = "2s";
+/// Where in the renewal cycle the cut falls, after the holder's command has started: right
+/// after the acquisition (as good as a renewal), and later into the first third of the lease.
+/// The fault's timing, not a synchronisation: the rounds go through these in turn.
+const CUT_AFTER: [Duration; 4] = [
+    Duration::ZERO,
+    Duration::from_millis(200),
+    Duration::from_millis(450),
+    Duration::from_millis(600),
+];
+
+/// `t`'s arguments with its server reached through `relay` instead.
+fn through(t: &Target, relay: &Relay) -> Vec<String> {
+    let server = format!("127.0.0.1:{}", t.ports[0]);
+    let relayed = format!("127.0.0.1:{}", relay.port());
+    let args: Vec<String> = t
+        .args
+        .iter()
+        .map(|a| a.replace(&server, &relayed))
+        .collect();
+    assert_ne!(args, t.args, "the target names its server at {server}");
+    args
+}
+
+/// Rounds of: a holder through a relay, the relay frozen, a waiter straight to the server; the
+/// waiter's command reads the state of the holder's command as it starts.
+fn a_cut_off_holder_stops_its_command_before_a_waiter_starts(t: &Target) {
+    let relay = Relay::start(([127, 0, 0, 1], t.ports[0]).into());
+    let relayed = through(t, &relay);
+    for round in 0..load(3, 20) {
+        let name = format!("cut{round}");
+        let pid_file = t.scratch.file(&format!("{name}.pid"));
+        let seen = t.scratch.file(&format!("{name}.seen"));
+        let mut holder = dlock();
+        holder
+            .args(&relayed)
+            .args(["-v", "run", "--ttl", TTL, &name, "--"]);
+        holder.args([
+            "sh",
+            "-c",
+            &format!("echo $$ > '{}'; exec sleep 120", pid_file.display()),
+        ]);
+        let holder = Watched::start(holder);
+        let command = read_pid(&pid_file);
+        // The fault's timing within the lease (see CUT_AFTER).
+        std::thread::sleep(CUT_AFTER[round % CUT_AFTER.len()]);
+        relay.freeze();
+        // The holder's command's state as the waiter's begins: Z (a zombie not yet reaped) or
+        // none at all once it is dead.
+        let look = format!(
+            "s=$(sed -e 's/^.*) //' -e 's/ .*//' /proc/{command}/stat 2>/dev/null); \
+             echo \"${{s:-gone}}\" > '{}'",
+            seen.display()
+        );
+        let waiter = output_within(
+            t.dlock(&[
+                "run", "--ttl", TTL, "-w", "60s", &name, "--", "sh", "-c", &look,
+            ]),
+            T,
+        );
+        let (held, holder_err) = holder.finish(T);
+        relay.thaw();
+        let state = std::fs::read_to_string(&seen).unwrap_or_default();
+        assert_eq!(code(&waiter), 0, "the waiter: {}", stderr(&waiter));
+        assert!(
+            matches!(state.trim(), "Z" | "X" | "gone"),
+            "round {round} (cut {:?} after the start): the holder's command was still running \
+             (state {:?}) when the waiter's started; the holder (exit {held}) said:\n{holder_err}",
+            CUT_AFTER[round % CUT_AFTER.len()],
+            state.trim()
+        );
+        assert_eq!(held, 79, "the cut-off holder lost its lock:\n{holder_err}");
+    }
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_cut_off_redis_holder_stops_its_command_before_a_waiter_starts() {
+    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_redis());
+}
+
+#[cfg(feature = "zk")]
+#[test]
+fn a_cut_off_zookeeper_holder_stops_its_command_before_a_waiter_starts() {
+    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_zk());
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn a_cut_off_etcd_holder_stops_its_command_before_a_waiter_starts() {
+    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_etcd());
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_cut_off_postgres_holder_stops_its_command_before_a_waiter_starts() {
+    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_postgres());
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn a_cut_off_mysql_holder_stops_its_command_before_a_waiter_starts() {
+    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_mysql());
+}
