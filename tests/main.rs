@@ -27,6 +27,7 @@ mod messages;
 mod mysql;
 mod nested;
 mod netfaults;
+mod opensearch;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]

@@ -8,6 +8,7 @@ pub mod etcd_server;
 pub mod figures;
 pub mod idle;
 pub mod mysql_server;
+pub mod opensearch_server;
 pub mod pg_server;
 pub mod pgbouncer;
 pub mod programs;
