@@ -187,23 +187,11 @@ fn full_server_is_named_after_the_connect_budget(label: &str, base: &[String]) {
     }
     // A run's first connection has the whole connect budget, however short its lease: only a
     // renewal's reconnect is bounded by the ttl. The message names the limit that applied.
-    let mut cmd = dlock();
-    cmd.args(base).args([
-        "--connect-timeout",
-        "3s",
-        "run",
-        "-n",
-        "--ttl",
-        "1s",
-        &name,
-        "--",
-        "true",
-    ]);
-    let started = Instant::now();
-    let out = output(cmd);
-    let took = started.elapsed();
-    let err = stderr(&out);
-    assert_eq!(code(&out), 69, "{label}, --ttl 1s: {err}");
+    let (status, took, err) = timed(
+        base,
+        &["--connect-timeout", "3s", "run", "-n", "--ttl", "1s", &name],
+    );
+    assert_eq!(status, 69, "{label}, --ttl 1s: {err}");
     assert!(
         took >= Duration::from_millis(2800),
         "{label}, --ttl 1s: gave up after {took:?}: {err}"
@@ -211,28 +199,23 @@ fn full_server_is_named_after_the_connect_budget(label: &str, base: &[String]) {
     assert!(err.contains("(--connect-timeout)"), "{label}: {err}");
     // A waiter waits for a slot as for the lock, for its --wait, saying meanwhile that the
     // server is full, and then gives up with 69 naming the limit.
-    let mut cmd = dlock();
-    cmd.args(base).args([
-        "--connect-timeout",
-        "1s",
-        "run",
-        "-w",
-        "4s",
-        &name,
-        "--",
-        "true",
-    ]);
-    let started = Instant::now();
-    let out = output(cmd);
-    let took = started.elapsed();
-    let err = stderr(&out);
-    assert_eq!(code(&out), 69, "{label}: {err}");
+    let (status, took, err) = timed(base, &["--connect-timeout", "1s", "run", "-w", "4s", &name]);
+    assert_eq!(status, 69, "{label}: {err}");
     assert!(
         took >= Duration::from_secs(3),
         "{label}: gave up after {took:?}: {err}"
     );
     let last = err.trim_end().lines().last().unwrap_or_default();
     assert!(last.contains("max_connections"), "{label}: {err}");
+}
+
+/// `dlock BASE ARGS -- true`: its status, how long it took, and what it said.
+fn timed(base: &[String], args: &[&str]) -> (i32, Duration, String) {
+    let mut cmd = dlock();
+    cmd.args(base).args(args).args(["--", "true"]);
+    let started = Instant::now();
+    let out = output(cmd);
+    (code(&out), started.elapsed(), stderr(&out))
 }
 
 #[test]
