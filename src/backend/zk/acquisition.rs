@@ -206,15 +206,30 @@ impl Acquisition {
         Ok((stat.czxid.max(0) as Token, stat))
     }
 
-    /// The token of a node granted after it waited: the zxid of a write made now (its data set
-    /// again as it is). A node's creation zxid orders the line, but shared and `--limit` nodes
-    /// pass each other in it (a seat created at 91 may be granted after a shared node created at
-    /// 94, which holds with 94): a token taken at the grant is above every one taken before.
-    pub(super) async fn take_token(&self, path: &str) -> anyhow::Result<Token> {
-        let stat = retrying(|| self.client().set_data(path, &self.data, None))
+    /// The token of a node granted after it waited: the zxid of a write made now. A node's
+    /// creation zxid orders the line, but a waiter can be passed (a `--shared` node that joined
+    /// later gets in beside a seat holder while an earlier seat waits), and holders granted at
+    /// one release start in any order: a token taken at the grant is above every one taken
+    /// before. The write makes a node beside ours and removes it: `grant.SEQUENCE.x` ends in no
+    /// sequence number (dlock ignores it), names no recipe's pattern (kazoo ignores it) and sorts
+    /// after every sequence number (Curator never waits for it). A write to our own node would
+    /// wake the waiter that watches it.
+    pub(super) async fn take_token(&self, node: &str) -> anyhow::Result<Token> {
+        let sequence = &node[node.len().saturating_sub(10)..];
+        let probe = format!("{}/grant.{sequence}.x", self.dir);
+        let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&self.session.acls.lock));
+        let (stat, _) = retrying(|| self.client().create(&probe, &[], &options))
             .await
-            .map_err(|e| self.fail(e, "cannot write our own lock node"))?;
-        Ok(stat.mzxid.max(0) as Token)
+            .map_err(|e| self.fail(e, "cannot take the token of the grant"))?;
+        let _ = retrying(|| self.client().delete(&probe, None)).await;
+        match stat.czxid {
+            zxid if !stat.is_invalid() && zxid > 0 => Ok(zxid as Token),
+            // A server before 3.5 answers a create with no stat.
+            _ => Err(anyhow!(
+                "the ZooKeeper server gave no zxid for a node it made (3.5 or newer is needed)"
+            ))
+            .fail_with(Failure::BackendUnavailable),
+        }
     }
 
     pub(super) async fn list(&self) -> anyhow::Result<Vec<String>> {

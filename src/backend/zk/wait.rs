@@ -113,7 +113,7 @@ impl Acquisition {
             let ahead = match verdict {
                 Verdict::Owns => {
                     let token = match waited {
-                        true => self.take_token(&own_path).await?,
+                        true => self.take_token(node).await?,
                         false => token,
                     };
                     // The run's record and the watch on our companion go out with the watch on
