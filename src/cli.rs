@@ -201,7 +201,7 @@ pub struct LockArgs {
     ///
     /// flock's --nonblock and --nb work too. On the command line it overrides DLOCK_WAIT.
     #[arg(short, long, aliases = ["nonblock", "nb"], env = "DLOCK_NO_WAIT",
-          value_parser = parse_switch)]
+          value_parser = parse_switch, overrides_with = "no_wait")]
     pub no_wait: bool,
 
     /// Give up after waiting this long.
@@ -288,6 +288,10 @@ pub struct RunArgs {
     /// tries again. Without --min-hold the lock is given up at the end anyway: it changes nothing.
     #[arg(long, env = "DLOCK_RELEASE_ON_FAILURE", value_parser = parse_switch)]
     pub release_on_failure: bool,
+
+    /// flock's -o/--close, accepted and ignored: the command never gets the lock's descriptor.
+    #[arg(short = 'o', long = "close", hide = true)]
+    pub close: bool,
 
     /// A shell command instead of -- COMMAND.
     ///
@@ -486,24 +490,6 @@ pub fn parse() -> Result<Cli, Status> {
     };
     eprintln!("dlock: {refused}");
     Err(Status::Usage)
-}
-
-/// Whether this is a `dlock hold --print-env` whose output a shell evals (not the keeper it
-/// starts, whose output is the front's): from `cli` once parsed, else from the words before `--`.
-pub fn asks_print_env(cli: Option<&Cli>) -> bool {
-    if crate::hold::is_keeper() {
-        return false;
-    }
-    match cli {
-        Some(cli) => matches!(&cli.command, Command::Hold(hold) if hold.print_env),
-        None => {
-            let words: Vec<std::ffi::OsString> = std::env::args_os()
-                .skip(1)
-                .take_while(|arg| arg != "--")
-                .collect();
-            words.iter().any(|w| w == "hold") && words.iter().any(|w| w == "--print-env")
-        }
-    }
 }
 
 /// The command line parsed again without what DLOCK_WAIT and DLOCK_NO_WAIT (or the file's `wait`

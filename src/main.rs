@@ -87,14 +87,14 @@ fn run() -> u8 {
     });
     let cli = match cli::parse() {
         Ok(cli) => cli,
-        Err(status) => return for_eval(status.code(), cli::asks_print_env(None)),
+        Err(status) => return for_eval(status.code(), hold::asks_print_env(None)),
     };
     let report = report::Reporter::new(cli.global.verbosity());
     for path in &cli.global.config_files {
         report.event(&format!("read configuration file {}", path.display()));
     }
     let password_withheld = cli.global.parent_password_withheld;
-    let print_env = cli::asks_print_env(Some(&cli));
+    let print_env = hold::asks_print_env(Some(&cli));
     let code = match commands::run(cli, &report) {
         Ok(status) => status.code(),
         Err(err) => {

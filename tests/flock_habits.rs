@@ -169,6 +169,16 @@ fn durations_out_of_range_exit_64_naming_the_limit() {
         ),
         (
             &[],
+            &["run", "-w", "5M", "n", "--", "true"],
+            "M is months: write 5m for minutes",
+        ),
+        (
+            &[("DLOCK_WAIT", "1h 30M")],
+            &["run", "n", "--", "true"],
+            "write 1h 30m for minutes",
+        ),
+        (
+            &[],
             &["run", "-w", "31557601", "n", "--", "true"],
             "at most 1 year",
         ),
@@ -257,7 +267,15 @@ fn durations_out_of_range_exit_64_naming_the_limit() {
         ),
     ];
     for (vars, args, needle) in cases {
-        let out = with_env(&dir, vars, args);
+        // A case that names its own URL is not given the directory's too (two backends' URLs
+        // on one level are a usage error of their own).
+        let out = if args.contains(&"-u") {
+            let mut cmd = dlock();
+            cmd.envs(vars.iter().copied()).args(args.iter());
+            output_within(cmd, T)
+        } else {
+            with_env(&dir, vars, args)
+        };
         assert_usage_error(&out, needle, &format!("{vars:?} {args:?}"));
     }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
@@ -403,11 +421,18 @@ fn a_backend_and_url_on_the_command_line_beat_a_mismatched_environment() {
     // A DLOCK_URL that fits the backend on the command line is kept.
     let mut run = dlock();
     run.env("DLOCK_URL", dir.path())
-        .env("DLOCK_BACKEND", "zk")
         .args(["-b", "file", "run", "k", "--", "true"]);
     let out = output_within(run, T);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(dir.file("k.lock").exists());
+    // A DLOCK_BACKEND and a DLOCK_URL that contradict each other are refused, naming both,
+    // whatever the command line says: one level holds one backend and its URL.
+    let mut run = dlock();
+    run.env("DLOCK_URL", dir.path())
+        .env("DLOCK_BACKEND", "zk")
+        .args(["-b", "file", "run", "k", "--", "true"]);
+    let out = output_within(run, T);
+    assert_usage_error(&out, "DLOCK_BACKEND zk does not fit DLOCK_URL", "env pair");
 }
 
 #[test]
@@ -515,4 +540,24 @@ fn flock_spellings_of_the_options_work() {
         let (out, _) = try_held(&dir, &[], args);
         assert_eq!(code(&out), 75, "{args:?}: {}", stderr(&out));
     }
+}
+
+/// flock's `-o`/`--close` is accepted and changes nothing (the command never gets the lock's
+/// descriptor), and `-n` may be given twice, as flock takes it: busy is still 75, free runs.
+#[test]
+fn close_and_a_repeated_no_wait_are_taken_as_flock_takes_them() {
+    let dir = LockDir::new();
+    for args in [
+        &["-o"][..],
+        &["--close"][..],
+        &["-n", "-n"][..],
+        &["-o", "-n", "-n"][..],
+    ] {
+        let (out, _) = try_held(&dir, &[], args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+    }
+    let _held = Held::new(&dir);
+    let (out, took) = try_held(&dir, &[], &["-n", "-n", "-o"]);
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(took < Duration::from_secs(5), "{took:?}");
 }

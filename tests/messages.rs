@@ -139,7 +139,8 @@ fn help_ends_with_exit_statuses_and_the_manual_and_run_help_sets_global_options_
         let text = stdout(&out);
         assert!(text.contains("Exit status:"), "{args:?}: {text}");
         assert!(
-            text.trim_end().ends_with("man dlock-run."),
+            text.trim_end()
+                .ends_with("man dlock, man dlock-run; the settings in force: dlock config."),
             "{args:?}: {text}"
         );
         assert!(!text.contains("Redis keys"), "{args:?}: {text}");

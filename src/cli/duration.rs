@@ -76,6 +76,14 @@ fn read(text: &str) -> Result<Option<Duration>, String> {
     if let Some(seconds) = plain_seconds(unsigned).or_else(|| exponent_seconds(unsigned)) {
         return Ok(seconds);
     }
+    // humantime reads `M` as months: `-w 5M` is almost always five minutes mistyped.
+    let mut units = text.split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace());
+    if units.any(|unit| unit == "M") {
+        return Err(format!(
+            "M is months: write {} for minutes (or `months` in full)",
+            text.replace('M', "m")
+        ));
+    }
     match humantime::parse_duration(text) {
         Ok(d) => Ok(Some(d)),
         // humantime says this of a number too large and of a fraction finer than a nanosecond

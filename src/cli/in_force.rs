@@ -6,8 +6,14 @@ use clap::parser::ValueSource::CommandLine;
 use clap::ArgMatches;
 
 use super::config::{key_of, Config};
-use super::resolve::Origins;
 use super::GlobalArgs;
+
+/// Where the backend and the servers in force were given, for `dlock config`.
+#[derive(Debug, Default, Clone)]
+pub struct Origins {
+    pub backend: String,
+    pub urls: Option<String>,
+}
 
 /// One setting: where it came from, its key (as the configuration file writes it) and its value.
 #[derive(Debug, Clone)]

@@ -4,6 +4,7 @@
 //! fleet-wide default must not break a command that says otherwise; several servers in one
 //! DLOCK_URL or --url; the password file; and `-c` is one whole shell command, as flock(1) has it.
 
+use super::in_force::{self, Origins};
 use clap::parser::ValueSource::{CommandLine, DefaultValue, EnvVariable};
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ pub fn resolve(cli: &mut Cli, matches: &ArgMatches, config: &Config) -> Result<(
         .collect();
     let origins = backend_and_url(&mut cli.global, matches, config)?;
     if let Command::Config(shown) = &mut cli.command {
-        shown.settings = super::in_force::settings(&cli.global, matches, config, &origins);
+        shown.settings = in_force::settings(&cli.global, matches, config, &origins);
     }
     not_built(&cli.global)?;
     super::place::settle(&mut cli.global, matches);
@@ -90,13 +91,6 @@ fn ttl_for(
 struct Level {
     backend: Option<(BackendKind, String)>,
     urls: Option<(Vec<String>, String)>,
-}
-
-/// Where the backend and the servers in force were given, for `dlock config`.
-#[derive(Debug, Default, Clone)]
-pub struct Origins {
-    pub backend: String,
-    pub urls: Option<String>,
 }
 
 /// The backend and the servers, as a pair: from the most specific level that gives either, where

@@ -121,6 +121,24 @@ fn shell_lines(env: &[(String, String)]) -> String {
         .collect()
 }
 
+/// Whether this is a `dlock hold --print-env` whose output a shell evals (not the keeper it
+/// starts, whose output is the front's): from `cli` once parsed, else from the words before `--`.
+pub fn asks_print_env(cli: Option<&Cli>) -> bool {
+    if is_keeper() {
+        return false;
+    }
+    match cli {
+        Some(cli) => matches!(&cli.command, crate::cli::Command::Hold(hold) if hold.print_env),
+        None => {
+            let words: Vec<std::ffi::OsString> = std::env::args_os()
+                .skip(1)
+                .take_while(|arg| arg != "--")
+                .collect();
+            words.iter().any(|w| w == "hold") && words.iter().any(|w| w == "--print-env")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
