@@ -372,7 +372,7 @@ impl Conn {
         // READ COMMITTED as every statement of dlock's (see `recipe::read_committed`): under
         // SERIALIZABLE, a dlock that waited for the advisory lock would go on with a snapshot
         // from before the tables were made.
-        let Some(schema) = self.schema().map(str::to_owned) else {
+        let Some(schema) = self.schema.as_ref().map(|(_, s)| s.quoted.clone()) else {
             return Err(anyhow!(
                 "postgres at {}: cannot create dlock's tables: no schema was found",
                 self.url.shown

@@ -1,6 +1,7 @@
 //! The statements dlock sends (the `.sql` files beside this one, with the table prefix filled
-//! in, and the schema of dlock's objects, found once per connection, `{s}`), each one round trip (`query_typed`: no separate prepare; a transaction of several is sent
-//! at once), and what their rows mean. Those that end a run are in `ending`.
+//! in, and as `{s}` the schema of dlock's objects, found on the first connection), each one round
+//! trip (`query_typed`: no separate prepare; a transaction of several is sent at once), and what
+//! their rows mean. Those that end a run are in `ending`.
 
 mod ending;
 
