@@ -61,6 +61,11 @@ fn main() {
         ),
     ];
     peers.extend(side_by_side::floor_lines(&url));
+    // Last but flock(1): the figures above read the others by their place.
+    let before = side_by_side::before_line("mysql", &url).map(|line| {
+        peers.push(line);
+        peers.len()
+    });
     let env = ("MYSQL_PWD", PASSWORD);
     let tools = side_by_side::Tools::around(dlock, "mysql", &url, peers, work.path(), env);
     let flock = tools.flock();
@@ -89,6 +94,7 @@ fn main() {
         rates[3] / rates[flock],
         rates[4] / rates[flock]
     );
+    side_by_side::print_before(before, &medians, &rates);
     support::idle::report_beside_flock(work.path(), dlock, "mysql", &url, IDLE);
     drop(server);
 }

@@ -47,6 +47,11 @@ fn main() {
         ),
     )];
     peers.extend(side_by_side::floor_lines(&url));
+    // Last but flock(1): the figures above read the others by their place.
+    let before = side_by_side::before_line("postgres", &url).map(|line| {
+        peers.push(line);
+        peers.len()
+    });
     let env = ("PGPASSWORD", PASSWORD);
     let tools = side_by_side::Tools::around(dlock, "postgres", &url, peers, work.path(), env);
     let flock = tools.flock();
@@ -74,6 +79,7 @@ fn main() {
         rates[2] / rates[flock],
         rates[3] / rates[flock]
     );
+    side_by_side::print_before(before, &medians, &rates);
     support::idle::report_beside_flock(work.path(), dlock, "postgres", &url, IDLE);
     drop(server);
 }

@@ -166,6 +166,34 @@ pub enum Floor {
     WriteAround,
 }
 
+/// `DLOCK_BENCH_BEFORE=PATH`: an older dlock, as one more line beside this one (on the same
+/// `backend` and `url`, lock `bench`), so that what a change costs reads as a ratio of runs
+/// interleaved on one server; none when the variable is not set.
+pub fn before_line(backend: &str, url: &str) -> Option<(&'static str, String)> {
+    let before = std::env::var("DLOCK_BENCH_BEFORE").ok()?;
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    Some((
+        "dlock (before)",
+        format!(
+            "{} --backend {backend} --url {} -q run bench -- true",
+            quote(&before),
+            quote(url)
+        ),
+    ))
+}
+
+/// This dlock's figures as ratios of the older one's (`before_line`, at `at` among the lines).
+pub fn print_before(at: Option<usize>, medians: &[f64], rates: &[f64]) {
+    if let Some(at) = at {
+        println!(
+            "  beside the dlock before (DLOCK_BENCH_BEFORE): uncontended {:.3}x its time, \
+             contended {:.3}x its rate",
+            medians[0] / medians[at],
+            rates[0] / rates[at]
+        );
+    }
+}
+
 /// The floors of any tool that opens a connection per run, as lines of the benchmark: this
 /// benchmark's own executable run as `floor URL` and `floor-around URL` (see
 /// `run_floor_if_asked`). Neither takes a lock, so under contention they do not even wait for

@@ -684,3 +684,81 @@ fn procedures_and_triggers_defined_by_another_account_are_refused() {
         stderr(&out)
     );
 }
+
+/// An account with no rights on dlock's locks table but `TRIGGER`, `SELECT` and `UPDATE` (without
+/// them MariaDB refuses the trigger's change, and the renewal fails) adds, while a holder (ttl 2s)
+/// renews and a waiter (ttl 300ms: it re-checks often) waits, a trigger that keeps renewals from
+/// extending the lease (each pulls it back 300 ms from where it was). New sessions refuse the
+/// trigger (69); these two checked before it existed. The holder's next renewal finds its lease
+/// not where it wrote it, reports the lock lost and ends its command (79); the waiter gets in only
+/// after that command ended: never two holders at once (before, the renewals said "held" until
+/// the lease had run out, and the waiter got in beside the running command).
+#[test]
+fn a_trigger_added_during_a_hold_that_holds_the_lease_back_is_a_lost_lock_never_two_holders() {
+    let dir = LockDir::new();
+    let url = MyServer::shared_url("t_frz_");
+    let made = output(mysql_dlock(&url, &["run", "x", "--", "true"]));
+    assert_eq!(code(&made), 0, "{}", stderr(&made));
+    let d = dir.path().display();
+    let holder_script = format!(
+        "echo $DLOCK_TOKEN > '{d}/h.in'; trap \"echo > '{d}/h.end'; exit 0\" TERM; i=0; \
+         while [ ! -e '{d}/h.go' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; \
+         echo > '{d}/h.end'"
+    );
+    let waiter_script =
+        format!("[ -e '{d}/h.end' ] || echo > '{d}/overlap'; echo $DLOCK_TOKEN > '{d}/w.in'");
+    let mut held = mysql_dlock(
+        &url,
+        &["run", "--ttl", "2s", "x", "--", "sh", "-c", &holder_script],
+    )
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("start the holder");
+    wait_for_file(&dir.file("h.in"), T);
+    let mut waiter = mysql_dlock(
+        &url,
+        &[
+            "run",
+            "--ttl",
+            "300ms",
+            "--wait",
+            "60s",
+            "x",
+            "--",
+            "sh",
+            "-c",
+            &waiter_script,
+        ],
+    )
+    .spawn()
+    .expect("start the waiter");
+    let server = MyServer::shared().lock().unwrap();
+    wait_until("the waiter in line", T, || {
+        server.sql("SELECT COUNT(*) FROM t_frz_queue WHERE name = 'x'") == "1"
+    });
+    server.sql(
+        "DROP USER IF EXISTS t_frz_mallory@'127.0.0.1'; \
+         CREATE USER t_frz_mallory@'127.0.0.1' IDENTIFIED BY 'frz-SECRET'; \
+         GRANT TRIGGER, SELECT, UPDATE ON dlock.t_frz_locks TO t_frz_mallory@'127.0.0.1'; \
+         CREATE DEFINER = t_frz_mallory@'127.0.0.1' TRIGGER t_frz_back BEFORE UPDATE \
+           ON t_frz_locks FOR EACH ROW \
+           SET NEW.expires_at = OLD.expires_at - INTERVAL 300000 MICROSECOND",
+    );
+    drop(server);
+    let status = wait_exit(&mut held, T);
+    wait_for_file(&dir.file("w.in"), T);
+    let waited = wait_exit(&mut waiter, T);
+    let server = MyServer::shared().lock().unwrap();
+    server.sql("DROP TRIGGER t_frz_back; DROP USER t_frz_mallory@'127.0.0.1'");
+    drop(server);
+    let mut err = String::new();
+    if let Some(mut pipe) = held.stderr.take() {
+        use std::io::Read;
+        let _ = pipe.read_to_string(&mut err);
+    }
+    assert!(!dir.file("overlap").exists(), "two holders at once: {err}");
+    assert_eq!(status.code(), Some(79), "{err}");
+    assert!(err.contains("lost the lock"), "{err}");
+    assert!(waited.success());
+    assert!(token(&dir, "w") > token(&dir, "h"));
+}

@@ -49,7 +49,7 @@ fn an_attempt_granted_after_it_timed_out_is_taken_as_granted() {
     wait_until("the release to queue for the row", T, || {
         server.psql(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-             AND query LIKE '%INSERT INTO t_late_tokens AS t%'",
+             AND query LIKE '%INSERT INTO public.t_late_tokens AS t%'",
         ) == "1"
     });
     // Two attempts of the waiter behind the release: the first is granted after the waiter gave

@@ -263,3 +263,187 @@ fn a_function_owned_by_another_role_is_refused_before_it_runs() {
         stderr(&out)
     );
 }
+
+/// What the other role of the two tests below makes: a schema named like the user (first in the
+/// default search path, `"$user", public`), where all may create, with a view of dlock's locks table
+/// (running with its caller's rights, so it shows the real rows, with a lease an hour longer) and
+/// an `INSTEAD OF` trigger whose function, run with its caller's rights, writes who ran it and
+/// pretends to have done the change; functions of dlock's names there, forging a grant; and
+/// operators in `public` for every type dlock compares and joins. Everything of it writes who ran
+/// it into `public.t_sq_fired`.
+fn squat(schema: &str, prefix: &str) -> String {
+    let spy = "INSERT INTO public.t_sq_fired VALUES (current_user, $w$WHAT$w$)";
+    let op = |name: &str, sym: &str, left: &str, right: &str, returns: &str, body: &str| {
+        format!(
+            "CREATE FUNCTION public.t_sq_{name}({left}, {right}) RETURNS {returns} \
+             LANGUAGE sql AS $f$ {}; SELECT {body} $f$; \
+             CREATE OPERATOR public.{sym} (LEFTARG = {left}, RIGHTARG = {right}, \
+             FUNCTION = public.t_sq_{name});",
+            spy.replace("WHAT", &format!("operator {sym}"))
+        )
+    };
+    let forged = |function: &str, args: &str, returns: &str, body: &str| {
+        format!(
+            "CREATE FUNCTION {schema}.{prefix}{function}({args}) RETURNS {returns} \
+             LANGUAGE sql AS $f$ {}; SELECT {body} $f$;",
+            spy.replace("WHAT", function)
+        )
+    };
+    format!(
+        "SET ROLE t_sq_mallory; \
+         CREATE SCHEMA {schema}; GRANT USAGE, CREATE ON SCHEMA {schema} TO PUBLIC; \
+         CREATE FUNCTION {schema}.spy() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN \
+           {}; IF TG_OP = 'DELETE' THEN RETURN OLD; END IF; RETURN NEW; END $f$; \
+         CREATE VIEW {schema}.{prefix}locks WITH (security_invoker = true) AS \
+           SELECT name, owner, mode, token, since, expires_at + interval '1 hour' AS expires_at, \
+                  pid, host, message, kept_until, kept_note FROM public.{prefix}locks; \
+         CREATE TRIGGER spy INSTEAD OF INSERT OR UPDATE OR DELETE ON {schema}.{prefix}locks \
+           FOR EACH ROW EXECUTE FUNCTION {schema}.spy(); \
+         GRANT ALL ON {schema}.{prefix}locks TO PUBLIC; \
+         {} {} {} {} {} {}",
+        spy.replace("WHAT", "trigger"),
+        forged(
+            "acquire_v4",
+            "p_name text, p_owner text, p_mode text, p_limit integer, p_ttl_ms bigint, \
+             p_pid bigint, p_host text, p_queue boolean, p_ticket bigint, p_message text, \
+             p_tail text",
+            "TABLE (granted_token bigint, queue_ticket bigint, retry_ms bigint, run text)",
+            "42::bigint, NULL::bigint, NULL::bigint, NULL::text",
+        ),
+        forged(
+            "release_v3",
+            "text, text, text, text, text, boolean",
+            "boolean",
+            "true",
+        ),
+        op(
+            "eq",
+            "=",
+            "text",
+            "text",
+            "boolean",
+            "$1 OPERATOR(pg_catalog.=) $2"
+        ),
+        op(
+            "gt",
+            ">",
+            "timestamptz",
+            "timestamptz",
+            "boolean",
+            "$1 OPERATOR(pg_catalog.>) $2"
+        ),
+        op(
+            "plus",
+            "+",
+            "timestamptz",
+            "interval",
+            "timestamptz",
+            "$1 OPERATOR(pg_catalog.+) $2"
+        ),
+        op(
+            "cat",
+            "||",
+            "text",
+            "text",
+            "text",
+            "$1 OPERATOR(pg_catalog.||) $2"
+        ),
+    )
+}
+
+/// Roles `t_sq_alice` (who runs dlock, able to create in `public`) and `t_sq_mallory` (able
+/// to create schemas in the database and objects in `public`, nothing more), and the table their
+/// objects write to, on `server`.
+fn alice_and_mallory(server: &PgServer) {
+    server.psql(
+        "CREATE ROLE t_sq_alice LOGIN PASSWORD 't_sq_alice-pw'; \
+         CREATE ROLE t_sq_mallory; \
+         GRANT CREATE ON SCHEMA public TO t_sq_alice, t_sq_mallory; \
+         GRANT CREATE ON DATABASE postgres TO t_sq_mallory; \
+         CREATE TABLE public.t_sq_fired (who text, what text); \
+         GRANT ALL ON public.t_sq_fired TO PUBLIC",
+    );
+}
+
+/// The schema named like the user, with its view, trigger and forged functions, and operators in
+/// `public`, all made by another role while alice's dlock holds a lock (ttl 2s, renewing) and
+/// another of hers waits: the holder goes on renewing its real row (over two ttls past, the waiter
+/// still waiting), the waiter gets in only once the holder lets go, with a later token, and none
+/// of the other role's code ever ran. A new run of alice's meanwhile refuses the schema, naming
+/// its owner (69). On a server of its own: the operators would reach every other test.
+#[test]
+fn objects_another_role_makes_while_dlock_holds_are_never_reached() {
+    let server = PgServer::start();
+    alice_and_mallory(&server);
+    let pg = Pg::at(url_as(&server, "t_sq_alice", "prefix=rt_"));
+    let (mut held, held_err) = pg.holder(&["--ttl", "2s"], "x", "h");
+    let (mut waiter, _) = pg.start(&["--wait", "60s"], "x", "w");
+    wait_until("the waiter in line", T, || {
+        server.psql("SELECT count(*) FROM public.rt_queue") == "1"
+    });
+    server.psql(&squat("t_sq_alice", "rt_"));
+    let made = server.psql("SELECT clock_timestamp()");
+    wait_until(
+        "over two ttls of renewals after the objects were made",
+        T,
+        || {
+            assert!(!pg.runs("w"), "a second holder: {}", held_err.text());
+            server.psql(&format!(
+                "SELECT coalesce((SELECT max(expires_at) FROM public.rt_locks) \
+             > '{made}'::timestamptz + interval '6.5 seconds', false)"
+            )) == "t"
+        },
+    );
+    let refused = output(pg.dlock(&["run", "-n", "y", "--", "true"]));
+    pg.let_go("h");
+    assert!(wait_exit(&mut held, T).success(), "{}", held_err.text());
+    wait_for_file(&pg.dir.file("w.in"), T);
+    pg.let_go("w");
+    assert!(wait_exit(&mut waiter, T).success());
+    assert!(pg.token("w") > pg.token("h"));
+    assert_eq!(server.psql("SELECT count(*) FROM public.t_sq_fired"), "0");
+    assert_eq!(code(&refused), 69, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains(
+            "refusing schema t_sq_alice belongs to t_sq_mallory: not the connecting role"
+        ),
+        "{}",
+        stderr(&refused)
+    );
+}
+
+/// A schema named like the user, made by another role before dlock ever ran: refused with 69,
+/// naming it and its owner, before anything is made in it or run; the other role's objects
+/// (there and in `public`) never run. On a server of its own, as above.
+#[test]
+fn a_schema_named_like_the_user_made_by_another_role_is_refused_before_the_first_run() {
+    let server = PgServer::start();
+    alice_and_mallory(&server);
+    // The view reads a table of dlock's in public: one made by alice, which never ran dlock.
+    server.psql(
+        "SET ROLE t_sq_alice; \
+         CREATE TABLE public.rt_locks (name text, owner text, mode text, token bigint, \
+           since timestamptz, expires_at timestamptz, pid bigint, host text, message text, \
+           kept_until timestamptz, kept_note text)",
+    );
+    server.psql(&squat("t_sq_alice", "rt_"));
+    let pg = Pg::at(url_as(&server, "t_sq_alice", "prefix=rt_"));
+    let ran = pg.dir.file("ran");
+    let out = output(pg.dlock(&["run", "x", "--", "touch", ran.to_str().unwrap()]));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(!ran.exists());
+    assert!(
+        stderr(&out).contains("refusing schema t_sq_alice belongs to t_sq_mallory"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+    assert_eq!(server.psql("SELECT count(*) FROM public.t_sq_fired"), "0");
+    assert_eq!(
+        server.psql(
+            "SELECT count(*) FROM pg_class WHERE relnamespace = 't_sq_alice'::regnamespace \
+             AND relname LIKE 'rt\\_%' AND relkind = 'r'"
+        ),
+        "0"
+    );
+}

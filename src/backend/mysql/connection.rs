@@ -420,7 +420,7 @@ impl Conn {
                     .unwrap_or_else(|| "<user>".into());
                 Err(anyhow!(
                     "mysql at {}: cannot create dlock's tables and procedures ({prefix}locks, \
-                     {prefix}tokens, {prefix}queue, {prefix}runs, {prefix}acquire_v5...): \
+                     {prefix}tokens, {prefix}queue, {prefix}runs, {prefix}acquire_v6...): \
                      {message}; an \
                      administrator must run once: GRANT {rights} ON `{database}`.* TO {user}",
                     self.url.shown,

@@ -40,11 +40,12 @@ pub struct Recipe {
 }
 
 /// The procedures dlock calls (the versions it creates), whose definers `untrusted.sql` reads.
-const ROUTINES: [&str; 8] = [
+const ROUTINES: [&str; 9] = [
+    "acquire_v6",
     "acquire_v5",
     "attempt_v2",
-    "renew_v2",
-    "release_v4",
+    "renew_v3",
+    "release_v5",
     "leave_v2",
     "break_v2",
     "last_runs_v1",
@@ -108,9 +109,9 @@ impl Recipe {
                 .replace("{tables}", &quoted(&["tokens", "locks", "queue", "runs"])),
             trusted: trusted.to_vec(),
             prefix: prefix.to_owned(),
-            acquire: fill("CALL {p}acquire_v5(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-            renew: fill("CALL {p}renew_v2(?, ?, ?, ?)"),
-            release: fill("CALL {p}release_v4(?, ?, ?, ?, ?, ?, ?, ?)"),
+            acquire: fill("CALL {p}acquire_v6(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            renew: fill("CALL {p}renew_v3(?, ?, ?, ?)"),
+            release: fill("CALL {p}release_v5(?, ?, ?, ?, ?, ?, ?, ?)"),
             leave: fill("CALL {p}leave_v2(?, ?, ?, ?)"),
             brk: fill("CALL {p}break_v2(?)"),
             last_runs: fill("CALL {p}last_runs_v1(?)"),

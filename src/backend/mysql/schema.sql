@@ -173,6 +173,85 @@ BEGIN
     SELECT v_held;
 END
 ;;
+-- renew_v2 that reads back what it wrote: a lease the server did not keep as written (a trigger
+-- on the table, which dlock cannot forbid and may have been added after it checked, changed or
+-- undid the change) is no renewal. 1: still ours, its lease ending where this wrote it; 0: lost
+-- (the caller reports it, and ends its command before the lease it did not extend runs out), and
+-- the key is given up. Nothing another session does between the update and the read changes a
+-- live row of this owner but `release --force`, which makes it lost all the same.
+CREATE PROCEDURE {p}renew_v3(
+    IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_ttl_ms BIGINT, IN p_key VARCHAR(64))
+BEGIN
+    DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+    DECLARE v_until DATETIME(6);
+    DECLARE v_held BIGINT;
+    SET v_until = v_now + INTERVAL p_ttl_ms * 1000 MICROSECOND;
+    UPDATE {p}locks SET expires_at = GREATEST(v_until, COALESCE(kept_until, v_now))
+     WHERE name = p_name AND owner = p_owner AND expires_at > v_now;
+    SET v_held = (SELECT COUNT(*) FROM {p}locks
+                   WHERE name = p_name AND owner = p_owner
+                     AND expires_at = GREATEST(v_until, COALESCE(kept_until, v_now)));
+    IF v_held > 0 THEN
+        IF NOT (IS_USED_LOCK(p_key) <=> CONNECTION_ID()) THEN DO GET_LOCK(p_key, 0); END IF;
+    ELSEIF IS_USED_LOCK(p_key) <=> CONNECTION_ID() THEN
+        DO RELEASE_LOCK(p_key);
+    END IF;
+    SELECT v_held;
+END
+;;
+-- release_v4 that reads back what it changed, before it writes how the run ended: after it, no
+-- row of `p_owner` is left but one a --min-hold keeps (`p_keep`), its lease cut to `kept_until`
+-- as written. Anything else (a trigger on the table changed the cut) ends the run 'lost', no
+-- success, and answers 0: the lock was not held as dlock holds it.
+CREATE PROCEDURE {p}release_v5(
+    IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_key VARCHAR(64), IN p_keep TINYINT,
+    IN p_head VARBINARY(128), IN p_tail VARBINARY(1024), IN p_ending VARBINARY(32),
+    IN p_success TINYINT)
+BEGIN
+    DECLARE v_now DATETIME(6);
+    DECLARE v_held BIGINT;
+    DECLARE v_counters BIGINT;
+    DECLARE v_ended VARBINARY(1024);
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        ROLLBACK;
+        RESIGNAL;
+    END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    SELECT COUNT(*) INTO v_counters FROM {p}tokens WHERE name = p_name FOR UPDATE;
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_held = (SELECT COUNT(*) FROM {p}locks
+                   WHERE name = p_name AND owner = p_owner AND expires_at > v_now);
+    UPDATE {p}locks SET expires_at = kept_until, kept_note = CONCAT(kept_note, ' ended')
+     WHERE name = p_name AND owner = p_owner AND expires_at > v_now AND kept_until > v_now
+       AND kept_note NOT LIKE '% ended' AND p_keep;
+    DELETE FROM {p}locks
+     WHERE name = p_name AND owner = p_owner
+       AND (NOT p_keep OR kept_until IS NULL OR kept_until <= v_now OR expires_at <= v_now);
+    IF (SELECT COUNT(*) FROM {p}locks
+         WHERE name = p_name AND owner = p_owner
+           AND NOT (p_keep AND kept_until > v_now AND expires_at <=> kept_until)) > 0 THEN
+        SET v_held = 0;
+    END IF;
+    IF v_held = 0 THEN
+        SET p_ending = 'lost', p_success = 0;
+    END IF;
+    IF p_head IS NOT NULL THEN
+        SET v_ended = CONCAT(p_head, ' ', TIMESTAMPDIFF(MICROSECOND, '1970-01-01', v_now) DIV 1000,
+                             ' ', p_ending, ' ', p_tail);
+        UPDATE {p}runs SET last_run = v_ended, written_at = v_now
+         WHERE name = p_name AND last_run = CONCAT(p_head, ' - - ', p_tail);
+        IF p_success THEN
+            INSERT INTO {p}runs (name, last_success, written_at) VALUES (p_name, v_ended, v_now)
+                ON DUPLICATE KEY UPDATE last_success = v_ended, written_at = v_now;
+        END IF;
+    END IF;
+    COMMIT;
+    IF IS_USED_LOCK(p_key) <=> CONNECTION_ID() THEN DO RELEASE_LOCK(p_key); END IF;
+    SELECT v_held;
+END
+;;
 -- Leaves `p_name`'s line (a waiter that gave up), and gives up its lock key; serialised with the
 -- other changes of the name, as a release is (v2).
 CREATE PROCEDURE {p}leave_v2(
@@ -422,8 +501,9 @@ attempt: BEGIN
     END IF;
 END attempt
 ;;
--- Created last: every lock starts with this call, so a dlock that finds it has the other
--- procedures too (a first run still making them cannot be overtaken by another's release).
+-- Created last but acquire_v6, which calls it: every lock starts with that call, so a dlock that
+-- finds it has the other procedures too (a first run still making them cannot be overtaken by
+-- another's release).
 -- An attempt (attempt_v2); a busy one that took or kept a place in line then waits, for up to
 -- `p_wait_ms` (and no longer than the blocker's lease or place lasts), on the blocker's lock key,
 -- the prefix and the first 128 bits of SHA-256(owner, 0, name) in hexadecimal as dlock names it;
@@ -476,4 +556,16 @@ BEGIN
     SELECT v_token AS granted_token, v_ticket AS queue_ticket, v_blocker AS blocker,
            v_us AS blocker_us, COALESCE(v_gone, 0) AS blocker_gone, v_waited_out AS waited_out,
            v_found_free AS found_free, v_run AS run;
+END
+;;
+-- Created last (after acquire_v5, which it calls): a dlock that finds it has renew_v3 and
+-- release_v5 too, which an older dlock's schema lacks (it is made again beside it then).
+CREATE PROCEDURE {p}acquire_v6(
+    IN p_name VARBINARY(512), IN p_owner VARBINARY(64), IN p_mode VARBINARY(32), IN p_limit INT,
+    IN p_ttl_ms BIGINT, IN p_pid BIGINT, IN p_host VARBINARY(255), IN p_message VARBINARY(1024),
+    IN p_key VARCHAR(64), IN p_queue TINYINT, IN p_ticket BIGINT, IN p_hold_ms BIGINT,
+    IN p_wait_ms BIGINT, IN p_tail VARBINARY(1024))
+BEGIN
+    CALL {p}acquire_v5(p_name, p_owner, p_mode, p_limit, p_ttl_ms, p_pid, p_host, p_message,
+                       p_key, p_queue, p_ticket, p_hold_ms, p_wait_ms, p_tail);
 END

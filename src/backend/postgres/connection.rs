@@ -47,9 +47,21 @@ pub struct Conn {
     /// The `generation` whose objects were found trusted (`recipe::Guard`), and whether its
     /// functions were too (not only its tables).
     trusted: Option<(u64, bool)>,
+    /// The schema of dlock's objects (`recipe::Recipe::schema`), found on the first connection and
+    /// kept after a reconnect (its owner checked again there), and the last `generation` it was
+    /// checked on.
+    schema: Option<(u64, Schema)>,
 }
 
 pub type Shared = Arc<Mutex<Conn>>;
+
+/// A schema's name as it is, and quoted as an identifier: every statement names dlock's objects
+/// with the latter.
+#[derive(Clone)]
+pub struct Schema {
+    pub name: String,
+    pub quoted: String,
+}
 
 /// The connection behind `shared`, also after a panic elsewhere while it was locked.
 pub fn lock(shared: &Shared) -> MutexGuard<'_, Conn> {
@@ -199,6 +211,7 @@ impl Conn {
             schema_made: false,
             stop: Stop::default(),
             trusted: None,
+            schema: None,
         })
     }
 
@@ -225,6 +238,23 @@ impl Conn {
     pub fn mark_trusted(&mut self, functions: bool) {
         let all = functions || self.trusted(true);
         self.trusted = Some((self.generation, all));
+    }
+
+    /// The schema of dlock's objects, quoted, when it was checked on this connection.
+    pub fn schema(&self) -> Option<&str> {
+        match &self.schema {
+            Some((g, schema)) if *g == self.generation => Some(&schema.quoted),
+            _ => None,
+        }
+    }
+
+    /// The schema found on an earlier connection (its name as it is), to be checked again.
+    pub fn found_schema(&self) -> Option<&str> {
+        self.schema.as_ref().map(|(_, s)| s.name.as_str())
+    }
+
+    pub fn set_schema(&mut self, schema: Schema) {
+        self.schema = Some((self.generation, schema));
     }
 
     /// Connects if there is no open connection, within the connect timeout. A new connection has
@@ -349,7 +379,13 @@ impl Conn {
         // READ COMMITTED as every statement of dlock's (see `recipe::read_committed`): under
         // SERIALIZABLE, a dlock that waited for the advisory lock would go on with a snapshot
         // from before the tables were made.
-        let schema = self.current_schema(budget)?;
+        let Some(schema) = self.schema.as_ref().map(|(_, s)| s.quoted.clone()) else {
+            return Err(anyhow!(
+                "postgres at {}: cannot create dlock's tables: no schema was found",
+                self.url.shown
+            ))
+            .fail_with(Failure::BackendUnavailable);
+        };
         let sql = format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
              SELECT pg_catalog.pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n{}",
@@ -366,18 +402,15 @@ impl Conn {
                 Ok(())
             }
             Err(Fault::Refused { code, message }) if code == "42501" => {
-                let grant = self
+                let user = self
                     .call(budget, |c| async move {
-                        c.query_one(
-                            "SELECT format('GRANT CREATE ON SCHEMA %I TO %I', \
-                             current_schema(), current_user)",
-                            &[],
-                        )
-                        .await
+                        c.query_one("SELECT pg_catalog.quote_ident(CURRENT_USER)", &[])
+                            .await
                     })
                     .ok()
                     .and_then(|row| row.try_get::<_, String>(0).ok())
-                    .unwrap_or_else(|| "GRANT CREATE ON SCHEMA public TO <user>".into());
+                    .unwrap_or_else(|| "<user>".into());
+                let grant = format!("GRANT CREATE ON SCHEMA {schema} TO {user}");
                 Err(anyhow!(
                     "postgres at {}: cannot create dlock's tables ({p}locks, {p}tokens, {p}queue, \
                      {p}runs): {message}; an administrator must run once: {grant}",
@@ -387,30 +420,6 @@ impl Conn {
                 .fail_with(Failure::BackendUnavailable)
             }
             Err(f) => Err(self.error(f).context("cannot create dlock's tables")),
-        }
-    }
-
-    /// The session's current schema, where dlock makes its tables, quoted as an identifier, for
-    /// `schema.sql`'s `{s}`.
-    fn current_schema(&mut self, budget: Duration) -> anyhow::Result<String> {
-        let row = self
-            .call(budget, |c| async move {
-                c.query_one(
-                    "SELECT pg_catalog.quote_ident(pg_catalog.current_schema())",
-                    &[],
-                )
-                .await
-            })
-            .map_err(|f| self.error(f).context("cannot create dlock's tables"))?;
-        match row.try_get::<_, Option<String>>(0) {
-            // Also written inside string literals (`'{s}.{p}locks'::regclass`).
-            Ok(Some(schema)) if !schema.contains('\'') => Ok(schema),
-            _ => Err(anyhow!(
-                "postgres at {}: cannot create dlock's tables: no schema of the search path \
-                 exists, or its name holds a quote",
-                self.url.shown
-            ))
-            .fail_with(Failure::BackendUnavailable),
         }
     }
 

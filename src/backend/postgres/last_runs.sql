@@ -2,6 +2,6 @@
 -- table), at most {read} characters of each (`Run::from_record` finds a longer one unreadable), not
 -- shown once the name has gone unwritten for 400 days.
 SELECT pg_catalog.substr(last_run, 1, {read}), pg_catalog.substr(last_success, 1, {read})
-  FROM {p}runs
- WHERE name = $1
-   AND written_at > (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) interval '{kept_days} days')
+  FROM {s}.{p}runs
+ WHERE name OPERATOR(pg_catalog.=) $1
+   AND written_at OPERATOR(pg_catalog.>) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) interval '{kept_days} days')

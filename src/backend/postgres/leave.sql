@@ -1,1 +1,1 @@
-SELECT {p}leave_v2($1, $2)
+SELECT {s}.{p}leave_v2($1, $2)

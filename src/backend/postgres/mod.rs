@@ -39,8 +39,10 @@
 //!   them first and run code with dlock's rights. Checked once per connection by a statement sent
 //!   first in its first transaction (`untrusted.sql`; only the tables' when the call uses no
 //!   function, `untrusted_tables.sql`), which aborts it before anything else in it runs.
-//!   Functions pin `search_path`; plain statements reach the system's functions and operators
-//!   through `pg_catalog`, so nothing another role adds to a schema of the path runs in them.
+//!   Functions pin `search_path`; plain statements reach the system's functions, operators and
+//!   types through `pg_catalog`, and dlock's tables and functions through the schema found when
+//!   dlock first connected (`schema_owner.sql`, whose owner must be trusted too), so nothing
+//!   another role adds to a schema of the path, or makes later, runs in them.
 //! - One connection per dlock, shared by its calls and leases; a wait that starts while leases
 //!   are held (the later names of `dlock run a b`) opens one of its own, since it holds its
 //!   connection through each attempt and the leases' renewals must not queue behind it.

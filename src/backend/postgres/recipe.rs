@@ -1,6 +1,7 @@
 //! The statements dlock sends (the `.sql` files beside this one, with the table prefix filled
-//! in), each one round trip (`query_typed`: no separate prepare; a transaction of several is sent
-//! at once), and what their rows mean. Those that end a run are in `ending`.
+//! in, and as `{s}` the schema of dlock's objects, found on the first connection), each one round
+//! trip (`query_typed`: no separate prepare; a transaction of several is sent at once), and what
+//! their rows mean. Those that end a run are in `ending`.
 
 mod ending;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
 
-use super::connection::{Conn, Fault};
+use super::connection::{Conn, Fault, Schema};
 use super::rows::entry_of;
 pub use super::rows::{holders_of, Entry};
 use crate::backend::sql::runs::{self, Started};
@@ -45,10 +46,14 @@ pub struct Recipe {
     /// (`untrusted.sql`); `tables_guard` when the call uses no function of dlock's.
     guard: Guard,
     tables_guard: Guard,
+    /// Sent alone, first on a connection: the schema of dlock's objects, and whether its owner is
+    /// trusted (`schema_owner.sql`).
+    schema_owner: String,
 }
 
 /// `untrusted.sql` (or `untrusted_tables.sql`) and the roles the URL names as trusted (`owner=`),
 /// its `$1`.
+#[derive(Clone)]
 pub struct Guard {
     sql: String,
     trusted: Vec<String>,
@@ -124,6 +129,7 @@ impl Recipe {
                 sql: fill(include_str!("untrusted_tables.sql")),
                 trusted: trusted.to_vec(),
             },
+            schema_owner: include_str!("schema_owner.sql").to_owned(),
         }
     }
 
@@ -132,8 +138,11 @@ impl Recipe {
     /// `read_committed`), so that nothing of a role dlock does not trust runs before the check.
     /// `functions`: `op` calls dlock's functions, whose owners are checked too (with the triggers
     /// on the tables); else only the tables' owners are, unless a table has a trigger.
-    fn run<'s, T, F, Fut>(
-        &'s self,
+    ///
+    /// `op` is also handed the schema of dlock's objects (quoted), found first on a new connection
+    /// (`schema`), for the `{s}` of its statements (`in_schema`).
+    fn run<T, F, Fut>(
+        &self,
         conn: &mut Conn,
         budget: Duration,
         creating: bool,
@@ -141,9 +150,10 @@ impl Recipe {
         op: F,
     ) -> Result<T, Fault>
     where
-        F: Fn(std::sync::Arc<Client>, Option<&'s Guard>) -> Fut,
+        F: Fn(std::sync::Arc<Client>, Option<Guard>, &str) -> Fut,
         Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
     {
+        let schema = self.schema(conn, budget)?;
         let mut full = functions;
         loop {
             let guard = match (conn.trusted(full), full) {
@@ -151,7 +161,11 @@ impl Recipe {
                 (false, true) => Some(&self.guard),
                 (false, false) => Some(&self.tables_guard),
             };
-            let call = |client| op(client, guard);
+            let guard = guard.map(|g| Guard {
+                sql: in_schema(&g.sql, &schema),
+                trusted: g.trusted.clone(),
+            });
+            let call = |client| op(client, guard.clone(), &schema);
             let result = if creating {
                 conn.call_creating(budget, call)
             } else {
@@ -181,6 +195,57 @@ impl Recipe {
         }
     }
 
+    /// The schema of dlock's objects on `conn` (quoted), found on its first connection
+    /// (`schema_owner.sql`): the session's current schema, refused unless a role dlock trusts owns
+    /// it. Found before anything else is sent, and never again: a schema made later, earlier in
+    /// the search path, changes nothing. A new connection (a reconnect, maybe to another server)
+    /// checks the owner of that same schema again.
+    fn schema(&self, conn: &mut Conn, budget: Duration) -> Result<String, Fault> {
+        if let Some(schema) = conn.schema() {
+            return Ok(schema.to_owned());
+        }
+        let (sql, trusted) = (&self.schema_owner, &self.guard.trusted);
+        let found = conn.found_schema().map(str::to_owned);
+        let rows = conn.call(budget, |client| async move {
+            let params: [(&(dyn ToSql + Sync), Type); 2] =
+                [(trusted, Type::TEXT_ARRAY), (&found, Type::TEXT)];
+            client.query_typed(sql, &params).await
+        })?;
+        let refused = |message: String| Fault::Refused {
+            code: "schema".into(),
+            message,
+        };
+        let Some(row) = rows.first() else {
+            return Err(refused(
+                "no schema of the search path exists (dlock's tables are made in its first)".into(),
+            ));
+        };
+        let schema: String = row.try_get(0).map_err(|_| odd("schema"))?;
+        let owner: String = row.try_get(1).map_err(|_| odd("schema"))?;
+        let trusted: bool = row.try_get(2).map_err(|_| odd("schema"))?;
+        let name: String = row.try_get(3).map_err(|_| odd("schema"))?;
+        if !trusted {
+            return Err(Fault::Refused {
+                code: "untrusted".into(),
+                message: refusal(
+                    &format!("schema {schema} belongs to {owner}"),
+                    &self.guard.trusted,
+                ),
+            });
+        }
+        // Also written inside string literals (`'{s}.{p}locks'::regclass`).
+        if schema.contains('\'') {
+            return Err(refused(format!(
+                "the schema of dlock's tables, {schema}, has a quote in its name"
+            )));
+        }
+        conn.set_schema(Schema {
+            name,
+            quoted: schema.clone(),
+        });
+        Ok(schema)
+    }
+
     /// The channel a waiter with `owner` listens on (owner ids are hex: a plain name).
     pub fn channel(&self, owner: &str) -> String {
         format!("{}{owner}", self.channel)
@@ -206,7 +271,7 @@ impl Recipe {
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
         let listen = listen.map(|c| format!("LISTEN \"{c}\""));
         let tail = runs::tail(request);
-        let row = self.run(conn, budget, true, true, |client, guard| {
+        let row = self.run(conn, budget, true, true, |client, guard, schema| {
             let listen = listen.clone();
             let (name, owner, mode, host) = (
                 request.name.as_str().to_owned(),
@@ -214,7 +279,11 @@ impl Recipe {
                 mode.clone(),
                 me.host.clone(),
             );
-            let (pid, sql, message) = (me.pid, self.acquire.clone(), request.message.clone());
+            let (pid, sql, message) = (
+                me.pid,
+                in_schema(&self.acquire, schema),
+                request.message.clone(),
+            );
             let tail = tail.clone();
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 11] = [
@@ -230,7 +299,7 @@ impl Recipe {
                     (&message, Type::TEXT),
                     (&tail, Type::TEXT),
                 ];
-                let attempt = read_committed(&client, guard, None, &sql, &params);
+                let attempt = read_committed(&client, guard.as_ref(), None, &sql, &params);
                 let rows = match &listen {
                     // Pipelined: the LISTEN is in force before the attempt runs, so no wake-up
                     // sent after the attempt can be missed.
@@ -271,7 +340,8 @@ impl Recipe {
     ) -> Result<Option<Reply>, Fault> {
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
         let tail = runs::tail(request);
-        let rows = self.run(conn, budget, true, false, |client, guard| {
+        let rows = self.run(conn, budget, true, false, |client, guard, schema| {
+            let schema = schema.to_owned();
             let (name, owner, mode, host) = (
                 request.name.as_str().to_owned(),
                 request.owner.clone(),
@@ -290,7 +360,8 @@ impl Recipe {
                     (&message, Type::TEXT),
                     (&tail, Type::TEXT),
                 ];
-                self.after_lock_count(&client, guard, &name, &self.acquire_free, &params)
+                let sql = in_schema(&self.acquire_free, &schema);
+                self.after_lock_count(&client, guard.as_ref(), &schema, &name, &sql, &params)
                     .await
             }
         })?;
@@ -332,25 +403,20 @@ impl Recipe {
         Ok(Reply::Granted { token, free, run })
     }
 
-    /// `lock_count.sql` for `name`, then `sql`, in one transaction (see `read_committed`):
-    /// `sql` reads what was committed before the lock was taken.
+    /// `lock_count.sql` for `name` (in `schema`), then `sql`, in one transaction (see
+    /// `read_committed`): `sql` reads what was committed before the lock was taken.
     async fn after_lock_count(
         &self,
         client: &Client,
         guard: Option<&Guard>,
+        schema: &str,
         name: &String,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
         let counter: [(&(dyn ToSql + Sync), Type); 1] = [(name, Type::TEXT)];
-        read_committed(
-            client,
-            guard,
-            Some((&self.lock_count, &counter)),
-            sql,
-            params,
-        )
-        .await
+        let lock_count = in_schema(&self.lock_count, schema);
+        read_committed(client, guard, Some((&lock_count, &counter)), sql, params).await
     }
 
     /// Extends `owner`'s lease on `name` by `ttl`: whether it was still ours.
@@ -382,12 +448,13 @@ impl Recipe {
         creating: bool,
     ) -> Result<bool, Fault> {
         let ms = i64::try_from(ms.as_millis()).unwrap_or(i64::MAX);
-        let rows = self.run(conn, budget, creating, false, |client, guard| {
-            let (name, owner, sql) = (name.as_str().to_owned(), owner.to_owned(), sql.to_owned());
+        let rows = self.run(conn, budget, creating, false, |client, guard, schema| {
+            let (name, owner) = (name.as_str().to_owned(), owner.to_owned());
+            let sql = in_schema(sql, schema);
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 3] =
                     [(&name, Type::TEXT), (&owner, Type::TEXT), (&ms, Type::INT8)];
-                read_committed(&client, guard, None, &sql, &params).await
+                read_committed(&client, guard.as_ref(), None, &sql, &params).await
             }
         })?;
         Ok(!rows.is_empty())
@@ -401,12 +468,12 @@ impl Recipe {
         name: &LockName,
         ticket: i64,
     ) -> Result<(), Fault> {
-        self.run(conn, budget, false, true, |client, guard| {
-            let (name, sql) = (name.as_str().to_owned(), &self.leave);
+        self.run(conn, budget, false, true, |client, guard, schema| {
+            let (name, sql) = (name.as_str().to_owned(), in_schema(&self.leave, schema));
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
                     [(&name, Type::TEXT), (&ticket, Type::INT8)];
-                read_committed(&client, guard, None, sql, &params).await
+                read_committed(&client, guard.as_ref(), None, &sql, &params).await
             }
         })?;
         Ok(())
@@ -421,12 +488,12 @@ impl Recipe {
         name: &str,
         exact: bool,
     ) -> Result<Vec<Entry>, Fault> {
-        let rows = self.run(conn, budget, true, false, |client, guard| {
-            let (name, sql) = (name.to_owned(), self.holders.clone());
+        let rows = self.run(conn, budget, true, false, |client, guard, schema| {
+            let (name, sql) = (name.to_owned(), in_schema(&self.holders, schema));
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 2] =
                     [(&name, Type::TEXT), (&exact, Type::BOOL)];
-                read_committed(&client, guard, None, &sql, &params).await
+                read_committed(&client, guard.as_ref(), None, &sql, &params).await
             }
         })?;
         Ok(rows.iter().map(entry_of).collect())
@@ -439,11 +506,11 @@ impl Recipe {
         budget: Duration,
         name: &LockName,
     ) -> Result<Vec<Holder>, Fault> {
-        let rows = self.run(conn, budget, true, true, |client, guard| {
-            let (name, sql) = (name.as_str().to_owned(), self.brk.clone());
+        let rows = self.run(conn, budget, true, true, |client, guard, schema| {
+            let (name, sql) = (name.as_str().to_owned(), in_schema(&self.brk, schema));
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
-                read_committed(&client, guard, None, &sql, &params).await
+                read_committed(&client, guard.as_ref(), None, &sql, &params).await
             }
         })?;
         Ok(rows.iter().map(|r| entry_of(r).holder).collect())
@@ -498,6 +565,11 @@ async fn read_committed(
     Ok(rows)
 }
 
+/// `sql` with the schema of dlock's objects (quoted) for its `{s}`.
+fn in_schema(sql: &str, schema: &str) -> String {
+    sql.replace("{s}", schema)
+}
+
 /// The line for `untrusted.sql`'s finding, read from the server's error `message` (`... "dlock-
 /// untrusted: table public.dlock_tokens belongs to mallory"`), whatever the server's language.
 fn untrusted(message: &str, trusted: &[String]) -> String {
@@ -505,6 +577,11 @@ fn untrusted(message: &str, trusted: &[String]) -> String {
         .split_once(UNTRUSTED)
         .map(|(_, rest)| rest.rsplit_once('"').map_or(rest, |(f, _)| f))
         .unwrap_or(message);
+    refusal(finding, trusted)
+}
+
+/// The line refusing what `finding` says (`table public.dlock_tokens belongs to mallory`).
+fn refusal(finding: &str, trusted: &[String]) -> String {
     let named = if trusted.is_empty() {
         String::new()
     } else {

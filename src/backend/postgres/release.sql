@@ -1,1 +1,1 @@
-SELECT {p}release_v3($1, $2, $3, $4, $5, $6)
+SELECT {s}.{p}release_v3($1, $2, $3, $4, $5, $6)

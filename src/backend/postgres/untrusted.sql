@@ -4,8 +4,8 @@
 -- roles named in the URL (`owner=`, `$1`); nobody else, not even a superuser or a role the
 -- current user is a member of (pg_has_role() says a superuser is a member of every role). Names
 -- of roles by pg_get_userbyid(), not through pg_roles: the view costs a new session's first
--- query about a millisecond more to plan. The names resolve through the session's search
--- path exactly as the statements that follow resolve them. Plain SQL (a new session's first
+-- query about a millisecond more to plan. The names are those of the schema dlock uses
+-- (`{s}`, see schema_owner.sql), as the statements that follow name them. Plain SQL (a new session's first
 -- PL/pgSQL call costs more than a whole attempt), every name qualified; it fails by casting its
 -- finding to an integer, which the client reads back from the error (`dlock-untrusted: ...`).
 WITH tables AS (
@@ -13,8 +13,8 @@ WITH tables AS (
       FROM pg_catalog.pg_class c
       JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
      WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
-               pg_catalog.to_regclass('{p}tokens'), pg_catalog.to_regclass('{p}locks'),
-               pg_catalog.to_regclass('{p}queue'), pg_catalog.to_regclass('{p}runs')]
+               pg_catalog.to_regclass('{s}.{p}tokens'), pg_catalog.to_regclass('{s}.{p}locks'),
+               pg_catalog.to_regclass('{s}.{p}queue'), pg_catalog.to_regclass('{s}.{p}runs')]
                ::pg_catalog.oid[])
 ), owned AS (
     SELECT 'table ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(t.nspname)
@@ -28,7 +28,7 @@ WITH tables AS (
            p.proowner
       FROM pg_catalog.pg_proc p
       JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
-     WHERE n.nspname OPERATOR(pg_catalog.=) ANY (pg_catalog.current_schemas(true))
+     WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace('{s}')
        AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY[{functions}]::pg_catalog.name[])
     UNION ALL
     SELECT 'trigger ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(g.tgname)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use super::{odd, read_committed, Recipe};
+use super::{in_schema, odd, read_committed, Recipe};
 use crate::backend::postgres::connection::{Conn, Fault};
 use crate::backend::sql::runs::{self, Started};
 use crate::lock::{LastRuns, LockName, RunEnd};
@@ -50,9 +50,9 @@ impl Recipe {
             budget,
             false,
             via == Via::Function,
-            |client, guard| {
-                let (name, owner, sql) =
-                    (name.as_str().to_owned(), owner.to_owned(), sql.to_owned());
+            |client, guard, schema| {
+                let (name, owner) = (name.as_str().to_owned(), owner.to_owned());
+                let (sql, schema) = (in_schema(sql, schema), schema.to_owned());
                 let (head, tail, word) = (head.clone(), tail.clone(), word.clone());
                 async move {
                     let params: [(&(dyn ToSql + Sync), Type); 6] = [
@@ -63,8 +63,9 @@ impl Recipe {
                         (&word, Type::TEXT),
                         (&success, Type::BOOL),
                     ];
+                    let guard = guard.as_ref();
                     if via == Via::AfterLockCount {
-                        self.after_lock_count(&client, guard, &name, &sql, &params)
+                        self.after_lock_count(&client, guard, &schema, &name, &sql, &params)
                             .await
                     } else {
                         read_committed(&client, guard, None, &sql, &params).await
@@ -136,11 +137,11 @@ impl Recipe {
         budget: Duration,
         name: &LockName,
     ) -> Result<LastRuns, Fault> {
-        let rows = self.run(conn, budget, true, false, |client, guard| {
-            let (name, sql) = (name.as_str().to_owned(), &self.last_runs);
+        let rows = self.run(conn, budget, true, false, |client, guard, schema| {
+            let (name, sql) = (name.as_str().to_owned(), in_schema(&self.last_runs, schema));
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
-                read_committed(&client, guard, None, sql, &params).await
+                read_committed(&client, guard.as_ref(), None, &sql, &params).await
             }
         })?;
         let Some(row) = rows.first() else {
@@ -161,11 +162,11 @@ impl Recipe {
         budget: Duration,
         prefix: &str,
     ) -> Result<Vec<String>, Fault> {
-        let rows = self.run(conn, budget, true, false, |client, guard| {
-            let (prefix, sql) = (prefix.to_owned(), &self.run_names);
+        let rows = self.run(conn, budget, true, false, |client, guard, schema| {
+            let (prefix, sql) = (prefix.to_owned(), in_schema(&self.run_names, schema));
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 1] = [(&prefix, Type::TEXT)];
-                read_committed(&client, guard, None, sql, &params).await
+                read_committed(&client, guard.as_ref(), None, &sql, &params).await
             }
         })?;
         Ok(rows
@@ -176,9 +177,9 @@ impl Recipe {
 
     /// Deletes the records of names unwritten for `RUN_RECORD_KEPT_FOR` (up to 1000 at a time).
     pub fn expire_runs(&self, conn: &mut Conn, budget: Duration) -> Result<(), Fault> {
-        self.run(conn, budget, true, false, |client, guard| {
-            let sql = &self.expire_runs;
-            async move { read_committed(&client, guard, None, sql, &[]).await }
+        self.run(conn, budget, true, false, |client, guard, schema| {
+            let sql = in_schema(&self.expire_runs, schema);
+            async move { read_committed(&client, guard.as_ref(), None, &sql, &[]).await }
         })?;
         Ok(())
     }
