@@ -95,12 +95,12 @@ pub fn verbose_reports_waiting_acquired_renewed_and_exited_with_timestamps(t: &T
         "-v",
         "run",
         "--ttl",
-        "300ms",
+        "600ms",
         "n",
         "--",
         "sh",
         "-c",
-        "sleep 0.35; exit 3",
+        "sleep 0.7; exit 3",
     ]));
     assert_eq!(code(&out), 3);
     let err = stderr(&out);
