@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 
 /// How long a fake server keeps a connection at most.
-const SERVER_LIFE: Duration = Duration::from_secs(40);
+pub(super) const SERVER_LIFE: Duration = Duration::from_secs(40);
 
 /// dlock's address space under test: far below the gigabyte a forged length asks for.
 const ADDRESS_SPACE: &str = "--as=536870912";
@@ -106,7 +106,7 @@ fn mysql_at(port: u16, args: &[&str]) -> Command {
 }
 
 /// `cmd` under an address-space limit, run to its end (within a minute).
-fn limited(cmd: Command) -> (std::process::Output, Duration) {
+pub(super) fn limited(cmd: Command) -> (std::process::Output, Duration) {
     let mut limited = program("prlimit");
     limited
         .arg(ADDRESS_SPACE)

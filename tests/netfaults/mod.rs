@@ -1,8 +1,10 @@
 //! Network faults on the Redis and ZooKeeper backends: a server down while a waiter waits or a
 //! holder renews (`redis`, `zk`), servers that accept and never answer, answer slowly or speak
 //! something else (`fake_servers`), and Redis ACL users without the permissions dlock needs; SQL
-//! and Redis servers that drip a greeting or forge a length (`lying_servers`).
+//! and Redis servers that drip a greeting or forge a length (`lying_servers`); servers that answer
+//! without end, slowly, or with rows of the wrong shape (`endless_servers`).
 
+mod endless_servers;
 mod fake_servers;
 mod lying_servers;
 pub(crate) mod redis;

@@ -1,0 +1,294 @@
+//! Servers that answer without end: rows, elements or bytes streamed for ever, at once or slowly,
+//! and rows of the wrong shape. Whatever they send, dlock ends with 69 within its budget, holds a
+//! bounded amount of memory (it runs under an address-space limit), and ends with 128+N soon after
+//! a stop signal.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::lying_servers::{limited, SERVER_LIFE};
+use crate::support::*;
+
+/// How soon after a stop signal dlock must have ended (it takes well under this: see DESIGN).
+const PROMPT: Duration = Duration::from_secs(2);
+
+/// How a server sends what has no end.
+#[derive(Clone, Copy, Debug)]
+enum Pace {
+    /// As fast as the client reads, in batches.
+    Flood,
+    /// One unit (a row, an element) each time.
+    Units(Duration),
+    /// One byte each time.
+    Bytes(Duration),
+}
+
+/// A loopback server whose connections (the first 10) `talk` handles, each on a thread of its
+/// own; `talk` says on the channel when it begins to send without end.
+fn serve<F>(talk: F) -> (u16, mpsc::Receiver<()>)
+where
+    F: Fn(TcpStream, &mpsc::Sender<()>) + Clone + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(10) {
+            let Ok(conn) = conn else { continue };
+            let (talk, tx) = (talk.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let _ = conn.set_read_timeout(Some(SERVER_LIFE));
+                talk(conn, &tx);
+            });
+        }
+    });
+    (port, rx)
+}
+
+/// Sends `unit` again and again at `pace`, until the client goes or `SERVER_LIFE` has passed.
+fn without_end(conn: &mut TcpStream, unit: &[u8], pace: Pace, tx: &mpsc::Sender<()>) {
+    let began = Instant::now();
+    let _ = tx.send(());
+    let batch: Vec<u8> = match pace {
+        Pace::Flood => unit.repeat((64 << 10) / unit.len().max(1) + 1),
+        Pace::Units(_) => unit.to_vec(),
+        Pace::Bytes(_) => unit[..1].to_vec(),
+    };
+    let mut at = 0;
+    while began.elapsed() < SERVER_LIFE {
+        let sent = match pace {
+            Pace::Bytes(pause) => {
+                let byte = [unit[at % unit.len()]];
+                at += 1;
+                std::thread::sleep(pause);
+                conn.write_all(&byte)
+            }
+            Pace::Units(pause) => {
+                std::thread::sleep(pause);
+                conn.write_all(&batch)
+            }
+            Pace::Flood => conn.write_all(&batch),
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// `cmd` run under an address-space limit: it must end with 69 within `most`, in one line, which
+/// contains `why`.
+fn gives_up(what: &str, cmd: Command, most: Duration, why: &str) {
+    let (out, took) = limited(cmd);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 69, "{what}: {err}");
+    assert_eq!(err.lines().count(), 1, "{what}: {err}");
+    assert!(err.contains(why), "{what}: {err}");
+    assert!(took < most, "{what} took {took:?}: {err}");
+}
+
+/// Starts `cmd`, sends `sig` once `began` says the server is sending without end, and checks that
+/// dlock ends with 128+N within `PROMPT`.
+fn ends_promptly_on(what: &str, sig: i32, began: &mpsc::Receiver<()>, mut cmd: Command) {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    if began.recv_timeout(Duration::from_secs(30)).is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{what}: the server never began to answer");
+    }
+    // Well inside the answer.
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = Instant::now();
+    signal(child.id(), sig);
+    let status = wait_exit(&mut child, Duration::from_secs(60));
+    let took = sent.elapsed();
+    let mut err = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    assert_eq!(status.code(), Some(128 + sig), "{what}: {err}");
+    assert!(
+        took < PROMPT,
+        "{what}: took {took:?} after the signal: {err}"
+    );
+}
+
+fn dlock_on(backend: &str, url: &str, timeout: &str, args: &[&str]) -> Command {
+    let mut cmd = dlock();
+    cmd.args([
+        "--backend",
+        backend,
+        "--url",
+        url,
+        "--connect-timeout",
+        timeout,
+    ])
+    .args(args);
+    cmd
+}
+
+// ---- PostgreSQL ----
+
+/// What a fake PostgreSQL server answers each Execute with.
+#[derive(Clone, Copy, Debug)]
+enum PgRows {
+    /// One-column rows, without end.
+    Endless(Pace),
+    /// One one-column row, then the end of the answer.
+    OneColumn,
+}
+
+fn pg_message(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![tag];
+    m.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+/// A row of one text column, "x".
+fn pg_row() -> Vec<u8> {
+    pg_message(b'D', &[0, 1, 0, 0, 0, 1, b'x'])
+}
+
+/// One connection of a fake PostgreSQL server: it lets anyone in, answers every simple query as
+/// done, describes every statement as one text column, and answers each Execute as `rows` says.
+fn pg_talk(mut conn: TcpStream, rows: PgRows, tx: &mpsc::Sender<()>) {
+    let read = |conn: &mut TcpStream, n: usize| -> Option<Vec<u8>> {
+        let mut buf = vec![0; n.min(1 << 20)];
+        conn.read_exact(&mut buf).ok().map(|()| buf)
+    };
+    let be32 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+    // The startup message (after an SSLRequest, refused, if one comes first).
+    loop {
+        let Some(len) = read(&mut conn, 4) else {
+            return;
+        };
+        let Some(body) = read(&mut conn, be32(&len).saturating_sub(4)) else {
+            return;
+        };
+        if body.starts_with(&80877103u32.to_be_bytes()) {
+            if conn.write_all(b"N").is_err() {
+                return;
+            }
+            continue;
+        }
+        break;
+    }
+    let ready = pg_message(b'Z', b"I");
+    let mut hello = pg_message(b'R', &[0, 0, 0, 0]);
+    hello.extend(&ready);
+    if conn.write_all(&hello).is_err() {
+        return;
+    }
+    let mut field = b"x\0".to_vec();
+    field.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    field.extend_from_slice(&25u32.to_be_bytes());
+    field.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0]);
+    let mut described = pg_message(b't', &[0, 0]);
+    described.extend(pg_message(b'T', &[[0, 1].as_slice(), &field].concat()));
+    loop {
+        let Some(head) = read(&mut conn, 5) else {
+            return;
+        };
+        if read(&mut conn, be32(&head[1..]).saturating_sub(4)).is_none() {
+            return;
+        }
+        let answer = match head[0] {
+            b'Q' => [pg_message(b'C', b"BEGIN\0"), ready.clone()].concat(),
+            b'P' => pg_message(b'1', b""),
+            b'B' => pg_message(b'2', b""),
+            b'D' => described.clone(),
+            b'S' => ready.clone(),
+            b'E' => match rows {
+                PgRows::OneColumn => [pg_row(), pg_message(b'C', b"SELECT 1\0")].concat(),
+                PgRows::Endless(pace) => return without_end(&mut conn, &pg_row(), pace, tx),
+            },
+            _ => return,
+        };
+        if conn.write_all(&answer).is_err() {
+            return;
+        }
+    }
+}
+
+fn fake_postgres(rows: PgRows) -> (u16, mpsc::Receiver<()>) {
+    serve(move |conn, tx| pg_talk(conn, rows, tx))
+}
+
+fn pg_url(port: u16) -> String {
+    format!("postgres://u:SECRET@127.0.0.1:{port}/db")
+}
+
+/// Rows without end, as fast as dlock reads: `status`, `list` and `run -n` stop reading at the
+/// bound on one answer, at once, without the memory it would take to hold them all.
+#[test]
+fn postgres_rows_without_end_are_refused_past_a_bound() {
+    let (port, _) = fake_postgres(PgRows::Endless(Pace::Flood));
+    for args in [
+        &["status", "e"][..],
+        &["list"],
+        &["run", "-n", "e", "--", "true"],
+    ] {
+        let cmd = dlock_on("postgres", &pg_url(port), "20s", args);
+        gives_up(
+            &format!("{args:?}"),
+            cmd,
+            Duration::from_secs(10),
+            "more than 100000 messages or 64 MiB in one answer",
+        );
+    }
+}
+
+/// Rows that never end, a row at a time or a byte at a time: dlock gives up at the end of its
+/// budget.
+#[test]
+fn postgres_rows_dripped_without_end_end_with_the_budget() {
+    for pace in [
+        Pace::Units(Duration::from_millis(50)),
+        Pace::Bytes(Duration::from_millis(200)),
+    ] {
+        let (port, _) = fake_postgres(PgRows::Endless(pace));
+        for args in [&["status", "e"][..], &["run", "-n", "e", "--", "true"]] {
+            let cmd = dlock_on("postgres", &pg_url(port), "3s", args);
+            gives_up(
+                &format!("{pace:?} {args:?}"),
+                cmd,
+                Duration::from_secs(5),
+                &format!("127.0.0.1:{port}"),
+            );
+        }
+    }
+}
+
+/// A stop signal ends `run` soon, while a server drips rows without end (not at the end of the
+/// connect timeout).
+#[test]
+fn postgres_a_signal_ends_a_run_while_rows_drip() {
+    for (sig, args) in [
+        (libc::SIGTERM, &["run", "-n", "e", "--", "true"][..]),
+        (libc::SIGINT, &["run", "e", "--", "true"]),
+    ] {
+        let (port, began) = fake_postgres(PgRows::Endless(Pace::Units(Duration::from_millis(50))));
+        let cmd = dlock_on("postgres", &pg_url(port), "30s", args);
+        ends_promptly_on(&format!("{sig} {args:?}"), sig, &began, cmd);
+    }
+}
+
+/// Rows of one column where dlock's statements select several: 69 and one line, no panic.
+#[test]
+fn postgres_rows_of_the_wrong_shape_fail_in_one_line() {
+    let (port, _) = fake_postgres(PgRows::OneColumn);
+    for args in [
+        &["status", "e"][..],
+        &["list"],
+        &["run", "-n", "e", "--", "true"],
+    ] {
+        let cmd = dlock_on("postgres", &pg_url(port), "20s", args);
+        gives_up(
+            &format!("{args:?}"),
+            cmd,
+            Duration::from_secs(10),
+            "unexpected answer",
+        );
+    }
+}
