@@ -292,3 +292,89 @@ fn postgres_rows_of_the_wrong_shape_fail_in_one_line() {
         );
     }
 }
+
+// ---- Redis ----
+
+/// One connection of a fake Redis server: it answers the first request with an array that says
+/// it has 2^40 elements, then sends one-byte bulks without end at `pace`.
+fn redis_talk(mut conn: TcpStream, pace: Pace, tx: &mpsc::Sender<()>) {
+    let mut buf = [0u8; 4096];
+    if matches!(conn.read(&mut buf), Ok(0) | Err(_)) {
+        return;
+    }
+    if conn.write_all(b"*1099511627776\r\n").is_err() {
+        return;
+    }
+    without_end(&mut conn, b"$1\r\nx\r\n", pace, tx);
+}
+
+/// One connection of a fake Redis server that answers every request with `answer`.
+fn redis_answering(mut conn: TcpStream, answer: &[u8]) {
+    let mut buf = [0u8; 4096];
+    while !matches!(conn.read(&mut buf), Ok(0) | Err(_)) {
+        if conn.write_all(answer).is_err() {
+            return;
+        }
+    }
+}
+
+fn redis_url(port: u16) -> String {
+    format!("redis://127.0.0.1:{port}")
+}
+
+/// An array of 2^40 elements that keep coming, as fast as dlock reads, a few at a time, or a byte
+/// at a time: dlock ends with 69 within its connect timeout, within the memory stated in DESIGN.
+#[test]
+fn redis_elements_without_end_end_with_the_budget_in_bounded_memory() {
+    for pace in [
+        Pace::Flood,
+        Pace::Units(Duration::from_millis(5)),
+        Pace::Bytes(Duration::from_millis(200)),
+    ] {
+        let (port, _) = serve(move |conn, tx| redis_talk(conn, pace, tx));
+        for args in [&["status", "e"][..], &["run", "-n", "e", "--", "true"]] {
+            let cmd = dlock_on("redis", &redis_url(port), "3s", args);
+            gives_up(
+                &format!("{pace:?} {args:?}"),
+                cmd,
+                Duration::from_secs(5),
+                &format!("127.0.0.1:{port}"),
+            );
+        }
+    }
+}
+
+/// A stop signal ends `run` soon while elements keep coming.
+#[test]
+fn redis_a_signal_ends_a_run_while_elements_come() {
+    for pace in [Pace::Flood, Pace::Units(Duration::from_millis(5))] {
+        for (sig, args) in [
+            (libc::SIGTERM, &["run", "-n", "e", "--", "true"][..]),
+            (libc::SIGINT, &["run", "e", "--", "true"]),
+        ] {
+            let (port, began) = serve(move |conn, tx| redis_talk(conn, pace, tx));
+            let cmd = dlock_on("redis", &redis_url(port), "30s", args);
+            ends_promptly_on(&format!("{pace:?} {sig} {args:?}"), sig, &began, cmd);
+        }
+    }
+}
+
+/// Replies of the wrong shape (an array of one integer where a script returns more): 69, one
+/// line, no panic.
+#[test]
+fn redis_replies_of_the_wrong_shape_fail_in_one_line() {
+    let (port, _) = serve(|conn, _| redis_answering(conn, b"*1\r\n:1\r\n"));
+    for args in [
+        &["status", "e"][..],
+        &["list"],
+        &["run", "-n", "e", "--", "true"],
+    ] {
+        let cmd = dlock_on("redis", &redis_url(port), "20s", args);
+        gives_up(
+            &format!("{args:?}"),
+            cmd,
+            Duration::from_secs(10),
+            &format!("127.0.0.1:{port}"),
+        );
+    }
+}
