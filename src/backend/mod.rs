@@ -29,7 +29,7 @@ mod registry;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod sql;
 pub mod stop;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "mysql"))]
 mod watch;
 #[cfg(feature = "zk")]
 pub mod zk;

@@ -1,11 +1,13 @@
-//! A watch over each call of a synchronous client (Redis), from a thread of its own: a server
-//! that answers without end (a Redis array of 2^40 elements that keep coming, as fast as dlock
-//! reads) must neither hold dlock past the call's budget nor past a stop signal, nor grow its
-//! memory without bound.
+//! A watch over each call of a synchronous client (Redis, MySQL), from a thread of its own: a
+//! server that answers without end (a Redis array of 2^40 elements that keep coming, MySQL rows
+//! without end, either as fast as dlock reads or a byte every half second) must neither hold dlock
+//! past the call's budget nor past a stop signal, nor grow its memory without bound.
 //!
 //! The redis client parses a reply as its bytes arrive, allocating for each element (about 14
-//! times the bytes of a one-byte bulk), and takes no limit. Under a flood reads never block, so an
-//! alarm that interrupts a blocking read (`redis::server::ALARM_SLACK`) is not enough. A client owns its socket and shows no descriptor; after connecting, dlock finds the one new
+//! times the bytes of a one-byte bulk), and takes no limit; the mysql client restarts its read
+//! timeout with every byte and retries a read a signal interrupted. Under a flood reads never
+//! block, so an alarm that interrupts a blocking read (`redis::server::ALARM_SLACK`) is not
+//! enough either. A client owns its socket and shows no descriptor; after connecting, dlock finds the one new
 //! TCP socket to the server's port among its descriptors (a socket not open before, by its inode
 //! in /proc/self/fd) and keeps a duplicate of it
 //! (`pidfd_getfd` on itself: no unsafe code). While a call runs, this thread looks at it
@@ -25,7 +27,7 @@ use crate::backend::blocking;
 use crate::backend::stop::Stop;
 
 /// How much dlock's resident memory may grow during one call (from the first look on).
-pub(super) const MAX_GROWTH: u64 = 64 << 20;
+pub(crate) const MAX_GROWTH: u64 = 64 << 20;
 
 /// How long a call runs before the watch first looks at it (a call that ends sooner is never
 /// looked at), and how often it looks after that.
@@ -96,6 +98,8 @@ pub(super) enum Cut {
 /// A call being watched.
 struct Call {
     socket: Arc<OwnedFd>,
+    /// The thread that makes the call.
+    thread: std::thread::ThreadId,
     began: Instant,
     until: Instant,
     /// The stop, unless it had come before the call began.
@@ -168,6 +172,18 @@ fn shut(socket: &OwnedFd) {
     let _ = rustix::net::shutdown(socket, rustix::net::Shutdown::Both);
 }
 
+/// Cuts the call this thread has under watch at once (the caller stops reading and its client
+/// must not read on); false when there is none.
+pub(crate) fn cut_this_threads_call() -> bool {
+    let Some(watch) = the_watch() else {
+        return false;
+    };
+    let me = std::thread::current().id();
+    let calls = crate::sync::lock(&watch.calls);
+    let mine = calls.values().filter(|c| c.thread == me);
+    mine.map(|c| shut(&c.socket)).count() > 0
+}
+
 /// dlock's resident memory in bytes (0 when it cannot be read: nothing is then cut for memory).
 fn resident() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -194,6 +210,7 @@ impl Watched {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let call = Call {
             socket: socket.0.clone(),
+            thread: std::thread::current().id(),
             began: Instant::now(),
             until,
             stop: (!stop.requested()).then(|| stop.clone()),

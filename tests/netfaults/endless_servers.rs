@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::lying_servers::{limited, SERVER_LIFE};
+use super::lying_servers::{limited, mysql_greeting, SERVER_LIFE};
 use crate::support::*;
 
 /// How soon after a stop signal dlock must have ended (it takes well under this: see DESIGN).
@@ -48,31 +48,29 @@ where
     (port, rx)
 }
 
-/// Sends `unit` again and again at `pace`, until the client goes or `SERVER_LIFE` has passed.
-fn without_end(conn: &mut TcpStream, unit: &[u8], pace: Pace, tx: &mpsc::Sender<()>) {
+/// Sends `stream` again and again at `pace` (`Units`: `unit` bytes of it each time), until the
+/// client goes or `SERVER_LIFE` has passed.
+fn without_end(
+    conn: &mut TcpStream,
+    stream: &[u8],
+    unit: usize,
+    pace: Pace,
+    tx: &mpsc::Sender<()>,
+) {
     let began = Instant::now();
     let _ = tx.send(());
-    let batch: Vec<u8> = match pace {
-        Pace::Flood => unit.repeat((64 << 10) / unit.len().max(1) + 1),
-        Pace::Units(_) => unit.to_vec(),
-        Pace::Bytes(_) => unit[..1].to_vec(),
+    let (step, pause) = match pace {
+        Pace::Flood => (stream.len() * ((64 << 10) / stream.len().max(1) + 1), None),
+        Pace::Units(pause) => (unit, Some(pause)),
+        Pace::Bytes(pause) => (1, Some(pause)),
     };
-    let mut at = 0;
+    let mut cycle = stream.iter().copied().cycle();
     while began.elapsed() < SERVER_LIFE {
-        let sent = match pace {
-            Pace::Bytes(pause) => {
-                let byte = [unit[at % unit.len()]];
-                at += 1;
-                std::thread::sleep(pause);
-                conn.write_all(&byte)
-            }
-            Pace::Units(pause) => {
-                std::thread::sleep(pause);
-                conn.write_all(&batch)
-            }
-            Pace::Flood => conn.write_all(&batch),
-        };
-        if sent.is_err() {
+        if let Some(pause) = pause {
+            std::thread::sleep(pause);
+        }
+        let piece: Vec<u8> = cycle.by_ref().take(step).collect();
+        if conn.write_all(&piece).is_err() {
             return;
         }
     }
@@ -201,7 +199,10 @@ fn pg_talk(mut conn: TcpStream, rows: PgRows, tx: &mpsc::Sender<()>) {
             b'S' => ready.clone(),
             b'E' => match rows {
                 PgRows::OneColumn => [pg_row(), pg_message(b'C', b"SELECT 1\0")].concat(),
-                PgRows::Endless(pace) => return without_end(&mut conn, &pg_row(), pace, tx),
+                PgRows::Endless(pace) => {
+                    let row = pg_row();
+                    return without_end(&mut conn, &row, row.len(), pace, tx);
+                }
             },
             _ => return,
         };
@@ -305,7 +306,7 @@ fn redis_talk(mut conn: TcpStream, pace: Pace, tx: &mpsc::Sender<()>) {
     if conn.write_all(b"*1099511627776\r\n").is_err() {
         return;
     }
-    without_end(&mut conn, b"$1\r\nx\r\n", pace, tx);
+    without_end(&mut conn, b"$1\r\nx\r\n", 7, pace, tx);
 }
 
 /// One connection of a fake Redis server that answers every request with `answer`.
@@ -375,6 +376,163 @@ fn redis_replies_of_the_wrong_shape_fail_in_one_line() {
             cmd,
             Duration::from_secs(10),
             &format!("127.0.0.1:{port}"),
+        );
+    }
+}
+
+// ---- MySQL ----
+
+/// What a fake MySQL server answers each query with.
+#[derive(Clone, Copy, Debug)]
+enum MyRows {
+    /// One-column rows, without end.
+    Endless(Pace),
+    /// One one-column row, then the end of the result.
+    OneColumn,
+}
+
+/// A MySQL packet: its length, its sequence number, its payload.
+fn my_packet(seq: u8, payload: &[u8]) -> Vec<u8> {
+    let mut p = (payload.len() as u32).to_le_bytes()[..3].to_vec();
+    p.push(seq);
+    p.extend_from_slice(payload);
+    p
+}
+
+/// One connection of a fake MySQL server: it greets, lets anyone in, and answers every query
+/// with one text column as `rows` says.
+fn my_talk(mut conn: TcpStream, rows: MyRows, tx: &mpsc::Sender<()>) {
+    let packet = |conn: &mut TcpStream| -> Option<Vec<u8>> {
+        let mut head = [0u8; 4];
+        conn.read_exact(&mut head).ok()?;
+        let len = u32::from_le_bytes([head[0], head[1], head[2], 0]) as usize;
+        let mut body = vec![0; len.min(1 << 20)];
+        conn.read_exact(&mut body).ok().map(|()| body)
+    };
+    if conn.write_all(&mysql_greeting()).is_err() || packet(&mut conn).is_none() {
+        return;
+    }
+    // Authenticated.
+    if conn
+        .write_all(&my_packet(2, &[0, 0, 0, 2, 0, 0, 0]))
+        .is_err()
+    {
+        return;
+    }
+    let mut column = vec![3];
+    column.extend_from_slice(b"def");
+    column.extend_from_slice(&[0, 0, 0, 1, b'x', 0, 0x0c, 33, 0]);
+    column.extend_from_slice(&[0xff, 0, 0, 0, 0xfd, 0, 0, 0, 0, 0]);
+    let eof = [0xfe, 0, 0, 2, 0];
+    while let Some(command) = packet(&mut conn) {
+        if command.first() != Some(&3) {
+            return;
+        }
+        let mut answer = my_packet(1, &[1]);
+        answer.extend(my_packet(2, &column));
+        answer.extend(my_packet(3, &eof));
+        match rows {
+            MyRows::OneColumn => {
+                answer.extend(my_packet(4, &[1, b'x']));
+                answer.extend(my_packet(5, &eof));
+                if conn.write_all(&answer).is_err() {
+                    return;
+                }
+            }
+            MyRows::Endless(pace) => {
+                if conn.write_all(&answer).is_err() {
+                    return;
+                }
+                // 252 rows (sequence numbers 4 to 255), then on from 0: whole rounds of numbers.
+                let round: Vec<u8> = (4..=255u8)
+                    .chain(0..4)
+                    .flat_map(|seq| my_packet(seq, &[1, b'x']))
+                    .collect();
+                // A row (a packet of 6 bytes) at a time.
+                return without_end(&mut conn, &round, 6, pace, tx);
+            }
+        }
+    }
+}
+
+fn fake_mysql(rows: MyRows) -> (u16, mpsc::Receiver<()>) {
+    serve(move |conn, tx| my_talk(conn, rows, tx))
+}
+
+fn my_url(port: u16) -> String {
+    format!("mysql://u:SECRET@127.0.0.1:{port}/db")
+}
+
+/// Rows without end, as fast as dlock reads: refused past the bound on one answer, at once,
+/// within bounded memory.
+#[test]
+fn mysql_rows_without_end_are_refused_past_a_bound() {
+    let (port, _) = fake_mysql(MyRows::Endless(Pace::Flood));
+    for args in [
+        &["status", "e"][..],
+        &["list"],
+        &["run", "-n", "e", "--", "true"],
+    ] {
+        let cmd = dlock_on("mysql", &my_url(port), "20s", args);
+        gives_up(
+            &format!("{args:?}"),
+            cmd,
+            Duration::from_secs(10),
+            "more than 100000 rows or 64 MiB in one answer",
+        );
+    }
+}
+
+/// Rows dripped without end (a row at a time, a byte at a time): dlock gives up at the end of its
+/// budget, not when the server stops.
+#[test]
+fn mysql_rows_dripped_without_end_end_with_the_budget() {
+    for pace in [
+        Pace::Units(Duration::from_millis(50)),
+        Pace::Bytes(Duration::from_millis(500)),
+    ] {
+        let (port, _) = fake_mysql(MyRows::Endless(pace));
+        for args in [&["status", "e"][..], &["run", "-n", "e", "--", "true"]] {
+            let cmd = dlock_on("mysql", &my_url(port), "3s", args);
+            gives_up(
+                &format!("{pace:?} {args:?}"),
+                cmd,
+                Duration::from_secs(5),
+                &format!("127.0.0.1:{port}"),
+            );
+        }
+    }
+}
+
+/// A stop signal ends `run` soon while rows drip.
+#[test]
+fn mysql_a_signal_ends_a_run_while_rows_drip() {
+    for (sig, args) in [
+        (libc::SIGTERM, &["run", "-n", "e", "--", "true"][..]),
+        (libc::SIGINT, &["run", "e", "--", "true"]),
+    ] {
+        let (port, began) = fake_mysql(MyRows::Endless(Pace::Units(Duration::from_millis(50))));
+        let cmd = dlock_on("mysql", &my_url(port), "30s", args);
+        ends_promptly_on(&format!("{sig} {args:?}"), sig, &began, cmd);
+    }
+}
+
+/// A one-column row where dlock's statements select several (the definers' query first): 69, one
+/// line, no panic.
+#[test]
+fn mysql_rows_of_the_wrong_shape_fail_in_one_line() {
+    let (port, _) = fake_mysql(MyRows::OneColumn);
+    for args in [
+        &["status", "e"][..],
+        &["list"],
+        &["run", "-n", "e", "--", "true"],
+    ] {
+        let cmd = dlock_on("mysql", &my_url(port), "20s", args);
+        gives_up(
+            &format!("{args:?}"),
+            cmd,
+            Duration::from_secs(10),
+            "unexpected answer",
         );
     }
 }

@@ -73,7 +73,7 @@ fn talk(
 }
 
 /// A MySQL protocol-10 greeting, as a server sends it first (packet header included).
-fn mysql_greeting() -> Vec<u8> {
+pub(super) fn mysql_greeting() -> Vec<u8> {
     let mut p = vec![10];
     p.extend_from_slice(b"8.0.36\0");
     p.extend_from_slice(&7u32.to_le_bytes());
