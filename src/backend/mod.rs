@@ -29,6 +29,8 @@ mod registry;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod sql;
 pub mod stop;
+#[cfg(any(feature = "redis", feature = "mysql"))]
+mod watch;
 #[cfg(feature = "zk")]
 pub mod zk;
 

@@ -2,8 +2,9 @@
 //! yet a signal must end a connection to a server that accepts and never answers at once, not at
 //! the end of `--connect-timeout`. The supervisor gives each backend a `Stop` in its
 //! `BackendConfig`; a backend's connection code looks at it at least every `CANCEL_CHECK` while it
-//! connects (also while it waits to try a full server again), and never after the locks are held,
-//! so that a release still gets through. A backend also asks it, once a wait or a call has ended
+//! connects (also while it waits to try a full server again); a backend may also abandon a call
+//! under way when the stop comes, but never one begun after it, so that a release still gets
+//! through. A backend also asks it, once a wait or a call has ended
 //! (`Waiting::is_cancelled` says that it must), whether a stop signal ended it: that is an error
 //! ("interrupted"), which the supervisor turns into its exit, where the caller's own cancellation
 //! is not. It is the only way a backend learns of a signal (see `blocking` for the rest).
@@ -78,3 +79,6 @@ impl Stop {
 /// The words of a connection given up because dlock was asked to stop (the supervisor reports
 /// the signal instead, and ends with 128+N).
 pub const STOPPED: &str = "stopped while connecting";
+
+/// The words of a call abandoned because dlock was asked to stop (reported as `STOPPED` is).
+pub const INTERRUPTED: &str = "interrupted";

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 
 /// How long a fake server keeps a connection at most.
-const SERVER_LIFE: Duration = Duration::from_secs(40);
+pub(super) const SERVER_LIFE: Duration = Duration::from_secs(40);
 
 /// dlock's address space under test: far below the gigabyte a forged length asks for.
 const ADDRESS_SPACE: &str = "--as=536870912";
@@ -73,7 +73,7 @@ fn talk(
 }
 
 /// A MySQL protocol-10 greeting, as a server sends it first (packet header included).
-fn mysql_greeting() -> Vec<u8> {
+pub(super) fn mysql_greeting() -> Vec<u8> {
     let mut p = vec![10];
     p.extend_from_slice(b"8.0.36\0");
     p.extend_from_slice(&7u32.to_le_bytes());
@@ -106,7 +106,7 @@ fn mysql_at(port: u16, args: &[&str]) -> Command {
 }
 
 /// `cmd` under an address-space limit, run to its end (within a minute).
-fn limited(cmd: Command) -> (std::process::Output, Duration) {
+pub(super) fn limited(cmd: Command) -> (std::process::Output, Duration) {
     let mut limited = program("prlimit");
     limited
         .arg(ADDRESS_SPACE)
@@ -280,8 +280,54 @@ fn a_forged_zookeeper_list_count_fails_at_once_without_allocating_it() {
     }
 }
 
+/// A ZooKeeper server that takes the session, then answers each request with another xid (one
+/// never sent): dlock gives up on it at once with 69, naming it, not with an internal error (70).
+#[test]
+fn a_zookeeper_reply_to_no_request_fails_at_once_in_one_line() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(10) {
+            let Ok(conn) = conn else { continue };
+            std::thread::spawn(move || zookeeper(conn, Lie::Xid));
+        }
+    });
+    for args in [
+        &["status", "f"][..],
+        &["run", "-n", "f", "--", "true"],
+        &["list"],
+    ] {
+        let mut cmd = dlock();
+        cmd.args([
+            "--backend",
+            "zk",
+            "--url",
+            &format!("zk://127.0.0.1:{port}"),
+            "--connect-timeout",
+            "20s",
+        ]);
+        cmd.args(args);
+        let (out, took) = limited(cmd);
+        refused_at_once(&out, took, port, "sent a reply to no request of dlock's");
+    }
+}
+
+/// How the fake ZooKeeper server lies.
+#[derive(Clone, Copy)]
+enum Lie {
+    /// A count of 2^31 - 1 names, and no names, in every listing of children.
+    ListCount,
+    /// Another xid than the request's (one higher by a thousand) in every reply.
+    Xid,
+}
+
 /// One connection of the lying ZooKeeper server (see above).
-fn lying_zookeeper(mut conn: TcpStream) {
+fn lying_zookeeper(conn: TcpStream) {
+    zookeeper(conn, Lie::ListCount);
+}
+
+/// One connection of a ZooKeeper server that lies as `lie` says.
+fn zookeeper(mut conn: TcpStream, lie: Lie) {
     let _ = conn.set_read_timeout(Some(SERVER_LIFE));
     let frame = |conn: &mut TcpStream| -> Option<Vec<u8>> {
         let mut len = [0u8; 4];
@@ -315,11 +361,16 @@ fn lying_zookeeper(mut conn: TcpStream) {
             &header[..4],
             i32::from_be_bytes(header[4..8].try_into().unwrap()),
         );
-        let mut answer = xid.to_vec();
+        let mut answer = match lie {
+            Lie::Xid if op != 11 => (i32::from_be_bytes(xid.try_into().unwrap()) + 1000)
+                .to_be_bytes()
+                .to_vec(),
+            _ => xid.to_vec(),
+        };
         answer.extend_from_slice(&[0; 8]);
         match op {
             // getChildren, getChildren2: a count with nothing behind it.
-            8 | 12 => {
+            8 | 12 if matches!(lie, Lie::ListCount) => {
                 answer.extend_from_slice(&0i32.to_be_bytes());
                 answer.extend_from_slice(&i32::MAX.to_be_bytes());
             }

@@ -1,10 +1,12 @@
 //! Network faults on the Redis and ZooKeeper backends: a server down while a waiter waits or a
 //! holder renews (`redis`, `zk`), servers that accept and never answer, answer slowly or speak
 //! something else (`fake_servers`), and Redis ACL users without the permissions dlock needs; SQL
-//! and Redis servers that drip a greeting or forge a length (`lying_servers`); a holder cut off
+//! and Redis servers that drip a greeting or forge a length (`lying_servers`); servers that answer
+//! without end, slowly, or with rows of the wrong shape (`endless_servers`); a holder cut off
 //! from its server on every network store (`partition`); a server answering "not now" while a
 //! waiter waits (`not_now`); an etcd server back after an outage, noticed in time (`etcd`).
 
+mod endless_servers;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod fake_servers;

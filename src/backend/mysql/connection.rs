@@ -9,7 +9,7 @@
 //! (`within`), so that it gives up in time to stop the command before the server frees the lock.
 
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use mysql::prelude::Queryable;
@@ -18,7 +18,8 @@ use super::address::{MyUrl, Tls};
 use super::dial::{connect_within, NotMade};
 use crate::backend::blocking;
 use crate::backend::sql::fault::{connect_while_full, Budget};
-use crate::backend::stop::Stop;
+use crate::backend::stop::{Stop, INTERRUPTED};
+use crate::backend::watch::{Cut, Socket, Watched, MAX_GROWTH};
 use crate::exit::{FailWith, Failure};
 use crate::report::{connection_failure, connection_words};
 
@@ -31,6 +32,8 @@ const SCHEMA: &str = include_str!("schema.sql");
 
 /// Longest a call may wait for an answer (the read timeout), whatever the connect timeout.
 const MAX_CALL: Duration = Duration::from_secs(10);
+/// How long after a call's read timeout the watch cuts it (the read timeout ends a silent call).
+const WATCH_SLACK: Duration = Duration::from_millis(100);
 /// How long creating the schema may wait for each statement.
 const SCHEMA_CALL: Duration = Duration::from_secs(30);
 /// Shortest read timeout: below it a loaded server's answers would look like outages.
@@ -55,6 +58,8 @@ pub struct Conn {
     /// The read and write timeout of connections made from now on.
     call_timeout: Duration,
     conn: Option<mysql::Conn>,
+    /// The connection's socket, for the watch over each call (`backend::watch`), when found.
+    socket: Option<Socket>,
     /// Counts connections made: lock keys held by an older one are gone.
     pub generation: u64,
     /// Whether the schema was created by this dlock (then not tried twice).
@@ -195,6 +200,7 @@ impl Conn {
             connect_timeout,
             call_timeout: connect_timeout.clamp(MIN_CALL, MAX_CALL),
             conn: None,
+            socket: None,
             generation: 0,
             schema_made: false,
             renewing: false,
@@ -263,7 +269,9 @@ impl Conn {
         if self.conn.is_some() {
             return Ok(());
         }
+        let before = Socket::open_now();
         let conn = self.connect_patiently(self.call_timeout)?;
+        self.socket = Socket::opened_since(&before, self.url.port);
         self.conn = Some(conn);
         self.generation += 1;
         Ok(())
@@ -345,7 +353,29 @@ impl Conn {
             let Some(conn) = self.conn.as_mut() else {
                 return Err(Fault::Unreachable("not connected".into()));
             };
-            match op(conn).map_err(fault) {
+            // The client's read timeout starts again with each byte, and it reads on after a
+            // signal: the watch ends a call dripped or streamed past its budget, or on a stop.
+            let until = Instant::now() + self.call_timeout + WATCH_SLACK;
+            let watched = self
+                .socket
+                .as_ref()
+                .and_then(|s| Watched::start(s, until, &self.stop));
+            let answer = op(conn).map_err(fault);
+            if let Some(cut) = watched.as_ref().and_then(Watched::cut) {
+                self.conn = None;
+                return Err(Fault::Unreachable(match cut {
+                    Cut::Late => format!(
+                        "no answer within {}",
+                        crate::text::duration(self.call_timeout)
+                    ),
+                    Cut::Stopped => INTERRUPTED.into(),
+                    Cut::Memory => format!(
+                        "the server's answer grew dlock by more than {} MiB; is it MySQL?",
+                        MAX_GROWTH >> 20
+                    ),
+                }));
+            }
+            match answer {
                 Ok(value) => return Ok(value),
                 Err(Fault::Refused { code, .. }) if ROLLED_BACK.contains(&code) && tries < 2 => {
                     tries += 1;
@@ -410,9 +440,10 @@ impl Conn {
                 };
                 let database = self.url.database.replace('`', "``");
                 let user = self
-                    .call(|c| c.query_first::<String, _>("SELECT CURRENT_USER()"))
+                    .call(|c| c.query_first::<mysql::Row, _>("SELECT CURRENT_USER()"))
                     .ok()
                     .flatten()
+                    .and_then(|row| mysql::from_row_opt::<String>(row).ok())
                     .and_then(|u| {
                         let (name, host) = u.rsplit_once('@')?;
                         Some(format!("'{name}'@'{host}'"))

@@ -165,7 +165,10 @@ impl Recipe {
     /// The first object of `untrusted.sql`'s whose definer dlock does not trust: the connecting
     /// account, or one the URL names (`owner=USER` for any host, `USER@HOST` for one).
     fn untrusted(&self, c: &mut mysql::Conn) -> mysql::Result<Option<String>> {
-        let rows: Vec<(String, String, String)> = c.query(&self.untrusted)?;
+        let rows = first_set(c, &self.untrusted, vec![])?
+            .into_iter()
+            .map(mysql::from_row_opt::<(String, String, String)>)
+            .collect::<Result<Vec<_>, _>>()?;
         let trusted = |definer: &str, me: &str| {
             let user = definer.rsplit_once('@').map_or(definer, |(u, _)| u);
             definer == me || self.trusted.iter().any(|t| t == definer || t == user)
@@ -409,15 +412,42 @@ impl Recipe {
     }
 }
 
+/// The most rows dlock reads in one answer (in all its results): its statements return a few,
+/// `list` one a holder or waiter.
+pub(super) const MAX_ROWS: usize = 100_000;
+
+/// The most bytes of values dlock reads in one answer.
+pub(super) const MAX_ROW_BYTES: usize = 64 << 20;
+
 /// The rows of the first result of `sql` (a procedure's later results, and its status, read and
-/// dropped).
+/// dropped). An answer past `MAX_ROWS` rows or `MAX_ROW_BYTES` is refused, and the connection cut
+/// first: the client would read the rest of it, however long, before letting go.
 fn first_set(c: &mut mysql::Conn, sql: &str, params: Vec<Value>) -> mysql::Result<Vec<Row>> {
     let mut result = c.query_iter(with_values(sql, &params))?;
     let mut rows = Vec::new();
     let mut first = true;
+    let (mut count, mut bytes) = (0, 0);
     while let Some(set) = result.iter() {
         for row in set {
             let row = row?;
+            count += 1;
+            bytes += (0..row.len())
+                .filter_map(|i| match row.as_ref(i) {
+                    Some(Value::Bytes(b)) => Some(b.len()),
+                    _ => None,
+                })
+                .sum::<usize>();
+            if count > MAX_ROWS || bytes > MAX_ROW_BYTES {
+                crate::backend::watch::cut_this_threads_call();
+                return Err(mysql::Error::IoError(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "the server sent more than {MAX_ROWS} rows or {} MiB in one answer \
+                         (dlock's answers never come near); is it MySQL?",
+                        MAX_ROW_BYTES >> 20
+                    ),
+                )));
+            }
             if first {
                 rows.push(row);
             }

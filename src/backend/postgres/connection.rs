@@ -22,7 +22,7 @@ use super::tls::client_config;
 use super::wire;
 use crate::backend::blocking;
 use crate::backend::sql::fault::{connect_while_full, Budget};
-use crate::backend::stop::{Stop, STOPPED};
+use crate::backend::stop::{Stop, INTERRUPTED, STOPPED};
 use crate::exit::{FailWith, Failure};
 
 /// The tables and functions, `{p}` standing for the prefix.
@@ -38,6 +38,9 @@ pub struct Conn {
     connect_timeout: Duration,
     client: Option<Arc<Client>>,
     notes: Option<UnboundedReceiver<Notification>>,
+    /// Why the connection's reader ended on a failure (a bound of `wire` crossed, a reset), which
+    /// the client itself only reports as a closed connection.
+    lost: Lost,
     /// Counts connections made: a listener listens again after a reconnect.
     pub generation: u64,
     /// Whether the schema was created by this dlock (then not tried twice).
@@ -62,6 +65,9 @@ pub struct Schema {
     pub name: String,
     pub quoted: String,
 }
+
+/// Where a connection's reader leaves the failure that ended it.
+type Lost = Arc<Mutex<Option<String>>>;
 
 /// The connection behind `shared`, also after a panic elsewhere while it was locked.
 pub fn lock(shared: &Shared) -> MutexGuard<'_, Conn> {
@@ -148,6 +154,7 @@ async fn connect(
     tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     timeout: Duration,
     notes: UnboundedSender<Notification>,
+    lost: Lost,
 ) -> Result<Client, Fault> {
     let connecting = async {
         let socket = wire::dial(config)
@@ -159,7 +166,7 @@ async fn connect(
                 .connect_raw(bounded, tokio_postgres::NoTls)
                 .await
                 .map_err(fault)?;
-            read_messages(connection, notes);
+            read_messages(connection, notes, lost);
             return Ok(client);
         };
         let host = match config.get_hosts().first() {
@@ -172,7 +179,7 @@ async fn connect(
             .connect_raw(socket, wire::BoundedTls(tls))
             .await
             .map_err(fault)?;
-        read_messages(connection, notes);
+        read_messages(connection, notes, lost);
         Ok(client)
     };
     tokio::time::timeout(timeout, connecting)
@@ -180,18 +187,28 @@ async fn connect(
         .map_err(|_| Fault::Unreachable("no answer in time".into()))?
 }
 
-/// Reads `connection`'s messages on a task of its own, handing its notifications to `notes`.
+/// Reads `connection`'s messages on a task of its own, handing its notifications to `notes`, and
+/// the failure that ends it, if one does, to `lost`.
 fn read_messages<S, T>(
     mut connection: tokio_postgres::Connection<S, T>,
     notes: UnboundedSender<Notification>,
+    lost: Lost,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
-        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-            if let AsyncMessage::Notification(n) = message {
-                let _ = notes.send(n);
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(n))) => {
+                    let _ = notes.send(n);
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    *crate::sync::lock(&lost) = Some(describe(&e));
+                    return;
+                }
+                None => return,
             }
         }
     });
@@ -207,6 +224,7 @@ impl Conn {
             connect_timeout,
             client: None,
             notes: None,
+            lost: Lost::default(),
             generation: 0,
             schema_made: false,
             stop: Stop::default(),
@@ -270,6 +288,7 @@ impl Conn {
         }
         self.client = None;
         self.notes = None;
+        self.lost = Lost::default();
         let stop = self.stop.clone();
         let budget = Budget::connect_or_renewal(self.connect_timeout, most);
         let (client, rx) =
@@ -294,10 +313,11 @@ impl Conn {
             .keepalives_idle(Duration::from_secs(10))
             .tcp_user_timeout(self.connect_timeout.max(Duration::from_secs(1)));
         let (tx, rx) = unbounded_channel();
+        let lost = self.lost.clone();
         let client = match self.url.tls {
             Tls::Off => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                let connecting = connect(&config, None, timeout, tx);
+                let connecting = connect(&config, None, timeout, tx, lost);
                 self.runtime
                     .block_on(self.stop.unless(connecting))
                     .unwrap_or_else(|| Err(Fault::Unreachable(STOPPED.into())))?
@@ -306,7 +326,7 @@ impl Conn {
                 config.ssl_mode(tokio_postgres::config::SslMode::Require);
                 let rustls = client_config(&self.url, tls).map_err(Fault::Unreachable)?;
                 let connector = tokio_postgres_rustls::MakeRustlsConnect::new(rustls);
-                let connecting = connect(&config, Some(connector), timeout, tx);
+                let connecting = connect(&config, Some(connector), timeout, tx, lost);
                 self.runtime
                     .block_on(self.stop.unless(connecting))
                     .unwrap_or_else(|| Err(Fault::Unreachable(STOPPED.into())))?
@@ -331,13 +351,25 @@ impl Conn {
         let Some(client) = self.client.clone() else {
             return Err(Fault::Unreachable("not connected".into()));
         };
-        match self
+        // A stop that comes while the call is under way abandons it (a server that drips its
+        // answer must not hold a signal up until the budget ends); a call begun after a stop, as
+        // the release of a lock granted meanwhile, runs to its end.
+        let stop = match self.stop.requested() {
+            true => Stop::default(),
+            false => self.stop.clone(),
+        };
+        let answer = self
             .runtime
-            .block_on(async { tokio::time::timeout(budget, op(client)).await })
-        {
+            .block_on(stop.unless(async { tokio::time::timeout(budget, op(client)).await }));
+        let Some(answer) = answer else {
+            self.client = None;
+            return Err(Fault::Unreachable(INTERRUPTED.into()));
+        };
+        match answer {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
-                let f = fault(e);
+                let why = e.is_closed().then(|| self.why_lost()).flatten();
+                let f = why.map_or_else(|| fault(e), Fault::Unreachable);
                 if matches!(f, Fault::Unreachable(_)) {
                     self.client = None;
                 }
@@ -351,6 +383,11 @@ impl Conn {
                 )))
             }
         }
+    }
+
+    /// Why the connection's reader ended, if a failure ended it.
+    fn why_lost(&self) -> Option<String> {
+        crate::sync::lock(&self.lost).clone()
     }
 
     /// `call`, creating dlock's tables and functions first when the server says they are missing.

@@ -496,7 +496,9 @@ impl Recipe {
                 read_committed(&client, guard.as_ref(), None, &sql, &params).await
             }
         })?;
-        Ok(rows.iter().map(entry_of).collect())
+        rows.iter()
+            .map(|r| entry_of(r).ok_or_else(|| odd("a holder's row of another shape")))
+            .collect()
     }
 
     /// Removes every holder of `name`; returns them.
@@ -513,7 +515,13 @@ impl Recipe {
                 read_committed(&client, guard.as_ref(), None, &sql, &params).await
             }
         })?;
-        Ok(rows.iter().map(|r| entry_of(r).holder).collect())
+        rows.iter()
+            .map(|r| {
+                entry_of(r)
+                    .map(|e| e.holder)
+                    .ok_or_else(|| odd("a holder's row of another shape"))
+            })
+            .collect()
     }
 }
 

@@ -29,8 +29,13 @@ pub struct Entry {
 /// A row of `holders.sql` (kind, name, owner, mode, token, since, pid, host, message, expires,
 /// then kept_until in ms and kept_note where the statement reads them;
 /// all text, any content: other clients may write these tables), checked field by field. What
-/// does not read is an unreadable holder, counted as the server counts it.
-pub(super) fn entry_of(row: &Row) -> Entry {
+/// does not read is an unreadable holder, counted as the server counts it. `None`: a row of
+/// another shape (not 10 or 12 columns), which no statement of dlock's returns: the server is
+/// not answering dlock's statements.
+pub(super) fn entry_of(row: &Row) -> Option<Entry> {
+    if !matches!(row.len(), 10 | 12) {
+        return None;
+    }
     let text = |i: usize| row.try_get::<_, Option<String>>(i).ok().flatten();
     let millis = |i: usize| {
         text(i)
@@ -54,9 +59,9 @@ pub(super) fn entry_of(row: &Row) -> Entry {
     let holder = fields
         .holder(waiting)
         .unwrap_or_else(|| fields.unreadable());
-    Entry {
+    Some(Entry {
         name,
         waiting,
         holder,
-    }
+    })
 }

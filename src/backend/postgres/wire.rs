@@ -6,6 +6,11 @@
 //! a length near 4 GiB would make dlock allocate that much. A length above [`MAX_MESSAGE`] (none of
 //! dlock's answers comes near it) ends the connection instead, as an unreadable answer. With TLS the
 //! check sits above the TLS layer, where the messages are.
+//!
+//! A server that sends rows (or notices, or notifications) without end would make the client
+//! collect them all: the messages between two ReadyForQuery are bounded too, at [`MAX_ANSWER`]
+//! messages and [`MAX_ANSWER_BYTES`] bytes (dlock's largest answer, `list`, is one row a holder or
+//! waiter), so a call holds at most that much, whatever the server sends.
 
 use std::future::Future;
 use std::io;
@@ -18,6 +23,13 @@ use tokio_postgres::tls::{ChannelBinding, TlsConnect, TlsStream};
 
 /// The longest message dlock accepts from a server, its length field included.
 pub const MAX_MESSAGE: u32 = 16 << 20;
+
+/// The most messages dlock reads between two ReadyForQuery (one answer): rows, notices and
+/// notifications alike.
+pub const MAX_ANSWER: u32 = 100_000;
+
+/// The most bytes dlock reads between two ReadyForQuery, headers included.
+pub const MAX_ANSWER_BYTES: u64 = 64 << 20;
 
 /// Connects to the URL's one TCP host (the address parser allows no other), with the config's
 /// keepalive idle time and TCP user timeout.
@@ -52,8 +64,10 @@ pub struct Bounded<S> {
     have: usize,
     /// What remains of the current message's body.
     body_left: u64,
-    /// Once a forged length was seen, every read fails.
-    forged: Option<u32>,
+    /// The messages and bytes of the answer being read (since the last ReadyForQuery).
+    answer: (u32, u64),
+    /// Once a message was refused, every read fails, with this error.
+    refused: Option<(io::ErrorKind, String)>,
 }
 
 impl<S> Bounded<S> {
@@ -63,7 +77,8 @@ impl<S> Bounded<S> {
             header: [0; 5],
             have: 0,
             body_left: 0,
-            forged: None,
+            answer: (0, 0),
+            refused: None,
         }
     }
 
@@ -91,14 +106,39 @@ impl<S> Bounded<S> {
                     self.header[4],
                 ]);
                 if !(4..=MAX_MESSAGE).contains(&len) {
-                    self.forged = Some(len);
-                    return Err(forged(len));
+                    return Err(self.refuse(forged(len)));
                 }
                 self.body_left = u64::from(len - 4);
+                self.answer = match self.header[0] {
+                    // ReadyForQuery: the answer is whole.
+                    b'Z' => (0, 0),
+                    _ => (self.answer.0 + 1, self.answer.1 + u64::from(len) + 1),
+                };
+                if self.answer.0 > MAX_ANSWER || self.answer.1 > MAX_ANSWER_BYTES {
+                    return Err(self.refuse(endless()));
+                }
             }
         }
         Ok(())
     }
+
+    /// Fails this read and every later one with `e`.
+    fn refuse(&mut self, e: io::Error) -> io::Error {
+        self.refused = Some((e.kind(), e.to_string()));
+        e
+    }
+}
+
+/// The error for an answer past [`MAX_ANSWER`] messages or [`MAX_ANSWER_BYTES`].
+fn endless() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "the server sent more than {MAX_ANSWER} messages or {} MiB in one answer (dlock's \
+             answers never come near); is it PostgreSQL?",
+            MAX_ANSWER_BYTES >> 20
+        ),
+    )
 }
 
 /// The error for a message of `len` bytes.
@@ -119,8 +159,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for Bounded<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if let Some(len) = self.forged {
-            return Poll::Ready(Err(forged(len)));
+        if let Some((kind, why)) = &self.refused {
+            return Poll::Ready(Err(io::Error::new(*kind, why.clone())));
         }
         let before = buf.filled().len();
         ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
@@ -212,11 +252,38 @@ mod tests {
         b.follow(&huge[..3]).unwrap();
         let e = b.follow(&huge[3..]).unwrap_err();
         assert!(e.to_string().contains("1073741824 bytes"), "{e}");
-        assert_eq!(b.forged, Some(1 << 30));
+        assert!(b.refused.is_some());
         let mut b = Bounded::new(());
         assert!(
             b.follow(&[b'E', 0, 0, 0, 3]).is_err(),
             "shorter than its length field"
         );
+    }
+
+    #[test]
+    fn an_answer_is_bounded_until_ready_for_query() {
+        let row = message(b'D', &[0, 1, 0, 0, 0, 1, b'x']);
+        let ready = message(b'Z', b"I");
+        // As many rows as an answer may have, then the next answer: the count starts again.
+        let mut b = Bounded::new(());
+        for _ in 0..2 {
+            for _ in 0..MAX_ANSWER {
+                b.follow(&row).unwrap();
+            }
+            b.follow(&ready).unwrap();
+        }
+        for _ in 0..MAX_ANSWER {
+            b.follow(&row).unwrap();
+        }
+        let e = b.follow(&row).unwrap_err();
+        assert!(e.to_string().contains("in one answer"), "{e}");
+        // Bytes: three messages of 16 MiB fit, a fourth goes past 64 MiB.
+        let mut b = Bounded::new(());
+        let big = [b'D', 0x01, 0, 0, 0];
+        for _ in 0..3 {
+            b.follow(&big).unwrap();
+            b.body_left = 0;
+        }
+        b.follow(&big).unwrap_err();
     }
 }

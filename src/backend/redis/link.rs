@@ -9,6 +9,7 @@ use std::sync::mpsc::Receiver;
 use redis::{Connection, PushInfo, PushKind, Value};
 
 use super::reply::text_of;
+use crate::backend::watch::Socket;
 
 /// A connection to one server (RESP3), and the messages read on it.
 pub(super) struct Link {
@@ -22,6 +23,8 @@ pub(super) struct Link {
     pub(super) resp3: bool,
     /// A cluster node without sharded pub/sub: its waiters listen on the classic channel.
     pub(super) classic: bool,
+    /// The connection's socket, for the watch over each call (`watch`), when found.
+    pub(super) socket: Option<Socket>,
 }
 
 /// What a waiter heard.

@@ -17,7 +17,8 @@ use super::fault::{self, Fault, FaultKind};
 use super::link::{Heard, Link};
 use super::replication;
 use crate::backend::blocking::Alarm;
-use crate::backend::stop::Stop;
+use crate::backend::stop::{Stop, INTERRUPTED as STOPPED_CALL};
+use crate::backend::watch::{Cut, Socket, Watched, MAX_GROWTH};
 use crate::exit::{FailWith, Failure};
 
 /// What an ACL user's permissions are checked for, in one script (Redis 7's
@@ -36,6 +37,8 @@ pub(super) struct Server {
     pub(super) location: String,
     /// `host:port`, what messages name.
     pub(super) addr: String,
+    /// The port, to find the connection's socket by (`watch`).
+    port: u16,
     pub(super) client: Client,
     pub(super) link: Option<Link>,
     /// The socket timeouts last set on the connection, to skip needless system calls.
@@ -146,6 +149,7 @@ impl Server {
         Ok(Server {
             location,
             addr,
+            port,
             client,
             link: None,
             timeout: None,
@@ -190,6 +194,7 @@ impl Server {
     /// check: see `connect`.
     pub(super) fn open(&mut self, until: Instant, timeout: Duration) -> Result<(), Fault> {
         let alarm = Alarm::at(until + ALARM_SLACK);
+        let before = Socket::open_now();
         match self.client.get_connection_with_timeout(timeout) {
             Ok(mut conn) => {
                 let (sender, messages) = mpsc::channel();
@@ -200,6 +205,7 @@ impl Server {
                     listening: RefCell::new(HashSet::new()),
                     resp3: false,
                     classic: false,
+                    socket: Socket::opened_since(&before, self.port),
                 });
                 self.timeout = None;
                 self.first_reply_by = Some(until);
@@ -260,14 +266,24 @@ impl Server {
             }
         }
         self.set_timeout(timeout).map_err(|fault| (fault, false))?;
-        // Socket timeouts bound each system call; this bounds the whole exchange.
-        let _alarm = Alarm::at(Instant::now() + timeout + ALARM_SLACK);
+        // Socket timeouts bound each system call; this bounds the whole exchange, and the watch
+        // a reply that keeps coming.
+        let until = Instant::now() + timeout + ALARM_SLACK;
+        let _alarm = Alarm::at(until);
         let Some(link) = self.link.as_mut() else {
             return Err((self.fault(FaultKind::Down, "not connected".into()), false));
         };
+        let watched = link
+            .socket
+            .as_ref()
+            .and_then(|s| Watched::start(s, until, &self.stop));
         match f(link) {
             Ok(value) => Ok(value),
             Err(e) => {
+                if let Some(cut) = watched.as_ref().and_then(Watched::cut) {
+                    self.link = None;
+                    return Err((self.cut_fault(cut, budget), false));
+                }
                 let failover = match self.behind_sentinel {
                     true => Fault::failover(&self.addr, &e),
                     false => None,
@@ -314,16 +330,47 @@ impl Server {
         let Some(link) = self.link.as_mut() else {
             return Err(());
         };
+        let until = Instant::now() + timeout + ALARM_SLACK;
+        let watched = link
+            .socket
+            .as_ref()
+            .and_then(|s| Watched::start(s, until, &self.stop));
         // The pub/sub view is never dropped: dropping it would unsubscribe and wait for the answer.
         // It only borrows the connection and holds an empty queue, so nothing leaks.
         let mut view = ManuallyDrop::new(link.conn.as_pubsub());
         match view.get_message() {
             Ok(_) => Ok(()),
+            Err(_) if watched.as_ref().and_then(Watched::cut).is_some() => {
+                self.link = None;
+                Err(())
+            }
             Err(e) if e.is_timeout() || fault::is_interrupted(&e) => Ok(()),
             Err(_) => {
                 self.link = None;
                 Err(())
             }
+        }
+    }
+
+    /// The fault of a call the watch cut short.
+    fn cut_fault(&self, cut: Cut, timeout: Duration) -> Fault {
+        match cut {
+            Cut::Late => self.fault(
+                FaultKind::Down,
+                crate::report::connection_failure(
+                    &std::io::ErrorKind::TimedOut.into(),
+                    Some(timeout),
+                ),
+            ),
+            Cut::Stopped => self.fault(FaultKind::Down, STOPPED_CALL.into()),
+            Cut::Memory => self.fault(
+                FaultKind::Protocol,
+                format!(
+                    "sent an answer that grew dlock by more than {} MiB (dlock's answers are \
+                     small); is it Redis?",
+                    MAX_GROWTH >> 20
+                ),
+            ),
         }
     }
 

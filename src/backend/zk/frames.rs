@@ -202,8 +202,14 @@ fn check(frame: &[u8], in_flight: &Mutex<HashMap<i32, i32>>) -> Result<(), Strin
     }
     let xid = be_i32(&frame[0..4]);
     let error = be_i32(&frame[12..16]);
+    // A positive xid is a request's (the others: watch events, pings, authentication): one
+    // dlock never sent, or answered already, would make the client give up with an internal
+    // error rather than a server's.
     let op = match xid > 0 {
-        true => crate::sync::lock(in_flight).remove(&xid),
+        true => match crate::sync::lock(in_flight).remove(&xid) {
+            Some(op) => Some(op),
+            None => return Err(format!("a reply to no request of dlock's (xid {xid})")),
+        },
         false => None,
     };
     match (op, error) {
@@ -389,5 +395,18 @@ mod tests {
         failed[12..16].copy_from_slice(&(-101i32).to_be_bytes());
         assert_eq!(check(&failed, &in_flight), Ok(()));
         assert!(check(&[0; 8], &in_flight).is_err());
+    }
+
+    #[test]
+    fn a_reply_to_no_request_is_a_lie() {
+        let in_flight = Mutex::new(HashMap::from([(5, GET_DATA)]));
+        let why = check(&reply(6, &[]), &in_flight).unwrap_err();
+        assert!(why.contains("xid 6"), "{why}");
+        // Answered once: a second reply to it is to no request either.
+        assert_eq!(check(&reply(5, &[]), &in_flight), Ok(()));
+        assert!(check(&reply(5, &[]), &in_flight).is_err());
+        // Watch events (-1) and pings (-2) answer no request of their own.
+        assert_eq!(check(&reply(-1, &[]), &in_flight), Ok(()));
+        assert_eq!(check(&reply(-2, &[]), &in_flight), Ok(()));
     }
 }
