@@ -158,7 +158,11 @@ fn a_zookeeper_waiter_holding_some_of_its_names_fails_when_its_session_expires_i
 /// within their `--wait`, and one whose wait ends first exits 69 naming the cap.
 #[test]
 fn zookeeper_waiters_past_the_servers_cap_per_host_wait_for_a_connection() {
-    // The holder and three waiters fill it; three more wait for a connection.
+    // The holder and three waiters fill it; three more wait for a connection. ZooKeeper counts a
+    // connection against the cap only once its selector takes it, after the accept that checks
+    // the cap: waiters connecting together may all pass it. So the first three go one at a time,
+    // each in line before the next starts; the other three then find the cap full. The connect
+    // timeout leaves room for a session's first write (an fsync) on a loaded machine.
     let server = ZkServer::start_with_cap(4);
     let dir = LockDir::new();
     let mut holder = holding(&server, &dir, &["--ttl", "30s"], "cap");
@@ -166,7 +170,7 @@ fn zookeeper_waiters_past_the_servers_cap_per_host_wait_for_a_connection() {
         Watched::start(server.dlock(&[
             "run",
             "--connect-timeout",
-            "1s",
+            "5s",
             "-w",
             "60s",
             "cap",
@@ -174,23 +178,25 @@ fn zookeeper_waiters_past_the_servers_cap_per_host_wait_for_a_connection() {
             "true",
         ]))
     };
-    let mut waiters: Vec<Watched> = (0..6).map(|_| waiter()).collect();
-    // Past the cap, each either says so (or, before the fix, ended with 69 after its connect
-    // timeout): three of them.
+    let mut waiters: Vec<Watched> = Vec::new();
+    for _ in 0..3 {
+        let mut w = waiter();
+        w.wait_for("waiting for lock", T);
+        waiters.push(w);
+    }
+    let mut past: Vec<Watched> = (0..3).map(|_| waiter()).collect();
+    // Past the cap, each says so (or, before the fix, ended with 69 after its connect timeout).
     wait_until("three waiters past the cap", T, || {
-        waiters
-            .iter_mut()
-            .map(|w| w.has_said("maxClientCnxns") || w.child.try_wait().ok().flatten().is_some())
-            .filter(|&past| past)
-            .count()
-            >= 3
+        past.iter_mut()
+            .all(|w| w.has_said("maxClientCnxns") || w.child.try_wait().ok().flatten().is_some())
     });
+    waiters.append(&mut past);
     let (code, stderr) = Watched::start(server.dlock(&[
         "run",
         "--connect-timeout",
-        "1s",
-        "-w",
         "2s",
+        "-w",
+        "3s",
         "cap",
         "--",
         "true",
