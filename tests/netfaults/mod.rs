@@ -3,8 +3,10 @@
 //! something else (`fake_servers`), and Redis ACL users without the permissions dlock needs; SQL
 //! and Redis servers that drip a greeting or forge a length (`lying_servers`); a holder cut off
 //! from its server on every network store (`partition`); a server answering "not now" while a
-//! waiter waits (`not_now`); an etcd server back after an outage, noticed in time (`etcd`).
+//! waiter waits (`not_now`); a waiter whose server stops or freezes, ended in time by its deadline
+//! or a signal (`bounds`); an etcd server back after an outage, noticed in time (`etcd`).
 
+mod bounds;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod fake_servers;

@@ -163,6 +163,17 @@ impl RedisBackend {
     /// unless kept), best effort: whatever is left expires within the ttl.
     pub(super) fn undo(&self, servers: &mut [Topology], ask: &Ask, place: Place) {
         let timeout = self.op_timeout(servers.len(), ask.ttl);
+        self.undo_within(servers, ask, place, timeout);
+    }
+
+    /// `undo`, each server's call bounded by `timeout`.
+    pub(super) fn undo_within(
+        &self,
+        servers: &mut [Topology],
+        ask: &Ask,
+        place: Place,
+        timeout: Duration,
+    ) {
         let alone = servers.len() == 1;
         on_all(servers, |s| {
             s.at(&ask.keys.base);

@@ -10,7 +10,7 @@ use super::redlock::{Line, Round};
 use super::scripts::{Ask, Place};
 use super::RedisBackend;
 use crate::backend::blocking::WakeBlocked;
-use crate::backend::{Attempt, Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
+use crate::backend::{Attempt, Waiting, CANCEL_CHECK, LEAVE_WITHIN, RETRY_FIRST, RETRY_MOST};
 use crate::lock::LockRequest;
 
 impl RedisBackend {
@@ -158,10 +158,14 @@ impl RedisBackend {
     }
 
     /// A waiter gives up: remove its place in the queue (and a lease granted in the meantime),
-    /// with the supervisor's wake-up signal blocked so these last commands are not interrupted.
+    /// with the supervisor's wake-up signal blocked so these last commands are not interrupted,
+    /// within `LEAVE_WITHIN`: a server that stopped answering must not hold up the exit at the
+    /// deadline or at a signal by a whole connect timeout (what it keeps expires with the ttl).
     fn abandon(&self, ask: &Ask) {
         let _quiet = WakeBlocked::on_this_thread();
-        self.undo(&mut self.servers(), ask, Place::Leave);
+        let mut servers = self.servers();
+        let timeout = self.op_timeout(servers.len(), ask.ttl).min(LEAVE_WITHIN);
+        self.undo_within(&mut servers, ask, Place::Leave, timeout);
     }
 }
 
