@@ -133,3 +133,34 @@ fn an_etcd_waiter_ends_in_time_when_its_server_freezes() {
         || signal(server.pid(), libc::SIGCONT),
     );
 }
+
+#[cfg(feature = "zk")]
+#[test]
+fn a_zookeeper_waiter_ends_in_time_when_its_server_freezes() {
+    let server = crate::support::zk_server::ZkServer::start();
+    waiters_end_in_time(
+        |args| server.dlock(args),
+        "frozen",
+        "30s",
+        || signal(server.pid(), libc::SIGSTOP),
+        || signal(server.pid(), libc::SIGCONT),
+    );
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn a_mysql_waiter_ends_in_time_when_its_server_freezes() {
+    let server = crate::support::mysql_server::MyServer::start();
+    let url = server.url_with("");
+    waiters_end_in_time(
+        |args| {
+            let mut cmd = dlock();
+            cmd.args(["--backend", "mysql", "--url", &url]).args(args);
+            cmd
+        },
+        "frozen",
+        "30s",
+        || signal(server.pid(), libc::SIGSTOP),
+        || signal(server.pid(), libc::SIGCONT),
+    );
+}
