@@ -11,6 +11,7 @@ use crate::support::etcd_server::EtcdServer;
 use crate::support::mysql_server::{MyServer, PASSWORD as MY_PASSWORD};
 use crate::support::pg_server::{PgServer, PASSWORD};
 use crate::support::redis_server::RedisServer;
+use crate::support::sentinel_set::{sentinel_query, SentinelSet, MASTER};
 use crate::support::target::Target;
 use crate::support::*;
 
@@ -400,4 +401,43 @@ fn mysql_with_a_user_a_table_prefix_and_a_password_file() {
         .arg(&password);
     let out = nested(flag, "nested-mysql", None);
     assert_parents_place(&out, "nested-mysql", Some(&url), MY_PASSWORD);
+}
+
+/// Sentinels with a password of their own, the data nodes' too: a parent given it as
+/// `?sentinel_password=` and by `--password-file` passes on the file but not the URL's password,
+/// and the nested dlock reaches the sentinels with the file's.
+#[test]
+fn redis_behind_sentinels_with_a_password_from_the_password_file() {
+    let pw = "sentinel-pw";
+    // Sentinels slow to call a master down: no failover while the passwords change.
+    let set = SentinelSet::start_watching(&[], std::time::Duration::from_secs(60));
+    for port in set.sentinel_ports() {
+        sentinel_query(port, &["SENTINEL", "SET", MASTER, "auth-pass", pw])
+            .expect("SENTINEL SET auth-pass");
+    }
+    for node in &set.nodes {
+        let mut conn = node.connection();
+        for (key, value) in [("masterauth", pw), ("requirepass", pw)] {
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(key)
+                .arg(value)
+                .query::<()>(&mut conn)
+                .expect("CONFIG SET");
+        }
+    }
+    for port in set.sentinel_ports() {
+        let password = format!(">{pw}");
+        sentinel_query(port, &["ACL", "SETUSER", "default", "resetpass", &password])
+            .expect("a password on the sentinel");
+    }
+    let scratch = LockDir::new();
+    let password = scratch.file("password");
+    write_secret(&password, &format!("{pw}\n"));
+    let url = format!("{}?sentinel_password={pw}", set.url());
+    let mut cmd = dlock();
+    cmd.args(["-b", "redis", "-u", &url, "--password-file"])
+        .arg(&password);
+    let out = nested(cmd, "nested-sentinel", None);
+    assert_parents_place(&out, "nested-sentinel", Some(&set.url()), pw);
 }

@@ -317,6 +317,11 @@ pub enum Outage {
 /// How long a waiting `acquire` may go without looking at its cancellation (see `Backend`).
 pub const CANCEL_CHECK: Duration = Duration::from_millis(100);
 
+/// How long a wait that gives up (its deadline, a signal, a failure) may spend taking its place
+/// out of the store: a place left behind goes with its lease, while the user waits for the exit,
+/// which a server that stopped answering must not hold up by a whole call's timeout.
+pub const LEAVE_WITHIN: Duration = Duration::from_millis(500);
+
 /// How often a waiter repeats that the backend is still unreachable.
 pub const OUTAGE_REPORT_EVERY: Duration = Duration::from_secs(10);
 

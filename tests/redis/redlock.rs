@@ -126,3 +126,56 @@ fn redlock_refuses_one_server_named_twice() {
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
 }
+
+/// How many times `server` has run EVALSHA (every script dlock sends, after the first load).
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.connection())
+        .expect("INFO commandstats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One of three servers restarted empty grants a waiter the lock each time it asks, while the two
+/// others keep it for its holder: the waiter cannot win, and backs off instead of asking again
+/// every few milliseconds. Each of those grants raised that server's fencing counter: the token
+/// the waiter finally gets still rises, but not by hundreds.
+#[test]
+fn a_redlock_waiter_that_cannot_win_backs_off() {
+    let dir = LockDir::new();
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let all = urls(&servers.iter().collect::<Vec<_>>());
+    let holder = start_holder(&all, &["--ttl", "30s"], "backoff", &dir.file("pid"));
+    read_pid(&dir.file("pid"));
+    servers[2].restart_empty();
+    let token_file = dir.file("token");
+    let script = format!("echo $DLOCK_TOKEN > {}", token_file.display());
+    let mut waiter = Watched::start(dlock_at(
+        &all,
+        &["run", "-w", "60s", "backoff", "--", "sh", "-c", &script],
+    ));
+    waiter.wait_for("waiting for lock", T);
+    let before = evalsha_calls(&servers[2]);
+    // The fault itself: the holder keeps the lock this long while the waiter waits.
+    std::thread::sleep(Duration::from_secs(3));
+    let calls = evalsha_calls(&servers[2]) - before;
+    signal(holder.child.id(), libc::SIGTERM);
+    let (status, stderr) = holder.finish(T);
+    assert_eq!(status, 128 + libc::SIGTERM, "{stderr}");
+    let (status, stderr) = waiter.finish(T);
+    assert_eq!(status, 0, "{stderr}");
+    let token: u64 = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        calls <= 60,
+        "{calls} EVALSHA in 3 s on the restarted server, token {token}"
+    );
+    assert!(token <= 30, "the waiter got token {token}");
+}

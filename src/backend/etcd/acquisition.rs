@@ -208,7 +208,12 @@ impl Acquisition {
     /// Gives up our place: revoking the lease deletes our key. Bounded; a lease the server does
     /// not hear about expires on its own.
     pub(super) async fn leave(&self, place: &Place) {
-        let _ = bounded(CLEANUP_TIMEOUT, self.conn.client().revoke(place.lease)).await;
+        self.leave_within(place, CLEANUP_TIMEOUT).await;
+    }
+
+    /// `leave`, bounded by `timeout`.
+    pub(super) async fn leave_within(&self, place: &Place, timeout: Duration) {
+        let _ = bounded(timeout, self.conn.client().revoke(place.lease)).await;
     }
 
     /// The lease of a place that owns the lock; with `--min-hold`, its key moved to the min-hold's

@@ -3,6 +3,7 @@
 //! meanwhile; a lease that expired while the cluster could not be reached queues again, at the
 //! back of the line.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use super::acquisition::{Acquisition, First};
@@ -14,7 +15,7 @@ use super::recipe::{Kind, Verdict};
 use super::record::Entry;
 use super::rpc::{prefix_end, EventType, RangeRequest, RequestOp, TxnRequest};
 use super::CANCEL_POLL;
-use crate::backend::{Waiting, RETRY_FIRST, RETRY_MOST};
+use crate::backend::{Waiting, LEAVE_WITHIN, RETRY_FIRST, RETRY_MOST};
 use crate::lock::Holder;
 
 impl Acquisition {
@@ -36,17 +37,23 @@ impl Acquisition {
         // RETRY_MOST), or the cancellation, which ends the loop.
         loop {
             if waiting.is_cancelled() {
-                self.leave(&place).await;
+                self.leave_within(&place, LEAVE_WITHIN).await;
                 return Ok(None);
             }
-            let round = match ahead.take() {
-                Some(key) => {
-                    let seen_at = place.revision;
-                    self.watch(Some(key), seen_at, &mut place, &mut keeper, waiting)
-                        .await
+            // A call to a server that stopped answering ends at the deadline or a signal, not at
+            // its own timeout.
+            let round = unless_cancelled(waiting, async {
+                match ahead.take() {
+                    Some(key) => {
+                        let seen_at = place.revision;
+                        self.watch(Some(key), seen_at, &mut place, &mut keeper, waiting)
+                            .await
+                    }
+                    None => self.round(&mut place, &mut keeper, waiting).await,
                 }
-                None => self.round(&mut place, &mut keeper, waiting).await,
-            };
+            })
+            .await
+            .unwrap_or(Ok(Round::Cancelled));
             match round {
                 Ok(Round::Owns) => {
                     waiting.reachable();
@@ -69,7 +76,7 @@ impl Acquisition {
                     retry = RETRY_FIRST;
                 }
                 Ok(Round::Cancelled) => {
-                    self.leave(&place).await;
+                    self.leave_within(&place, LEAVE_WITHIN).await;
                     return Ok(None);
                 }
                 Err(fault) if fault.is_unreachable() => {
@@ -78,7 +85,7 @@ impl Acquisition {
                         "cannot reach etcd at {} ({fault})",
                         self.conn.hosts
                     ));
-                    self.conn.fail_over(CALL_TIMEOUT).await;
+                    unless_cancelled(waiting, self.conn.fail_over(CALL_TIMEOUT)).await;
                     if !pause(retry, waiting).await {
                         // Nobody to tell: the lease expires on its own.
                         return Ok(None);
@@ -276,6 +283,20 @@ enum Round {
     /// Look again: the key waited for went, or our place changed.
     Again,
     Cancelled,
+}
+
+/// `work`, unless the wait is cancelled first (`None`), looked at every `CANCEL_POLL` (sooner at
+/// the deadline).
+async fn unless_cancelled<T>(waiting: &Waiting, work: impl Future<Output = T>) -> Option<T> {
+    let cancelled = async {
+        while !waiting.is_cancelled() {
+            tokio::time::sleep(waiting.slice(CANCEL_POLL)).await;
+        }
+    };
+    tokio::select! {
+        value = work => Some(value),
+        () = cancelled => None,
+    }
 }
 
 /// Sleeps `pause`, looking at the cancellation every `CANCEL_POLL`; `false` when it ends the wait.

@@ -24,11 +24,11 @@ use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::connection::{lock, Conn, Fault, Shared};
+use super::connection::{lock, within, Conn, Fault, Shared};
 use super::lease::MyLease;
 use super::recipe::{Blocker, Me, Recipe, Reply, Woken};
 use crate::backend::sql::wait::{holders, pause_until, recheck, Tries};
-use crate::backend::{blocking, Lease, Waiting, CANCEL_CHECK};
+use crate::backend::{blocking, Lease, Waiting, CANCEL_CHECK, LEAVE_WITHIN};
 use crate::lock::LockRequest;
 
 /// Waits for `request`: `Ok(None)` when `waiting` is cancelled, leaving nothing in line.
@@ -156,14 +156,18 @@ fn wait_for_key(
         // The longest wait: until a re-check, a third of the ttl at most.
         None => lock(shared).for_waits(ttl / 3),
     };
-    // Connected here, for its id: a connection that cannot be made is an outage, which the next
-    // attempt reports.
-    let id = bell.session_id().ok()?;
     let (send, answer) = channel();
+    let (send_id, id) = channel();
     let (recipe_, key_) = (recipe.clone(), key.to_owned());
-    // A thread that never takes a signal: the supervisor waits for them on its main thread.
+    // A thread that never takes a signal: the supervisor waits for them on its main thread. It
+    // connects too (for the session's id, which a cancellation kills the wait by), so that a
+    // server that accepts and never answers holds up the helper, not the deadline or a signal: a
+    // connection that cannot be made is an outage, which the next attempt reports.
     let helper = blocking::thread("dlock-doorbell", move || {
-        let woken = recipe_.wait_for_key(&mut bell, &key_, most);
+        let woken = bell.session_id().and_then(|session| {
+            let _ = send_id.send(session);
+            recipe_.wait_for_key(&mut bell, &key_, most)
+        });
         let _ = send.send((bell, woken));
     });
     if helper.is_err() {
@@ -179,9 +183,16 @@ fn wait_for_key(
                 return freed(woken, key);
             }
             Err(RecvTimeoutError::Timeout) if waiting.is_cancelled() => {
-                // Best effort: the helper ends with the statement, or when dlock exits.
-                let _ = lock(shared)
-                    .call(|c| mysql::prelude::Queryable::query_drop(c, format!("KILL QUERY {id}")));
+                // Best effort, within `LEAVE_WITHIN`: the helper ends with the statement, or when
+                // dlock exits (as it does when it is still connecting).
+                let Ok(id) = id.try_recv() else {
+                    return None;
+                };
+                let _ = within(shared, LEAVE_WITHIN, move |conn| {
+                    conn.call(|c| {
+                        mysql::prelude::Queryable::query_drop(c, format!("KILL QUERY {id}"))
+                    })
+                });
                 return None;
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -205,9 +216,13 @@ fn freed(woken: Result<Woken, Fault>, key: &str) -> Option<String> {
 }
 
 /// Gives up a place in line and its key (best effort: a place not renewed drops out within the
-/// ttl, and a key goes with its session).
-fn leave(shared: &Shared, recipe: &Recipe, request: &LockRequest, ticket: Option<i64>) {
+/// ttl, and a key goes with its session), within `LEAVE_WITHIN`: a server that stopped answering
+/// must not hold up the exit at the deadline or at a signal by a whole call's timeout.
+fn leave(shared: &Shared, recipe: &Arc<Recipe>, request: &LockRequest, ticket: Option<i64>) {
     if ticket.is_some() {
-        let _ = recipe.leave(&mut lock(shared), &request.name, &request.owner, ticket);
+        let (recipe, name, owner) = (recipe.clone(), request.name.clone(), request.owner.clone());
+        let _ = within(shared, LEAVE_WITHIN, move |conn| {
+            recipe.leave(conn, &name, &owner, ticket)
+        });
     }
 }

@@ -299,7 +299,13 @@ impl Cluster {
             Some(fault) if matches!(fault.kind, FaultKind::Down) => fault,
             Some(fault) => {
                 let why = format!("the cluster kept redirecting: {}", fault.detail());
-                self.server.fault(FaultKind::Down, why)
+                // A slot being moved (TRYAGAIN, ASK) is served again once the move ends; MOVED
+                // for ever is a cluster that cannot serve the slot.
+                let kind = match fault.kind {
+                    FaultKind::TryAgain | FaultKind::Ask => FaultKind::NotNow,
+                    _ => FaultKind::Down,
+                };
+                self.server.fault(kind, why)
             }
             None => self.server.fault(
                 FaultKind::Down,

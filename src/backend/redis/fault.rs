@@ -44,6 +44,11 @@ pub(super) enum FaultKind {
     Ask,
     /// A cluster node: the slot is half moved, try again shortly.
     TryAgain,
+    /// The server answers but cannot serve the lock now: the node the sentinels name is (still) a
+    /// replica, loading its data or without its master (a failover under way), or a cluster kept
+    /// redirecting the lock's calls (its slot being moved). Like `Down`, waiting may cure it; the
+    /// backend is not counted out for it: `-n` finds the lock busy for now, a waiter waits.
+    NotNow,
 }
 
 impl Fault {
@@ -120,7 +125,15 @@ impl Fault {
 
     /// Whether waiting cannot cure it: anything but a server that is down.
     pub(super) fn is_fatal(&self) -> bool {
-        !matches!(self.kind, FaultKind::Down | FaultKind::TryAgain)
+        !matches!(
+            self.kind,
+            FaultKind::Down | FaultKind::TryAgain | FaultKind::NotNow
+        )
+    }
+
+    /// Whether the server answered, but cannot serve the lock now (see `FaultKind::NotNow`).
+    pub(super) fn is_not_now(&self) -> bool {
+        matches!(self.kind, FaultKind::NotNow)
     }
 
     /// How it failed, without where.
@@ -133,7 +146,7 @@ impl Fault {
     /// sentinels name. (For a plain `redis://` address these stay errors: the URL names a replica.)
     pub(super) fn failover(addr: &str, e: &RedisError) -> Option<Fault> {
         matches!(e.code(), Some("READONLY" | "LOADING" | "MASTERDOWN"))
-            .then(|| Fault::new(addr, FaultKind::Down, escaped(&e.to_string(), 300)))
+            .then(|| Fault::new(addr, FaultKind::NotNow, escaped(&e.to_string(), 300)))
     }
 
     pub(super) fn to_error(&self) -> anyhow::Error {
@@ -151,6 +164,11 @@ impl Fault {
                 self.addr
             ),
             FaultKind::NoMaster => anyhow!("the redis sentinels at {} {}", self.addr, self.detail),
+            FaultKind::NotNow => anyhow!(
+                "redis at {} cannot serve the lock now: {}",
+                self.addr,
+                self.detail
+            ),
             FaultKind::Unreplicated | FaultKind::TryAgain => {
                 anyhow!("redis at {}: {}", self.addr, self.detail)
             }

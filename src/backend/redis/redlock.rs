@@ -122,18 +122,13 @@ impl RedisBackend {
         if answered < quorum {
             return Ok(Round::Unreachable(faults));
         }
-        let (mut retry, holders, server, ahead) = busy.unwrap_or((ask.ttl / 3, Vec::new(), 0, 0));
-        if !granted.is_empty() {
-            // We just gave servers back and nobody will tell us for that (we may well be first in
-            // line): try again soon, after a random pause so two waiters that split the servers
-            // between them do not meet again in step.
-            retry = retry.min(jitter(Duration::from_millis(20)));
-        }
+        let (retry, holders, server, ahead) = busy.unwrap_or((ask.ttl / 3, Vec::new(), 0, 0));
         let line = Line {
             sent: started,
             retry,
             server,
             ahead,
+            gave_back: !granted.is_empty(),
         };
         Ok(Round::Busy { line, holders })
     }
@@ -163,6 +158,17 @@ impl RedisBackend {
     /// unless kept), best effort: whatever is left expires within the ttl.
     pub(super) fn undo(&self, servers: &mut [Topology], ask: &Ask, place: Place) {
         let timeout = self.op_timeout(servers.len(), ask.ttl);
+        self.undo_within(servers, ask, place, timeout);
+    }
+
+    /// `undo`, each server's call bounded by `timeout`.
+    pub(super) fn undo_within(
+        &self,
+        servers: &mut [Topology],
+        ask: &Ask,
+        place: Place,
+        timeout: Duration,
+    ) {
         let alone = servers.len() == 1;
         on_all(servers, |s| {
             s.at(&ask.keys.base);
@@ -209,6 +215,8 @@ pub(super) struct Line {
     pub(super) server: usize,
     /// Waiters in line before this one, by that server.
     pub(super) ahead: usize,
+    /// The round won some servers, too few, and gave them back (see `wait::retry_after`).
+    pub(super) gave_back: bool,
 }
 
 /// Drops the grants of `base` heard so far: a round's replies, which came after them, tell the
@@ -228,7 +236,7 @@ fn client_ticket() -> String {
 }
 
 /// A random duration between 1ms and `most`.
-fn jitter(most: Duration) -> Duration {
+pub(super) fn jitter(most: Duration) -> Duration {
     let mut bytes = [0u8; 4];
     let random = random_bytes(&mut bytes).map_or(0, |()| u32::from_le_bytes(bytes));
     let most_ms = most.as_millis().max(1) as u32;

@@ -44,6 +44,10 @@ pub(super) struct Sentinels {
     /// `host:port` of each sentinel, in the order given.
     addrs: Vec<(String, u16)>,
     password: Option<String>,
+    /// The data nodes' password (the URL's, or the password file's), for sentinels that ask for
+    /// one when the URL names no `sentinel_password`: a nested dlock gets the password file but
+    /// never the URL's `sentinel_password` (see cli/place.rs).
+    data_password: Option<String>,
 }
 
 /// A sentinel URL taken apart: the sentinels, and a plain `redis://` URL for the data nodes with
@@ -168,11 +172,16 @@ pub(super) fn parse(url: &str) -> anyhow::Result<Parsed> {
         shown_master(&master)
     );
     let credentials = userinfo.map_or(String::new(), |u| format!("{u}@"));
+    let data_password = userinfo
+        .and_then(|u| u.split_once(':'))
+        .and_then(|(_, p)| percent_decode(p))
+        .filter(|p| !p.is_empty());
     Ok(Parsed {
         sentinels: Sentinels {
             master,
             addrs,
             password,
+            data_password,
         },
         data_url: format!("redis://{credentials}127.0.0.1:6379/{db}"),
         location,
@@ -279,8 +288,31 @@ impl Sentinels {
     }
 
     /// One sentinel's answer: the master's address, or `None` when it monitors no such master.
+    /// A sentinel that wants a password the URL does not give (no `sentinel_password`) is asked
+    /// again with the data nodes' password, which is then used for every sentinel.
     fn ask(
+        &mut self,
+        template: &ConnectionInfo,
+        host: &str,
+        port: u16,
+        timeout: Duration,
+    ) -> redis::RedisResult<Option<(String, u16)>> {
+        let password = self.password.as_deref();
+        match self.ask_with(password, template, host, port, timeout) {
+            Err(e) if password.is_none() && self.data_password.is_some() && wants_password(&e) => {
+                let data = self.data_password.as_deref();
+                let reply = self.ask_with(data, template, host, port, timeout)?;
+                self.password = self.data_password.clone();
+                Ok(reply)
+            }
+            reply => reply,
+        }
+    }
+
+    /// `ask`, authenticating with `password` if any.
+    fn ask_with(
         &self,
+        password: Option<&str>,
         template: &ConnectionInfo,
         host: &str,
         port: u16,
@@ -290,7 +322,7 @@ impl Sentinels {
         let mut settings = redis::RedisConnectionInfo::default()
             .set_skip_set_lib_name()
             .set_protocol(ProtocolVersion::RESP2);
-        if let Some(password) = &self.password {
+        if let Some(password) = password {
             settings = settings.set_password(password);
         }
         let info = template
@@ -315,6 +347,11 @@ impl Sentinels {
             reply => Ok(reply),
         }
     }
+}
+
+/// Whether a sentinel refused a question for want of a password.
+fn wants_password(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOAUTH") || e.kind() == redis::ErrorKind::AuthenticationFailed
 }
 
 /// How often a holder asks the sentinels whether its master is still the master.
@@ -470,6 +507,7 @@ mod tests {
         );
         assert_eq!(p.sentinels.master, "main");
         assert_eq!(p.sentinels.password.as_deref(), Some("s@x"));
+        assert_eq!(p.sentinels.data_password.as_deref(), Some("pw"));
         assert_eq!(p.data_url, "redis://u:pw@127.0.0.1:6379/2");
         for bad in [
             "redis+sentinel://127.0.0.1:26379",

@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use super::fault;
 use super::lease::RedisLease;
-use super::redlock::{Line, Round};
+use super::redlock::{jitter, Line, Round};
 use super::scripts::{Ask, Place};
 use super::RedisBackend;
 use crate::backend::blocking::WakeBlocked;
-use crate::backend::{Attempt, Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
+use crate::backend::{Attempt, Waiting, CANCEL_CHECK, LEAVE_WITHIN, RETRY_FIRST, RETRY_MOST};
 use crate::lock::LockRequest;
 
 impl RedisBackend {
@@ -42,7 +42,10 @@ impl RedisBackend {
         if queue {
             self.undo_connected(&mut servers, ask);
         }
-        self.check_quorum(servers.len() - faults.len(), &faults)?;
+        // A server that answered "not now" (a replica named as the master, a slot being moved)
+        // counts as reached: a wait rides that out from its start, and `-n` finds the lock busy.
+        let down: Vec<_> = faults.iter().filter(|f| !f.is_not_now()).cloned().collect();
+        self.check_quorum(servers.len() - down.len(), &down)?;
         Ok(Round::Unreachable(faults))
     }
 
@@ -85,6 +88,8 @@ impl RedisBackend {
     ) -> anyhow::Result<Option<Box<RedisLease>>> {
         let mut announced = line.is_some();
         let mut retry = RETRY_FIRST;
+        // Rounds in a row that won too few servers and gave them back.
+        let mut gave_back = 0;
         loop {
             if waiting.is_cancelled() {
                 return Ok(None);
@@ -121,8 +126,7 @@ impl RedisBackend {
                 }
             };
             waiting.in_line(place.ahead);
-            let ttl = ask.ttl;
-            let until = place.sent + place.retry.min(ttl / 3);
+            let until = place.sent + retry_after(&place, ask.ttl, &mut gave_back);
             // A grant heard is only a sign to look again now: any client of the server may
             // publish on the channel, so the lock and its token come from the next round, from
             // the store (which finds the lock already ours and extends it, with its token).
@@ -158,11 +162,41 @@ impl RedisBackend {
     }
 
     /// A waiter gives up: remove its place in the queue (and a lease granted in the meantime),
-    /// with the supervisor's wake-up signal blocked so these last commands are not interrupted.
+    /// with the supervisor's wake-up signal blocked so these last commands are not interrupted,
+    /// within `LEAVE_WITHIN`: a server that stopped answering must not hold up the exit at the
+    /// deadline or at a signal by a whole connect timeout (what it keeps expires with the ttl).
     fn abandon(&self, ask: &Ask) {
         let _quiet = WakeBlocked::on_this_thread();
-        self.undo(&mut self.servers(), ask, Place::Leave);
+        let mut servers = self.servers();
+        let timeout = self.op_timeout(servers.len(), ask.ttl).min(LEAVE_WITHIN);
+        self.undo_within(&mut servers, ask, Place::Leave, timeout);
     }
+}
+
+/// The first pause after a round that gave servers back, doubled for each such round in a row
+/// up to `GAVE_BACK_MOST`.
+const GAVE_BACK_FIRST: Duration = Duration::from_millis(20);
+const GAVE_BACK_MOST: Duration = Duration::from_millis(1280);
+
+/// How long after `place`'s round to look again if no grant comes: what the servers said (at most
+/// a third of the ttl); sooner after a round that won too few servers and gave them back, since
+/// nobody will tell us for that (we may well be first in line): after a random pause, so that two
+/// waiters that split the servers between them do not meet again in step, twice as long for each
+/// such round in a row (`gave_back` counts them). A waiter that cannot win (a server restarted
+/// empty grants it each time, while the others keep the lock for its holder) so asks a few times
+/// a second at most, not every few milliseconds: each grant there raises that server's fencing
+/// counter, hence the next token.
+fn retry_after(place: &Line, ttl: Duration, gave_back: &mut u32) -> Duration {
+    let retry = place.retry.min(ttl / 3);
+    if !place.gave_back {
+        *gave_back = 0;
+        return retry;
+    }
+    let most = GAVE_BACK_FIRST
+        .saturating_mul(1 << (*gave_back).min(6))
+        .min(GAVE_BACK_MOST);
+    *gave_back += 1;
+    retry.min(jitter(most))
 }
 
 /// Sleeps up to `how_long`, in steps short enough to notice a cancellation soon.

@@ -76,6 +76,9 @@ pub(super) struct Session {
     pub(super) acls: Acls,
     /// A request failed with "session expired" (see `fail`).
     expired: AtomicBool,
+    /// A wait gave up on a server that did not answer in time (see `wait::watched`): closing the
+    /// session on the way out waits at most `LEAVE_WITHIN`, not `CLEANUP_TIMEOUT`.
+    hurried: AtomicBool,
 }
 
 /// With credentials, what dlock creates belongs to that identity (full rights) and everyone may read
@@ -195,7 +198,13 @@ impl Session {
             root: format!("{}/{ROOT}", url.chroot),
             acls: Acls::new(url.credentials.is_some()),
             expired: AtomicBool::new(false),
+            hurried: AtomicBool::new(false),
         }
+    }
+
+    /// Closes the session within `LEAVE_WITHIN` from now on (see `hurried`).
+    pub(super) fn hurry(&self) {
+        self.hurried.store(true, Ordering::SeqCst);
     }
 
     /// Whether the session is over for good (expired, closed, refused).
@@ -296,8 +305,12 @@ impl Drop for Session {
             // Nobody to say goodbye to; the server expires the session on its own.
             return;
         }
+        let within = match self.hurried.load(Ordering::SeqCst) {
+            true => crate::backend::LEAVE_WITHIN,
+            false => CLEANUP_TIMEOUT,
+        };
         self.runtime.block_on(async {
-            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, ended(&mut states)).await;
+            let _ = tokio::time::timeout(within, ended(&mut states)).await;
         });
     }
 }

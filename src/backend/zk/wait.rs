@@ -18,7 +18,7 @@ use super::runs;
 use super::session::{cancellable, is_connection_loss, is_terminal, retrying, stopped, Session};
 use super::CLEANUP_TIMEOUT;
 use crate::backend::stop::Stop;
-use crate::backend::Waiting;
+use crate::backend::{Waiting, LEAVE_WITHIN};
 use crate::exit::{FailWith, Failure};
 use crate::lock::{Ending, Token};
 
@@ -59,13 +59,16 @@ pub(super) fn watched<T: Send + 'static>(
         return result;
     }
     if client.state() == zk::SessionState::SyncConnected {
+        // Within `LEAVE_WITHIN`: a server frozen since the client last heard from it must not
+        // hold up the exit at the deadline or at a signal.
         let finished = session
             .runtime
-            .block_on(async { tokio::time::timeout(CLEANUP_TIMEOUT, &mut task).await });
+            .block_on(async { tokio::time::timeout(LEAVE_WITHIN, &mut task).await });
         if let Ok(result) = finished {
             return Some(result);
         }
     }
+    session.hurry();
     task.abort();
     // Until the aborted task is dropped, on the runtime's worker: it holds a reference to the
     // session, and the session's last reference must not go there (dropping a runtime from its own
