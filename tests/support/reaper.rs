@@ -40,7 +40,11 @@ rm -rf -- "$2""#;
 
 /// A `sh` running `script` with `args` ($1...) once this process has ended.
 fn start_reaper(script: &str, args: &[&std::ffi::OsStr]) -> Child {
+    // The machine's PATH, not the tests' list of programs: the directory that list makes for
+    // this process is removed by the next test process once this one is gone, and the reaper
+    // runs after that.
     program("sh")
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .arg("-c")
         .arg(format!("{WAIT_FOR_THIS_PROCESS_TO_END}\n{script}"))
         .arg("reaper")
