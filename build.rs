@@ -61,6 +61,7 @@ fn static_unwinder() {
         return;
     }
     let compiler = env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    #[allow(clippy::disallowed_methods)] // The C compiler the build uses, asked where a file is.
     let Ok(asked) = Command::new(&compiler)
         .arg("-print-file-name=libgcc_eh.a")
         .output()
