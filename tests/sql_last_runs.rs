@@ -249,6 +249,7 @@ on_both!(
     a_min_hold_keeps_the_lock_past_the_ending_unless_nothing_ran: "t_lr_min_",
     tables_of_an_older_dlock_gain_the_records: "t_lr_old_",
     names_unwritten_for_400_days_lose_their_records_at_the_next_list: "t_lr_age_",
+    a_success_dated_after_the_servers_time_is_unreadable_never_ok: "t_lr_future_",
 );
 
 fn each_ending_is_written_into_the_last_run_by_the_servers_clock(s: &Store) {
@@ -599,4 +600,30 @@ fn names_unwritten_for_400_days_lose_their_records_at_the_next_list(s: &Store) {
     assert_eq!(s.raw("stale", "last_run"), None, "deleted by the list");
     assert_eq!(s.last_run("recent").ending(), Some("exit:0"), "kept");
     assert_eq!(s.last_run("now").token, 2);
+}
+
+/// `status NAME --ran-within 1h`: its exit status and its line.
+fn ran_within_1h(s: &Store, name: &str) -> (i32, String) {
+    let out = output(s.dlock(&["status", name, "--ran-within", "1h"]));
+    (code(&out), stdout(&out))
+}
+
+fn a_success_dated_after_the_servers_time_is_unreadable_never_ok(s: &Store) {
+    assert_eq!(s.run(&["run", "future", "--", "true"]).1, 0);
+    assert_eq!(ran_within_1h(s, "future").0, 0, "a success just now");
+    for column in ["last_run", "last_success"] {
+        let raw = String::from_utf8(s.raw("future", column).expect("a record")).expect("UTF-8");
+        let later = run_records::dated_later(&raw, run_records::THIRTY_DAYS_MS);
+        s.sql(&format!(
+            "UPDATE {}runs SET {column} = '{later}' WHERE name = 'future'",
+            s.prefix
+        ));
+    }
+    let (status, line) = ran_within_1h(s, "future");
+    assert_eq!(status, 3, "UNKNOWN: {line}");
+    assert!(
+        line.starts_with("UNKNOWN: future has an unreadable record of its last success")
+            && line.contains("dated after"),
+        "{line}"
+    );
 }

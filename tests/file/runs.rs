@@ -266,3 +266,29 @@ fn a_set_given_back_before_its_command_ran_keeps_no_min_hold() {
     let _ = b.kill();
     let _ = b.wait();
 }
+
+#[test]
+fn a_success_dated_after_this_hosts_time_is_unreadable_never_ok() {
+    let dir = LockDir::new();
+    // Written by a host whose clock is 30 days ahead.
+    let mut ahead = with_clock("+30d");
+    ahead
+        .arg("--url")
+        .arg(dir.path())
+        .args(["run", "x", "--", "true"]);
+    assert_eq!(code(&output(ahead)), 0);
+    let out = output(dir.dlock(&["status", "x", "--ran-within", "1h"]));
+    let line = stdout(&out);
+    assert_eq!(code(&out), 3, "UNKNOWN: {line}");
+    assert!(
+        line.starts_with("UNKNOWN: x has an unreadable record of its last success")
+            && line.contains("dated after"),
+        "{line}"
+    );
+    assert!(
+        status_json(&dir, "x")["last_run"]["unreadable"]
+            .as_str()
+            .is_some_and(|why| why.starts_with("dated after")),
+        "status --json shows the run unreadable too"
+    );
+}

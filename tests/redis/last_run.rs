@@ -789,3 +789,35 @@ fn redlock_servers_that_missed_an_acquisition_or_a_release_keep_older_records() 
     assert_eq!(ended[1].ending.as_deref(), Some("signal:15"));
     assert_eq!((missed.token, missed.ended), (ended[0].token, None));
 }
+
+/// `status NAME --ran-within 1h` on `urls`: its exit status and its line.
+fn ran_within_1h(urls: &[String], name: &str) -> (i32, String) {
+    let out = output(dlock_at(urls, &["status", name, "--ran-within", "1h"]));
+    (code(&out), stdout(&out))
+}
+
+#[test]
+fn a_success_dated_after_the_servers_time_is_unreadable_never_ok() {
+    let server = RedisServer::start();
+    let url = [server.url()];
+    assert_eq!(run_to_end(&url, &["run", "future", "--", "true"]).0, 0);
+    assert_eq!(ran_within_1h(&url, "future").0, 0, "a success just now");
+    let mut conn = server.connection();
+    for key in ["last-run", "last-success"] {
+        let key = format!("dlock:{{future}}:{key}");
+        let raw: String = redis::cmd("GET").arg(&key).query(&mut conn).expect("GET");
+        let later = run_records::dated_later(&raw, run_records::THIRTY_DAYS_MS);
+        let () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&later)
+            .query(&mut conn)
+            .expect("SET");
+    }
+    let (status, line) = ran_within_1h(&url, "future");
+    assert_eq!(status, 3, "UNKNOWN: {line}");
+    assert!(
+        line.starts_with("UNKNOWN: future has an unreadable record of its last success")
+            && line.contains("dated after"),
+        "{line}"
+    );
+}

@@ -1,5 +1,6 @@
--- Reads only. Returns {last run, last success}: each record as stored, false for none, or a note
--- for a key of another type (another client's), which the reader shows as unreadable.
+-- Reads only. Returns {last run, last success, now}: each record as stored, false for none, or a
+-- note for a key of another type (another client's), which the reader shows as unreadable; then
+-- the server's time in milliseconds, the clock that dated the records.
 local out = {}
 for i, key in ipairs({LAST_RUN, LAST_SUCCESS}) do
   local raw = redis.pcall('GET', key)
@@ -8,4 +9,5 @@ for i, key in ipairs({LAST_RUN, LAST_SUCCESS}) do
   end
   out[i] = raw or false
 end
+out[3] = (clock())
 return out
