@@ -20,7 +20,7 @@ use std::time::SystemTime;
 use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
 use super::naming::{escaped_name, ROOT};
 use super::rpc::{Compare, KeyValue, RangeRequest, RequestOp, TxnRequest};
-use crate::lock::last_run::RUN_RECORD_KEPT_FOR;
+use crate::lock::last_run::{READER_CLOCK_SKEW, RUN_RECORD_KEPT_FOR};
 use crate::lock::{Ending, LastRuns, LockName, LockRequest, Run, Token};
 
 const LAST_RUN: &str = ":last-run";
@@ -180,10 +180,13 @@ pub(super) async fn read(conn: &Connection, name: &LockName) -> Result<LastRuns,
     );
     let read = bounded(CALL_TIMEOUT, conn.client().txn(txn)).await?;
     let mut runs = read.ranges().map(|range| range.kvs.first().map(run_of));
+    // etcd tells no time of day: the records were dated by their writers' clocks, and are judged
+    // by this host's.
     Ok(LastRuns {
         last_run: runs.next().flatten(),
         last_success: runs.next().flatten(),
-    })
+    }
+    .judged_at(SystemTime::now(), READER_CLOCK_SKEW))
 }
 
 /// For `release --force` of the holder whose key was created at `token` by `owner`: the operation
