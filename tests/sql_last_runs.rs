@@ -250,6 +250,7 @@ on_both!(
     tables_of_an_older_dlock_gain_the_records: "t_lr_old_",
     names_unwritten_for_400_days_lose_their_records_at_the_next_list: "t_lr_age_",
     a_success_dated_after_the_servers_time_is_unreadable_never_ok: "t_lr_future_",
+    list_runs_says_it_stopped_at_ten_thousand_names_and_exits_1: "t_lr_many_",
 );
 
 fn each_ending_is_written_into_the_last_run_by_the_servers_clock(s: &Store) {
@@ -625,5 +626,32 @@ fn a_success_dated_after_the_servers_time_is_unreadable_never_ok(s: &Store) {
         line.starts_with("UNKNOWN: future has an unreadable record of its last success")
             && line.contains("dated after"),
         "{line}"
+    );
+}
+
+fn list_runs_says_it_stopped_at_ten_thousand_names_and_exits_1(s: &Store) {
+    assert_eq!(s.run(&["run", "a", "--", "true"]).1, 0);
+    let p = &s.prefix;
+    let record = String::from_utf8(s.raw("a", "last_run").expect("a record")).expect("UTF-8");
+    s.sql(&match s.kind {
+        Kind::Pg => format!(
+            "INSERT INTO {p}runs (name, last_run, written_at) \
+             SELECT 'n' || lpad(i::text, 5, '0'), '{record}', clock_timestamp() \
+             FROM generate_series(0, 10000) i"
+        ),
+        Kind::My => format!(
+            "SET SESSION max_recursive_iterations = 20000; \
+             INSERT INTO {p}runs (name, last_run, written_at) \
+             WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < 10000) \
+             SELECT CONCAT('n', LPAD(i, 5, '0')), '{record}', UTC_TIMESTAMP(6) FROM s"
+        ),
+    });
+    let out = output(s.dlock(&["list", "--runs", "n"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 10_000);
+    assert!(
+        stderr(&out).starts_with("dlock: list --runs stopped after the first 10000 names"),
+        "{}",
+        stderr(&out)
     );
 }

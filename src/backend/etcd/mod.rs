@@ -316,7 +316,7 @@ impl Backend for EtcdBackend {
             })
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {
         let conn = self.connection()?;
         let listed = conn
             .run(

@@ -438,7 +438,7 @@ mod tests {
         conn.runtime()
             .block_on(conn.client().txn(put))
             .expect("put");
-        let listed = backend.list_runs("run").expect("list");
+        let listed = backend.list_runs("run").expect("list").runs;
         let names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["runs"], "{listed:?}");
         assert!(listed[0]
@@ -448,7 +448,7 @@ mod tests {
             .is_some_and(|r| r.unreadable.is_some()));
         let gone = backend.last_runs(&name("runs-old")).expect("read");
         assert_eq!(gone, LastRuns::default(), "removed");
-        assert!(backend.list_runs("other").expect("list").is_empty());
+        assert!(backend.list_runs("other").expect("list").runs.is_empty());
     }
 
     #[test]

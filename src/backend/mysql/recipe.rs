@@ -117,7 +117,7 @@ impl Recipe {
             expire_runs: fill("CALL {p}expire_runs_v1()"),
             run_names: runs::fill(&fill(include_str!("run_names.sql")))
                 .replace("{where}", FROM)
-                .replace("{most}", &crate::backend::MAX_LISTED_RUNS.to_string()),
+                .replace("{most}", &(crate::backend::MAX_LISTED_RUNS + 1).to_string()),
             holders: fill(include_str!("holders.sql")).replace("{where}", "name = ?"),
             holders_from: fill(include_str!("holders.sql")).replace("{where}", FROM),
             waiters: fill(include_str!("waiters.sql")).replace("{where}", "name = ?"),
