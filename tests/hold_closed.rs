@@ -708,3 +708,57 @@ fn what_a_killed_keeper_left_is_swept_once_its_shell_has_ended() {
     assert!(living.exists(), "the entry of a running shell was removed");
     let _ = std::fs::remove_file(&living);
 }
+
+/// Ends, by pid, every keeper holding for process `owner` (a test whose hold should have been
+/// refused must not leave one behind); how many there were.
+fn end_keepers_of(owner: u32) -> usize {
+    let needle = format!("DLOCK_KEEPER_OF={owner}.");
+    let keepers: Vec<i32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0)
+                    .any(|var| var.starts_with(needle.as_bytes()))
+            })
+        })
+        .collect();
+    for pid in &keepers {
+        // SAFETY: kill(2) on a pid read just above.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    keepers.len()
+}
+
+/// `--owner 1` (init) would hold until the machine stops, and a process of another user is none
+/// a keeper of this user may answer to: both refused (64), nothing held.
+#[test]
+fn owner_1_and_another_users_process_are_refused() {
+    let locks = LockDir::new();
+    let out = output(locks.dlock(&["hold", "-n", "--owner", "1", "init"]));
+    let kept = end_keepers_of(1);
+    assert_eq!((code(&out), kept), (64, 0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--owner 1"), "{}", stderr(&out));
+    if own_uid() != 0 {
+        return;
+    }
+    // dlock as nobody, under this (root's) test process.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(locks.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let me = std::process::id();
+    let mut cmd = locks.dlock(&["hold", "-n", "--owner", &me.to_string(), "theirs"]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = output(cmd);
+    let kept = end_keepers_of(me);
+    assert_eq!((code(&out), kept), (64, 0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("another user"), "{}", stderr(&out));
+}
