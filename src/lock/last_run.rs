@@ -434,10 +434,17 @@ mod tests {
         let earlier = now - Duration::from_millis(1);
         let skew = Duration::from_millis(1);
         assert_eq!(ended.clone().judged_at(earlier, skew), ended);
-        for run in [ended.clone(), run()] {
-            let judged = run.judged_at(earlier, Duration::ZERO);
-            let why = judged.unreadable.expect("unreadable");
-            assert!(why.starts_with("dated after 2023-11-14T22:15:"), "{why}");
+        // Ended after `earlier`; acquired (at ...000.123) after ...000.
+        let before_start = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        for (run, at, shown) in [
+            (ended.clone(), earlier, "2023-11-14T22:14:59Z"),
+            (run(), before_start, "2023-11-14T22:13:20Z"),
+        ] {
+            let why = run
+                .judged_at(at, Duration::ZERO)
+                .unreadable
+                .expect("unreadable");
+            assert!(why.starts_with(&format!("dated after {shown}, ")), "{why}");
         }
     }
 }
