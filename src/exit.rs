@@ -304,7 +304,7 @@ pub fn status_of(err: &anyhow::Error) -> Status {
 /// The one line to show for an error: its chain of causes, without what libraries add for
 /// their developers (see `text::without_internals`).
 pub fn message_of(err: &anyhow::Error) -> String {
-    crate::text::without_internals(&format!("{err:#}"))
+    crate::text::for_terminal(&crate::text::without_internals(&format!("{err:#}")))
 }
 
 #[cfg(test)]
