@@ -762,3 +762,81 @@ fn owner_1_and_another_users_process_are_refused() {
     assert_eq!((code(&out), kept), (64, 0), "{}", stderr(&out));
     assert!(stderr(&out).contains("another user"), "{}", stderr(&out));
 }
+
+/// `--print-env` quotes so that bash, dash, zsh, busybox sh and fish all read each value back as
+/// it is, and run nothing from it: names with `;`, quotes, backslashes and `$(...)`.
+#[test]
+fn print_env_is_read_back_unchanged_by_every_shell_and_runs_nothing() {
+    let names = [
+        "a;touch x;echo ",
+        r"b\'",
+        r"\';touch x;echo \'",
+        r"c\\'$(touch x)'\",
+        "d'\"`touch x`\"",
+    ];
+    let shells: [(&str, &[&str], &str); 5] = [
+        (
+            "bash",
+            &["-c"],
+            "eval \"$(DLOCK hold -n --print-env NAME)\" || exit 1",
+        ),
+        (
+            "dash",
+            &["-c"],
+            "eval \"$(DLOCK hold -n --print-env NAME)\" || exit 1",
+        ),
+        (
+            "zsh",
+            &["-c"],
+            "eval \"$(DLOCK hold -n --print-env NAME)\" || exit 1",
+        ),
+        (
+            "busybox",
+            &["sh", "-c"],
+            "eval \"$(DLOCK hold -n --print-env NAME)\" || exit 1",
+        ),
+        (
+            "fish",
+            &["-c"],
+            "DLOCK hold -n --print-env NAME | source; or exit 1",
+        ),
+    ];
+    for (shell, flags, hold) in shells {
+        for (i, name) in names.iter().enumerate() {
+            let dir = LockDir::new();
+            // Words fish and POSIX shells read alike: no `\` or `'` inside the quotes.
+            let word = |w: &str| {
+                let mut out = String::from("''");
+                for c in w.chars() {
+                    match c {
+                        '\\' => out.push_str(r"\\"),
+                        '\'' => out.push_str(r"\'"),
+                        c => {
+                            out.push('\'');
+                            out.push(c);
+                            out.push('\'');
+                        }
+                    }
+                }
+                out
+            };
+            let dlock = format!(
+                "{} --url {}",
+                word(dlock_bin()),
+                word(&dir.path().display().to_string())
+            );
+            let script = format!(
+                "{}\nprintf '%s' \"$DLOCK_NAME\" > got\n{dlock} release {} > released 2>&1\ntrue\n",
+                hold.replace("DLOCK", &dlock).replace("NAME", &word(name)),
+                word(name)
+            );
+            let mut cmd = program(shell);
+            cmd.args(flags).arg(&script).current_dir(dir.path());
+            let out = output(cmd);
+            assert_eq!(code(&out), 0, "{shell} {name:?}: {}", stderr(&out));
+            let got = std::fs::read_to_string(dir.file("got")).unwrap_or_default();
+            assert_eq!(got, *name, "{shell}, name {i}");
+            assert!(!dir.file("x").exists(), "{shell} ran code from {name:?}");
+        }
+    }
+}
