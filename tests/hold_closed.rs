@@ -700,6 +700,13 @@ fn what_a_killed_keeper_left_is_swept_once_its_shell_has_ended() {
     for path in stale.iter().chain([&living]) {
         std::fs::write(path, "").expect("plant a leftover");
     }
+    // The running shell's claim is locked, as its keeper locks it.
+    let held = std::fs::File::open(&living).expect("open the claim");
+    // SAFETY: flock(2) on a file this test opened.
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&held), libc::LOCK_EX) },
+        0
+    );
     let mut second = Script::start(&locks.path().join("second"), &["sh"], &body);
     assert_eq!(second.exit_code(), 0, "{}", second.read("err"));
     for path in &stale {
@@ -839,4 +846,49 @@ fn print_env_is_read_back_unchanged_by_every_shell_and_runs_nothing() {
             assert!(!dir.file("x").exists(), "{shell} ran code from {name:?}");
         }
     }
+}
+
+/// A keeper killed with SIGKILL cannot remove its claim: the next hold (of any shell of the user)
+/// removes it, also while the shell it served still runs, since no keeper has it locked.
+#[test]
+fn a_killed_keepers_claim_is_removed_by_the_next_hold() {
+    let locks = LockDir::new();
+    let hold = |name: &str| {
+        format!(
+            "{} --url '{}' hold -n {name} || exit 1\n",
+            dlock_bin(),
+            locks.path().display()
+        )
+    };
+    let body = format!(
+        "trap '' TERM\n{}: > held\n{}\n",
+        hold("killed"),
+        wait_line("go")
+    );
+    let mut first = Script::start(&locks.path().join("first"), &["sh"], &body);
+    wait_for_file(&first.path("held"), T);
+    let shell = first.sh.id();
+    let claims = || -> Vec<PathBuf> {
+        std::fs::read_dir(directory_of_holds())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("{shell}.")) && n.ends_with(".claim"))
+            })
+            .collect()
+    };
+    let claim = claims();
+    assert_eq!(claim.len(), 1, "{claim:?}");
+    assert!(end_keepers_of(shell) > 0, "a keeper to kill");
+    assert!(wait_for_keepers_of(shell, T), "the keeper is gone");
+    assert!(claim[0].exists(), "left by the killed keeper");
+    let mut second = Script::start(&locks.path().join("second"), &["sh"], &hold("other"));
+    assert_eq!(second.exit_code(), 0, "{}", second.read("err"));
+    assert!(!claim[0].exists(), "{} was left", claim[0].display());
+    first.go("go");
+    assert_eq!(first.exit_code(), 0, "{}", first.read("err"));
 }
