@@ -152,7 +152,7 @@ fn list_runs(
     json: bool,
     report: &Reporter,
 ) -> anyhow::Result<Status> {
-    let found = backend.list_runs(prefix)?;
+    let crate::backend::RunsFound { runs: found, cut } = backend.list_runs(prefix)?;
     let listing = backend.list(prefix)?;
     for unreadable in &listing.unreadable {
         report.error(&format!("skipped: {unreadable}"));
@@ -186,6 +186,14 @@ fn list_runs(
         text
     };
     emit(&text)?;
+    if cut {
+        report.error(&format!(
+            "list --runs stopped after the first {} names in order; give a longer prefix to \
+             see the rest",
+            crate::backend::MAX_LISTED_RUNS
+        ));
+        return Ok(Status::Incomplete);
+    }
     Ok(Status::Done)
 }
 

@@ -37,6 +37,8 @@ pub enum Status {
     NotFound,
     /// `status --ran-within`: how the last success stands, in the monitoring plugins' numbers.
     Check(Check),
+    /// `list --runs` stopped at `MAX_LISTED_RUNS` names: what it printed is not all.
+    Incomplete,
 }
 
 /// `status --ran-within`'s answer, as Nagios and its kin read a check's exit status.
@@ -86,7 +88,7 @@ impl Status {
         match self {
             Status::Command(code) | Status::Busy(code) => code,
             Status::Done => 0,
-            Status::Free => 1,
+            Status::Free | Status::Incomplete => 1,
             Status::Signalled(n) => 128_i32.saturating_add(n).clamp(0, 255) as u8,
             Status::LockLost => 79,
             Status::Usage => 64,
@@ -142,6 +144,7 @@ impl Status {
             Status::NotFound => &["the command was not found"],
             Status::Done => &["status: held; release: released"],
             Status::Free => &["status: free; release: nothing held"],
+            Status::Incomplete => &["list --runs: stopped at its most names"],
             Status::Check(_) => &["status --ran-within: 0 ok, 1 too long ago, 2 never, 3 unknown"],
         }
     }
@@ -201,7 +204,7 @@ pub fn subcommand_statuses() -> String {
         "status: {} held, {} free; with --ran-within {} ran within, {} too long ago, {} never \
          succeeded, {} unknown. release --force: {} released, {} nothing held. hold: {} held \
          ({} busy, as run). release: {} released, {} no hold of this shell's, {} the hold had \
-         lost its lock.",
+         lost its lock. list --runs: {} stopped at {} names.",
         Status::Done.code(),
         Status::Free.code(),
         Status::Check(Check::Ok).code(),
@@ -215,6 +218,8 @@ pub fn subcommand_statuses() -> String {
         Status::Done.code(),
         Status::Free.code(),
         Status::LockLost.code(),
+        Status::Incomplete.code(),
+        crate::backend::MAX_LISTED_RUNS,
     )
 }
 
@@ -299,7 +304,7 @@ pub fn status_of(err: &anyhow::Error) -> Status {
 /// The one line to show for an error: its chain of causes, without what libraries add for
 /// their developers (see `text::without_internals`).
 pub fn message_of(err: &anyhow::Error) -> String {
-    crate::text::without_internals(&format!("{err:#}"))
+    crate::text::for_terminal(&crate::text::without_internals(&format!("{err:#}")))
 }
 
 #[cfg(test)]

@@ -18,6 +18,14 @@ pub fn write_all(out: &Path) -> anyhow::Result<()> {
     let man = out.join("man");
     for dir in [&completions_dir, &man] {
         fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        // A symbolic link there (another user's, in a directory they can write) would have the
+        // pages written wherever it points.
+        if fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            anyhow::bail!(
+                "refusing to write into {}: it is a symbolic link",
+                dir.display()
+            );
+        }
     }
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
         let mut text = Vec::new();
@@ -25,7 +33,7 @@ pub fn write_all(out: &Path) -> anyhow::Result<()> {
         let text = String::from_utf8(text).context("completions are not UTF-8")?;
         let (file, text) = completions::finish(shell, text, &cli::command());
         let path = completions_dir.join(file);
-        fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        replace(&path, text.as_bytes())?;
     }
     // No `help` subcommand in the man page's list: there is no dlock-help(1).
     // The pages name the release; `--version` also lists the backends built, which the pages show.
@@ -40,6 +48,32 @@ pub fn write_all(out: &Path) -> anyhow::Result<()> {
         write_man(&man, &name, Some(sub.get_name()), page)?;
     }
     Ok(())
+}
+
+/// Puts `bytes` at `path` as a new file of this user's, never through what is there: written to a
+/// file made beside it (`O_EXCL`: never an existing one, nor a symbolic link's target), then
+/// renamed over `path`, which replaces a symbolic link itself, not the file it points to.
+fn replace(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let failed = || format!("cannot write {}", path.display());
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let temporary = path.with_file_name(format!(
+        ".{}.{}.tmp",
+        name.unwrap_or_default(),
+        std::process::id()
+    ));
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&temporary)
+        .and_then(|mut file| file.write_all(bytes))
+        .and_then(|()| fs::rename(&temporary, path));
+    if written.is_err() {
+        let _ = fs::remove_file(&temporary);
+    }
+    written.with_context(failed)
 }
 
 /// dlock's command without any hidden subcommand, which completions would offer.
@@ -84,7 +118,7 @@ fn write_man(
     render(&mut text).with_context(|| format!("cannot render the man page {name}"))?;
     let text = String::from_utf8(text).context("a man page is not UTF-8")?;
     let path = dir.join(format!("{name}.1"));
-    fs::write(&path, unmark(&text)).with_context(|| format!("cannot write {}", path.display()))
+    replace(&path, unmark(&text).as_ref())
 }
 
 /// The help text's `code` marks, which man would print as backquotes, as bold; a line with an

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 /// carries a backend's error as well as a failure does). A stderr nobody reads any more (a closed
 /// pipe) loses the line, never the exit status (eprintln! would panic).
 fn say(line: &str) {
-    let line = crate::text::without_internals(line);
+    let line = crate::text::for_terminal(&crate::text::without_internals(line));
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 

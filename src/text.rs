@@ -86,6 +86,18 @@ pub fn duration(d: Duration) -> String {
     }
 }
 
+/// Most characters of one line dlock prints about an error or event: its own words are far fewer;
+/// a longer line carries a server's text (a 2 MB error answer), which is cut.
+pub const MAX_LINE_CHARS: usize = 1000;
+
+/// `line` as it may reach a terminal: control characters (escape sequences, C1 controls, a
+/// carriage return or newline that would start a line of the server's words), and what prints
+/// invisibly, escaped (`\u{1b}`); cut after `MAX_LINE_CHARS` characters (`...`). Server error
+/// text reaches the user only inside such a line.
+pub fn for_terminal(line: &str) -> String {
+    crate::lock::escaped(line, MAX_LINE_CHARS)
+}
+
 /// `message` without the internals libraries put in their errors' text: Rust's ` (os error 2)`
 /// after an I/O error, and the redis client's error kind (`... - Server(ResponseError): ...`,
 /// `... - IoError`), which say nothing the words around them do not.

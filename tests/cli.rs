@@ -457,3 +457,49 @@ fn the_backend_comes_from_the_url_s_scheme() {
         stderr(&out)
     );
 }
+
+/// `generate --out DIR` replaces what is at its files' paths, never writing through a symbolic
+/// link (another user's, in a directory they can write, where root runs it), and refuses a
+/// symbolic link in place of its `man` or `completions` directory.
+#[test]
+fn generate_never_writes_through_a_symbolic_link() {
+    let out = tempfile::tempdir().unwrap();
+    let victim = out.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::fs::create_dir_all(out.path().join("completions")).unwrap();
+    std::fs::create_dir_all(out.path().join("man")).unwrap();
+    let links = [
+        out.path().join("completions/dlock.bash"),
+        out.path().join("man/dlock.1"),
+    ];
+    for link in &links {
+        std::os::unix::fs::symlink(&victim, link).unwrap();
+    }
+    let generate = |dir: &std::path::Path| {
+        output({
+            let mut c = dlock();
+            c.args(["generate", "--out"]).arg(dir);
+            c
+        })
+    };
+    let done = generate(out.path());
+    assert_eq!(code(&done), 0, "{}", stderr(&done));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    for link in &links {
+        let meta = std::fs::symlink_metadata(link).unwrap();
+        assert!(meta.is_file(), "{} replaced by a file", link.display());
+    }
+    // A linked directory: refused, nothing written where it points.
+    let other = tempfile::tempdir().unwrap();
+    let elsewhere = other.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, other.path().join("man")).unwrap();
+    let refused = generate(other.path());
+    assert_ne!(code(&refused), 0);
+    assert!(
+        stderr(&refused).contains("symbolic link"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}

@@ -700,6 +700,13 @@ fn what_a_killed_keeper_left_is_swept_once_its_shell_has_ended() {
     for path in stale.iter().chain([&living]) {
         std::fs::write(path, "").expect("plant a leftover");
     }
+    // The running shell's claim is locked, as its keeper locks it.
+    let held = std::fs::File::open(&living).expect("open the claim");
+    // SAFETY: flock(2) on a file this test opened.
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&held), libc::LOCK_EX) },
+        0
+    );
     let mut second = Script::start(&locks.path().join("second"), &["sh"], &body);
     assert_eq!(second.exit_code(), 0, "{}", second.read("err"));
     for path in &stale {
@@ -707,4 +714,181 @@ fn what_a_killed_keeper_left_is_swept_once_its_shell_has_ended() {
     }
     assert!(living.exists(), "the entry of a running shell was removed");
     let _ = std::fs::remove_file(&living);
+}
+
+/// Ends, by pid, every keeper holding for process `owner` (a test whose hold should have been
+/// refused must not leave one behind); how many there were.
+fn end_keepers_of(owner: u32) -> usize {
+    let needle = format!("DLOCK_KEEPER_OF={owner}.");
+    let keepers: Vec<i32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0)
+                    .any(|var| var.starts_with(needle.as_bytes()))
+            })
+        })
+        .collect();
+    for pid in &keepers {
+        // SAFETY: kill(2) on a pid read just above.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    keepers.len()
+}
+
+/// `--owner 1` (init) would hold until the machine stops, and a process of another user is none
+/// a keeper of this user may answer to: both refused (64), nothing held.
+#[test]
+fn owner_1_and_another_users_process_are_refused() {
+    let locks = LockDir::new();
+    let out = output(locks.dlock(&["hold", "-n", "--owner", "1", "init"]));
+    let kept = end_keepers_of(1);
+    assert_eq!((code(&out), kept), (64, 0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--owner 1"), "{}", stderr(&out));
+    if own_uid() != 0 {
+        return;
+    }
+    // dlock as nobody, under this (root's) test process.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(locks.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let me = std::process::id();
+    let mut cmd = locks.dlock(&["hold", "-n", "--owner", &me.to_string(), "theirs"]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = output(cmd);
+    let kept = end_keepers_of(me);
+    assert_eq!((code(&out), kept), (64, 0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("another user"), "{}", stderr(&out));
+}
+
+/// `--print-env` quotes so that bash, dash, zsh, busybox sh and fish all read each value back as
+/// it is, and run nothing from it: names with `;`, quotes, backslashes and `$(...)`.
+#[test]
+fn print_env_is_read_back_unchanged_by_every_shell_and_runs_nothing() {
+    let names = [
+        "a;touch x;echo ",
+        r"b\'",
+        r"\';touch x;echo \'",
+        r"c\\'$(touch x)'\",
+        "d'\"`touch x`\"",
+    ];
+    let shells: [(&str, &[&str], &str); 5] = [
+        (
+            "bash",
+            &["-c"],
+            "eval \"$(DLOCK hold -n --print-env NAME)\" || exit 1",
+        ),
+        (
+            "dash",
+            &["-c"],
+            "eval \"$(DLOCK hold -n --print-env NAME)\" || exit 1",
+        ),
+        (
+            "zsh",
+            &["-c"],
+            "eval \"$(DLOCK hold -n --print-env NAME)\" || exit 1",
+        ),
+        (
+            "busybox",
+            &["sh", "-c"],
+            "eval \"$(DLOCK hold -n --print-env NAME)\" || exit 1",
+        ),
+        (
+            "fish",
+            &["-c"],
+            "DLOCK hold -n --print-env NAME | source; or exit 1",
+        ),
+    ];
+    for (shell, flags, hold) in shells {
+        for (i, name) in names.iter().enumerate() {
+            let dir = LockDir::new();
+            // Words fish and POSIX shells read alike: no `\` or `'` inside the quotes.
+            let word = |w: &str| {
+                let mut out = String::from("''");
+                for c in w.chars() {
+                    match c {
+                        '\\' => out.push_str(r"\\"),
+                        '\'' => out.push_str(r"\'"),
+                        c => {
+                            out.push('\'');
+                            out.push(c);
+                            out.push('\'');
+                        }
+                    }
+                }
+                out
+            };
+            let dlock = format!(
+                "{} --url {}",
+                word(dlock_bin()),
+                word(&dir.path().display().to_string())
+            );
+            let script = format!(
+                "{}\nprintf '%s' \"$DLOCK_NAME\" > got\n{dlock} release {} > released 2>&1\ntrue\n",
+                hold.replace("DLOCK", &dlock).replace("NAME", &word(name)),
+                word(name)
+            );
+            let mut cmd = program(shell);
+            cmd.args(flags).arg(&script).current_dir(dir.path());
+            let out = output(cmd);
+            assert_eq!(code(&out), 0, "{shell} {name:?}: {}", stderr(&out));
+            let got = std::fs::read_to_string(dir.file("got")).unwrap_or_default();
+            assert_eq!(got, *name, "{shell}, name {i}");
+            assert!(!dir.file("x").exists(), "{shell} ran code from {name:?}");
+        }
+    }
+}
+
+/// A keeper killed with SIGKILL cannot remove its claim: the next hold (of any shell of the user)
+/// removes it, also while the shell it served still runs, since no keeper has it locked.
+#[test]
+fn a_killed_keepers_claim_is_removed_by_the_next_hold() {
+    let locks = LockDir::new();
+    let hold = |name: &str| {
+        format!(
+            "{} --url '{}' hold -n {name} || exit 1\n",
+            dlock_bin(),
+            locks.path().display()
+        )
+    };
+    let body = format!(
+        "trap '' TERM\n{}: > held\n{}\n",
+        hold("killed"),
+        wait_line("go")
+    );
+    let mut first = Script::start(&locks.path().join("first"), &["sh"], &body);
+    wait_for_file(&first.path("held"), T);
+    let shell = first.sh.id();
+    let claims = || -> Vec<PathBuf> {
+        std::fs::read_dir(directory_of_holds())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("{shell}.")) && n.ends_with(".claim"))
+            })
+            .collect()
+    };
+    let claim = claims();
+    assert_eq!(claim.len(), 1, "{claim:?}");
+    assert!(end_keepers_of(shell) > 0, "a keeper to kill");
+    assert!(wait_for_keepers_of(shell, T), "the keeper is gone");
+    assert!(claim[0].exists(), "left by the killed keeper");
+    let mut second = Script::start(&locks.path().join("second"), &["sh"], &hold("other"));
+    assert_eq!(second.exit_code(), 0, "{}", second.read("err"));
+    assert!(!claim[0].exists(), "{} was left", claim[0].display());
+    first.go("go");
+    assert_eq!(first.exit_code(), 0, "{}", first.read("err"));
 }

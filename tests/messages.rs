@@ -314,3 +314,79 @@ fn ctrl_c_while_waiting_on_a_terminal_erases_the_status_line() {
     assert!(after[erased..].contains("rc=130"), "{screen:?}");
     assert!(!after[erased..].contains("waiting"), "{screen:?}");
 }
+
+/// A loopback Redis that answers every command of its first 20 connections with `reply`; its port.
+fn redis_answering(reply: Vec<u8>) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let reply = std::sync::Arc::new(reply);
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(20) {
+            let Ok(mut conn) = conn else { continue };
+            let reply = reply.clone();
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+                let mut buf = [0u8; 4096];
+                // One answer per read, a hundred at most.
+                for _ in 0..100 {
+                    match conn.read(&mut buf) {
+                        Ok(n) if n > 0 => {
+                            if conn.write_all(&reply).is_err() {
+                                return;
+                            }
+                        }
+                        _ => return,
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A server's error text reaches the terminal escaped and cut short: no escape sequence, C1
+/// control or line of its own ("FAKE: dlock: lock acquired OK"), never megabytes, on stderr and in
+/// `--ran-within`'s line on stdout.
+#[test]
+fn a_servers_error_text_is_escaped_and_cut_short() {
+    let mut reply = "-ERR evil \x1b[2J\u{9b}31m\rFAKE: dlock: lock acquired OK "
+        .as_bytes()
+        .to_vec();
+    reply.extend(std::iter::repeat_n(b'x', 2 << 20));
+    reply.extend_from_slice(b"\r\n");
+    let port = redis_answering(reply);
+    let url = format!("redis://127.0.0.1:{port}");
+    let on = |args: &[&str]| {
+        let mut cmd = dlock();
+        cmd.args([
+            "--backend",
+            "redis",
+            "--url",
+            &url,
+            "--connect-timeout",
+            "5s",
+        ])
+        .args(args);
+        output(cmd)
+    };
+    let safe = |text: &str, what: &str| {
+        assert!(
+            !text.contains('\x1b') && !text.contains('\u{9b}') && !text.contains('\r'),
+            "{what}: {text:?}"
+        );
+        assert!(text.len() < 4096, "{what}: {} bytes", text.len());
+        assert!(
+            text.lines().all(|line| !line.starts_with("FAKE")),
+            "{what}: {text:?}"
+        );
+    };
+    let out = on(&["run", "-n", "x", "--", "true"]);
+    assert_ne!(code(&out), 0);
+    safe(&stderr(&out), "run's stderr");
+    assert!(stderr(&out).contains("evil"), "{}", stderr(&out));
+    let out = on(&["status", "x", "--ran-within", "1h"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    safe(&stdout(&out), "--ran-within's line");
+    safe(&stderr(&out), "--ran-within's stderr");
+}

@@ -249,6 +249,8 @@ on_both!(
     a_min_hold_keeps_the_lock_past_the_ending_unless_nothing_ran: "t_lr_min_",
     tables_of_an_older_dlock_gain_the_records: "t_lr_old_",
     names_unwritten_for_400_days_lose_their_records_at_the_next_list: "t_lr_age_",
+    a_success_dated_after_the_servers_time_is_unreadable_never_ok: "t_lr_future_",
+    list_runs_says_it_stopped_at_ten_thousand_names_and_exits_1: "t_lr_many_",
 );
 
 fn each_ending_is_written_into_the_last_run_by_the_servers_clock(s: &Store) {
@@ -599,4 +601,57 @@ fn names_unwritten_for_400_days_lose_their_records_at_the_next_list(s: &Store) {
     assert_eq!(s.raw("stale", "last_run"), None, "deleted by the list");
     assert_eq!(s.last_run("recent").ending(), Some("exit:0"), "kept");
     assert_eq!(s.last_run("now").token, 2);
+}
+
+/// `status NAME --ran-within 1h`: its exit status and its line.
+fn ran_within_1h(s: &Store, name: &str) -> (i32, String) {
+    let out = output(s.dlock(&["status", name, "--ran-within", "1h"]));
+    (code(&out), stdout(&out))
+}
+
+fn a_success_dated_after_the_servers_time_is_unreadable_never_ok(s: &Store) {
+    assert_eq!(s.run(&["run", "future", "--", "true"]).1, 0);
+    assert_eq!(ran_within_1h(s, "future").0, 0, "a success just now");
+    for column in ["last_run", "last_success"] {
+        let raw = String::from_utf8(s.raw("future", column).expect("a record")).expect("UTF-8");
+        let later = run_records::dated_later(&raw, run_records::THIRTY_DAYS_MS);
+        s.sql(&format!(
+            "UPDATE {}runs SET {column} = '{later}' WHERE name = 'future'",
+            s.prefix
+        ));
+    }
+    let (status, line) = ran_within_1h(s, "future");
+    assert_eq!(status, 3, "UNKNOWN: {line}");
+    assert!(
+        line.starts_with("UNKNOWN: future has an unreadable record of its last success")
+            && line.contains("dated after"),
+        "{line}"
+    );
+}
+
+fn list_runs_says_it_stopped_at_ten_thousand_names_and_exits_1(s: &Store) {
+    assert_eq!(s.run(&["run", "a", "--", "true"]).1, 0);
+    let p = &s.prefix;
+    let record = String::from_utf8(s.raw("a", "last_run").expect("a record")).expect("UTF-8");
+    s.sql(&match s.kind {
+        Kind::Pg => format!(
+            "INSERT INTO {p}runs (name, last_run, written_at) \
+             SELECT 'n' || lpad(i::text, 5, '0'), '{record}', clock_timestamp() \
+             FROM generate_series(0, 10000) i"
+        ),
+        Kind::My => format!(
+            "SET SESSION max_recursive_iterations = 20000; \
+             INSERT INTO {p}runs (name, last_run, written_at) \
+             WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < 10000) \
+             SELECT CONCAT('n', LPAD(i, 5, '0')), '{record}', UTC_TIMESTAMP(6) FROM s"
+        ),
+    });
+    let out = output(s.dlock(&["list", "--runs", "n"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 10_000);
+    assert!(
+        stderr(&out).starts_with("dlock: list --runs stopped after the first 10000 names"),
+        "{}",
+        stderr(&out)
+    );
 }

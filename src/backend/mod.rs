@@ -162,9 +162,9 @@ pub trait Backend: Send {
 
     /// Every lock whose name starts with `prefix` and of which the store keeps a last run or a
     /// last success, held or free, sorted by name, each with what `last_runs` says of it (records
-    /// that expired are left out). At most `MAX_LISTED_RUNS` names; what the store keeps under a
-    /// name that is no lock's is left out too (see `runs_of`).
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>>;
+    /// that expired are left out). At most `MAX_LISTED_RUNS` names, and whether there were more;
+    /// what the store keeps under a name that is no lock's is left out too (see `runs_of`).
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<RunsFound>;
 
     /// Break the lock for every holder (an operator cleaning up after a dead one). Returns the holders
     /// removed. Each removed holder's dlock notices at its next renewal and treats the lock as lost.
@@ -270,18 +270,29 @@ impl From<Vec<LockStatus>> for Listing {
 /// is no reason to read without end.
 pub const MAX_LISTED_RUNS: usize = 10_000;
 
+/// What `list_runs` found.
+#[derive(Debug, Default)]
+pub struct RunsFound {
+    /// Each lock with records, sorted by name, and what `last_runs` says of it.
+    pub runs: Vec<(LockName, LastRuns)>,
+    /// Whether there were more than `MAX_LISTED_RUNS` names, of which `runs` has the first.
+    pub cut: bool,
+}
+
 /// `list_runs` once a store has found the names it keeps records under (in any order, repeated
-/// or not, each only if it starts with `prefix`): each one's records, read by `read` (as
-/// `last_runs` reads them), for the first `MAX_LISTED_RUNS` names by order; the names with none
-/// (expired, or removed meanwhile) are left out.
+/// or not, each only if it starts with `prefix`; a store that stops looking must hand over more
+/// than `MAX_LISTED_RUNS` when there are, so that `cut` says so): each one's records, read by
+/// `read` (as `last_runs` reads them), for the first `MAX_LISTED_RUNS` names by order; the names
+/// with none (expired, or removed meanwhile) are left out.
 pub(crate) fn runs_of(
     prefix: &str,
     mut names: Vec<LockName>,
     read: impl Fn(&LockName) -> anyhow::Result<LastRuns>,
-) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+) -> anyhow::Result<RunsFound> {
     names.retain(|name| name.as_str().starts_with(prefix));
     names.sort();
     names.dedup();
+    let cut = names.len() > MAX_LISTED_RUNS;
     names.truncate(MAX_LISTED_RUNS);
     let mut found = Vec::with_capacity(names.len());
     for name in names {
@@ -290,7 +301,7 @@ pub(crate) fn runs_of(
             found.push((name, runs));
         }
     }
-    Ok(found)
+    Ok(RunsFound { runs: found, cut })
 }
 
 /// Where a waiting acquisition reports who holds the lock.

@@ -124,7 +124,43 @@ fn claim(
                     dir.display()
                 )
             })?;
-        if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+        let locked = flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok();
+        // A sweep (registry.rs) removes a claim it could lock: one it removed between the open
+        // and the lock is locked here, but no longer at its path. Made again once.
+        let here = |f: &fs::File| {
+            use std::os::unix::fs::MetadataExt;
+            let (Ok(ours), Ok(now)) = (f.metadata(), fs::symlink_metadata(&path)) else {
+                return false;
+            };
+            (ours.dev(), ours.ino()) == (now.dev(), now.ino())
+        };
+        let file = if locked && !here(&file) {
+            let again = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .with_context(|| {
+                    format!(
+                        "cannot register the hold of lock {:?} in {}",
+                        name.as_str(),
+                        dir.display()
+                    )
+                })?;
+            if flock(&again, FlockOperation::NonBlockingLockExclusive).is_err() || !here(&again) {
+                return Err(anyhow!(
+                    "this shell already holds lock {:?} with dlock hold, or is taking it; `dlock \
+                     release {}` first",
+                    name.as_str(),
+                    name.as_str()
+                ))
+                .fail_with(Failure::Usage);
+            }
+            again
+        } else {
+            file
+        };
+        if !locked {
             return Err(anyhow!(
                 "this shell already holds lock {:?} with dlock hold, or is taking it; `dlock \
                  release {}` first",

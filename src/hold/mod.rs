@@ -114,10 +114,10 @@ fn keeper_of() -> Option<Process> {
     (front.parse::<u32>().ok()? == parent).then_some(Process::parse(shell)?)
 }
 
-/// `NAME='value'` lines, exported, as `eval` in any POSIX shell reads them.
+/// `export NAME='value'` lines, as `eval` in a POSIX shell and `source` in fish read them.
 fn shell_lines(env: &[(String, String)]) -> String {
     env.iter()
-        .map(|(k, v)| format!("export {k}='{}'\n", v.replace('\'', r"'\''")))
+        .map(|(k, v)| format!("export {k}={}\n", shell_word(v)))
         .collect()
 }
 
@@ -139,17 +139,37 @@ pub fn asks_print_env(cli: Option<&Cli>) -> bool {
     }
 }
 
+/// `value` single-quoted so that POSIX shells and fish read it back unchanged: fish takes `\'` and
+/// `\\` as escapes inside single quotes, POSIX shells take nothing there, so every `'` and `\` is
+/// written outside the quotes, escaped (`\'`, `\\`), which both read alike.
+fn shell_word(value: &str) -> String {
+    let mut out = String::from("'");
+    for c in value.chars() {
+        match c {
+            '\'' | '\\' => {
+                out.push('\'');
+                out.push('\\');
+                out.push(c);
+                out.push('\'');
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn values_are_single_quoted_for_eval() {
         let env = vec![
-            ("DLOCK_NAME".to_owned(), "it's $x".to_owned()),
+            ("DLOCK_NAME".to_owned(), r"it's $x\".to_owned()),
             ("DLOCK_TOKEN".to_owned(), "7".to_owned()),
         ];
         assert_eq!(
             super::shell_lines(&env),
-            "export DLOCK_NAME='it'\\''s $x'\nexport DLOCK_TOKEN='7'\n"
+            "export DLOCK_NAME='it'\\''s $x'\\\\''\nexport DLOCK_TOKEN='7'\n"
         );
     }
 }

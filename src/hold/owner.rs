@@ -32,7 +32,7 @@ pub fn find(explicit: Option<u32>, report: &Reporter) -> anyhow::Result<Process>
     let own = std::process::id();
     let ancestors = registry::ancestry(own);
     if let Some(pid) = explicit {
-        return ancestors
+        let owner = ancestors
             .iter()
             .skip(1)
             .find(|p| p.pid == pid)
@@ -43,7 +43,8 @@ pub fn find(explicit: Option<u32>, report: &Reporter) -> anyhow::Result<Process>
                      ancestors); the hold would have nobody to keep it for"
                 )
             })
-            .fail_with(Failure::Usage);
+            .fail_with(Failure::Usage)?;
+        return explicit_owner_ok(owner).map(|()| owner);
     }
     let Some(parent) = ancestors.get(1).copied() else {
         return Err(anyhow!("cannot find the process that runs dlock hold"))
@@ -70,6 +71,37 @@ pub fn find(explicit: Option<u32>, report: &Reporter) -> anyhow::Result<Process>
         }
     }
     Ok(parent)
+}
+
+/// Whether `--owner` may name `owner`: not pid 1, whose hold would last until the reboot, and
+/// not another user's process unless dlock runs as root (`sudo dlock hold --owner $$`): a hold
+/// kept for a process its keeper cannot answer to.
+fn explicit_owner_ok(owner: Process) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if owner.pid == 1 {
+        return Err(anyhow!(
+            "--owner 1 is the system's first process (init): the hold would last until the \
+             machine stops; name the script's shell (--owner $$)"
+        ))
+        .fail_with(Failure::Usage);
+    }
+    let me = rustix::process::geteuid().as_raw();
+    let theirs = std::fs::metadata(format!("/proc/{}", owner.pid)).map(|m| m.uid());
+    match theirs {
+        Ok(uid) if me == 0 || uid == me => Ok(()),
+        Ok(uid) => Err(anyhow!(
+            "--owner {} is a process of another user (uid {uid}); only root may hold for another \
+             user's process",
+            owner.pid
+        ))
+        .fail_with(Failure::Usage),
+        Err(e) => Err(anyhow!(
+            "cannot tell whose process --owner {} is: {}",
+            owner.pid,
+            crate::report::plain(&e)
+        ))
+        .fail_with(Failure::Usage),
+    }
 }
 
 /// The program `pid` runs, as a file name: `/proc/PID/exe`'s, else its command name.

@@ -159,7 +159,9 @@ pub fn entry(dir: &Path, shell: Process, place: &str, name: &LockName) -> PathBu
 /// Removes the entries and claims of shells that have ended: a keeper killed with SIGKILL could
 /// not remove its own. An entry of a shell still running is kept even when its keeper is gone,
 /// since `dlock release` from that shell reads it as "ended without a release" (79). A shell
-/// that has ended cannot start a keeper, so nothing removed here can be in use.
+/// that has ended cannot start a keeper, so nothing removed here can be in use. A claim no keeper
+/// has locked (its keeper was killed) is removed too, whoever's shell it names, under the lock
+/// this takes (a keeper checks, once it has locked its claim, that it is still at its path).
 pub fn sweep(dir: &Path) {
     let Ok(listing) = fs::read_dir(dir) else {
         return;
@@ -178,8 +180,26 @@ pub fn sweep(dir: &Path) {
         if let Some(owner) = owner {
             if Process::now(owner.pid) != Some(owner) {
                 let _ = fs::remove_file(entry.path());
+            } else if text.ends_with(".claim") {
+                remove_unheld(&entry.path());
             }
         }
+    }
+}
+
+/// Removes the claim at `path` if no keeper has it locked, while holding its lock.
+fn remove_unheld(path: &Path) {
+    use rustix::fs::{flock, FlockOperation};
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(file) = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    else {
+        return;
+    };
+    if flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok() {
+        let _ = fs::remove_file(path);
     }
 }
 

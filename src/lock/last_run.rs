@@ -46,6 +46,10 @@ pub const MAX_RUN_RECORD_BYTES: usize = 1024;
 /// yearly job still finds its last run.
 pub const RUN_RECORD_KEPT_FOR: Duration = Duration::from_secs(400 * 24 * 3600);
 
+/// How far ahead of the reader's clock a record written by another host's may be dated (the file
+/// backend, etcd: stores without a clock of their own), for clocks kept in step by NTP.
+pub const READER_CLOCK_SKEW: Duration = Duration::from_secs(1);
+
 /// Most characters of an unreadable record shown.
 const MAX_SHOWN_CHARS: usize = 120;
 
@@ -253,6 +257,25 @@ impl Run {
         }
     }
 
+    /// This run as read when the clock that dated it says `now` (the store's, or the reader's for
+    /// a store that has none, give or take `skew`): a run dated later, acquired or ended after
+    /// `now` (and `skew`), is unreadable, not a success within any time (a clock that was wrong,
+    /// or a record forged).
+    pub fn judged_at(self, now: SystemTime, skew: Duration) -> Run {
+        if self
+            .acquired
+            .max(self.ended)
+            .is_none_or(|t| t <= now + skew)
+        {
+            return self;
+        }
+        let now = rfc3339(now).unwrap_or_else(|| "?".into());
+        Run::unreadable(&format!(
+            "dated after {now}, the time now: {}",
+            self.record()
+        ))
+    }
+
     fn parse(raw: &str) -> Option<Run> {
         if raw.len() > MAX_RUN_RECORD_BYTES {
             return None;
@@ -303,6 +326,16 @@ pub struct LastRuns {
     pub last_run: Option<Run>,
     /// The latest run that succeeded (`Ending::succeeded`).
     pub last_success: Option<Run>,
+}
+
+impl LastRuns {
+    /// Both records as read when the clock that dated them says `now` (see `Run::judged_at`).
+    pub fn judged_at(self, now: SystemTime, skew: Duration) -> LastRuns {
+        LastRuns {
+            last_run: self.last_run.map(|run| run.judged_at(now, skew)),
+            last_success: self.last_success.map(|run| run.judged_at(now, skew)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -391,5 +424,27 @@ mod tests {
             Run::from_record(&long).unreadable.unwrap().chars().count(),
             123
         );
+    }
+
+    #[test]
+    fn a_run_dated_after_now_is_unreadable() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_100);
+        let ended = run().ended(Ending::Exited(0), now);
+        assert_eq!(ended.clone().judged_at(now, Duration::ZERO), ended);
+        let earlier = now - Duration::from_millis(1);
+        let skew = Duration::from_millis(1);
+        assert_eq!(ended.clone().judged_at(earlier, skew), ended);
+        // Ended after `earlier`; acquired (at ...000.123) after ...000.
+        let before_start = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        for (run, at, shown) in [
+            (ended.clone(), earlier, "2023-11-14T22:14:59Z"),
+            (run(), before_start, "2023-11-14T22:13:20Z"),
+        ] {
+            let why = run
+                .judged_at(at, Duration::ZERO)
+                .unreadable
+                .expect("unreadable");
+            assert!(why.starts_with(&format!("dated after {shown}, ")), "{why}");
+        }
     }
 }

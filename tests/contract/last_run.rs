@@ -318,6 +318,30 @@ pub fn ran_within_is_3_unknown_when_the_store_cannot_be_reached(t: &Target) {
     assert!(line.starts_with("UNKNOWN: lr/down: "), "{line}");
 }
 
+/// A run by a host whose clock is 30 days ahead: a store with a clock dates it by its own, and
+/// its success is recent; on one without (the file backend, etcd: the writer's clock dated it),
+/// the reader finds it dated after its time now, unreadable (3), never a success within 1h.
+pub fn a_run_by_a_clock_30_days_ahead_is_never_a_recent_success(t: &Target) {
+    let mut ahead = with_clock("+30d");
+    ahead.args(&t.args).args(["run", "lr/ahead", "--", "true"]);
+    let out = output(ahead);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (status, line) = ran_within(t.dlock(&[]), "lr/ahead", "1h");
+    match t.kind {
+        Kind::File | Kind::Etcd => {
+            assert_eq!(status, 3, "UNKNOWN: {line}");
+            assert!(
+                line.starts_with("UNKNOWN: lr/ahead has an unreadable record of its last success")
+                    && line.contains("dated after"),
+                "{line}"
+            );
+        }
+        Kind::Redis | Kind::Zk | Kind::Postgres | Kind::Mysql => {
+            assert_eq!(status, 0, "dated by the store's clock: {line}")
+        }
+    }
+}
+
 /// dlock is stopped while its command runs, until its lock is gone (the lease passed; on the file
 /// backend, whose lock has no lease, its lock file removed); then the command exits 0 and dlock
 /// goes on: it learns of the loss from its release, exits 79, and the run is recorded lost, with

@@ -259,6 +259,7 @@ contract! {
             ran_within_is_3_unknown_when_the_store_cannot_be_reached,
             a_run_that_lost_its_lock_before_its_command_succeeded_ends_lost,
             list_runs_shows_every_lock_that_ran_held_or_free_and_how_each_ended,
+            a_run_by_a_clock_30_days_ahead_is_never_a_recent_success,
         ],
         hostile: [
             a_forged_record_is_unreadable_and_the_lock_stays_busy,

@@ -255,3 +255,45 @@ fn a_min_hold_gives_the_lock_up_at_once_when_no_command_ran() {
     let out = output(on(server, &["run", "-n", "lr-first", "--", "true"]));
     assert_eq!(code(&out), 75, "kept: {}", stderr(&out));
 }
+
+#[test]
+fn list_reads_a_prefix_of_many_megabytes_a_page_at_a_time() {
+    let server = EtcdServer::start();
+    let dir = LockDir::new();
+    assert_eq!(
+        code(&output(on(&server, &["run", "small", "--", "true"]))),
+        0
+    );
+    // Eight values of 800 KB: 6.4 MB under /dlock/, more than one answer dlock reads may hold.
+    let value = dir.file("value");
+    std::fs::write(&value, "x".repeat(800_000)).unwrap();
+    for i in 0..8 {
+        let out = server
+            .etcdctl(&["put", &format!("/dlock/fat{i}:last-run")])
+            .stdin(std::fs::File::open(&value).unwrap())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "put: {}", stderr(&out));
+    }
+    let mut holder = start_holder(&server, &dir, &[], "held", "held");
+    let out = output(on(&server, &["list"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("held\texclusive by "),
+        "{}",
+        stdout(&out)
+    );
+    let out = output(on(&server, &["list", "--runs"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let names: Vec<&str> = text
+        .lines()
+        .map(|line| line.split(':').next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        names,
+        ["fat0", "fat1", "fat2", "fat3", "fat4", "fat5", "fat6", "fat7", "held", "small"]
+    );
+    let_go(&dir, "held");
+    let _ = holder.wait();
+}

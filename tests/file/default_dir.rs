@@ -306,10 +306,29 @@ fn a_squatted_directory_of_holds_is_refused_with_69_naming_its_owner_and_the_fix
     let run = fake_run();
     let dir = run.path().join(format!("lock/dlock-holds-{VICTIM}"));
     squat(&dir);
-    // `hold` holds for a shell, or an owner named: this test process.
-    let owner = std::process::id().to_string();
-    for args in [&["hold", "--owner", &owner, "x"][..], &["release", "x"]] {
-        let out = output(dlock_with_run(run.path(), Some(VICTIM), args));
+    // `hold` holds for a shell, or an owner named: a shell of the user's own, which runs it.
+    let as_victim = |args: &[&str]| {
+        if args[0] != "hold" {
+            return dlock_with_run(run.path(), Some(VICTIM), args);
+        }
+        let mut cmd = program("unshare");
+        cmd.args(["--mount", "--propagation", "private", "sh", "-ec"])
+            .arg(format!(
+                "mount --bind \"$0\" /run\nexec setpriv --reuid={VICTIM} --regid={VICTIM} \
+                 --clear-groups -- sh -c '\"$0\" hold --owner $$ x; exit $?' \"$1\""
+            ))
+            .arg(run.path())
+            .arg(dlock_bin())
+            .stdin(Stdio::null());
+        for (key, _) in std::env::vars() {
+            if key.starts_with("DLOCK_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd
+    };
+    for args in [&["hold", "--owner", "SHELL", "x"][..], &["release", "x"]] {
+        let out = output(as_victim(args));
         assert_eq!(code(&out), 69, "{args:?}: {}", stderr(&out));
         assert_eq!(
             stderr(&out),

@@ -266,3 +266,59 @@ fn a_set_given_back_before_its_command_ran_keeps_no_min_hold() {
     let _ = b.kill();
     let _ = b.wait();
 }
+
+#[test]
+fn a_success_dated_after_this_hosts_time_is_unreadable_never_ok() {
+    let dir = LockDir::new();
+    // Written by a host whose clock is 30 days ahead.
+    let mut ahead = with_clock("+30d");
+    ahead
+        .arg("--url")
+        .arg(dir.path())
+        .args(["run", "x", "--", "true"]);
+    assert_eq!(code(&output(ahead)), 0);
+    let out = output(dir.dlock(&["status", "x", "--ran-within", "1h"]));
+    let line = stdout(&out);
+    assert_eq!(code(&out), 3, "UNKNOWN: {line}");
+    assert!(
+        line.starts_with("UNKNOWN: x has an unreadable record of its last success")
+            && line.contains("dated after"),
+        "{line}"
+    );
+    assert!(
+        status_json(&dir, "x")["last_run"]["unreadable"]
+            .as_str()
+            .is_some_and(|why| why.starts_with("dated after")),
+        "status --json shows the run unreadable too"
+    );
+}
+
+#[test]
+fn list_runs_says_it_stopped_at_ten_thousand_names_and_exits_1() {
+    let dir = LockDir::new();
+    assert_eq!(code(&output(dir.dlock(&["run", "a", "--", "true"]))), 0);
+    let record = std::fs::read(dir.file("a.runs")).unwrap();
+    for i in 0..10_001 {
+        std::fs::write(dir.file(&format!("n{i:05}.runs")), &record).unwrap();
+    }
+    let out = output(dir.dlock(&["list", "--runs", "n"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 10_000);
+    assert!(
+        text.lines().last().unwrap().starts_with("n09999: "),
+        "in order"
+    );
+    assert_eq!(
+        stderr(&out),
+        "dlock: list --runs stopped after the first 10000 names in order; give a longer prefix \
+         to see the rest\n"
+    );
+    let out = output(dir.dlock(&["list", "--runs", "--json", "n"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let all: Vec<serde_json::Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(all.len(), 10_000);
+    let out = output(dir.dlock(&["list", "--runs", "n0999"]));
+    assert_eq!((code(&out), stderr(&out).as_str()), (0, ""));
+    assert_eq!(stdout(&out).lines().count(), 10);
+}

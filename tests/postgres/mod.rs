@@ -612,3 +612,19 @@ fn remaking_the_schema_takes_no_lock_on_tables_in_use() {
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert!(stderr(&out).contains("was not held"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_url_with_an_unencoded_at_sign_in_its_password_is_refused_naming_no_secret() {
+    let (_refusing, port) = refusing_port();
+    let url = format!("postgres://dlock:S3cr3t@x@127.0.0.1:{port}/dlock");
+    let out = output({
+        let mut cmd = dlock();
+        cmd.args(["--backend", "postgres", "--url", &url, "status", "x"]);
+        cmd
+    });
+    let said = stderr(&out);
+    assert_eq!(code(&out), 64, "{said}");
+    assert!(said.contains("%40"), "says how to write it: {said}");
+    assert!(!said.contains("S3cr3t"), "{said}");
+    assert_eq!(said.lines().count(), 1, "{said}");
+}

@@ -789,3 +789,76 @@ fn redlock_servers_that_missed_an_acquisition_or_a_release_keep_older_records() 
     assert_eq!(ended[1].ending.as_deref(), Some("signal:15"));
     assert_eq!((missed.token, missed.ended), (ended[0].token, None));
 }
+
+/// `status NAME --ran-within 1h` on `urls`: its exit status and its line.
+fn ran_within_1h(urls: &[String], name: &str) -> (i32, String) {
+    let out = output(dlock_at(urls, &["status", name, "--ran-within", "1h"]));
+    (code(&out), stdout(&out))
+}
+
+#[test]
+fn a_success_dated_after_the_servers_time_is_unreadable_never_ok() {
+    let server = RedisServer::start();
+    let url = [server.url()];
+    assert_eq!(run_to_end(&url, &["run", "future", "--", "true"]).0, 0);
+    assert_eq!(ran_within_1h(&url, "future").0, 0, "a success just now");
+    let mut conn = server.connection();
+    for key in ["last-run", "last-success"] {
+        let key = format!("dlock:{{future}}:{key}");
+        let raw: String = redis::cmd("GET").arg(&key).query(&mut conn).expect("GET");
+        let later = run_records::dated_later(&raw, run_records::THIRTY_DAYS_MS);
+        let () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&later)
+            .query(&mut conn)
+            .expect("SET");
+    }
+    let (status, line) = ran_within_1h(&url, "future");
+    assert_eq!(status, 3, "UNKNOWN: {line}");
+    assert!(
+        line.starts_with("UNKNOWN: future has an unreadable record of its last success")
+            && line.contains("dated after"),
+        "{line}"
+    );
+}
+
+/// The bytes the server has sent its clients so far (`INFO stats`).
+fn sent_bytes(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut server.connection())
+        .expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix("total_net_output_bytes:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no total_net_output_bytes in {info}"))
+}
+
+#[test]
+fn a_huge_value_in_place_of_a_record_is_unreadable_and_read_only_in_part() {
+    let server = RedisServer::start();
+    let url = [server.url()];
+    let huge = format!("run1 1 1 - - 1 {} {}", "0".repeat(32), "h".repeat(32 << 20));
+    let () = redis::cmd("SET")
+        .arg("dlock:{big}:last-run")
+        .arg(&huge)
+        .query(&mut server.connection())
+        .expect("SET");
+    let before = sent_bytes(&server);
+    let out = output(dlock_at(&url, &["status", "big"]));
+    let sent = sent_bytes(&server) - before;
+    assert_eq!(code(&out), 1, "free: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains("last run: unreadable record \"run1 1 1 - - 1 "),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).len() < 1024,
+        "shown cut short: {}",
+        stdout(&out).len()
+    );
+    assert!(sent < 64 << 10, "the server sent {sent} bytes");
+    let (status, line) = ran_within_1h(&url, "big");
+    assert_eq!(status, 3, "UNKNOWN: {line}");
+}

@@ -76,3 +76,18 @@ pub fn now_ms() -> u64 {
         .expect("a clock after 1970")
         .as_millis() as u64
 }
+
+/// `raw`, a record, with its times (acquired, and ended if it has) moved `by_ms` later: a record
+/// dated in the future, as a store whose clock was wrong, or a forger, would keep it.
+pub fn dated_later(raw: &str, by_ms: u64) -> String {
+    let mut fields: Vec<String> = raw.splitn(8, ' ').map(str::to_owned).collect();
+    for field in &mut fields[2..4] {
+        if field != "-" {
+            *field = (number::<u64>(field, raw) + by_ms).to_string();
+        }
+    }
+    fields.join(" ")
+}
+
+/// Thirty days in ms, how far `dated_later` moves the records of the tests that forge them.
+pub const THIRTY_DAYS_MS: u64 = 30 * 24 * 3600 * 1000;

@@ -12,7 +12,7 @@ use tonic::Code;
 
 use super::address::EtcdUrl;
 use super::client::{Client, Error};
-use super::rpc::RangeRequest;
+use super::rpc::{KeyValue, RangeRequest, SortOrder, SortTarget};
 use crate::backend::blocking;
 use crate::backend::stop::{Stop, STOPPED};
 use crate::exit::{FailWith, Failure};
@@ -206,6 +206,51 @@ impl std::fmt::Display for Fault {
 }
 
 /// `call`, bounded by `timeout`.
+/// Most keys one page of `all_under` reads at first.
+const PAGE_KEYS: i64 = 64;
+
+/// Every key under `root`, in create-revision order as `RangeRequest::prefix` gives them, read a
+/// page at a time, all at the revision of the first page, each page within `CALL_TIMEOUT`: one
+/// read of a prefix whose values pass the largest answer dlock reads (4 MiB) failed whole. A page
+/// still too large is read again in halves, down to one key (a single value that large fails).
+pub(super) async fn all_under(client: &Client, root: &str) -> Result<Vec<KeyValue>, Fault> {
+    let whole = RangeRequest::prefix(root);
+    let mut from = whole.key.clone();
+    let (mut revision, mut limit) = (0, PAGE_KEYS);
+    let mut kvs = Vec::new();
+    loop {
+        let page = RangeRequest {
+            key: from.clone(),
+            revision,
+            sort_order: SortOrder::Ascend as i32,
+            sort_target: SortTarget::Key as i32,
+            ..whole.clone().limit(limit)
+        };
+        let answer = match bounded(CALL_TIMEOUT, client.range(page)).await {
+            Err(Fault::Failed(Error::Status(s))) if s.code() == Code::OutOfRange && limit > 1 => {
+                limit /= 2;
+                continue;
+            }
+            answer => answer?,
+        };
+        if revision == 0 {
+            revision = answer.header.as_ref().map_or(0, |h| h.revision);
+        }
+        let Some(last) = answer.kvs.last() else {
+            break;
+        };
+        // The next page starts right after this one's last key.
+        from = last.key.clone();
+        from.push(0);
+        kvs.extend(answer.kvs);
+        if !answer.more {
+            break;
+        }
+    }
+    kvs.sort_by_key(|kv| kv.create_revision);
+    Ok(kvs)
+}
+
 pub(super) async fn bounded<T>(
     timeout: Duration,
     call: impl Future<Output = Result<T, Error>>,

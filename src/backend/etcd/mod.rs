@@ -35,7 +35,7 @@ use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting
 use crate::lock::{escaped, Holder, LastRuns, LockName, LockRequest};
 use acquisition::{interrupted, owners_of, Acquisition, Ahead, First};
 use address::EtcdUrl;
-use connection::{bounded, Connection, CALL_TIMEOUT};
+use connection::{all_under, bounded, Connection, CALL_TIMEOUT};
 use naming::{lock_of, prefix, ROOT};
 use record::Entry;
 use rpc::{Compare, RangeRequest, RequestOp, TxnRequest};
@@ -273,11 +273,12 @@ impl Backend for EtcdBackend {
         let conn = self.connection()?;
         let client = conn.client();
         let listed = conn
-            .run(CALL_TIMEOUT, client.range(RangeRequest::prefix(ROOT)))
+            .runtime()
+            .block_on(all_under(&client, ROOT))
             .map_err(|f| conn.fail(f, &format!("cannot list the locks under {ROOT}")))?;
         let mut locks: std::collections::BTreeMap<LockName, Vec<Entry>> = Default::default();
         let mut unreadable = Vec::new();
-        for kv in &listed.kvs {
+        for kv in &listed {
             if runs::is_record(&kv.key) {
                 continue;
             }
@@ -294,7 +295,7 @@ impl Backend for EtcdBackend {
             }
         }
         // Records of runs that ended long enough ago go here (runs.rs).
-        conn.runtime().block_on(runs::expire(&conn, &listed.kvs));
+        conn.runtime().block_on(runs::expire(&conn, &listed));
         let ends = lease_ends(&conn, locks.values().map(Vec::as_slice));
         let held = locks
             .into_iter()
@@ -316,18 +317,15 @@ impl Backend for EtcdBackend {
             })
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {
         let conn = self.connection()?;
         let listed = conn
-            .run(
-                CALL_TIMEOUT,
-                conn.client().range(RangeRequest::prefix(ROOT)),
-            )
+            .runtime()
+            .block_on(all_under(&conn.client(), ROOT))
             .map_err(|f| conn.fail(f, &format!("cannot list the runs under {ROOT}")))?;
         // Expired records go first, as in `list`, so that none is shown.
-        conn.runtime().block_on(runs::expire(&conn, &listed.kvs));
+        conn.runtime().block_on(runs::expire(&conn, &listed));
         let names = listed
-            .kvs
             .iter()
             .filter_map(|kv| runs::record_name(&kv.key))
             .collect();

@@ -71,6 +71,9 @@ pub(super) struct RangeRequest {
     pub(super) range_end: Vec<u8>,
     #[prost(int64, tag = "3")]
     pub(super) limit: i64,
+    /// The revision to read at (0: the latest).
+    #[prost(int64, tag = "4")]
+    pub(super) revision: i64,
     #[prost(enumeration = "SortOrder", tag = "5")]
     pub(super) sort_order: i32,
     #[prost(enumeration = "SortTarget", tag = "6")]

@@ -20,7 +20,7 @@ use std::time::SystemTime;
 use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
 use super::naming::{escaped_name, ROOT};
 use super::rpc::{Compare, KeyValue, RangeRequest, RequestOp, TxnRequest};
-use crate::lock::last_run::RUN_RECORD_KEPT_FOR;
+use crate::lock::last_run::{READER_CLOCK_SKEW, RUN_RECORD_KEPT_FOR};
 use crate::lock::{Ending, LastRuns, LockName, LockRequest, Run, Token};
 
 const LAST_RUN: &str = ":last-run";
@@ -180,10 +180,13 @@ pub(super) async fn read(conn: &Connection, name: &LockName) -> Result<LastRuns,
     );
     let read = bounded(CALL_TIMEOUT, conn.client().txn(txn)).await?;
     let mut runs = read.ranges().map(|range| range.kvs.first().map(run_of));
+    // etcd tells no time of day: the records were dated by their writers' clocks, and are judged
+    // by this host's.
     Ok(LastRuns {
         last_run: runs.next().flatten(),
         last_success: runs.next().flatten(),
-    })
+    }
+    .judged_at(SystemTime::now(), READER_CLOCK_SKEW))
 }
 
 /// For `release --force` of the holder whose key was created at `token` by `owner`: the operation
@@ -435,7 +438,7 @@ mod tests {
         conn.runtime()
             .block_on(conn.client().txn(put))
             .expect("put");
-        let listed = backend.list_runs("run").expect("list");
+        let listed = backend.list_runs("run").expect("list").runs;
         let names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["runs"], "{listed:?}");
         assert!(listed[0]
@@ -445,7 +448,7 @@ mod tests {
             .is_some_and(|r| r.unreadable.is_some()));
         let gone = backend.last_runs(&name("runs-old")).expect("read");
         assert_eq!(gone, LastRuns::default(), "removed");
-        assert!(backend.list_runs("other").expect("list").is_empty());
+        assert!(backend.list_runs("other").expect("list").runs.is_empty());
     }
 
     #[test]

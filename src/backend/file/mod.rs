@@ -159,7 +159,7 @@ impl Backend for FileBackend {
             .fail_with(Failure::BackendUnavailable)
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {
         let names = self.list_runs_at(prefix)?;
         // A records file that cannot be read (a FIFO at its path, no right to read it) hides no
         // other: it is shown as an unreadable record saying why.

@@ -24,7 +24,7 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::lock_file::{is_would_block, ofd_lock, unlock_range};
-use crate::lock::last_run::RUN_RECORD_KEPT_FOR;
+use crate::lock::last_run::{READER_CLOCK_SKEW, RUN_RECORD_KEPT_FOR};
 use crate::lock::{Ending, LastRuns, Run};
 
 /// The first line of a records file.
@@ -98,7 +98,8 @@ fn read(file: &File, meta: &Metadata) -> io::Result<LastRuns> {
     if expired(meta) {
         return Ok(LastRuns::default());
     }
-    Ok(parse(&bytes(file)?))
+    // Dated by the clock of the host that wrote them, judged by this host's.
+    Ok(parse(&bytes(file)?).judged_at(SystemTime::now(), READER_CLOCK_SKEW))
 }
 
 /// The file's first `MAX_BYTES` and one more (a longer file is none of dlock's).

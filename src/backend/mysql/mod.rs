@@ -254,7 +254,7 @@ impl Backend for MyBackend {
             .with_context(|| format!("cannot read the last runs of lock {:?}", name.as_str()))
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {
         let names = {
             let mut conn = lock(&self.conn);
             self.recipe

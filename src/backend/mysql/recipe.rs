@@ -118,7 +118,7 @@ impl Recipe {
             expire_runs: fill("CALL {p}expire_runs_v1()"),
             run_names: runs::fill(&fill(include_str!("run_names.sql")))
                 .replace("{where}", FROM)
-                .replace("{most}", &crate::backend::MAX_LISTED_RUNS.to_string()),
+                .replace("{most}", &(crate::backend::MAX_LISTED_RUNS + 1).to_string()),
             holders: fill(include_str!("holders.sql")).replace("{where}", "name = ?"),
             holders_from: fill(include_str!("holders.sql")).replace("{where}", FROM),
             waiters: fill(include_str!("waiters.sql")).replace("{where}", "name = ?"),
@@ -379,7 +379,16 @@ impl Recipe {
             Some(Value::Bytes(b)) => Some(b.as_slice()),
             _ => None,
         };
-        Ok(runs::last_runs(bytes(0), bytes(1)))
+        let runs = runs::last_runs(bytes(0), bytes(1));
+        // The server's time after the read: the clock that dated the records.
+        let now = self.run(conn, true, |c| {
+            first_set(c, include_str!("server_now.sql"), vec![])
+        })?;
+        let now = now
+            .first()
+            .and_then(|row| row.get_opt::<u64, _>(0)?.ok())
+            .ok_or_else(|| odd("last runs"))?;
+        Ok(runs.judged_at(UNIX_EPOCH + Duration::from_millis(now), Duration::ZERO))
     }
 
     /// The names starting with `prefix` that have records (`list --runs`), as stored: any bytes

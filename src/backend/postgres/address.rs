@@ -37,6 +37,15 @@ impl PgUrl {
                 "PostgreSQL URL {shown} must start with postgres:// or postgresql://"
             ));
         };
+        // The library takes the credentials up to the first `@`, messages (`redact`) up to the
+        // last: with two, dlock would reach a host no message names.
+        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+        if authority.matches('@').count() > 1 {
+            return usage(format!(
+                "malformed PostgreSQL URL {shown}: write `@`, `/`, `?` and `#` in a user name or \
+                 password as %40, %2F, %3F and %23"
+            ));
+        }
         let (base, query) = match rest.split_once('?') {
             Some((base, query)) => (base, query),
             None => (rest, ""),
@@ -136,6 +145,7 @@ mod tests {
             "postgres://u:SECRET@h/db?owner=a,,b",
             "postgres://u:SECRET@h",
             "postgres://u:SECRET@h:notaport/db",
+            "postgres://u:SECRET@x@h/db",
         ] {
             let e = PgUrl::parse(url).err().expect(url);
             let text = format!("{e:#}");

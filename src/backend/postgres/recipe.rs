@@ -118,7 +118,7 @@ impl Recipe {
             last_runs: fill(include_str!("last_runs.sql")),
             expire_runs: fill(include_str!("expire_runs.sql")),
             run_names: fill(include_str!("run_names.sql"))
-                .replace("{most}", &crate::backend::MAX_LISTED_RUNS.to_string()),
+                .replace("{most}", &(crate::backend::MAX_LISTED_RUNS + 1).to_string()),
             channel: prefix.to_owned(),
             guard: Guard {
                 sql: fill(include_str!("untrusted.sql"))

@@ -1,5 +1,6 @@
 -- The names starting with $1 that have last runs (list --runs), not those unwritten for 400 days,
--- the first {most} by name. Each name's records are then read as last_runs.sql reads them.
+-- the first {most} by name: one more than `list --runs` shows, so that it can say it stopped.
+-- Each name's records are then read as last_runs.sql reads them.
 SELECT name
   FROM {s}.{p}runs
  WHERE pg_catalog.starts_with(name, $1)

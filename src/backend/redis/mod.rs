@@ -239,7 +239,7 @@ impl Backend for RedisBackend {
         self.read_last_runs(name)
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {
         let names = self.names_with_runs(prefix)?;
         crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }

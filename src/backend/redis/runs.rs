@@ -8,6 +8,8 @@
 //! keep wins, as the release's answer went by the majority, and a success of a run that ending
 //! says did not succeed (a minority still held its lease) is not the last success.
 
+use std::time::Duration;
+
 use super::fault::first_fatal;
 use super::keys::{self, Keys};
 use super::quorum::on_all;
@@ -29,9 +31,14 @@ impl RedisBackend {
         let (mut runs, mut successes, mut faults) = (Vec::new(), Vec::new(), Vec::new());
         for reply in replies {
             match reply {
-                Ok((run, success)) => {
-                    runs.extend(run.as_deref().map(Run::from_record));
-                    successes.extend(success.as_deref().map(Run::from_record));
+                Ok(server) => {
+                    // Each server's records are judged by the clock that dated them, its own.
+                    let read = |raw: Option<String>| {
+                        raw.as_deref()
+                            .map(|raw| Run::from_record(raw).judged_at(server.now, Duration::ZERO))
+                    };
+                    runs.extend(read(server.last_run));
+                    successes.extend(read(server.last_success));
                 }
                 Err(fault) => faults.push(fault),
             }

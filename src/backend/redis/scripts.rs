@@ -3,7 +3,7 @@
 //! one acquisition passes them (`Ask`), and the parsing of their replies, which hold records any
 //! client of the server could have written.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::{Connection, FromRedisValue, RedisError, ToRedisArgs, Value};
 
@@ -119,11 +119,9 @@ pub(super) fn holders(
 }
 
 /// The run records of the lock `keys` as this server keeps them (last_runs.lua): the last run and
-/// the last success, each as stored (any client may have written it), `None` for none.
-pub(super) fn last_runs(
-    conn: &mut Connection,
-    keys: &Keys,
-) -> redis::RedisResult<(Option<String>, Option<String>)> {
+/// the last success, each as stored (any client may have written it), `None` for none; and the
+/// server's time, which dated them.
+pub(super) fn last_runs(conn: &mut Connection, keys: &Keys) -> redis::RedisResult<ServerRuns> {
     let value: Value = Call::new(&LAST_RUNS, keys).invoke(conn)?;
     let Value::Array(records) = &value else {
         return Err(unexpected(&value));
@@ -132,7 +130,24 @@ pub(super) fn last_runs(
         Some(Value::Nil) | None => None,
         Some(v) => Some(lossy(v)),
     };
-    Ok((record(0), record(1)))
+    let now = records
+        .get(2)
+        .and_then(int_of)
+        .and_then(|ms| u64::try_from(ms).ok())
+        .ok_or_else(|| unexpected(&value))?;
+    Ok(ServerRuns {
+        last_run: record(0),
+        last_success: record(1),
+        now: UNIX_EPOCH + Duration::from_millis(now),
+    })
+}
+
+/// What one server keeps of a lock's runs (see `last_runs`).
+pub(super) struct ServerRuns {
+    pub(super) last_run: Option<String>,
+    pub(super) last_success: Option<String>,
+    /// The server's time when it answered.
+    pub(super) now: SystemTime,
 }
 
 /// What one server says of a lock for `status` and `list`.

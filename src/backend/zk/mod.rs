@@ -320,7 +320,7 @@ impl Backend for ZkBackend {
         session.runtime.block_on(runs::read(&session, name))
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<Vec<(LockName, LastRuns)>> {
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         // Expired records go first, as in `list`, so that none is shown.
         session.runtime.block_on(runs::expire(&session));

@@ -453,11 +453,11 @@ mod tests {
                 &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
             ))
             .expect("create");
-        let listed = backend.list_runs("").expect("list");
+        let listed = backend.list_runs("").expect("list").runs;
         assert_eq!(listed.len(), 1, "{listed:?}");
         assert_eq!(listed[0].0, lock);
         assert_eq!(listed[0].1, backend.last_runs(&lock).expect("read"));
-        assert!(backend.list_runs("other").expect("list").is_empty());
+        assert!(backend.list_runs("other").expect("list").runs.is_empty());
     }
 
     #[test]

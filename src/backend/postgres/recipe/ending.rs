@@ -2,7 +2,7 @@
 //! release_v3), the let-go of a lock `--min-hold` keeps, each writing the run's ending into the
 //! last runs; and the records read back, and those of names unwritten for long deleted.
 
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
@@ -149,10 +149,15 @@ impl Recipe {
         };
         let text = |i: usize| row.try_get::<_, Option<String>>(i).ok().flatten();
         let (last_run, last_success) = (text(0), text(1));
+        let now = text(2)
+            .and_then(|ms| ms.parse().ok())
+            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+            .ok_or_else(|| odd("last runs"))?;
         Ok(runs::last_runs(
             last_run.as_deref().map(str::as_bytes),
             last_success.as_deref().map(str::as_bytes),
-        ))
+        )
+        .judged_at(now, Duration::ZERO))
     }
 
     /// The names starting with `prefix` that have records (`list --runs`), as stored: any text.
