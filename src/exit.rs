@@ -204,7 +204,7 @@ pub fn subcommand_statuses() -> String {
         "status: {} held, {} free; with --ran-within {} ran within, {} too long ago, {} never \
          succeeded, {} unknown. release --force: {} released, {} nothing held. hold: {} held \
          ({} busy, as run). release: {} released, {} no hold of this shell's, {} the hold had \
-         lost its lock. list --runs: {} stopped at {} names.",
+         lost its lock. list --runs: {} stopped at its most names.",
         Status::Done.code(),
         Status::Free.code(),
         Status::Check(Check::Ok).code(),
@@ -219,7 +219,6 @@ pub fn subcommand_statuses() -> String {
         Status::Free.code(),
         Status::LockLost.code(),
         Status::Incomplete.code(),
-        crate::backend::MAX_LISTED_RUNS,
     )
 }
 

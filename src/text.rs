@@ -95,7 +95,24 @@ pub const MAX_LINE_CHARS: usize = 1000;
 /// invisibly, escaped (`\u{1b}`); cut after `MAX_LINE_CHARS` characters (`...`). Server error
 /// text reaches the user only inside such a line.
 pub fn for_terminal(line: &str) -> String {
-    crate::lock::escaped(line, MAX_LINE_CHARS)
+    escaped(line, MAX_LINE_CHARS)
+}
+
+/// Text from outside made safe to print: control and other invisible characters escaped (`\u{1b}`,
+/// `\n`), at most `max` characters kept (then `...`). A terminal shows it as it is written.
+pub fn escaped(raw: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in raw.chars().enumerate() {
+        if i == max {
+            out.push_str("...");
+            break;
+        }
+        match c {
+            '"' | '\'' | '\\' => out.push(c),
+            _ => out.extend(c.escape_debug()),
+        }
+    }
+    out
 }
 
 /// `message` without the internals libraries put in their errors' text: Rust's ` (os error 2)`

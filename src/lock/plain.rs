@@ -3,22 +3,7 @@
 
 use super::MAX_MESSAGE_BYTES;
 
-/// Text from outside made safe to print: control and other invisible characters escaped (`\u{1b}`,
-/// `\n`), at most `max` characters kept (then `...`). A terminal shows it as it is written.
-pub fn escaped(raw: &str, max: usize) -> String {
-    let mut out = String::new();
-    for (i, c) in raw.chars().enumerate() {
-        if i == max {
-            out.push_str("...");
-            break;
-        }
-        match c {
-            '"' | '\'' | '\\' => out.push(c),
-            _ => out.extend(c.escape_debug()),
-        }
-    }
-    out
-}
+pub use crate::text::escaped;
 
 /// Whether `text` needs no escaping to be printed.
 pub fn is_plain(text: &str) -> bool {
