@@ -220,37 +220,32 @@ fn pg_url(port: u16) -> String {
     format!("postgres://u:SECRET@127.0.0.1:{port}/db")
 }
 
-/// Rows without end, as fast as dlock reads: `status`, `list` and `run -n` stop reading at the
-/// bound on one answer, at once, without the memory it would take to hold them all.
-#[test]
-fn postgres_rows_without_end_are_refused_past_a_bound() {
-    let (port, _) = fake_postgres(PgRows::Endless(Pace::Flood));
+/// Rows without end, as fast as dlock reads, from the server at `url`: `status`, `list` and `run
+/// -n` stop reading at the bound on one answer (`bound`, as dlock words it), at once, without the
+/// memory it would take to hold them all.
+fn rows_without_end_are_refused_past_a_bound(backend: &str, url: &str, bound: &str) {
     for args in [
         &["status", "e"][..],
         &["list"],
         &["run", "-n", "e", "--", "true"],
     ] {
-        let cmd = dlock_on("postgres", &pg_url(port), "20s", args);
-        gives_up(
-            &format!("{args:?}"),
-            cmd,
-            Duration::from_secs(10),
-            "more than 100000 messages or 64 MiB in one answer",
-        );
+        let cmd = dlock_on(backend, url, "20s", args);
+        gives_up(&format!("{args:?}"), cmd, Duration::from_secs(10), bound);
     }
 }
 
-/// Rows that never end, a row at a time or a byte at a time: dlock gives up at the end of its
-/// budget.
-#[test]
-fn postgres_rows_dripped_without_end_end_with_the_budget() {
-    for pace in [
-        Pace::Units(Duration::from_millis(50)),
-        Pace::Bytes(Duration::from_millis(200)),
-    ] {
-        let (port, _) = fake_postgres(PgRows::Endless(pace));
+/// Rows dripped without end at `pace` by the server `serve` starts: dlock gives up at the end of
+/// its budget, not when the server stops.
+fn rows_dripped_without_end_end_with_the_budget(
+    backend: &str,
+    paces: [Pace; 2],
+    serve: impl Fn(Pace) -> (u16, mpsc::Receiver<()>),
+    url: impl Fn(u16) -> String,
+) {
+    for pace in paces {
+        let (port, _) = serve(pace);
         for args in [&["status", "e"][..], &["run", "-n", "e", "--", "true"]] {
-            let cmd = dlock_on("postgres", &pg_url(port), "3s", args);
+            let cmd = dlock_on(backend, &url(port), "3s", args);
             gives_up(
                 &format!("{pace:?} {args:?}"),
                 cmd,
@@ -261,8 +256,26 @@ fn postgres_rows_dripped_without_end_end_with_the_budget() {
     }
 }
 
-/// A stop signal ends `run` soon, while a server drips rows without end (not at the end of the
-/// connect timeout).
+/// PostgreSQL's rows without end: refused past the bound on one answer.
+#[test]
+fn postgres_rows_without_end_are_refused_past_a_bound() {
+    let (port, _) = fake_postgres(PgRows::Endless(Pace::Flood));
+    let bound = "more than 100000 messages or 64 MiB in one answer";
+    rows_without_end_are_refused_past_a_bound("postgres", &pg_url(port), bound);
+}
+
+/// PostgreSQL's rows that never end, a row at a time or a byte at a time: dlock gives up at the
+/// end of its budget.
+#[test]
+fn postgres_rows_dripped_without_end_end_with_the_budget() {
+    let paces = [
+        Pace::Units(Duration::from_millis(50)),
+        Pace::Bytes(Duration::from_millis(200)),
+    ];
+    let serve = |pace| fake_postgres(PgRows::Endless(pace));
+    rows_dripped_without_end_end_with_the_budget("postgres", paces, serve, pg_url);
+}
+
 #[test]
 fn postgres_a_signal_ends_a_run_while_rows_drip() {
     for (sig, args) in [
@@ -463,48 +476,26 @@ fn my_url(port: u16) -> String {
     format!("mysql://u:SECRET@127.0.0.1:{port}/db")
 }
 
-/// Rows without end, as fast as dlock reads: refused past the bound on one answer, at once,
-/// within bounded memory.
+/// MySQL's rows without end: refused past the bound on one answer.
 #[test]
 fn mysql_rows_without_end_are_refused_past_a_bound() {
     let (port, _) = fake_mysql(MyRows::Endless(Pace::Flood));
-    for args in [
-        &["status", "e"][..],
-        &["list"],
-        &["run", "-n", "e", "--", "true"],
-    ] {
-        let cmd = dlock_on("mysql", &my_url(port), "20s", args);
-        gives_up(
-            &format!("{args:?}"),
-            cmd,
-            Duration::from_secs(10),
-            "more than 100000 rows or 64 MiB in one answer",
-        );
-    }
+    let bound = "more than 100000 rows or 64 MiB in one answer";
+    rows_without_end_are_refused_past_a_bound("mysql", &my_url(port), bound);
 }
 
-/// Rows dripped without end (a row at a time, a byte at a time): dlock gives up at the end of its
-/// budget, not when the server stops.
+/// MySQL's rows dripped without end (a row at a time, a byte at a time): dlock gives up at the
+/// end of its budget.
 #[test]
 fn mysql_rows_dripped_without_end_end_with_the_budget() {
-    for pace in [
+    let paces = [
         Pace::Units(Duration::from_millis(50)),
         Pace::Bytes(Duration::from_millis(500)),
-    ] {
-        let (port, _) = fake_mysql(MyRows::Endless(pace));
-        for args in [&["status", "e"][..], &["run", "-n", "e", "--", "true"]] {
-            let cmd = dlock_on("mysql", &my_url(port), "3s", args);
-            gives_up(
-                &format!("{pace:?} {args:?}"),
-                cmd,
-                Duration::from_secs(5),
-                &format!("127.0.0.1:{port}"),
-            );
-        }
-    }
+    ];
+    let serve = |pace| fake_mysql(MyRows::Endless(pace));
+    rows_dripped_without_end_end_with_the_budget("mysql", paces, serve, my_url);
 }
 
-/// A stop signal ends `run` soon while rows drip.
 #[test]
 fn mysql_a_signal_ends_a_run_while_rows_drip() {
     for (sig, args) in [
