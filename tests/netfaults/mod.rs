@@ -6,7 +6,8 @@
 //! among them (`endless_seeds`); a holder cut off
 //! from its server on every network store (`partition`); a server answering "not now" while a
 //! waiter waits (`not_now`); a waiter whose server stops or freezes, ended in time by its deadline
-//! or a signal (`bounds`); an etcd server back after an outage, noticed in time (`etcd`).
+//! or a signal (`bounds`); an etcd server back after an outage, noticed in time, and a fake etcd answering a lease TTL of
+//! i64::MAX or below zero (`etcd`).
 
 mod bounds;
 mod endless_seeds;
