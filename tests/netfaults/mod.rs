@@ -10,6 +10,7 @@
 //! i64::MAX or below zero (`etcd`).
 
 mod bounds;
+#[cfg(feature = "redis")]
 mod endless_seeds;
 mod endless_servers;
 #[cfg(feature = "etcd")]
