@@ -86,6 +86,16 @@ pub struct GlobalArgs {
           value_hint = ValueHint::Other)]
     pub connect_timeout: Duration,
 
+    /// As root: also use lock directories and files of USER.
+    ///
+    /// The file backend run by root uses only lock directories (and the directories above them)
+    /// and lock files that belong to root and that no other user may write; this trusts USER's too
+    /// (a name or a uid; repeat it or separate users with commas). Ignored unless dlock runs as root.
+    #[arg(long = "trust-owner", global = true, env = "DLOCK_TRUST_OWNER", value_name = "USER",
+          value_parser = crate::backend::file::uid_of, value_delimiter = ',',
+          value_hint = ValueHint::Username)]
+    pub trust_owners: Vec<u32>,
+
     /// Redis: replicas that must acknowledge.
     ///
     /// Wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps
@@ -422,6 +432,7 @@ impl GlobalArgs {
             create: false,
             replicas: self.replicas,
             stop: Default::default(),
+            trust_owners: self.trust_owners.clone(),
         }
     }
 }

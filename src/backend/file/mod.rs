@@ -60,15 +60,19 @@ mod lock_file;
 mod naming;
 mod record;
 mod runs;
+mod trust;
 
 pub use dir::{default_base, not_ours};
 use entry::open_existing;
 use lease::{Step, Wait};
 use lock_file::LockFile;
 use naming::file_stem;
+pub use trust::uid_of;
 
 pub struct FileBackend {
     dir: PathBuf,
+    /// Whose lock files and records files root may use (see `trust`).
+    trust: trust::Trust,
 }
 
 /// How many times an operation starts over on a lock file replaced under it before giving up;
@@ -78,8 +82,10 @@ const MAX_REPLACED: u32 = 1000;
 impl FileBackend {
     /// Only `run` (`config.create`) creates a missing lock directory, and only the default one.
     pub fn open(config: &BackendConfig) -> anyhow::Result<FileBackend> {
+        let trust = trust::Trust::new(&config.trust_owners);
         Ok(FileBackend {
-            dir: dir::lock_dir(&config.urls, config.create)?,
+            dir: dir::lock_dir(&config.urls, config.create, &trust)?,
+            trust,
         })
     }
 
@@ -100,6 +106,7 @@ impl FileBackend {
         let path = self.path_of(name);
         for _ in 0..MAX_REPLACED {
             if let Some(file) = open_existing(&path, true)? {
+                self.trusted(&file, &path)?;
                 let lock = LockFile { file, path };
                 lock.check_header(name)?;
                 return Ok(lock);
@@ -111,6 +118,17 @@ impl FileBackend {
             path.display()
         ))
         .fail_with(Failure::BackendUnavailable)
+    }
+
+    /// Refuses, as root, a lock file another user owns or may write (see `trust`).
+    fn trusted(&self, file: &std::fs::File, path: &Path) -> anyhow::Result<()> {
+        let refused = match file.metadata() {
+            Ok(meta) => self.trust.file(&meta),
+            Err(e) => Err(format!("cannot inspect it: {}", plain_io(&e))),
+        };
+        refused
+            .map_err(|why| anyhow!("refusing lock file {}: {why}", path.display()))
+            .fail_with(Failure::BackendUnavailable)
     }
 }
 
@@ -154,7 +172,7 @@ impl Backend for FileBackend {
 
     fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
         let path = FileBackend::runs_path(&self.path_of(name));
-        runs::last_runs(&path)
+        runs::last_runs(&path, &self.trust)
             .map_err(|e| anyhow!("cannot read {}: {}", path.display(), plain_io(&e)))
             .fail_with(Failure::BackendUnavailable)
     }
