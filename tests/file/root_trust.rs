@@ -119,7 +119,7 @@ fn root_refuses_another_users_lock_directory_unless_told_to_trust_its_owner() {
     from_env.env("DLOCK_TRUST_OWNER", NOBODY.to_string());
     succeeds(from_env);
     let config = scratch.file("config");
-    std::fs::write(&config, "trust-owner = nobody\n").unwrap();
+    std::fs::write(&config, "trust-owner = bin, nobody\n").unwrap();
     chmod(&config, 0o644);
     let mut from_config = root_in(&theirs, &["run", "x", "--", "true"]);
     from_config.env("DLOCK_CONFIG", &config);

@@ -118,8 +118,10 @@ pub fn user_name(uid: u32) -> Option<String> {
         .find_map(|(name, id)| (id == uid).then_some(name))
 }
 
-/// The uid of `--trust-owner`'s USER: a user named in /etc/passwd, or a number.
+/// The uid of `--trust-owner`'s USER: a user named in /etc/passwd, or a number (white space
+/// around it, as in `backup, deploy`, is not part of it).
 pub fn uid_of(user: &str) -> Result<u32, String> {
+    let user = user.trim();
     if let Some((_, uid)) = passwd()
         .unwrap_or_default()
         .into_iter()
