@@ -115,6 +115,14 @@ fn root_refuses_another_users_lock_directory_unless_told_to_trust_its_owner() {
         &inside,
         &["--trust-owner", "bin,65534", "run", "x", "--", "true"],
     ));
+    // A dlock the command runs uses the same directory, trusted the same.
+    let mut nested = root_in(
+        &theirs,
+        &["--trust-owner", "nobody", "run", "x", "--", "sh", "-c"],
+    );
+    nested.args(["exec \"$0\" run inner -- true", dlock_bin()]);
+    succeeds(nested);
+    assert!(theirs.join("inner.lock").exists());
     let mut from_env = root_in(&theirs, &["run", "x", "--", "true"]);
     from_env.env("DLOCK_TRUST_OWNER", NOBODY.to_string());
     succeeds(from_env);
