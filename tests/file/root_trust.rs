@@ -273,3 +273,33 @@ fn users_other_than_root_use_shared_directories_as_before() {
         &["--trust-owner", "root", "run", "x", "--", "true"],
     ));
 }
+
+/// An empty lock file with another name is refused by root: someone could have linked any empty
+/// file of root's into a directory they may write (where the kernel lets them), and root would
+/// write a lock file's header into it. The file stays empty.
+#[test]
+fn root_refuses_an_empty_lock_file_with_other_names() {
+    if !as_root() {
+        return;
+    }
+    let scratch = LockDir::new();
+    let locks = scratch.file("locks");
+    std::fs::create_dir(&locks).unwrap();
+    let elsewhere = scratch.file("roots-empty-file");
+    std::fs::write(&elsewhere, "").unwrap();
+    chmod(&elsewhere, 0o644);
+    std::fs::hard_link(&elsewhere, locks.join("x.lock")).unwrap();
+    refused(
+        root_in(&locks, &["run", "x", "--", "true"]),
+        &format!(
+            "refusing lock file {}: it is empty and has 2 names (hard links)",
+            locks.join("x.lock").display()
+        ),
+        "remove it if it is a lock file",
+    );
+    assert_eq!(std::fs::read(&elsewhere).unwrap(), b"");
+    // With one name (as flock(1) makes it), it becomes a dlock lock file.
+    std::fs::remove_file(&elsewhere).unwrap();
+    succeeds(root_in(&locks, &["run", "x", "--", "true"]));
+    assert!(!std::fs::read(locks.join("x.lock")).unwrap().is_empty());
+}

@@ -108,7 +108,9 @@ impl FileBackend {
             if let Some(file) = open_existing(&path, true)? {
                 self.trusted(&file, &path)?;
                 let lock = LockFile { file, path };
-                lock.check_header(name)?;
+                if lock.check_header(name)? == entry::Header::Empty {
+                    self.trusted_empty(&lock)?;
+                }
                 return Ok(lock);
             }
             entry::create(&path, name)?;
@@ -118,6 +120,17 @@ impl FileBackend {
             path.display()
         ))
         .fail_with(Failure::BackendUnavailable)
+    }
+
+    /// Refuses, as root, an empty lock file with other names (see `Trust::empty`).
+    fn trusted_empty(&self, lock: &LockFile) -> anyhow::Result<()> {
+        let refused = match lock.file.metadata() {
+            Ok(meta) => self.trust.empty(&meta),
+            Err(e) => Err(format!("cannot inspect it: {}", plain_io(&e))),
+        };
+        refused
+            .map_err(|why| anyhow!("refusing lock file {}: {why}", lock.path.display()))
+            .fail_with(Failure::BackendUnavailable)
     }
 
     /// Refuses, as root, a lock file another user owns or may write (see `trust`).

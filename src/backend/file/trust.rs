@@ -92,6 +92,21 @@ impl Trust {
         }
         Ok(())
     }
+
+    /// Why root may not make the empty lock file whose fstat is `meta` a dlock file: with other
+    /// names (hard links) it may be any empty file of root's that someone linked into a directory
+    /// they may write, and writing a header would spoil it. (dlock's own files are never empty,
+    /// and flock(1)'s have one name.)
+    pub(super) fn empty(&self, meta: &Metadata) -> Result<(), String> {
+        if self.root && meta.nlink() > 1 {
+            return Err(format!(
+                "it is empty and has {} names (hard links), so it may be another file of \
+                 root's; remove it if it is a lock file",
+                meta.nlink()
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// How root opts in to trusting `uid`, for the end of a refusal.
