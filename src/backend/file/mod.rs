@@ -18,13 +18,14 @@
 //! they locked is still the one at the path, so the replacement cannot let two holders in; a
 //! forced release checks the same before copying the token counter, so it never copies a stale one.
 //!
-//! Files: `dir` chooses and checks the lock directory, `entry` decides whether what sits at a
-//! lock's path may be used (and creates new lock files whole), `naming` turns a lock's name into
-//! its file's name and back, `lock_file` holds the kernel's locks on an open lock file, `lease`
-//! takes a lock (a seat first for `--limit`) and keeps it, `record` writes and reads the holder
-//! records, `kept` makes acquirers wait out the records `--min-hold` keeps, `runs` keeps the last
-//! run and the last success beside the lock file (`STEM.runs`), and `listing` answers `status`,
-//! `list` and `release --force`; this file is the layout and the backend's entry points.
+//! Files: `dir` chooses and checks the lock directory, `trust` says whose directories and files
+//! root may use, `entry` decides whether what sits at a lock's path may be used (and creates new
+//! lock files whole), `naming` turns a lock's name into its file's name and back, `lock_file` holds
+//! the kernel's locks on an open lock file, `lease` takes a lock (a seat first for `--limit`) and
+//! keeps it, `record` writes and reads the holder records, `kept` makes acquirers wait out the
+//! records `--min-hold` keeps, `runs` keeps the last run and the last success beside the lock file
+//! (`STEM.runs`), and `listing` answers `status`, `list` and `release --force`; this file is the
+//! layout and the backend's entry points.
 
 use std::path::{Path, PathBuf};
 
