@@ -86,6 +86,18 @@ pub struct GlobalArgs {
           value_hint = ValueHint::Other)]
     pub connect_timeout: Duration,
 
+    /// As root: trust USER's lock files too.
+    ///
+    /// The file backend run by root uses only lock directories (and the directories above them)
+    /// and lock files that belong to root and that no other user may write; this trusts USER's too
+    /// (a name or a uid; repeat it or separate users with commas). Ignored unless dlock runs as root.
+    // Root only, and rare: in --help, not in -h, which fits a screen.
+    #[arg(long = "trust-owner", global = true, env = "DLOCK_TRUST_OWNER", value_name = "USER",
+          hide_short_help = true,
+          value_parser = crate::backend::file::uid_of, value_delimiter = ',',
+          value_hint = ValueHint::Username)]
+    pub trust_owners: Vec<u32>,
+
     /// Redis: replicas that must acknowledge.
     ///
     /// Wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps
@@ -422,6 +434,7 @@ impl GlobalArgs {
             create: false,
             replicas: self.replicas,
             stop: Default::default(),
+            trust_owners: self.trust_owners.clone(),
         }
     }
 }

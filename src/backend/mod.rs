@@ -55,6 +55,9 @@ pub struct BackendConfig {
     pub replicas: u32,
     /// When to give up a connection being made (a signal while acquiring).
     pub stop: stop::Stop,
+    /// The file backend, run by root: the uids besides root whose lock directories and files it
+    /// may use (`--trust-owner`).
+    pub trust_owners: Vec<u32>,
 }
 
 /// Opens the configured backend. Errors are tagged with the exit status they map to (usage for a
@@ -511,6 +514,7 @@ mod tests {
             create: false,
             replicas: 0,
             stop: Default::default(),
+            trust_owners: vec![],
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 mod default_dir;
 mod entries;
 mod interop;
+mod root_trust;
 mod runs;
 mod tokens;
 
