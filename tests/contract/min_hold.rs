@@ -21,6 +21,8 @@ const ROUNDING: Duration = Duration::from_millis(20);
 /// the lock is kept at least until `started + D` and the check must end before then to say so.
 fn busy_before(t: &Target, name: &str, started: Instant) {
     let out = output(t.dlock(&["run", "-n", name, "--", "true"]));
+    let status = stdout(&output(t.dlock(&["status", "--json", name])));
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status --json");
     assert!(
         Instant::now() < started + D,
         "the machine took over {D:?} for a few runs; cannot check that {name} stays busy"
@@ -34,6 +36,20 @@ fn busy_before(t: &Target, name: &str, started: Instant) {
     // The busy line says why: the holder's command may be long gone.
     assert!(
         stderr(&out).contains(&format!("by --min-hold {D_TEXT}; its command ended")),
+        "{}",
+        stderr(&out)
+    );
+    // And it counts the holders `status` shows, no more.
+    let holders = status["holders"].as_array().map_or(0, Vec::len);
+    let more = format!(" and {} more", holders.saturating_sub(1));
+    assert_eq!(
+        stderr(&out).contains(" more"),
+        holders > 1,
+        "{holders} holders: {}",
+        stderr(&out)
+    );
+    assert!(
+        holders <= 1 || stderr(&out).contains(&more),
         "{}",
         stderr(&out)
     );
