@@ -330,6 +330,41 @@ fn status_lets_a_curator_waiter_past_an_expired_kept_node() {
     }
 }
 
+/// kazoo's `Lock` waits for the kept node as Curator does, and past its end only once a dlock
+/// looks at the lock: nothing else deletes it.
+#[test]
+fn a_kazoo_waiter_behind_an_expired_kept_node_gets_in_when_a_dlock_looks() {
+    let server = ZkServer::start();
+    let dir = LockDir::new();
+    let started = Instant::now();
+    let out = output(server.dlock(&["run", "--min-hold", "1s", "kk", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (held, release) = (dir.file("kazoo.held"), dir.file("kazoo.release"));
+    let mut waiter = kazoo(
+        &server,
+        "kk",
+        "lock",
+        KAZOO_EXCLUSIVE,
+        "wait",
+        &held,
+        &release,
+    )
+    .spawn()
+    .unwrap();
+    wait_until("kazoo to queue", T, || lock_nodes(&server, "kk").len() == 2);
+    // Well past the min-hold's end, with no dlock looking: still waiting.
+    let past = (started + Duration::from_secs(3)).saturating_duration_since(Instant::now());
+    assert!(
+        !wait_for_file_within(&held, past),
+        "kazoo got in with no dlock looking"
+    );
+    let out = output(server.dlock(&["status", "kk"]));
+    assert!(matches!(code(&out), 0 | 1), "{}", stderr(&out));
+    wait_for_file(&held, T);
+    std::fs::write(&release, "").unwrap();
+    assert!(wait_exit(&mut waiter, T).success());
+}
+
 #[test]
 fn a_min_hold_keeps_curators_read_write_lock_out_too_until_release_force() {
     let server = ZkServer::start();
