@@ -78,7 +78,10 @@ fn passwords_never_show_in_messages() {
         assert_eq!(code(&out), 69, "{}", stderr(&out));
         let err = stderr(&out);
         assert!(!err.contains("SECRET") && !err.contains(PASSWORD), "{err}");
-        assert!(err.contains("mysql at mysql://***@127.0.0.1:"), "{err}");
+        assert!(
+            err.contains("mysql at mysql://root:***@127.0.0.1:"),
+            "{err}"
+        );
         assert_eq!(err.lines().count(), 1, "{err}");
     }
 }
