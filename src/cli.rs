@@ -24,7 +24,7 @@ use crate::exit::Status;
 use crate::report::Verbosity;
 
 use duration::{parse_connect_timeout, parse_duration, parse_ttl};
-use help::{after_help, after_long_help, DESCRIPTION, RUN_DESCRIPTION};
+use help::{after_help, after_long_help, DESCRIPTION, RUN_DESCRIPTION, RUN_USAGE};
 use one_subcommand::matches;
 pub use plan::lock_name;
 use values::{parse_seats, parse_switch};
@@ -127,7 +127,7 @@ pub struct GlobalArgs {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run COMMAND while holding the lock.
-    #[command(long_about = RUN_DESCRIPTION)]
+    #[command(long_about = RUN_DESCRIPTION, override_usage = RUN_USAGE)]
     Run(RunArgs),
     /// Show who holds a lock. Exit status 0 when held, 1 when free.
     ///
@@ -321,6 +321,7 @@ pub struct HoldArgs {
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
+    /// The lock's name, as `run` and `hold` take it.
     pub name: String,
     /// Print JSON.
     ///
@@ -361,6 +362,7 @@ pub struct ReleaseArgs {
     /// Break the lock for whoever holds it, instead of giving up this shell's `dlock hold`.
     #[arg(long)]
     pub force: bool,
+    /// The lock's name, as `hold` took it.
     pub name: String,
 }
 

@@ -27,6 +27,7 @@ mod messages;
 mod mysql;
 mod nested;
 mod netfaults;
+mod newcomer;
 mod opensearch;
 #[cfg(feature = "postgres")]
 mod postgres;
