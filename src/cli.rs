@@ -27,6 +27,7 @@ use duration::{parse_connect_timeout, parse_duration, parse_ttl};
 use help::{after_help, after_long_help, DESCRIPTION, RUN_DESCRIPTION, RUN_USAGE};
 use one_subcommand::matches;
 pub use plan::lock_name;
+pub use usage::quote;
 use values::{parse_seats, parse_switch};
 
 /// Run a command while holding a named lock: flock(1) for a whole cluster.

@@ -134,6 +134,9 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
         }
         Command::Generate(args) => {
             generate::write_all(&args.out)?;
+            if !global.quiet {
+                emit(&generate::written(&args.out))?;
+            }
             Ok(Status::Done)
         }
     }

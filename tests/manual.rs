@@ -298,3 +298,64 @@ fn fish_lock_names_honour_the_line_s_backend_keep_spaces_and_give_up_soon() {
     assert!(offered.is_empty(), "{offered:?}");
     assert!(took < std::time::Duration::from_millis(2500), "{took:?}");
 }
+
+/// The README's two install lines, run as the user who ran `cargo install` (a HOME of the test's
+/// own, `dlock` in `~/.cargo/bin`), and the lines `dlock generate` prints itself: after either,
+/// `man` finds dlock's pages and bash's completion is where bash-completion loads it.
+#[test]
+fn the_install_lines_put_the_man_pages_where_man_finds_them() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let lines: Vec<&str> = readme.lines().map(str::trim).collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("dlock generate -q --out \"$d\""))
+        .expect("the README's install lines");
+    let from_readme = format!("{}\n{}", lines[at], lines[at + 1]);
+    let generated = tempfile::tempdir().unwrap();
+    let said = output({
+        let mut cmd = dlock();
+        cmd.args(["generate", "--out"]).arg(generated.path());
+        cmd
+    });
+    assert_eq!(code(&said), 0, "{}", stderr(&said));
+    let printed: Vec<String> = stdout(&said)
+        .lines()
+        .filter_map(|l| l.strip_prefix("  ").map(str::to_owned))
+        .collect();
+    assert_eq!(printed.len(), 4, "{}", stdout(&said));
+    for script in [from_readme, printed.join("\n")] {
+        let home = tempfile::tempdir().unwrap();
+        let bin = home.path().join(".cargo/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(dlock_bin(), bin.join("dlock")).unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            crate::support::programs::listed_path().to_string_lossy()
+        );
+        let run = |program_name: &str, args: &[&str]| {
+            let mut cmd = program(program_name);
+            cmd.args(args)
+                .env("HOME", home.path())
+                .env("PATH", &path)
+                .env("DLOCK_CONFIG", "")
+                .env_remove("MANPATH");
+            output(cmd)
+        };
+        let installed = run("sh", &["-e", "-c", &script]);
+        assert_eq!(code(&installed), 0, "{script}: {}", stderr(&installed));
+        let found = run("man", &["-w", "dlock-run"]);
+        let want = home.path().join(".cargo/share/man/man1/dlock-run.1");
+        assert_eq!(
+            stdout(&found).trim(),
+            want.to_str().unwrap(),
+            "{script}: {}",
+            stderr(&found)
+        );
+        let completion = home
+            .path()
+            .join(".local/share/bash-completion/completions/dlock");
+        assert!(completion.is_file(), "{script}");
+    }
+}
