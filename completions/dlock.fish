@@ -100,7 +100,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -l password-file -d 'R
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'Give up reaching a server after this' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l json -d 'Print a JSON array of what `status --json` prints, one per held lock'
-complete -c dlock -n "__fish_dlock_using_subcommand list" -l runs -d 'Every lock with a last run on record, held or free, a line each: its last run, and its last success when that is another run (--json: name, last_run, last_success)'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l runs -d 'Every lock with a last run on record, a line each: NAME, a tab, held or free, its last run, and its last success when that is another run (--json: name, held, last_run, last_success)'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -329,8 +329,9 @@ pub struct StatusArgs {
     /// Name, held, location, holders (mode, host, pid, owner, since, token, message,
     /// expires_at: the lease's end by the server's clock, null without a lease; kept_until: until
     /// when --min-hold keeps the lock, null without one), waiters (in
-    /// line, first first; null where the backend keeps no line), last_run and last_success (host,
-    /// pid, owner, token, message, acquired, ended, ending, running; null when none).
+    /// line, first first; empty where the backend keeps no line), last_run and last_success
+    /// (host, pid, owner, token, message, acquired, ended, ending, exit_code and signal as numbers,
+    /// running; null when none).
     #[arg(long, conflicts_with = "ran_within")]
     pub json: bool,
     /// Check that the last success ended within DURATION.
@@ -352,8 +353,9 @@ pub struct ListArgs {
     /// Print a JSON array of what `status --json` prints, one per held lock.
     #[arg(long)]
     pub json: bool,
-    /// Every lock with a last run on record, held or free, a line each: its last run, and its
-    /// last success when that is another run (--json: name, last_run, last_success).
+    /// Every lock with a last run on record, a line each: NAME, a tab, held or free, its last
+    /// run, and its last success when that is another run (--json: name, held, last_run,
+    /// last_success).
     #[arg(long)]
     pub runs: bool,
 }

@@ -29,6 +29,7 @@ mod nested;
 mod netfaults;
 mod newcomer;
 mod opensearch;
+mod output;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]

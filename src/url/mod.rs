@@ -50,11 +50,14 @@ pub fn redact(url: &str) -> String {
 }
 
 /// The credentials `userinfo` as `redact` shows them, with their `@`: the user name and `***`
-/// for the password; all hidden where a lone word may be a password (`zk://SECRET@host`).
+/// for the password; all hidden where a lone word may be a password (`zk://SECRET@host`,
+/// `redis://SECRET:@host`).
 fn shown_credentials(scheme: &str, userinfo: &str) -> String {
     let names_user = ["postgres://", "postgresql://", "mysql://", "mariadb://"].contains(&scheme);
     match userinfo.split_once(':') {
-        Some((user, _)) if !user.is_empty() => format!("{user}:***@"),
+        Some((user, password)) if !user.is_empty() && !password.is_empty() => {
+            format!("{user}:***@")
+        }
         None if names_user && !userinfo.is_empty() => format!("{userinfo}@"),
         _ => "***@".into(),
     }
@@ -268,7 +271,9 @@ pub fn with_password() -> impl proptest::strategy::Strategy<Value = String> {
     );
     pieces.prop_map(|(scheme, user, password, host, path, place)| match place {
         0 => format!("{scheme}{user}:{password}@{host}{path}"),
-        1 => format!("{scheme}{password}@{host}{path}"),
+        // Alone, without a `:`: with one, the URL's grammar makes the part before it a user name,
+        // which messages show.
+        1 => format!("{scheme}{}@{host}{path}", password.replace(':', "")),
         2 => format!("{scheme}:{password}@{host}{path}"),
         3 => format!("{scheme}{host}{path}?pass={password}"),
         4 => format!("{scheme}{host}{path}?user={user}&password={password}"),
