@@ -126,3 +126,49 @@ fn help_shows_an_example_each_name_and_run_s_command_as_required() {
     );
     assert!(!run.contains("[-- <COMMAND>...]"), "{run}");
 }
+
+/// A URL with a user and no password, where the server wants one: the line says a password is
+/// needed and how to give one (not that the server cannot be reached, nor to check a password
+/// that was never given).
+#[test]
+fn a_url_without_the_password_the_server_wants_says_how_to_give_one() {
+    let port = crate::support::pg_server::PgServer::use_shared().port();
+    let postgres = format!("postgres://postgres@127.0.0.1:{port}/postgres?prefix=t_nopw_");
+    let server = crate::support::redis_server::RedisServer::start();
+    let mut conn = server.connection();
+    redis::cmd("ACL")
+        .arg(&["SETUSER", "app", "on", ">app-secret", "~*", "&*", "+@all"])
+        .query::<()>(&mut conn)
+        .expect("ACL SETUSER app");
+    redis::cmd("ACL")
+        .arg(&["SETUSER", "default", "off"])
+        .query::<()>(&mut conn)
+        .expect("ACL SETUSER default off");
+    let redis = format!("redis://app@127.0.0.1:{}", server.port());
+    for url in [postgres, redis] {
+        let mut cmd = dlock();
+        cmd.args([
+            "-u",
+            &url,
+            "--connect-timeout",
+            "5s",
+            "run",
+            "x",
+            "--",
+            "true",
+        ]);
+        let out = output(cmd);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 69, "{url}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("needs a password"), "{url}: {err}");
+        assert!(err.contains("--password-file"), "{url}: {err}");
+        for wrong in [
+            "cannot reach",
+            "invalid configuration",
+            "check the user and password",
+        ] {
+            assert!(!err.contains(wrong), "{url}: {err}");
+        }
+    }
+}

@@ -135,6 +135,13 @@ pub fn credentials_hint() -> String {
     }
 }
 
+/// What to do when a server asked for a password and the URL gave none (a user name alone): the
+/// ways the README gives one, none of which puts it on a command line.
+pub fn password_needed() -> &'static str {
+    "it needs a password and the URL has none: give it with --password-file FILE (or \
+     DLOCK_PASSWORD_FILE, or password-file in the configuration file), or in the URL"
+}
+
 /// `url` as a nested dlock may be given it: the password after the user name and every query value
 /// that may be a secret (`sentinel_password`, `password`, `sslpassword`, a token) taken out, the
 /// user name, host, database, prefix and the rest kept, as psql and redis-cli show a URL. Returns
