@@ -172,3 +172,29 @@ fn a_url_without_the_password_the_server_wants_says_how_to_give_one() {
         }
     }
 }
+
+/// bash runs a script's last command in its own place: `dlock hold x; dlock release x` under
+/// `bash -c` has the release be the very process that holds. It releases (0), says nothing of
+/// `--force`, and the lock is free after it.
+#[test]
+fn a_release_the_shell_runs_in_its_own_place_releases_its_hold() {
+    let dir = LockDir::new();
+    let url = dir.path().to_str().expect("a UTF-8 path");
+    let words = |args: &str| format!("'{}' -u '{url}' {args}", dlock_bin());
+    let script = format!("{}; {}", words("hold -n exec-x"), words("release exec-x"));
+    let out = output({
+        let mut cmd = without_callers_dlock_settings("bash");
+        cmd.args(["-c", &script]).stdin(std::process::Stdio::null());
+        cmd
+    });
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(!err.contains("--force"), "{err}");
+    let status = output(dir.dlock(&["status", "exec-x"]));
+    assert_eq!(code(&status), 1, "{}", stdout(&status));
+    assert!(
+        stdout(&status).contains(", released, "),
+        "{}",
+        stdout(&status)
+    );
+}
