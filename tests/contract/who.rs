@@ -20,7 +20,9 @@ pub fn a_message_is_shown_by_status_list_their_json_and_waiters(t: &Target) {
 
     let out = output(t.dlock(&["status", "deploy"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(stdout(&out).contains(&shown()), "{}", stdout(&out));
+    // `status` sets it on a line of its own below the holder's.
+    let below = format!("\n    message {MESSAGE:?}\n");
+    assert!(stdout(&out).contains(&below), "{}", stdout(&out));
     let out = output(t.dlock(&["list"]));
     assert!(
         stdout(&out).starts_with("deploy\texclusive by ") && stdout(&out).contains(&shown()),
