@@ -104,7 +104,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l trust-owner -d 'As root: trust USER\'s lock files too' -r -f -a "(__fish_complete_users)"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l json -d 'Print a JSON array of what `status --json` prints, one per held lock'
-complete -c dlock -n "__fish_dlock_using_subcommand list" -l runs -d 'Every lock with a last run on record, held or free, a line each: its last run, and its last success when that is another run (--json: name, last_run, last_success)'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l runs -d 'Every lock with a last run on record, a line each: NAME, a tab, held or free, its last run, and its last success when that is another run (--json: name, held, last_run, last_success)'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -188,7 +188,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_su
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release config generate help" -f -a "generate" -d 'Write the man pages and shell completions into --out DIR'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release config generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 
-# Lock names held now on the backend dlock is configured for, for the NAME of run, status, hold
+# Lock names held now or that ran, on the backend dlock is configured for, for the NAME of run, status, hold
 # and release; after run's `--`, a command and its arguments.
 function __fish_dlock_after_dashes
     contains -- -- (commandline -opc)
@@ -216,7 +216,8 @@ function __fish_dlock_lock_names
     end
     set -l bound
     command -q timeout; and set bound timeout 0.8
-    $bound dlock $args --connect-timeout 500ms list 2>/dev/null | string split -f1 \t | sort -u
+    $bound sh -c '"$0" "$@" list; "$0" "$@" list --runs' dlock $args --connect-timeout 500ms 2>/dev/null \
+        | string split -f1 \t | sort -u
 end
 complete -c dlock -n "__fish_seen_subcommand_from run status hold release; and not __fish_dlock_after_dashes" -f -a "(__fish_dlock_lock_names)"
 complete -c dlock -n "__fish_seen_subcommand_from run; and __fish_dlock_after_dashes" -f -a "(__fish_dlock_command_after_dashes)"

@@ -24,9 +24,10 @@ use crate::exit::Status;
 use crate::report::Verbosity;
 
 use duration::{parse_connect_timeout, parse_duration, parse_ttl};
-use help::{after_help, after_long_help, DESCRIPTION, RUN_DESCRIPTION};
+use help::{after_help, after_long_help, DESCRIPTION, RUN_DESCRIPTION, RUN_USAGE};
 use one_subcommand::matches;
 pub use plan::lock_name;
+pub use usage::quote;
 use values::{parse_seats, parse_switch};
 
 /// Run a command while holding a named lock: flock(1) for a whole cluster.
@@ -139,7 +140,7 @@ pub struct GlobalArgs {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run COMMAND while holding the lock.
-    #[command(long_about = RUN_DESCRIPTION)]
+    #[command(long_about = RUN_DESCRIPTION, override_usage = RUN_USAGE)]
     Run(RunArgs),
     /// Show who holds a lock. Exit status 0 when held, 1 when free.
     ///
@@ -333,14 +334,16 @@ pub struct HoldArgs {
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
+    /// The lock's name, as `run` and `hold` take it.
     pub name: String,
     /// Print JSON.
     ///
     /// Name, held, location, holders (mode, host, pid, owner, since, token, message,
     /// expires_at: the lease's end by the server's clock, null without a lease; kept_until: until
     /// when --min-hold keeps the lock, null without one), waiters (in
-    /// line, first first; null where the backend keeps no line), last_run and last_success (host,
-    /// pid, owner, token, message, acquired, ended, ending, running; null when none).
+    /// line, first first; empty where the backend keeps no line), last_run and last_success
+    /// (host, pid, owner, token, message, acquired, ended, ending, exit_code and signal as numbers,
+    /// running; null when none).
     #[arg(long, conflicts_with = "ran_within")]
     pub json: bool,
     /// Check that the last success ended within DURATION.
@@ -362,8 +365,9 @@ pub struct ListArgs {
     /// Print a JSON array of what `status --json` prints, one per held lock.
     #[arg(long)]
     pub json: bool,
-    /// Every lock with a last run on record, held or free, a line each: its last run, and its
-    /// last success when that is another run (--json: name, last_run, last_success).
+    /// Every lock with a last run on record, a line each: NAME, a tab, held or free, its last
+    /// run, and its last success when that is another run (--json: name, held, last_run,
+    /// last_success).
     #[arg(long)]
     pub runs: bool,
 }
@@ -373,6 +377,7 @@ pub struct ReleaseArgs {
     /// Break the lock for whoever holds it, instead of giving up this shell's `dlock hold`.
     #[arg(long)]
     pub force: bool,
+    /// The lock's name, as `hold` took it.
     pub name: String,
 }
 

@@ -114,7 +114,7 @@ pub fn status_and_list_show_kept_until_and_why(t: &Target) {
     let text = stdout(&out);
     assert!(
         text.contains(&format!("token {token}"))
-            && text.contains(", kept until ")
+            && text.contains("\n    kept ")
             && text.contains("by --min-hold 2s; its command ended"),
         "{text}"
     );
@@ -139,7 +139,7 @@ pub fn status_and_list_show_kept_until_and_why(t: &Target) {
     assert_eq!(list[0]["holders"][0]["kept_until"], kept, "{list}");
     let text = stdout(&output(t.dlock(&["list", "mh/"])));
     assert!(
-        text.starts_with("mh/b\t") && text.contains("kept until"),
+        text.starts_with("mh/b\t") && text.contains(", kept "),
         "{text}"
     );
     busy_before(t, "mh/b", started);

@@ -276,7 +276,7 @@ fn the_busy_line_says_what_min_hold_keeps_on_one_server_and_on_redlock() {
         let broken = output(dlock_at(urls, &["release", "--force", "mh"]));
         assert_eq!(code(&busy), 75, "{}", stderr(&busy));
         assert!(
-            stderr(&busy).contains("kept until ")
+            stderr(&busy).contains(", kept ")
                 && stderr(&busy).contains("by --min-hold 1h; its command ended"),
             "{urls:?}: {}",
             stderr(&busy)

@@ -268,8 +268,9 @@ fn forged_waiter_entries_are_shown_unreadable_and_escaped() {
     );
     assert!(waiting[1].contains("unreadable record"), "{text}");
     assert!(
-        waiting[2].starts_with("  waiting: shared by box pid 7 since 1970-01-01T00:00:03Z")
-            && waiting[2].contains(r#"message "fine \"text\"""#),
+        waiting[2].starts_with("  waiting: shared by box pid 7 since ")
+            && waiting[2].ends_with(" ago, owner ef")
+            && text.contains(r#"    message "fine \"text\"""#),
         "{text}"
     );
     let out = output(dlock_at(&url, &["status", "--json", "q"]));
