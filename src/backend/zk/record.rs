@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
 use super::ensemble_clock::{ask_ensemble, ensemble_now_ms, EnsembleClock};
-use super::recipe::{is_kept, kept_to_judge, kept_with_companion, owners, queue, Child, Kind};
+use super::recipe::{
+    grant_node, is_kept, kept_to_judge, kept_with_companion, owners, queue, Child, Kind,
+};
 use super::session::{is_connection_loss, retrying, Session};
 use super::MAX_RETRIES;
 use crate::lock::{
@@ -285,7 +287,7 @@ async fn read_queue(
         }
         None => (queue(&names), None),
     };
-    let present = read_nodes(session, dir, &candidates).await?;
+    let present = read_nodes(session, dir, &candidates, &listed).await?;
     // The kept nodes whose holders have ended, ahead of the queue.
     let standing: Vec<&KeptNode> = kept
         .iter()
@@ -331,21 +333,32 @@ fn limit_in(data: &NodeData) -> Option<u32> {
 }
 
 /// The data of `queue`'s nodes in one multi-read (a consistent view); a node gone between the
-/// listing and the read no longer holds anything and is left out.
+/// listing and the read no longer holds anything and is left out. The stat of a node that took
+/// its token at its grant (its grant node among `listed`: acquisition.rs, `take_token`) says that
+/// token as its `czxid`, read in the same request, so that a holder is shown with the token it got.
 async fn read_nodes(
     session: &Session,
     dir: &str,
     queue: &[Child],
+    listed: &[String],
 ) -> anyhow::Result<Vec<(Child, Vec<u8>, zk::Stat)>> {
     if queue.is_empty() {
         return Ok(vec![]);
     }
+    let grants: Vec<Option<String>> = queue
+        .iter()
+        .map(|child| Some(grant_node(&child.name)).filter(|g| listed.contains(g)))
+        .collect();
     let client = session.client();
     let mut tries = 0;
     let results = loop {
         let mut reader = client.new_multi_reader();
-        for child in queue {
-            let path = format!("{dir}/{}", child.name);
+        let paths = queue
+            .iter()
+            .map(|child| &child.name)
+            .chain(grants.iter().flatten())
+            .map(|name| format!("{dir}/{name}"));
+        for path in paths {
             reader
                 .add_get_data(&path)
                 .map_err(|e| session.fail(e, &format!("cannot read {path}")))?;
@@ -358,9 +371,17 @@ async fn read_nodes(
             }
         }
     };
+    let mut results = results.into_iter();
+    let nodes: Vec<_> = results.by_ref().take(queue.len()).collect();
     let mut present = Vec::new();
-    for (child, result) in queue.iter().zip(results) {
-        if let zk::MultiReadResult::Data { data, stat } = result {
+    for ((child, result), grant) in queue.iter().zip(nodes).zip(&grants) {
+        let granted = grant.as_ref().and_then(|_| results.next());
+        if let zk::MultiReadResult::Data { data, mut stat } = result {
+            if let Some(zk::MultiReadResult::Data { stat: grant, .. }) = granted {
+                if grant.czxid > 0 {
+                    stat.czxid = grant.czxid;
+                }
+            }
             present.push((child.clone(), data, stat));
         }
     }
