@@ -151,6 +151,29 @@ impl Target {
     }
 }
 
+impl Target {
+    /// The Elasticsearch backend on the suite's OpenSearch node, in an index of its own.
+    pub fn suite_elasticsearch() -> Target {
+        let node = super::opensearch_server::OpenSearchServer::shared();
+        Target {
+            args: vec![
+                "--backend".into(),
+                "elasticsearch".into(),
+                "--url".into(),
+                format!(
+                    "elasticsearch://127.0.0.1:{}/contract-{}",
+                    node.port(),
+                    next_namespace()
+                ),
+            ],
+            kind: Kind::Elasticsearch,
+            ports: vec![node.port()],
+            servers: vec![],
+            scratch: LockDir::new(),
+        }
+    }
+}
+
 /// A gRPC proxy in front of the suite's etcd that keeps one target's keys under a prefix of its
 /// own; ended (with its reaper) when its target is dropped.
 struct EtcdNamespace {
