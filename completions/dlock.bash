@@ -78,11 +78,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -137,11 +137,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -203,11 +203,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -462,11 +462,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -521,11 +521,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -580,11 +580,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -724,11 +724,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -790,11 +790,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)

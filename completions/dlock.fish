@@ -29,7 +29,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_needs_command" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -60,7 +61,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -80,7 +82,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -94,7 +97,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -117,7 +121,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -135,7 +140,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -149,7 +155,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand config" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand config" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand config" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -163,7 +170,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l connect-timeout -d 'Give up reaching a server after this' -r -f

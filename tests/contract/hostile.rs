@@ -230,7 +230,7 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
 }
 
 /// The holder entry of an Elasticsearch lock document for `record` (`MODE TOKEN SINCE PID
-/// HOST[\tMESSAGE]`), owned by `ab`, its lease an hour away; its `since` in milliseconds.
+/// HOST[\tMESSAGE]`), owned by `ab`, its lease far away; its `since` in milliseconds.
 fn es_entry(record: &str) -> serde_json::Value {
     let (fields, message) = match record.split_once('\t') {
         Some((fields, message)) => (fields, Some(message)),
@@ -238,11 +238,8 @@ fn es_entry(record: &str) -> serde_json::Value {
     };
     let f: Vec<&str> = fields.split(' ').collect();
     let number = |s: &str| s.parse::<u64>().expect("a number in the record");
-    let expires = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as u64
-        + 3_600_000;
+    // 2100-01-01: the lease outlasts the scenario, and reads the same each time.
+    let expires = 4_102_444_800_000u64;
     let mut entry = serde_json::json!({
         "owner": "ab", "mode": f[0], "token": number(f[1]), "since": number(f[2]) * 1000,
         "pid": number(f[3]), "host": f[4], "expires": expires,

@@ -4,7 +4,7 @@
 //! without one). Credentials never appear in a message; a malformed address is a usage error
 //! (exit 64).
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 
 use crate::exit::{FailWith, Failure};
 use crate::url::{host_list, redact, user_password, Parts};
@@ -74,8 +74,13 @@ impl EsUrl {
             .userinfo
             .map(|u| user_password(u, "Elasticsearch URL", &shown))
             .transpose()?;
-        let hosts = host_list(parts.hosts, DEFAULT_PORT)
-            .with_context(|| format!("Elasticsearch URL {shown:?}"))?;
+        // Not naming the host it refuses: with an `@` after a `/`, what reads as the hosts may be
+        // a password.
+        let hosts = host_list(parts.hosts, DEFAULT_PORT).map_err(|_| {
+            anyhow!(
+                "Elasticsearch URL {shown:?}: expected host:port[,host:port...] before the path"
+            )
+        })?;
         let path = parts.tail.strip_prefix('/').unwrap_or(parts.tail);
         let path = path.strip_suffix('/').unwrap_or(path);
         let index = if path.is_empty() {

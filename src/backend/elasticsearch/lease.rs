@@ -78,9 +78,11 @@ impl Lease for EsLease {
         });
         let answer = {
             let mut store = lock(&self.store);
+            // A third of the ttl (a node's write waits for its translog's fsync, and a loaded
+            // JVM answers in tens of milliseconds more): the next is due by then anyway.
             let attempt = store
                 .connect_timeout()
-                .min(self.ttl / 5)
+                .min(self.ttl / 3)
                 .min(MAX_RENEW_ATTEMPT)
                 .min(left);
             store.update(&self.name, RENEW, params, false, attempt)

@@ -153,7 +153,7 @@ impl Store {
         budget: Duration,
         give_up: &dyn Fn() -> bool,
     ) -> Result<Outcome, Fault> {
-        let started = std::time::Instant::now();
+        let mut started = std::time::Instant::now();
         let path = format!(
             "{}?retry_on_conflict=50&_source=true",
             self.doc_path(name, "_update")
@@ -194,7 +194,11 @@ impl Store {
                 404 if !make => return Ok(Outcome::Missing),
                 404 if !upsert => {
                     if error_type(&json) == "index_not_found_exception" {
-                        self.make_index(budget.saturating_sub(started.elapsed()))?;
+                        // Making an index is a change of the cluster's state, slower than any
+                        // call on a document: it has a budget of its own, and so has the call
+                        // after it.
+                        self.make_index(self.http.connect_timeout())?;
+                        started = std::time::Instant::now();
                     }
                     upsert = true;
                 }
@@ -253,10 +257,12 @@ impl Store {
         Ok((docs, cut))
     }
 
-    /// Makes the index (one shard: a lock's changes meet on one primary anyway), unless it exists.
+    /// Makes the index (one shard: a lock's changes meet on one primary anyway; a replica where
+    /// the cluster has a second node, none on a single node, which then stays green), unless it
+    /// exists.
     fn make_index(&mut self, budget: Duration) -> Result<(), Fault> {
         let body = json!({
-            "settings": {"number_of_shards": 1},
+            "settings": {"number_of_shards": 1, "auto_expand_replicas": "0-1"},
             "mappings": {"dynamic": false, "properties": {"name": {"type": "keyword"}}},
         });
         let path = format!("/{}", self.index);

@@ -41,11 +41,15 @@ pub(super) fn wait(
             return Ok(None);
         }
         let sent = Instant::now();
-        let budget = {
-            let timeout = lock(store).connect_timeout();
-            waiting.slice(timeout)
+        let timeout = lock(store).connect_timeout();
+        // The first attempt has the whole connect timeout, as `try_acquire` has, whatever
+        // `--wait` leaves (a stop signal still ends it): a wait shorter than one call still
+        // learns who holds the lock. The later ones end with the wait.
+        let (budget, give_up): (_, &dyn Fn() -> bool) = match answered {
+            false => (timeout, &|| false),
+            true => (waiting.slice(timeout), &give_up),
         };
-        let doc = match attempt(store, request, me, true, Some(budget), &give_up) {
+        let doc = match attempt(store, request, me, true, Some(budget), give_up) {
             Ok(Tried::Granted(token)) => {
                 waiting.reachable();
                 return Ok(Some(Box::new(EsLease::granted(
