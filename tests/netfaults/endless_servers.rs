@@ -13,11 +13,11 @@ use super::lying_servers::{limited, mysql_greeting, SERVER_LIFE};
 use crate::support::*;
 
 /// How soon after a stop signal dlock must have ended (it takes well under this: see DESIGN).
-const PROMPT: Duration = Duration::from_secs(2);
+pub(super) const PROMPT: Duration = Duration::from_secs(2);
 
 /// How a server sends what has no end.
 #[derive(Clone, Copy, Debug)]
-enum Pace {
+pub(super) enum Pace {
     /// As fast as the client reads, in batches.
     Flood,
     /// One unit (a row, an element) each time.
@@ -28,7 +28,7 @@ enum Pace {
 
 /// A loopback server whose connections (the first 10) `talk` handles, each on a thread of its
 /// own; `talk` says on the channel when it begins to send without end.
-fn serve<F>(talk: F) -> (u16, mpsc::Receiver<()>)
+pub(super) fn serve<F>(talk: F) -> (u16, mpsc::Receiver<()>)
 where
     F: Fn(TcpStream, &mpsc::Sender<()>) + Clone + Send + 'static,
 {
@@ -50,7 +50,7 @@ where
 
 /// Sends `stream` again and again at `pace` (`Units`: `unit` bytes of it each time), until the
 /// client goes or `SERVER_LIFE` has passed.
-fn without_end(
+pub(super) fn without_end(
     conn: &mut TcpStream,
     stream: &[u8],
     unit: usize,
@@ -78,7 +78,7 @@ fn without_end(
 
 /// `cmd` run under an address-space limit: it must end with 69 within `most`, in one line, which
 /// contains `why`.
-fn gives_up(what: &str, cmd: Command, most: Duration, why: &str) {
+pub(super) fn gives_up(what: &str, cmd: Command, most: Duration, why: &str) {
     let (out, took) = limited(cmd);
     let err = stderr(&out);
     assert_eq!(code(&out), 69, "{what}: {err}");
@@ -89,7 +89,7 @@ fn gives_up(what: &str, cmd: Command, most: Duration, why: &str) {
 
 /// Starts `cmd`, sends `sig` once `began` says the server is sending without end, and checks that
 /// dlock ends with 128+N within `PROMPT`.
-fn ends_promptly_on(what: &str, sig: i32, began: &mpsc::Receiver<()>, mut cmd: Command) {
+pub(super) fn ends_promptly_on(what: &str, sig: i32, began: &mpsc::Receiver<()>, mut cmd: Command) {
     let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     if began.recv_timeout(Duration::from_secs(30)).is_err() {
         let _ = child.kill();
@@ -111,7 +111,7 @@ fn ends_promptly_on(what: &str, sig: i32, began: &mpsc::Receiver<()>, mut cmd: C
     );
 }
 
-fn dlock_on(backend: &str, url: &str, timeout: &str, args: &[&str]) -> Command {
+pub(super) fn dlock_on(backend: &str, url: &str, timeout: &str, args: &[&str]) -> Command {
     let mut cmd = dlock();
     cmd.args([
         "--backend",

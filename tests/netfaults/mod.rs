@@ -2,12 +2,15 @@
 //! holder renews (`redis`, `zk`), servers that accept and never answer, answer slowly or speak
 //! something else (`fake_servers`), and Redis ACL users without the permissions dlock needs; SQL
 //! and Redis servers that drip a greeting or forge a length (`lying_servers`); servers that answer
-//! without end, slowly, or with rows of the wrong shape (`endless_servers`); a holder cut off
+//! without end, slowly, or with rows of the wrong shape (`endless_servers`), an HTTP node's too
+//! (`endless_http`); a holder cut off
 //! from its server on every network store (`partition`); a server answering "not now" while a
 //! waiter waits (`not_now`); a waiter whose server stops or freezes, ended in time by its deadline
 //! or a signal (`bounds`); an etcd server back after an outage, noticed in time (`etcd`).
 
 mod bounds;
+#[cfg(feature = "elasticsearch")]
+mod endless_http;
 mod endless_servers;
 #[cfg(feature = "etcd")]
 mod etcd;

@@ -8,6 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 #[cfg(feature = "elasticsearch")]
 mod backend;
+#[cfg(feature = "elasticsearch")]
+mod secure;
 
 use crate::support::opensearch_server::OpenSearchServer;
 

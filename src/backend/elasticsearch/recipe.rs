@@ -193,13 +193,13 @@ impl Store {
                 }
                 404 if !make => return Ok(Outcome::Missing),
                 404 if !upsert => {
-                    if error_type(&json) == "index_not_found_exception" {
-                        // Making an index is a change of the cluster's state, slower than any
-                        // call on a document: it has a budget of its own, and so has the call
-                        // after it.
-                        self.make_index(self.http.connect_timeout())?;
-                        started = std::time::Instant::now();
-                    }
+                    // The first write of this name. An `_update` makes a missing index as the
+                    // cluster's defaults say (dynamic mappings, a replica it may have no node
+                    // for): made or set now, before a document is written. A change of the
+                    // cluster's state, slower than any call on a document: it has a budget of its
+                    // own, and so has the call after it.
+                    self.make_index(self.http.connect_timeout())?;
+                    started = std::time::Instant::now();
                     upsert = true;
                 }
                 409 => continue,
@@ -258,9 +258,11 @@ impl Store {
     }
 
     /// Makes the index (one shard: a lock's changes meet on one primary anyway; a replica where
-    /// the cluster has a second node, none on a single node, which then stays green), unless it
-    /// exists.
+    /// the cluster has a second node, none on a single node, which then stays green; no dynamic
+    /// mappings), or, where it exists, sets the last two. Setting them is best effort: a user
+    /// without the right on the index's settings has it made by one who has (README).
     fn make_index(&mut self, budget: Duration) -> Result<(), Fault> {
+        let started = std::time::Instant::now();
         let body = json!({
             "settings": {"number_of_shards": 1, "auto_expand_replicas": "0-1"},
             "mappings": {"dynamic": false, "properties": {"name": {"type": "keyword"}}},
@@ -269,17 +271,24 @@ impl Store {
         let answer = self
             .http
             .call("PUT", &path, body.to_string().as_bytes(), budget, MAX_DOC)?;
-        let json: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
-        match answer.status {
-            200 => Ok(()),
-            400 if error_type(&json) == "resource_already_exists_exception" => Ok(()),
-            status => Err(refused(status, &json)),
+        // Made, or there already (or not ours to make: the write after says what is wrong).
+        if answer.status == 200 {
+            return Ok(());
         }
+        for (what, body) in [
+            ("_mapping", json!({"dynamic": false})),
+            (
+                "_settings",
+                json!({"index": {"auto_expand_replicas": "0-1"}}),
+            ),
+        ] {
+            let left = budget.saturating_sub(started.elapsed());
+            let path = format!("/{}/{what}", self.index);
+            self.http
+                .call("PUT", &path, body.to_string().as_bytes(), left, MAX_DOC)?;
+        }
+        Ok(())
     }
-}
-
-fn error_type(json: &Value) -> &str {
-    json["error"]["type"].as_str().unwrap_or_default()
 }
 
 /// The node's error in a line: what it said, escaped and cut short.
