@@ -115,31 +115,57 @@ fn main() {
 }
 
 /// 50 waiters on one held lock: the node's requests a second while they wait, then the time from
-/// each release to the next holder's start, over `HANDOFFS` releases.
+/// each release to the next holder's start, over `HANDOFFS` releases, each once the line has
+/// settled. Each holder's command writes
+/// the time it started into `in.PID` and holds until `go.PID` appears.
 fn line_of_waiters(node: &OpenSearchServer, dlock: &str, url: &str) {
     let dir = tempfile::tempdir().expect("a scratch directory");
-    let go = dir.path().join("go");
-    // The holder at the head: runs until `go` appears; each waiter, once in, records the time
-    // and holds until the next `go`.
-    let hold = |n: usize| {
-        let started = dir.path().join(format!("in-{n}"));
+    let d = dir.path().display().to_string();
+    let hold = || {
         program("sh")
             .arg("-c")
             .arg(format!(
                 "{dlock} --url {url} -q run -w 600 line -- sh -c \
-                 'date +%s%N > {s}; i=0; while [ ! -e {go}-{n} ] && [ $i -lt 6000 ]; do \
-                 sleep 0.01; i=$((i+1)); done'",
-                s = started.display(),
-                go = go.display()
+                 'date +%s%N > {d}/in.tmp.$$; mv {d}/in.tmp.$$ {d}/in.$$; i=0; \
+                 while [ ! -e {d}/go.$$ ] && [ $i -lt 12000 ]; do sleep 0.01; i=$((i+1)); done'"
             ))
             .stdout(Stdio::null())
             .spawn()
             .expect("a waiter")
     };
-    let mut children: Vec<Child> = vec![hold(0)];
-    support::wait_for_file(&dir.path().join("in-0"), Duration::from_secs(120));
-    for n in 1..=WAITERS {
-        children.push(hold(n));
+    let started = |seen: &mut Vec<String>| -> Option<(String, u128)> {
+        let entries = std::fs::read_dir(dir.path()).ok()?;
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("in.").filter(|p| !p.starts_with("tmp")) {
+                if !seen.iter().any(|s| s == pid) {
+                    seen.push(pid.to_owned());
+                    let ns = std::fs::read_to_string(e.path())
+                        .ok()?
+                        .trim()
+                        .parse()
+                        .ok()?;
+                    return Some((pid.to_owned(), ns));
+                }
+            }
+        }
+        None
+    };
+    let next = |seen: &mut Vec<String>| {
+        let end = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < end {
+            if let Some(found) = started(seen) {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        panic!("no holder started within 120 s");
+    };
+    let mut seen = Vec::new();
+    let mut children: Vec<Child> = vec![hold()];
+    let (mut holder, _) = next(&mut seen);
+    for _ in 0..WAITERS {
+        children.push(hold());
     }
     // Let every waiter join the line, then count the node's writes and no-op updates.
     std::thread::sleep(Duration::from_secs(10));
@@ -155,18 +181,18 @@ fn line_of_waiters(node: &OpenSearchServer, dlock: &str, url: &str) {
     println!("  requests to the node: {rate:.1}/s");
     goal("requests a second, 50 waiters", rate, "<= 50", rate <= 50.0);
     let mut handoffs = Vec::new();
-    for n in 0..HANDOFFS.min(WAITERS) {
-        let released = std::time::SystemTime::now();
-        std::fs::write(format!("{}-{n}", go.display()), "").expect("let go");
-        let next = dir.path().join(format!("in-{}", n + 1));
-        support::wait_for_file(&next, Duration::from_secs(60));
-        let text = std::fs::read_to_string(&next).unwrap_or_default();
-        let ns: u128 = text.trim().parse().unwrap_or(0);
-        let since = released
+    for _ in 0..HANDOFFS {
+        // The line settles first (every waiter polls within 2 s): what is measured is how soon
+        // the head sees a release, not how soon the one behind learns it is now the head.
+        std::thread::sleep(Duration::from_millis(2500));
+        let released = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        handoffs.push(Duration::from_nanos(ns.saturating_sub(since) as u64));
+        std::fs::write(format!("{d}/go.{holder}"), "").expect("let go");
+        let (pid, ns) = next(&mut seen);
+        handoffs.push(Duration::from_nanos(ns.saturating_sub(released) as u64));
+        holder = pid;
     }
     let p50 = median(&mut handoffs);
     println!(
@@ -180,9 +206,13 @@ fn line_of_waiters(node: &OpenSearchServer, dlock: &str, url: &str) {
         "<= 100 ms",
         p50 <= Duration::from_millis(100),
     );
-    for n in 0..=WAITERS {
-        let _ = std::fs::write(format!("{}-{n}", go.display()), "");
+    // Everyone else goes through at once: a go file for every pid there will be is not known, so
+    // each remaining holder is let go as it starts.
+    for _ in 0..WAITERS - HANDOFFS {
+        std::fs::write(format!("{d}/go.{holder}"), "").expect("let go");
+        holder = next(&mut seen).0;
     }
+    std::fs::write(format!("{d}/go.{holder}"), "").expect("let go");
     for child in &mut children {
         support::wait_exit(child, Duration::from_secs(120));
     }
