@@ -1,4 +1,5 @@
-//! The elasticsearch backend's own mechanism on a real node: the plain `_create` idiom and dlock
+//! The elasticsearch backend's own mechanism on a real node: the plain `_create` idiom, and the
+//! `process_id` document lock, and dlock
 //! exclude each other on the same index and id, and a node restart is an outage (the holder past
 //! its lease exits 79, a waiter waits and then gets the lock with a larger token).
 
@@ -77,4 +78,39 @@ fn a_node_restart_is_an_outage_a_holder_past_its_lease_exits_79_and_a_waiter_wai
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or_else(|| panic!("no token: {said}"));
     assert!(token > first, "token {token} after {first}: {said}");
+}
+
+/// The seeds' document lock (the Definitive Guide's): an update whose script refuses a document
+/// of another `process_id`, with an upsert that makes it for this one. It and dlock exclude each
+/// other on the same id.
+#[test]
+fn the_process_id_document_lock_and_dlock_exclude_each_other() {
+    let t = Target::suite_elasticsearch();
+    let node = OpenSearchServer::shared();
+    let index = index_of(&t);
+    let path = format!("/{index}/_update/doc-1");
+    let lock = |process_id: u32| {
+        let body = serde_json::json!({
+            "script": {
+                "source": "if (ctx._source.process_id != params.process_id) { \
+                           throw new IllegalArgumentException('locked by another process'); } \
+                           ctx.op = 'none';",
+                "params": {"process_id": process_id},
+            },
+            "upsert": {"process_id": process_id},
+        });
+        node.json("POST", &path, Some(&body.to_string())).0
+    };
+    assert!(matches!(lock(123), 200 | 201), "the seed's lock is free");
+    let out = output(t.dlock(&["run", "-n", "doc-1", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let (status, json) = node.json("DELETE", &format!("/{index}/_doc/doc-1"), None);
+    assert_eq!(status, 200, "{json}");
+    let holder = Holding::start(&t, &["doc-1"]);
+    let refused = lock(123);
+    assert!(
+        refused >= 400,
+        "the seed locked a document dlock holds: {refused}"
+    );
+    assert!(holder.let_go().success());
 }
