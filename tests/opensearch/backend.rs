@@ -1,7 +1,7 @@
-//! The elasticsearch backend's own mechanism on a real node: the plain `_create` idiom, and the
-//! `process_id` document lock, and dlock
-//! exclude each other on the same index and id, and a node restart is an outage (the holder past
-//! its lease exits 79, a waiter waits and then gets the lock with a larger token).
+//! The elasticsearch backend's own mechanism on a real node: the plain `_create` idiom and the
+//! `process_id` document lock each exclude dlock, and dlock them, on the same index and id; and a
+//! node restart is an outage (the holder past its lease exits 79, a waiter waits and then gets
+//! the lock with a larger token).
 
 use crate::contract::{waiting, Holding, T};
 use crate::support::opensearch_server::OpenSearchServer;
