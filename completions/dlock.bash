@@ -78,11 +78,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -141,11 +141,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -211,11 +211,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -474,11 +474,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -537,11 +537,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -600,11 +600,11 @@ _dlock() {
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -748,11 +748,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -818,11 +818,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)

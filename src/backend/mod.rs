@@ -14,10 +14,17 @@ use crate::exit::FailWith;
 use crate::lock::{Holder, LastRuns, LockName, LockRequest, RunEnd, Token, Waiter};
 
 pub mod blocking;
+#[cfg(feature = "elasticsearch")]
+pub mod elasticsearch;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod file;
-#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "elasticsearch"
+))]
 mod lease_clock;
 #[cfg(feature = "mysql")]
 pub mod mysql;
@@ -76,6 +83,8 @@ pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
         BackendKind::Etcd => Ok(Box::new(etcd::EtcdBackend::open(config)?)),
         #[cfg(feature = "mysql")]
         BackendKind::Mysql => Ok(Box::new(mysql::MyBackend::open(config)?)),
+        #[cfg(feature = "elasticsearch")]
+        BackendKind::Elasticsearch => Ok(Box::new(elasticsearch::EsBackend::open(config)?)),
         // The command line refuses the name of a backend not built; this is for any other way in.
         #[allow(unreachable_patterns)]
         kind => Err(anyhow::anyhow!(not_built(kind.descriptor())))

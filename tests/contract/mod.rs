@@ -150,6 +150,7 @@ contract! {
         postgres => Target::suite_postgres(),
         etcd => Target::suite_etcd(),
         mysql => Target::suite_mysql(),
+        elasticsearch => Target::suite_elasticsearch(),
     }
     once: {
         trees: [tree_paths_with_dotdot_are_refused],

@@ -13,7 +13,7 @@ use super::lying_servers::{limited, mysql_greeting, serve, SERVER_LIFE};
 use crate::support::*;
 
 /// How soon after a stop signal dlock must have ended (it takes well under this: see DESIGN).
-const PROMPT: Duration = Duration::from_secs(2);
+pub(super) const PROMPT: Duration = Duration::from_secs(2);
 
 /// How a server sends what has no end.
 #[derive(Clone, Copy, Debug)]
@@ -28,7 +28,7 @@ pub(super) enum Pace {
 
 /// Sends `stream` again and again at `pace` (`Units`: `unit` bytes of it each time), until the
 /// client goes or `SERVER_LIFE` has passed.
-fn without_end(
+pub(super) fn without_end(
     conn: &mut TcpStream,
     stream: &[u8],
     unit: usize,
