@@ -10,10 +10,10 @@
 //! i64::MAX or below zero (`etcd`).
 
 mod bounds;
-#[cfg(feature = "redis")]
-mod endless_seeds;
 #[cfg(feature = "elasticsearch")]
 mod endless_http;
+#[cfg(feature = "redis")]
+mod endless_seeds;
 mod endless_servers;
 #[cfg(feature = "etcd")]
 mod etcd;
