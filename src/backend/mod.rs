@@ -169,6 +169,33 @@ pub trait Backend: Send {
     /// Break the lock for every holder (an operator cleaning up after a dead one). Returns the holders
     /// removed. Each removed holder's dlock notices at its next renewal and treats the lock as lost.
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>>;
+
+    /// Where the store keeps each lock's concurrency group record (`run --supersede` and
+    /// `--cancel-in-progress`, see lock/group.rs), or `None` for a store that keeps none: the
+    /// options are then refused (64), naming the store.
+    fn groups(&self) -> Option<&dyn GroupRecords> {
+        None
+    }
+}
+
+/// A store's side of the concurrency groups: one record per lock name, kept beside the lock as
+/// plain text the store never interprets (supervise/group.rs reads and writes it).
+pub trait GroupRecords {
+    /// The record of `name` as stored; `None` when there is none (an empty one is none too).
+    fn read(&self, name: &LockName) -> anyhow::Result<Option<String>>;
+
+    /// Replaces the record of `name` with what `change` makes of the one stored (`None`: there
+    /// is none, or remove it), with no other update of it in between: under a lock, or as a
+    /// compare-and-set the store repeats (so `change` may be called more than once).
+    fn update(
+        &self,
+        name: &LockName,
+        change: &mut dyn FnMut(Option<&str>) -> Option<String>,
+    ) -> anyhow::Result<()>;
+
+    /// How often a holder reads its records to hear of a request to cancel it, which bounds how
+    /// soon it hears.
+    fn poll_every(&self) -> Duration;
 }
 
 /// The outcome of one acquisition attempt.
@@ -363,6 +390,8 @@ pub struct Waiting {
     on_place: Option<Arc<PlaceReport>>,
     /// Whether the caller shows who holds the lock (not under `-q`).
     holders_wanted: bool,
+    /// Whether the lock was found busy (`busy` was called): the acquisition waited.
+    waited: Arc<AtomicBool>,
 }
 
 impl Waiting {
@@ -376,6 +405,7 @@ impl Waiting {
             outage: Arc::default(),
             on_place: None,
             holders_wanted: true,
+            waited: Arc::default(),
         }
     }
 
@@ -492,7 +522,13 @@ impl Waiting {
 
     /// Report the current holders of a lock being waited for.
     pub fn busy(&self, holders: &[Holder]) {
+        self.waited.store(true, Ordering::SeqCst);
         (self.on_busy)(holders)
+    }
+
+    /// Whether an acquisition with this wait found its lock busy (so it waited, or was about to).
+    pub fn has_waited(&self) -> bool {
+        self.waited.load(Ordering::SeqCst)
     }
 }
 

@@ -45,6 +45,9 @@ pub struct Descriptor {
     pub replicas: bool,
     /// The longest `--ttl` it can keep, when shorter than what `--ttl` takes at all (a year).
     pub max_ttl: Option<Limit>,
+    /// Whether it keeps the concurrency group records `run --supersede` and
+    /// `--cancel-in-progress` need (`Backend::groups`); the options are refused (64) on another.
+    pub groups: bool,
     /// Whether this build has it.
     pub built: bool,
 }
@@ -75,6 +78,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         local: true,
         replicas: false,
         max_ttl: None,
+        groups: true,
         built: true,
     },
     Descriptor {
@@ -99,6 +103,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         local: false,
         replicas: true,
         max_ttl: None,
+        groups: false,
         built: cfg!(feature = "redis"),
     },
     Descriptor {
@@ -112,6 +117,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         local: false,
         replicas: false,
         max_ttl: Some(ZK_MAX_TTL),
+        groups: false,
         built: cfg!(feature = "zk"),
     },
     Descriptor {
@@ -125,6 +131,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         local: false,
         replicas: false,
         max_ttl: None,
+        groups: false,
         built: cfg!(feature = "etcd"),
     },
     Descriptor {
@@ -138,6 +145,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         local: false,
         replicas: false,
         max_ttl: None,
+        groups: false,
         built: cfg!(feature = "postgres"),
     },
     Descriptor {
@@ -151,6 +159,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         local: false,
         replicas: false,
         max_ttl: None,
+        groups: false,
         built: cfg!(feature = "mysql"),
     },
 ];

@@ -40,7 +40,7 @@ const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 /// Opens the records file at `path` (creating it when `create`), or `Ok(None)` if there is none,
 /// with what fstat says of it. Anything but a regular file there is refused, as at a lock's path.
 /// (O_NONBLOCK only keeps the open from hanging on a FIFO: a regular file ignores it.)
-fn open(path: &Path, create: bool) -> io::Result<Option<(File, Metadata)>> {
+pub(super) fn open(path: &Path, create: bool) -> io::Result<Option<(File, Metadata)>> {
     let opened = OpenOptions::new()
         .read(true)
         .write(create)
@@ -65,7 +65,7 @@ fn open(path: &Path, create: bool) -> io::Result<Option<(File, Metadata)>> {
 
 /// Takes a lock of `kind` on the whole file, trying for `LOCK_PATIENCE`; `false` if another kept
 /// it all that time.
-fn lock(file: &File, kind: i32) -> io::Result<bool> {
+pub(super) fn lock(file: &File, kind: i32) -> io::Result<bool> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
     let deadline = Instant::now() + LOCK_PATIENCE;
