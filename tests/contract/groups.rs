@@ -239,3 +239,64 @@ pub fn the_options_are_refused_where_the_store_keeps_no_groups(t: &Target) {
     let status = output(t.dlock(&["status", "rf"]));
     assert_eq!(code(&status), 1, "nothing was taken: {}", stdout(&status));
 }
+
+/// Under load: runs with --cancel-in-progress (some with --supersede too) and plain runs, in loops
+/// on one name, cancel and supersede each other, with requests and releases crossing: never two
+/// holders at once, never a token twice, every run ends 0, 80 or 81, and some were cancelled.
+pub fn crossing_requests_never_make_two_holders_or_repeat_a_token(t: &Target) {
+    let (loops, rounds) = (load(4, 8), load(6, 12));
+    let inside = t.scratch_file("inside");
+    std::fs::create_dir_all(&inside).unwrap();
+    let (tokens, codes) = (t.scratch_file("tokens"), t.scratch_file("codes"));
+    // Each holder counts who is inside with it, notes its token, and stays a little; a cancelled
+    // one leaves on SIGTERM.
+    let section = format!(
+        "trap 'rm -f {inside}/$$; exit 3' TERM; touch {inside}/$$; ls {inside} | wc -l >> \
+         {inside}.peaks; echo $DLOCK_TOKEN >> {tokens}; sleep 0.2; rm -f {inside}/$$"
+    );
+    let kinds: [&[&str]; 3] = [
+        &["--cancel-in-progress"],
+        &["--cancel-in-progress", "--supersede"],
+        &[],
+    ];
+    let mut children: Vec<std::process::Child> = (0..loops)
+        .map(|i| {
+            let mut args = vec!["-q", "run"];
+            args.extend_from_slice(kinds[i % kinds.len()]);
+            args.extend_from_slice(&["crossing", "--", "sh", "-c", &section]);
+            let run = t.shell_words(&args);
+            program("sh")
+                .arg("-c")
+                .arg(format!(
+                    "for i in $(seq {rounds}); do {run}; echo $? >> {codes}; done"
+                ))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in &mut children {
+        assert!(wait_exit(child, T).success());
+    }
+    let peaks = std::fs::read_to_string(format!("{inside}.peaks")).unwrap();
+    let peak = peaks
+        .lines()
+        .filter_map(|l| l.trim().parse::<usize>().ok())
+        .max();
+    assert_eq!(peak, Some(1), "two holders at once: {peaks}");
+    let tokens = std::fs::read_to_string(&tokens).unwrap();
+    let mut seen: Vec<&str> = tokens.lines().collect();
+    let count = seen.len();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), count, "a token given twice: {tokens}");
+    let codes = std::fs::read_to_string(&codes).unwrap();
+    assert_eq!(codes.lines().count(), loops * rounds, "{codes}");
+    assert!(
+        codes.lines().all(|c| ["0", "80", "81"].contains(&c)),
+        "{codes}"
+    );
+    assert!(
+        codes.lines().any(|c| c == "81"),
+        "nobody was cancelled: {codes}"
+    );
+}
