@@ -300,3 +300,54 @@ pub fn crossing_requests_never_make_two_holders_or_repeat_a_token(t: &Target) {
         "nobody was cancelled: {codes}"
     );
 }
+
+/// How soon a holder hears a request: the time from the asker's request (its `-v` line "asked
+/// ... to end") to the SIGTERM its command gets, printed (`--nocapture`) for the README, five
+/// times; bounded by a second here, generously for a loaded machine.
+pub fn a_request_to_cancel_reaches_the_holder_soon(t: &Target) {
+    let mut delays = Vec::new();
+    for round in 0..5 {
+        let termed = t.scratch_file(&format!("delay{round}.term"));
+        let ready = t.scratch_file(&format!("delay{round}.ready"));
+        let script = format!(
+            "trap 'date +%s%N > {termed}; exit 3' TERM; touch {ready}; i=0; \
+             while [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done"
+        );
+        let holder = Watched::start(t.dlock(&[
+            "run",
+            "--cancel-in-progress",
+            "delay",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]));
+        wait_for_file(Path::new(&ready), T);
+        let asker = waiting(t, &["run", "--cancel-in-progress", "delay", "--", "true"]);
+        let (code, said) = holder.finish(T);
+        assert_eq!(code, 81, "{said}");
+        let (code, said) = asker.finish(T);
+        assert_eq!(code, 0, "{said}");
+        let asked = said
+            .lines()
+            .find(|l| l.contains("to end (--cancel-in-progress)"))
+            .and_then(|l| l.strip_prefix('[')?.split(']').next())
+            .and_then(|stamp| humantime::parse_rfc3339(stamp).ok())
+            .unwrap_or_else(|| panic!("no timestamped request in {said}"));
+        let term: u64 = std::fs::read_to_string(&termed)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let term = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(term);
+        // The stamp is to the millisecond: a delay under it reads as none.
+        let delay = term.duration_since(asked).unwrap_or_default();
+        delays.push(figures::ms(delay));
+    }
+    let median = figures::middle(delays.clone());
+    println!(
+        "cancel delay on {}: median {median:.0} ms of {delays:.0?}",
+        t.backend()
+    );
+    assert!(median < 1000.0, "{delays:?}");
+}

@@ -340,6 +340,7 @@ contract! {
             cancel_with_several_names_is_all_or_none,
             a_shared_holder_is_cancelled_only_by_an_exclusive_request,
             crossing_requests_never_make_two_holders_or_repeat_a_token,
+            a_request_to_cancel_reaches_the_holder_soon,
             the_options_are_refused_where_the_store_keeps_no_groups,
         ],
         hostile: [
