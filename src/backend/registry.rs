@@ -103,7 +103,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         local: false,
         replicas: true,
         max_ttl: None,
-        groups: false,
+        groups: true,
         built: cfg!(feature = "redis"),
     },
     Descriptor {

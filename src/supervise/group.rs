@@ -65,11 +65,17 @@ impl Member {
         }
         let backend = backend::open(config)?;
         // The command line refuses the options for a store that keeps no records (see
-        // `Descriptor::groups`); this is for any other way in.
+        // `Descriptor::groups`); a store may still keep none in some of its forms (Redlock).
         let Some(records) = backend.groups() else {
+            let option = if options.supersede {
+                "--supersede"
+            } else {
+                "--cancel-in-progress"
+            };
             return Err(anyhow::anyhow!(
-                "the {} backend keeps no concurrency groups",
-                config.kind.as_str()
+                "{option} is not available with the {} backend at {} yet",
+                config.kind.as_str(),
+                backend.location()
             ))
             .fail_with(Failure::Usage);
         };

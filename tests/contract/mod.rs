@@ -128,6 +128,24 @@ macro_rules! scenario_test {
             "the file backend keeps concurrency group records: every other groups scenario runs on it"
         );
     };
+    (redis, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "redis keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
+    (sentinel, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "sentinel keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
+    (cluster, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "cluster keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
     ($backend:ident, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
         #[test]
         fn the_options_are_refused_where_the_store_keeps_no_groups() {
@@ -136,31 +154,11 @@ macro_rules! scenario_test {
             );
         }
     };
-    (redis, groups, $scenario:ident) => {
-        unsupported!(
-            groups::$scenario,
-            "redis keeps no concurrency group records yet: run refuses the options (64), which \
-             groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
-        );
-    };
     (redlock, groups, $scenario:ident) => {
         unsupported!(
             groups::$scenario,
-            "redlock keeps no concurrency group records yet: run refuses the options (64), which \
-             groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
-        );
-    };
-    (sentinel, groups, $scenario:ident) => {
-        unsupported!(
-            groups::$scenario,
-            "sentinel keeps no concurrency group records yet: run refuses the options (64), which \
-             groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
-        );
-    };
-    (cluster, groups, $scenario:ident) => {
-        unsupported!(
-            groups::$scenario,
-            "cluster keeps no concurrency group records yet: run refuses the options (64), which \
+            "Redlock keeps no concurrency group records yet (each server would keep its own): run \
+             refuses the options (64), which \
              groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
         );
     };
