@@ -298,7 +298,7 @@ pub struct RunArgs {
     #[arg(long, env = "DLOCK_SUPERSEDE", value_parser = parse_switch)]
     pub supersede: bool,
 
-    /// Cancel a holder that said it too, and be cancellable.
+    /// Cancel a holder that says it too.
     ///
     /// A holder that also said --cancel-in-progress is asked to end: its command gets SIGTERM
     /// (SIGKILL after --kill-after), its dlock exits with 81 and records who cancelled it, and
