@@ -146,6 +146,12 @@ macro_rules! scenario_test {
             "cluster keeps concurrency group records: every other groups scenario runs on it"
         );
     };
+    (postgres, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "postgres keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
     ($backend:ident, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
         #[test]
         fn the_options_are_refused_where_the_store_keeps_no_groups() {
@@ -166,13 +172,6 @@ macro_rules! scenario_test {
         unsupported!(
             groups::$scenario,
             "zk keeps no concurrency group records yet: run refuses the options (64), which \
-             groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
-        );
-    };
-    (postgres, groups, $scenario:ident) => {
-        unsupported!(
-            groups::$scenario,
-            "postgres keeps no concurrency group records yet: run refuses the options (64), which \
              groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
         );
     };

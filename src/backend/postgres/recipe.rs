@@ -4,6 +4,7 @@
 //! their rows mean. Those that end a run are in `ending`.
 
 mod ending;
+mod group;
 
 use std::time::Duration;
 
