@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::{waiting, Holding, T};
+use super::{Holding, T};
 use crate::support::target::Target;
 use crate::support::watched::Watched;
 use crate::support::*;
@@ -37,7 +37,19 @@ fn appending(t: &Target, options: &[&str], names: &[&str], tag: &str, order: &st
     args.extend_from_slice(options);
     args.extend_from_slice(names);
     args.extend_from_slice(&["--", "sh", "-c", &script]);
-    waiting(t, &args)
+    asking(t, &args)
+}
+
+/// `dlock -v ARGS` in the background, returned once it waits or has asked a holder to end: a run
+/// with --cancel-in-progress may get the lock before it says it waits, the holder ended so soon.
+fn asking(t: &Target, args: &[&str]) -> Watched {
+    let mut all = vec!["-v"];
+    all.extend_from_slice(args);
+    let mut asker = Watched::start(t.dlock(&all));
+    asker.wait_for_line("a wait or a request", T, |l| {
+        l.contains("waiting for lock") || l.contains("to end (--cancel-in-progress)")
+    });
+    asker
 }
 
 fn order_of(order: &str) -> String {
@@ -210,7 +222,7 @@ pub fn a_shared_holder_is_cancelled_only_by_an_exclusive_request(t: &Target) {
         "true",
     ]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let asker = waiting(t, &["run", "--cancel-in-progress", "sh", "--", "true"]);
+    let asker = asking(t, &["run", "--cancel-in-progress", "sh", "--", "true"]);
     let (code, said) = holder.finish(T);
     assert_eq!(code, 81, "{said}");
     let (code, said) = asker.finish(T);
@@ -323,7 +335,7 @@ pub fn a_request_to_cancel_reaches_the_holder_soon(t: &Target) {
             &script,
         ]));
         wait_for_file(Path::new(&ready), T);
-        let asker = waiting(t, &["run", "--cancel-in-progress", "delay", "--", "true"]);
+        let asker = asking(t, &["run", "--cancel-in-progress", "delay", "--", "true"]);
         let (code, said) = holder.finish(T);
         assert_eq!(code, 81, "{said}");
         let (code, said) = asker.finish(T);

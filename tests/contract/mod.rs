@@ -152,6 +152,12 @@ macro_rules! scenario_test {
             "postgres keeps concurrency group records: every other groups scenario runs on it"
         );
     };
+    (mysql, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "mysql keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
     ($backend:ident, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
         #[test]
         fn the_options_are_refused_where_the_store_keeps_no_groups() {
@@ -179,13 +185,6 @@ macro_rules! scenario_test {
         unsupported!(
             groups::$scenario,
             "etcd keeps no concurrency group records yet: run refuses the options (64), which \
-             groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
-        );
-    };
-    (mysql, groups, $scenario:ident) => {
-        unsupported!(
-            groups::$scenario,
-            "mysql keeps no concurrency group records yet: run refuses the options (64), which \
              groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
         );
     };

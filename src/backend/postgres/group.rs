@@ -37,6 +37,9 @@ impl GroupRecords for PgBackend {
         for _ in 0..MAX_TRIES {
             let old = self.read(name)?;
             let new = change(old.as_deref());
+            if new == old {
+                return Ok(());
+            }
             let mut conn = lock(&self.conn);
             let budget = conn.connect_timeout();
             let swapped = self
