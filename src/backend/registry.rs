@@ -131,7 +131,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         local: false,
         replicas: false,
         max_ttl: None,
-        groups: false,
+        groups: true,
         built: cfg!(feature = "etcd"),
     },
     Descriptor {

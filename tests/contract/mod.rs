@@ -158,6 +158,12 @@ macro_rules! scenario_test {
             "mysql keeps concurrency group records: every other groups scenario runs on it"
         );
     };
+    (etcd, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "etcd keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
     ($backend:ident, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
         #[test]
         fn the_options_are_refused_where_the_store_keeps_no_groups() {
@@ -178,13 +184,6 @@ macro_rules! scenario_test {
         unsupported!(
             groups::$scenario,
             "zk keeps no concurrency group records yet: run refuses the options (64), which \
-             groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
-        );
-    };
-    (etcd, groups, $scenario:ident) => {
-        unsupported!(
-            groups::$scenario,
-            "etcd keeps no concurrency group records yet: run refuses the options (64), which \
              groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
         );
     };
