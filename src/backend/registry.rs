@@ -117,7 +117,7 @@ pub const BACKENDS: [Descriptor; 6] = [
         local: false,
         replicas: false,
         max_ttl: Some(ZK_MAX_TTL),
-        groups: false,
+        groups: true,
         built: cfg!(feature = "zk"),
     },
     Descriptor {

@@ -164,6 +164,12 @@ macro_rules! scenario_test {
             "etcd keeps concurrency group records: every other groups scenario runs on it"
         );
     };
+    (zk, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "zk keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
     ($backend:ident, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
         #[test]
         fn the_options_are_refused_where_the_store_keeps_no_groups() {
@@ -177,13 +183,6 @@ macro_rules! scenario_test {
             groups::$scenario,
             "Redlock keeps no concurrency group records yet (each server would keep its own): run \
              refuses the options (64), which \
-             groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
-        );
-    };
-    (zk, groups, $scenario:ident) => {
-        unsupported!(
-            groups::$scenario,
-            "zk keeps no concurrency group records yet: run refuses the options (64), which \
              groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
         );
     };

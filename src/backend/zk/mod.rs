@@ -64,6 +64,7 @@ mod acquisition;
 mod address;
 mod ensemble_clock;
 mod frames;
+mod group;
 mod kept;
 mod lease;
 mod naming;
@@ -392,5 +393,9 @@ impl Backend for ZkBackend {
             }
             Ok(removed)
         })
+    }
+
+    fn groups(&self) -> Option<&dyn super::GroupRecords> {
+        Some(self)
     }
 }
