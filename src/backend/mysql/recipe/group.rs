@@ -24,7 +24,12 @@ impl Recipe {
     pub fn group_read(&self, conn: &mut Conn, name: &LockName) -> Result<Option<String>, Fault> {
         let sql = statement(&self.prefix, "read");
         let params: Vec<Value> = vec![name.as_str().into()];
-        let rows = self.run(conn, true, |c| first_set(c, &sql, params.clone()))?;
+        // Not creating: every dlock whose acquisition waited reads the record, and a missing
+        // table (made by the first run with the options) is no record.
+        let rows = match self.run(conn, false, |c| first_set(c, &sql, params.clone())) {
+            Err(f) if f.is_missing_schema() => return Ok(None),
+            read => read?,
+        };
         Ok(rows.first().and_then(|row| match row.as_ref(0) {
             Some(Value::Bytes(b)) => String::from_utf8(b.clone()).ok(),
             _ => None,

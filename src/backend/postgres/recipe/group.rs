@@ -29,13 +29,19 @@ impl Recipe {
         name: &LockName,
     ) -> Result<Option<String>, Fault> {
         let sql = statement(&self.channel, "read");
-        let rows = self.run(conn, budget, true, false, |client, guard, schema| {
+        // Not creating: every dlock whose acquisition waited reads the record, and a missing
+        // table (made by the first run with the options) is no record.
+        let read = self.run(conn, budget, false, false, |client, guard, schema| {
             let (name, sql) = (name.as_str().to_owned(), in_schema(&sql, schema));
             async move {
                 let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
                 read_committed(&client, guard.as_ref(), None, &sql, &params).await
             }
-        })?;
+        });
+        let rows = match read {
+            Err(f) if f.is_missing_schema() => return Ok(None),
+            read => read?,
+        };
         Ok(rows
             .first()
             .and_then(|row| row.try_get::<_, Option<String>>(0).ok().flatten()))
