@@ -180,6 +180,15 @@ pub(super) fn supervise(
             if let Some(member) = member {
                 member.cancelled(&by, &tokens);
             }
+            // Cancelled, but the lock had gone before (a holder cut off past its lease hears the
+            // request once it is back): it did not hold the lock to the end, whoever asked.
+            if let Some(why) = lost_by_the_end {
+                report.error(&format!(
+                    "the lock was lost before the command was cancelled: {why}; exiting with {}",
+                    Status::LockLost.code()
+                ));
+                return Ok(Status::LockLost);
+            }
             return Ok(Status::Cancelled);
         }
         None => {}
