@@ -17,6 +17,7 @@ pub mod blocking;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod file;
+mod groups;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 mod lease_clock;
 #[cfg(feature = "mysql")]
@@ -34,6 +35,7 @@ mod watch;
 #[cfg(feature = "zk")]
 pub mod zk;
 
+pub use groups::GroupRecords;
 pub use registry::{
     backend_help, by_scheme, kind_named, kind_of_url, not_built, url_help, version, BackendKind,
     KindParser,
@@ -176,26 +178,6 @@ pub trait Backend: Send {
     fn groups(&self) -> Option<&dyn GroupRecords> {
         None
     }
-}
-
-/// A store's side of the concurrency groups: one record per lock name, kept beside the lock as
-/// plain text the store never interprets (supervise/group.rs reads and writes it).
-pub trait GroupRecords {
-    /// The record of `name` as stored; `None` when there is none (an empty one is none too).
-    fn read(&self, name: &LockName) -> anyhow::Result<Option<String>>;
-
-    /// Replaces the record of `name` with what `change` makes of the one stored (`None`: there
-    /// is none, or remove it), with no other update of it in between: under a lock, or as a
-    /// compare-and-set the store repeats (so `change` may be called more than once).
-    fn update(
-        &self,
-        name: &LockName,
-        change: &mut dyn FnMut(Option<&str>) -> Option<String>,
-    ) -> anyhow::Result<()>;
-
-    /// How often a holder reads its records to hear of a request to cancel it, which bounds how
-    /// soon it hears.
-    fn poll_every(&self) -> Duration;
 }
 
 /// The outcome of one acquisition attempt.
