@@ -180,6 +180,38 @@ pub fn a_holder_without_the_option_is_not_cancelled(t: &Target) {
     assert_eq!(order_of(&order), "asker\n");
 }
 
+/// A lock kept by --min-hold after its holder's command ended has nothing to cancel: an asker
+/// says so and waits or fails as any run would (here 75 after --wait).
+pub fn a_lock_kept_by_min_hold_after_its_command_has_nothing_to_cancel(t: &Target) {
+    let out = output(t.dlock(&[
+        "run",
+        "--cancel-in-progress",
+        "--min-hold",
+        "60s",
+        "kept",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = output(t.dlock(&[
+        "run",
+        "--cancel-in-progress",
+        "--wait",
+        "1s",
+        "kept",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing to cancel"),
+        "{}",
+        stderr(&out)
+    );
+    let out = output(t.dlock(&["release", "--force", "kept"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
 /// Several names, all or none: with one holder cancellable and another not, nobody is asked; a
 /// holder of both names that said it is cancelled once, and the asker gets both.
 pub fn cancel_with_several_names_is_all_or_none(t: &Target) {

@@ -331,6 +331,7 @@ contract! {
             supersede_with_several_names_and_a_plain_waiter_untouched,
             cancel_in_progress_ends_the_holder_and_the_asker_runs_next,
             a_holder_without_the_option_is_not_cancelled,
+            a_lock_kept_by_min_hold_after_its_command_has_nothing_to_cancel,
             cancel_with_several_names_is_all_or_none,
             a_shared_holder_is_cancelled_only_by_an_exclusive_request,
             crossing_requests_never_make_two_holders_or_repeat_a_token,
