@@ -74,6 +74,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Take
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s t -l tree -d 'Lock NAME\'s ancestors shared too'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s n -l no-wait -d 'Fail at once if the lock is busy'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l release-on-failure -d 'Free a --min-hold lock if the command fails'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l supersede -d 'Give up when a newer --supersede run waits'
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l cancel-in-progress -d 'Cancel a holder that says it too'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s o -l close -d 'flock\'s -o/--close, accepted and ignored: the command never gets the lock\'s descriptor'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s q -l quiet -d 'Print nothing but errors'

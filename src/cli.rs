@@ -302,6 +302,24 @@ pub struct RunArgs {
     #[arg(long, env = "DLOCK_RELEASE_ON_FAILURE", value_parser = parse_switch)]
     pub release_on_failure: bool,
 
+    /// Give up when a newer --supersede run waits.
+    ///
+    /// At most one --supersede waiter per set of names: one that starts waiting later makes
+    /// this one give up at once with exit status 80, naming the run that replaced it (host, pid,
+    /// --message). Waiters without it are not touched. From the command line or the
+    /// environment only, never a configuration file.
+    #[arg(long, env = "DLOCK_SUPERSEDE", value_parser = parse_switch)]
+    pub supersede: bool,
+
+    /// Cancel a holder that says it too.
+    ///
+    /// A holder that also said --cancel-in-progress is asked to end: its command gets SIGTERM
+    /// (SIGKILL after --kill-after), its dlock exits with 81 and records who cancelled it, and
+    /// this run takes the lock before the other dlock waiters. A holder without it is waited
+    /// for as usual. From the command line or the environment only, never a configuration file.
+    #[arg(long, env = "DLOCK_CANCEL_IN_PROGRESS", value_parser = parse_switch)]
+    pub cancel_in_progress: bool,
+
     /// flock's -o/--close, accepted and ignored: the command never gets the lock's descriptor.
     #[arg(short = 'o', long = "close", hide = true)]
     pub close: bool,

@@ -11,6 +11,7 @@ use anyhow::anyhow;
 use crate::backend::{self, Backend, BackendConfig, LockStatus};
 use crate::cli::{lock_name, Cli, Command, GlobalArgs};
 use crate::exit::{message_of, Check, Status};
+use crate::lock::group::GroupRecord;
 use crate::lock::{LastRuns, LockName};
 use crate::report::Reporter;
 use crate::{generate, hold, last_runs, program, supervise};
@@ -47,13 +48,18 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
                 .last_runs(&name)
                 .map_err(|e| report.error(&last_runs_unread(&name, &e)))
                 .unwrap_or_default();
+            let group = group_of(backend.as_ref(), &name);
             if args.json {
-                emit(&format!(
-                    "{}\n",
-                    serde_json::to_string_pretty(&status_json(&status, &runs))?
-                ))?;
+                let mut json = status_json(&status, &runs);
+                json["group"] = serde_json::to_value(&group)?;
+                emit(&format!("{}\n", serde_json::to_string_pretty(&json)?))?;
             } else if !global.quiet {
                 let mut text = status_text(&status);
+                if let Some(group) = &group {
+                    let owners: Vec<&str> =
+                        status.holders.iter().map(|h| h.owner.as_str()).collect();
+                    text.push_str(&group.lines(&owners));
+                }
                 text.push_str(&last_runs::lines(&runs, &status.holders, SystemTime::now()));
                 emit(&text)?;
             }
@@ -231,6 +237,13 @@ fn status_json(status: &LockStatus, runs: &LastRuns) -> serde_json::Value {
         "last_run": last_run,
         "last_success": last_success,
     })
+}
+
+/// The lock's concurrency group record (`run --supersede`, `--cancel-in-progress`), where the
+/// store keeps one and it says anything; one that cannot be read is none.
+fn group_of(backend: &dyn Backend, name: &LockName) -> Option<GroupRecord> {
+    let text = backend.groups()?.read(name).ok()??;
+    GroupRecord::read(&text).filter(|record| !record.is_empty())
 }
 
 fn last_runs_unread(name: &LockName, e: &anyhow::Error) -> String {

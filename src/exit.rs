@@ -24,6 +24,12 @@ pub enum Status {
     /// The lock was lost while the command ran (lease expired, broken by `release --force`, backend
     /// gone for longer than the lease); the command was terminated.
     LockLost,
+    /// `run --supersede`: a newer `--supersede` run started waiting for the same names, and this
+    /// one gave up its wait (not changed by `--conflict-exit-code`).
+    Superseded,
+    /// `run --cancel-in-progress`: a newer run with the option asked this holder to end; its
+    /// command was terminated (not changed by `--conflict-exit-code`).
+    Cancelled,
     /// Bad command line (EX_USAGE), or a nested run that asks exclusively for a lock its own parent
     /// dlock holds shared or with a limit.
     Usage,
@@ -67,11 +73,13 @@ impl Check {
 }
 
 /// The rows of the table in `--help`, in the order shown.
-const TABLE: [Status; 9] = [
+const TABLE: [Status; 11] = [
     Status::Command(0),
     Status::Signalled(0),
     Status::Busy(Status::BUSY_DEFAULT),
     Status::LockLost,
+    Status::Superseded,
+    Status::Cancelled,
     Status::Usage,
     Status::Unavailable,
     Status::Internal,
@@ -91,6 +99,8 @@ impl Status {
             Status::Free | Status::Incomplete => 1,
             Status::Signalled(n) => 128_i32.saturating_add(n).clamp(0, 255) as u8,
             Status::LockLost => 79,
+            Status::Superseded => 80,
+            Status::Cancelled => 81,
             Status::Usage => 64,
             Status::Unavailable => 69,
             Status::Internal => 70,
@@ -128,6 +138,14 @@ impl Status {
             Status::LockLost => &[
                 "the lock was lost while the command ran; the command",
                 "was terminated",
+            ],
+            Status::Superseded => &[
+                "--supersede: a newer --supersede run started waiting",
+                "for the same names; this one gave up its wait",
+            ],
+            Status::Cancelled => &[
+                "--cancel-in-progress: a newer run with the option",
+                "cancelled this one; the command was terminated",
             ],
             Status::Usage => &[
                 "usage error: bad option, name, duration or URL, missing",

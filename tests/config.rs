@@ -590,3 +590,40 @@ fn a_backend_and_url_of_one_file_that_disagree_are_refused_naming_the_lines() {
         "{err}"
     );
 }
+
+/// `supersede` and `cancel-in-progress` are for the runs that need them, never a whole fleet's:
+/// a configuration file that sets either is refused (64), naming the file and the line and what
+/// to do instead, before anything is taken; the variable works.
+#[test]
+fn supersede_and_cancel_in_progress_are_refused_in_a_configuration_file() {
+    let scratch = LockDir::new();
+    for key in ["supersede", "cancel-in-progress"] {
+        let config = scratch.file(&format!("{key}.config"));
+        std::fs::write(
+            &config,
+            format!("url = {}\n{key} = yes\n", scratch.path().display()),
+        )
+        .unwrap();
+        let mut cmd = with_config(&config);
+        cmd.args(["run", "x", "--", "true"]);
+        let out = output(cmd);
+        assert_eq!(code(&out), 64, "{}", stderr(&out));
+        let said = stderr(&out);
+        let line = format!(
+            "{} line 2: {key} is not for a configuration file",
+            config.display()
+        );
+        assert!(
+            said.contains(&line) && said.contains(&format!("--{key}")),
+            "{said}"
+        );
+    }
+    assert!(!scratch.file("x.lock").exists(), "nothing is taken");
+    let mut cmd = dlock();
+    cmd.env("DLOCK_SUPERSEDE", "1")
+        .args(["--url"])
+        .arg(scratch.path())
+        .args(["run", "x", "--", "true"]);
+    let out = output(cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}

@@ -19,6 +19,7 @@ pub mod elasticsearch;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod file;
+mod groups;
 #[cfg(any(
     feature = "redis",
     feature = "postgres",
@@ -41,6 +42,7 @@ mod watch;
 #[cfg(feature = "zk")]
 pub mod zk;
 
+pub use groups::GroupRecords;
 pub use registry::{
     backend_help, by_scheme, kind_named, kind_of_url, not_built, url_help, version, BackendKind,
     KindParser,
@@ -181,6 +183,13 @@ pub trait Backend: Send {
     /// Break the lock for every holder (an operator cleaning up after a dead one). Returns the holders
     /// removed. Each removed holder's dlock notices at its next renewal and treats the lock as lost.
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>>;
+
+    /// Where the store keeps each lock's concurrency group record (`run --supersede` and
+    /// `--cancel-in-progress`, see lock/group.rs), or `None` for a store that keeps none: the
+    /// options are then refused (64), naming the store.
+    fn groups(&self) -> Option<&dyn GroupRecords> {
+        None
+    }
 }
 
 /// The outcome of one acquisition attempt.
@@ -375,6 +384,8 @@ pub struct Waiting {
     on_place: Option<Arc<PlaceReport>>,
     /// Whether the caller shows who holds the lock (not under `-q`).
     holders_wanted: bool,
+    /// Whether the lock was found busy (`busy` was called): the acquisition waited.
+    waited: Arc<AtomicBool>,
 }
 
 impl Waiting {
@@ -388,6 +399,7 @@ impl Waiting {
             outage: Arc::default(),
             on_place: None,
             holders_wanted: true,
+            waited: Arc::default(),
         }
     }
 
@@ -504,7 +516,13 @@ impl Waiting {
 
     /// Report the current holders of a lock being waited for.
     pub fn busy(&self, holders: &[Holder]) {
+        self.waited.store(true, Ordering::SeqCst);
         (self.on_busy)(holders)
+    }
+
+    /// Whether an acquisition with this wait found its lock busy (so it waited, or was about to).
+    pub fn has_waited(&self) -> bool {
+        self.waited.load(Ordering::SeqCst)
     }
 }
 

@@ -46,6 +46,9 @@ pub struct Descriptor {
     pub replicas: bool,
     /// The longest `--ttl` it can keep, when shorter than what `--ttl` takes at all (a year).
     pub max_ttl: Option<Limit>,
+    /// Whether it keeps the concurrency group records `run --supersede` and
+    /// `--cancel-in-progress` need (`Backend::groups`); the options are refused (64) on another.
+    pub groups: bool,
     /// Whether this build has it.
     pub built: bool,
 }
@@ -76,6 +79,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         local: true,
         replicas: false,
         max_ttl: None,
+        groups: true,
         built: true,
     },
     Descriptor {
@@ -100,6 +104,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         local: false,
         replicas: true,
         max_ttl: None,
+        groups: true,
         built: cfg!(feature = "redis"),
     },
     Descriptor {
@@ -113,6 +118,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         local: false,
         replicas: false,
         max_ttl: Some(ZK_MAX_TTL),
+        groups: true,
         built: cfg!(feature = "zk"),
     },
     Descriptor {
@@ -126,6 +132,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         local: false,
         replicas: false,
         max_ttl: None,
+        groups: true,
         built: cfg!(feature = "etcd"),
     },
     Descriptor {
@@ -139,6 +146,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         local: false,
         replicas: false,
         max_ttl: None,
+        groups: true,
         built: cfg!(feature = "postgres"),
     },
     Descriptor {
@@ -152,6 +160,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         local: false,
         replicas: false,
         max_ttl: None,
+        groups: true,
         built: cfg!(feature = "mysql"),
     },
     Descriptor {
@@ -171,6 +180,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         local: false,
         replicas: false,
         max_ttl: None,
+        groups: false,
         built: cfg!(feature = "elasticsearch"),
     },
 ];

@@ -198,6 +198,21 @@ impl Config {
             .iter()
             .flat_map(|f| f.entries.iter().map(move |e| (f, e)));
         for (file, entry) in entries {
+            if ONLY_PER_RUN.contains(&entry.key.as_str()) {
+                return Err(format!(
+                    "{}: {} is not for a configuration file: every run it reaches would {}; give \
+                     --{} (or DLOCK_{}=1) to the runs that need it",
+                    file.at(entry.line),
+                    entry.key,
+                    if entry.key == "supersede" {
+                        "make the one waiting before it give up"
+                    } else {
+                        "cancel the one running before it"
+                    },
+                    entry.key,
+                    variable_of(&entry.key).trim_start_matches("DLOCK_"),
+                ));
+            }
             let variable = variable_of(&entry.key);
             if known(&command, &variable) {
                 continue;
@@ -229,6 +244,10 @@ impl Config {
             .mut_subcommands(|sub| sub.mut_args(&default)))
     }
 }
+
+/// Keys a file may not set, though their options read a variable: a fleet-wide `supersede` or
+/// `cancel-in-progress` would make every run (every cron firing) end the one before it.
+const ONLY_PER_RUN: [&str; 2] = ["supersede", "cancel-in-progress"];
 
 /// The files to read, least specific first: the system's and the user's that exist, or the
 /// system's and `$DLOCK_CONFIG` (which must exist); none when DLOCK_CONFIG is set empty.
@@ -396,6 +415,7 @@ fn known_keys(command: &clap::Command) -> Vec<String> {
         .get_arguments()
         .chain(command.get_subcommands().flat_map(|s| s.get_arguments()))
         .filter_map(|arg| Some(key_of(arg.get_env()?.to_str()?)))
+        .filter(|key| !ONLY_PER_RUN.contains(&key.as_str()))
         .collect();
     keys.sort();
     keys.dedup();

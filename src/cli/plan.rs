@@ -30,6 +30,22 @@ impl RunArgs {
         };
         let mut plan = self.lock.plan(global, command, self.kill_after)?;
         plan.release_on_failure = self.release_on_failure;
+        plan.group = crate::supervise::Group {
+            supersede: self.supersede,
+            cancel_in_progress: self.cancel_in_progress,
+        };
+        let option = match (self.supersede, self.cancel_in_progress) {
+            (true, _) => "--supersede (DLOCK_SUPERSEDE)",
+            (_, true) => "--cancel-in-progress (DLOCK_CANCEL_IN_PROGRESS)",
+            _ => return Ok(plan),
+        };
+        if !global.backend.descriptor().groups {
+            return Err(anyhow::anyhow!(
+                "{option} is not available with the {} backend yet",
+                global.backend.as_str()
+            ))
+            .fail_with(Failure::Usage);
+        }
         Ok(plan)
     }
 }
@@ -96,6 +112,7 @@ impl LockArgs {
             progress_every: self.progress_every,
             place: global.place.clone(),
             release_on_failure: false,
+            group: Default::default(),
         })
     }
 }

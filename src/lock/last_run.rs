@@ -68,6 +68,9 @@ pub enum Ending {
     Released,
     /// A `dlock hold` whose shell exited without `dlock release`.
     ShellExited,
+    /// A newer `--cancel-in-progress` run asked for the lock, and the command was terminated
+    /// (who asked is in the lock's group record, see `lock::group`).
+    Cancelled,
     /// The lock was given back before any command ran (another of several names stayed busy, or
     /// a signal came first).
     NotRun,
@@ -90,6 +93,7 @@ impl Ending {
             Ending::Released => "released".into(),
             Ending::ShellExited => "shell-exited".into(),
             Ending::NotRun => "not-run".into(),
+            Ending::Cancelled => "cancelled".into(),
         }
     }
 
@@ -101,6 +105,7 @@ impl Ending {
             "released" => Ending::Released,
             "shell-exited" => Ending::ShellExited,
             "not-run" => Ending::NotRun,
+            "cancelled" => Ending::Cancelled,
             _ => match word.split_once(':')? {
                 ("exit", n) => Ending::Exited(number::<i32>(n).filter(|n| (0..=255).contains(n))?),
                 ("signal", n) => {
@@ -122,6 +127,7 @@ impl fmt::Display for Ending {
             Ending::Released => write!(f, "released"),
             Ending::ShellExited => write!(f, "its shell exited"),
             Ending::NotRun => write!(f, "given back before its command ran"),
+            Ending::Cancelled => write!(f, "cancelled by a newer --cancel-in-progress run"),
         }
     }
 }

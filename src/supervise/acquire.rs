@@ -14,10 +14,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use super::group::{acquire_in_turn, Member};
 use super::heartbeat::{next_renewal, release_all, release_quietly, renew_due, Held};
 use super::progress::{describe_holders, Progress};
 use super::RunPlan;
 use crate::backend::{Attempt, Backend, Outage, Waiting};
+use crate::lock::group::Party;
 use crate::lock::{Holder, LockName, LockRequest, RunEnd};
 use crate::report::Reporter;
 use crate::signal::interrupt;
@@ -33,6 +35,8 @@ pub(super) enum Acquisition {
     Signalled(i32),
     /// A lock taken earlier was lost while waiting for the next: why.
     Lost(String),
+    /// A newer `--supersede` run waits for this lock.
+    Superseded(LockName, Party),
 }
 
 /// How the first attempts went.
@@ -137,7 +141,7 @@ pub(super) fn wait_here(
             }
         }
     });
-    if let Some(lease) = backend.acquire(request, &waiting)? {
+    if let Some(lease) = acquire_in_turn(backend, request, &waiting)? {
         if let Some(line) = crate::sync::lock(&progress).acquired() {
             report.progress_end(&line);
         }
@@ -163,6 +167,7 @@ pub(super) fn wait_on_helper(
     mut held: Vec<Held>,
     plan: &RunPlan,
     signals: &Signals,
+    mut member: Option<&mut Member>,
     report: &Reporter,
 ) -> anyhow::Result<Acquisition> {
     let (tx, rx) = mpsc::channel();
@@ -204,7 +209,7 @@ pub(super) fn wait_on_helper(
                 if let Ok(mut n) = busy_name.lock() {
                     *n = request.name.clone();
                 }
-                match backend.acquire(request, &thread_waiting) {
+                match acquire_in_turn(backend.as_ref(), request, &thread_waiting) {
                     Ok(Some(lease)) => send(Event::Took(Held::new(request, lease))),
                     Ok(None) => return send(Event::Done(Ok(false))),
                     Err(e) => return send(Event::Done(Err(e))),
@@ -214,6 +219,13 @@ pub(super) fn wait_on_helper(
         })
         .context("cannot start the acquiring thread")?;
 
+    if let Some(member) = member.as_deref_mut() {
+        if let Err(e) = member.start_waiting(report) {
+            cancel(&waiting, acquirer, &rx, signals, report);
+            release_quietly(held);
+            return Err(e);
+        }
+    }
     let started = Instant::now();
     let deadline = plan.wait.map(|w| started + w);
     let mut waiting_for = (requests[0].name.clone(), Vec::new());
@@ -262,8 +274,14 @@ pub(super) fn wait_on_helper(
         if let Some(due) = next_renewal(&held) {
             timeout = timeout.min(due.saturating_duration_since(now));
         }
-        let outcome = match signals.wait(timeout) {
-            Some(n) if FORWARDED.contains(&n) => Some(Acquisition::Signalled(n)),
+        if let Some(member) = member.as_deref() {
+            timeout = timeout.min(member.next_poll().saturating_duration_since(now));
+        }
+        let signal = signals.wait(timeout);
+        let superseded = member.as_deref_mut().and_then(Member::superseded);
+        let outcome = match (signal, superseded) {
+            (Some(n), _) if FORWARDED.contains(&n) => Some(Acquisition::Signalled(n)),
+            (_, Some((name, by))) => Some(Acquisition::Superseded(name, by)),
             // Otherwise the channel has news, or an inherited child exited: look again.
             _ if deadline.is_some_and(|d| Instant::now() >= d) => Some(Acquisition::TimedOut(
                 waiting_for.0.clone(),

@@ -11,28 +11,50 @@ use std::time::{Duration, Instant};
 
 use rustix::process::Rlimit;
 
+use super::group::Member;
 use super::heartbeat::{next_renewal, release_all, renew_due, Held};
 use super::{spawn, RunPlan};
 use crate::exit::Status;
 use crate::guard;
 use crate::job::{self, Job};
-use crate::lock::{Ending, RunEnd};
+use crate::lock::group::Party;
+use crate::lock::{Ending, LockName, RunEnd, Token};
 use crate::report::Reporter;
 use crate::signal::wait::Signals;
 use crate::signal::FORWARDED;
 
+/// The command to start: the program `program::resolve` found, its environment, and the limit on
+/// open files it gets back.
+pub(super) struct Child<'a> {
+    pub program: &'a Path,
+    pub env: &'a [(String, String)],
+    pub file_limit: Option<Rlimit>,
+}
+
+/// Why the command is being terminated.
+enum Terminating {
+    /// A lock was lost.
+    Lost,
+    /// A newer `--cancel-in-progress` run asked this one to end.
+    Cancelled(Party),
+}
+
 /// Starts the command, passes signals on to it, renews the locks until it ends (terminating it when
-/// one is lost, killing it once it outlives --kill-after), releases them, and returns the exit
-/// status.
+/// one is lost or a newer run cancels it, killing it once it outlives --kill-after), releases them,
+/// and returns the exit status.
 pub(super) fn supervise(
     held: Vec<Held>,
-    program: &Path,
-    env: &[(String, String)],
+    child: Child<'_>,
     plan: &RunPlan,
-    file_limit: Option<Rlimit>,
     signals: &Signals,
+    mut member: Option<&mut Member>,
     report: &Reporter,
 ) -> anyhow::Result<Status> {
+    let Child {
+        program,
+        env,
+        file_limit,
+    } = child;
     let terminal = job::on_terminal();
     let foreground = terminal && job::in_foreground();
     let pid = match spawn::spawn(
@@ -62,10 +84,17 @@ pub(super) fn supervise(
     let mut job = Job::new(pid, terminal);
     let mut held = held;
     let mut lost: Option<Instant> = None;
+    let mut why: Option<Terminating> = None;
     let mut killed = false;
     loop {
         let wake = match lost {
-            None => next_renewal(&held),
+            None => [
+                next_renewal(&held),
+                member.as_deref().map(Member::next_poll),
+            ]
+            .into_iter()
+            .flatten()
+            .min(),
             Some(at) if !killed => Some(at + plan.kill_after),
             Some(_) => None,
         };
@@ -88,10 +117,24 @@ pub(super) fn supervise(
         let now = Instant::now();
         match lost {
             None if next_renewal(&held).is_some_and(|d| d <= now) => {
-                if let Err(why) = renew_due(&mut held, report) {
-                    report.error(&format!("lost the lock: {why}; terminating the command"));
+                if let Err(lost_why) = renew_due(&mut held, report) {
+                    report.error(&format!(
+                        "lost the lock: {lost_why}; terminating the command"
+                    ));
                     job.signal(libc::SIGTERM);
                     lost = Some(Instant::now());
+                    why = Some(Terminating::Lost);
+                }
+            }
+            None => {
+                if let Some(by) = member.as_deref_mut().and_then(Member::cancel_asked) {
+                    report.notice(&format!(
+                        "cancelled by {}, a newer --cancel-in-progress run; terminating the command",
+                        by.describe()
+                    ));
+                    job.signal(libc::SIGTERM);
+                    lost = Some(Instant::now());
+                    why = Some(Terminating::Cancelled(by));
                 }
             }
             Some(at) if !killed && now >= at + plan.kill_after => {
@@ -115,18 +158,40 @@ pub(super) fn supervise(
     guard::disarm();
     let status = job.reap();
     report.event(&exited(status));
-    let ending = match (lost, status.signal(), status.code()) {
-        (Some(_), _, _) => Ending::Lost,
+    let ending = match (&why, status.signal(), status.code()) {
+        (Some(Terminating::Lost), _, _) => Ending::Lost,
+        (Some(Terminating::Cancelled(_)), _, _) => Ending::Cancelled,
         (None, Some(n), _) => Ending::Signalled(n),
         (None, None, code) => Ending::Exited(code.unwrap_or(255)),
     };
     let end = RunEnd {
         ending,
-        keep: !plan.release_on_failure || ending.succeeded(),
+        // A cancelled run's lock goes to the run that asked, whatever --min-hold says.
+        keep: (!plan.release_on_failure || ending.succeeded()) && ending != Ending::Cancelled,
     };
+    let tokens: Vec<(LockName, Token)> = held
+        .iter()
+        .map(|h| (h.name.clone(), h.lease.token()))
+        .collect();
     let lost_by_the_end = release_all(held, &end, report);
-    if lost.is_some() {
-        return Ok(Status::LockLost);
+    match why {
+        Some(Terminating::Lost) => return Ok(Status::LockLost),
+        Some(Terminating::Cancelled(by)) => {
+            if let Some(member) = member {
+                member.cancelled(&by, &tokens);
+            }
+            // Cancelled, but the lock had gone before (a holder cut off past its lease hears the
+            // request once it is back): it did not hold the lock to the end, whoever asked.
+            if let Some(why) = lost_by_the_end {
+                report.error(&format!(
+                    "the lock was lost before the command was cancelled: {why}; exiting with {}",
+                    Status::LockLost.code()
+                ));
+                return Ok(Status::LockLost);
+            }
+            return Ok(Status::Cancelled);
+        }
+        None => {}
     }
     // The command ended, but its lock had gone before dlock could tell (dlock was stopped past its
     // lease, or the lock was broken): the command's own status would claim it ran under the lock.

@@ -9,12 +9,13 @@
 //!
 //! Files: `acquire` takes the locks (a wait here, or first tries and then a wait on a helper
 //! thread), `child` runs the command and waits for its end (`spawn` starts it), `heartbeat` renews
-//! and releases the leases, `environment` is what the command receives; this file is the plan and
-//! the overall flow.
+//! and releases the leases, `environment` is what the command receives, `group` is `--supersede`
+//! and `--cancel-in-progress`; this file is the plan and the overall flow.
 
 mod acquire;
 mod child;
 mod environment;
+mod group;
 mod heartbeat;
 pub mod progress;
 // clone(2) for the command, which then runs in dlock's memory until it execs.
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use self::acquire::{try_in_order, wait_here, wait_on_helper, Acquisition, FirstTry};
+pub use self::group::Group;
 use self::heartbeat::release_quietly;
 pub use self::heartbeat::Held;
 pub(crate) use self::heartbeat::{next_renewal, release_all, renew_due};
@@ -59,6 +61,8 @@ pub struct RunPlan {
     /// `--release-on-failure`: a command that fails gives the lock up at once, whatever
     /// `--min-hold` says.
     pub release_on_failure: bool,
+    /// `--supersede` and `--cancel-in-progress` (`run` only).
+    pub group: Group,
 }
 
 /// The locks `dlock hold` took, for its keeper (src/hold/) to keep: the leases, the variables a
@@ -145,45 +149,63 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
         return Ok(child::replace_with(&program, &plan.command, report));
     }
 
+    let mut member = match group::Member::open(&config, &requests, plan.group) {
+        Ok(member) => member,
+        Err(e) => return stopped(report).ok_or(e),
+    };
+    if let Some(member) = member.as_mut() {
+        member.enlist()?;
+    }
+
     let file_limit = environment::raise_file_limit(requests.len());
 
     let started = Instant::now();
-    let acquisition = if !plan.no_wait && requests.len() == 1 && !report.draws_waiting_line() {
-        // The common wait: one lock, nothing else to renew meanwhile, no status line to draw. The
-        // backend makes its first attempt and waits on this thread: no helper thread to start,
-        // and no hop between threads when the lock comes.
-        match wait_here(backend.as_ref(), &requests[0], &plan, &signals, report) {
-            Ok(acquisition) => acquisition,
-            Err(e) => return stopped(report).ok_or(e),
-        }
-    } else {
-        // First one attempt per lock on this thread: the uncontended case needs no helper thread.
-        let mut held = Vec::new();
-        match try_in_order(backend.as_ref(), &requests, &mut held, report) {
-            Ok(FirstTry::AllHeld) => Acquisition::Held(held),
-            Ok(FirstTry::Busy(busy, holders)) if plan.no_wait => {
-                release_quietly(held);
-                Acquisition::Busy(requests[busy].name.clone(), holders)
+    let acquisition =
+        if !plan.no_wait && requests.len() == 1 && !report.draws_waiting_line() && member.is_none()
+        {
+            // The common wait: one lock, nothing else to renew meanwhile, no status line to draw. The
+            // backend makes its first attempt and waits on this thread: no helper thread to start,
+            // and no hop between threads when the lock comes.
+            match wait_here(backend.as_ref(), &requests[0], &plan, &signals, report) {
+                Ok(acquisition) => acquisition,
+                Err(e) => return stopped(report).ok_or(e),
             }
-            Ok(FirstTry::Busy(busy, _)) => {
-                // This loop takes signals itself (sigtimedwait): block them again first.
-                drop(interruptible.take());
-                if let Some(code) = stopped(report) {
+        } else {
+            // First one attempt per lock on this thread: the uncontended case needs no helper thread.
+            let mut held = Vec::new();
+            match try_in_order(backend.as_ref(), &requests, &mut held, report) {
+                Ok(FirstTry::AllHeld) => Acquisition::Held(held),
+                Ok(FirstTry::Busy(busy, holders)) if plan.no_wait => {
                     release_quietly(held);
-                    return Ok(code);
+                    Acquisition::Busy(requests[busy].name.clone(), holders)
                 }
-                wait_on_helper(backend, &requests[busy..], held, &plan, &signals, report)?
+                Ok(FirstTry::Busy(busy, _)) => {
+                    // This loop takes signals itself (sigtimedwait): block them again first.
+                    drop(interruptible.take());
+                    if let Some(code) = stopped(report) {
+                        release_quietly(held);
+                        return Ok(code);
+                    }
+                    wait_on_helper(
+                        backend,
+                        &requests[busy..],
+                        held,
+                        &plan,
+                        &signals,
+                        member.as_mut(),
+                        report,
+                    )?
+                }
+                Ok(FirstTry::Lost(why)) => {
+                    release_quietly(held);
+                    Acquisition::Lost(why)
+                }
+                Err(e) => {
+                    release_quietly(held);
+                    return stopped(report).ok_or(e);
+                }
             }
-            Ok(FirstTry::Lost(why)) => {
-                release_quietly(held);
-                Acquisition::Lost(why)
-            }
-            Err(e) => {
-                release_quietly(held);
-                return stopped(report).ok_or(e);
-            }
-        }
-    };
+        };
     // Blocked again from here on: they are for the command now.
     drop(interruptible.take());
     let held = match acquisition {
@@ -209,7 +231,18 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
             ));
             return Ok(Status::LockLost);
         }
+        Acquisition::Superseded(name, by) => {
+            report.notice(&format!(
+                "gave up waiting for lock {:?}: superseded by {}, a newer --supersede run",
+                name.as_str(),
+                by.describe()
+            ));
+            return Ok(Status::Superseded);
+        }
     };
+    if let Some(member) = member.as_mut() {
+        member.acquired();
+    }
     for h in &held {
         report.event(&format!(
             "acquired {:?} after {} with token {}",
@@ -236,7 +269,12 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
         After::Keep(keep) => keep(Kept { held, env, signals }),
         After::Run(program, _) => {
             let env = [env, plan.place.clone()].concat();
-            child::supervise(held, &program, &env, &plan, file_limit, &signals, report)
+            let child = child::Child {
+                program: &program,
+                env: &env,
+                file_limit,
+            };
+            child::supervise(held, child, &plan, &signals, member.as_mut(), report)
         }
     }
 }

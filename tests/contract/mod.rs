@@ -1,6 +1,6 @@
 //! The contract every backend owes the user, written once and run on each backend: exit statuses,
 //! tokens, modes, several names, trees, waiting, signals, status/list/release, a lost lock, nested
-//! runs, `hold` in a script and hostile input, a file per area. Each scenario is a plain function
+//! runs, `hold` in a script, concurrency groups and hostile input, a file per area. Each scenario is a plain function
 //! taking the `Target` it runs on, and names the behaviour it checks.
 //!
 //! The backends are listed once, in `contract!` below: the file backend in a directory of its own,
@@ -22,6 +22,7 @@
 //! backend and the ZooKeeper ensemble.
 
 mod exit_codes;
+mod groups;
 mod hold;
 mod hostile;
 mod last_run;
@@ -119,6 +120,77 @@ macro_rules! scenario_test {
         unsupported!(
             min_hold::a_callers_fast_clock_cannot_shorten_it,
             "the file backend has no server: the host's clock judges a min-hold, by design"
+        );
+    };
+    (file, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "the file backend keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
+    (redis, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "redis keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
+    (sentinel, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "sentinel keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
+    (cluster, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "cluster keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
+    (postgres, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "postgres keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
+    (mysql, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "mysql keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
+    (etcd, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "etcd keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
+    (zk, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "zk keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
+    ($backend:ident, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        #[test]
+        fn the_options_are_refused_where_the_store_keeps_no_groups() {
+            crate::contract::groups::the_options_are_refused_where_the_store_keeps_no_groups(
+                &super::target(),
+            );
+        }
+    };
+    (redlock, groups, $scenario:ident) => {
+        unsupported!(
+            groups::$scenario,
+            "Redlock keeps no concurrency group records yet (each server would keep its own): run \
+             refuses the options (64), which \
+             groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
+        );
+    };
+    (elasticsearch, groups, $scenario:ident) => {
+        unsupported!(
+            groups::$scenario,
+            "elasticsearch keeps no concurrency group records yet: run refuses the options (64), \
+             which groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
         );
     };
     ($backend:ident, $area:ident, $scenario:ident) => {
@@ -262,6 +334,18 @@ contract! {
             a_run_that_lost_its_lock_before_its_command_succeeded_ends_lost,
             list_runs_shows_every_lock_that_ran_held_or_free_and_how_each_ended,
             a_run_by_a_clock_30_days_ahead_is_never_a_recent_success,
+        ],
+        groups: [
+            a_newer_supersede_waiter_makes_the_older_give_up_with_80,
+            supersede_with_several_names_and_a_plain_waiter_untouched,
+            cancel_in_progress_ends_the_holder_and_the_asker_runs_next,
+            a_holder_without_the_option_is_not_cancelled,
+            a_lock_kept_by_min_hold_after_its_command_has_nothing_to_cancel,
+            cancel_with_several_names_is_all_or_none,
+            a_shared_holder_is_cancelled_only_by_an_exclusive_request,
+            crossing_requests_never_make_two_holders_or_repeat_a_token,
+            a_request_to_cancel_reaches_the_holder_soon,
+            the_options_are_refused_where_the_store_keeps_no_groups,
         ],
         hostile: [
             a_forged_record_is_unreadable_and_the_lock_stays_busy,

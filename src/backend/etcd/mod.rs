@@ -45,6 +45,7 @@ mod acquisition;
 mod address;
 mod client;
 mod connection;
+mod group;
 mod kept;
 mod lease;
 mod naming;
@@ -369,5 +370,9 @@ impl Backend for EtcdBackend {
             removed.push(entry.holder.clone());
         }
         Ok(removed)
+    }
+
+    fn groups(&self) -> Option<&dyn super::GroupRecords> {
+        Some(self)
     }
 }

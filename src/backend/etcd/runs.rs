@@ -43,7 +43,7 @@ impl RunKeys {
     }
 }
 
-/// Whether `key` is a record key of a lock (for `list`).
+/// Whether `key` is a record key of a lock, its runs' or its group's (for `list`).
 pub(super) fn is_record(key: &[u8]) -> bool {
     record_name(key).is_some()
 }
@@ -53,7 +53,8 @@ pub(super) fn record_name(key: &[u8]) -> Option<LockName> {
     let rest = std::str::from_utf8(key.strip_prefix(ROOT.as_bytes())?).ok()?;
     let name = rest
         .strip_suffix(LAST_RUN)
-        .or_else(|| rest.strip_suffix(LAST_SUCCESS))?;
+        .or_else(|| rest.strip_suffix(LAST_SUCCESS))
+        .or_else(|| rest.strip_suffix(super::group::GROUP))?;
     crate::text::percent_decode(name)
         .and_then(|decoded| LockName::new(&decoded).ok())
         .filter(|lock| escaped_name(lock) == name)

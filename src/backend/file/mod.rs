@@ -24,8 +24,8 @@
 //! the kernel's locks on an open lock file, `lease` takes a lock (a seat first for `--limit`) and
 //! keeps it, `record` writes and reads the holder records, `kept` makes acquirers wait out the
 //! records `--min-hold` keeps, `runs` keeps the last run and the last success beside the lock file
-//! (`STEM.runs`), and `listing` answers `status`, `list` and `release --force`; this file is the
-//! layout and the backend's entry points.
+//! (`STEM.runs`), `group` the concurrency group record (`STEM.group`), and `listing` answers
+//! `status`, `list` and `release --force`; this file is the layout and the backend's entry points.
 
 use std::path::{Path, PathBuf};
 
@@ -52,6 +52,7 @@ const TURNSTILE_OFFSET: u64 = SEATS_OFFSET - 1;
 
 mod dir;
 mod entry;
+mod group;
 mod kept;
 mod lease;
 mod listing;
@@ -205,5 +206,9 @@ impl Backend for FileBackend {
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
         self.break_lock(name)
+    }
+
+    fn groups(&self) -> Option<&dyn super::GroupRecords> {
+        Some(self)
     }
 }

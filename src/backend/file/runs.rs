@@ -42,7 +42,11 @@ const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 /// with what fstat says of it. Anything but a regular file there is refused, as at a lock's path.
 /// (O_NONBLOCK only keeps the open from hanging on a FIFO: a regular file ignores it.) As root,
 /// a file `trust` refuses is neither read nor written: its owner could write any record.
-fn open(path: &Path, create: bool, trust: &Trust) -> io::Result<Option<(File, Metadata)>> {
+pub(super) fn open(
+    path: &Path,
+    create: bool,
+    trust: &Trust,
+) -> io::Result<Option<(File, Metadata)>> {
     let opened = OpenOptions::new()
         .read(true)
         .write(create)
@@ -68,7 +72,7 @@ fn open(path: &Path, create: bool, trust: &Trust) -> io::Result<Option<(File, Me
 
 /// Takes a lock of `kind` on the whole file, trying for `LOCK_PATIENCE`; `false` if another kept
 /// it all that time.
-fn lock(file: &File, kind: i32) -> io::Result<bool> {
+pub(super) fn lock(file: &File, kind: i32) -> io::Result<bool> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
     let deadline = Instant::now() + LOCK_PATIENCE;

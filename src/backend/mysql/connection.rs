@@ -132,7 +132,7 @@ impl Fault {
         matches!(self, Fault::Refused { code, .. } if FULL.contains(code))
     }
 
-    fn is_missing_schema(&self) -> bool {
+    pub(super) fn is_missing_schema(&self) -> bool {
         matches!(self, Fault::Refused { code, .. } if [NO_SUCH_TABLE, NO_SUCH_PROCEDURE, NO_SUCH_COLUMN].contains(code))
     }
 }

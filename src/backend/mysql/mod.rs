@@ -58,6 +58,7 @@ use recipe::{Me, Recipe, Reply};
 mod address;
 mod connection;
 mod dial;
+mod group;
 mod lease;
 mod recipe;
 mod wait;
@@ -276,5 +277,9 @@ impl Backend for MyBackend {
             .break_lock(&mut conn, name)
             .map_err(|f| conn.error(f))
             .with_context(|| format!("cannot release lock {:?}", name.as_str()))
+    }
+
+    fn groups(&self) -> Option<&dyn super::GroupRecords> {
+        Some(self)
     }
 }

@@ -2,7 +2,10 @@
 //! beside this one, with the table prefix filled in) and what their rows mean. Each is one round
 //! trip: sent as text with its values written in as literals (text in hexadecimal, so any bytes
 //! and no quoting), not prepared: a connection lives for one `dlock run`, and preparing each
-//! statement first, then closing it, cost a server about a fifth more under contention.
+//! statement first, then closing it, cost a server about a fifth more under contention. The
+//! concurrency group statements are in `group`.
+
+mod group;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -106,7 +109,10 @@ impl Recipe {
         Recipe {
             untrusted: with_values(include_str!("untrusted.sql"), &[])
                 .replace("{routines}", &quoted(&ROUTINES))
-                .replace("{tables}", &quoted(&["tokens", "locks", "queue", "runs"])),
+                .replace(
+                    "{tables}",
+                    &quoted(&["tokens", "locks", "queue", "runs", "groups"]),
+                ),
             trusted: trusted.to_vec(),
             prefix: prefix.to_owned(),
             acquire: fill("CALL {p}acquire_v6(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),

@@ -92,6 +92,15 @@ CREATE TABLE IF NOT EXISTS {p}runs (
     written_at DATETIME(6) NOT NULL
 ) ENGINE = InnoDB
 ;;
+-- The concurrency group record of each name (src/lock/group.rs: `run --supersede` and
+-- `--cancel-in-progress`), changed by compare-and-set (group.sql). A table of its own, which an
+-- older dlock neither reads nor writes; made by the first call of a dlock that finds it missing.
+CREATE TABLE IF NOT EXISTS {p}groups (
+    name VARBINARY(512) NOT NULL PRIMARY KEY,
+    record BLOB NOT NULL,
+    written_at DATETIME(6) NOT NULL
+) ENGINE = InnoDB
+;;
 -- Extends the caller's own lease by the server's clock (an expired lease is never revived), and
 -- keeps its lock key held by this session (a renewal after a reconnection takes it again); a
 -- lease found gone gives the key up, so whoever waits on it goes on at once. 1: still ours.

@@ -87,7 +87,7 @@ pub fn odd(what: &str) -> Fault {
 impl Fault {
     /// A table, column or function of dlock's that is not there yet (tables an older dlock made,
     /// before `--message` or `--min-hold`).
-    fn is_missing_schema(&self) -> bool {
+    pub(super) fn is_missing_schema(&self) -> bool {
         matches!(self, Fault::Refused { code, .. } if ["42P01", "42703", "42883"].contains(&code.as_str()))
     }
 

@@ -69,6 +69,7 @@ use recipe::{Entry, Me, Recipe, Reply};
 
 mod address;
 mod connection;
+mod group;
 mod guard;
 mod lease;
 mod recipe;
@@ -268,5 +269,9 @@ impl Backend for PgBackend {
             .break_lock(&mut conn, budget, name)
             .map_err(|f| conn.error(f))
             .with_context(|| format!("cannot release lock {:?}", name.as_str()))
+    }
+
+    fn groups(&self) -> Option<&dyn super::GroupRecords> {
+        Some(self)
     }
 }

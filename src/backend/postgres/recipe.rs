@@ -5,6 +5,7 @@
 //! schema's and the objects' owners, are in `guard`.
 
 mod ending;
+mod group;
 
 use std::time::Duration;
 

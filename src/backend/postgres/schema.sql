@@ -53,6 +53,15 @@ CREATE TABLE IF NOT EXISTS {s}.{p}runs (
     written_at timestamptz NOT NULL
 );
 
+-- The concurrency group record of each name (src/lock/group.rs: `run --supersede` and
+-- `--cancel-in-progress`), changed by compare-and-set (group.sql). A table of its own, which an
+-- older dlock neither reads nor writes; made by the first call of a dlock that finds it missing.
+CREATE TABLE IF NOT EXISTS {s}.{p}groups (
+    name text PRIMARY KEY,
+    record text NOT NULL,
+    written_at timestamptz NOT NULL
+);
+
 -- Added after the first release (tables made by an older dlock gain them here): the holder's
 -- `--message`, and who waits, for `status` and `list`; for --min-hold, until when the row stays
 -- past its holder's release or death, by the server's clock, and "HOLD_MS[ ended]" for status.

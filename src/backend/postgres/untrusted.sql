@@ -14,7 +14,8 @@ WITH tables AS (
       JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
      WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
                pg_catalog.to_regclass('{s}.{p}tokens'), pg_catalog.to_regclass('{s}.{p}locks'),
-               pg_catalog.to_regclass('{s}.{p}queue'), pg_catalog.to_regclass('{s}.{p}runs')]
+               pg_catalog.to_regclass('{s}.{p}queue'), pg_catalog.to_regclass('{s}.{p}runs'),
+               pg_catalog.to_regclass('{s}.{p}groups')]
                ::pg_catalog.oid[])
 ), owned AS (
     SELECT 'table ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(t.nspname)

@@ -9,7 +9,8 @@ WITH tables AS (
       JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
      WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
                pg_catalog.to_regclass('{s}.{p}tokens'), pg_catalog.to_regclass('{s}.{p}locks'),
-               pg_catalog.to_regclass('{s}.{p}queue'), pg_catalog.to_regclass('{s}.{p}runs')]
+               pg_catalog.to_regclass('{s}.{p}queue'), pg_catalog.to_regclass('{s}.{p}runs'),
+               pg_catalog.to_regclass('{s}.{p}groups')]
                ::pg_catalog.oid[])
 )
 SELECT (CASE WHEN pg_catalog.pg_get_userbyid(t.relowner) OPERATOR(pg_catalog.=) CURRENT_USER

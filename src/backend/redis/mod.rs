@@ -62,10 +62,11 @@
 //! (the Lua scripts, their arguments and replies), `quorum` (majorities, a call on every server at
 //! once), `redlock` (a round over every server, tokens, the place in line), `wait` (the queue and
 //! grants), `lease` (renew, release), `holders` (status, list, release --force), `runs` (the last
-//! run and success).
+//! run and success), `group` (the concurrency group record).
 
 mod cluster;
 mod fault;
+mod group;
 mod holders;
 mod keys;
 mod lease;
@@ -237,6 +238,11 @@ impl Backend for RedisBackend {
 
     fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
         self.read_last_runs(name)
+    }
+
+    fn groups(&self) -> Option<&dyn super::GroupRecords> {
+        self.keeps_groups()
+            .then_some(self as &dyn super::GroupRecords)
     }
 
     fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {

@@ -65,6 +65,7 @@ mod acquisition;
 mod address;
 mod ensemble_clock;
 mod frames;
+mod group;
 mod kept;
 mod lease;
 mod naming;
@@ -398,5 +399,9 @@ impl Backend for ZkBackend {
             }
             Ok(removed)
         })
+    }
+
+    fn groups(&self) -> Option<&dyn super::GroupRecords> {
+        Some(self)
     }
 }
