@@ -31,13 +31,15 @@ impl Recipe {
         let sql = statement(&self.channel, "read");
         // Not creating: every dlock whose acquisition waited reads the record, and a missing
         // table (made by the first run with the options) is no record.
-        let read = self.run(conn, budget, false, false, |client, guard, schema| {
-            let (name, sql) = (name.as_str().to_owned(), in_schema(&sql, schema));
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
-                read_committed(&client, guard.as_ref(), None, &sql, &params).await
-            }
-        });
+        let read = self
+            .guard
+            .run(conn, budget, false, false, |client, guard, schema| {
+                let (name, sql) = (name.as_str().to_owned(), in_schema(&sql, schema));
+                async move {
+                    let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
+                    read_committed(&client, guard.as_ref(), None, &sql, &params).await
+                }
+            });
         let rows = match read {
             Err(f) if f.is_missing_schema() => return Ok(None),
             read => read?,
@@ -65,15 +67,17 @@ impl Recipe {
         };
         let sql = statement(&self.channel, which);
         let (old, new) = (old.unwrap_or_default(), new.unwrap_or_default());
-        let rows = self.run(conn, budget, true, false, |client, guard, schema| {
-            let (name, sql) = (name.as_str().to_owned(), in_schema(&sql, schema));
-            let (old, new) = (old.to_owned(), new.to_owned());
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 3] =
-                    [(&name, Type::TEXT), (&old, Type::TEXT), (&new, Type::TEXT)];
-                read_committed(&client, guard.as_ref(), None, &sql, &params).await
-            }
-        })?;
+        let rows = self
+            .guard
+            .run(conn, budget, true, false, |client, guard, schema| {
+                let (name, sql) = (name.as_str().to_owned(), in_schema(&sql, schema));
+                let (old, new) = (old.to_owned(), new.to_owned());
+                async move {
+                    let params: [(&(dyn ToSql + Sync), Type); 3] =
+                        [(&name, Type::TEXT), (&old, Type::TEXT), (&new, Type::TEXT)];
+                    read_committed(&client, guard.as_ref(), None, &sql, &params).await
+                }
+            })?;
         Ok(!rows.is_empty())
     }
 }
