@@ -21,7 +21,7 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
     match &cli.command {
         Command::Run(args) => {
             let plan = args.plan(global)?;
-            note_path_names(&args.lock, report);
+            args.lock.note_path_names(report);
             // The supervisor would refuse a SHELL that cannot run too, but not say where that
             // program came from.
             let from_shell = args.shell_command.is_some()
@@ -145,23 +145,6 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
             }
             Ok(Status::Done)
         }
-    }
-}
-
-/// Says once, on stderr, that a name written as a path (flock's `/var/lock/x.lock`) is a lock
-/// name of dlock's, which flock(1) on that file does not see; not for `--tree`, whose names are
-/// paths by design.
-pub fn note_path_names(lock: &crate::cli::LockArgs, report: &Reporter) {
-    if lock.tree {
-        return;
-    }
-    let looks_like_a_path =
-        |name: &&String| ["/", "./", "../", "~/"].iter().any(|p| name.starts_with(p));
-    if let Some(name) = lock.names.iter().find(looks_like_a_path) {
-        report.notice(&format!(
-            "{name:?} is a dlock lock name, not the file flock(1) locks: flock on that path \
-             does not exclude it (`dlock status NAME` shows where it is kept)"
-        ));
     }
 }
 

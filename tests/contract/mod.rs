@@ -27,7 +27,7 @@ mod hold;
 mod hostile;
 mod last_run;
 mod lost_lease;
-mod min_hold;
+pub(crate) mod min_hold;
 mod modes;
 mod names;
 mod reentry;

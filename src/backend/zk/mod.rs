@@ -69,6 +69,7 @@ mod group;
 mod kept;
 mod lease;
 mod naming;
+mod nodes;
 mod recipe;
 mod record;
 mod runs;

@@ -13,16 +13,15 @@ use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
 use super::ensemble_clock::{ask_ensemble, ensemble_now_ms, EnsembleClock};
+use super::nodes::{foreign_holder, read_children};
 use super::recipe::{
     curator_mutex_first, grant_node, is_kept, kept_to_judge, kept_with_companion, owners, queue,
     Child, Kind,
 };
 use super::semaphores::semaphores;
-use super::session::{is_connection_loss, retrying, Session};
-use super::MAX_RETRIES;
+use super::session::{retrying, Session};
 use crate::lock::{
-    escaped, host_name, is_plain, time_from_millis, Holder, Kept, LockRequest, Mode, Waiter,
-    MAX_HOST_BYTES, MAX_SINCE_SECS,
+    escaped, host_name, time_from_millis, Holder, Kept, LockRequest, Mode, Waiter,
 };
 
 /// What dlock writes into its nodes, for status and list.
@@ -138,31 +137,6 @@ pub(super) fn holder_of(child: &Child, data: &[u8], stat: &zk::Stat) -> Holder {
 /// Whether a node's data says it is dlock's (whether or not the rest of it reads).
 fn written_by_dlock(data: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(data).is_ok_and(|j| j.get("dlock").is_some())
-}
-
-/// A holder written by another client, labelled `owner`: what its node's name and stat tell, and
-/// its data as its host if it reads as one (Curator stores the client's IP address there).
-pub(super) fn foreign_holder(mode: Mode, owner: String, data: &[u8], stat: &zk::Stat) -> Holder {
-    let text = String::from_utf8_lossy(data);
-    let host = (!text.is_empty() && text.len() <= MAX_HOST_BYTES && is_plain(&text))
-        .then(|| text.into_owned());
-    let since = u64::try_from(stat.ctime)
-        .ok()
-        .filter(|ms| ms / 1000 <= MAX_SINCE_SECS)
-        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
-    Holder {
-        mode,
-        host,
-        pid: None,
-        owner,
-        since,
-        token: u64::try_from(stat.czxid).ok(),
-        message: None,
-        expires_at: None,
-        kept_until: None,
-        kept: None,
-        unreadable: None,
-    }
 }
 
 /// The current owners of the lock in `dir` with what their nodes say, in queue order.
@@ -400,43 +374,6 @@ async fn read_nodes(
         }
     }
     Ok(present)
-}
-
-/// The data and stat of the children `names` of `dir`, in one multi-read (a consistent view),
-/// each `None` if it is gone.
-pub(super) async fn read_children(
-    session: &Session,
-    dir: &str,
-    names: &[&str],
-) -> anyhow::Result<Vec<Option<(Vec<u8>, zk::Stat)>>> {
-    if names.is_empty() {
-        return Ok(vec![]);
-    }
-    let client = session.client();
-    let mut tries = 0;
-    let results = loop {
-        let mut reader = client.new_multi_reader();
-        for name in names {
-            let path = format!("{dir}/{name}");
-            reader
-                .add_get_data(&path)
-                .map_err(|e| session.fail(e, &format!("cannot read {path}")))?;
-        }
-        match reader.commit().await {
-            Err(e) if is_connection_loss(&e) && tries < MAX_RETRIES => tries += 1,
-            result => {
-                break result
-                    .map_err(|e| session.fail(e, &format!("cannot read the nodes of {dir}")))?
-            }
-        }
-    };
-    Ok(results
-        .into_iter()
-        .map(|result| match result {
-            zk::MultiReadResult::Data { data, stat } => Some((data, stat)),
-            _ => None,
-        })
-        .collect())
 }
 
 /// A kept node as read: its name, record and end (ensemble milliseconds).

@@ -14,8 +14,8 @@
 
 use zookeeper_client as zk;
 
+use super::nodes::{foreign_holder, read_children};
 use super::recipe::is_kazoo_lease;
-use super::record::{foreign_holder, read_children};
 use super::session::{retrying, Session};
 use crate::lock::{Holder, Mode, Waiter};
 
