@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use clap::{Args, FromArgMatches, Parser, Subcommand, ValueHint};
 
-use crate::backend::{BackendConfig, BackendKind};
+use crate::backend::{BackendConfig, BackendKind, StoreConfig};
 use crate::exit::Status;
 use crate::report::Verbosity;
 
@@ -417,11 +417,13 @@ impl GlobalArgs {
     pub fn backend_config(&self) -> BackendConfig {
         BackendConfig {
             kind: self.backend,
-            urls: self.urls.clone(),
-            connect_timeout: self.connect_timeout,
-            create: false,
-            replicas: self.replicas,
-            stop: Default::default(),
+            store: StoreConfig {
+                urls: self.urls.clone(),
+                connect_timeout: self.connect_timeout,
+                create: false,
+                replicas: self.replicas,
+                stop: Default::default(),
+            },
         }
     }
 }

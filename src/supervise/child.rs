@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rustix::process::Rlimit;
 
 use super::heartbeat::{next_renewal, release_all, renew_due, Held};
-use super::{spawn, RunPlan};
+use super::RunPlan;
 use crate::exit::Status;
 use crate::guard;
 use crate::job::{self, Job};
@@ -20,6 +20,7 @@ use crate::lock::{Ending, RunEnd};
 use crate::report::Reporter;
 use crate::signal::wait::Signals;
 use crate::signal::FORWARDED;
+use dlock_sys::spawn;
 
 /// Starts the command, passes signals on to it, renews the locks until it ends (terminating it when
 /// one is lost, killing it once it outlives --kill-after), releases them, and returns the exit
@@ -39,6 +40,7 @@ pub(super) fn supervise(
         program,
         &plan.command,
         env,
+        super::environment::withheld,
         foreground,
         file_limit,
         signals.original(),
@@ -113,7 +115,10 @@ pub(super) fn supervise(
     }
     // A normal end leaves what the command started in the background alone, as flock(1) does.
     guard::disarm();
-    let status = job.reap();
+    // Our own exited child cannot fail to be reaped; if it did, an internal error, not a hang.
+    let status = job
+        .reap()
+        .unwrap_or_else(|| ExitStatus::from_raw(i32::from(Status::Internal.code()) << 8));
     report.event(&exited(status));
     let ending = match (lost, status.signal(), status.code()) {
         (Some(_), _, _) => Ending::Lost,

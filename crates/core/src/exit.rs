@@ -313,7 +313,7 @@ mod tests {
     /// The README's table lists the statuses `--help` shows, in the same order.
     #[test]
     fn readme_and_help_list_the_same_exit_statuses() {
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../../../README.md");
         let section = readme
             .split("\n## Exit status\n")
             .nth(1)

@@ -22,8 +22,8 @@ use super::record::{value_of, Entry};
 use super::rpc::{Compare, KeyValue, RangeRequest, RangeResponse, RequestOp, TxnRequest};
 use super::runs::OurRun;
 use super::CLEANUP_TIMEOUT;
-use crate::lock::{Holder, LockRequest};
 use anyhow::anyhow;
+use dlock_core::lock::{Holder, LockRequest};
 
 /// Most keys read to find who holds a lock for a waiter's report (the owners are the first keys).
 const HOLDERS_READ: i64 = 100;

@@ -4,8 +4,8 @@
 
 use anyhow::{anyhow, Context};
 
-use crate::exit::{FailWith, Failure};
-use crate::url::{host_list, redact, user_password};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::url::{host_list, redact, user_password};
 
 /// The server dlock tries without a `--url`.
 const DEFAULT_URL: &str = "etcd://127.0.0.1:2379";
@@ -146,7 +146,7 @@ mod tests {
         }
 
         #[test]
-        fn no_message_shows_a_password(url in crate::url::with_password()) {
+        fn no_message_shows_a_password(url in dlock_core::url::with_password()) {
             let url = url.replacen("redis://", "etcd://", 1).replacen("zk://", "etcds://", 1);
             match EtcdUrl::parse(&url) {
                 Ok(parsed) => proptest::prop_assert!(!parsed.location().contains("SECRET")),

@@ -13,9 +13,9 @@ use tonic::Code;
 use super::address::EtcdUrl;
 use super::client::{Client, Error};
 use super::rpc::{KeyValue, RangeRequest, SortOrder, SortTarget};
-use crate::backend::blocking;
-use crate::backend::stop::{Stop, STOPPED};
-use crate::exit::{FailWith, Failure};
+use dlock_core::backend::stop::{Stop, STOPPED};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_sys::blocking;
 
 /// How long one call may take once connected (a renewal bounds its own calls more tightly).
 pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -57,7 +57,7 @@ impl Connection {
             Some(Err(Fault::TimedOut(_))) => {
                 return Err(anyhow!(
                     "cannot reach etcd at {hosts} within {} (--connect-timeout)",
-                    crate::text::duration(connect_timeout)
+                    dlock_core::text::duration(connect_timeout)
                 ))
                 .fail_with(Failure::BackendUnavailable)
             }
@@ -198,7 +198,7 @@ impl std::fmt::Display for Fault {
             Fault::TimedOut(t) => write!(
                 f,
                 "no answer within {}",
-                crate::text::duration(Duration::from_millis(t.as_millis() as u64))
+                dlock_core::text::duration(Duration::from_millis(t.as_millis() as u64))
             ),
             Fault::Failed(e) => f.write_str(&why(e)),
         }
@@ -289,7 +289,9 @@ pub(super) fn why(e: &Error) -> String {
             while let Some(cause) = source.filter(|_| causes.len() < 8) {
                 // A connection that failed reads as it does for every backend.
                 let io = cause.downcast_ref::<std::io::Error>();
-                if let Some(words) = io.and_then(|io| crate::report::connection_words(io, None)) {
+                if let Some(words) =
+                    io.and_then(|io| dlock_core::report::connection_words(io, None))
+                {
                     return words;
                 }
                 causes.push(cause.to_string());
@@ -314,9 +316,9 @@ pub(super) fn why(e: &Error) -> String {
                     } else {
                         format!("{said}: {deepest}")
                     };
-                    crate::lock::escaped(&text, 200)
+                    dlock_core::lock::escaped(&text, 200)
                 }
-                None => crate::lock::escaped(s.message(), 200),
+                None => dlock_core::lock::escaped(s.message(), 200),
             };
             match s.code() {
                 // A server with auth on, asked without a user.
@@ -327,7 +329,7 @@ pub(super) fn why(e: &Error) -> String {
                 _ if message.contains("invalid user ID or password") => {
                     format!(
                         "not authorised: {message}: {}",
-                        crate::url::credentials_hint()
+                        dlock_core::url::credentials_hint()
                     )
                 }
                 Code::Unauthenticated | Code::PermissionDenied => format!(
@@ -342,7 +344,9 @@ pub(super) fn why(e: &Error) -> String {
         }
         Error::StreamEnded(what) => (*what).into(),
         Error::LeaseNotFound => "lease not found".into(),
-        Error::Unexpected(what) => crate::lock::escaped(what, 200),
-        Error::Endpoint(what) => format!("invalid address ({})", crate::lock::escaped(what, 200)),
+        Error::Unexpected(what) => dlock_core::lock::escaped(what, 200),
+        Error::Endpoint(what) => {
+            format!("invalid address ({})", dlock_core::lock::escaped(what, 200))
+        }
     }
 }

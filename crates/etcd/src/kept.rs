@@ -16,7 +16,7 @@ use super::place::Place;
 use super::record::with_kept_line;
 use super::rpc::{Compare, RequestOp, TxnRequest};
 use super::runs::EndingOps;
-use crate::lock::LockRequest;
+use dlock_core::lock::LockRequest;
 
 /// The lease a held key lives by while `--min-hold` keeps it, and the key's value then.
 pub(super) struct KeptKey {

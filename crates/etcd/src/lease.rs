@@ -15,8 +15,8 @@ use super::kept::{hand_back, let_go, KeptKey};
 use super::place::Place;
 use super::rpc::{Compare, LeaseKeepAliveRequest, RangeRequest, RequestOp, TxnRequest};
 use super::CLEANUP_TIMEOUT;
-use crate::backend::{Lease, Released, Renewal};
-use crate::lock::{RunEnd, Token};
+use dlock_core::backend::{Lease, Released, Renewal};
+use dlock_core::lock::{RunEnd, Token};
 
 /// Longest a renewal waits for an answer (less when the lease has less left).
 const RENEW_TIMEOUT: Duration = Duration::from_secs(1);

@@ -26,16 +26,18 @@
 //! (our key and its lease), `acquisition` (taking a place in the queue), `wait` (the wait for a
 //! turn), `lease` (a held lock), `kept` (`--min-hold`) and `runs` (the last run and last success).
 
+#![forbid(unsafe_code)]
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
 
-use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use crate::lock::{escaped, Holder, LastRuns, LockName, LockRequest};
 use acquisition::{interrupted, owners_of, Acquisition, Ahead, First};
 use address::EtcdUrl;
 use connection::{all_under, bounded, Connection, CALL_TIMEOUT};
+use dlock_core::backend::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use dlock_core::lock::{escaped, Holder, LastRuns, LockName, LockRequest};
 use naming::{lock_of, prefix, ROOT};
 use record::Entry;
 use rpc::{Compare, RangeRequest, RequestOp, TxnRequest};
@@ -52,6 +54,10 @@ mod recipe;
 mod record;
 mod rpc;
 mod runs;
+/// The programs the tests run, from the list scripts/test installs (shared with tests/).
+#[cfg(test)]
+#[path = "../../../tests/support/programs.rs"]
+mod test_programs;
 mod wait;
 
 /// How often a wait looks at `Waiting::is_cancelled` (the supervisor asks for 100ms at most).
@@ -64,7 +70,7 @@ pub struct EtcdBackend {
     url: EtcdUrl,
     connect_timeout: Duration,
     /// When to give up a connection being made, and whether a wait that ended was stopped.
-    stop: crate::backend::stop::Stop,
+    stop: dlock_core::backend::stop::Stop,
     connection: Mutex<Option<Arc<Connection>>>,
 }
 
@@ -317,7 +323,7 @@ impl Backend for EtcdBackend {
             })
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
         let conn = self.connection()?;
         let listed = conn
             .runtime()
@@ -329,7 +335,7 @@ impl Backend for EtcdBackend {
             .iter()
             .filter_map(|kv| runs::record_name(&kv.key))
             .collect();
-        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
+        dlock_core::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

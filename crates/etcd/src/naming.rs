@@ -4,8 +4,8 @@
 //! names its keys. Keys are the first thing another client can forge, so the mapping is reversible
 //! and checked.
 
-use crate::lock::LockName;
-use crate::text::{percent_decode, percent_encode};
+use dlock_core::lock::LockName;
+use dlock_core::text::{percent_decode, percent_encode};
 
 /// Every lock's prefix starts with this.
 pub(super) const ROOT: &str = "/dlock/";

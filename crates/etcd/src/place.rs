@@ -41,7 +41,7 @@ pub(super) fn believed_ttl(answered: i64) -> i64 {
 pub(super) fn stands_until(sent: Instant, ttl: i64) -> Instant {
     let secs = u64::try_from(believed_ttl(ttl)).unwrap_or(0);
     let lease = Duration::from_secs(secs);
-    let margin = crate::backend::lease_clock::drift(lease) + (lease / 20).max(LOADED_MACHINE);
+    let margin = dlock_core::backend::lease_clock::drift(lease) + (lease / 20).max(LOADED_MACHINE);
     sent.checked_add(lease.saturating_sub(margin))
         .unwrap_or(sent)
 }

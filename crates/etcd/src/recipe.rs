@@ -5,7 +5,7 @@
 //! etcd's own mutex counts every earlier key, so to `etcdctl lock` dlock's shared holders and seats
 //! are holders it waits for. Pure functions of a listing.
 
-use crate::lock::Mode;
+use dlock_core::lock::Mode;
 
 /// What a key asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::recipe::Kind;
 use super::rpc::KeyValue;
-use crate::lock::{escaped, host_name, time_from_millis, Holder, Kept, LockRequest, Mode};
+use dlock_core::lock::{escaped, host_name, time_from_millis, Holder, Kept, LockRequest, Mode};
 
 /// A holder's or waiter's key, as read.
 #[derive(Clone, Debug)]

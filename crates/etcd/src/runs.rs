@@ -20,8 +20,8 @@ use std::time::SystemTime;
 use super::connection::{bounded, Connection, Fault, CALL_TIMEOUT};
 use super::naming::{escaped_name, ROOT};
 use super::rpc::{Compare, KeyValue, RangeRequest, RequestOp, TxnRequest};
-use crate::lock::last_run::{READER_CLOCK_SKEW, RUN_RECORD_KEPT_FOR};
-use crate::lock::{Ending, LastRuns, LockName, LockRequest, Run, Token};
+use dlock_core::lock::last_run::{READER_CLOCK_SKEW, RUN_RECORD_KEPT_FOR};
+use dlock_core::lock::{Ending, LastRuns, LockName, LockRequest, Run, Token};
 
 const LAST_RUN: &str = ":last-run";
 const LAST_SUCCESS: &str = ":last-success";
@@ -54,7 +54,7 @@ pub(super) fn record_name(key: &[u8]) -> Option<LockName> {
     let name = rest
         .strip_suffix(LAST_RUN)
         .or_else(|| rest.strip_suffix(LAST_SUCCESS))?;
-    crate::text::percent_decode(name)
+    dlock_core::text::percent_decode(name)
         .and_then(|decoded| LockName::new(&decoded).ok())
         .filter(|lock| escaped_name(lock) == name)
 }
@@ -345,7 +345,7 @@ mod tests {
             let etcd = Etcd(child, client, dir);
             // Serving once it answers a read.
             let started = std::time::Instant::now();
-            while crate::backend::Backend::last_runs(&etcd.backend(), &name("x")).is_err() {
+            while dlock_core::backend::Backend::last_runs(&etcd.backend(), &name("x")).is_err() {
                 assert!(started.elapsed().as_secs() < 30, "etcd did not start");
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
@@ -353,8 +353,7 @@ mod tests {
         }
 
         fn backend(&self) -> super::super::EtcdBackend {
-            let config = crate::backend::BackendConfig {
-                kind: crate::backend::BackendKind::Etcd,
+            let config = dlock_core::backend::BackendConfig {
                 urls: vec![format!("etcd://127.0.0.1:{}", self.1)],
                 connect_timeout: std::time::Duration::from_secs(20),
                 create: false,
@@ -374,8 +373,8 @@ mod tests {
 
     #[test]
     fn last_runs_reads_what_acquisitions_and_releases_wrote() {
-        use crate::backend::{Attempt, Backend};
-        use crate::lock::{Mode, RunEnd};
+        use dlock_core::backend::{Attempt, Backend};
+        use dlock_core::lock::{Mode, RunEnd};
         let etcd = Etcd::start();
         let backend = etcd.backend();
         let lock = name("runs");

@@ -15,8 +15,8 @@ use super::recipe::{Kind, Verdict};
 use super::record::Entry;
 use super::rpc::{prefix_end, EventType, RangeRequest, RequestOp, TxnRequest};
 use super::CANCEL_POLL;
-use crate::backend::{Waiting, LEAVE_WITHIN, RETRY_FIRST, RETRY_MOST};
-use crate::lock::Holder;
+use dlock_core::backend::{Waiting, LEAVE_WITHIN, RETRY_FIRST, RETRY_MOST};
+use dlock_core::lock::Holder;
 
 impl Acquisition {
     /// Waits for our turn from `place`, keeping the lease alive meanwhile. `Ok(None)`: cancelled

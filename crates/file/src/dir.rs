@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context};
 
 use super::plain_io;
-use crate::exit::{FailWith, Failure};
-use crate::url::redact;
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::url::redact;
 
 /// Where the default directories go (this one and `dlock hold`'s registry), first existing one
 /// wins. /run/lock and /var/lock are the same for every session of a host: cron, systemd units

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use anyhow::anyhow;
 
 use super::{plain_io, MAGIC, NAME_LEN_OFFSET, NAME_OFFSET, TOKEN_OFFSET};
-use crate::exit::{FailWith, Failure};
-use crate::lock::{random_bytes, LockName, Token, MAX_NAME_BYTES};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::{random_bytes, LockName, Token, MAX_NAME_BYTES};
 
 /// A lock file's header as found.
 #[derive(Debug, PartialEq, Eq)]
@@ -229,7 +229,7 @@ pub(super) fn write_header(file: &File, name: &LockName, token: Token) -> io::Re
 pub(super) fn write_fresh(path: &Path, name: &LockName, token: Token) -> io::Result<PathBuf> {
     let mut tag = [0u8; 8];
     random_bytes(&mut tag)?;
-    let tag = crate::text::hex(&tag);
+    let tag = dlock_core::text::hex(&tag);
     let stem = path.file_stem().unwrap_or_default().to_string_lossy();
     let fresh = path.with_file_name(format!(".{stem}.{}-{tag}.new", std::process::id()));
     let file = OpenOptions::new()

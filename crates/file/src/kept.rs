@@ -9,8 +9,8 @@ use std::time::SystemTime;
 
 use super::lock_file::LockFile;
 use super::record::slots;
-use crate::backend::{Waiting, CANCEL_CHECK};
-use crate::lock::Mode;
+use dlock_core::backend::{Waiting, CANCEL_CHECK};
+use dlock_core::lock::Mode;
 
 /// The earliest end of a kept record that excludes a holder in `mode` (on `seat`), if any: a
 /// kept exclusive holder excludes everyone, a kept shared or limit holder excludes exclusive

@@ -19,9 +19,9 @@ use super::lock_file::{
 use super::record::{claim_record, slots, KeptLine};
 use super::runs;
 use super::{plain_io, FileBackend, HEADER_LEN, RECORD_LEN, SEATS_OFFSET, TURNSTILE_OFFSET};
-use crate::backend::{Lease, Released, Renewal, Waiting};
-use crate::exit::{FailWith, Failure};
-use crate::lock::{host_name, Ending, Holder, LockRequest, Mode, Run, RunEnd, Token};
+use dlock_core::backend::{Lease, Released, Renewal, Waiting};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::{host_name, Ending, Holder, LockRequest, Mode, Run, RunEnd, Token};
 
 /// How an acquisition may wait.
 pub(super) enum Wait<'a> {

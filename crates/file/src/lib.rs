@@ -26,15 +26,17 @@
 //! run and the last success beside the lock file (`STEM.runs`), and `listing` answers `status`,
 //! `list` and `release --force`; this file is the layout and the backend's entry points.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 
-use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, LastRuns, LockName, LockRequest, Run};
+use dlock_core::backend::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::{Holder, LastRuns, LockName, LockRequest, Run};
 /// An OS error in words, for the messages of every file of this backend.
-use crate::report::plain as plain_io;
+use dlock_core::report::plain as plain_io;
 
 const MAGIC: &[u8; 8] = b"dlock-v1";
 const TOKEN_OFFSET: u64 = 8;
@@ -54,8 +56,6 @@ mod entry;
 mod kept;
 mod lease;
 mod listing;
-// Byte-range open file description locks (F_OFD_SETLK, F_OFD_GETLK): fcntl(2) through libc.
-#[allow(unsafe_code)]
 mod lock_file;
 mod naming;
 mod record;
@@ -159,11 +159,11 @@ impl Backend for FileBackend {
             .fail_with(Failure::BackendUnavailable)
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
         let names = self.list_runs_at(prefix)?;
         // A records file that cannot be read (a FIFO at its path, no right to read it) hides no
         // other: it is shown as an unreadable record saying why.
-        crate::backend::runs_of(prefix, names, |name| {
+        dlock_core::backend::runs_of(prefix, names, |name| {
             Ok(self.last_runs(name).unwrap_or_else(|e| LastRuns {
                 last_run: Some(Run::unreadable(&format!("{e:#}"))),
                 last_success: None,

@@ -12,9 +12,9 @@ use super::entry::{self, open_existing, read_header, Header};
 use super::lock_file::{lock_header, LockFile};
 use super::naming::name_of_stem;
 use super::{plain_io, FileBackend, MAX_REPLACED};
-use crate::backend::{Listing, LockStatus};
-use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, LockName};
+use dlock_core::backend::{Listing, LockStatus};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::{Holder, LockName};
 
 impl FileBackend {
     /// `status`: who holds `name`, whose lock file is at `path`.

@@ -13,10 +13,10 @@ use rustix::fs::FlockOperation;
 
 use super::entry::{check_name, read_header, Header};
 use super::{plain_io, HEADER_LEN};
-use crate::backend::blocking::Alarm;
-use crate::backend::{Waiting, CANCEL_CHECK};
-use crate::exit::{FailWith, Failure};
-use crate::lock::LockName;
+use dlock_core::backend::{Waiting, CANCEL_CHECK};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::LockName;
+use dlock_sys::blocking::Alarm;
 
 /// An open lock file and the path it was opened at.
 pub(super) struct LockFile {
@@ -96,54 +96,9 @@ pub(super) fn flock(file: &File, op: FlockOperation) -> io::Result<()> {
     Ok(rustix::fs::flock(file, op)?)
 }
 
-/// Open-file-description byte-range locks (fcntl F_OFD_*): owned by the open file like flock(2)
-/// locks, independent of them, and dropped when the descriptor closes or the process dies.
-pub(super) fn ofd_lock(
-    fd: i32,
-    cmd: i32,
-    kind: i32,
-    start: u64,
-    len: u64,
-) -> io::Result<libc::flock> {
-    // SAFETY: an all-zero flock struct is valid; we set the fields the call reads.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind as libc::c_short;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = start as libc::off_t;
-    fl.l_len = len as libc::off_t;
-    // SAFETY: fl is a valid flock struct for the duration of the call.
-    if unsafe { libc::fcntl(fd, cmd, &mut fl) } == 0 {
-        Ok(fl)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-pub(super) fn is_would_block(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EWOULDBLOCK) | Some(libc::EACCES)
-    )
-}
-
-pub(super) fn try_range(fd: i32, start: u64, len: u64) -> io::Result<bool> {
-    match ofd_lock(fd, libc::F_OFD_SETLK, libc::F_WRLCK, start, len) {
-        Ok(_) => Ok(true),
-        Err(e) if is_would_block(&e) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-pub(super) fn unlock_range(fd: i32, start: u64, len: u64) {
-    // Unlocking a range we hold cannot fail in a way we could act on; closing the file unlocks too.
-    let _ = ofd_lock(fd, libc::F_OFD_SETLK, libc::F_UNLCK, start, len);
-}
-
-/// Is some other open file holding a lock on this range?
-pub(super) fn range_is_locked(fd: i32, start: u64, len: u64) -> io::Result<bool> {
-    let fl = ofd_lock(fd, libc::F_OFD_GETLK, libc::F_WRLCK, start, len)?;
-    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
-}
+pub(super) use dlock_sys::ofd::{
+    is_would_block, ofd_lock, range_is_locked, try_range, unlock_range,
+};
 
 /// Blocks until `op` succeeds, or returns `Ok(false)` once `waiting` is cancelled. Each call of
 /// `op` is cut short by an alarm after `waiting.slice(CANCEL_CHECK)` (or by the wake signal the

@@ -4,8 +4,8 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::lock::LockName;
-use crate::text::{hex, percent_decode, percent_encode};
+use dlock_core::lock::LockName;
+use dlock_core::text::{hex, percent_decode, percent_encode};
 
 /// Longest file stem kept readable before falling back to a hash of the name.
 const MAX_READABLE_STEM: usize = 200;

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::lock_file::{range_is_locked, try_range, unlock_range, LockFile};
 use super::{FileBackend, HEADER_LEN, MAX_RECORDS, RECORD_LEN};
-use crate::lock::{host_name, Holder, Kept, Mode, MAX_SINCE_SECS};
+use dlock_core::lock::{host_name, Holder, Kept, Mode, MAX_SINCE_SECS};
 
 impl FileBackend {
     /// Live holders of an open lock file: dlock's own records (and those `--min-hold` still keeps

@@ -24,8 +24,8 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::lock_file::{is_would_block, ofd_lock, unlock_range};
-use crate::lock::last_run::{READER_CLOCK_SKEW, RUN_RECORD_KEPT_FOR};
-use crate::lock::{Ending, LastRuns, Run};
+use dlock_core::lock::last_run::{READER_CLOCK_SKEW, RUN_RECORD_KEPT_FOR};
+use dlock_core::lock::{Ending, LastRuns, Run};
 
 /// The first line of a records file.
 const MAGIC: &str = "dlock-runs1";

@@ -21,9 +21,9 @@ use super::link::{Heard, Link};
 use super::replication;
 use super::reply::text_of;
 use super::server::Server;
-use crate::exit::{FailWith, Failure};
-use crate::lock::escaped;
-use crate::url::redact;
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::escaped;
+use dlock_core::url::redact;
 
 /// The schemes of a cluster URL, and the plain scheme each stands for.
 const SCHEMES: [(&str, &str); 2] = [
@@ -181,7 +181,7 @@ impl Cluster {
             }
         }
         Err(last.unwrap_or_else(|| {
-            let why = format!("no answer within {}", crate::text::duration(timeout));
+            let why = format!("no answer within {}", dlock_core::text::duration(timeout));
             self.server.fault(FaultKind::Down, why)
         }))
     }
@@ -311,7 +311,7 @@ impl Cluster {
                 FaultKind::Down,
                 format!(
                     "no answer within {}",
-                    crate::text::duration(timeout.max(Duration::from_millis(1)))
+                    dlock_core::text::duration(timeout.max(Duration::from_millis(1)))
                 ),
             ),
         })

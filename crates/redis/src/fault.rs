@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::anyhow;
 use redis::RedisError;
 
-use crate::lock::escaped;
-use crate::report::connection_failure;
+use dlock_core::lock::escaped;
+use dlock_core::report::connection_failure;
 
 /// Why one server did not answer as hoped.
 #[derive(Debug, Clone)]
@@ -155,7 +155,7 @@ impl Fault {
             FaultKind::Auth => anyhow!(
                 "authentication failed at redis {}: {}",
                 self.addr,
-                crate::url::credentials_hint()
+                dlock_core::url::credentials_hint()
             ),
             FaultKind::Protocol => anyhow!("the server at {} {}", self.addr, self.detail),
             FaultKind::NoPermission => anyhow!(

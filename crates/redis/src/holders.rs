@@ -10,9 +10,9 @@ use super::keys::{self, Keys};
 use super::quorum::on_all;
 use super::scripts::{self, HoldersScript};
 use super::RedisBackend;
-use crate::backend::{Listing, LockStatus};
-use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, LockName, Waiter};
+use dlock_core::backend::{Listing, LockStatus};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::{Holder, LockName, Waiter};
 
 /// Most keys `list` looks at, so a huge keyspace cannot keep it scanning forever.
 const MAX_SCAN_STEPS: usize = 100_000;

@@ -1,8 +1,8 @@
 //! How a lock's name becomes its Redis keys, `dlock:{NAME}:...`, and back (for `list`): NAME is
 //! percent-encoded where it could end the hash tag early, reach outside `dlock:` or act as a glob.
 
-use crate::lock::LockName;
-use crate::text::{percent_decode, percent_encode};
+use dlock_core::lock::LockName;
+use dlock_core::text::{percent_decode, percent_encode};
 
 /// The keys of one lock.
 #[derive(Clone)]

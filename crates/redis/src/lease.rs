@@ -11,10 +11,10 @@ use super::quorum::{on_all, quorum};
 use super::scripts::Ask;
 use super::topology::Topology;
 use super::{RedisBackend, Shared};
-use crate::backend::lease_clock::{Due, LeaseClock};
-use crate::backend::{Lease, Released, Renewal};
-use crate::lock::{RunEnd, Token};
-use crate::sync::lock;
+use dlock_core::backend::lease_clock::{Due, LeaseClock};
+use dlock_core::backend::{Lease, Released, Renewal};
+use dlock_core::lock::{RunEnd, Token};
+use dlock_sys::sync::lock;
 
 /// Longest one renewal attempt may wait for its answer.
 const MAX_RENEW_ATTEMPT: Duration = Duration::from_secs(1);
@@ -154,7 +154,7 @@ impl Lease for RedisLease {
         Err(anyhow!(
             "{}; the lease runs out by itself within {}",
             fault::describe(&tally.faults),
-            crate::text::duration(self.ask.ttl)
+            dlock_core::text::duration(self.ask.ttl)
         ))
     }
 }
@@ -168,7 +168,7 @@ impl RedisLease {
         let why = trouble.unwrap_or_else(|| "no answer".into());
         self.clock.lose(format!(
             "could not renew it on {whom} before the lease ({}) ran out: {why}",
-            crate::text::duration(self.ask.ttl)
+            dlock_core::text::duration(self.ask.ttl)
         ))
     }
 }

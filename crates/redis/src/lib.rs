@@ -64,6 +64,8 @@
 //! grants), `lease` (renew, release), `holders` (status, list, release --force), `runs` (the last
 //! run and success).
 
+#![forbid(unsafe_code)]
+
 mod cluster;
 mod fault;
 mod holders;
@@ -78,6 +80,10 @@ mod runs;
 mod scripts;
 mod sentinel;
 mod server;
+/// The programs the tests run, from the list scripts/test installs (shared with tests/).
+#[cfg(test)]
+#[path = "../../../tests/support/programs.rs"]
+mod test_programs;
 mod topology;
 mod wait;
 
@@ -86,10 +92,10 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 
-use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, LastRuns, LockName, LockRequest};
-use crate::sync::lock;
+use dlock_core::backend::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::{Holder, LastRuns, LockName, LockRequest};
+use dlock_sys::sync::lock;
 use fault::{first_fatal, Fault};
 use quorum::on_all;
 use scripts::HoldersScript;
@@ -239,9 +245,9 @@ impl Backend for RedisBackend {
         self.read_last_runs(name)
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
         let names = self.names_with_runs(prefix)?;
-        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
+        dlock_core::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

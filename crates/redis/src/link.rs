@@ -9,7 +9,7 @@ use std::sync::mpsc::Receiver;
 use redis::{Connection, PushInfo, PushKind, Value};
 
 use super::reply::text_of;
-use crate::backend::watch::Socket;
+use dlock_core::backend::watch::Socket;
 
 /// A connection to one server (RESP3), and the messages read on it.
 pub(super) struct Link {

@@ -6,7 +6,7 @@ use anyhow::anyhow;
 use super::fault::{self, first_fatal, Fault};
 use super::topology::Topology;
 use super::RedisBackend;
-use crate::exit::{FailWith, Failure};
+use dlock_core::exit::{FailWith, Failure};
 
 impl RedisBackend {
     /// An error (exit 69) when fewer than a majority of servers answered.

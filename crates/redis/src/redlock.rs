@@ -13,8 +13,8 @@ use super::quorum::{on_all, on_each, quorum};
 use super::scripts::{Ask, Place, Reply};
 use super::topology::Topology;
 use super::RedisBackend;
-use crate::exit::{FailWith, Failure};
-use crate::lock::{random_bytes, Holder, Token};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::{random_bytes, Holder, Token};
 
 /// The largest fencing token: the scripts count in Lua numbers (doubles), exact up to 2^53 - 1.
 const MAX_TOKEN: Token = (1 << 53) - 1;

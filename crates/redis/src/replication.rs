@@ -9,7 +9,7 @@
 use anyhow::anyhow;
 use redis::Connection;
 
-use crate::exit::{FailWith, Failure};
+use dlock_core::exit::{FailWith, Failure};
 
 /// The query parameter a Redis URL says `--replicas` with.
 pub(super) const PARAMETER: &str = "replicas";

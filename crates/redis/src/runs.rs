@@ -15,8 +15,8 @@ use super::keys::{self, Keys};
 use super::quorum::on_all;
 use super::scripts;
 use super::RedisBackend;
-use crate::exit::{FailWith, Failure};
-use crate::lock::{LastRuns, LockName, Run};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::{LastRuns, LockName, Run};
 
 impl RedisBackend {
     /// The last run and last success of `name`, merged over every server that answered.
@@ -93,7 +93,7 @@ fn latest(runs: Vec<Run>) -> Option<Run> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
+    use dlock_core::backend::Backend;
 
     const OWNER: &str = "0123456789abcdef0123456789abcdef";
 
@@ -200,8 +200,7 @@ mod tests {
         }
 
         fn backend(&self) -> RedisBackend {
-            let config = crate::backend::BackendConfig {
-                kind: crate::backend::BackendKind::Redis,
+            let config = dlock_core::backend::BackendConfig {
                 urls: (0..self.0.len()).map(|i| self.url(i)).collect(),
                 connect_timeout: std::time::Duration::from_secs(5),
                 create: false,

@@ -10,7 +10,7 @@ use redis::{Connection, FromRedisValue, RedisError, ToRedisArgs, Value};
 use super::keys::Keys;
 use super::link::{confirmation, Subscribed};
 use super::reply::text_of;
-use crate::lock::{
+use dlock_core::lock::{
     host_name, time_from_millis, Ending, Holder, Kept, LockRequest, Mode, RunEnd, Token, Waiter,
 };
 
@@ -543,7 +543,7 @@ fn parse_holders(value: &Value) -> Vec<Holder> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::last_run::{MAX_RUN_RECORD_BYTES, RUN_RECORD_KEPT_FOR};
+    use dlock_core::lock::last_run::{MAX_RUN_RECORD_BYTES, RUN_RECORD_KEPT_FOR};
 
     #[test]
     fn the_scripts_keep_run_records_as_long_and_as_short_as_every_store() {

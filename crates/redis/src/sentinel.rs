@@ -13,11 +13,11 @@ use super::fault::{Fault, FaultKind};
 use super::link::Link;
 use super::replication;
 use super::server::Server;
-use crate::backend::blocking::Alarm;
-use crate::backend::stop::Stop;
-use crate::exit::{Failure, Tagged};
-use crate::text::percent_decode;
-use crate::url::redact;
+use dlock_core::backend::stop::Stop;
+use dlock_core::exit::{Failure, Tagged};
+use dlock_core::text::percent_decode;
+use dlock_core::url::redact;
+use dlock_sys::blocking::Alarm;
 
 pub(super) const SCHEME: &str = "redis+sentinel://";
 
@@ -191,12 +191,12 @@ pub(super) fn parse(url: &str) -> anyhow::Result<Parsed> {
 
 /// A master name as the location shows it: printable, at most 100 characters.
 fn shown_master(master: &str) -> String {
-    crate::lock::escaped(master, 100)
+    dlock_core::lock::escaped(master, 100)
 }
 
 /// `host:port` or `[v6]:port`.
 fn host_port(text: &str) -> Option<(String, u16)> {
-    let server = crate::url::server(text, None).ok()?;
+    let server = dlock_core::url::server(text, None).ok()?;
     valid_host(&server.host).then_some((server.host, server.port))
 }
 
@@ -211,7 +211,7 @@ fn valid_host(host: &str) -> bool {
 
 fn show_addr(host: &str, port: u16) -> String {
     let host = host.to_owned();
-    crate::url::Server { host, port }.to_string()
+    dlock_core::url::Server { host, port }.to_string()
 }
 
 impl Sentinels {
@@ -536,7 +536,7 @@ mod tests {
     proptest::proptest! {
         /// Passwords anywhere: no refusal and no location shows them.
         #[test]
-        fn no_message_shows_a_password(url in crate::url::with_password()) {
+        fn no_message_shows_a_password(url in dlock_core::url::with_password()) {
             let url = url.replacen("redis://", SCHEME, 1);
             let shown = match parse(&url) {
                 Ok(p) => p.location,

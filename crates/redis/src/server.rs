@@ -16,10 +16,10 @@ use redis::{Client, ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisEr
 use super::fault::{self, Fault, FaultKind};
 use super::link::{Heard, Link};
 use super::replication;
-use crate::backend::blocking::Alarm;
-use crate::backend::stop::{Stop, INTERRUPTED as STOPPED_CALL};
-use crate::backend::watch::{Cut, Socket, Watched, MAX_GROWTH};
-use crate::exit::{FailWith, Failure};
+use dlock_core::backend::stop::{Stop, INTERRUPTED as STOPPED_CALL};
+use dlock_core::backend::watch::{Cut, Socket, Watched, MAX_GROWTH};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_sys::blocking::Alarm;
 
 /// What an ACL user's permissions are checked for, in one script (Redis 7's
 /// `redis.acl_check_cmd`; before that, PUBLISH is tried, the one command a script needs after its
@@ -357,7 +357,7 @@ impl Server {
         match cut {
             Cut::Late => self.fault(
                 FaultKind::Down,
-                crate::report::connection_failure(
+                dlock_core::report::connection_failure(
                     &std::io::ErrorKind::TimedOut.into(),
                     Some(timeout),
                 ),

@@ -13,8 +13,8 @@ use super::replication;
 use super::scripts::{Ask, Reply};
 use super::sentinel::{self, SentinelMaster};
 use super::server::Server;
-use crate::backend::stop::Stop;
-use crate::url::redact;
+use dlock_core::backend::stop::Stop;
+use dlock_core::url::redact;
 
 /// What one `--url` names, and the connection to it.
 pub(super) enum Topology {
@@ -240,7 +240,7 @@ impl Topology {
                 format!(
                     "only {} of {replicas} replicas acknowledged it within {}",
                     acks.max(0),
-                    crate::text::duration(wait)
+                    dlock_core::text::duration(wait)
                 ),
             )),
             _ => Ok(value),
@@ -296,7 +296,7 @@ mod tests {
         /// A password in any place a password can take: neither the refusal nor the location
         /// (which every later message names) shows it.
         #[test]
-        fn no_message_shows_a_password(url in crate::url::with_password()) {
+        fn no_message_shows_a_password(url in dlock_core::url::with_password()) {
             let shown = match Topology::parse(&url, 0) {
                 Ok(server) => format!("{} {}", server.location(), server.addr()),
                 Err(e) => format!("{e:#}"),

@@ -9,9 +9,9 @@ use super::lease::RedisLease;
 use super::redlock::{jitter, Line, Round};
 use super::scripts::{Ask, Place};
 use super::RedisBackend;
-use crate::backend::blocking::WakeBlocked;
-use crate::backend::{Attempt, Waiting, CANCEL_CHECK, LEAVE_WITHIN, RETRY_FIRST, RETRY_MOST};
-use crate::lock::LockRequest;
+use dlock_core::backend::{Attempt, Waiting, CANCEL_CHECK, LEAVE_WITHIN, RETRY_FIRST, RETRY_MOST};
+use dlock_core::lock::LockRequest;
+use dlock_sys::blocking::WakeBlocked;
 
 impl RedisBackend {
     /// One attempt; a busy lock leaves nothing behind.

@@ -3,7 +3,7 @@
 
 use anyhow::anyhow;
 
-use crate::exit::{FailWith, Failure};
+use dlock_core::exit::{FailWith, Failure};
 
 /// Where dlock keeps its tables unless the URL says otherwise.
 pub const DEFAULT_PREFIX: &str = "dlock_";
@@ -57,7 +57,7 @@ pub fn owners(url: &str, value: &str) -> anyhow::Result<Vec<String>> {
     };
     let mut names = Vec::new();
     for part in value.split(',') {
-        let Some(name) = crate::text::percent_decode(part) else {
+        let Some(name) = dlock_core::text::percent_decode(part) else {
             return bad();
         };
         if name.is_empty() || name.chars().any(char::is_control) {

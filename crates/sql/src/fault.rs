@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-use crate::backend::stop::{Stop, STOPPED};
-use crate::exit::{FailWith, Failure};
+use dlock_core::backend::stop::{Stop, STOPPED};
+use dlock_core::exit::{FailWith, Failure};
 
 /// Why a call failed.
 #[derive(Debug)]
@@ -114,7 +114,7 @@ pub fn connect_while_full<T, C>(
         Fault::Full(format!(
             "{}: the server's {limit} connections are all taken, still after {} ({named})",
             fault.message(),
-            crate::text::duration(start.elapsed())
+            dlock_core::text::duration(start.elapsed())
         ))
     };
     let mut last_full = None;

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use super::Fault;
-use crate::backend::lease_clock::{Due, LeaseClock};
-use crate::backend::{Released, Renewal};
+use dlock_core::backend::lease_clock::{Due, LeaseClock};
+use dlock_core::backend::{Released, Renewal};
 
 /// The renewal state of one held row.
 pub struct Renewing {

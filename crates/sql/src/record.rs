@@ -5,7 +5,7 @@
 use std::fmt::Display;
 use std::time::SystemTime;
 
-use crate::lock::{Holder, Kept, Mode, Token};
+use dlock_core::lock::{Holder, Kept, Mode, Token};
 
 /// A row's fields, as read.
 pub struct RowText {
@@ -76,6 +76,6 @@ impl RowText {
 pub fn unreadable_name(name: &str, location: &str, why: impl Display) -> String {
     format!(
         "row {:?} in {location}: {why}",
-        crate::lock::escaped(name, 80)
+        dlock_core::lock::escaped(name, 80)
     )
 }

@@ -6,7 +6,7 @@
 
 use std::time::UNIX_EPOCH;
 
-use crate::lock::{escaped, LastRuns, LockRequest, Run, RunEnd};
+use dlock_core::lock::{escaped, LastRuns, LockRequest, Run, RunEnd};
 
 /// Most characters of a record that is not UTF-8 shown (as `Run::from_record` shows one).
 const MAX_SHOWN_CHARS: usize = 120;
@@ -14,12 +14,12 @@ const MAX_SHOWN_CHARS: usize = 120;
 /// How much of a stored record is read (the statements' `{read}`): one more than a readable
 /// record may have, so that a longer one reads as unreadable without the whole of it crossing the
 /// network.
-pub const READ_BYTES: usize = crate::lock::last_run::MAX_RUN_RECORD_BYTES + 1;
+pub const READ_BYTES: usize = dlock_core::lock::last_run::MAX_RUN_RECORD_BYTES + 1;
 
 /// How many days a name's records are kept unwritten (`RUN_RECORD_KEPT_FOR`), for the
 /// statements' `{kept_days}`: 400.
 pub fn kept_days() -> u64 {
-    crate::lock::last_run::RUN_RECORD_KEPT_FOR.as_secs() / (24 * 3600)
+    dlock_core::lock::last_run::RUN_RECORD_KEPT_FOR.as_secs() / (24 * 3600)
 }
 
 /// `sql` with `{kept_days}` and `{read}` filled in.
@@ -93,7 +93,7 @@ pub fn last_runs(last_run: Option<&[u8]>, last_success: Option<&[u8]>) -> LastRu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::Ending;
+    use dlock_core::lock::Ending;
 
     const OWNER: &str = "0123456789abcdef0123456789abcdef";
 

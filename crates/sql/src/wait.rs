@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Fault;
-use crate::backend::{Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
-use crate::lock::{Holder, LockRequest};
+use dlock_core::backend::{Waiting, CANCEL_CHECK, RETRY_FIRST, RETRY_MOST};
+use dlock_core::lock::{Holder, LockRequest};
 
 /// The connection a wait uses: `shared`, unless leases taken earlier renew on it (a handle each)
 /// from another thread meanwhile. A wait holds its connection while each attempt and each slice

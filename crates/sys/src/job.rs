@@ -176,18 +176,15 @@ impl Job {
         }
     }
 
-    /// The command's exit status, once `exited` said so.
-    pub fn reap(self) -> ExitStatus {
-        // Cannot fail for our own exited child; if it did, an internal error rather than a hang.
-        let internal = ExitStatus::from_raw(i32::from(crate::exit::Status::Internal.code()) << 8);
-        let Some(pid) = Pid::from_raw(self.pid) else {
-            return internal;
-        };
+    /// The command's exit status, once `exited` said so. Cannot fail for our own exited child;
+    /// if it did, `None` (the caller's internal error rather than a hang).
+    pub fn reap(self) -> Option<ExitStatus> {
+        let pid = Pid::from_raw(self.pid)?;
         loop {
             match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
-                Ok(Some((_, status))) => return ExitStatus::from_raw(status.as_raw()),
+                Ok(Some((_, status))) => return Some(ExitStatus::from_raw(status.as_raw())),
                 Err(Errno::INTR) => {}
-                Ok(None) | Err(_) => return internal,
+                Ok(None) | Err(_) => return None,
             }
         }
     }

@@ -43,12 +43,13 @@ struct ChildArgs {
 /// Starts `program` (`command[0]` as `program::resolve` found it) with arguments `command` and with
 /// `env` added to dlock's environment, in a new process group (recorded for the guardian, see
 /// guard.rs), killed if dlock dies, and in the terminal's foreground if `foreground`. `file_limit`,
-/// when given, is restored as its open-file limit, and `mask` as its signal mask. Returns its pid;
-/// the caller reaps it.
+/// when given, is restored as its open-file limit, and `mask` as its signal mask. The variables of
+/// dlock's environment that `withheld` names are left out. Returns its pid; the caller reaps it.
 pub fn spawn(
     program: &Path,
     command: &[String],
     env: &[(String, String)],
+    withheld: impl Fn(&OsStr) -> bool,
     foreground: bool,
     file_limit: Option<Rlimit>,
     mask: &SigSet,
@@ -60,7 +61,7 @@ pub fn spawn(
         .collect::<io::Result<_>>()?;
     let mut environment: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| !env.iter().any(|(name, _)| OsStr::new(name) == k))
-        .filter(|(k, _)| !super::environment::withheld(k))
+        .filter(|(k, _)| !withheld(k))
         .collect();
     environment.extend(env.iter().map(|(k, v)| (k.into(), v.into())));
     let vars: Vec<CString> = environment

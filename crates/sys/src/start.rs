@@ -51,3 +51,21 @@ pub fn standard_descriptors() {
 pub fn flush_stdout() {
     let _ = std::io::stdout().flush();
 }
+
+/// Closes every descriptor beyond the standard streams that this process inherited (`dlock hold`'s
+/// keeper, first thing, from the shell through the front), before it opens anything of its own.
+pub fn close_inherited_descriptors() {
+    let Ok(listing) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = listing
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    // The listing's own descriptor is closed by now, and closing it again only fails (EBADF).
+    for fd in fds {
+        // SAFETY: called first thing, before anything is opened: no object in this process owns
+        // these descriptors, so none is left dangling.
+        unsafe { libc::close(fd) };
+    }
+}

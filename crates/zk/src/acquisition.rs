@@ -14,9 +14,9 @@ use super::recipe::{companion_kind, companion_name, kind_of};
 use super::record::{holders, NodeData};
 use super::session::{is_connection_loss, retrying, Session};
 use super::MAX_RETRIES;
-use crate::backend::Waiting;
-use crate::exit::{FailWith, Failure};
-use crate::lock::{Holder, LockRequest, Token};
+use dlock_core::backend::Waiting;
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::{Holder, LockRequest, Token};
 
 /// Our node's create, sent: its name and stat once made.
 type Creating<'a> = std::pin::Pin<

@@ -5,8 +5,8 @@
 use anyhow::{anyhow, Context};
 
 use super::naming::allowed;
-use crate::exit::{FailWith, Failure};
-use crate::url::{host_list, redact, user_password};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::url::{host_list, redact, user_password};
 
 /// The ensemble dlock tries without a `--url`.
 const DEFAULT_URL: &str = "zk://127.0.0.1:2181";

@@ -138,7 +138,7 @@ async fn requests(
             if !first {
                 let (xid, op) = (be_i32(&pending[4..8]), be_i32(&pending[8..12]));
                 if xid > 0 {
-                    let mut map = crate::sync::lock(&in_flight);
+                    let mut map = dlock_sys::sync::lock(&in_flight);
                     if map.len() >= MAX_IN_FLIGHT {
                         return false;
                     }
@@ -206,7 +206,7 @@ fn check(frame: &[u8], in_flight: &Mutex<HashMap<i32, i32>>) -> Result<(), Strin
     // dlock never sent, or answered already, would make the client give up with an internal
     // error rather than a server's.
     let op = match xid > 0 {
-        true => match crate::sync::lock(in_flight).remove(&xid) {
+        true => match dlock_sys::sync::lock(in_flight).remove(&xid) {
             Some(op) => Some(op),
             None => return Err(format!("a reply to no request of dlock's (xid {xid})")),
         },

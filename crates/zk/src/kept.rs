@@ -28,7 +28,7 @@ use super::naming::uuid;
 use super::recipe::{kept_companion, kept_name, kind_of};
 use super::record::NodeData;
 use super::session::retrying;
-use crate::lock::Token;
+use dlock_core::lock::Token;
 
 /// Creates the kept node of an acquisition that now holds the lock; returns its path.
 pub(super) async fn create(

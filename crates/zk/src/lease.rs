@@ -14,9 +14,9 @@ use super::record::kept_ran_out;
 use super::runs::OurRun;
 use super::session::{ended, is_terminal, Session};
 use super::{CANCEL_POLL, CLEANUP_TIMEOUT};
-use crate::backend::{Lease, Released, Renewal};
-use crate::lock::{Ending, RunEnd, Token};
-use crate::sync::lock;
+use dlock_core::backend::{Lease, Released, Renewal};
+use dlock_core::lock::{Ending, RunEnd, Token};
+use dlock_sys::sync::lock;
 
 /// Longest pause between the heartbeat's looks at the session.
 const MAX_POLL: Duration = Duration::from_millis(200);
@@ -196,7 +196,7 @@ fn session_ended(why: impl std::fmt::Display) -> String {
 
 /// A duration for a message.
 fn for_people(d: Duration) -> String {
-    crate::text::duration(d)
+    dlock_core::text::duration(d)
 }
 
 impl Lease for ZkLease {
@@ -333,7 +333,7 @@ impl Lease for ZkLease {
             Err(_) => Err(anyhow!(
                 "ZooKeeper at {} did not answer within {}; {} goes when the session does",
                 self.session.hosts,
-                crate::text::duration(CLEANUP_TIMEOUT),
+                dlock_core::text::duration(CLEANUP_TIMEOUT),
                 self.path
             )),
         }

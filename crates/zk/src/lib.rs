@@ -41,19 +41,21 @@
 //! ensemble's time), `acquisition` (a place in the queue), `wait` (waiting for a turn), `lease` (a
 //! held lock), `kept` (`--min-hold`'s kept nodes) and `runs` (the last run and last success).
 
+#![forbid(unsafe_code)]
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Context};
 use zookeeper_client as zk;
 
-use super::stop::Stop;
-use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use crate::exit::{FailWith, Failure};
-use crate::lock::{Ending, Holder, LastRuns, LockName, LockRequest};
-use crate::sync::lock;
 use acquisition::{Acquisition, Outcome};
 use address::ZkUrl;
+use dlock_core::backend::stop::Stop;
+use dlock_core::backend::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::{Ending, Holder, LastRuns, LockName, LockRequest};
+use dlock_sys::sync::lock;
 use naming::lock_name_of;
 use recipe::companion_in;
 use record::{holders, holders_and_waiters};
@@ -71,6 +73,10 @@ mod recipe;
 mod record;
 mod runs;
 mod session;
+/// The programs the tests run, from the list scripts/test installs (shared with tests/).
+#[cfg(test)]
+#[path = "../../../tests/support/programs.rs"]
+mod test_programs;
 mod wait;
 
 /// Session timeout asked for by `status`, `list` and `release`, which hold nothing.
@@ -320,12 +326,12 @@ impl Backend for ZkBackend {
         session.runtime.block_on(runs::read(&session, name))
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         // Expired records go first, as in `list`, so that none is shown.
         session.runtime.block_on(runs::expire(&session));
         let names = session.runtime.block_on(runs::names(&session))?;
-        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
+        dlock_core::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

@@ -5,8 +5,8 @@
 
 use anyhow::anyhow;
 
-use crate::lock::LockName;
-use crate::text::{hex, percent_decode, percent_encode};
+use dlock_core::lock::LockName;
+use dlock_core::text::{hex, percent_decode, percent_encode};
 
 /// The directory every lock lives in, under the chroot.
 pub(super) const ROOT: &str = "dlock";
@@ -38,7 +38,7 @@ pub(super) fn lock_name_of(node: &str) -> Option<LockName> {
 /// A random UUID (version 4), as Curator puts in protected node names.
 pub(super) fn uuid() -> anyhow::Result<String> {
     let mut b = [0u8; 16];
-    crate::lock::random_bytes(&mut b).map_err(|e| anyhow!("cannot get random bytes: {e}"))?;
+    dlock_core::lock::random_bytes(&mut b).map_err(|e| anyhow!("cannot get random bytes: {e}"))?;
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let hex = hex(&b);

@@ -17,7 +17,7 @@
 
 use std::collections::HashSet;
 
-use crate::lock::Mode;
+use dlock_core::lock::Mode;
 
 const EXCLUSIVE_KIND: &str = "lock-";
 const SHARED_KIND: &str = "__READ__";

@@ -16,7 +16,7 @@ use super::ensemble_clock::{ask_ensemble, ensemble_now_ms, EnsembleClock};
 use super::recipe::{is_kept, kept_to_judge, kept_with_companion, owners, queue, Child, Kind};
 use super::session::{is_connection_loss, retrying, Session};
 use super::MAX_RETRIES;
-use crate::lock::{
+use dlock_core::lock::{
     escaped, host_name, is_plain, time_from_millis, Holder, Kept, LockRequest, Mode, Waiter,
     MAX_HOST_BYTES, MAX_SINCE_SECS,
 };

@@ -23,8 +23,8 @@ use super::ensemble_clock::{ask_ensemble, EnsembleClock};
 use super::naming::{lock_name_of, node_name};
 use super::session::{is_connection_loss, Session};
 use super::{CLEANUP_TIMEOUT, MAX_RETRIES};
-use crate::lock::last_run::RUN_RECORD_KEPT_FOR;
-use crate::lock::{Ending, LastRuns, LockName, LockRequest, Run, Token};
+use dlock_core::lock::last_run::RUN_RECORD_KEPT_FOR;
+use dlock_core::lock::{Ending, LastRuns, LockName, LockRequest, Run, Token};
 
 /// The directories of the two records, under `/dlock`.
 const LAST_RUN: &str = ".last-run";
@@ -363,8 +363,7 @@ mod tests {
         }
 
         fn backend(&self) -> super::super::ZkBackend {
-            let config = crate::backend::BackendConfig {
-                kind: crate::backend::BackendKind::Zk,
+            let config = dlock_core::backend::BackendConfig {
                 urls: vec![format!("zk://127.0.0.1:{}", self.1)],
                 connect_timeout: Duration::from_secs(60),
                 create: false,
@@ -384,8 +383,8 @@ mod tests {
 
     #[test]
     fn last_runs_reads_what_acquisitions_and_releases_wrote_stamped_by_the_ensemble() {
-        use crate::backend::{Attempt, Backend};
-        use crate::lock::{Mode, RunEnd};
+        use dlock_core::backend::{Attempt, Backend};
+        use dlock_core::lock::{Mode, RunEnd};
         let zk = Zk::start();
         let backend = zk.backend();
         let lock = LockName::new("runs").unwrap();

@@ -13,11 +13,11 @@ use super::address::ZkUrl;
 use super::frames;
 use super::naming::{node_name, ROOT};
 use super::{CANCEL_POLL, CLEANUP_TIMEOUT, MAX_RETRIES};
-use crate::backend::blocking;
-use crate::backend::stop::Stop;
-use crate::backend::Waiting;
-use crate::exit::{FailWith, Failure};
-use crate::lock::LockName;
+use dlock_core::backend::stop::Stop;
+use dlock_core::backend::Waiting;
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::LockName;
+use dlock_sys::blocking;
 
 /// A request lost with its connection: the client fails those in flight with ConnectionLoss, or
 /// with the I/O error that broke the connection (`Custom`). Either may be sent again once the
@@ -137,7 +137,7 @@ impl Session {
                 None,
             ))
             .map_err(|e| {
-                let within = crate::text::duration(connect_timeout);
+                let within = dlock_core::text::duration(connect_timeout);
                 if frames::ended_unanswered() > ended {
                     anyhow!(
                         "ZooKeeper at {hosts} ended every connection before answering within \
@@ -306,7 +306,7 @@ impl Drop for Session {
             return;
         }
         let within = match self.hurried.load(Ordering::SeqCst) {
-            true => crate::backend::LEAVE_WITHIN,
+            true => dlock_core::backend::LEAVE_WITHIN,
             false => CLEANUP_TIMEOUT,
         };
         self.runtime.block_on(async {

@@ -17,10 +17,10 @@ use super::record::live_kept;
 use super::runs;
 use super::session::{cancellable, is_connection_loss, is_terminal, retrying, stopped, Session};
 use super::CLEANUP_TIMEOUT;
-use crate::backend::stop::Stop;
-use crate::backend::{Waiting, LEAVE_WITHIN};
-use crate::exit::{FailWith, Failure};
-use crate::lock::{Ending, Token};
+use dlock_core::backend::stop::Stop;
+use dlock_core::backend::{Waiting, LEAVE_WITHIN};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::{Ending, Token};
 
 /// What arming a data watch gives: the node's data, its stat and the watch.
 type Watched = (Vec<u8>, zk::Stat, zk::OneshotWatcher);

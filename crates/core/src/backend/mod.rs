@@ -1,8 +1,7 @@
 //! The one interface every lock store implements. The supervisor, the CLI and the tests speak only
-//! to `Backend` and `Lease`; each store (a lock file, Redis, ZooKeeper) lives in its own module and
-//! nothing outside that module knows how it keeps a lock. `BACKENDS` describes each store once
-//! (name, URL schemes, help, the Cargo feature that builds it) for the command line, the help, the
-//! man pages, the completions and `--version`.
+//! to `Backend` and `Lease`; each store (a lock file, Redis, ZooKeeper) lives in its own crate and
+//! nothing outside that crate knows how it keeps a lock. The command's registry (src/backend.rs)
+//! describes each store once and opens it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,39 +9,15 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::exit::FailWith;
 use crate::lock::{Holder, LastRuns, LockName, LockRequest, RunEnd, Token, Waiter};
 
-pub mod blocking;
-#[cfg(feature = "etcd")]
-pub mod etcd;
-pub mod file;
-#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
-mod lease_clock;
-#[cfg(feature = "mysql")]
-pub mod mysql;
-#[cfg(feature = "postgres")]
-pub mod postgres;
-#[cfg(feature = "redis")]
-pub mod redis;
-mod registry;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-mod sql;
+pub mod lease_clock;
 pub mod stop;
-#[cfg(any(feature = "redis", feature = "mysql"))]
-mod watch;
-#[cfg(feature = "zk")]
-pub mod zk;
-
-pub use registry::{
-    backend_help, by_scheme, kind_named, kind_of_url, not_built, url_help, version, BackendKind,
-    KindParser,
-};
+pub mod watch;
 
 /// Where and how to reach a backend, from the command line and environment.
 #[derive(Clone, Debug)]
 pub struct BackendConfig {
-    pub kind: BackendKind,
     /// `--url`, possibly given several times (Redlock); empty means the backend's default.
     pub urls: Vec<String>,
     /// How long to try to reach a server (network backends).
@@ -55,52 +30,6 @@ pub struct BackendConfig {
     pub replicas: u32,
     /// When to give up a connection being made (a signal while acquiring).
     pub stop: stop::Stop,
-}
-
-/// Opens the configured backend. Errors are tagged with the exit status they map to (usage for a
-/// malformed address, backend-unavailable for one that cannot be used).
-pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
-    replicas_only_where_taken(config)?;
-    match config.kind {
-        BackendKind::File => Ok(Box::new(file::FileBackend::open(config)?)),
-        #[cfg(feature = "redis")]
-        BackendKind::Redis => Ok(Box::new(redis::RedisBackend::open(config)?)),
-        #[cfg(feature = "zk")]
-        BackendKind::Zk => Ok(Box::new(zk::ZkBackend::open(config)?)),
-        #[cfg(feature = "postgres")]
-        BackendKind::Postgres => Ok(Box::new(postgres::PgBackend::open(config)?)),
-        #[cfg(feature = "etcd")]
-        BackendKind::Etcd => Ok(Box::new(etcd::EtcdBackend::open(config)?)),
-        #[cfg(feature = "mysql")]
-        BackendKind::Mysql => Ok(Box::new(mysql::MyBackend::open(config)?)),
-        // The command line refuses the name of a backend not built; this is for any other way in.
-        #[allow(unreachable_patterns)]
-        kind => Err(anyhow::anyhow!(not_built(kind.descriptor())))
-            .fail_with(crate::exit::Failure::Usage),
-    }
-}
-
-/// `--replicas N` or a URL's `?replicas=N` for a backend that has no replicas to wait for: a
-/// usage error naming it (DLOCK_REPLICAS, set fleet-wide, was dropped for it by then).
-fn replicas_only_where_taken(config: &BackendConfig) -> anyhow::Result<()> {
-    if config.kind.descriptor().replicas {
-        return Ok(());
-    }
-    let kind = config.kind.as_str();
-    let url = config
-        .urls
-        .iter()
-        .find(|url| config.kind.takes(url) && crate::url::has_parameter(url, "replicas"));
-    let why = match url {
-        _ if config.replicas > 0 => "--replicas (DLOCK_REPLICAS)".to_owned(),
-        Some(url) => format!("replicas= in {}", crate::url::redact(url)),
-        None => return Ok(()),
-    };
-    Err(anyhow::anyhow!(
-        "{why} is for {}, not {kind}",
-        registry::replicas_help()
-    ))
-    .fail_with(crate::exit::Failure::Usage)
 }
 
 /// A lock store.
@@ -284,7 +213,7 @@ pub struct RunsFound {
 /// than `MAX_LISTED_RUNS` when there are, so that `cut` says so): each one's records, read by
 /// `read` (as `last_runs` reads them), for the first `MAX_LISTED_RUNS` names by order; the names
 /// with none (expired, or removed meanwhile) are left out.
-pub(crate) fn runs_of(
+pub fn runs_of(
     prefix: &str,
     mut names: Vec<LockName>,
     read: impl Fn(&LockName) -> anyhow::Result<LastRuns>,
@@ -417,7 +346,7 @@ impl Waiting {
     /// The backend could not be reached on this try (`why`: where, and how it failed). Told once
     /// when an outage starts and then every `OUTAGE_REPORT_EVERY`; the backend keeps trying.
     pub fn unreachable(&self, why: &str) {
-        let mut state = crate::sync::lock(&self.outage);
+        let mut state = dlock_sys::sync::lock(&self.outage);
         let now = Instant::now();
         let since = *state.since.get_or_insert(now);
         if state
@@ -438,7 +367,7 @@ impl Waiting {
 
     /// The backend answered again (a no-op when there was no outage).
     pub fn reachable(&self) {
-        let mut state = crate::sync::lock(&self.outage);
+        let mut state = dlock_sys::sync::lock(&self.outage);
         let Some(since) = state.since.take() else {
             return;
         };
@@ -493,86 +422,5 @@ impl Waiting {
     /// Report the current holders of a lock being waited for.
     pub fn busy(&self, holders: &[Holder]) {
         (self.on_busy)(holders)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{open, BackendConfig, BackendKind};
-    use crate::url::{redact, with_password};
-    use std::time::Duration;
-
-    /// `kind` at `url`, opened without making anything and giving up on a server at once.
-    fn opening(kind: BackendKind, url: &str) -> BackendConfig {
-        BackendConfig {
-            kind,
-            urls: vec![url.to_owned()],
-            connect_timeout: Duration::from_millis(1),
-            create: false,
-            replicas: 0,
-            stop: Default::default(),
-        }
-    }
-
-    /// `takes` says what each backend's own parser says of an address: usage error or not.
-    #[test]
-    fn backends_take_the_urls_takes_says() {
-        let urls = [
-            "/nonexistent/dlock-test",
-            "relative/dir",
-            "file:///nonexistent/dlock-test",
-            "redis://127.0.0.1:1",
-            "rediss://127.0.0.1:1",
-            "redis+sentinel://127.0.0.1:1/main",
-            "redis+cluster://127.0.0.1:1,127.0.0.1:2",
-            "rediss+cluster://127.0.0.1:1",
-            "zk://127.0.0.1:1",
-            "http://127.0.0.1:1",
-            "unix:///nonexistent.sock",
-            "mysql://127.0.0.1:1/db",
-            "mariadb://127.0.0.1:1/db",
-        ];
-        let kinds = [
-            BackendKind::File,
-            BackendKind::Redis,
-            BackendKind::Zk,
-            BackendKind::Mysql,
-        ];
-        for kind in kinds.into_iter().filter(|k| k.descriptor().built) {
-            for url in urls {
-                let refused = match open(&opening(kind, url)) {
-                    Ok(_) => false,
-                    Err(e) => crate::exit::status_of(&e) == crate::exit::Status::Usage,
-                };
-                assert_eq!(kind.takes(url), !refused, "{kind:?} {url}");
-            }
-        }
-    }
-
-    /// What the file and ZooKeeper backends say about `url` when opened (neither connects when it
-    /// opens), or where they keep their locks. The file backend only for other schemes: a plain
-    /// path is a directory's name, which it shows as given.
-    fn messages_about(url: &str) -> Vec<String> {
-        let mut messages = vec![redact(url)];
-        let mut kinds = vec![BackendKind::Zk];
-        if url.contains("://") && !url.starts_with("file://") {
-            kinds.push(BackendKind::File);
-        }
-        for kind in kinds {
-            match open(&opening(kind, url)) {
-                Ok(b) => messages.push(b.location()),
-                Err(e) => messages.push(format!("{e:#}")),
-            }
-        }
-        messages
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn no_message_shows_a_password(url in with_password()) {
-            for message in messages_about(&url) {
-                proptest::prop_assert!(!message.contains("SECRET"), "{} gave {}", url, message);
-            }
-        }
     }
 }

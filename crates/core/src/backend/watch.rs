@@ -23,11 +23,11 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::backend::blocking;
 use crate::backend::stop::Stop;
+use dlock_sys::blocking;
 
 /// How much dlock's resident memory may grow during one call (from the first look on).
-pub(crate) const MAX_GROWTH: u64 = 64 << 20;
+pub const MAX_GROWTH: u64 = 64 << 20;
 
 /// How long a call runs before the watch first looks at it (a call that ends sooner is never
 /// looked at), and how often it looks after that.
@@ -35,11 +35,11 @@ const FIRST_LOOK: Duration = Duration::from_millis(20);
 const LOOK_EVERY: Duration = Duration::from_millis(10);
 
 /// A duplicate of the socket under a connection of the redis client.
-pub(super) struct Socket(Arc<OwnedFd>);
+pub struct Socket(Arc<OwnedFd>);
 
 impl Socket {
     /// The sockets open now (`socket:[INODE]`), before a connection is made.
-    pub(super) fn open_now() -> Vec<String> {
+    pub fn open_now() -> Vec<String> {
         Socket::sockets().into_iter().map(|(_, s)| s).collect()
     }
 
@@ -62,7 +62,7 @@ impl Socket {
 
     /// The one TCP socket to `port` among the sockets opened since `before`; `None` when there is
     /// not exactly one, or no duplicate can be made.
-    pub(super) fn opened_since(before: &[String], port: u16) -> Option<Socket> {
+    pub fn opened_since(before: &[String], port: u16) -> Option<Socket> {
         use rustix::process::{getpid, pidfd_getfd, pidfd_open, PidfdFlags, PidfdGetfdFlags};
         let me = pidfd_open(getpid(), PidfdFlags::empty()).ok()?;
         let mut found = Socket::sockets()
@@ -86,7 +86,7 @@ impl Socket {
 
 /// Why the watch cut a call short.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Cut {
+pub enum Cut {
     /// Its budget was spent.
     Late,
     /// A stop signal came.
@@ -132,7 +132,7 @@ fn the_watch() -> Option<&'static Watch> {
 
 /// The watch's thread: looks at the calls under way until the process ends.
 fn look(watch: &Watch) {
-    let mut calls = crate::sync::lock(&watch.calls);
+    let mut calls = dlock_sys::sync::lock(&watch.calls);
     loop {
         if calls.is_empty() {
             calls = watch.changed.wait(calls).unwrap_or_else(|e| e.into_inner());
@@ -174,12 +174,12 @@ fn shut(socket: &OwnedFd) {
 
 /// Cuts the call this thread has under watch at once (the caller stops reading and its client
 /// must not read on); false when there is none.
-pub(crate) fn cut_this_threads_call() -> bool {
+pub fn cut_this_threads_call() -> bool {
     let Some(watch) = the_watch() else {
         return false;
     };
     let me = std::thread::current().id();
-    let calls = crate::sync::lock(&watch.calls);
+    let calls = dlock_sys::sync::lock(&watch.calls);
     let mine = calls.values().filter(|c| c.thread == me);
     mine.map(|c| shut(&c.socket)).count() > 0
 }
@@ -196,14 +196,14 @@ fn resident() -> u64 {
 }
 
 /// A call under watch, until dropped.
-pub(super) struct Watched {
+pub struct Watched {
     watch: &'static Watch,
     id: u64,
 }
 
 impl Watched {
     /// Watches a call on `socket` whose budget ends at `until`.
-    pub(super) fn start(socket: &Socket, until: Instant, stop: &Stop) -> Option<Watched> {
+    pub fn start(socket: &Socket, until: Instant, stop: &Stop) -> Option<Watched> {
         let watch = the_watch()?;
         let id = watch
             .next
@@ -217,14 +217,14 @@ impl Watched {
             resident_at: None,
             cut: None,
         };
-        crate::sync::lock(&watch.calls).insert(id, call);
+        dlock_sys::sync::lock(&watch.calls).insert(id, call);
         watch.changed.notify_one();
         Some(Watched { watch, id })
     }
 
     /// Why the watch cut the call short, if it did.
-    pub(super) fn cut(&self) -> Option<Cut> {
-        crate::sync::lock(&self.watch.calls)
+    pub fn cut(&self) -> Option<Cut> {
+        dlock_sys::sync::lock(&self.watch.calls)
             .get(&self.id)
             .and_then(|c| c.cut)
     }
@@ -232,6 +232,6 @@ impl Watched {
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        crate::sync::lock(&self.watch.calls).remove(&self.id);
+        dlock_sys::sync::lock(&self.watch.calls).remove(&self.id);
     }
 }

@@ -242,7 +242,7 @@ pub fn insert_password(url: &str, password: &str) -> Result<Option<String>, Stri
 
 /// URLs of every backend's shape with the password `...SECRET...` in each place a password can
 /// take, for the tests of each backend's parser.
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 pub fn with_password() -> impl proptest::strategy::Strategy<Value = String> {
     use proptest::strategy::Strategy;
     let pieces = (

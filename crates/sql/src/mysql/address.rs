@@ -1,14 +1,14 @@
 //! The `mysql://` URL: what dlock reads from it (TLS, the table prefix) and the client options it
-//! makes of it. Messages show it only through `crate::url::redact`.
+//! makes of it. Messages show it only through `dlock_core::url::redact`.
 
 use anyhow::anyhow;
 
-use crate::exit::{FailWith, Failure};
-use crate::text::percent_decode;
-use crate::url::{redact, server, BadServer, Server};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::text::percent_decode;
+use dlock_core::url::{redact, server, BadServer, Server};
 
-pub use crate::backend::sql::address::Tls;
-use crate::backend::sql::address::{owners, prefix as table_prefix, DEFAULT_PREFIX};
+pub use crate::address::Tls;
+use crate::address::{owners, prefix as table_prefix, DEFAULT_PREFIX};
 
 const DEFAULT_PORT: u16 = 3306;
 
@@ -120,7 +120,7 @@ impl MyUrl {
                 "owner" => trusted.extend(owners(&format!("MySQL URL {shown}"), value)?),
                 _ => {
                     // Only the key: its value may be a secret.
-                    let key = crate::lock::escaped(key, 40);
+                    let key = dlock_core::lock::escaped(key, 40);
                     return usage(format!(
                         "MySQL URL {shown}: unknown option {key:?} (known: ssl-mode, ssl-ca, \
                          prefix, owner)"
@@ -228,7 +228,7 @@ mod tests {
         ) {
             let port = port.map(|p| format!(":{p}")).unwrap_or_default();
             let url = format!("mysql://{user}@h{port}/{database}?ssl-mode=REQUIRED&ssl-ca={ca}");
-            let given = crate::url::insert_password(&url, &password)
+            let given = dlock_core::url::insert_password(&url, &password)
                 .expect("taken")
                 .expect("no password");
             let parsed = MyUrl::parse(&given).expect("parses");

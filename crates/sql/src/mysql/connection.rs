@@ -16,12 +16,12 @@ use mysql::prelude::Queryable;
 
 use super::address::{MyUrl, Tls};
 use super::dial::{connect_within, NotMade};
-use crate::backend::blocking;
-use crate::backend::sql::fault::{connect_while_full, Budget};
-use crate::backend::stop::{Stop, INTERRUPTED};
-use crate::backend::watch::{Cut, Socket, Watched, MAX_GROWTH};
-use crate::exit::{FailWith, Failure};
-use crate::report::{connection_failure, connection_words};
+use crate::fault::{connect_while_full, Budget};
+use dlock_core::backend::stop::{Stop, INTERRUPTED};
+use dlock_core::backend::watch::{Cut, Socket, Watched, MAX_GROWTH};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::report::{connection_failure, connection_words};
+use dlock_sys::blocking;
 
 /// The longest packet dlock takes from a server (the client's `max_allowed_packet`, also its
 /// default before it is set): the codec checks every length read against it before it allocates.
@@ -79,7 +79,7 @@ pub type Shared = Arc<Mutex<Conn>>;
 pub fn lock(shared: &Shared) -> MutexGuard<'_, Conn> {
     // A panic elsewhere leaves at worst a connection in an unknown state, which the next call
     // notices as any other failure.
-    crate::sync::lock(shared)
+    dlock_sys::sync::lock(shared)
 }
 
 /// Runs `op` on the connection behind `shared` on a thread of its own and waits `within` at most
@@ -109,7 +109,7 @@ pub fn within<T: Send + 'static>(
         Ok(answer) => answer,
         Err(mpsc::RecvTimeoutError::Timeout) => Err(Fault::Unreachable(format!(
             "no answer within {}",
-            crate::text::duration(within)
+            dlock_core::text::duration(within)
         ))),
         Err(mpsc::RecvTimeoutError::Disconnected) => {
             Err(Fault::Unreachable("the calling thread failed".into()))
@@ -118,7 +118,7 @@ pub fn within<T: Send + 'static>(
 }
 
 /// Why a call failed; a refusal's code is the server's error number.
-pub type Fault = crate::backend::sql::Fault<u16>;
+pub type Fault = crate::Fault<u16>;
 
 impl Fault {
     /// The user lacks a right the statement needs.
@@ -145,7 +145,7 @@ pub(super) fn fault(e: mysql::Error) -> Fault {
         // 1045: access denied (a wrong user or password).
         Error::MySqlError(e) if e.code == 1045 => Fault::Refused {
             code: e.code,
-            message: format!("{}: {}", e.message, crate::url::credentials_hint()),
+            message: format!("{}: {}", e.message, dlock_core::url::credentials_hint()),
         },
         Error::MySqlError(e) => Fault::Refused {
             code: e.code,
@@ -366,7 +366,7 @@ impl Conn {
                 return Err(Fault::Unreachable(match cut {
                     Cut::Late => format!(
                         "no answer within {}",
-                        crate::text::duration(self.call_timeout)
+                        dlock_core::text::duration(self.call_timeout)
                     ),
                     Cut::Stopped => INTERRUPTED.into(),
                     Cut::Memory => format!(
@@ -419,7 +419,7 @@ impl Conn {
     /// right to gets the statement an administrator must run once.
     fn create_schema(&mut self) -> anyhow::Result<()> {
         let prefix = self.url.prefix.clone();
-        let schema = crate::backend::sql::runs::fill(&SCHEMA.replace("{p}", &prefix));
+        let schema = crate::runs::fill(&SCHEMA.replace("{p}", &prefix));
         let key = format!("{prefix}schema");
         let wait = self.connect_timeout.as_secs().max(1);
         // On a connection of its own: DDL may take longer than a fifth of a lease.

@@ -11,9 +11,9 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::backend::blocking;
-use crate::backend::stop::{Stop, STOPPED};
-use crate::backend::CANCEL_CHECK;
+use dlock_core::backend::stop::{Stop, STOPPED};
+use dlock_core::backend::CANCEL_CHECK;
+use dlock_sys::blocking;
 
 /// Why no connection was made: the client's error, or why dlock gave up on it (a stop, the
 /// deadline), in words. (connection.rs makes either a `Fault`.)
@@ -52,7 +52,7 @@ pub fn connect_within(
         if Instant::now() >= deadline {
             return Err(NotMade::GaveUp(format!(
                 "no answer within {}",
-                crate::text::duration(within)
+                dlock_core::text::duration(within)
             )));
         }
     }

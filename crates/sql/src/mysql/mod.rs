@@ -45,13 +45,13 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 
-use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use crate::backend::sql::record::unreadable_name;
-use crate::backend::sql::wait::connection_for_wait;
-use crate::exit::{FailWith, Failure};
-use crate::lock::{host_name, Holder, LastRuns, LockName, LockRequest, Waiter};
+use crate::record::unreadable_name;
+use crate::wait::connection_for_wait;
 use address::MyUrl;
 use connection::{lock, Conn, Fault, Shared};
+use dlock_core::backend::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::{host_name, Holder, LastRuns, LockName, LockRequest, Waiter};
 use lease::MyLease;
 use recipe::{Me, Recipe, Reply};
 
@@ -74,7 +74,7 @@ pub struct MyBackend {
     me: Me,
     location: String,
     /// When to give up a connection being made.
-    stop: crate::backend::stop::Stop,
+    stop: dlock_core::backend::stop::Stop,
 }
 
 impl MyBackend {
@@ -254,7 +254,7 @@ impl Backend for MyBackend {
             .with_context(|| format!("cannot read the last runs of lock {:?}", name.as_str()))
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
         let names = {
             let mut conn = lock(&self.conn);
             self.recipe
@@ -267,7 +267,7 @@ impl Backend for MyBackend {
             .iter()
             .filter_map(|name| LockName::new(name).ok())
             .collect();
-        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
+        dlock_core::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

@@ -11,9 +11,9 @@ use mysql::{Row, Value};
 use sha2::{Digest, Sha256};
 
 use super::connection::{Conn, Fault};
-use crate::backend::sql::record::RowText;
-use crate::backend::sql::runs::{self, Started};
-use crate::lock::{Holder, Kept, LastRuns, LockName, LockRequest, Mode, RunEnd, Token};
+use crate::record::RowText;
+use crate::runs::{self, Started};
+use dlock_core::lock::{Holder, Kept, LastRuns, LockName, LockRequest, Mode, RunEnd, Token};
 
 /// The condition on the names starting with a prefix (given twice).
 const FROM: &str = "LEFT(name, LENGTH(?)) = ?";
@@ -118,7 +118,10 @@ impl Recipe {
             expire_runs: fill("CALL {p}expire_runs_v1()"),
             run_names: runs::fill(&fill(include_str!("run_names.sql")))
                 .replace("{where}", FROM)
-                .replace("{most}", &(crate::backend::MAX_LISTED_RUNS + 1).to_string()),
+                .replace(
+                    "{most}",
+                    &(dlock_core::backend::MAX_LISTED_RUNS + 1).to_string(),
+                ),
             holders: fill(include_str!("holders.sql")).replace("{where}", "name = ?"),
             holders_from: fill(include_str!("holders.sql")).replace("{where}", FROM),
             waiters: fill(include_str!("waiters.sql")).replace("{where}", "name = ?"),
@@ -198,7 +201,7 @@ impl Recipe {
         hash.update([0]);
         hash.update(name.as_bytes());
         let digest = hash.finalize();
-        format!("{}{}", self.prefix, crate::text::hex(&digest[..16]))
+        format!("{}{}", self.prefix, dlock_core::text::hex(&digest[..16]))
     }
 
     /// One attempt. `queue`: keep (or take, without `ticket`) a place in line when busy, and
@@ -447,7 +450,7 @@ fn first_set(c: &mut mysql::Conn, sql: &str, params: Vec<Value>) -> mysql::Resul
                 })
                 .sum::<usize>();
             if count > MAX_ROWS || bytes > MAX_ROW_BYTES {
-                crate::backend::watch::cut_this_threads_call();
+                dlock_core::backend::watch::cut_this_threads_call();
                 return Err(mysql::Error::IoError(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     format!(
@@ -483,7 +486,7 @@ fn with_values(sql: &str, values: &[Value]) -> String {
             match values.next() {
                 Some(Value::Bytes(b)) => {
                     out.push_str("X'");
-                    out.push_str(&crate::text::hex(b));
+                    out.push_str(&dlock_core::text::hex(b));
                     out.push('\'');
                 }
                 Some(Value::Int(n)) => out.push_str(&n.to_string()),

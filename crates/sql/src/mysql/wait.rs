@@ -27,9 +27,10 @@ use std::time::{Duration, Instant};
 use super::connection::{lock, within, Conn, Fault, Shared};
 use super::lease::MyLease;
 use super::recipe::{Blocker, Me, Recipe, Reply, Woken};
-use crate::backend::sql::wait::{holders, pause_until, recheck, Tries};
-use crate::backend::{blocking, Lease, Waiting, CANCEL_CHECK, LEAVE_WITHIN};
-use crate::lock::LockRequest;
+use crate::wait::{holders, pause_until, recheck, Tries};
+use dlock_core::backend::{Lease, Waiting, CANCEL_CHECK, LEAVE_WITHIN};
+use dlock_core::lock::LockRequest;
+use dlock_sys::blocking;
 
 /// Waits for `request`: `Ok(None)` when `waiting` is cancelled, leaving nothing in line.
 pub fn wait(

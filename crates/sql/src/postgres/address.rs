@@ -1,15 +1,15 @@
 //! The `postgres://` URL: what dlock reads from it (TLS, the table prefix), and what it hands to
-//! the client library. Messages show it only through `crate::url::redact`.
+//! the client library. Messages show it only through `dlock_core::url::redact`.
 
 use std::str::FromStr;
 
 use anyhow::anyhow;
 
-use crate::exit::{FailWith, Failure};
-use crate::url::redact;
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::url::redact;
 
-pub use crate::backend::sql::address::Tls;
-use crate::backend::sql::address::{owners, prefix as table_prefix, DEFAULT_PREFIX};
+pub use crate::address::Tls;
+use crate::address::{owners, prefix as table_prefix, DEFAULT_PREFIX};
 
 /// A parsed `--url`.
 pub struct PgUrl {
@@ -151,8 +151,8 @@ mod tests {
             let text = format!("{e:#}");
             assert!(!text.contains("SECRET"), "{text}");
             assert_eq!(
-                crate::exit::status_of(&e),
-                crate::exit::Status::Usage,
+                dlock_core::exit::status_of(&e),
+                dlock_core::exit::Status::Usage,
                 "{text}"
             );
         }
@@ -171,7 +171,7 @@ mod tests {
         ) {
             let port = port.map(|p| format!(":{p}")).unwrap_or_default();
             let url = format!("postgres://{user}@h{port}/{database}?application_name={app}");
-            let given = crate::url::insert_password(&url, &password)
+            let given = dlock_core::url::insert_password(&url, &password)
                 .expect("taken")
                 .expect("no password");
             let parsed = PgUrl::parse(&given).expect("parses");

@@ -20,10 +20,10 @@ use tokio_postgres::{AsyncMessage, Client, Notification};
 use super::address::{PgUrl, Tls};
 use super::tls::client_config;
 use super::wire;
-use crate::backend::blocking;
-use crate::backend::sql::fault::{connect_while_full, Budget};
-use crate::backend::stop::{Stop, INTERRUPTED, STOPPED};
-use crate::exit::{FailWith, Failure};
+use crate::fault::{connect_while_full, Budget};
+use dlock_core::backend::stop::{Stop, INTERRUPTED, STOPPED};
+use dlock_core::exit::{FailWith, Failure};
+use dlock_sys::blocking;
 
 /// The tables and functions, `{p}` standing for the prefix.
 const SCHEMA: &str = include_str!("schema.sql");
@@ -73,11 +73,11 @@ type Lost = Arc<Mutex<Option<String>>>;
 pub fn lock(shared: &Shared) -> MutexGuard<'_, Conn> {
     // A panic elsewhere leaves at worst a connection in an unknown state, which the next call
     // notices as any other failure.
-    crate::sync::lock(shared)
+    dlock_sys::sync::lock(shared)
 }
 
 /// Why a call failed; a refusal's code is the server's SQLSTATE.
-pub type Fault = crate::backend::sql::Fault<String>;
+pub type Fault = crate::Fault<String>;
 
 impl Fault {
     /// A table, column or function of dlock's that is not there yet (tables an older dlock made,
@@ -117,7 +117,7 @@ fn describe(e: &tokio_postgres::Error) -> String {
 
 /// How a read, write or connect failed, as people say it.
 fn describe_io(io: &std::io::Error) -> String {
-    crate::report::connection_failure(io, None)
+    dlock_core::report::connection_failure(io, None)
 }
 
 /// Answers that mean "not now" rather than "no": the server is starting up, shutting down or in
@@ -136,7 +136,7 @@ fn fault(e: tokio_postgres::Error) -> Fault {
             // 28P01 invalid_password, 28000 invalid_authorization_specification.
             let message = match code.as_str() {
                 "28P01" | "28000" => {
-                    format!("{}: {}", db.message(), crate::url::credentials_hint())
+                    format!("{}: {}", db.message(), dlock_core::url::credentials_hint())
                 }
                 _ => db.message().to_owned(),
             };
@@ -205,7 +205,7 @@ fn read_messages<S, T>(
                 }
                 Some(Ok(_)) => {}
                 Some(Err(e)) => {
-                    *crate::sync::lock(&lost) = Some(describe(&e));
+                    *dlock_sys::sync::lock(&lost) = Some(describe(&e));
                     return;
                 }
                 None => return,
@@ -379,7 +379,7 @@ impl Conn {
                 self.client = None;
                 Err(Fault::Unreachable(format!(
                     "no answer within {}",
-                    crate::text::duration(budget)
+                    dlock_core::text::duration(budget)
                 )))
             }
         }
@@ -387,7 +387,7 @@ impl Conn {
 
     /// Why the connection's reader ended, if a failure ended it.
     fn why_lost(&self) -> Option<String> {
-        crate::sync::lock(&self.lost).clone()
+        dlock_sys::sync::lock(&self.lost).clone()
     }
 
     /// `call`, creating dlock's tables and functions first when the server says they are missing.
@@ -426,7 +426,7 @@ impl Conn {
         let sql = format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
              SELECT pg_catalog.pg_advisory_xact_lock({SCHEMA_LOCK_KEY});\n{}",
-            crate::backend::sql::runs::fill(
+            crate::runs::fill(
                 &SCHEMA
                     .replace("{p}", &self.url.prefix)
                     .replace("{s}", &schema)

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use super::connection::{lock, Shared};
 use super::recipe::Recipe;
-use crate::backend::sql::lease::Renewing;
-use crate::backend::sql::runs::Started;
-use crate::backend::{Lease, Released, Renewal};
-use crate::lock::{LockName, LockRequest, RunEnd, Token};
+use crate::lease::Renewing;
+use crate::runs::Started;
+use dlock_core::backend::{Lease, Released, Renewal};
+use dlock_core::lock::{LockName, LockRequest, RunEnd, Token};
 
 /// Longest one renewal attempt may wait for its answer: the supervisor renews from the thread
 /// that also forwards signals and reaps the command.

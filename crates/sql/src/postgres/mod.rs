@@ -58,12 +58,12 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 
-use super::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use crate::backend::sql::record::unreadable_name;
-use crate::backend::sql::wait::connection_for_wait;
-use crate::lock::{host_name, Holder, LastRuns, LockName, LockRequest};
+use crate::record::unreadable_name;
+use crate::wait::connection_for_wait;
 use address::PgUrl;
 use connection::{lock, Conn, Fault, Shared};
+use dlock_core::backend::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
+use dlock_core::lock::{host_name, Holder, LastRuns, LockName, LockRequest};
 use lease::PgLease;
 use recipe::{Entry, Me, Recipe, Reply};
 
@@ -88,7 +88,7 @@ pub struct PgBackend {
     me: Me,
     location: String,
     /// When to give up a connection being made.
-    stop: crate::backend::stop::Stop,
+    stop: dlock_core::backend::stop::Stop,
 }
 
 impl PgBackend {
@@ -98,7 +98,7 @@ impl PgBackend {
             [url] => url.as_str(),
             _ => {
                 return Err(anyhow::anyhow!("the postgres backend takes one --url")).map_err(|e| {
-                    use crate::exit::{FailWith, Failure};
+                    use dlock_core::exit::{FailWith, Failure};
                     Err::<(), _>(e).fail_with(Failure::Usage).unwrap_err()
                 })
             }
@@ -243,7 +243,7 @@ impl Backend for PgBackend {
             .with_context(|| format!("cannot read the last runs of lock {:?}", name.as_str()))
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<crate::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
         let names = {
             let mut conn = lock(&self.conn);
             let budget = conn.connect_timeout();
@@ -257,7 +257,7 @@ impl Backend for PgBackend {
             .iter()
             .filter_map(|name| LockName::new(name).ok())
             .collect();
-        crate::backend::runs_of(prefix, names, |name| self.last_runs(name))
+        dlock_core::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

@@ -13,8 +13,8 @@ use tokio_postgres::{Client, Row};
 use super::connection::{Conn, Fault, Schema};
 use super::rows::entry_of;
 pub use super::rows::{holders_of, Entry};
-use crate::backend::sql::runs::{self, Started};
-use crate::lock::{Holder, LockName, LockRequest, Mode, Token};
+use crate::runs::{self, Started};
+use dlock_core::lock::{Holder, LockName, LockRequest, Mode, Token};
 
 /// The statements, with the prefix filled in.
 pub struct Recipe {
@@ -117,8 +117,10 @@ impl Recipe {
             let_go: fill(include_str!("let_go.sql")),
             last_runs: fill(include_str!("last_runs.sql")),
             expire_runs: fill(include_str!("expire_runs.sql")),
-            run_names: fill(include_str!("run_names.sql"))
-                .replace("{most}", &(crate::backend::MAX_LISTED_RUNS + 1).to_string()),
+            run_names: fill(include_str!("run_names.sql")).replace(
+                "{most}",
+                &(dlock_core::backend::MAX_LISTED_RUNS + 1).to_string(),
+            ),
             channel: prefix.to_owned(),
             guard: Guard {
                 sql: fill(include_str!("untrusted.sql"))

@@ -3,8 +3,8 @@
 
 use tokio_postgres::Row;
 
-use crate::backend::sql::record::RowText;
-use crate::lock::{time_from_millis, Holder, Kept};
+use crate::record::RowText;
+use dlock_core::lock::{time_from_millis, Holder, Kept};
 
 /// The holders among `entries`, as a busy attempt reports them (without their lease's end, which
 /// moves at each renewal, so that a waiter reports a change of holders only).

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use super::connection::{lock, Shared};
 use super::lease::PgLease;
 use super::recipe::{Me, Recipe, Reply};
-use crate::backend::sql::wait::{holders, recheck, Tries};
-use crate::backend::{Lease, Waiting, CANCEL_CHECK};
-use crate::lock::LockRequest;
+use crate::wait::{holders, recheck, Tries};
+use dlock_core::backend::{Lease, Waiting, CANCEL_CHECK};
+use dlock_core::lock::LockRequest;
 
 /// Waits for `request`: `Ok(None)` when `waiting` is cancelled, leaving nothing in line.
 pub fn wait(

@@ -8,9 +8,9 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
 use super::{in_schema, odd, read_committed, Recipe};
-use crate::backend::postgres::connection::{Conn, Fault};
-use crate::backend::sql::runs::{self, Started};
-use crate::lock::{LastRuns, LockName, RunEnd};
+use crate::postgres::connection::{Conn, Fault};
+use crate::runs::{self, Started};
+use dlock_core::lock::{LastRuns, LockName, RunEnd};
 
 impl Recipe {
     /// For a holder with `--min-hold` whose command ended: keeps its row until the min-hold's end,
