@@ -3,8 +3,8 @@
 //! name; a shell or dlock it starts finds only listed programs on its PATH, and any other program
 //! the machine has answers with a line naming the list, and 127. So a test that starts using a
 //! program the list lacks fails on the machine where it is written, not on the next new one,
-//! where scripts/test would not have installed it. Needs only std: the unit tests in src/ use it
-//! too.
+//! where scripts/test would not have installed it. Needs only std: the unit tests in src/ and
+//! crates/ use it too.
 
 #![allow(dead_code)]
 
@@ -108,9 +108,15 @@ pub fn listed_path() -> OsString {
 }
 
 fn make_listed_path() -> OsString {
+    // A unit test has no CARGO_TARGET_TMPDIR: the workspace's target/tmp (the directory of
+    // Cargo.lock, above a crate of crates/), not one inside the crate.
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .unwrap_or(Path::new(env!("CARGO_MANIFEST_DIR")));
     let base = option_env!("CARGO_TARGET_TMPDIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tmp"))
+        .unwrap_or_else(|| workspace.join("target/tmp"))
         .join("listed-programs");
     remove_dead_processes_dirs(&base);
     let dir = base.join(std::process::id().to_string());

@@ -45,7 +45,7 @@ pub const FORWARDED: [i32; 6] = [
     libc::SIGUSR2,
 ];
 
-/// Part of the `Waiting` contract (backend/mod.rs): after cancelling, the supervisor sends this
+/// Part of the `Waiting` contract (dlock-core's backend/mod.rs): after cancelling, the supervisor sends this
 /// signal to the acquiring thread until it returns, so a blocking system call ends with EINTR (its
 /// handler is installed without SA_RESTART). SIGURG is ignored by default, so a stray one harms
 /// nothing.
