@@ -65,13 +65,15 @@ fn the_layout_lists_every_crate_and_no_other() {
         .and_then(|(_, rest)| rest.split_once("\n  src/ "))
         .map(|(crates, _)| crates)
         .expect("a crates/ block in DESIGN's Layout");
-    let listed: Vec<String> = layout
+    let mut listed: Vec<String> = layout
         .lines()
         .filter_map(|line| line.strip_prefix("    "))
+        .filter(|line| !line.starts_with(' '))
         .filter_map(|line| line.split_whitespace().next())
         .filter_map(|word| word.strip_suffix('/'))
         .map(str::to_owned)
         .collect();
+    listed.sort();
     assert_eq!(listed, crate_folders(), "DESIGN's Layout against crates/");
 }
 
