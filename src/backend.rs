@@ -1,6 +1,7 @@
 //! The stores as the command sees them: the contract (dlock-core's, re-exported here), the
 //! registry (registry.rs: one descriptor per store, for the command line, the help, the man pages,
-//! the completions and `--version`), and `open`, the one place that names each store's crate.
+//! the completions and `--version`, with the store's `open`: the one place that names each
+//! store's crate), and `open`.
 
 use crate::exit::FailWith;
 
@@ -21,27 +22,15 @@ pub struct BackendConfig {
     pub store: StoreConfig,
 }
 
-/// Opens the configured backend. Errors are tagged with the exit status they map to
-/// (usage for a malformed address, backend-unavailable for one that cannot be used).
+/// Opens the configured backend (its descriptor's `open`). Errors are tagged with the exit status
+/// they map to (usage for a malformed address, backend-unavailable for one that cannot be used).
 pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
-    let (kind, store) = (config.kind, &config.store);
-    replicas_only_where_taken(kind, store)?;
-    match kind {
-        BackendKind::File => Ok(Box::new(dlock_file::FileBackend::open(store)?)),
-        #[cfg(feature = "redis")]
-        BackendKind::Redis => Ok(Box::new(dlock_redis::RedisBackend::open(store)?)),
-        #[cfg(feature = "zk")]
-        BackendKind::Zk => Ok(Box::new(dlock_zk::ZkBackend::open(store)?)),
-        #[cfg(feature = "postgres")]
-        BackendKind::Postgres => Ok(Box::new(dlock_sql::postgres::PgBackend::open(store)?)),
-        #[cfg(feature = "etcd")]
-        BackendKind::Etcd => Ok(Box::new(dlock_etcd::EtcdBackend::open(store)?)),
-        #[cfg(feature = "mysql")]
-        BackendKind::Mysql => Ok(Box::new(dlock_sql::mysql::MyBackend::open(store)?)),
+    replicas_only_where_taken(config.kind, &config.store)?;
+    let descriptor = config.kind.descriptor();
+    match descriptor.open {
+        Some(open) => open(&config.store),
         // The command line refuses the name of a backend not built; this is for any other way in.
-        #[allow(unreachable_patterns)]
-        kind => Err(anyhow::anyhow!(not_built(kind.descriptor())))
-            .fail_with(crate::exit::Failure::Usage),
+        None => Err(anyhow::anyhow!(not_built(descriptor))).fail_with(crate::exit::Failure::Usage),
     }
 }
 
@@ -112,7 +101,7 @@ mod tests {
             BackendKind::Zk,
             BackendKind::Mysql,
         ];
-        for kind in kinds.into_iter().filter(|k| k.descriptor().built) {
+        for kind in kinds.into_iter().filter(|k| k.descriptor().built()) {
             for url in urls {
                 let refused = match open(&opening(kind, url)) {
                     Ok(_) => false,
