@@ -12,7 +12,7 @@ fn main() {
 
 /// dlock never unwinds (panics abort), yet Rust's standard library names the unwinder, so every
 /// dlock started would load libgcc_s.so: one more library to map and relocate, and its CPU
-/// feature probe at every start, 5% of a `dlock run NAME -- true` (docs/DESIGN.md, Speed). The
+/// feature probe at every start, 5% of a `dlock run NAME -- true` (docs/SPEED.md). The
 /// same unwinder as a static archive, given to the linker before libgcc_s, makes libgcc_s
 /// unneeded (it is linked `--as-needed`), as in a static build. Only for a native glibc build
 /// whose C compiler has the archive (gcc's); otherwise libgcc_s stays, as before.

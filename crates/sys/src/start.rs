@@ -2,7 +2,7 @@
 //!
 //! dlock starts once per locked command, so its start is on every caller's critical path. Rust's
 //! start (`lang_start`) also installs a stack-overflow handler, whose stack guard glibc finds by
-//! reading /proc/self/maps: about 20 system calls at every run (see docs/DESIGN.md, Speed). dlock
+//! reading /proc/self/maps: about 20 system calls at every run (see docs/SPEED.md). dlock
 //! has no deep recursion, and a stack overflow still ends it with SIGSEGV, just without the
 //! message. The rest of that start is kept here: the standard descriptors exist, SIGPIPE is
 //! ignored, and what is buffered for stdout is written at the end.
