@@ -174,7 +174,6 @@ pub fn plain(e: &std::io::Error) -> String {
 /// How a connection to a server failed, in the words every network backend uses: `connection
 /// refused`, `connection reset`, `the server closed the connection`, `no answer within 2s` (`no
 /// answer in time` where the call's budget is not known); else the system's words, as `plain`.
-/// (Dead code in a build without the network backends, which main.rs allows there.)
 pub fn connection_failure(e: &std::io::Error, budget: Option<std::time::Duration>) -> String {
     connection_words(e, budget).unwrap_or_else(|| plain(e))
 }

@@ -45,10 +45,10 @@ pub const FORWARDED: [i32; 6] = [
     libc::SIGUSR2,
 ];
 
-/// Part of the `Waiting` contract (dlock-core's backend/mod.rs): after cancelling, the supervisor sends this
-/// signal to the acquiring thread until it returns, so a blocking system call ends with EINTR (its
-/// handler is installed without SA_RESTART). SIGURG is ignored by default, so a stray one harms
-/// nothing.
+/// Part of the `Waiting` contract (dlock-core's backend/mod.rs): after cancelling, the supervisor
+/// sends this signal to the acquiring thread until it returns, so a blocking system call ends with
+/// EINTR (its handler is installed without SA_RESTART). SIGURG is ignored by default, so a stray
+/// one harms nothing.
 pub const WAKE_SIGNAL: i32 = libc::SIGURG;
 
 /// Dispositions dlock changed that the command must not inherit: Rust ignores SIGPIPE (std's own
@@ -58,7 +58,6 @@ pub const RESET_IN_CHILD: [i32; 2] = [libc::SIGPIPE, WAKE_SIGNAL];
 
 /// At dlock's start, as Rust's own start does: a write to a closed pipe fails with EPIPE instead
 /// of killing dlock. The command gets SIGPIPE's default back ([`RESET_IN_CHILD`]).
-#[cfg_attr(test, allow(dead_code))]
 pub fn ignore_broken_pipes() {
     // SAFETY: setting a standard disposition, before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
