@@ -4,8 +4,6 @@
 //! waiter. Each dialect keeps its own statements, connection and wake-ups.
 
 #![forbid(unsafe_code)]
-// What the dialects share is unused in a build of neither.
-#![cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 
 pub mod address;
 pub mod fault;
