@@ -845,12 +845,14 @@ _dlock() {
 }
 
 _dlock_taking_values="--backend --command --conflict-exit-code --connect-timeout --kill-after --limit --message --min-hold --out --owner --password-file --progress-every --ran-within --replicas --ttl --url --wait -E -b -c -l -u -w"
+_dlock_list_both='"$0" "$@" list; "$0" "$@" list --runs'
 
-# Lock names held now, one a line: on the backend the line's -b/-u name (typed before the word
-# being completed), else the configured one; given up after well under a second.
+# Lock names held now or that ran, one a line: on the backend the line's -b/-u name (typed before
+# the word being completed), else the configured one; given up after well under a second. The
+# line is split at blanks whatever IFS the caller set.
 _dlock_lock_names() {
     local -a typed args=() bound=()
-    local i word
+    local i word IFS=$' \t\n'
     if [[ -n "$COMP_LINE" ]]; then
         read -ra typed <<< "${COMP_LINE:0:COMP_POINT}"
     else
@@ -865,7 +867,8 @@ _dlock_lock_names() {
         esac
     done
     command -v timeout >/dev/null 2>&1 && bound=(timeout 0.8)
-    "${bound[@]}" dlock "${args[@]}" --connect-timeout 500ms list 2>/dev/null | cut -f1 | sort -u
+    "${bound[@]}" sh -c "$_dlock_list_both" dlock "${args[@]}" --connect-timeout 500ms 2>/dev/null \
+        | cut -f1 | sort -u
 }
 
 # clap's completion, with lock names for NAME and a command after run's `--`.

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_dlock_global_optspecs
-    string join \n b/backend= u/url= password-file= connect-timeout= replicas= v/verbose q/quiet h/help V/version
+    string join \n b/backend= u/url= password-file= connect-timeout= trust-owner= replicas= v/verbose q/quiet h/help V/version
 end
 
 function __fish_dlock_needs_command
@@ -33,6 +33,7 @@ mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_needs_command" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_needs_command" -l trust-owner -d 'As root: trust USER\'s lock files too' -r -f -a "(__fish_complete_users)"
 complete -c dlock -n "__fish_dlock_needs_command" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
 complete -c dlock -n "__fish_dlock_needs_command" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_needs_command" -s q -l quiet -d 'Print nothing but errors'
@@ -64,6 +65,7 @@ mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand run" -l trust-owner -d 'As root: trust USER\'s lock files too' -r -f -a "(__fish_complete_users)"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s x -l exclusive -d 'Take the lock exclusively (the default)'
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s s -l shared -d 'Take the lock shared'
@@ -84,6 +86,7 @@ mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l trust-owner -d 'As root: trust USER\'s lock files too' -r -f -a "(__fish_complete_users)"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Print JSON'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Print timestamped events on stderr'
@@ -98,9 +101,10 @@ mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l trust-owner -d 'As root: trust USER\'s lock files too' -r -f -a "(__fish_complete_users)"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l json -d 'Print a JSON array of what `status --json` prints, one per held lock'
-complete -c dlock -n "__fish_dlock_using_subcommand list" -l runs -d 'Every lock with a last run on record, held or free, a line each: its last run, and its last success when that is another run (--json: name, last_run, last_success)'
+complete -c dlock -n "__fish_dlock_using_subcommand list" -l runs -d 'Every lock with a last run on record, a line each: NAME, a tab, held or free, its last run, and its last success when that is another run (--json: name, held, last_run, last_success)'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s q -l quiet -d 'Print nothing but errors'
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -121,6 +125,7 @@ mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand hold" -l trust-owner -d 'As root: trust USER\'s lock files too' -r -f -a "(__fish_complete_users)"
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s x -l exclusive -d 'Take the lock exclusively (the default)'
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s s -l shared -d 'Take the lock shared'
@@ -139,6 +144,7 @@ mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand release" -l trust-owner -d 'As root: trust USER\'s lock files too' -r -f -a "(__fish_complete_users)"
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l force -d 'Break the lock for whoever holds it, instead of giving up this shell\'s `dlock hold`'
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s v -l verbose -d 'Print timestamped events on stderr'
@@ -153,6 +159,7 @@ mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand config" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand config" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand config" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand config" -l trust-owner -d 'As root: trust USER\'s lock files too' -r -f -a "(__fish_complete_users)"
 complete -c dlock -n "__fish_dlock_using_subcommand config" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand config" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand config" -s q -l quiet -d 'Print nothing but errors'
@@ -167,6 +174,7 @@ mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l connect-timeout -d 'Give up reaching a server after this' -r -f
+complete -c dlock -n "__fish_dlock_using_subcommand generate" -l trust-owner -d 'As root: trust USER\'s lock files too' -r -f -a "(__fish_complete_users)"
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l replicas -d 'Redis: replicas that must acknowledge' -r -f
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s v -l verbose -d 'Print timestamped events on stderr'
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s q -l quiet -d 'Print nothing but errors'
@@ -180,7 +188,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_su
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release config generate help" -f -a "generate" -d 'Write the man pages and shell completions into --out DIR'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from run status list hold release config generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 
-# Lock names held now on the backend dlock is configured for, for the NAME of run, status, hold
+# Lock names held now or that ran, on the backend dlock is configured for, for the NAME of run, status, hold
 # and release; after run's `--`, a command and its arguments.
 function __fish_dlock_after_dashes
     contains -- -- (commandline -opc)
@@ -208,7 +216,8 @@ function __fish_dlock_lock_names
     end
     set -l bound
     command -q timeout; and set bound timeout 0.8
-    $bound dlock $args --connect-timeout 500ms list 2>/dev/null | string split -f1 \t | sort -u
+    $bound sh -c '"$0" "$@" list; "$0" "$@" list --runs' dlock $args --connect-timeout 500ms 2>/dev/null \
+        | string split -f1 \t | sort -u
 end
 complete -c dlock -n "__fish_seen_subcommand_from run status hold release; and not __fish_dlock_after_dashes" -f -a "(__fish_dlock_lock_names)"
 complete -c dlock -n "__fish_seen_subcommand_from run; and __fish_dlock_after_dashes" -f -a "(__fish_dlock_command_after_dashes)"

@@ -73,6 +73,7 @@ mod tests {
                 create: false,
                 replicas: 0,
                 stop: Default::default(),
+                trust_owners: vec![],
             },
         }
     }

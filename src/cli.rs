@@ -24,9 +24,10 @@ use crate::exit::Status;
 use crate::report::Verbosity;
 
 use duration::{parse_connect_timeout, parse_duration, parse_ttl};
-use help::{after_help, after_long_help, DESCRIPTION, RUN_DESCRIPTION};
+use help::{after_help, after_long_help, DESCRIPTION, RUN_DESCRIPTION, RUN_USAGE};
 use one_subcommand::matches;
 pub use plan::lock_name;
+pub use usage::quote;
 use values::{parse_seats, parse_switch};
 
 /// Run a command while holding a named lock: flock(1) for a whole cluster.
@@ -86,6 +87,18 @@ pub struct GlobalArgs {
           value_hint = ValueHint::Other)]
     pub connect_timeout: Duration,
 
+    /// As root: trust USER's lock files too.
+    ///
+    /// The file backend run by root uses only lock directories (and the directories above them)
+    /// and lock files that belong to root and that no other user may write; this trusts USER's too
+    /// (a name or a uid; repeat it or separate users with commas). Ignored unless dlock runs as root.
+    // Root only, and rare: in --help, not in -h, which fits a screen.
+    #[arg(long = "trust-owner", global = true, env = "DLOCK_TRUST_OWNER", value_name = "USER",
+          hide_short_help = true,
+          value_parser = dlock_file::uid_of, value_delimiter = ',',
+          value_hint = ValueHint::Username)]
+    pub trust_owners: Vec<u32>,
+
     /// Redis: replicas that must acknowledge.
     ///
     /// Wait until N replicas of the master acknowledged each acquisition and renewal (WAIT) before the command starts or the lease counts as renewed, so a failover keeps
@@ -127,7 +140,7 @@ pub struct GlobalArgs {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run COMMAND while holding the lock.
-    #[command(long_about = RUN_DESCRIPTION)]
+    #[command(long_about = RUN_DESCRIPTION, override_usage = RUN_USAGE)]
     Run(RunArgs),
     /// Show who holds a lock. Exit status 0 when held, 1 when free.
     ///
@@ -321,14 +334,16 @@ pub struct HoldArgs {
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
+    /// The lock's name, as `run` and `hold` take it.
     pub name: String,
     /// Print JSON.
     ///
     /// Name, held, location, holders (mode, host, pid, owner, since, token, message,
     /// expires_at: the lease's end by the server's clock, null without a lease; kept_until: until
     /// when --min-hold keeps the lock, null without one), waiters (in
-    /// line, first first; null where the backend keeps no line), last_run and last_success (host,
-    /// pid, owner, token, message, acquired, ended, ending, running; null when none).
+    /// line, first first; empty where the backend keeps no line), last_run and last_success
+    /// (host, pid, owner, token, message, acquired, ended, ending, exit_code and signal as numbers,
+    /// running; null when none).
     #[arg(long, conflicts_with = "ran_within")]
     pub json: bool,
     /// Check that the last success ended within DURATION.
@@ -350,8 +365,9 @@ pub struct ListArgs {
     /// Print a JSON array of what `status --json` prints, one per held lock.
     #[arg(long)]
     pub json: bool,
-    /// Every lock with a last run on record, held or free, a line each: its last run, and its
-    /// last success when that is another run (--json: name, last_run, last_success).
+    /// Every lock with a last run on record, a line each: NAME, a tab, held or free, its last
+    /// run, and its last success when that is another run (--json: name, held, last_run,
+    /// last_success).
     #[arg(long)]
     pub runs: bool,
 }
@@ -361,6 +377,7 @@ pub struct ReleaseArgs {
     /// Break the lock for whoever holds it, instead of giving up this shell's `dlock hold`.
     #[arg(long)]
     pub force: bool,
+    /// The lock's name, as `hold` took it.
     pub name: String,
 }
 
@@ -423,6 +440,7 @@ impl GlobalArgs {
                 create: false,
                 replicas: self.replicas,
                 stop: Default::default(),
+                trust_owners: self.trust_owners.clone(),
             },
         }
     }

@@ -20,6 +20,7 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
     match &cli.command {
         Command::Run(args) => {
             let plan = args.plan(global)?;
+            note_path_names(&args.lock, report);
             // The supervisor would refuse a SHELL that cannot run too, but not say where that
             // program came from.
             let from_shell = args.shell_command.is_some()
@@ -133,8 +134,28 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
         }
         Command::Generate(args) => {
             generate::write_all(&args.out)?;
+            if !global.quiet {
+                emit(&generate::written(&args.out))?;
+            }
             Ok(Status::Done)
         }
+    }
+}
+
+/// Says once, on stderr, that a name written as a path (flock's `/var/lock/x.lock`) is a lock
+/// name of dlock's, which flock(1) on that file does not see; not for `--tree`, whose names are
+/// paths by design.
+pub fn note_path_names(lock: &crate::cli::LockArgs, report: &Reporter) {
+    if lock.tree {
+        return;
+    }
+    let looks_like_a_path =
+        |name: &&String| ["/", "./", "../", "~/"].iter().any(|p| name.starts_with(p));
+    if let Some(name) = lock.names.iter().find(looks_like_a_path) {
+        report.notice(&format!(
+            "{name:?} is a dlock lock name, not the file flock(1) locks: flock on that path \
+             does not exclude it (`dlock status NAME` shows where it is kept)"
+        ));
     }
 }
 
@@ -170,6 +191,7 @@ fn list_runs(
                 let (last_run, last_success) = last_runs::json(runs, holders_of(name));
                 serde_json::json!({
                     "name": name,
+                    "held": !holders_of(name).is_empty(),
                     "last_run": last_run,
                     "last_success": last_success,
                 })
@@ -204,7 +226,8 @@ fn status_json(status: &LockStatus, runs: &LastRuns) -> serde_json::Value {
         "held": !status.holders.is_empty(),
         "location": status.location,
         "holders": status.holders,
-        "waiters": status.waiters,
+        // A backend that keeps no line of waiters has none to show: an array all the same.
+        "waiters": status.waiters.as_deref().unwrap_or_default(),
         "last_run": last_run,
         "last_success": last_success,
     })
@@ -242,21 +265,28 @@ fn ran_within(name: &LockName, within: Duration, global: &GlobalArgs, report: &R
     Status::Check(check)
 }
 
+/// `status` for people: a line for the lock, then each holder and waiter on a line that fits a
+/// screen (who, since when, its lease, its owner id in short), what may be long (why it is kept,
+/// its message) indented below it.
 fn status_text(status: &LockStatus) -> String {
     if status.holders.is_empty() {
         return format!("{}: free ({})\n", status.name, status.location);
     }
+    let now = SystemTime::now();
     let mut text = format!("{}: held ({})\n", status.name, status.location);
-    for holder in &status.holders {
-        let _ = writeln!(text, "  {}, owner {}", holder.describe(), holder.owner);
-    }
-    for waiter in status.waiters.iter().flatten() {
-        let _ = writeln!(
-            text,
-            "  waiting: {}, owner {}",
-            waiter.describe(),
-            waiter.owner
-        );
+    let waiters = status
+        .waiters
+        .iter()
+        .flatten()
+        .map(|w| ("waiting: ", w.as_holder()));
+    let holders = status.holders.iter().map(|h| ("", h.clone()));
+    for (what, holder) in holders.chain(waiters) {
+        let (first, rest) = holder.describe_apart(now);
+        let owner = crate::lock::short_owner(&holder.owner);
+        let _ = writeln!(text, "  {what}{first}, owner {owner}");
+        for part in rest {
+            let _ = writeln!(text, "    {part}");
+        }
     }
     text
 }

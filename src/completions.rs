@@ -1,4 +1,5 @@
-//! What clap_complete's scripts cannot do, added to them: lock names from `dlock list` on the
+//! What clap_complete's scripts cannot do, added to them: lock names from `dlock list` (held now)
+//! and `dlock list --runs` (that ran, held or free), one bound for both, on the
 //! backend the line's own -b/-u name, or else the one dlock is configured for (DLOCK_BACKEND,
 //! DLOCK_URL, the configuration file), for the NAME of run, status, hold and release; and, after
 //! run's `--`, a command and its arguments. Asking the backend is bounded (timeout(1) where there
@@ -33,11 +34,12 @@ fn taking_values(command: &clap::Command) -> String {
 }
 
 const BASH: &str = r#"
-# Lock names held now, one a line: on the backend the line's -b/-u name (typed before the word
-# being completed), else the configured one; given up after well under a second.
+# Lock names held now or that ran, one a line: on the backend the line's -b/-u name (typed before
+# the word being completed), else the configured one; given up after well under a second. The
+# line is split at blanks whatever IFS the caller set.
 _dlock_lock_names() {
     local -a typed args=() bound=()
-    local i word
+    local i word IFS=$' \t\n'
     if [[ -n "$COMP_LINE" ]]; then
         read -ra typed <<< "${COMP_LINE:0:COMP_POINT}"
     else
@@ -52,7 +54,8 @@ _dlock_lock_names() {
         esac
     done
     command -v timeout >/dev/null 2>&1 && bound=(timeout 0.8)
-    "${bound[@]}" dlock "${args[@]}" --connect-timeout 500ms list 2>/dev/null | cut -f1 | sort -u
+    "${bound[@]}" sh -c "$_dlock_list_both" dlock "${args[@]}" --connect-timeout 500ms 2>/dev/null \
+        | cut -f1 | sort -u
 }
 
 # clap's completion, with lock names for NAME and a command after run's `--`.
@@ -99,7 +102,8 @@ fn bash(generated: String, command: &clap::Command) -> String {
     let at = generated.find(registration).unwrap_or(generated.len());
     let (functions, register) = generated.split_at(at);
     format!(
-        "{functions}_dlock_taking_values=\"{}\"\n{BASH}{}",
+        "{functions}_dlock_taking_values=\"{}\"\n\
+         _dlock_list_both='\"$0\" \"$@\" list; \"$0\" \"$@\" list --runs'\n{BASH}{}",
         taking_values(command),
         register.replace("complete -F _dlock ", "complete -F _dlock_dynamic ")
     )
@@ -130,7 +134,8 @@ _dlock_lock_names() {
         esac
     done
     (( $+commands[timeout] )) && bound=(timeout 0.8)
-    names=(${(f)"$($bound dlock $args --connect-timeout 500ms list 2>/dev/null | cut -f1 | sort -u)"})
+    names=(${(f)"$($bound sh -c '"$0" "$@" list; "$0" "$@" list --runs' dlock $args \
+        --connect-timeout 500ms 2>/dev/null | cut -f1 | sort -u)"})
     compadd -a names
 }
 
@@ -157,7 +162,7 @@ fn zsh(generated: String) -> String {
 }
 
 const FISH: &str = r#"
-# Lock names held now on the backend dlock is configured for, for the NAME of run, status, hold
+# Lock names held now or that ran, on the backend dlock is configured for, for the NAME of run, status, hold
 # and release; after run's `--`, a command and its arguments.
 function __fish_dlock_after_dashes
     contains -- -- (commandline -opc)
@@ -185,7 +190,8 @@ function __fish_dlock_lock_names
     end
     set -l bound
     command -q timeout; and set bound timeout 0.8
-    $bound dlock $args --connect-timeout 500ms list 2>/dev/null | string split -f1 \t | sort -u
+    $bound sh -c '"$0" "$@" list; "$0" "$@" list --runs' dlock $args --connect-timeout 500ms 2>/dev/null \
+        | string split -f1 \t | sort -u
 end
 complete -c dlock -n "__fish_seen_subcommand_from run status hold release; and not __fish_dlock_after_dashes" -f -a "(__fish_dlock_lock_names)"
 complete -c dlock -n "__fish_seen_subcommand_from run; and __fish_dlock_after_dashes" -f -a "(__fish_dlock_command_after_dashes)"

@@ -50,6 +50,26 @@ pub fn write_all(out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `generate --out DIR` says it wrote, and the lines that install it for the user who ran
+/// `cargo install` (man(1) looks in `~/.cargo/share/man` when `~/.cargo/bin` is on PATH; the
+/// completion directories are where bash-completion, zsh's `fpath` and fish look).
+pub fn written(out: &Path) -> String {
+    let at = |sub: &str| {
+        let path = out.join(sub);
+        let shown = path.to_string_lossy();
+        crate::cli::quote(&shown).unwrap_or_else(|| shown.into_owned())
+    };
+    let (man, completions) = (at("man"), at("completions"));
+    format!(
+        "wrote the man pages into {man} and the bash, zsh and fish completions into {completions}; \
+         to install them for yourself:\n\
+         \x20 install -Dm644 -t ~/.cargo/share/man/man1 {man}/*.1\n\
+         \x20 install -Dm644 {completions}/dlock.bash ~/.local/share/bash-completion/completions/dlock\n\
+         \x20 install -Dm644 {completions}/_dlock ~/.zfunc/_dlock   # and fpath+=(~/.zfunc) in ~/.zshrc\n\
+         \x20 install -Dm644 {completions}/dlock.fish ~/.config/fish/completions/dlock.fish\n"
+    )
+}
+
 /// Puts `bytes` at `path` as a new file of this user's, never through what is there: written to a
 /// file made beside it (`O_EXCL`: never an existing one, nor a symbolic link's target), then
 /// renamed over `path`, which replaces a symbolic link itself, not the file it points to.

@@ -99,7 +99,7 @@ fn typos_suggest_real_subcommands_and_options_never_a_lock_or_a_password() {
                 "--",
                 "true",
             ],
-            "say: dlock -b redis '--url=redis://***@h:1' run rt-x -- true",
+            "say: dlock -b redis '--url=redis://u:***@h:1' run rt-x -- true",
         ),
     ];
     for (args, needle) in cases {
@@ -239,7 +239,7 @@ fn help_fits_80_columns_piped_and_h_fits_a_screen() {
         }
     }
     for (args, most) in [
-        (&["-h"][..], 30),
+        (&["-h"][..], 31),
         (&["run", "-h"], 40),
         (&["hold", "-h"], 40),
     ] {

@@ -482,10 +482,17 @@ fn a_second_hold_from_the_same_shell_is_refused_at_once(t: &Target) {
             wait = wait_line("go"),
         ),
     );
+    // Its keeper started and locked its claim: until then a second hold could take the claim
+    // first, and the first be the one refused.
     wait_until("the first hold waiting", T, || {
         let processes = hold_processes(t, "hc/twice");
         let front = first_of(&processes);
-        front.len() == 1 && processes.iter().any(|(_, parent)| *parent == front[0])
+        front.len() == 1
+            && processes.iter().any(|(_, parent)| *parent == front[0])
+            && processes
+                .iter()
+                .find(|(pid, _)| *pid == front[0])
+                .is_some_and(|(_, shell)| claim_locked(*shell))
     });
     let asked = Instant::now();
     script.go("go");
@@ -654,6 +661,30 @@ fn a_subshell_in_a_pipeline_owns_its_hold() {
     free_within(&t, "hc/sub");
     script.go("go2");
     assert_eq!(script.exit_code(), 0, "{}", script.read("err"));
+}
+
+/// Whether a keeper of `shell` has locked a claim in the directory of holds (its inode is in
+/// /proc/locks), read without taking a lock that could refuse the keeper.
+fn claim_locked(shell: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
+        return false;
+    };
+    let Ok(entries) = std::fs::read_dir(directory_of_holds()) else {
+        return false;
+    };
+    let prefix = format!("{shell}.");
+    entries.flatten().any(|entry| {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        name.starts_with(&prefix)
+            && name.ends_with(".claim")
+            && entry.metadata().is_ok_and(|m| {
+                let inode = format!(":{} ", m.ino());
+                locks
+                    .lines()
+                    .any(|l| l.contains("FLOCK") && l.contains(&inode))
+            })
+    })
 }
 
 /// The directory of holds, as dlock finds it for this user (see the README's Security section).

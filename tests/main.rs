@@ -27,7 +27,9 @@ mod messages;
 mod mysql;
 mod nested;
 mod netfaults;
+mod newcomer;
 mod opensearch;
+mod output;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]

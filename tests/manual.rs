@@ -93,8 +93,9 @@ fn completions_offer_subcommands_lock_names_and_commands() {
         let text = &files[shell];
         assert!(text.contains("generate"), "{shell} offers generate");
         assert!(
-            text.contains("--connect-timeout 500ms list 2>/dev/null"),
-            "{shell}: lock names, asked for with a bound"
+            text.contains("list; \"$0\" \"$@\" list --runs")
+                && text.contains("--connect-timeout 500ms 2>/dev/null"),
+            "{shell}: lock names held and run, asked for with a bound"
         );
     }
     let zsh = &files["completions/_dlock"];
@@ -297,4 +298,144 @@ fn fish_lock_names_honour_the_line_s_backend_keep_spaces_and_give_up_soon() {
     let took = started.elapsed();
     assert!(offered.is_empty(), "{offered:?}");
     assert!(took < std::time::Duration::from_millis(2500), "{took:?}");
+}
+
+/// The README's two install lines, run as the user who ran `cargo install` (a HOME of the test's
+/// own, `dlock` in `~/.cargo/bin`), and the lines `dlock generate` prints itself: after either,
+/// `man` finds dlock's pages and bash's completion is where bash-completion loads it.
+#[test]
+fn the_install_lines_put_the_man_pages_where_man_finds_them() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let lines: Vec<&str> = readme.lines().map(str::trim).collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("dlock generate -q --out \"$d\""))
+        .expect("the README's install lines");
+    let from_readme = format!("{}\n{}", lines[at], lines[at + 1]);
+    let generated = tempfile::tempdir().unwrap();
+    let said = output({
+        let mut cmd = dlock();
+        cmd.args(["generate", "--out"]).arg(generated.path());
+        cmd
+    });
+    assert_eq!(code(&said), 0, "{}", stderr(&said));
+    let printed: Vec<String> = stdout(&said)
+        .lines()
+        .filter_map(|l| l.strip_prefix("  ").map(str::to_owned))
+        .collect();
+    assert_eq!(printed.len(), 4, "{}", stdout(&said));
+    for script in [from_readme, printed.join("\n")] {
+        let home = tempfile::tempdir().unwrap();
+        let bin = home.path().join(".cargo/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(dlock_bin(), bin.join("dlock")).unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            crate::support::programs::listed_path().to_string_lossy()
+        );
+        let run = |program_name: &str, args: &[&str]| {
+            let mut cmd = program(program_name);
+            cmd.args(args)
+                .env("HOME", home.path())
+                .env("PATH", &path)
+                .env("DLOCK_CONFIG", "")
+                .env_remove("MANPATH");
+            output(cmd)
+        };
+        let installed = run("sh", &["-e", "-c", &script]);
+        assert_eq!(code(&installed), 0, "{script}: {}", stderr(&installed));
+        let found = run("man", &["-w", "dlock-run"]);
+        let want = home.path().join(".cargo/share/man/man1/dlock-run.1");
+        assert_eq!(
+            stdout(&found).trim(),
+            want.to_str().unwrap(),
+            "{script}: {}",
+            stderr(&found)
+        );
+        let completion = home
+            .path()
+            .join(".local/share/bash-completion/completions/dlock");
+        assert!(completion.is_file(), "{script}");
+    }
+}
+
+/// What bash offers at the end of `line` as bash itself calls the completion: COMP_LINE and
+/// COMP_POINT set as well as COMP_WORDS and COMP_CWORD (the line split at blanks, and an empty
+/// word being completed after a trailing blank), with DLOCK_URL naming the directory `url`.
+fn bash_offers_for_line(line: &str, url: &std::path::Path) -> Vec<String> {
+    let mut words: Vec<&str> = line.split(' ').filter(|w| !w.is_empty()).collect();
+    if line.ends_with(' ') {
+        words.push("");
+    }
+    let script = format!(
+        "source '{}/completions/dlock.bash'\n\
+         COMP_LINE='{line}'\nCOMP_POINT={}\n\
+         COMP_WORDS=({})\nCOMP_CWORD={}\n\
+         _dlock_dynamic dlock \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"\n\
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        env!("CARGO_MANIFEST_DIR"),
+        line.len(),
+        words
+            .iter()
+            .map(|w| format!("'{w}'"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        words.len() - 1
+    );
+    let bin = std::path::Path::new(dlock_bin()).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        crate::support::programs::listed_path().to_string_lossy()
+    );
+    let out = output({
+        let mut cmd = program("bash");
+        cmd.arg("-c")
+            .arg(script)
+            .env("PATH", path)
+            .env("DLOCK_CONFIG", "")
+            .env("DLOCK_URL", url)
+            .current_dir(url);
+        cmd
+    });
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// With `-b redis -u URL` on the line, bash offers the names of that Redis server's locks, not
+/// those of the directory DLOCK_URL names: the lock held now, and one that ran and is free
+/// (`list --runs`).
+#[test]
+fn bash_offers_the_lock_names_of_the_backend_on_the_line_held_and_run() {
+    let server = crate::support::redis_server::RedisServer::start();
+    let elsewhere = LockDir::new();
+    let mut local = elsewhere.hold_in_background("deploy-local");
+    let ready = elsewhere.file("held.ready");
+    let script = format!("touch '{}'; exec sleep 30", ready.display());
+    let mut held = server
+        .dlock(&["run", "deploy-prod", "--", "sh", "-c", &script])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn dlock");
+    wait_for_file(&ready, std::time::Duration::from_secs(20));
+    let ran = output(server.dlock(&["run", "deploy-nightly", "--", "true"]));
+    assert_eq!(code(&ran), 0, "{}", stderr(&ran));
+    let url = server.url();
+    let offered = bash_offers_for_line(
+        &format!("dlock -b redis -u {url} status dep"),
+        elsewhere.path(),
+    );
+    let with_run = bash_offers_for_line(&format!("dlock -u {url} run -n "), elsewhere.path());
+    for child in [&mut held, &mut local] {
+        signal(child.id(), libc::SIGTERM);
+        wait_exit(child, std::time::Duration::from_secs(20));
+    }
+    assert_eq!(offered, ["deploy-nightly", "deploy-prod"]);
+    assert_eq!(with_run, ["deploy-nightly", "deploy-prod"]);
 }

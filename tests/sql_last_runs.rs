@@ -452,11 +452,11 @@ fn hostile_records_never_stop_acquiring_or_releasing(s: &Store) {
     assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
     let names: Vec<&str> = text
         .lines()
-        .filter_map(|line| line.split_once(": ").map(|(name, _)| name))
+        .filter_map(|line| line.split_once('\t').map(|(name, _)| name))
         .collect();
     assert_eq!(names, ["evil", "other"], "{text}");
     assert!(
-        text.contains("evil: last run unreadable record \""),
+        text.contains("evil\tfree, last run unreadable record \""),
         "{text}"
     );
     let (_, status) = s.run(&["run", "evil", "--", "true"]);

@@ -17,10 +17,18 @@ pub fn after_long_help() -> String {
     format!("{}\n\n{READ_ON}", exit::help_table())
 }
 
-/// The end of `-h`: the statuses in short, then where to read on.
+/// The end of `-h`: an example, the statuses in short, then where to read on.
 pub fn after_help() -> String {
-    format!("{}\n\n{READ_ON_BRIEFLY}", exit::short_table())
+    format!("{EXAMPLE}\n{}\n\n{READ_ON_BRIEFLY}", exit::short_table())
 }
+
+/// The one example `-h` shows: the line a newcomer types first.
+const EXAMPLE: &str = "Example: dlock run -n nightly -- ./backup.sh   (75 at once if busy)";
+
+/// `run`'s usage line: the command is required, after `--` or as `-c` (clap would show the
+/// `--` part optional, since `-c` may stand for it).
+pub const RUN_USAGE: &str = "dlock run [OPTIONS] <NAME>... -- <COMMAND>...
+       dlock run [OPTIONS] <NAME>... -c <SHELL_COMMAND>";
 
 /// What `dlock --help` and dlock(1) say after the one-line summary, which they do not repeat.
 pub const DESCRIPTION: &str =

@@ -1,7 +1,8 @@
 //! Where the locks are, passed on to the command so that a dlock it runs (run, hold, status, list,
 //! release) uses the same place by default: DLOCK_BACKEND (set for every command), DLOCK_URL with
-//! the servers as given, without any password, and DLOCK_PASSWORD_FILE. A password typed into the
-//! URL is not passed on: DLOCK_PASSWORD_WITHHELD says so, for the nested dlock to explain a refusal.
+//! the servers as given, without any password, DLOCK_PASSWORD_FILE and DLOCK_TRUST_OWNER. A
+//! password typed into the URL is not passed on: DLOCK_PASSWORD_WITHHELD says so, for the nested
+//! dlock to explain a refusal.
 //!
 //! Precedence stays as documented: what the nested command is given on its own command line beats
 //! these variables, and they beat the configuration file. A URL that came from the configuration
@@ -41,6 +42,12 @@ pub fn settle(global: &mut GlobalArgs, matches: &ArgMatches) {
     }
     if withheld {
         vars.push((WITHHELD_VAR.to_owned(), "1".to_owned()));
+    }
+    // Root's trusted owners (see the file backend's `trust`), so that a nested dlock uses the same
+    // directory; from the environment or the configuration file they reach it without help.
+    if matches.value_source("trust_owners") == Some(CommandLine) {
+        let uids: Vec<String> = global.trust_owners.iter().map(u32::to_string).collect();
+        vars.push(("DLOCK_TRUST_OWNER".to_owned(), uids.join(",")));
     }
     if let Some(path) = &global.password_file {
         let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());

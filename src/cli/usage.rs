@@ -12,13 +12,59 @@ use super::config::{self, Config};
 /// configuration file's values).
 pub fn explain(error: &clap::Error, args: &[OsString], config: &Config) -> String {
     let line = explain_parse(error, args, config);
-    // `dlock run NAME --` has its `--`: only the command after it is missing.
-    match line.strip_prefix(MISSING_COMMAND) {
-        Some(rest) if args.iter().any(|arg| arg == "--") => {
+    // flock's `dlock run -w 5 NAME cmd -x`: the line with its `--`.
+    let dashed = args
+        .iter()
+        .position(|arg| arg == "run")
+        .and_then(|run| with_dashes(args, run));
+    match (line.strip_prefix(MISSING_COMMAND), dashed) {
+        // `dlock run NAME --` has its `--`: only the command after it is missing.
+        (Some(rest), _) if args.iter().any(|arg| arg == "--") => {
             format!("missing the command to run after `--`{rest}")
         }
+        (rest, Some(fixed)) if !line.contains(SAY) => format!(
+            "{}{SAY}{}",
+            if rest.is_some() {
+                MISSING_COMMAND
+            } else {
+                &line
+            },
+            shown(&fixed).unwrap_or_else(|| "dlock run NAME -- COMMAND".into())
+        ),
         _ => line,
     }
+}
+
+/// What comes before the line to type instead.
+const SAY: &str = "; to run a command under a lock, say: ";
+
+/// flock's order, `run [OPTIONS] NAME COMMAND...` (the subcommand at `run` in `args`), with the
+/// `--` dlock needs put after NAME; `None` when that is not such a line or does not parse then.
+fn with_dashes(args: &[OsString], run: usize) -> Option<Vec<OsString>> {
+    if args.iter().any(|arg| arg == "--") {
+        return None;
+    }
+    let mut i = run + 1;
+    while let Some(word) = args.get(i)?.to_str().filter(|w| w.starts_with('-')) {
+        i += 1 + option_values("run", word)?;
+    }
+    // NAME at `i`, and a command after it.
+    args.get(i + 1)?;
+    let mut fixed = args.to_vec();
+    fixed.insert(i + 1, "--".into());
+    without_environment().try_get_matches_from(&fixed).ok()?;
+    Some(fixed)
+}
+
+/// `dlock` and the words of `args` after the program's name, as a shell would need them typed,
+/// with no URL's password; `None` when one cannot be shown on one line.
+fn shown(args: &[OsString]) -> Option<String> {
+    let words: Option<Vec<String>> = args
+        .iter()
+        .skip(1)
+        .map(|w| quote(&redact_word(w.to_str()?)))
+        .collect();
+    Some(format!("dlock {}", words?.join(" ")))
 }
 
 /// How the line for a `run` without its command starts.
@@ -170,22 +216,19 @@ fn forgotten_run(error: &clap::Error, args: &[OsString]) -> Option<String> {
             fixed
         }
     };
-    without_environment().try_get_matches_from(&fixed).ok()?;
-    let words: Option<Vec<String>> = fixed
-        .iter()
-        .skip(1)
-        .map(|w| quote(&redact_word(w.to_str()?)))
-        .collect();
-    let say = match (words, typed_subcommand) {
-        (Some(words), _) => format!("dlock {}", words.join(" ")),
+    let fixed = match without_environment().try_get_matches_from(&fixed) {
+        Ok(_) => fixed,
+        // flock's `dlock NAME cmd`: its `--` too.
+        Err(_) if typed_subcommand.is_none() => with_dashes(&fixed, at)?,
+        Err(_) => return None,
+    };
+    let say = match (shown(&fixed), typed_subcommand) {
+        (Some(line), _) => line,
         (None, None) => "dlock run NAME -- COMMAND".into(),
         (None, Some(_)) => return None,
     };
     Some(match typed_subcommand {
-        None => format!(
-            "{}; to run a command under a lock, say: {say}",
-            one_line(error)
-        ),
+        None => format!("{}{SAY}{say}", one_line(error)),
         Some(_) => format!(
             "{}; options of a subcommand go after it: {say}",
             one_line(error)

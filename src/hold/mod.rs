@@ -47,6 +47,7 @@ pub fn hold(cli: &Cli, args: &HoldArgs, report: &Reporter) -> anyhow::Result<Sta
     }
     // Usage errors before anything is started.
     let plan = args.plan(&cli.global)?;
+    crate::commands::note_path_names(&args.lock, report);
     let shell = owner::find(args.owner, report)?;
     let dir = registry::dir(false)?;
     let place = registry::place(&plan.backend);

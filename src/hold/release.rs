@@ -1,6 +1,6 @@
 //! `dlock release NAME` without `--force`: finds the keeper of this shell's `dlock hold` of NAME
-//! (the nearest ancestor of this process with an entry in the registry), asks it to release, and
-//! waits for its answer.
+//! (the nearest ancestor of this process with an entry in the registry, or this process, when the
+//! shell exec'd it), asks it to release, and waits for its answer.
 
 use std::fs;
 use std::io::{self, Write};
@@ -55,8 +55,10 @@ pub fn release(
 ) -> anyhow::Result<Status> {
     let dir = registry::dir(false)?;
     let place = registry::place(backend);
-    // This process itself holds nothing: its ancestors, nearest first.
-    for process in registry::ancestry(std::process::id()).into_iter().skip(1) {
+    // Its ancestors, nearest first, and this process itself first of all: a shell runs its last
+    // command in its own place (`bash -c 'dlock hold x; dlock release x'` execs the release), so
+    // the shell that holds may be this very process.
+    for process in registry::ancestry(std::process::id()) {
         let path = registry::entry(&dir, process, &place, name);
         let conn = match ask(&path) {
             Ok(conn) => conn,

@@ -421,20 +421,20 @@ pub fn list_runs_shows_every_lock_that_ran_held_or_free_and_how_each_ended(t: &T
     assert_eq!(lines.len(), 3, "three locks ran: {text}");
     let (failed_line, held_line, ok_line) = (lines[0], lines[1], lines[2]);
     assert!(
-        failed_line.starts_with("lrl/failed: last run ")
+        failed_line.starts_with("lrl/failed\tfree, last run ")
             && failed_line.contains(&format!(", exit 3, token {failed}; last success "))
             && failed_line.ends_with(&format!(", exit 0, token {succeeded}")),
         "{text}"
     );
     assert!(
-        held_line.starts_with("lrl/held: last run ")
+        held_line.starts_with("lrl/held\theld, last run ")
             && held_line.contains(", running since ")
             && held_line.ends_with(&format!(", token {held}")),
         "{text}"
     );
     assert_eq!(
         ok_line
-            .strip_prefix("lrl/ok: last run ")
+            .strip_prefix("lrl/ok\tfree, last run ")
             .map(|rest| rest.ends_with(&format!(", exit 0, token {ok}"))),
         Some(true),
         "one line, the success being the last run: {text}"

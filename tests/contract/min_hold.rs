@@ -20,6 +20,12 @@ const ROUNDING: Duration = Duration::from_millis(20);
 /// `run -n NAME` exits 75 while the lock is kept; `started` is before the holder acquired it, so
 /// the lock is kept at least until `started + D` and the check must end before then to say so.
 fn busy_before(t: &Target, name: &str, started: Instant) {
+    busy_before_with(t, name, started, 1);
+}
+
+/// `busy_before` for a lock `kept` holders keep (as `status` shows them): the busy line names one
+/// and counts the rest.
+fn busy_before_with(t: &Target, name: &str, started: Instant, kept: usize) {
     let out = output(t.dlock(&["run", "-n", name, "--", "true"]));
     assert!(
         Instant::now() < started + D,
@@ -34,6 +40,19 @@ fn busy_before(t: &Target, name: &str, started: Instant) {
     // The busy line says why: the holder's command may be long gone.
     assert!(
         stderr(&out).contains(&format!("by --min-hold {D_TEXT}; its command ended")),
+        "{}",
+        stderr(&out)
+    );
+    // And it counts the holders `status` shows, no more.
+    let more = format!(" and {} more", kept.saturating_sub(1));
+    assert_eq!(
+        stderr(&out).contains(" more"),
+        kept > 1,
+        "{kept} holders: {}",
+        stderr(&out)
+    );
+    assert!(
+        kept <= 1 || stderr(&out).contains(&more),
         "{}",
         stderr(&out)
     );
@@ -95,7 +114,7 @@ pub fn status_and_list_show_kept_until_and_why(t: &Target) {
     let text = stdout(&out);
     assert!(
         text.contains(&format!("token {token}"))
-            && text.contains(", kept until ")
+            && text.contains("\n    kept ")
             && text.contains("by --min-hold 2s; its command ended"),
         "{text}"
     );
@@ -120,7 +139,7 @@ pub fn status_and_list_show_kept_until_and_why(t: &Target) {
     assert_eq!(list[0]["holders"][0]["kept_until"], kept, "{list}");
     let text = stdout(&output(t.dlock(&["list", "mh/"])));
     assert!(
-        text.starts_with("mh/b\t") && text.contains("kept until"),
+        text.starts_with("mh/b\t") && text.contains(", kept "),
         "{text}"
     );
     busy_before(t, "mh/b", started);
@@ -361,7 +380,7 @@ pub fn limit_holders_keep_their_seats_and_shared_ones_still_join(t: &Target) {
     assert!(second > first);
     let shared = output(t.dlock(&["run", "-n", "-s", "mh/h", "--", "true"]));
     let limit = output(t.dlock(&["run", "-n", "-l", "2", "mh/h", "--", "true"]));
-    busy_before(t, "mh/h", started);
+    busy_before_with(t, "mh/h", started, 2);
     assert_eq!(
         code(&shared),
         0,

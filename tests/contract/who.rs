@@ -20,7 +20,9 @@ pub fn a_message_is_shown_by_status_list_their_json_and_waiters(t: &Target) {
 
     let out = output(t.dlock(&["status", "deploy"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(stdout(&out).contains(&shown()), "{}", stdout(&out));
+    // `status` sets it on a line of its own below the holder's.
+    let below = format!("\n    message {MESSAGE:?}\n");
+    assert!(stdout(&out).contains(&below), "{}", stdout(&out));
     let out = output(t.dlock(&["list"]));
     assert!(
         stdout(&out).starts_with("deploy\texclusive by ") && stdout(&out).contains(&shown()),
@@ -129,7 +131,7 @@ pub fn a_message_with_control_characters_or_over_256_bytes_is_a_usage_error(t: &
 /// (Redis, PostgreSQL, MySQL: by the server's clock; etcd: the seconds the server says the lease
 /// has left; within the ttl), null where it does not (a lock file; a ZooKeeper session's end, which
 /// only its own client sees); and the waiters in line, first first, where the backend keeps a line
-/// (all but the file backend, whose waiters block in the kernel), null there.
+/// (all but the file backend, whose waiters block in the kernel), empty there.
 pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
     let holder = Holding::start(t, &["--ttl", "10s", "q"]);
     let first = waiting(t, &["run", "--message", "first", "q", "--", "true"]);
@@ -156,9 +158,9 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
     } else {
         assert!(expires.is_null(), "{status}");
     }
-    // The file backend keeps no queue: null, never a wrong list.
+    // The file backend keeps no queue: an empty list, never a wrong one.
     if matches!(t.kind, Kind::File) {
-        assert!(waiters.is_null(), "{status}");
+        assert_eq!(waiters, &serde_json::json!([]), "{status}");
     } else {
         let pids: Vec<_> = waiters
             .as_array()
@@ -180,8 +182,12 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
         }
         let out = output(t.dlock(&["status", "q"]));
         let text = stdout(&out);
-        // The holder and its waiters; the last run's lines after them are last_run.rs's.
-        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("  last ")).collect();
+        // The holder and its waiters (a message on a line below its own); the last run's lines
+        // after them are last_run.rs's.
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with("  last ") && !l.starts_with("    "))
+            .collect();
         assert_eq!(lines.len(), 4, "{text}");
         assert!(lines[2].starts_with("  waiting: exclusive by "), "{text}");
         assert!(names_pid(lines[2], first.child.id()), "{text}");
@@ -189,7 +195,7 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
     }
     if leased {
         let text = stdout(&output(t.dlock(&["status", "q"])));
-        assert!(text.contains(", lease until 20"), "{text}");
+        assert!(text.contains(", lease ends in "), "{text}");
     }
     let out = output(t.dlock(&["list", "--json", "q"]));
     let listed: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("list JSON");

@@ -1,6 +1,7 @@
 //! Interop with `etcdctl lock` (Debian's etcd-client): dlock's exclusive lock and etcdctl's exclude
 //! each other both ways, so do etcdctl and dlock's shared and limit holders, and a name with `/` or
-//! `%` meets etcdctl's on its escaped key prefix; etcdctl waits for a --min-hold.
+//! `%` meets etcdctl's on its escaped key prefix (an unescaped `/` meets the name before it);
+//! etcdctl waits for a --min-hold; status labels etcdctl holders as not dlock's.
 
 use super::*;
 
@@ -153,4 +154,61 @@ fn etcdctl_holder_excludes_shared_and_limit_and_an_escaped_name_meets_both_ways(
         assert!(wait_exit(&mut etcdctl, T).success());
         assert!(got.exists());
     }
+}
+
+/// An etcdctl holder is labelled as other clients' holders are on the other stores. And etcdctl
+/// given a name with an unescaped `/` takes a key under the prefix of the name before the `/`
+/// (etcd's prefix scheme): dlock's lock of that name is busy while it holds, though etcdctl does
+/// not wait for that lock's dlock holders, and dlock's lock of the whole name is another.
+#[test]
+fn an_etcdctl_holder_is_labelled_and_an_unescaped_slash_blocks_the_name_before_it() {
+    let server = shared();
+    let dir = LockDir::new();
+    let go = dir.file("etcdctl.go");
+    let marker = dir.file("etcdctl.in");
+    let script = format!("touch {}; {}", marker.display(), hold_until(&go));
+    let mut etcdctl = server
+        .lock("/dlock/interop-nest/b", &["sh", "-c", &script])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&marker, T);
+    let out = output(on(server, &["status", "--json", "interop-nest"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let holders = json["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{json}");
+    let owner = holders[0]["owner"].as_str().unwrap();
+    assert!(owner.starts_with("(not dlock: etcdctl lease "), "{json}");
+    let out = output(on(server, &["status", "interop-nest"]));
+    assert!(
+        stdout(&out).contains(&format!("owner {owner}")),
+        "{}",
+        stdout(&out)
+    );
+    let out = output(on(
+        server,
+        &["run", "--no-wait", "interop-nest", "--", "true"],
+    ));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    let out = output(on(
+        server,
+        &["run", "--no-wait", "interop-nest/b", "--", "true"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut etcdctl, T).success());
+
+    let mut holder = start_holder(server, &dir, &[], "interop-nest", "d");
+    let mut etcdctl = server
+        .lock("/dlock/interop-nest/b", &["true"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_exit(&mut etcdctl, T).success());
+    assert!(
+        holder.try_wait().unwrap().is_none(),
+        "etcdctl must get in while dlock holds interop-nest"
+    );
+    let_go(&dir, "d");
+    assert_eq!(exit_code(&mut holder), 0);
 }

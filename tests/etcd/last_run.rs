@@ -288,7 +288,7 @@ fn list_reads_a_prefix_of_many_megabytes_a_page_at_a_time() {
     let text = stdout(&out);
     let names: Vec<&str> = text
         .lines()
-        .map(|line| line.split(':').next().unwrap_or_default())
+        .map(|line| line.split('\t').next().unwrap_or_default())
         .collect();
     assert_eq!(
         names,

@@ -8,6 +8,7 @@ use std::time::Duration;
 mod default_dir;
 mod entries;
 mod interop;
+mod root_trust;
 mod runs;
 mod tokens;
 
@@ -179,4 +180,23 @@ fn a_missing_lock_directory_given_by_the_user_is_an_error_and_never_created() {
         0,
         "no directory made"
     );
+}
+
+/// A waiter behind a record `--min-hold` keeps names the one holder `status` shows: its own
+/// flock(2) lock, taken before it found the record, is nobody else's.
+#[test]
+fn a_waiter_behind_a_min_hold_names_the_holders_status_shows() {
+    let dir = LockDir::new();
+    let out = output(dir.dlock(&["run", "--min-hold", "60s", "mw", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = output(dir.dlock(&["run", "-w", "1", "mw", "--", "true"]));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("its command ended") && !stderr(&out).contains(" more"),
+        "{}",
+        stderr(&out)
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&output(dir.dlock(&["status", "--json", "mw"])))).unwrap();
+    assert_eq!(json["holders"].as_array().unwrap().len(), 1, "{json}");
 }

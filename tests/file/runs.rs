@@ -149,15 +149,16 @@ fn list_runs_shows_forged_records_escaped_and_leaves_out_what_names_no_lock() {
     assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
     let names: Vec<&str> = text
         .lines()
-        .filter_map(|line| line.split_once(": ").map(|(name, _)| name))
+        .filter_map(|line| line.split_once('\t').map(|(name, _)| name))
         .collect();
     assert_eq!(names, ["fifo", "forged", long.as_str(), "ok"], "{text}");
     assert!(
-        text.contains("forged: last run unreadable record \"\\u{1b}[2J\\u{7}forged\""),
+        text.contains("forged\tfree, last run unreadable record \"\\u{1b}[2J\\u{7}forged\""),
         "{text}"
     );
     assert!(
-        text.contains("fifo: last run unreadable record \"") && text.contains("not a regular file"),
+        text.contains("fifo\tfree, last run unreadable record \"")
+            && text.contains("not a regular file"),
         "{text}"
     );
 }
@@ -306,7 +307,7 @@ fn list_runs_says_it_stopped_at_ten_thousand_names_and_exits_1() {
     let text = stdout(&out);
     assert_eq!(text.lines().count(), 10_000);
     assert!(
-        text.lines().last().unwrap().starts_with("n09999: "),
+        text.lines().last().unwrap().starts_with("n09999\t"),
         "in order"
     );
     assert_eq!(

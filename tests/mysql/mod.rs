@@ -78,7 +78,10 @@ fn passwords_never_show_in_messages() {
         assert_eq!(code(&out), 69, "{}", stderr(&out));
         let err = stderr(&out);
         assert!(!err.contains("SECRET") && !err.contains(PASSWORD), "{err}");
-        assert!(err.contains("mysql at mysql://***@127.0.0.1:"), "{err}");
+        assert!(
+            err.contains("mysql at mysql://root:***@127.0.0.1:"),
+            "{err}"
+        );
         assert_eq!(err.lines().count(), 1, "{err}");
     }
 }
@@ -138,14 +141,15 @@ fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for_and_the_minimal_grants
     let mut held = holder(&runner, &dir, &[], "d", "h");
     let out = output(mysql_dlock(&runner, &["status", "d"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    // Without SELECT on the queue (what an older dlock's grants gave), no waiters are shown.
+    // Without SELECT on the queue (what an older dlock's grants gave), no waiters are shown (an
+    // empty array, as JSON always has it), and status still answers.
     let waiters = |url: &str| {
         let out = output(mysql_dlock(url, &["status", "--json", "d"]));
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
         json["waiters"].clone()
     };
-    assert!(waiters(&runner).is_null());
+    assert_eq!(waiters(&runner), serde_json::json!([]));
     MyServer::shared()
         .lock()
         .unwrap()

@@ -17,7 +17,7 @@ const PROMPT: Duration = Duration::from_secs(2);
 
 /// How a server sends what has no end.
 #[derive(Clone, Copy, Debug)]
-enum Pace {
+pub(super) enum Pace {
     /// As fast as the client reads, in batches.
     Flood,
     /// One unit (a row, an element) each time.
@@ -28,7 +28,7 @@ enum Pace {
 
 /// A loopback server whose connections (the first 10) `talk` handles, each on a thread of its
 /// own; `talk` says on the channel when it begins to send without end.
-fn serve<F>(talk: F) -> (u16, mpsc::Receiver<()>)
+pub(super) fn serve<F>(talk: F) -> (u16, mpsc::Receiver<()>)
 where
     F: Fn(TcpStream, &mpsc::Sender<()>) + Clone + Send + 'static,
 {
@@ -78,7 +78,7 @@ fn without_end(
 
 /// `cmd` run under an address-space limit: it must end with 69 within `most`, in one line, which
 /// contains `why`.
-fn gives_up(what: &str, cmd: Command, most: Duration, why: &str) {
+pub(super) fn gives_up(what: &str, cmd: Command, most: Duration, why: &str) {
     let (out, took) = limited(cmd);
     let err = stderr(&out);
     assert_eq!(code(&out), 69, "{what}: {err}");
@@ -89,7 +89,7 @@ fn gives_up(what: &str, cmd: Command, most: Duration, why: &str) {
 
 /// Starts `cmd`, sends `sig` once `began` says the server is sending without end, and checks that
 /// dlock ends with 128+N within `PROMPT`.
-fn ends_promptly_on(what: &str, sig: i32, began: &mpsc::Receiver<()>, mut cmd: Command) {
+pub(super) fn ends_promptly_on(what: &str, sig: i32, began: &mpsc::Receiver<()>, mut cmd: Command) {
     let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     if began.recv_timeout(Duration::from_secs(30)).is_err() {
         let _ = child.kill();
@@ -111,7 +111,7 @@ fn ends_promptly_on(what: &str, sig: i32, began: &mpsc::Receiver<()>, mut cmd: C
     );
 }
 
-fn dlock_on(backend: &str, url: &str, timeout: &str, args: &[&str]) -> Command {
+pub(super) fn dlock_on(backend: &str, url: &str, timeout: &str, args: &[&str]) -> Command {
     let mut cmd = dlock();
     cmd.args([
         "--backend",
@@ -311,15 +311,27 @@ fn postgres_rows_of_the_wrong_shape_fail_in_one_line() {
 
 /// One connection of a fake Redis server: it answers the first request with an array that says
 /// it has 2^40 elements, then sends one-byte bulks without end at `pace`.
-fn redis_talk(mut conn: TcpStream, pace: Pace, tx: &mpsc::Sender<()>) {
+fn redis_talk(conn: TcpStream, pace: Pace, tx: &mpsc::Sender<()>) {
+    endless_reply(conn, b"*1099511627776\r\n", b"$1\r\nx\r\n", pace, tx);
+}
+
+/// One connection of a fake Redis server: it answers the first request, whatever it is, with
+/// `header` (an array or a bulk of a length never reached), then `unit` again and again at `pace`.
+pub(super) fn endless_reply(
+    mut conn: TcpStream,
+    header: &[u8],
+    unit: &[u8],
+    pace: Pace,
+    tx: &mpsc::Sender<()>,
+) {
     let mut buf = [0u8; 4096];
     if matches!(conn.read(&mut buf), Ok(0) | Err(_)) {
         return;
     }
-    if conn.write_all(b"*1099511627776\r\n").is_err() {
+    if conn.write_all(header).is_err() {
         return;
     }
-    without_end(&mut conn, b"$1\r\nx\r\n", 7, pace, tx);
+    without_end(&mut conn, unit, unit.len(), pace, tx);
 }
 
 /// One connection of a fake Redis server that answers every request with `answer`.

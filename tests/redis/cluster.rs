@@ -2,7 +2,7 @@
 //! redirects dlock to the lock's master, names on different masters are taken all or nothing,
 //! `list` covers every master, a plain `redis://` URL naming a node is refused with the URL to
 //! use, and a lock whose slot moves to another master while it is held and waited for stays held
-//! and passes to its waiter with the next token.
+//! and passes to its waiter with the next token; a forged sharded grant gives a waiter nothing.
 
 use super::*;
 use crate::support::redis_cluster::RedisCluster;
@@ -366,6 +366,23 @@ fn on_nodes_without_sharded_pub_sub_waiters_hear_their_grant_on_the_classic_chan
         channels_on(&cluster, 2, &name).1.len() == 2
     });
     release_to_waiter(holder, waiter, &next);
+}
+
+/// On a cluster the grant travels by SPUBLISH on the lock's shard channel, which any client of the
+/// lock's master may send to: a forged one gives the waiter nothing (see
+/// `a_forged_grant_message_gives_a_waiter_nothing`).
+#[test]
+fn a_forged_sharded_grant_gives_a_waiter_nothing() {
+    let cluster = RedisCluster::start();
+    let name = cluster.name_on("forged/", 0);
+    let master = &cluster.nodes[0];
+    super::waiting::forged_grant_gives_nothing(&[cluster.url()], &name, master, 1, |owner| {
+        redis::cmd("SPUBLISH")
+            .arg(format!("dlock:{{{name}}}:wake:{owner}"))
+            .arg(format!("dlock:{{{name}}} 1000000"))
+            .query(&mut master.connection())
+            .expect("SPUBLISH on the lock's master")
+    });
 }
 
 /// Seeds that cannot be reached, or that accept and never answer, are passed over at the start:

@@ -528,12 +528,12 @@ fn list_runs_shows_foreign_records_escaped_and_leaves_out_keys_no_lock_has() {
     assert!(!text.contains('\x1b'), "{text:?}");
     let names: Vec<&str> = text
         .lines()
-        .filter_map(|line| line.split_once(": ").map(|(name, _)| name))
+        .filter_map(|line| line.split_once('\t').map(|(name, _)| name))
         .collect();
     assert_eq!(names, ["esc", "ok", "wrong"], "{text}");
     assert!(
-        text.contains("esc: last run unreadable record \"run1 \\u{1b}[2J\"")
-            && text.contains("wrong: last success unreadable record \""),
+        text.contains("esc\tfree, last run unreadable record \"run1 \\u{1b}[2J\"")
+            && text.contains("wrong\tfree, last success unreadable record \""),
         "{text}"
     );
 }

@@ -1,7 +1,8 @@
 //! The Redis backend's own mechanism against real redis-servers (each test starts its own): every
 //! way of losing a lease (key deleted, server stopped or restarted empty, holder killed), waiting
 //! by events in arrival order that leaves nothing behind, one connection per run, Redlock over
-//! three and five servers (redlock.rs), passwords, TLS and bad addresses (access.rs), Redis Cluster
+//! three and five servers (redlock.rs), a forced failover behind Sentinel with and without
+//! `--replicas`, measured (failover.rs, with `DLOCK_LOAD=1`), passwords, TLS and bad addresses (access.rs), Redis Cluster
 //! (cluster.rs: redirects, names on several masters, slots moved while held), keys of the wrong
 //! type another client wrote in dlock's namespace (wrong_type.rs), the last run and last success
 //! each store keeps, read raw (last_run.rs). What every backend owes is in the contract suite.
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 mod access;
 mod cluster;
+mod failover;
 mod last_run;
 mod redlock;
 mod sentinel;
@@ -274,7 +276,7 @@ fn the_busy_line_says_what_min_hold_keeps_on_one_server_and_on_redlock() {
         let broken = output(dlock_at(urls, &["release", "--force", "mh"]));
         assert_eq!(code(&busy), 75, "{}", stderr(&busy));
         assert!(
-            stderr(&busy).contains("kept until ")
+            stderr(&busy).contains(", kept ")
                 && stderr(&busy).contains("by --min-hold 1h; its command ended"),
             "{urls:?}: {}",
             stderr(&busy)

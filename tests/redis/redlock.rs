@@ -179,3 +179,24 @@ fn a_redlock_waiter_that_cannot_win_backs_off() {
     );
     assert!(token <= 30, "the waiter got token {token}");
 }
+
+/// Redlock's waiter listens on every server: a forged grant published on each of them (all that a
+/// majority of messages could say) gives it nothing; the lock and its token come from the servers'
+/// scripts (see `a_forged_grant_message_gives_a_waiter_nothing`).
+#[test]
+fn a_forged_grant_on_every_redlock_server_gives_a_waiter_nothing() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let all = urls(&servers.iter().collect::<Vec<_>>());
+    super::waiting::forged_grant_gives_nothing(&all, "forged", &servers[0], 3, |owner| {
+        servers
+            .iter()
+            .map(|server| {
+                redis::cmd("PUBLISH")
+                    .arg(format!("dlock:wake:{owner}"))
+                    .arg("dlock:{forged} 1000000")
+                    .query::<i64>(&mut server.connection())
+                    .expect("PUBLISH on a Redlock server")
+            })
+            .sum()
+    });
+}

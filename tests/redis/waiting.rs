@@ -123,37 +123,58 @@ fn time_wait_sockets(port: u16) -> usize {
         .count()
 }
 
-/// How many waiters are queued for `name`.
 /// Any client of the server may publish on a waiter's grant channel: a forged grant, with a
 /// token the store never handed out, gives the waiter nothing. The lock and its token come from
 /// the store: the waiter waits on while the holder holds, then gets the store's next token.
 #[test]
 fn a_forged_grant_message_gives_a_waiter_nothing() {
     let server = RedisServer::start();
+    forged_grant_gives_nothing(&[server.url()], "forged", &server, 1, |owner| {
+        redis::cmd("PUBLISH")
+            .arg(format!("dlock:wake:{owner}"))
+            .arg("dlock:{forged} 1000000")
+            .query(&mut server.connection())
+            .unwrap()
+    });
+}
+
+/// The forged-grant attack at `urls`: a holder of `name`, a waiter in line behind it (in the
+/// queue on `queue`), then `forge(OWNER)` sends a grant with a token the store never gave on the
+/// waiter's channels, and says how many listeners it reached (`listeners` expected). The waiter
+/// runs nothing while the holder holds, and once it releases, runs with the store's next token.
+pub(super) fn forged_grant_gives_nothing(
+    urls: &[String],
+    name: &str,
+    queue: &RedisServer,
+    listeners: i64,
+    forge: impl Fn(&str) -> i64,
+) {
     let dir = LockDir::new();
-    let url = [server.url()];
-    let holder = start_holder(&url, &[], "forged", &dir.file("pid"));
+    let holder = start_holder(urls, &[], name, &dir.file("pid"));
     read_pid(&dir.file("pid"));
     let started = dir.file("token");
-    let script = format!("echo $DLOCK_TOKEN > {}; exec sleep 60", started.display());
+    // Written whole, then named: the file is never seen empty.
+    let script = format!(
+        "echo $DLOCK_TOKEN > {0}.new && mv {0}.new {0}; exec sleep 60",
+        started.display()
+    );
     let mut waiter = Watched::start(dlock_at(
-        &url,
-        &["-v", "run", "forged", "--", "sh", "-c", &script],
+        urls,
+        &["-v", "run", name, "--", "sh", "-c", &script],
     ));
-    wait_until("the waiter to queue", T, || queued(&server, "forged") == 1);
+    wait_until("the waiter to queue", T, || queued(queue, name) == 1);
     let members: Vec<String> = redis::cmd("ZRANGE")
-        .arg("dlock:{forged}:queue")
+        .arg(format!("dlock:{{{name}}}:queue"))
         .arg(0)
         .arg(-1)
-        .query(&mut server.connection())
+        .query(&mut queue.connection())
         .unwrap();
     let owner = members[0].split(' ').next().unwrap().to_string();
-    let heard: i64 = redis::cmd("PUBLISH")
-        .arg(format!("dlock:wake:{owner}"))
-        .arg("dlock:{forged} 1000000")
-        .query(&mut server.connection())
-        .unwrap();
-    assert_eq!(heard, 1, "the waiter listens on its grant channel");
+    assert_eq!(
+        forge(&owner),
+        listeners,
+        "the waiter listens on its grant channels"
+    );
     waiter.sees_no_line_with("acquired", Duration::from_secs(1));
     assert!(
         !started.exists(),
@@ -167,6 +188,7 @@ fn a_forged_grant_message_gives_a_waiter_nothing() {
     waiter.finish(T);
 }
 
+/// How many waiters are queued for `name`.
 pub(super) fn queued(server: &RedisServer, name: &str) -> usize {
     redis::cmd("ZCARD")
         .arg(format!("dlock:{{{name}}}:queue"))
@@ -246,8 +268,9 @@ fn forged_waiter_entries_are_shown_unreadable_and_escaped() {
     );
     assert!(waiting[1].contains("unreadable record"), "{text}");
     assert!(
-        waiting[2].starts_with("  waiting: shared by box pid 7 since 1970-01-01T00:00:03Z")
-            && waiting[2].contains(r#"message "fine \"text\"""#),
+        waiting[2].starts_with("  waiting: shared by box pid 7 since ")
+            && waiting[2].ends_with(" ago, owner ef")
+            && text.contains(r#"    message "fine \"text\"""#),
         "{text}"
     );
     let out = output(dlock_at(&url, &["status", "--json", "q"]));

@@ -1,7 +1,8 @@
 # Takes one of kazoo's lock recipes, for dlock's interop tests (run with Debian's python3-kazoo).
 #
 # usage: kazoo_lock.py HOSTS PATH RECIPE try|wait HELD_MARKER RELEASE_FILE [PATTERN,...]
-#   RECIPE: lock (kazoo's Lock), read (ReadLock), write (WriteLock), or lease: the node a
+#   RECIPE: lock (kazoo's Lock), read (ReadLock), write (WriteLock), semaphore (Semaphore with
+#           max_leases=1), or lease: the node a
 #           Semaphore lease is (an ephemeral child named by a bare uuid4().hex), here one whose
 #           name ends in ten digits, as about one in a hundred do.
 #   try:  one attempt without waiting; exits 3 (printing "busy") if the lock is held.
@@ -37,8 +38,11 @@ def main():
         client.create(node, b"", ephemeral=True)
         lock = None
     else:
-        make = {"lock": client.Lock, "read": client.ReadLock, "write": client.WriteLock}[recipe]
-        lock = make(path, "kazoo", extra_lock_patterns=patterns)
+        if recipe == "semaphore":
+            lock = client.Semaphore(path, "kazoo", max_leases=1)
+        else:
+            make = {"lock": client.Lock, "read": client.ReadLock, "write": client.WriteLock}
+            lock = make[recipe](path, "kazoo", extra_lock_patterns=patterns)
         got = lock.acquire(blocking=False) if how == "try" else lock.acquire(timeout=60)
         if not got:
             print("busy", flush=True)

@@ -5,6 +5,8 @@
 
 pub mod build;
 pub mod etcd_server;
+#[cfg(feature = "etcd")]
+pub mod fake_etcd;
 pub mod figures;
 pub mod idle;
 pub mod mysql_server;

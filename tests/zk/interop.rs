@@ -14,7 +14,7 @@ const KAZOO_EXCLUSIVE: &str = "-lock-,__READ__,__SEAT__";
 const KAZOO_READ: &str = "-lock-";
 
 /// The system's python3, with kazoo (a pyenv one on PATH may lack it).
-fn python() -> &'static str {
+pub(super) fn python() -> &'static str {
     let python = "/usr/bin/python3";
     let ok = program(python)
         .args(["-c", "import kazoo"])
@@ -27,7 +27,7 @@ fn python() -> &'static str {
     python
 }
 
-fn kazoo(
+pub(super) fn kazoo(
     server: &ZkServer,
     name: &str,
     recipe: &str,
@@ -56,7 +56,7 @@ enum Side {
     Curator(&'static str),
 }
 
-fn curator(
+pub(super) fn curator(
     server: &ZkServer,
     name: &str,
     recipe: &str,
@@ -279,7 +279,7 @@ fn a_waiter_behind_a_min_hold_kept_node_is_shown_as_a_waiter() {
 }
 
 #[test]
-fn a_kazoo_semaphore_lease_is_no_holder() {
+fn a_kazoo_semaphore_lease_ending_in_ten_digits_is_no_exclusive_holder() {
     let server = ZkServer::start();
     let dir = LockDir::new();
     let (held, release) = (dir.file("lease.held"), dir.file("lease.release"));
@@ -288,7 +288,12 @@ fn a_kazoo_semaphore_lease_is_no_holder() {
         .unwrap();
     wait_for_file(&held, T);
     let json = status_json(&server, "sem");
-    assert_eq!(json["holders"].as_array().unwrap().len(), 0, "{json}");
+    let holders = json["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{json}");
+    assert_eq!(
+        holders[0]["owner"], "(not dlock: kazoo semaphore)",
+        "{json}"
+    );
     let out = output(server.dlock(&["run", "-n", "sem", "--", "true"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     std::fs::write(&release, "").unwrap();
@@ -323,6 +328,41 @@ fn status_lets_a_curator_waiter_past_an_expired_kept_node() {
         std::fs::write(&release, "").unwrap();
         assert!(wait_exit(&mut c, T).success());
     }
+}
+
+/// kazoo's `Lock` waits for the kept node as Curator does, and past its end only once a dlock
+/// looks at the lock: nothing else deletes it.
+#[test]
+fn a_kazoo_waiter_behind_an_expired_kept_node_gets_in_when_a_dlock_looks() {
+    let server = ZkServer::start();
+    let dir = LockDir::new();
+    let started = Instant::now();
+    let out = output(server.dlock(&["run", "--min-hold", "1s", "kk", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (held, release) = (dir.file("kazoo.held"), dir.file("kazoo.release"));
+    let mut waiter = kazoo(
+        &server,
+        "kk",
+        "lock",
+        KAZOO_EXCLUSIVE,
+        "wait",
+        &held,
+        &release,
+    )
+    .spawn()
+    .unwrap();
+    wait_until("kazoo to queue", T, || lock_nodes(&server, "kk").len() == 2);
+    // Well past the min-hold's end, with no dlock looking: still waiting.
+    let past = (started + Duration::from_secs(3)).saturating_duration_since(Instant::now());
+    assert!(
+        !wait_for_file_within(&held, past),
+        "kazoo got in with no dlock looking"
+    );
+    let out = output(server.dlock(&["status", "kk"]));
+    assert!(matches!(code(&out), 0 | 1), "{}", stderr(&out));
+    wait_for_file(&held, T);
+    std::fs::write(&release, "").unwrap();
+    assert!(wait_exit(&mut waiter, T).success());
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! `ZkServer`): what is left in ZooKeeper, waiters queued in order, one watcher per waiter, losing
 //! the lock when the server stops, keeping it when it restarts, a killed holder's session; ACLs,
 //! chroots and bad URLs (access.rs), interop with Apache Curator (curator.rs) and kazoo, and what
-//! dlock shows of nodes other clients and `--min-hold` leave (interop.rs); the records of each
+//! dlock shows of nodes other clients and `--min-hold` leave (interop.rs), of other clients'
+//! semaphores and of a Curator mutex beside a shared holder (semaphores.rs); the records of each
 //! lock's last run and last success, read raw (last_run.rs). What every backend owes is in the
 //! contract suite.
 
@@ -16,6 +17,7 @@ mod access;
 mod curator;
 mod interop;
 mod last_run;
+mod semaphores;
 
 use crate::support::relay::Relay;
 use crate::support::zk_server::ZkServer;

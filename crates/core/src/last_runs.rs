@@ -8,7 +8,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::exit::Check;
-use crate::lock::last_run::{LastRuns, Run};
+use crate::lock::last_run::{Ending, LastRuns, Run};
 use crate::lock::{Holder, MAX_SINCE_SECS};
 
 /// Whether `run` has not ended and its owner holds the lock now (a `--min-hold` record kept after
@@ -22,10 +22,9 @@ fn running(run: &Run, holders: &[Holder]) -> bool {
 }
 
 /// How long from `from` to `to`, for people; nothing when a clock went back.
-fn took(from: Option<SystemTime>, to: SystemTime) -> String {
+fn took(from: Option<SystemTime>, to: SystemTime) -> Option<String> {
     from.and_then(|from| to.duration_since(from).ok())
-        .map(|d| format!(" ({})", crate::text::duration(round(d))))
-        .unwrap_or_default()
+        .map(|d| crate::text::duration(round(d)))
 }
 
 /// To the second, past ten seconds: a record's times are kept to the millisecond.
@@ -37,20 +36,18 @@ fn round(d: Duration) -> Duration {
     }
 }
 
-/// In RFC 3339, as holders' times are shown; `?` for none, or one humantime cannot write.
-fn time(t: Option<SystemTime>) -> String {
+/// `t` from `now` (`3m 12s ago`), as holders' times are shown; `?` for none, or one outside the
+/// years a record may carry.
+fn time(t: Option<SystemTime>, now: SystemTime) -> String {
     t.filter(|t| {
         t.duration_since(std::time::UNIX_EPOCH)
             .is_ok_and(|d| d.as_secs() <= MAX_SINCE_SECS)
     })
-    .map_or_else(
-        || "?".into(),
-        |t| humantime::format_rfc3339_seconds(t).to_string(),
-    )
+    .map_or_else(|| "?".into(), |t| crate::text::from_now(t, now))
 }
 
-/// One run as `status` shows it: `host-3 pid 42, 2026-01-01T02:00:01Z to 2026-01-01T02:04:12Z
-/// (4m 11s), exit 0, token 17`, or `running since T (D)`, or `acquired at T, never ended`.
+/// One run as `status` shows it, its times from `now`: `host-3 pid 42, ended 3h ago after 4m
+/// 11s, exit 0, token 17`, or `running since 3m ago`, or `acquired 2d 1h ago, never ended`.
 pub fn describe(run: &Run, holders: &[Holder], now: SystemTime) -> String {
     if let Some(raw) = &run.unreadable {
         return format!("unreadable record \"{raw}\"");
@@ -60,20 +57,19 @@ pub fn describe(run: &Run, holders: &[Holder], now: SystemTime) -> String {
         out.push_str(&format!(" pid {pid}"));
     }
     match (run.ended, run.ending) {
-        (Some(ended), Some(ending)) => out.push_str(&format!(
-            ", {} to {}{}, {ending}",
-            time(run.acquired),
-            time(Some(ended)),
-            took(run.acquired, ended)
-        )),
-        _ if running(run, holders) => out.push_str(&format!(
-            ", running since {}{}",
-            time(run.acquired),
-            took(run.acquired, now)
-        )),
+        (Some(ended), Some(ending)) => {
+            out.push_str(&format!(", ended {}", time(Some(ended), now)));
+            if let Some(took) = took(run.acquired, ended) {
+                out.push_str(&format!(" after {took}"));
+            }
+            out.push_str(&format!(", {ending}"));
+        }
+        _ if running(run, holders) => {
+            out.push_str(&format!(", running since {}", time(run.acquired, now)))
+        }
         _ => out.push_str(&format!(
-            ", acquired at {}, never ended",
-            time(run.acquired)
+            ", acquired {}, never ended",
+            time(run.acquired, now)
         )),
     }
     if let Some(token) = run.token {
@@ -103,8 +99,8 @@ pub fn lines(runs: &LastRuns, holders: &[Holder], now: SystemTime) -> String {
     text
 }
 
-/// The line `list --runs` prints of a lock: `NAME: last run RUN`, then `; last success RUN` when
-/// that is another run.
+/// The line `list --runs` prints of a lock: `NAME<TAB>held, last run RUN` (or `free`), as `list`
+/// sets the name apart, then `; last success RUN` when that is another run.
 pub fn line(name: &str, runs: &LastRuns, holders: &[Holder], now: SystemTime) -> String {
     let mut parts = Vec::new();
     if let Some(run) = &runs.last_run {
@@ -115,7 +111,8 @@ pub fn line(name: &str, runs: &LastRuns, holders: &[Holder], now: SystemTime) ->
             parts.push(format!("last success {}", describe(success, holders, now)));
         }
     }
-    format!("{name}: {}", parts.join("; "))
+    let held = if holders.is_empty() { "free" } else { "held" };
+    format!("{name}\t{held}, {}", parts.join("; "))
 }
 
 /// A run for `--json`: its fields, and `running` (see `running`); null for none.
@@ -126,6 +123,14 @@ fn run_json(run: Option<&Run>, holders: &[Holder]) -> serde_json::Value {
     let mut value = serde_json::to_value(run).unwrap_or(serde_json::Value::Null);
     if let Some(fields) = value.as_object_mut() {
         fields.insert("running".into(), running(run, holders).into());
+        // `ending`'s numbers, for a script: null when it did not end that way.
+        let (exit_code, signal) = match run.ending {
+            Some(Ending::Exited(n)) => (Some(n), None),
+            Some(Ending::Signalled(n)) => (None, Some(n)),
+            _ => (None, None),
+        };
+        fields.insert("exit_code".into(), exit_code.into());
+        fields.insert("signal".into(), signal.into());
     }
     value
 }
@@ -198,7 +203,6 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     use super::*;
-    use crate::lock::Ending;
 
     fn at(secs: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs)
@@ -215,11 +219,11 @@ mod tests {
     fn an_ended_run_says_when_how_long_and_how() {
         let ended = run(1_700_000_000).ended(Ending::Exited(0), at(1_700_000_251));
         assert_eq!(
-            describe(&ended, &[], at(1_800_000_000)),
-            "host-3 pid 42, 2023-11-14T22:13:20Z to 2023-11-14T22:17:31Z (4m 11s), exit 0, token 17"
+            describe(&ended, &[], at(1_700_003_851)),
+            "host-3 pid 42, ended 1h ago after 4m 11s, exit 0, token 17"
         );
         let open = run(1_700_000_000);
-        assert!(describe(&open, &[], at(1_700_000_100)).contains("acquired at"));
+        assert!(describe(&open, &[], at(1_700_000_100)).contains("acquired 1m 40s ago"));
         assert!(describe(&open, &[], at(1_700_000_100)).ends_with("never ended, token 17"));
     }
 
@@ -233,7 +237,7 @@ mod tests {
         };
         let line = line("nightly", &same, &[], at(1_800_000_000));
         assert!(
-            line.starts_with("nightly: last run host-3 pid 42, "),
+            line.starts_with("nightly\tfree, last run host-3 pid 42, "),
             "{line}"
         );
         assert!(!line.contains("last success"), "{line}");
@@ -260,7 +264,10 @@ mod tests {
         let (check, line) = check("nightly", &runs, &[], 2 * day, now);
         assert_eq!(
             (check, line.as_str()),
-            (Check::Ok, "OK: nightly last succeeded 1d 3h ago on host-3")
+            (
+                Check::Ok,
+                "OK: nightly last succeeded 27h 46m ago on host-3"
+            )
         );
         assert_eq!(check_of(&runs, day, now), Check::Warning);
         let failed = LastRuns {

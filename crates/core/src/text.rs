@@ -3,7 +3,7 @@
 //! rounded for people. Each backend decides which characters to escape; the spelling is shared.
 
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// `text` with each character `escape(index, c)` picks written as `%XX` (upper-case hex) per
 /// UTF-8 byte. The caller escapes `%` itself, so that `percent_decode` gives `text` back.
@@ -75,13 +75,29 @@ pub fn duration(d: Duration) -> String {
             0 => format!("{}m", secs / 60),
             s => format!("{}m {s}s", secs / 60),
         },
-        3600..=86399 => match (secs / 60) % 60 {
+        // Hours up to two days, as people say them (`24h`, `36h`); days beyond.
+        3600..=172_799 => match (secs / 60) % 60 {
             0 => format!("{}h", secs / 3600),
             m => format!("{}h {m}m", secs / 3600),
         },
         _ => match (secs / 3600) % 24 {
             0 => format!("{}d", secs / 86400),
             h => format!("{}d {h}h", secs / 86400),
+        },
+    }
+}
+
+/// `t` said from `now`: `3m 12s ago`, `in 12s`, `just now` within a second; to the second, as
+/// `duration` writes it.
+pub fn from_now(t: SystemTime, now: SystemTime) -> String {
+    match t.duration_since(now) {
+        Ok(ahead) if ahead.as_secs() > 0 => {
+            format!("in {}", duration(Duration::from_secs(ahead.as_secs())))
+        }
+        Ok(_) => "just now".into(),
+        Err(behind) => match behind.duration().as_secs() {
+            0 => "just now".into(),
+            secs => format!("{} ago", duration(Duration::from_secs(secs))),
         },
     }
 }
@@ -227,7 +243,9 @@ mod tests {
             (ms(120_000), "2m"),
             (ms(5_400_000), "1h 30m"),
             (ms(24 * 86_400_000), "24d"),
-            (ms(90_000_000), "1d 1h"),
+            (ms(90_000_000), "25h"),
+            (ms(86_400_000), "24h"),
+            (ms(172_800_000), "2d"),
             (Duration::MAX, "213503982334601d 7h"),
         ] {
             assert_eq!(duration(d), shown, "{d:?}");

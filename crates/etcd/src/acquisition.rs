@@ -76,7 +76,15 @@ impl Acquisition {
         let asked = Instant::now();
         let granted = bounded(CALL_TIMEOUT, client.grant(ttl)).await?;
         let lease = granted.id;
-        let ttl = super::place::believed_ttl(granted.ttl).max(1);
+        if granted.ttl <= 0 {
+            // etcd refuses a lease it cannot grant; one granted already ended is not etcd's answer.
+            let _ = bounded(CLEANUP_TIMEOUT, client.revoke(lease)).await;
+            return Err(Fault::Failed(Error::Unexpected(format!(
+                "the server granted a lease of {}s, one that has already ended",
+                granted.ttl
+            ))));
+        }
+        let ttl = super::place::believed_ttl(granted.ttl, ttl).max(1);
         let key = key(&self.prefix, lease);
         let put = RequestOp::put(key.as_str(), value_of(&self.request), lease);
         // An exclusive key owns when it is the first; the others need every key ahead of them.

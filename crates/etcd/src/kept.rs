@@ -101,7 +101,13 @@ pub(super) async fn hand_back(
     margin: Duration,
 ) -> Result<Option<Duration>, Fault> {
     let left = bounded(CALL_TIMEOUT, conn.client().time_to_live(kept.lease)).await?;
-    let left = Duration::from_secs(u64::try_from(super::place::believed_ttl(left)).unwrap_or(0));
+    let left = Duration::from_secs(
+        u64::try_from(super::place::believed_ttl(
+            left,
+            super::place::LONGEST_TTL_SECS,
+        ))
+        .unwrap_or(0),
+    );
     if left > margin {
         return Ok(Some(left));
     }

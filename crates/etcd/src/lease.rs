@@ -141,6 +141,7 @@ impl Lease for EtcdLease {
                 ))
             }
             (Ok(ttl), Ok(_)) => {
+                let ttl = super::place::believed_ttl(ttl, self.place.ttl);
                 self.place.stands_until = super::place::stands_until(sent, ttl);
                 let mut next = self.every;
                 if let Some(kept) = self.kept.as_ref().filter(|_| self.on_kept) {

@@ -23,15 +23,27 @@ pub(super) struct Place {
     pub(super) run: OurRun,
 }
 
-/// The longest lease a server's answer is believed for: a year and a day, above the longest
+/// The longest lease a server's answer is ever believed for: a year and a day, above the longest
 /// `--ttl` and `--min-hold` dlock asks for. A server answering a TTL beyond it (or below zero) is
 /// taken at this bound, never added to a clock unchecked.
-const LONGEST_TTL_SECS: i64 = 366 * 24 * 3600;
+pub(super) const LONGEST_TTL_SECS: i64 = 366 * 24 * 3600;
 
-/// A TTL in seconds as a server answered it, within 0 and `LONGEST_TTL_SECS`.
-pub(super) fn believed_ttl(answered: i64) -> i64 {
-    answered.clamp(0, LONGEST_TTL_SECS)
+/// A TTL in seconds as a server answered it, believed within 0 and what dlock `asked` for, or
+/// etcd's shortest lease if that is longer (`SHORTEST_LEASE_SECS`; never past `LONGEST_TTL_SECS`).
+/// A holder that believed a server's word beyond that would hold on for that long after the
+/// server last answered (a year, for one answering i64::MAX). Believing less is safe: the lease
+/// then ends by this side's count first.
+pub(super) fn believed_ttl(answered: i64, asked: i64) -> i64 {
+    let most = asked.clamp(SHORTEST_LEASE_SECS, LONGEST_TTL_SECS);
+    answered.clamp(0, most)
 }
+
+/// The shortest lease a default etcd grants (its minimum TTL, 1.5 election timeouts of 1 s,
+/// rounded up), whatever shorter one was asked for: it is what a sub-2s `--ttl` really gets, and
+/// what renewals are counted against (a keep-alive taking 700 ms on a loaded machine must not end
+/// such a lease by dlock's count when etcd keeps it 2 s). An etcd with a longer election timeout
+/// grants longer leases still; dlock counts on this much of them.
+const SHORTEST_LEASE_SECS: i64 = 2;
 
 /// Until when a lease of `ttl` seconds (as the server answered it), asked for at `sent`, surely
 /// stands by this side's clock: less a margin for clocks that run at different rates
@@ -39,7 +51,7 @@ pub(super) fn believed_ttl(answered: i64) -> i64 {
 /// of milliseconds late to stop its command (a twentieth of the lease, 50 ms at least; the
 /// partition test saw a holder stop 52 ms after a lease etcd ended on time).
 pub(super) fn stands_until(sent: Instant, ttl: i64) -> Instant {
-    let secs = u64::try_from(believed_ttl(ttl)).unwrap_or(0);
+    let secs = u64::try_from(believed_ttl(ttl, LONGEST_TTL_SECS)).unwrap_or(0);
     let lease = Duration::from_secs(secs);
     let margin = dlock_core::backend::lease_clock::drift(lease) + (lease / 20).max(LOADED_MACHINE);
     sent.checked_add(lease.saturating_sub(margin))
@@ -64,6 +76,14 @@ mod tests {
         assert_eq!(stands_until(now, -5), now);
         let longest = Duration::from_secs(LONGEST_TTL_SECS as u64);
         assert!(stands_until(now, i64::MAX) <= now + longest);
-        assert_eq!(believed_ttl(i64::MIN), 0);
+        assert_eq!(believed_ttl(i64::MIN, 3), 0);
+        assert_eq!(believed_ttl(i64::MAX, 3), 3);
+        assert_eq!(
+            believed_ttl(i64::MAX, 1),
+            2,
+            "a default etcd's shortest lease"
+        );
+        assert_eq!(believed_ttl(8, 1), 2);
+        assert_eq!(believed_ttl(2, i64::MAX), 2);
     }
 }

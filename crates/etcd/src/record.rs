@@ -62,12 +62,13 @@ impl Entry {
         // Only while the key lives by that lease: one moved back to its holder's is held as usual.
         let kept = kept.filter(|line| line.lease == kv.lease);
         let mut holder = match value {
-            // etcd's mutex: an exclusive holder known by its lease alone.
+            // etcd's mutex (`etcdctl lock`): an exclusive holder known by its lease alone,
+            // labelled as other clients' holders are on the other stores.
             Ok("") => Holder {
                 mode: Mode::Exclusive,
                 host: None,
                 pid: None,
-                owner: lease,
+                owner: format!("(not dlock: etcdctl lease {lease})"),
                 since: None,
                 token,
                 unreadable: None,

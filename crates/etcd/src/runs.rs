@@ -359,6 +359,7 @@ mod tests {
                 create: false,
                 replicas: 0,
                 stop: Default::default(),
+                trust_owners: vec![],
             };
             super::super::EtcdBackend::open(&config).expect("open the backend")
         }

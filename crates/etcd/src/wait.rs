@@ -257,7 +257,10 @@ impl Acquisition {
                 _ = renew.tick() => {
                     let sent = Instant::now();
                     match keep_alive(&self.conn, place.lease, place.ttl, keeper, CALL_TIMEOUT).await {
-                        Ok(ttl) => place.stands_until = super::place::stands_until(sent, ttl),
+                        Ok(ttl) => {
+                            let ttl = super::place::believed_ttl(ttl, place.ttl);
+                            place.stands_until = super::place::stands_until(sent, ttl);
+                        }
                         // Gone: the next round finds our key gone and queues again.
                         Err(fault) if fault.is_lease_not_found() => return Ok(Round::Again),
                         Err(fault) => return Err(fault),

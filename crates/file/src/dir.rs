@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context};
 
 use super::plain_io;
+use super::trust::Trust;
 use dlock_core::exit::{FailWith, Failure};
 use dlock_core::url::redact;
 
@@ -34,10 +35,10 @@ const ROOT_BASE: &str = "/run";
 /// The directory for `--url` (one at most), which must exist, or the default. With `create`
 /// (`run`), a missing default one is made mode 0700; without, it is returned as it is and reads as
 /// empty.
-pub(super) fn lock_dir(urls: &[String], create: bool) -> anyhow::Result<PathBuf> {
+pub(super) fn lock_dir(urls: &[String], create: bool, trust: &Trust) -> anyhow::Result<PathBuf> {
     match urls {
         [] => default_dir(create),
-        [url] => explicit_dir(url),
+        [url] => explicit_dir(url, trust),
         _ => Err(anyhow!(
             "the file backend takes one --url, not {}",
             urls.len()
@@ -67,35 +68,14 @@ pub fn default_base() -> &'static Path {
 /// a few words for the end of a line: `otherwise` says what the user can do meanwhile.
 pub fn not_ours(dir: &Path, owner: u32, otherwise: &str) -> String {
     let me = current_uid();
-    let who = match user_name(owner) {
-        Some(name) => format!("{name} (uid {owner})"),
-        None => format!("uid {owner}"),
-    };
-    let me = user_name(me).unwrap_or_else(|| me.to_string());
+    let who = super::trust::owner(owner);
+    let me = super::trust::user_name(me).unwrap_or_else(|| me.to_string());
     format!(
         "it belongs to {who}, not to you: another user made it first; an administrator can \
          remove it, and create it at boot before anyone else can with the tmpfiles.d line \
          `d {} 0700 {me} - -`{otherwise}",
         dir.display()
     )
-}
-
-/// The name of user `uid` in /etc/passwd, if it is there (a name for a message, nothing more).
-fn user_name(uid: u32) -> Option<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    fs::File::open("/etc/passwd")
-        .ok()?
-        .take(1 << 20)
-        .read_to_string(&mut text)
-        .ok()?;
-    text.lines().find_map(|line| {
-        let mut fields = line.split(':');
-        let name = fields.next()?;
-        let id: u32 = fields.nth(1)?.parse().ok()?;
-        (id == uid && !name.is_empty() && name.chars().all(|c| c.is_ascii_graphic()))
-            .then(|| name.to_owned())
-    })
 }
 
 /// The per-user default, `/run/lock/dlock-UID` (`/run/dlock-0` for root; see `default_base`). Two
@@ -161,8 +141,9 @@ fn default_dir(create: bool) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// A directory named by `--url`: `file:///path`, or a plain path, which must exist.
-fn explicit_dir(url: &str) -> anyhow::Result<PathBuf> {
+/// A directory named by `--url`: `file:///path`, or a plain path, which must exist (and, as root,
+/// be trusted: see `trust`).
+fn explicit_dir(url: &str, trust: &Trust) -> anyhow::Result<PathBuf> {
     let path = match url.strip_prefix("file://") {
         Some(rest) if rest.starts_with('/') => PathBuf::from(rest),
         Some(_) => {
@@ -221,6 +202,10 @@ fn explicit_dir(url: &str) -> anyhow::Result<PathBuf> {
             mode & 0o7777
         ))
         .fail_with(Failure::BackendUnavailable);
+    }
+    if let Err(why) = trust.directory(&path) {
+        return Err(anyhow!("refusing lock directory {}: {why}", path.display()))
+            .fail_with(Failure::BackendUnavailable);
     }
     check_writable(&path)?;
     Ok(path)

@@ -18,6 +18,7 @@ use super::lock_file::{
 };
 use super::record::{claim_record, slots, KeptLine};
 use super::runs;
+use super::trust::Trust;
 use super::{plain_io, FileBackend, HEADER_LEN, RECORD_LEN, SEATS_OFFSET, TURNSTILE_OFFSET};
 use dlock_core::backend::{Lease, Released, Renewal, Waiting};
 use dlock_core::exit::{FailWith, Failure};
@@ -123,7 +124,7 @@ impl FileBackend {
         let now = SystemTime::now();
         let run = Run::started(&request.owner, token, request.message.as_deref(), now);
         let runs_path = FileBackend::runs_path(&lock.path);
-        runs::started(&runs_path, &run);
+        runs::started(&runs_path, &self.trust, &run);
         unlock_range(fd, 0, HEADER_LEN);
 
         let kept = request.min_hold.map(|min_hold| KeptLine {
@@ -156,6 +157,7 @@ impl FileBackend {
             kept_until: kept.map(|k| k.until),
             run,
             runs_path,
+            trust: self.trust.clone(),
         })))
     }
 }
@@ -210,6 +212,8 @@ pub(super) struct FileLease {
     /// This acquisition's run, and the file it was written to as the last run.
     run: Run,
     runs_path: PathBuf,
+    /// Whose records file root may write (see `trust`).
+    trust: Trust,
 }
 
 impl FileLease {
@@ -250,7 +254,7 @@ impl Lease for FileLease {
             Released::Held => end.ending,
             Released::Lost(_) => Ending::Lost,
         };
-        runs::ended(&self.runs_path, &self.run, ending);
+        runs::ended(&self.runs_path, &self.trust, &self.run, ending);
         // Clear the record first so nobody reads it as ours after the locks go; closing unlocks.
         // A record `--min-hold` still keeps stays: it keeps the lock taken until its end, unless
         // the run says not to keep it (a failure under --release-on-failure, nothing run).

@@ -18,13 +18,14 @@
 //! they locked is still the one at the path, so the replacement cannot let two holders in; a
 //! forced release checks the same before copying the token counter, so it never copies a stale one.
 //!
-//! Files: `dir` chooses and checks the lock directory, `entry` decides whether what sits at a
-//! lock's path may be used (and creates new lock files whole), `naming` turns a lock's name into
-//! its file's name and back, `lock_file` holds the kernel's locks on an open lock file, `lease`
-//! takes a lock (a seat first for `--limit`) and keeps it, `record` writes and reads the holder
-//! records, `kept` makes acquirers wait out the records `--min-hold` keeps, `runs` keeps the last
-//! run and the last success beside the lock file (`STEM.runs`), and `listing` answers `status`,
-//! `list` and `release --force`; this file is the layout and the backend's entry points.
+//! Files: `dir` chooses and checks the lock directory, `trust` says whose directories and files
+//! root may use, `entry` decides whether what sits at a lock's path may be used (and creates new
+//! lock files whole), `naming` turns a lock's name into its file's name and back, `lock_file` holds
+//! the kernel's locks on an open lock file, `lease` takes a lock (a seat first for `--limit`) and
+//! keeps it, `record` writes and reads the holder records, `kept` makes acquirers wait out the
+//! records `--min-hold` keeps, `runs` keeps the last run and the last success beside the lock file
+//! (`STEM.runs`), and `listing` answers `status`, `list` and `release --force`; this file is the
+//! layout and the backend's entry points.
 
 #![forbid(unsafe_code)]
 
@@ -60,15 +61,19 @@ mod lock_file;
 mod naming;
 mod record;
 mod runs;
+mod trust;
 
 pub use dir::{default_base, not_ours};
 use entry::open_existing;
 use lease::{Step, Wait};
 use lock_file::LockFile;
 use naming::file_stem;
+pub use trust::uid_of;
 
 pub struct FileBackend {
     dir: PathBuf,
+    /// Whose lock files and records files root may use (see `trust`).
+    trust: trust::Trust,
 }
 
 /// How many times an operation starts over on a lock file replaced under it before giving up;
@@ -78,8 +83,10 @@ const MAX_REPLACED: u32 = 1000;
 impl FileBackend {
     /// Only `run` (`config.create`) creates a missing lock directory, and only the default one.
     pub fn open(config: &BackendConfig) -> anyhow::Result<FileBackend> {
+        let trust = trust::Trust::new(&config.trust_owners);
         Ok(FileBackend {
-            dir: dir::lock_dir(&config.urls, config.create)?,
+            dir: dir::lock_dir(&config.urls, config.create, &trust)?,
+            trust,
         })
     }
 
@@ -100,8 +107,11 @@ impl FileBackend {
         let path = self.path_of(name);
         for _ in 0..MAX_REPLACED {
             if let Some(file) = open_existing(&path, true)? {
+                self.trusted(&file, &path)?;
                 let lock = LockFile { file, path };
-                lock.check_header(name)?;
+                if lock.check_header(name)? == entry::Header::Empty {
+                    self.trusted_empty(&lock)?;
+                }
                 return Ok(lock);
             }
             entry::create(&path, name)?;
@@ -111,6 +121,28 @@ impl FileBackend {
             path.display()
         ))
         .fail_with(Failure::BackendUnavailable)
+    }
+
+    /// Refuses, as root, an empty lock file with other names (see `Trust::empty`).
+    fn trusted_empty(&self, lock: &LockFile) -> anyhow::Result<()> {
+        let refused = match lock.file.metadata() {
+            Ok(meta) => self.trust.empty(&meta),
+            Err(e) => Err(format!("cannot inspect it: {}", plain_io(&e))),
+        };
+        refused
+            .map_err(|why| anyhow!("refusing lock file {}: {why}", lock.path.display()))
+            .fail_with(Failure::BackendUnavailable)
+    }
+
+    /// Refuses, as root, a lock file another user owns or may write (see `trust`).
+    fn trusted(&self, file: &std::fs::File, path: &Path) -> anyhow::Result<()> {
+        let refused = match file.metadata() {
+            Ok(meta) => self.trust.file(&meta),
+            Err(e) => Err(format!("cannot inspect it: {}", plain_io(&e))),
+        };
+        refused
+            .map_err(|why| anyhow!("refusing lock file {}: {why}", path.display()))
+            .fail_with(Failure::BackendUnavailable)
     }
 }
 
@@ -154,7 +186,7 @@ impl Backend for FileBackend {
 
     fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
         let path = FileBackend::runs_path(&self.path_of(name));
-        runs::last_runs(&path)
+        runs::last_runs(&path, &self.trust)
             .map_err(|e| anyhow!("cannot read {}: {}", path.display(), plain_io(&e)))
             .fail_with(Failure::BackendUnavailable)
     }

@@ -132,6 +132,7 @@ impl FileBackend {
             let Some(file) = open_existing(&path, true)? else {
                 return Ok(vec![]);
             };
+            self.trusted(&file, &path)?;
             let lock = LockFile {
                 file,
                 path: path.clone(),
@@ -156,7 +157,7 @@ impl FileBackend {
             }
             // Under the old file's header lock, so no new acquisition's run comes first.
             let owners: Vec<&str> = holders.iter().map(|h| h.owner.as_str()).collect();
-            super::runs::forced(&FileBackend::runs_path(&path), &owners);
+            super::runs::forced(&FileBackend::runs_path(&path), &self.trust, &owners);
             let replaced = entry::write_fresh(&path, name, header.token()).and_then(|fresh| {
                 fs::rename(&fresh, &path).inspect_err(|_| {
                     let _ = fs::remove_file(&fresh);

@@ -31,12 +31,17 @@ impl FileBackend {
             .all(|h| h.mode == Mode::Shared || matches!(h.mode, Mode::Limit(_)))
         {
             let here = host_name();
+            // Nor is this process's own: a waiter that took the flock(2) lock, then found a
+            // record `--min-hold` keeps, reads the holders before it lets go.
+            let me = std::process::id();
             let ours: Vec<u32> = live
                 .iter()
                 .filter(|h| h.host.as_deref() == Some(here.as_str()))
                 .filter_map(|h| h.pid)
+                .filter(|&pid| pid != me)
                 .collect();
-            let flocks = proc_locks_flock_holders(&lock.file)?;
+            let mut flocks = proc_locks_flock_holders(&lock.file)?;
+            flocks.retain(|&(pid, _)| pid != me);
             // At most as many as there are flock(2) locks beyond our holders' own.
             let others = flocks.len().saturating_sub(ours.len());
             let foreign: Vec<Holder> = flocks

@@ -24,6 +24,7 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::lock_file::{is_would_block, ofd_lock, unlock_range};
+use super::trust::Trust;
 use dlock_core::lock::last_run::{READER_CLOCK_SKEW, RUN_RECORD_KEPT_FOR};
 use dlock_core::lock::{Ending, LastRuns, Run};
 
@@ -39,8 +40,9 @@ const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Opens the records file at `path` (creating it when `create`), or `Ok(None)` if there is none,
 /// with what fstat says of it. Anything but a regular file there is refused, as at a lock's path.
-/// (O_NONBLOCK only keeps the open from hanging on a FIFO: a regular file ignores it.)
-fn open(path: &Path, create: bool) -> io::Result<Option<(File, Metadata)>> {
+/// (O_NONBLOCK only keeps the open from hanging on a FIFO: a regular file ignores it.) As root,
+/// a file `trust` refuses is neither read nor written: its owner could write any record.
+fn open(path: &Path, create: bool, trust: &Trust) -> io::Result<Option<(File, Metadata)>> {
     let opened = OpenOptions::new()
         .read(true)
         .write(create)
@@ -60,6 +62,7 @@ fn open(path: &Path, create: bool) -> io::Result<Option<(File, Metadata)>> {
             path.display()
         )));
     }
+    trust.file(&meta).map_err(io::Error::other)?;
     Ok(Some((file, meta)))
 }
 
@@ -173,8 +176,8 @@ fn is_ours(meta: &Metadata, bytes: &[u8]) -> bool {
 }
 
 /// The records of the file at `path`: none when there is no file.
-pub(super) fn last_runs(path: &Path) -> io::Result<LastRuns> {
-    let Some((file, meta)) = open(path, false)? else {
+pub(super) fn last_runs(path: &Path, trust: &Trust) -> io::Result<LastRuns> {
+    let Some((file, meta)) = open(path, false, trust)? else {
         return Ok(LastRuns::default());
     };
     // A file kept locked by someone else is read anyway: a half-written one reads as unreadable.
@@ -188,8 +191,8 @@ pub(super) fn last_runs(path: &Path) -> io::Result<LastRuns> {
 
 /// Changes the records of the file at `path` (made if missing) as `change` says, under the file's
 /// write lock. `false`: the lock was not had in time, and nothing was written.
-fn update(path: &Path, change: impl FnOnce(&mut LastRuns)) -> io::Result<bool> {
-    let Some((file, meta)) = open(path, true)? else {
+fn update(path: &Path, trust: &Trust, change: impl FnOnce(&mut LastRuns)) -> io::Result<bool> {
+    let Some((file, meta)) = open(path, true, trust)? else {
         return Err(io::Error::other("the records file vanished"));
     };
     if !lock(&file, libc::F_WRLCK)? {
@@ -217,14 +220,14 @@ fn update(path: &Path, change: impl FnOnce(&mut LastRuns)) -> io::Result<bool> {
 
 /// An acquisition's run, as the last run. Nothing stops the acquisition: a record that cannot be
 /// written is skipped (`status` then shows an older run, or none).
-pub(super) fn started(path: &Path, run: &Run) {
-    let _ = update(path, |runs| runs.last_run = Some(run.clone()));
+pub(super) fn started(path: &Path, trust: &Trust, run: &Run) {
+    let _ = update(path, trust, |runs| runs.last_run = Some(run.clone()));
 }
 
 /// How `run` ended, into the last run when that is still its own and not ended, and as the last
 /// success when it succeeded. Skipped, as `started`, when it cannot be written.
-pub(super) fn ended(path: &Path, run: &Run, ending: Ending) {
-    let _ = update(path, |runs| {
+pub(super) fn ended(path: &Path, trust: &Trust, run: &Run, ending: Ending) {
+    let _ = update(path, trust, |runs| {
         let ended = run.clone().ended(ending, SystemTime::now());
         let ours = runs
             .last_run
@@ -241,8 +244,8 @@ pub(super) fn ended(path: &Path, run: &Run, ending: Ending) {
 
 /// `release --force` removed the holders whose owner ids are `owners`: the last run, if it is one
 /// of theirs and not ended, ends as forced.
-pub(super) fn forced(path: &Path, owners: &[&str]) {
-    let _ = update(path, |runs| {
+pub(super) fn forced(path: &Path, trust: &Trust, owners: &[&str]) {
+    let _ = update(path, trust, |runs| {
         if let Some(last) = runs.last_run.take() {
             let theirs = owners.iter().any(|owner| is_open_run_of(&last, owner));
             runs.last_run = Some(if theirs {
@@ -303,15 +306,16 @@ mod tests {
     fn an_ending_goes_only_into_its_own_open_run() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.runs");
-        started(&path, &run("00aa"));
-        started(&path, &run("00bb"));
-        ended(&path, &run("00aa"), Ending::Exited(0));
-        let runs = last_runs(&path).unwrap();
+        let t = Trust::new(&[]);
+        started(&path, &t, &run("00aa"));
+        started(&path, &t, &run("00bb"));
+        ended(&path, &t, &run("00aa"), Ending::Exited(0));
+        let runs = last_runs(&path, &t).unwrap();
         assert_eq!(runs.last_run.unwrap().owner, "00bb");
         assert_eq!(runs.last_success.unwrap().owner, "00aa");
-        forced(&path, &["00bb"]);
-        ended(&path, &run("00bb"), Ending::Lost);
-        let runs = last_runs(&path).unwrap();
+        forced(&path, &t, &["00bb"]);
+        ended(&path, &t, &run("00bb"), Ending::Lost);
+        let runs = last_runs(&path, &t).unwrap();
         assert_eq!(runs.last_run.unwrap().ending, Some(Ending::Forced));
     }
 }

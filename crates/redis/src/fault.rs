@@ -19,6 +19,9 @@ pub(super) struct Fault {
     detail: String,
 }
 
+/// The detail of an `Auth` fault whose URL gave no password (see `Fault::without_password`).
+const WITHOUT_PASSWORD: &str = "no password given";
+
 #[derive(Debug, Clone, Copy)]
 pub(super) enum FaultKind {
     /// Unreachable, timed out, connection broken: may come back.
@@ -149,9 +152,23 @@ impl Fault {
             .then(|| Fault::new(addr, FaultKind::NotNow, escaped(&e.to_string(), 300)))
     }
 
+    /// This fault, met by a connection whose URL gives no password: a refused authentication
+    /// then says a password is needed rather than to check one never given.
+    pub(super) fn without_password(mut self) -> Fault {
+        if matches!(self.kind, FaultKind::Auth) {
+            self.detail = WITHOUT_PASSWORD.into();
+        }
+        self
+    }
+
     pub(super) fn to_error(&self) -> anyhow::Error {
         match self.kind {
             FaultKind::Down => anyhow!("cannot reach redis at {}: {}", self.addr, self.detail),
+            FaultKind::Auth if self.detail == WITHOUT_PASSWORD => anyhow!(
+                "authentication failed at redis {}: {}",
+                self.addr,
+                dlock_core::url::password_needed()
+            ),
             FaultKind::Auth => anyhow!(
                 "authentication failed at redis {}: {}",
                 self.addr,

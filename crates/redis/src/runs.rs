@@ -206,6 +206,7 @@ mod tests {
                 create: false,
                 replicas: 0,
                 stop: Default::default(),
+                trust_owners: vec![],
             };
             RedisBackend::open(&config).expect("open the backend")
         }

@@ -14,6 +14,7 @@ use super::link::Link;
 use super::replication;
 use super::server::Server;
 use dlock_core::backend::stop::Stop;
+use dlock_core::backend::watch::{Cut, Socket, Watched};
 use dlock_core::exit::{Failure, Tagged};
 use dlock_core::text::percent_decode;
 use dlock_core::url::redact;
@@ -250,7 +251,7 @@ impl Sentinels {
                 .min(left);
             let (host, port) = self.addrs[i].clone();
             let shown = show_addr(&host, port);
-            match self.ask(template, &host, port, share) {
+            match self.ask(template, &host, port, share, stop) {
                 Ok(Some(found)) => {
                     self.addrs[..=i].rotate_right(1);
                     return Ok(found);
@@ -296,12 +297,13 @@ impl Sentinels {
         host: &str,
         port: u16,
         timeout: Duration,
+        stop: &Stop,
     ) -> redis::RedisResult<Option<(String, u16)>> {
         let password = self.password.as_deref();
-        match self.ask_with(password, template, host, port, timeout) {
+        match self.ask_with(password, template, (host, port), timeout, stop) {
             Err(e) if password.is_none() && self.data_password.is_some() && wants_password(&e) => {
                 let data = self.data_password.as_deref();
-                let reply = self.ask_with(data, template, host, port, timeout)?;
+                let reply = self.ask_with(data, template, (host, port), timeout, stop)?;
                 self.password = self.data_password.clone();
                 Ok(reply)
             }
@@ -309,16 +311,19 @@ impl Sentinels {
         }
     }
 
-    /// `ask`, authenticating with `password` if any.
+    /// `ask`, authenticating with `password` if any. The answer is watched as a data node's are
+    /// (`watch`): a sentinel that answers without end is cut off at the budget, at a stop signal,
+    /// or once dlock's memory grew too much.
     fn ask_with(
         &self,
         password: Option<&str>,
         template: &ConnectionInfo,
-        host: &str,
-        port: u16,
+        (host, port): (&str, u16),
         timeout: Duration,
+        stop: &Stop,
     ) -> redis::RedisResult<Option<(String, u16)>> {
-        let _alarm = Alarm::at(Instant::now() + timeout + Duration::from_millis(20));
+        let until = Instant::now() + timeout + Duration::from_millis(20);
+        let _alarm = Alarm::at(until);
         let mut settings = redis::RedisConnectionInfo::default()
             .set_skip_set_lib_name()
             .set_protocol(ProtocolVersion::RESP2);
@@ -330,13 +335,20 @@ impl Sentinels {
             .set_addr(ConnectionAddr::Tcp(host.to_owned(), port))
             .set_redis_settings(settings)
             .into_connection_info()?;
+        let before = Socket::open_now();
         let mut conn = redis::Client::open(info)?.get_connection_with_timeout(timeout)?;
         conn.set_read_timeout(Some(timeout))?;
         conn.set_write_timeout(Some(timeout))?;
-        let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
+        let socket = Socket::opened_since(&before, port);
+        let watched = socket.as_ref().and_then(|s| Watched::start(s, until, stop));
+        let reply = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.master)
-            .query(&mut conn)?;
+            .query::<Option<(String, u16)>>(&mut conn);
+        if let Some(cut) = watched.as_ref().and_then(Watched::cut) {
+            return Err(cut_error(cut));
+        }
+        let reply = reply?;
         // The answer names where dlock connects next, and what its messages show: a host name or
         // an address, nothing else.
         match reply {
@@ -346,6 +358,16 @@ impl Sentinels {
             ))),
             reply => Ok(reply),
         }
+    }
+}
+
+/// The error of a question the watch cut short, as `Fault::classify` describes it.
+fn cut_error(cut: Cut) -> redis::RedisError {
+    match cut {
+        Cut::Late => std::io::Error::from(std::io::ErrorKind::TimedOut).into(),
+        Cut::Stopped => std::io::Error::from(std::io::ErrorKind::Interrupted).into(),
+        // No sentinel answers that: dlock's question has a two-element answer.
+        Cut::Memory => redis::RedisError::from((redis::ErrorKind::Parse, "an answer without end")),
     }
 }
 

@@ -47,6 +47,8 @@ pub(super) struct Server {
     pub(super) first_reply_by: Option<Instant>,
     /// The ACL user the URL names (not `default`): its permissions are checked on connecting.
     pub(super) acl_user: Option<String>,
+    /// The URL gives no password (nor did a password file): a refusal says one is needed.
+    without_password: bool,
     /// A master the sentinels name (`sentinel`): a reply that says it no longer is one
     /// (`Fault::failover`) is a failover, worth looking the master up again.
     pub(super) behind_sentinel: bool,
@@ -142,6 +144,7 @@ impl Server {
             .clone()
             .set_nodelay(true)
             .set_linger_time(Duration::ZERO);
+        let without_password = info.redis_settings().password().is_none();
         let info = info.set_redis_settings(settings).set_tcp_settings(tcp);
         let client = Client::open(info)
             .map_err(|e| anyhow!("malformed redis URL {shown:?}: {e}"))
@@ -155,6 +158,7 @@ impl Server {
             timeout: None,
             first_reply_by: None,
             acl_user,
+            without_password,
             behind_sentinel: false,
             cluster_node: false,
             replicas,
@@ -375,6 +379,11 @@ impl Server {
     }
 
     pub(super) fn classify(&self, e: &RedisError, timeout: Duration) -> Fault {
-        Fault::classify(&self.addr, e, timeout, self.stop.requested())
+        let fault = Fault::classify(&self.addr, e, timeout, self.stop.requested());
+        if self.without_password {
+            fault.without_password()
+        } else {
+            fault
+        }
     }
 }

@@ -37,9 +37,10 @@
 //!
 //! Here: `ZkBackend`, which opens sessions and answers the `Backend` calls. Beside it: `address`
 //! (the zk:// URL), `naming` (znode names), `recipe` (who owns, whom a waiter watches), `record`
-//! (what a node says), `session` (the connection and its failures), `ensemble_clock` (the
-//! ensemble's time), `acquisition` (a place in the queue), `wait` (waiting for a turn), `lease` (a
-//! held lock), `kept` (`--min-hold`'s kept nodes) and `runs` (the last run and last success).
+//! (what a node says), `semaphores` (other clients' semaphores, for status), `session` (the
+//! connection and its failures), `ensemble_clock` (the ensemble's time), `acquisition` (a place in
+//! the queue), `wait` (waiting for a turn), `lease` (a held lock), `kept` (`--min-hold`'s kept
+//! nodes) and `runs` (the last run and last success).
 
 #![forbid(unsafe_code)]
 
@@ -72,6 +73,7 @@ mod naming;
 mod recipe;
 mod record;
 mod runs;
+mod semaphores;
 mod session;
 /// The programs the tests run, from the list scripts/test installs (shared with tests/).
 #[cfg(test)]
@@ -303,10 +305,14 @@ impl Backend for ZkBackend {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         let dirs = session.runtime.block_on(session.children(&session.root))?;
         let mut held = Vec::new();
-        for dir in dirs {
-            let Some(name) = lock_name_of(&dir) else {
+        for dir in &dirs {
+            let Some(name) = lock_name_of(dir) else {
                 continue;
             };
+            // Shown as the waiters of the semaphore's own lock (semaphores.rs).
+            if semaphores::is_kazoo_inner_lock(dir, &dirs) {
+                continue;
+            }
             if !name.as_str().starts_with(prefix) {
                 continue;
             }

@@ -52,7 +52,7 @@ impl Child {
     /// and so is a lease of kazoo's `Semaphore` (named by a bare `uuid4().hex`, no sequence number:
     /// about one in a hundred ends in ten digits by chance).
     pub(super) fn parse(name: &str) -> Option<Child> {
-        if name.len() == 32 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        if is_kazoo_lease(name) {
             return None;
         }
         let digits = digits(name);
@@ -74,6 +74,11 @@ impl Child {
             kind,
         })
     }
+}
+
+/// Whether `name` is a lease of kazoo's `Semaphore` (semaphores.rs): a bare `uuid4().hex`.
+pub(super) fn is_kazoo_lease(name: &str) -> bool {
+    name.len() == 32 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The lock's nodes in queue order, a pair counted once (by its first node).
@@ -251,6 +256,17 @@ pub(super) fn verdict(queue: &[Child], me: usize, limit: u32) -> Verdict {
     }
 }
 
+/// The node Curator's `InterProcessMutex` lets in among `names`: of the nodes with `lock-` in
+/// their name, the one whose name after its last `lock-` sorts first (Curator sorts by that alone,
+/// so a kept node, numbered zero, comes first, and no `__READ__` or `__SEAT__` node keeps it out).
+pub(super) fn curator_mutex_first(names: &[String]) -> Option<&String> {
+    names
+        .iter()
+        .filter_map(|n| Some((&n[n.rfind(EXCLUSIVE_KIND)? + EXCLUSIVE_KIND.len()..], n)))
+        .min()
+        .map(|(_, n)| n)
+}
+
 /// Indexes of the nodes that own the lock; a seat's limit comes from `limit_of`.
 pub(super) fn owners(queue: &[Child], limit_of: impl Fn(usize) -> u32) -> Vec<usize> {
     (0..queue.len())
@@ -362,6 +378,28 @@ mod tests {
             verdict(&behind_writer, 1, 5),
             Verdict::Watch("w-lock-0000000001".into())
         );
+    }
+
+    #[test]
+    fn curators_mutex_lets_in_the_first_lock_node_whatever_stands_before_it() {
+        let names: Vec<String> = [
+            "_c_r-__READ__0000000001",
+            "_c_m-lock-0000000003",
+            "_c_s-__SEAT__0000000002",
+            "_c_n-lock-0000000004",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            curator_mutex_first(&names).map(String::as_str),
+            Some("_c_m-lock-0000000003")
+        );
+        let kept = [names.clone(), vec!["_k_k-lock-0000000000".into()]].concat();
+        assert_eq!(
+            curator_mutex_first(&kept).map(String::as_str),
+            Some("_k_k-lock-0000000000")
+        );
+        assert_eq!(curator_mutex_first(&names[..1]), None);
     }
 
     #[test]

@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
 use super::ensemble_clock::{ask_ensemble, ensemble_now_ms, EnsembleClock};
-use super::recipe::{is_kept, kept_to_judge, kept_with_companion, owners, queue, Child, Kind};
+use super::recipe::{
+    curator_mutex_first, is_kept, kept_to_judge, kept_with_companion, owners, queue, Child, Kind,
+};
+use super::semaphores::semaphores;
 use super::session::{is_connection_loss, retrying, Session};
 use super::MAX_RETRIES;
 use dlock_core::lock::{
@@ -109,8 +112,7 @@ pub(super) fn holder_of(child: &Child, data: &[u8], stat: &zk::Stat) -> Holder {
         Kind::Shared => Mode::Shared,
         Kind::Exclusive | Kind::Seat => Mode::Exclusive,
     };
-    let json = serde_json::from_slice::<serde_json::Value>(data).ok();
-    if json.as_ref().is_some_and(|j| j.get("dlock").is_some()) {
+    if written_by_dlock(data) {
         let readable = NodeData::parse(data).and_then(|d| {
             let mode = Mode::from_wire(&d.mode)?;
             let fits = match mode {
@@ -124,7 +126,22 @@ pub(super) fn holder_of(child: &Child, data: &[u8], stat: &zk::Stat) -> Holder {
         return readable
             .unwrap_or_else(|| Holder::unreadable(by_kind, "", &String::from_utf8_lossy(data)));
     }
-    // Curator stores the client's IP address as the node's data.
+    foreign_holder(
+        by_kind,
+        format!("(not dlock: {})", escaped(&child.name, 100)),
+        data,
+        stat,
+    )
+}
+
+/// Whether a node's data says it is dlock's (whether or not the rest of it reads).
+fn written_by_dlock(data: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(data).is_ok_and(|j| j.get("dlock").is_some())
+}
+
+/// A holder written by another client, labelled `owner`: what its node's name and stat tell, and
+/// its data as its host if it reads as one (Curator stores the client's IP address there).
+pub(super) fn foreign_holder(mode: Mode, owner: String, data: &[u8], stat: &zk::Stat) -> Holder {
     let text = String::from_utf8_lossy(data);
     let host = (!text.is_empty() && text.len() <= MAX_HOST_BYTES && is_plain(&text))
         .then(|| text.into_owned());
@@ -133,12 +150,12 @@ pub(super) fn holder_of(child: &Child, data: &[u8], stat: &zk::Stat) -> Holder {
         .filter(|ms| ms / 1000 <= MAX_SINCE_SECS)
         .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
     Holder {
-        mode: by_kind,
+        mode,
         host,
         pid: None,
-        owner: format!("(not dlock: {})", escaped(&child.name, 100)),
+        owner,
         since,
-        token,
+        token: u64::try_from(stat.czxid).ok(),
         message: None,
         expires_at: None,
         kept_until: None,
@@ -212,7 +229,7 @@ async fn read_kept(
 }
 
 /// For `status` and `list`: the owners of the lock in `dir` and, after them, the nodes still in
-/// line, each in queue order.
+/// line, each in queue order; then other clients' semaphores on it (semaphores.rs).
 pub(super) async fn holders_and_waiters(
     session: &Session,
     dir: &str,
@@ -234,12 +251,17 @@ pub(super) async fn holders_and_waiters(
             None => holders.extend(node.holder()),
         }
     }
+    let (leases, acquirers) = semaphores(session, dir, &queue.listed).await?;
+    holders.extend(leases);
+    waiters.extend(acquirers);
     Ok((holders, waiters))
 }
 
 /// A lock's directory as read: its queue nodes still there, in queue order, with their data; which
 /// of them own the lock; and the kept nodes (kept.rs) that still keep it.
 struct ReadQueue {
+    /// The directory's children as listed.
+    listed: Vec<String>,
     present: Vec<(Child, Vec<u8>, zk::Stat)>,
     owning: Vec<usize>,
     kept: Vec<KeptNode>,
@@ -311,11 +333,24 @@ async fn read_queue(
         };
         own.or(limit).unwrap_or(1)
     };
-    let owning = owners(&line, limit_of)
+    let mut owning: Vec<usize> = owners(&line, limit_of)
         .into_iter()
         .filter_map(|i| i.checked_sub(ahead.len()))
         .collect();
+    // Curator's mutex waits only for `lock-` nodes: first among them, it holds beside shared
+    // holders and seats, which dlock's judgement would make it wait for.
+    if known.is_none() {
+        let first = curator_mutex_first(&listed);
+        let holding = present
+            .iter()
+            .position(|(child, data, _)| Some(&child.name) == first && !written_by_dlock(data));
+        if let Some(i) = holding.filter(|i| !owning.contains(i)) {
+            owning.push(i);
+            owning.sort_unstable();
+        }
+    }
     Ok(ReadQueue {
+        listed,
         present,
         owning,
         kept,
@@ -337,15 +372,31 @@ async fn read_nodes(
     dir: &str,
     queue: &[Child],
 ) -> anyhow::Result<Vec<(Child, Vec<u8>, zk::Stat)>> {
-    if queue.is_empty() {
+    let names: Vec<&str> = queue.iter().map(|c| c.name.as_str()).collect();
+    let read = read_children(session, dir, &names).await?;
+    Ok(queue
+        .iter()
+        .zip(read)
+        .filter_map(|(child, node)| node.map(|(data, stat)| (child.clone(), data, stat)))
+        .collect())
+}
+
+/// The data and stat of the children `names` of `dir`, in one multi-read (a consistent view),
+/// each `None` if it is gone.
+pub(super) async fn read_children(
+    session: &Session,
+    dir: &str,
+    names: &[&str],
+) -> anyhow::Result<Vec<Option<(Vec<u8>, zk::Stat)>>> {
+    if names.is_empty() {
         return Ok(vec![]);
     }
     let client = session.client();
     let mut tries = 0;
     let results = loop {
         let mut reader = client.new_multi_reader();
-        for child in queue {
-            let path = format!("{dir}/{}", child.name);
+        for name in names {
+            let path = format!("{dir}/{name}");
             reader
                 .add_get_data(&path)
                 .map_err(|e| session.fail(e, &format!("cannot read {path}")))?;
@@ -358,13 +409,13 @@ async fn read_nodes(
             }
         }
     };
-    let mut present = Vec::new();
-    for (child, result) in queue.iter().zip(results) {
-        if let zk::MultiReadResult::Data { data, stat } = result {
-            present.push((child.clone(), data, stat));
-        }
-    }
-    Ok(present)
+    Ok(results
+        .into_iter()
+        .map(|result| match result {
+            zk::MultiReadResult::Data { data, stat } => Some((data, stat)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// A kept node as read: its name, record and end (ensemble milliseconds).

@@ -369,6 +369,7 @@ mod tests {
                 create: false,
                 replicas: 0,
                 stop: Default::default(),
+                trust_owners: vec![],
             };
             super::super::ZkBackend::open(&config).expect("open the backend")
         }

@@ -30,6 +30,9 @@ pub struct BackendConfig {
     pub replicas: u32,
     /// When to give up a connection being made (a signal while acquiring).
     pub stop: stop::Stop,
+    /// The file backend, run by root: the uids besides root whose lock directories and files it
+    /// may use (`--trust-owner`).
+    pub trust_owners: Vec<u32>,
 }
 
 /// A lock store.

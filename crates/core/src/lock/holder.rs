@@ -108,8 +108,8 @@ impl From<Holder> for Waiter {
 }
 
 impl Waiter {
-    /// One line for people, as `Holder::describe` has it.
-    pub fn describe(&self) -> String {
+    /// The waiter as a holder without a token or lease, for the words holders are said in.
+    pub fn as_holder(&self) -> Holder {
         Holder {
             mode: self.mode,
             owner: self.owner.clone(),
@@ -123,7 +123,6 @@ impl Waiter {
             kept: None,
             unreadable: self.unreadable.clone(),
         }
-        .describe()
     }
 }
 
@@ -176,18 +175,43 @@ impl Holder {
         }
     }
 
-    /// One line for people: `exclusive by host pid 123 since 2026-01-01T00:00:00Z, token 7,
-    /// message "deploy"`, with what is unknown left out; an unreadable record is shown as stored (escaped).
+    /// One line for people: `exclusive by host pid 123 since 3m 12s ago, token 7, message
+    /// "deploy"`, with what is unknown left out; an unreadable record is shown as stored (escaped).
     pub fn describe(&self) -> String {
         format!("{}{}", self.mode, self.who())
     }
 
-    /// ` by host pid 123 since 2026-01-01T00:00:00Z, token 7, message "deploy"`, or as much of it
-    /// as is known.
+    /// ` by host pid 123 since 3m 12s ago, token 7, message "deploy"`, or as much of it as is
+    /// known, its times from now.
     pub fn who(&self) -> String {
+        self.who_at(SystemTime::now())
+    }
+
+    /// `who` as it reads at `now`: who and since when, then why it is kept and its message.
+    pub fn who_at(&self, now: SystemTime) -> String {
+        let (who, rest) = self.who_apart(now);
+        rest.iter()
+            .fold(who, |line, part| format!("{line}, {part}"))
+    }
+
+    /// The holder for `status`, at `now`: a first line (`exclusive by host pid 123 since 3m ago,
+    /// token 7`), then what may be long on lines of their own (why it is kept, its message), so
+    /// that each fits a screen.
+    pub fn describe_apart(&self, now: SystemTime) -> (String, Vec<String>) {
+        let (who, rest) = self.who_apart(now);
+        (format!("{}{who}", self.mode), rest)
+    }
+
+    /// Who holds it and since when (with its lease), and apart, why it is kept and its message.
+    /// Times are said from now ("3m ago", "in 12s"), not as UTC: that is what a reader asks of
+    /// them (how long held, how long still), needs no time zone, and keeps the line short; JSON
+    /// has them in RFC 3339. A lock kept by `--min-hold` whose lease ends when the min-hold does
+    /// says that time once.
+    fn who_apart(&self, now: SystemTime) -> (String, Vec<String>) {
         if let Some(raw) = &self.unreadable {
-            return format!(" (unreadable record \"{raw}\")");
+            return (format!(" (unreadable record \"{raw}\")"), Vec::new());
         }
+        let shown = |t: Option<SystemTime>| t.filter(|t| rfc3339(*t).is_some());
         let mut out = String::new();
         if let Some(host) = &self.host {
             out.push_str(&format!(" by {host}"));
@@ -195,31 +219,50 @@ impl Holder {
         if let Some(pid) = self.pid {
             out.push_str(&format!(" pid {pid}"));
         }
-        if let Some(since) = self.since.and_then(rfc3339) {
-            out.push_str(&format!(" since {since}"));
+        if let Some(since) = shown(self.since) {
+            out.push_str(&format!(" since {}", crate::text::from_now(since, now)));
         }
         if let Some(token) = self.token {
             out.push_str(&format!(", token {token}"));
         }
-        if let Some(expires) = self.expires_at.and_then(rfc3339) {
-            out.push_str(&format!(", lease until {expires}"));
+        let kept_until = shown(self.kept_until);
+        let apart = |a: SystemTime, b: SystemTime| {
+            a.duration_since(b)
+                .or_else(|_| b.duration_since(a))
+                .unwrap_or_default()
+        };
+        if let Some(expires) = shown(self.expires_at) {
+            if kept_until.is_none_or(|k| apart(k, expires) >= Duration::from_secs(1)) {
+                let verb = if expires > now { "ends" } else { "ended" };
+                out.push_str(&format!(
+                    ", lease {verb} {}",
+                    crate::text::from_now(expires, now)
+                ));
+            }
         }
-        if let Some(until) = self.kept_until.and_then(rfc3339) {
-            out.push_str(&format!(", kept until {until}"));
-            if let Some(kept) = self.kept {
-                if let Some(d) = kept.min_hold {
-                    out.push_str(&format!(" by --min-hold {}", humantime::format_duration(d)));
+        let mut rest = Vec::new();
+        if let Some(until) = kept_until {
+            let mut kept = if until > now {
+                let left = until.duration_since(now).unwrap_or_default();
+                format!("kept {} more", crate::text::duration(whole_secs(left)))
+            } else {
+                format!("kept until {}", crate::text::from_now(until, now))
+            };
+            if let Some(why) = self.kept {
+                if let Some(d) = why.min_hold {
+                    kept.push_str(&format!(" by --min-hold {}", crate::text::duration(d)));
                 }
-                if kept.ended {
-                    out.push_str("; its command ended");
+                if why.ended {
+                    kept.push_str("; its command ended");
                 }
             }
+            rest.push(kept);
         }
         if let Some(message) = &self.message {
             // Quoted as lock names are (`"` and anything unprintable escaped).
-            out.push_str(&format!(", message {message:?}"));
+            rest.push(format!("message {message:?}"));
         }
-        out
+        (out, rest)
     }
 
     /// The holder as one line of text, `MODE TOKEN SINCE PID HOST`, then a tab and the message if
@@ -326,6 +369,20 @@ pub fn is_owner_id(owner: &str) -> bool {
         && owner.bytes().all(|b| b.is_ascii_graphic())
 }
 
+/// `d` to the second, rounded up: what is left of a wait is never said shorter than it is.
+fn whole_secs(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs() + u64::from(d.subsec_nanos() > 0))
+}
+
+/// An owner id as a holder line shows it: dlock's own (32 hex digits) cut to their first 12, as
+/// git shortens a commit's, which tells holders apart; JSON has it whole. Any other as it is.
+pub fn short_owner(owner: &str) -> &str {
+    match owner.get(..12) {
+        Some(start) if owner.len() == 32 && owner.bytes().all(|b| b.is_ascii_hexdigit()) => start,
+        _ => owner,
+    }
+}
+
 /// An owner id from outside as it may be shown: itself when it is one, else escaped.
 fn shown_owner(owner: &str) -> String {
     if is_owner_id(owner) {
@@ -360,10 +417,14 @@ mod tests {
         let h = holder();
         assert_eq!(h.record(), "limit:3 7 1700000000 42 build 01");
         assert_eq!(Holder::from_record("00ff", &h.record()), h);
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_192);
         assert_eq!(
-            h.describe(),
-            "limit 3 by build 01 pid 42 since 2023-11-14T22:13:20Z, token 7"
+            h.who_at(now),
+            " by build 01 pid 42 since 3m 12s ago, token 7"
         );
+        assert!(h
+            .describe()
+            .starts_with("limit 3 by build 01 pid 42 since "));
     }
 
     #[test]
@@ -423,6 +484,34 @@ mod tests {
     }
 
     #[test]
+    fn each_time_is_said_once_from_now() {
+        let at = |secs| UNIX_EPOCH + Duration::from_secs(secs);
+        let mut h = holder();
+        h.expires_at = Some(at(1_700_086_400));
+        h.kept_until = Some(at(1_700_086_400));
+        h.kept = Some(Kept {
+            min_hold: Some(Duration::from_secs(86_400)),
+            ended: true,
+        });
+        let now = at(1_700_000_005);
+        assert_eq!(
+            h.who_at(now),
+            " by build 01 pid 42 since 5s ago, token 7, kept 23h 59m more by --min-hold 24h; \
+             its command ended"
+        );
+        h.kept_until = None;
+        h.kept = None;
+        assert!(
+            h.who_at(now).ends_with(", lease ends in 23h 59m"),
+            "{}",
+            h.who_at(now)
+        );
+        assert!(h
+            .who_at(at(1_700_086_402))
+            .ends_with(", lease ended 2s ago"));
+    }
+
+    #[test]
     fn times_outside_rfc3339_years_are_unknown_not_a_panic() {
         let mut h = holder();
         h.since = Some(UNIX_EPOCH + Duration::from_secs(MAX_SINCE_SECS + 1));
@@ -434,7 +523,7 @@ mod tests {
         h.since = UNIX_EPOCH.checked_sub(Duration::from_secs(1));
         assert!(!h.describe().contains("since"));
         h.since = Some(UNIX_EPOCH + Duration::from_secs(MAX_SINCE_SECS));
-        assert!(h.describe().contains("since 9999-12-31T23:59:59Z"));
+        assert!(h.describe().contains("since in "), "{}", h.describe());
     }
 
     proptest::proptest! {

@@ -13,7 +13,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub use holder::{
-    time_from_millis, Holder, Kept, Waiter, MAX_HOST_BYTES, MAX_MESSAGE_BYTES, MAX_SINCE_SECS,
+    short_owner, time_from_millis, Holder, Kept, Waiter, MAX_HOST_BYTES, MAX_MESSAGE_BYTES,
+    MAX_SINCE_SECS,
 };
 pub use last_run::{Ending, LastRuns, Run, RunEnd};
 use plain::number;

@@ -9,11 +9,13 @@ use anyhow::anyhow;
 
 use crate::text::percent_decode;
 
-/// `url` with its credentials and its query hidden: everything between `://` and the last `@`
-/// (`user:password@`, `password@`, a password with `/`, `:` or `@` in it) and everything after the
-/// first `?` or `#` (`redis+unix:///x?pass=...`). When a `?` or `#` comes before the last `@`,
-/// the two cannot be told apart and all but the scheme is hidden. Over-hiding is harmless;
-/// showing a password is not.
+/// `url` with its password and its query hidden: the credentials run from `://` to the last `@`
+/// (`user:password@`, `password@`, a password with `/`, `:` or `@` in it); of them only the user
+/// name before the first `:` is shown (`postgres://app:***@db`), and a word without `:` only
+/// where the URL's scheme reads it as a user name (`postgres://app@db`: PostgreSQL, MySQL); and
+/// everything after the first `?` or `#` is hidden (`redis+unix:///x?pass=...`). When a `?` or `#`
+/// comes before the last `@`, the two cannot be told apart and all but the scheme is hidden.
+/// Over-hiding is harmless; showing a password is not.
 pub fn redact(url: &str) -> String {
     // A scheme is a letter, then letters, digits, `+`, `-` or `.`: a `://` after anything else
     // may be inside a password.
@@ -36,8 +38,8 @@ pub fn redact(url: &str) -> String {
     let start = at.map_or(0, |at| at + 1);
     let end = query.unwrap_or(rest.len());
     let mut shown = String::from(scheme);
-    if at.is_some() {
-        shown.push_str("***@");
+    if let Some(at) = at {
+        shown.push_str(&shown_credentials(scheme, &rest[..at]));
     }
     shown.push_str(&rest[start..end]);
     if let Some(q) = query {
@@ -45,6 +47,20 @@ pub fn redact(url: &str) -> String {
         shown.push_str("***");
     }
     shown
+}
+
+/// The credentials `userinfo` as `redact` shows them, with their `@`: the user name and `***`
+/// for the password; all hidden where a lone word may be a password (`zk://SECRET@host`,
+/// `redis://SECRET:@host`).
+fn shown_credentials(scheme: &str, userinfo: &str) -> String {
+    let names_user = ["postgres://", "postgresql://", "mysql://", "mariadb://"].contains(&scheme);
+    match userinfo.split_once(':') {
+        Some((user, password)) if !user.is_empty() && !password.is_empty() => {
+            format!("{user}:***@")
+        }
+        None if names_user && !userinfo.is_empty() => format!("{userinfo}@"),
+        _ => "***@".into(),
+    }
 }
 
 /// A `scheme://authority...` URL cut where RFC 3986 cuts it: the authority ends at the first `/`,
@@ -117,6 +133,13 @@ pub fn credentials_hint() -> String {
         ),
         None => "check the user and password in the URL".into(),
     }
+}
+
+/// What to do when a server asked for a password and the URL gave none (a user name alone): the
+/// ways the README gives one, none of which puts it on a command line.
+pub fn password_needed() -> &'static str {
+    "it needs a password and the URL has none: give it with --password-file FILE (or \
+     DLOCK_PASSWORD_FILE, or password-file in the configuration file), or in the URL"
 }
 
 /// `url` as a nested dlock may be given it: the password after the user name and every query value
@@ -255,7 +278,9 @@ pub fn with_password() -> impl proptest::strategy::Strategy<Value = String> {
     );
     pieces.prop_map(|(scheme, user, password, host, path, place)| match place {
         0 => format!("{scheme}{user}:{password}@{host}{path}"),
-        1 => format!("{scheme}{password}@{host}{path}"),
+        // Alone, without a `:`: with one, the URL's grammar makes the part before it a user name,
+        // which messages show.
+        1 => format!("{scheme}{}@{host}{path}", password.replace(':', "")),
         2 => format!("{scheme}:{password}@{host}{path}"),
         3 => format!("{scheme}{host}{path}?pass={password}"),
         4 => format!("{scheme}{host}{path}?user={user}&password={password}"),
@@ -287,9 +312,15 @@ mod tests {
     #[test]
     fn credentials_and_queries_are_hidden() {
         for (url, shown) in [
-            ("redis://alice:s3cret@db:6379/2", "redis://***@db:6379/2"),
+            (
+                "redis://alice:s3cret@db:6379/2",
+                "redis://alice:***@db:6379/2",
+            ),
             ("redis://db:6379", "redis://db:6379"),
-            ("zk://alice:PA/SS1@host", "zk://***@host"),
+            ("redis://:s3cret@db", "redis://***@db"),
+            ("postgres://app@db:5432/app", "postgres://app@db:5432/app"),
+            ("mysql://app:pw@db/app", "mysql://app:***@db/app"),
+            ("zk://alice:PA/SS1@host", "zk://alice:***@host"),
             ("zk://SECRET@host", "zk://***@host"),
             ("redis+unix:///x?pass=SECRET", "redis+unix:///x?***"),
             (
@@ -299,7 +330,7 @@ mod tests {
             ("rediss://h:1#insecure", "rediss://h:1#***"),
             ("redis://u:pa?ss@h", "redis://***"),
             ("unix:///x?pass=a@b", "unix://***"),
-            ("u:SECRET@h:1", "***@h:1"),
+            ("u:SECRET@h:1", "u:***@h:1"),
             (":SECRET://@h:1", "***@h:1"),
             ("/var/lock/dlock", "/var/lock/dlock"),
         ] {
@@ -331,7 +362,7 @@ mod tests {
             ("unix:///x?pass=a@b", "unix://***", true),
             ("redis://u:pa?ss@h", "redis://***", true),
             ("rediss://h:1#insecure", "rediss://h:1#insecure", false),
-            ("u:SECRET@h:1", "***@h:1", true),
+            ("u:SECRET@h:1", "u:***@h:1", true),
             ("etcd://a:1,b:2", "etcd://a:1,b:2", false),
             ("zk://app:pw@a:1/chroot", "zk://app@a:1/chroot", true),
             ("redis://:pa/ss@h:1/2", "redis://***@h:1/2", true),

@@ -142,6 +142,16 @@ fn fault(e: tokio_postgres::Error) -> Fault {
             };
             Fault::Refused { code, message }
         }
+        // The server asked for a password (the library says so only in these words), and the
+        // URL has none: a refusal that lasts, not an outage.
+        None if std::error::Error::source(&e)
+            .is_some_and(|s| s.to_string() == "password missing") =>
+        {
+            Fault::Refused {
+                code: "28000".into(),
+                message: dlock_core::url::password_needed().into(),
+            }
+        }
         None => Fault::Unreachable(describe(&e)),
     }
 }
