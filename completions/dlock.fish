@@ -29,7 +29,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_needs_command" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -61,7 +62,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand run" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand run" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -82,7 +84,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -97,7 +100,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand list" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand list" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -121,7 +125,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand hold" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -140,7 +145,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand release" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand release" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -155,7 +161,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand config" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand config" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand config" -l connect-timeout -d 'Give up reaching a server after this' -r -f
@@ -170,7 +177,8 @@ redis\t'A Redis server (or several, with Redlock); cluster-wide'
 zk\t'A ZooKeeper ensemble; cluster-wide'
 etcd\t'An etcd cluster; cluster-wide'
 postgres\t'A PostgreSQL database (tables of dlock\'s own); cluster-wide'
-mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'"
+mysql\t'A MySQL or MariaDB database (tables of dlock\'s own); cluster-wide'
+elasticsearch\t'An Elasticsearch or OpenSearch cluster (an index of dlock\'s own); cluster-wide'"
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -s u -l url -d 'The backend\'s address (--help: the forms)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l password-file -d 'Read the servers\' password from a file' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand generate" -l connect-timeout -d 'Give up reaching a server after this' -r -f

@@ -446,6 +446,7 @@ fn backend_of(words: &[String]) -> Kind {
             "etcd" | "etcds" => "etcd",
             "postgres" | "postgresql" => "postgres",
             "mysql" | "mariadb" => "mysql",
+            "elasticsearch" | "elasticsearchs" | "opensearch" | "opensearchs" => "elasticsearch",
             _ => "file",
         })
     });
@@ -455,6 +456,7 @@ fn backend_of(words: &[String]) -> Kind {
         Some("etcd") => Kind::Etcd,
         Some("postgres") => Kind::Postgres,
         Some("mysql") => Kind::Mysql,
+        Some("elasticsearch") => Kind::Elasticsearch,
         _ => Kind::File,
     }
 }
@@ -474,6 +476,7 @@ fn target_for(kind: Kind) -> Target {
         Kind::Etcd => Target::etcd_backend(),
         Kind::Postgres => Target::suite_postgres(),
         Kind::Mysql => Target::suite_mysql(),
+        Kind::Elasticsearch => Target::suite_elasticsearch(),
     }
 }
 

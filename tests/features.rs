@@ -6,13 +6,18 @@ use crate::support::*;
 
 /// Every backend, by name, with its URL scheme and whether this build has it (the test crate is
 /// built with the features dlock is).
-const BACKENDS: [(&str, &str, bool); 6] = [
+const BACKENDS: [(&str, &str, bool); 7] = [
     ("file", "file://", true),
     ("redis", "redis://", cfg!(feature = "redis")),
     ("zk", "zk://", cfg!(feature = "zk")),
     ("etcd", "etcd://", cfg!(feature = "etcd")),
     ("postgres", "postgres://", cfg!(feature = "postgres")),
     ("mysql", "mysql://", cfg!(feature = "mysql")),
+    (
+        "elasticsearch",
+        "elasticsearch://",
+        cfg!(feature = "elasticsearch"),
+    ),
 ];
 
 fn built() -> Vec<&'static str> {

@@ -115,6 +115,11 @@ fn herd_on_etcd_gives_one_run_and_the_rest_busy() {
 }
 
 #[test]
+fn herd_on_elasticsearch_gives_one_run_and_the_rest_busy() {
+    herd("elasticsearch", &Target::suite_elasticsearch().args);
+}
+
+#[test]
 fn herd_on_a_full_postgres_gives_one_run_and_the_rest_busy() {
     let server = PgServer::start_with(vec![format!("max_connections={MAX_CONNECTIONS}")]);
     let base = [

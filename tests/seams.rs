@@ -52,7 +52,12 @@ fn allowed(package: &str) -> Option<&'static [&'static str]> {
     match package {
         "dlock-sys" => Some(&[]),
         "dlock-core" => Some(&["dlock-sys"]),
-        "dlock-file" | "dlock-redis" | "dlock-zk" | "dlock-etcd" | "dlock-sql" => Some(STORE),
+        "dlock-file"
+        | "dlock-redis"
+        | "dlock-zk"
+        | "dlock-etcd"
+        | "dlock-sql"
+        | "dlock-elasticsearch" => Some(STORE),
         _ => None,
     }
 }

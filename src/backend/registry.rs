@@ -35,6 +35,7 @@ pub enum BackendKind {
     Etcd,
     Postgres,
     Mysql,
+    Elasticsearch,
 }
 
 /// What the command line, the help, the man pages, the completions and `--version` say of a
@@ -87,7 +88,7 @@ const ZK_MAX_TTL: Limit = Limit {
 };
 
 /// Every backend, built or not, in the order help and `--version` list them.
-pub const BACKENDS: [Descriptor; 6] = [
+pub const BACKENDS: [Descriptor; 7] = [
     Descriptor {
         kind: BackendKind::File,
         name: "file",
@@ -176,6 +177,25 @@ pub const BACKENDS: [Descriptor; 6] = [
         replicas: false,
         max_ttl: None,
         open: opener!("mysql", dlock_sql::mysql::MyBackend),
+    },
+    Descriptor {
+        kind: BackendKind::Elasticsearch,
+        name: "elasticsearch",
+        schemes: &[
+            "elasticsearch://",
+            "elasticsearchs://",
+            "opensearch://",
+            "opensearchs://",
+        ],
+        store: "Elasticsearch",
+        help: "An Elasticsearch or OpenSearch cluster (an index of dlock's own); cluster-wide",
+        address: "elasticsearch://[user:password@]host:port,host:port[/index] \
+                  (elasticsearchs:// for HTTPS; opensearch://, opensearchs:// alike)",
+        feature: Some("elasticsearch"),
+        local: false,
+        replicas: false,
+        max_ttl: None,
+        open: opener!("elasticsearch", dlock_elasticsearch::EsBackend),
     },
 ];
 
@@ -370,6 +390,7 @@ mod tests {
             BackendKind::Etcd,
             BackendKind::Postgres,
             BackendKind::Mysql,
+            BackendKind::Elasticsearch,
         ] {
             assert_eq!(BACKENDS.iter().filter(|b| b.kind == kind).count(), 1);
             assert_eq!(kind.descriptor().kind, kind);

@@ -159,7 +159,7 @@ pub fn a_ttl_longer_than_servers_count_is_a_usage_error(t: &Target) {
     // Where the store keeps a lease others can see (see who.rs): its end is the ttl away.
     if matches!(
         t.kind,
-        Kind::Redis | Kind::Postgres | Kind::Etcd | Kind::Mysql
+        Kind::Redis | Kind::Postgres | Kind::Etcd | Kind::Mysql | Kind::Elasticsearch
     ) {
         let at = humantime::parse_rfc3339(expires.as_str().expect("an RFC 3339 time"))
             .expect("RFC 3339");

@@ -88,6 +88,9 @@ fn forge_record_of_x(t: &Target) -> (String, Option<Holding>) {
             "exclusive 5 999999999999 2 host".to_owned(),
         ),
         Kind::Etcd => (FAR_FUTURE.to_owned(), FAR_FUTURE.to_owned()),
+        // An entry of the lock's document, as dlock reads it back (its `since` in milliseconds
+        // past the year 9999).
+        Kind::Elasticsearch => (FAR_FUTURE.to_owned(), es_entry(FAR_FUTURE).to_string()),
         // A DATETIME cannot be past the year 9999: a row's columns with a pid below zero instead.
         Kind::Mysql => {
             let record = "exclusive 5 1700000000 -2 host";
@@ -195,6 +198,21 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
                 ));
             None
         }
+        Kind::Elasticsearch => {
+            // The lock's document, as any client that can write the index could put it.
+            let index = t.urls()[0].rsplit('/').next().expect("an index in the URL");
+            let doc = serde_json::json!({
+                "dlock": 1, "name": "x", "token": 5, "holders": [es_entry(record)], "waiters": [],
+            });
+            let node = crate::support::opensearch_server::OpenSearchServer::shared();
+            let (status, json) = node.json(
+                "PUT",
+                &format!("/{index}/_doc/x?refresh=true"),
+                Some(&doc.to_string()),
+            );
+            assert!(status == 200 || status == 201, "{json}");
+            None
+        }
         Kind::Etcd => {
             // A key under the lock's prefix, without a lease, as any etcd client could put: a
             // value of `OWNER RECORD`, the owner first as dlock writes it.
@@ -209,6 +227,27 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
             None
         }
     }
+}
+
+/// The holder entry of an Elasticsearch lock document for `record` (`MODE TOKEN SINCE PID
+/// HOST[\tMESSAGE]`), owned by `ab`, its lease far away; its `since` in milliseconds.
+fn es_entry(record: &str) -> serde_json::Value {
+    let (fields, message) = match record.split_once('\t') {
+        Some((fields, message)) => (fields, Some(message)),
+        None => (record, None),
+    };
+    let f: Vec<&str> = fields.split(' ').collect();
+    let number = |s: &str| s.parse::<u64>().expect("a number in the record");
+    // 2100-01-01: the lease outlasts the scenario, and reads the same each time.
+    let expires = 4_102_444_800_000u64;
+    let mut entry = serde_json::json!({
+        "owner": "ab", "mode": f[0], "token": number(f[1]), "since": number(f[2]) * 1000,
+        "pid": number(f[3]), "host": f[4], "expires": expires,
+    });
+    if let Some(message) = message {
+        entry["message"] = message.into();
+    }
+    entry
 }
 
 pub fn a_forged_record_is_unreadable_and_the_lock_stays_busy(t: &Target) {
@@ -232,7 +271,12 @@ pub fn a_forged_message_is_unreadable_and_never_reaches_a_terminal(t: &Target) {
         })
         .to_string();
         let holder = forge_x(t, &record, &data);
-        let raw = if t.kind == Kind::Zk { &data } else { &record };
+        let entry = es_entry(&record).to_string();
+        let raw = match t.kind {
+            Kind::Zk => &data,
+            Kind::Elasticsearch => &entry,
+            _ => &record,
+        };
         // Escaped as dlock shows stored text: quotes and backslashes as they are.
         let mut shown = String::new();
         for c in raw.chars().take(120) {

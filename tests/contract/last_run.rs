@@ -55,6 +55,7 @@ fn store_down(t: &Target) -> (Command, std::os::fd::OwnedFd) {
         Kind::Etcd => format!("etcd://127.0.0.1:{port}"),
         Kind::Postgres => format!("postgres://dlock@127.0.0.1:{port}/dlock"),
         Kind::Mysql => format!("mysql://dlock@127.0.0.1:{port}/dlock"),
+        Kind::Elasticsearch => format!("elasticsearch://127.0.0.1:{port}"),
     };
     let mut down = dlock();
     down.args([
@@ -336,7 +337,7 @@ pub fn a_run_by_a_clock_30_days_ahead_is_never_a_recent_success(t: &Target) {
                 "{line}"
             );
         }
-        Kind::Redis | Kind::Zk | Kind::Postgres | Kind::Mysql => {
+        Kind::Redis | Kind::Zk | Kind::Postgres | Kind::Mysql | Kind::Elasticsearch => {
             assert_eq!(status, 0, "dated by the store's clock: {line}")
         }
     }

@@ -150,6 +150,7 @@ contract! {
         postgres => Target::suite_postgres(),
         etcd => Target::suite_etcd(),
         mysql => Target::suite_mysql(),
+        elasticsearch => Target::suite_elasticsearch(),
     }
     once: {
         trees: [tree_paths_with_dotdot_are_refused],
@@ -167,6 +168,7 @@ contract! {
             tokens_increase_and_the_child_learns_its_lock,
             tokens_keep_increasing_after_a_holder_is_killed,
             a_token_is_taken_at_the_grant_not_when_the_line_is_joined,
+            status_shows_the_token_a_holder_that_waited_got,
         ],
         modes: [
             contenders_lose_no_update,

@@ -58,7 +58,7 @@ pub fn status_list_and_forced_release_end_the_holders_run_with_79(t: &Target) {
         Kind::File => "was removed or replaced",
         Kind::Redis => "no longer ours",
         Kind::Zk => "was deleted",
-        Kind::Postgres | Kind::Mysql => "no longer ours",
+        Kind::Postgres | Kind::Mysql | Kind::Elasticsearch => "no longer ours",
         Kind::Etcd => "was deleted",
     };
     let (status, err) = holder.finish();

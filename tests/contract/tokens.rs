@@ -96,3 +96,36 @@ pub fn a_token_is_taken_at_the_grant_not_when_the_line_is_joined(t: &Target) {
         );
     }
 }
+
+/// A holder that waited behind another is shown by `status` (text and `--json`) with the token
+/// its command got, the one taken at its grant, not one from when it joined the line.
+pub fn status_shows_the_token_a_holder_that_waited_got(t: &Target) {
+    let first = Holding::start(t, &["waited"]);
+    let (token_file, go) = (t.scratch.file("waited-token"), t.scratch.file("waited-go"));
+    let script = format!(
+        "echo $DLOCK_TOKEN > '{f}.tmp'; mv '{f}.tmp' '{f}'; i=0; \
+         while [ ! -e '{go}' ] && [ $i -lt 12000 ]; do sleep 0.05; i=$((i+1)); done",
+        f = token_file.display(),
+        go = go.display()
+    );
+    let waiter = super::waiting(t, &["run", "-w", "2m", "waited", "--", "sh", "-c", &script]);
+    assert!(first.let_go().success());
+    wait_for_file(&token_file, super::T);
+    let text = std::fs::read_to_string(&token_file).expect("the waiter's token");
+    let token: u64 = text.trim().parse().expect("a token");
+    let out = output(t.dlock(&["status", "--json", "waited"]));
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)));
+    let holders = json["holders"].as_array().expect("holders");
+    assert_eq!(holders.len(), 1, "{json}");
+    assert_eq!(holders[0]["token"], token, "{json}");
+    let out = output(t.dlock(&["status", "waited"]));
+    let said = stdout(&out);
+    assert!(
+        said.contains(&format!(", token {token}")),
+        "{token}: {said}"
+    );
+    std::fs::write(&go, "").expect("write the go file");
+    let (status, said) = waiter.finish(super::T);
+    assert_eq!(status, 0, "{said}");
+}

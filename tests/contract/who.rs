@@ -145,7 +145,7 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
     let waiters = &status["waiters"];
     let leased = matches!(
         t.kind,
-        Kind::Redis | Kind::Postgres | Kind::Etcd | Kind::Mysql
+        Kind::Redis | Kind::Postgres | Kind::Etcd | Kind::Mysql | Kind::Elasticsearch
     );
     if leased {
         let at = humantime::parse_rfc3339(expires.as_str().expect("an RFC 3339 time"))

@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use super::endless_servers::{dlock_on, endless_reply, ends_promptly_on, gives_up, serve, Pace};
+use super::endless_servers::{dlock_on, endless_reply, ends_promptly_on, gives_up, Pace};
+use super::lying_servers::serve;
 
 /// The endless answers: what announces them, and what then comes again and again.
 const ANSWERS: [(&str, &[u8], &[u8]); 3] = [

@@ -4,16 +4,16 @@
 //! a stop signal.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::lying_servers::{limited, mysql_greeting, SERVER_LIFE};
+use super::lying_servers::{limited, mysql_greeting, serve, SERVER_LIFE};
 use crate::support::*;
 
 /// How soon after a stop signal dlock must have ended (it takes well under this: see DESIGN).
-const PROMPT: Duration = Duration::from_secs(2);
+pub(super) const PROMPT: Duration = Duration::from_secs(2);
 
 /// How a server sends what has no end.
 #[derive(Clone, Copy, Debug)]
@@ -26,31 +26,9 @@ pub(super) enum Pace {
     Bytes(Duration),
 }
 
-/// A loopback server whose connections (the first 10) `talk` handles, each on a thread of its
-/// own; `talk` says on the channel when it begins to send without end.
-pub(super) fn serve<F>(talk: F) -> (u16, mpsc::Receiver<()>)
-where
-    F: Fn(TcpStream, &mpsc::Sender<()>) + Clone + Send + 'static,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(10) {
-            let Ok(conn) = conn else { continue };
-            let (talk, tx) = (talk.clone(), tx.clone());
-            std::thread::spawn(move || {
-                let _ = conn.set_read_timeout(Some(SERVER_LIFE));
-                talk(conn, &tx);
-            });
-        }
-    });
-    (port, rx)
-}
-
 /// Sends `stream` again and again at `pace` (`Units`: `unit` bytes of it each time), until the
 /// client goes or `SERVER_LIFE` has passed.
-fn without_end(
+pub(super) fn without_end(
     conn: &mut TcpStream,
     stream: &[u8],
     unit: usize,
@@ -125,16 +103,16 @@ pub(super) fn dlock_on(backend: &str, url: &str, timeout: &str, args: &[&str]) -
     cmd
 }
 
-// ---- PostgreSQL ----
-
-/// What a fake PostgreSQL server answers each Execute with.
+/// What a fake SQL server answers each statement with.
 #[derive(Clone, Copy, Debug)]
-enum PgRows {
+enum Rows {
     /// One-column rows, without end.
     Endless(Pace),
     /// One one-column row, then the end of the answer.
     OneColumn,
 }
+
+// ---- PostgreSQL ----
 
 fn pg_message(tag: u8, body: &[u8]) -> Vec<u8> {
     let mut m = vec![tag];
@@ -150,7 +128,7 @@ fn pg_row() -> Vec<u8> {
 
 /// One connection of a fake PostgreSQL server: it lets anyone in, answers every simple query as
 /// done, describes every statement as one text column, and answers each Execute as `rows` says.
-fn pg_talk(mut conn: TcpStream, rows: PgRows, tx: &mpsc::Sender<()>) {
+fn pg_talk(mut conn: TcpStream, rows: Rows, tx: &mpsc::Sender<()>) {
     let read = |conn: &mut TcpStream, n: usize| -> Option<Vec<u8>> {
         let mut buf = vec![0; n.min(1 << 20)];
         conn.read_exact(&mut buf).ok().map(|()| buf)
@@ -198,8 +176,8 @@ fn pg_talk(mut conn: TcpStream, rows: PgRows, tx: &mpsc::Sender<()>) {
             b'D' => described.clone(),
             b'S' => ready.clone(),
             b'E' => match rows {
-                PgRows::OneColumn => [pg_row(), pg_message(b'C', b"SELECT 1\0")].concat(),
-                PgRows::Endless(pace) => {
+                Rows::OneColumn => [pg_row(), pg_message(b'C', b"SELECT 1\0")].concat(),
+                Rows::Endless(pace) => {
                     let row = pg_row();
                     return without_end(&mut conn, &row, row.len(), pace, tx);
                 }
@@ -212,7 +190,7 @@ fn pg_talk(mut conn: TcpStream, rows: PgRows, tx: &mpsc::Sender<()>) {
     }
 }
 
-fn fake_postgres(rows: PgRows) -> (u16, mpsc::Receiver<()>) {
+fn fake_postgres(rows: Rows) -> (u16, mpsc::Receiver<()>) {
     serve(move |conn, tx| pg_talk(conn, rows, tx))
 }
 
@@ -259,7 +237,7 @@ fn rows_dripped_without_end_end_with_the_budget(
 /// PostgreSQL's rows without end: refused past the bound on one answer.
 #[test]
 fn postgres_rows_without_end_are_refused_past_a_bound() {
-    let (port, _) = fake_postgres(PgRows::Endless(Pace::Flood));
+    let (port, _) = fake_postgres(Rows::Endless(Pace::Flood));
     let bound = "more than 100000 messages or 64 MiB in one answer";
     rows_without_end_are_refused_past_a_bound("postgres", &pg_url(port), bound);
 }
@@ -272,32 +250,35 @@ fn postgres_rows_dripped_without_end_end_with_the_budget() {
         Pace::Units(Duration::from_millis(50)),
         Pace::Bytes(Duration::from_millis(200)),
     ];
-    let serve = |pace| fake_postgres(PgRows::Endless(pace));
+    let serve = |pace| fake_postgres(Rows::Endless(pace));
     rows_dripped_without_end_end_with_the_budget("postgres", paces, serve, pg_url);
 }
 
-#[test]
-fn postgres_a_signal_ends_a_run_while_rows_drip() {
+/// A stop signal ends `run` soon while rows drip from the server `serve` starts.
+fn a_signal_ends_a_run_while_rows_drip(
+    backend: &str,
+    serve: impl Fn(Rows) -> (u16, mpsc::Receiver<()>),
+    url: impl Fn(u16) -> String,
+) {
     for (sig, args) in [
         (libc::SIGTERM, &["run", "-n", "e", "--", "true"][..]),
         (libc::SIGINT, &["run", "e", "--", "true"]),
     ] {
-        let (port, began) = fake_postgres(PgRows::Endless(Pace::Units(Duration::from_millis(50))));
-        let cmd = dlock_on("postgres", &pg_url(port), "30s", args);
+        let (port, began) = serve(Rows::Endless(Pace::Units(Duration::from_millis(50))));
+        let cmd = dlock_on(backend, &url(port), "30s", args);
         ends_promptly_on(&format!("{sig} {args:?}"), sig, &began, cmd);
     }
 }
 
-/// Rows of one column where dlock's statements select several: 69 and one line, no panic.
-#[test]
-fn postgres_rows_of_the_wrong_shape_fail_in_one_line() {
-    let (port, _) = fake_postgres(PgRows::OneColumn);
+/// Rows of one column from the server at `url` where dlock's statements select several: 69 and
+/// one line, no panic.
+fn rows_of_the_wrong_shape_fail_in_one_line(backend: &str, url: &str) {
     for args in [
         &["status", "e"][..],
         &["list"],
         &["run", "-n", "e", "--", "true"],
     ] {
-        let cmd = dlock_on("postgres", &pg_url(port), "20s", args);
+        let cmd = dlock_on(backend, url, "20s", args);
         gives_up(
             &format!("{args:?}"),
             cmd,
@@ -305,6 +286,18 @@ fn postgres_rows_of_the_wrong_shape_fail_in_one_line() {
             "unexpected answer",
         );
     }
+}
+
+#[test]
+fn postgres_a_signal_ends_a_run_while_rows_drip() {
+    a_signal_ends_a_run_while_rows_drip("postgres", fake_postgres, pg_url);
+}
+
+/// Rows of one column where dlock's statements select several: 69 and one line, no panic.
+#[test]
+fn postgres_rows_of_the_wrong_shape_fail_in_one_line() {
+    let (port, _) = fake_postgres(Rows::OneColumn);
+    rows_of_the_wrong_shape_fail_in_one_line("postgres", &pg_url(port));
 }
 
 // ---- Redis ----
@@ -407,15 +400,6 @@ fn redis_replies_of_the_wrong_shape_fail_in_one_line() {
 
 // ---- MySQL ----
 
-/// What a fake MySQL server answers each query with.
-#[derive(Clone, Copy, Debug)]
-enum MyRows {
-    /// One-column rows, without end.
-    Endless(Pace),
-    /// One one-column row, then the end of the result.
-    OneColumn,
-}
-
 /// A MySQL packet: its length, its sequence number, its payload.
 fn my_packet(seq: u8, payload: &[u8]) -> Vec<u8> {
     let mut p = (payload.len() as u32).to_le_bytes()[..3].to_vec();
@@ -426,7 +410,7 @@ fn my_packet(seq: u8, payload: &[u8]) -> Vec<u8> {
 
 /// One connection of a fake MySQL server: it greets, lets anyone in, and answers every query
 /// with one text column as `rows` says.
-fn my_talk(mut conn: TcpStream, rows: MyRows, tx: &mpsc::Sender<()>) {
+fn my_talk(mut conn: TcpStream, rows: Rows, tx: &mpsc::Sender<()>) {
     let packet = |conn: &mut TcpStream| -> Option<Vec<u8>> {
         let mut head = [0u8; 4];
         conn.read_exact(&mut head).ok()?;
@@ -457,14 +441,14 @@ fn my_talk(mut conn: TcpStream, rows: MyRows, tx: &mpsc::Sender<()>) {
         answer.extend(my_packet(2, &column));
         answer.extend(my_packet(3, &eof));
         match rows {
-            MyRows::OneColumn => {
+            Rows::OneColumn => {
                 answer.extend(my_packet(4, &[1, b'x']));
                 answer.extend(my_packet(5, &eof));
                 if conn.write_all(&answer).is_err() {
                     return;
                 }
             }
-            MyRows::Endless(pace) => {
+            Rows::Endless(pace) => {
                 if conn.write_all(&answer).is_err() {
                     return;
                 }
@@ -480,7 +464,7 @@ fn my_talk(mut conn: TcpStream, rows: MyRows, tx: &mpsc::Sender<()>) {
     }
 }
 
-fn fake_mysql(rows: MyRows) -> (u16, mpsc::Receiver<()>) {
+fn fake_mysql(rows: Rows) -> (u16, mpsc::Receiver<()>) {
     serve(move |conn, tx| my_talk(conn, rows, tx))
 }
 
@@ -491,7 +475,7 @@ fn my_url(port: u16) -> String {
 /// MySQL's rows without end: refused past the bound on one answer.
 #[test]
 fn mysql_rows_without_end_are_refused_past_a_bound() {
-    let (port, _) = fake_mysql(MyRows::Endless(Pace::Flood));
+    let (port, _) = fake_mysql(Rows::Endless(Pace::Flood));
     let bound = "more than 100000 rows or 64 MiB in one answer";
     rows_without_end_are_refused_past_a_bound("mysql", &my_url(port), bound);
 }
@@ -504,38 +488,19 @@ fn mysql_rows_dripped_without_end_end_with_the_budget() {
         Pace::Units(Duration::from_millis(50)),
         Pace::Bytes(Duration::from_millis(500)),
     ];
-    let serve = |pace| fake_mysql(MyRows::Endless(pace));
+    let serve = |pace| fake_mysql(Rows::Endless(pace));
     rows_dripped_without_end_end_with_the_budget("mysql", paces, serve, my_url);
 }
 
 #[test]
 fn mysql_a_signal_ends_a_run_while_rows_drip() {
-    for (sig, args) in [
-        (libc::SIGTERM, &["run", "-n", "e", "--", "true"][..]),
-        (libc::SIGINT, &["run", "e", "--", "true"]),
-    ] {
-        let (port, began) = fake_mysql(MyRows::Endless(Pace::Units(Duration::from_millis(50))));
-        let cmd = dlock_on("mysql", &my_url(port), "30s", args);
-        ends_promptly_on(&format!("{sig} {args:?}"), sig, &began, cmd);
-    }
+    a_signal_ends_a_run_while_rows_drip("mysql", fake_mysql, my_url);
 }
 
 /// A one-column row where dlock's statements select several (the definers' query first): 69, one
 /// line, no panic.
 #[test]
 fn mysql_rows_of_the_wrong_shape_fail_in_one_line() {
-    let (port, _) = fake_mysql(MyRows::OneColumn);
-    for args in [
-        &["status", "e"][..],
-        &["list"],
-        &["run", "-n", "e", "--", "true"],
-    ] {
-        let cmd = dlock_on("mysql", &my_url(port), "20s", args);
-        gives_up(
-            &format!("{args:?}"),
-            cmd,
-            Duration::from_secs(10),
-            "unexpected answer",
-        );
-    }
+    let (port, _) = fake_mysql(Rows::OneColumn);
+    rows_of_the_wrong_shape_fail_in_one_line("mysql", &my_url(port));
 }

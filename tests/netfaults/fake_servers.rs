@@ -68,6 +68,7 @@ fn signals_end_a_connection_to_a_silent_server_at_once_on_every_backend() {
         ("postgres", "postgres", "/dlock"),
         ("mysql", "mysql", "/dlock"),
         ("etcd", "etcd", ""),
+        ("elasticsearch", "elasticsearch", ""),
     ] {
         for (sig, wait) in [(libc::SIGTERM, &[][..]), (libc::SIGINT, &["-n"][..])] {
             // A listener of its own each time: nothing a former run left in its backlog.

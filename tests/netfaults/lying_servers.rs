@@ -17,22 +17,34 @@ pub(super) const SERVER_LIFE: Duration = Duration::from_secs(40);
 /// dlock's address space under test: far below the gigabyte a forged length asks for.
 const ADDRESS_SPACE: &str = "--as=536870912";
 
-/// A loopback server that, for each connection (the first 10), reads what the client sends first
-/// (for `first_read`: a client that speaks first), then writes `answer`, `pace` apart per byte
-/// (all at once for zero), and keeps the connection open until the client closes it or
-/// `SERVER_LIFE` has passed. Each connection is reported on the channel once its first byte went.
-fn fake(first_read: bool, answer: Vec<u8>, pace: Duration) -> (u16, mpsc::Receiver<()>) {
+/// A loopback server whose connections (the first 10) `talk` handles, each on a thread of its
+/// own (reads from it time out after `SERVER_LIFE`), with a channel on which `talk` reports.
+pub(super) fn serve<F>(talk: F) -> (u16, mpsc::Receiver<()>)
+where
+    F: Fn(TcpStream, &mpsc::Sender<()>) + Clone + Send + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for conn in listener.incoming().take(10) {
             let Ok(conn) = conn else { continue };
-            let (answer, tx) = (answer.clone(), tx.clone());
-            std::thread::spawn(move || talk(conn, first_read, &answer, pace, &tx));
+            let (talk, tx) = (talk.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let _ = conn.set_read_timeout(Some(SERVER_LIFE));
+                talk(conn, &tx);
+            });
         }
     });
     (port, rx)
+}
+
+/// A loopback server that, for each connection, reads what the client sends first (for
+/// `first_read`: a client that speaks first), then writes `answer`, `pace` apart per byte (all at
+/// once for zero), and keeps the connection open until the client closes it or `SERVER_LIFE` has
+/// passed. Each connection is reported on the channel once its first byte went.
+fn fake(first_read: bool, answer: Vec<u8>, pace: Duration) -> (u16, mpsc::Receiver<()>) {
+    serve(move |conn, tx| talk(conn, first_read, &answer, pace, tx))
 }
 
 fn talk(
@@ -251,14 +263,7 @@ fn refused_at_once(out: &std::process::Output, took: Duration, port: u16, why: &
 /// each reply on its way to the client, gives up on the server at once and says why, in one line.
 #[test]
 fn a_forged_zookeeper_list_count_fails_at_once_without_allocating_it() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(10) {
-            let Ok(conn) = conn else { continue };
-            std::thread::spawn(move || lying_zookeeper(conn));
-        }
-    });
+    let (port, _) = serve(|conn, _| lying_zookeeper(conn));
     for args in [&["status", "f"][..], &["run", "f", "--", "true"], &["list"]] {
         let mut cmd = dlock();
         cmd.args([
@@ -284,14 +289,7 @@ fn a_forged_zookeeper_list_count_fails_at_once_without_allocating_it() {
 /// never sent): dlock gives up on it at once with 69, naming it, not with an internal error (70).
 #[test]
 fn a_zookeeper_reply_to_no_request_fails_at_once_in_one_line() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(10) {
-            let Ok(conn) = conn else { continue };
-            std::thread::spawn(move || zookeeper(conn, Lie::Xid));
-        }
-    });
+    let (port, _) = serve(|conn, _| zookeeper(conn, Lie::Xid));
     for args in [
         &["status", "f"][..],
         &["run", "-n", "f", "--", "true"],

@@ -2,14 +2,16 @@
 //! holder renews (`redis`, `zk`), servers that accept and never answer, answer slowly or speak
 //! something else (`fake_servers`), and Redis ACL users without the permissions dlock needs; SQL
 //! and Redis servers that drip a greeting or forge a length (`lying_servers`); servers that answer
-//! without end, slowly, or with rows of the wrong shape (`endless_servers`), Cluster seeds and sentinels
-//! among them (`endless_seeds`); a holder cut off
+//! without end, slowly, or with rows of the wrong shape (`endless_servers`), Cluster seeds and
+//! sentinels among them (`endless_seeds`), an HTTP node's too (`endless_http`); a holder cut off
 //! from its server on every network store (`partition`); a server answering "not now" while a
 //! waiter waits (`not_now`); a waiter whose server stops or freezes, ended in time by its deadline
 //! or a signal (`bounds`); an etcd server back after an outage, noticed in time, and a fake etcd answering a lease TTL of
 //! i64::MAX or below zero (`etcd`).
 
 mod bounds;
+#[cfg(feature = "elasticsearch")]
+mod endless_http;
 #[cfg(feature = "redis")]
 mod endless_seeds;
 mod endless_servers;

@@ -6,6 +6,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+#[cfg(feature = "elasticsearch")]
+mod backend;
+#[cfg(feature = "elasticsearch")]
+mod secure;
+
 use crate::support::opensearch_server::OpenSearchServer;
 
 /// An index of one shard and no replica: a single node holds all of it, and its cluster stays

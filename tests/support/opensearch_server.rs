@@ -325,3 +325,27 @@ fn still_good(kept: &Path, pom: &Path) -> Option<String> {
     let jars = jars.trim();
     (!jars.is_empty() && jars.split(':').all(|jar| Path::new(jar).is_file())).then(|| jars.into())
 }
+
+/// The fault checker pauses the node (SIGSTOP of the JVM) and crashes it (SIGKILL, then a start on
+/// the same port and data).
+impl super::sql_server::Pausable for OpenSearchServer {
+    fn pause(&self) {
+        OpenSearchServer::pause(self);
+    }
+
+    fn resume(&self) {
+        OpenSearchServer::resume(self);
+    }
+
+    fn restart(&mut self) {
+        self.restart_keeping_data();
+    }
+}
+
+impl super::target::Target {
+    /// dlock on a private OpenSearch node, in its default index, for faults.
+    pub fn elasticsearch_backend() -> super::target::Target {
+        let node = OpenSearchServer::start();
+        super::target::Target::on_private_sql(super::target::Kind::Elasticsearch, node.port(), node)
+    }
+}

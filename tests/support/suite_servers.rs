@@ -151,6 +151,32 @@ impl Target {
     }
 }
 
+impl Target {
+    /// The Elasticsearch backend on the suite's OpenSearch node, in an index of its own.
+    pub fn suite_elasticsearch() -> Target {
+        let node = super::opensearch_server::OpenSearchServer::shared();
+        let index = format!("contract-{}", next_namespace());
+        // Made here, as dlock makes it on first use: a scenario's first run then costs what any
+        // run costs, not a change of the cluster's state on a loaded node.
+        let settings = r#"{"settings": {"number_of_shards": 1, "auto_expand_replicas": "0-1"},
+            "mappings": {"dynamic": false, "properties": {"name": {"type": "keyword"}}}}"#;
+        let (status, json) = node.json("PUT", &format!("/{index}"), Some(settings));
+        assert_eq!(status, 200, "make index {index}: {json}");
+        Target {
+            args: vec![
+                "--backend".into(),
+                "elasticsearch".into(),
+                "--url".into(),
+                format!("elasticsearch://127.0.0.1:{}/{index}", node.port()),
+            ],
+            kind: Kind::Elasticsearch,
+            ports: vec![node.port()],
+            servers: vec![],
+            scratch: LockDir::new(),
+        }
+    }
+}
+
 /// A gRPC proxy in front of the suite's etcd that keeps one target's keys under a prefix of its
 /// own; ended (with its reaper) when its target is dropped.
 struct EtcdNamespace {

@@ -112,6 +112,7 @@ impl Target {
             Kind::Postgres => "postgres",
             Kind::Etcd => "etcd",
             Kind::Mysql => "mysql",
+            Kind::Elasticsearch => "elasticsearch",
         }
     }
 
@@ -154,7 +155,7 @@ impl Target {
         let sixths = match self.kind {
             Kind::File => 6,
             Kind::Redis if self.ports.len() == 1 => 4,
-            Kind::Zk | Kind::Postgres | Kind::Etcd | Kind::Mysql => 2,
+            Kind::Zk | Kind::Postgres | Kind::Etcd | Kind::Mysql | Kind::Elasticsearch => 2,
             Kind::Redis => 1,
         };
         (rounds * sixths / 6).max(1)
@@ -177,6 +178,7 @@ pub enum Kind {
     Postgres,
     Etcd,
     Mysql,
+    Elasticsearch,
 }
 
 impl Kind {
@@ -221,6 +223,16 @@ impl Kind {
                     super::mysql_server::DATABASE
                 ),
             ],
+            // The default index, `dlock`, of a node of the test's own.
+            Kind::Elasticsearch => {
+                let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+                vec![
+                    "--backend".into(),
+                    "elasticsearch".into(),
+                    "--url".into(),
+                    format!("elasticsearch://{}", hosts.join(",")),
+                ]
+            }
             Kind::Etcd => {
                 let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
                 vec![

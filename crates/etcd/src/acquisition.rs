@@ -18,7 +18,7 @@ use super::lease::{EtcdLease, Keeper};
 use super::naming::{key, prefix};
 use super::place::Place;
 use super::recipe::{kind_of, owners, verdict, Kind, Verdict};
-use super::record::{value_of, Entry};
+use super::record::{value_of, value_with_token, Entry};
 use super::rpc::{Compare, KeyValue, RangeRequest, RangeResponse, RequestOp, TxnRequest};
 use super::runs::OurRun;
 use super::CLEANUP_TIMEOUT;
@@ -239,7 +239,9 @@ impl Acquisition {
                 .write(&self.conn, &key, revision, place.token)
                 .await;
         }
-        let kept = match keep(&self.conn, &place, &self.request, value_of(&self.request)).await {
+        let token = u64::try_from(place.token).ok();
+        let record = value_with_token(&self.request, token);
+        let kept = match keep(&self.conn, &place, &self.request, record).await {
             Ok(kept) => kept,
             Err(fault) => {
                 self.leave(&place).await;

@@ -5,7 +5,7 @@
 //! `%`, spaces or control characters), so `etcdctl lock /dlock/NAME` takes the same lock. Each
 //! holder or waiter is one key under it, named by its lease in hex and attached to that lease; the
 //! keys queue by create revision (first come, first served). The key's value is the holder record
-//! (`OWNER MODE 0 SINCE PID HOST`); etcdctl's keys are empty, exclusive holders. Beside the prefix,
+//! (`OWNER MODE TOKEN SINCE PID HOST`, record.rs); etcdctl's keys are empty, exclusive holders. Beside the prefix,
 //! `/dlock/NAME:last-run` and `/dlock/NAME:last-success` keep the record of the lock's last run and
 //! last success (runs.rs).
 //!
@@ -14,8 +14,9 @@
 //! dlock's shared holders and seats too. A waiter watches only the key it waits for (one wake-up
 //! per release); a seat watches the prefix for deletions.
 //!
-//! The fencing token is the key's create revision: etcd orders every write, so a later key has a
-//! larger one, under any name.
+//! The fencing token is the key's create revision, or for a key granted after it waited the
+//! revision of a write made at its grant (`Acquisition::take_token`): etcd orders every write, so a
+//! later grant has a larger one, under any name. `status` shows the same (record.rs).
 //!
 //! The lease is one etcd lease per acquisition, of `--ttl` rounded up to whole seconds, kept alive
 //! by `renew` (and while waiting); the server deletes the key when it expires.

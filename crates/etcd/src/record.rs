@@ -1,6 +1,9 @@
-//! What a key under a lock's prefix stands for: dlock writes `OWNER MODE 0 SINCE PID HOST` into
-//! its keys (the holder record every backend shares, its token field unused: the token is the key's
-//! create revision); etcd's own mutex (`etcdctl lock`) writes an empty value, an exclusive holder.
+//! What a key under a lock's prefix stands for: dlock writes `OWNER MODE TOKEN SINCE PID HOST` into
+//! its keys (the holder record every backend shares); etcd's own mutex (`etcdctl lock`) writes an
+//! empty value, an exclusive holder. TOKEN is 0 until the holder's token is known, and then the
+//! token is the key's last write: its creation for a key that owned the lock at once, the write
+//! that took the grant (`Acquisition::take_token`) for one that waited. A key written again once
+//! the token is known (`--min-hold`'s moves, kept.rs) says it in TOKEN.
 //! Values come from any client of the server, so each is parsed and checked; what does not read is
 //! an unreadable holder that still counts, as exclusive unless it names another mode. A key that
 //! `--min-hold` keeps (kept.rs) has a second line, `kept LEASE UNTIL_MS HOLD_MS[ ended]`, written
@@ -27,6 +30,11 @@ pub(super) struct Entry {
 
 /// The value dlock writes into the key of `request`, by this process, now.
 pub(super) fn value_of(request: &LockRequest) -> String {
+    value_with_token(request, None)
+}
+
+/// `value_of`, saying the holder's `token` (none: not known yet, the key's last write is).
+pub(super) fn value_with_token(request: &LockRequest, token: Option<u64>) -> String {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| UNIX_EPOCH + std::time::Duration::from_secs(d.as_secs()))
@@ -37,7 +45,7 @@ pub(super) fn value_of(request: &LockRequest) -> String {
         pid: Some(std::process::id()),
         owner: request.owner.clone(),
         since,
-        token: None,
+        token,
         unreadable: None,
         message: request.message.clone(),
         expires_at: None,
@@ -51,6 +59,8 @@ impl Entry {
     pub(super) fn of(kv: &KeyValue) -> Entry {
         let create_revision = kv.create_revision;
         let token = u64::try_from(create_revision).ok();
+        // Of a key dlock wrote whose value names no token: see the module's comment.
+        let last_write = u64::try_from(kv.mod_revision).ok();
         let lease = format!("{:x}", kv.lease);
         let (value, kept) = match std::str::from_utf8(&kv.value) {
             Ok(text) => {
@@ -80,8 +90,8 @@ impl Entry {
             Ok(text) => match text.split_once(' ') {
                 Some((owner, record)) => {
                     let mut holder = Holder::from_record(owner, record);
-                    if holder.unreadable.is_none() {
-                        holder.token = token;
+                    if holder.unreadable.is_none() && holder.token == Some(0) {
+                        holder.token = last_write;
                     }
                     holder
                 }

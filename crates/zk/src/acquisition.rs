@@ -10,7 +10,7 @@ use zookeeper_client as zk;
 use super::ensemble_clock::EnsembleClock;
 use super::lease::ZkLease;
 use super::naming::uuid;
-use super::recipe::{companion_kind, companion_name, kind_of};
+use super::recipe::{companion_kind, companion_name, grant_node, kind_of};
 use super::record::{holders, NodeData};
 use super::session::{is_connection_loss, retrying, Session};
 use super::MAX_RETRIES;
@@ -206,29 +206,32 @@ impl Acquisition {
         Ok((stat.czxid.max(0) as Token, stat))
     }
 
-    /// The token of a node granted after it waited: the zxid of a write made now. A node's
-    /// creation zxid orders the line, but a waiter can be passed (a `--shared` node that joined
-    /// later gets in beside a seat holder while an earlier seat waits), and holders granted at
-    /// one release start in any order: a token taken at the grant is above every one taken
-    /// before. The write makes a node beside ours and removes it: `grant.SEQUENCE.x` ends in no
-    /// sequence number (dlock ignores it), names no recipe's pattern (kazoo ignores it) and sorts
-    /// after every sequence number (Curator never waits for it). A write to our own node would
-    /// wake the waiter that watches it.
-    pub(super) async fn take_token(&self, node: &str) -> anyhow::Result<Token> {
-        let sequence = &node[node.len().saturating_sub(10)..];
-        let probe = format!("{}/grant.{sequence}.x", self.dir);
+    /// The token of a node granted after it waited: the zxid of a write made now, and the path of
+    /// the node that write made. A node's creation zxid orders the line, but a waiter can be
+    /// passed (a `--shared` node that joined later gets in beside a seat holder while an earlier
+    /// seat waits), and holders granted at one release start in any order: a token taken at the
+    /// grant is above every one taken before. The write makes a node beside ours, which stays
+    /// while we hold so that `status` shows this token (record.rs, `grant_node`); the lease
+    /// deletes it at release, and it goes with the session at the latest. `grant.SEQUENCE.x` ends
+    /// in no sequence number (dlock ignores it), names no recipe's pattern (kazoo ignores it) and
+    /// sorts after every sequence number (Curator never waits for it). A write to our own node
+    /// would wake the waiter that watches it.
+    pub(super) async fn take_token(&self, node: &str) -> anyhow::Result<(Token, String)> {
+        let probe = format!("{}/{}", self.dir, grant_node(node));
         let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&self.session.acls.lock));
         let (stat, _) = retrying(|| self.client().create(&probe, &[], &options))
             .await
             .map_err(|e| self.fail(e, "cannot take the token of the grant"))?;
-        let _ = retrying(|| self.client().delete(&probe, None)).await;
         match stat.czxid {
-            zxid if !stat.is_invalid() && zxid > 0 => Ok(zxid as Token),
+            zxid if !stat.is_invalid() && zxid > 0 => Ok((zxid as Token, probe)),
             // A server before 3.5 answers a create with no stat.
-            _ => Err(anyhow!(
-                "the ZooKeeper server gave no zxid for a node it made (3.5 or newer is needed)"
-            ))
-            .fail_with(Failure::BackendUnavailable),
+            _ => {
+                self.session.discard(&probe).await;
+                Err(anyhow!(
+                    "the ZooKeeper server gave no zxid for a node it made (3.5 or newer is needed)"
+                ))
+                .fail_with(Failure::BackendUnavailable)
+            }
         }
     }
 

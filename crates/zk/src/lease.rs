@@ -49,6 +49,9 @@ pub(super) struct ZkLease {
     companion: Option<String>,
     /// This run's record (runs.rs), for the release to end (boxed: a lease is moved about).
     run: Option<Box<OurRun>>,
+    /// The node that took our token at the grant, for a node that waited (acquisition.rs,
+    /// `take_token`): it stays while we hold, for `status`, and goes at release.
+    grant: Option<String>,
 }
 
 impl ZkLease {
@@ -67,6 +70,12 @@ impl ZkLease {
             self.watchers.push(self.session.runtime.spawn(task));
             self.companion = Some(path);
         }
+        self
+    }
+
+    /// A lease whose token the node at `grant` took (none: our node's creation did).
+    pub(super) fn granted_beside(mut self, grant: Option<String>) -> ZkLease {
+        self.grant = grant;
         self
     }
 
@@ -119,6 +128,7 @@ impl ZkLease {
             kept: None,
             companion: None,
             run: None,
+            grant: None,
         }
     }
 }
@@ -298,13 +308,20 @@ impl Lease for ZkLease {
         let closing = Arc::get_mut(&mut self.session).and_then(|s| s.client.take());
         let session = &self.session;
         let (path, run, ending) = (&self.path, self.run.as_deref(), end.ending);
-        let companion = self.companion.as_deref();
+        let (companion, grant) = (self.companion.as_deref(), self.grant.as_deref());
         let result = session.runtime.block_on(async move {
             let states = closing.as_ref().map(zk::Client::state_watcher);
             let answer = {
                 let client = closing.as_ref().unwrap_or_else(|| session.client());
                 let release = delete_ending(client, path, companion, run, ending);
-                tokio::time::timeout(CLEANUP_TIMEOUT, release).await
+                // Sent right behind the release's requests: no round trip more.
+                let grant = async {
+                    if let Some(grant) = grant {
+                        let _ = client.delete(grant, None).await;
+                    }
+                };
+                let both = async { tokio::join!(release, grant).0 };
+                tokio::time::timeout(CLEANUP_TIMEOUT, both).await
             };
             if let Some(mut states) = states {
                 drop(closing);

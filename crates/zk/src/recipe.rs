@@ -186,6 +186,13 @@ pub(super) fn kept_name(uuid: &str, kind: &str) -> String {
     format!("{KEPT_PREFIX}{uuid}-{kind}{KEPT_NUMBER}")
 }
 
+/// The node beside the node `name` that took its token at its grant (acquisition.rs,
+/// `take_token`): `grant.SEQUENCE.x`, SEQUENCE being the last 10 characters of `name`.
+pub(super) fn grant_node(name: &str) -> String {
+    let sequence = name.get(name.len().saturating_sub(10)..).unwrap_or(name);
+    format!("grant.{sequence}.x")
+}
+
 /// Whether `name` is a kept node.
 pub(super) fn is_kept(name: &str) -> bool {
     name.starts_with(KEPT_PREFIX)

@@ -14,7 +14,8 @@ use zookeeper_client as zk;
 
 use super::ensemble_clock::{ask_ensemble, ensemble_now_ms, EnsembleClock};
 use super::recipe::{
-    curator_mutex_first, is_kept, kept_to_judge, kept_with_companion, owners, queue, Child, Kind,
+    curator_mutex_first, grant_node, is_kept, kept_to_judge, kept_with_companion, owners, queue,
+    Child, Kind,
 };
 use super::semaphores::semaphores;
 use super::session::{is_connection_loss, retrying, Session};
@@ -307,7 +308,7 @@ async fn read_queue(
         }
         None => (queue(&names), None),
     };
-    let present = read_nodes(session, dir, &candidates).await?;
+    let present = read_nodes(session, dir, &candidates, &listed).await?;
     // The kept nodes whose holders have ended, ahead of the queue.
     let standing: Vec<&KeptNode> = kept
         .iter()
@@ -366,19 +367,39 @@ fn limit_in(data: &NodeData) -> Option<u32> {
 }
 
 /// The data of `queue`'s nodes in one multi-read (a consistent view); a node gone between the
-/// listing and the read no longer holds anything and is left out.
+/// listing and the read no longer holds anything and is left out. The stat of a node that took
+/// its token at its grant (its grant node among `listed`: acquisition.rs, `take_token`) says that
+/// token as its `czxid`, read in the same request, so that a holder is shown with the token it got.
 async fn read_nodes(
     session: &Session,
     dir: &str,
     queue: &[Child],
+    listed: &[String],
 ) -> anyhow::Result<Vec<(Child, Vec<u8>, zk::Stat)>> {
-    let names: Vec<&str> = queue.iter().map(|c| c.name.as_str()).collect();
-    let read = read_children(session, dir, &names).await?;
-    Ok(queue
+    let grants: Vec<Option<String>> = queue
         .iter()
-        .zip(read)
-        .filter_map(|(child, node)| node.map(|(data, stat)| (child.clone(), data, stat)))
-        .collect())
+        .map(|child| Some(grant_node(&child.name)).filter(|g| listed.contains(g)))
+        .collect();
+    let names: Vec<&str> = queue
+        .iter()
+        .map(|c| c.name.as_str())
+        .chain(grants.iter().flatten().map(String::as_str))
+        .collect();
+    let mut read = read_children(session, dir, &names).await?.into_iter();
+    let nodes: Vec<_> = read.by_ref().take(queue.len()).collect();
+    let mut present = Vec::new();
+    for ((child, node), grant) in queue.iter().zip(nodes).zip(&grants) {
+        let granted = grant.as_ref().and_then(|_| read.next()).flatten();
+        if let Some((data, mut stat)) = node {
+            if let Some((_, grant)) = granted {
+                if grant.czxid > 0 {
+                    stat.czxid = grant.czxid;
+                }
+            }
+            present.push((child.clone(), data, stat));
+        }
+    }
+    Ok(present)
 }
 
 /// The data and stat of the children `names` of `dir`, in one multi-read (a consistent view),

@@ -115,9 +115,12 @@ impl Acquisition {
             let (verdict, in_line) = self.judge(&listing, node)?;
             let ahead = match verdict {
                 Verdict::Owns => {
-                    let token = match waited {
-                        true => self.take_token(node).await?,
-                        false => token,
+                    let (token, grant) = match waited {
+                        true => {
+                            let (token, grant) = self.take_token(node).await?;
+                            (token, Some(grant))
+                        }
+                        false => (token, None),
                     };
                     // The run's record and the watch on our companion go out with the watch on
                     // our node (when that needs a request): one round trip for all.
@@ -128,6 +131,9 @@ impl Acquisition {
                     let Some(watcher) = watched? else {
                         // Deleted under us: the next look reports it.
                         run.end_now(&self.session, Ending::Lost).await;
+                        if let Some(grant) = &grant {
+                            self.session.discard(grant).await;
+                        }
                         listing = self.list().await?;
                         continue;
                     };
@@ -140,7 +146,8 @@ impl Acquisition {
                     let lease = ZkLease::start(self.session.clone(), own_path, token, ttl, watcher)
                         .keeping(kept)
                         .recording(run)
-                        .pairing(companion);
+                        .pairing(companion)
+                        .granted_beside(grant);
                     return Ok(Outcome::Acquired(lease));
                 }
                 Verdict::Watch(other) => Some(self.path(&other)),

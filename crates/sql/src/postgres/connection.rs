@@ -47,10 +47,10 @@ pub struct Conn {
     schema_made: bool,
     /// When to give up a connection being made.
     stop: Stop,
-    /// The `generation` whose objects were found trusted (`recipe::Guard`), and whether its
+    /// The `generation` whose objects were found trusted (`guard::Guard`), and whether its
     /// functions were too (not only its tables).
     trusted: Option<(u64, bool)>,
-    /// The schema of dlock's objects (`recipe::Recipe::schema`), found on the first connection and
+    /// The schema of dlock's objects (`guard::Guard::schema`), found on the first connection and
     /// kept after a reconnect (its owner checked again there), and the last `generation` it was
     /// checked on.
     schema: Option<(u64, Schema)>,
@@ -78,6 +78,11 @@ pub fn lock(shared: &Shared) -> MutexGuard<'_, Conn> {
 
 /// Why a call failed; a refusal's code is the server's SQLSTATE.
 pub type Fault = crate::Fault<String>;
+
+/// An answer of another shape than `what` has.
+pub fn odd(what: &str) -> Fault {
+    Fault::Unreachable(format!("unexpected answer from the server ({what})"))
+}
 
 impl Fault {
     /// A table, column or function of dlock's that is not there yet (tables an older dlock made,

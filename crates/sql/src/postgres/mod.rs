@@ -69,6 +69,7 @@ use recipe::{Entry, Me, Recipe, Reply};
 
 mod address;
 mod connection;
+mod guard;
 mod lease;
 mod recipe;
 mod rows;

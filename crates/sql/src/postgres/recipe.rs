@@ -1,7 +1,8 @@
 //! The statements dlock sends (the `.sql` files beside this one, with the table prefix filled
 //! in, and as `{s}` the schema of dlock's objects, found on the first connection), each one round
 //! trip (`query_typed`: no separate prepare; a transaction of several is sent at once), and what
-//! their rows mean. Those that end a run are in `ending`.
+//! their rows mean. Those that end a run are in `ending`; the checks sent before them, of the
+//! schema's and the objects' owners, are in `guard`.
 
 mod ending;
 
@@ -10,7 +11,8 @@ use std::time::Duration;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
 
-use super::connection::{Conn, Fault, Schema};
+use super::connection::{odd, Conn, Fault};
+use super::guard::{in_schema, Check, Guard};
 use super::rows::entry_of;
 pub use super::rows::{holders_of, Entry};
 use crate::runs::{self, Started};
@@ -42,38 +44,9 @@ pub struct Recipe {
     run_names: String,
     /// The prefix of each waiter's notification channel (`PREFIX` + owner id).
     channel: String,
-    /// Sent first in a connection's first transaction: refuses objects of untrusted roles
-    /// (`untrusted.sql`); `tables_guard` when the call uses no function of dlock's.
+    /// What every call goes through: the schema's and the objects' owners checked first.
     guard: Guard,
-    tables_guard: Guard,
-    /// Sent alone, first on a connection: the schema of dlock's objects, and whether its owner is
-    /// trusted (`schema_owner.sql`).
-    schema_owner: String,
 }
-
-/// `untrusted.sql` (or `untrusted_tables.sql`) and the roles the URL names as trusted (`owner=`),
-/// its `$1`.
-#[derive(Clone)]
-pub struct Guard {
-    sql: String,
-    trusted: Vec<String>,
-}
-
-/// The functions dlock calls (each version it creates), which `untrusted.sql` checks.
-const FUNCTIONS: [&str; 6] = [
-    "kind_v2",
-    "acquire_v4",
-    "wake_v2",
-    "release_v3",
-    "leave_v2",
-    "break_v3",
-];
-
-/// The marker `untrusted.sql` puts before its finding, read back from the server's error.
-const UNTRUSTED: &str = "dlock-untrusted: ";
-
-/// What `untrusted_tables.sql` answers when a table has a trigger: then `untrusted.sql` decides.
-const TRIGGERS: &str = "dlock-triggers: ";
 
 /// What an acquisition attempt found.
 pub enum Reply {
@@ -101,7 +74,6 @@ pub struct Me {
 impl Recipe {
     pub fn new(prefix: &str, trusted: &[String]) -> Recipe {
         let fill = |sql: &str| runs::fill(&sql.replace("{p}", prefix));
-        let functions: Vec<String> = FUNCTIONS.iter().map(|f| format!("'{prefix}{f}'")).collect();
         Recipe {
             lock_count: fill(include_str!("lock_count.sql")),
             acquire_free: fill(include_str!("acquire_free.sql")),
@@ -122,130 +94,8 @@ impl Recipe {
                 &(dlock_core::backend::MAX_LISTED_RUNS + 1).to_string(),
             ),
             channel: prefix.to_owned(),
-            guard: Guard {
-                sql: fill(include_str!("untrusted.sql"))
-                    .replace("{functions}", &functions.join(", ")),
-                trusted: trusted.to_vec(),
-            },
-            tables_guard: Guard {
-                sql: fill(include_str!("untrusted_tables.sql")),
-                trusted: trusted.to_vec(),
-            },
-            schema_owner: include_str!("schema_owner.sql").to_owned(),
+            guard: Guard::new(prefix, trusted),
         }
-    }
-
-    /// `conn.call` (`creating`: `call_creating`) of `op`, which is handed a guard when this
-    /// connection has not passed one yet: then `op` sends it first in its transaction (see
-    /// `read_committed`), so that nothing of a role dlock does not trust runs before the check.
-    /// `functions`: `op` calls dlock's functions, whose owners are checked too (with the triggers
-    /// on the tables); else only the tables' owners are, unless a table has a trigger.
-    ///
-    /// `op` is also handed the schema of dlock's objects (quoted), found first on a new connection
-    /// (`schema`), for the `{s}` of its statements (`in_schema`).
-    fn run<T, F, Fut>(
-        &self,
-        conn: &mut Conn,
-        budget: Duration,
-        creating: bool,
-        functions: bool,
-        op: F,
-    ) -> Result<T, Fault>
-    where
-        F: Fn(std::sync::Arc<Client>, Option<Guard>, &str) -> Fut,
-        Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
-    {
-        let schema = self.schema(conn, budget)?;
-        let mut full = functions;
-        loop {
-            let guard = match (conn.trusted(full), full) {
-                (true, _) => None,
-                (false, true) => Some(&self.guard),
-                (false, false) => Some(&self.tables_guard),
-            };
-            let guard = guard.map(|g| Guard {
-                sql: in_schema(&g.sql, &schema),
-                trusted: g.trusted.clone(),
-            });
-            let call = |client| op(client, guard.clone(), &schema);
-            let result = if creating {
-                conn.call_creating(budget, call)
-            } else {
-                conn.call(budget, call)
-            };
-            return match result {
-                Ok(value) => {
-                    if guard.is_some() {
-                        conn.mark_trusted(full);
-                    }
-                    Ok(value)
-                }
-                // A table has a trigger: the whole check, in the same call again (the
-                // transaction was aborted before anything in it ran).
-                Err(Fault::Refused { message, .. }) if message.contains(TRIGGERS) && !full => {
-                    full = true;
-                    continue;
-                }
-                Err(Fault::Refused { message, .. }) if message.contains(UNTRUSTED) => {
-                    Err(Fault::Refused {
-                        code: "untrusted".into(),
-                        message: untrusted(&message, &self.guard.trusted),
-                    })
-                }
-                Err(f) => Err(f),
-            };
-        }
-    }
-
-    /// The schema of dlock's objects on `conn` (quoted), found on its first connection
-    /// (`schema_owner.sql`): the session's current schema, refused unless a role dlock trusts owns
-    /// it. Found before anything else is sent, and never again: a schema made later, earlier in
-    /// the search path, changes nothing. A new connection (a reconnect, maybe to another server)
-    /// checks the owner of that same schema again.
-    fn schema(&self, conn: &mut Conn, budget: Duration) -> Result<String, Fault> {
-        if let Some(schema) = conn.schema() {
-            return Ok(schema.to_owned());
-        }
-        let (sql, trusted) = (&self.schema_owner, &self.guard.trusted);
-        let found = conn.found_schema().map(str::to_owned);
-        let rows = conn.call(budget, |client| async move {
-            let params: [(&(dyn ToSql + Sync), Type); 2] =
-                [(trusted, Type::TEXT_ARRAY), (&found, Type::TEXT)];
-            client.query_typed(sql, &params).await
-        })?;
-        let refused = |message: String| Fault::Refused {
-            code: "schema".into(),
-            message,
-        };
-        let Some(row) = rows.first() else {
-            return Err(refused(
-                "no schema of the search path exists (dlock's tables are made in its first)".into(),
-            ));
-        };
-        let schema: String = row.try_get(0).map_err(|_| odd("schema"))?;
-        let owner: String = row.try_get(1).map_err(|_| odd("schema"))?;
-        let trusted: bool = row.try_get(2).map_err(|_| odd("schema"))?;
-        let name: String = row.try_get(3).map_err(|_| odd("schema"))?;
-        if !trusted {
-            return Err(Fault::Refused {
-                code: "untrusted".into(),
-                message: refusal(
-                    &format!("schema {schema} belongs to {owner}"),
-                    &self.guard.trusted,
-                ),
-            });
-        }
-        // Also written inside string literals (`'{s}.{p}locks'::regclass`).
-        if schema.contains('\'') {
-            return Err(refused(format!(
-                "the schema of dlock's tables, {schema}, has a quote in its name"
-            )));
-        }
-        conn.set_schema(Schema {
-            name,
-            quoted: schema.clone(),
-        });
-        Ok(schema)
     }
 
     /// The channel a waiter with `owner` listens on (owner ids are hex: a plain name).
@@ -273,48 +123,51 @@ impl Recipe {
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
         let listen = listen.map(|c| format!("LISTEN \"{c}\""));
         let tail = runs::tail(request);
-        let row = self.run(conn, budget, true, true, |client, guard, schema| {
-            let listen = listen.clone();
-            let (name, owner, mode, host) = (
-                request.name.as_str().to_owned(),
-                request.owner.clone(),
-                mode.clone(),
-                me.host.clone(),
-            );
-            let (pid, sql, message) = (
-                me.pid,
-                in_schema(&self.acquire, schema),
-                request.message.clone(),
-            );
-            let tail = tail.clone();
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 11] = [
-                    (&name, Type::TEXT),
-                    (&owner, Type::TEXT),
-                    (&mode, Type::TEXT),
-                    (&limit, Type::INT4),
-                    (&ttl_ms, Type::INT8),
-                    (&pid, Type::INT8),
-                    (&host, Type::TEXT),
-                    (&queue, Type::BOOL),
-                    (&ticket, Type::INT8),
-                    (&message, Type::TEXT),
-                    (&tail, Type::TEXT),
-                ];
-                let attempt = read_committed(&client, guard.as_ref(), None, &sql, &params);
-                let rows = match &listen {
-                    // Pipelined: the LISTEN is in force before the attempt runs, so no wake-up
-                    // sent after the attempt can be missed.
-                    Some(listen) => {
-                        let (listened, rows) = tokio::join!(client.batch_execute(listen), attempt);
-                        listened?;
-                        rows?
-                    }
-                    None => attempt.await?,
-                };
-                Ok(rows)
-            }
-        })?;
+        let row = self
+            .guard
+            .run(conn, budget, true, true, |client, guard, schema| {
+                let listen = listen.clone();
+                let (name, owner, mode, host) = (
+                    request.name.as_str().to_owned(),
+                    request.owner.clone(),
+                    mode.clone(),
+                    me.host.clone(),
+                );
+                let (pid, sql, message) = (
+                    me.pid,
+                    in_schema(&self.acquire, schema),
+                    request.message.clone(),
+                );
+                let tail = tail.clone();
+                async move {
+                    let params: [(&(dyn ToSql + Sync), Type); 11] = [
+                        (&name, Type::TEXT),
+                        (&owner, Type::TEXT),
+                        (&mode, Type::TEXT),
+                        (&limit, Type::INT4),
+                        (&ttl_ms, Type::INT8),
+                        (&pid, Type::INT8),
+                        (&host, Type::TEXT),
+                        (&queue, Type::BOOL),
+                        (&ticket, Type::INT8),
+                        (&message, Type::TEXT),
+                        (&tail, Type::TEXT),
+                    ];
+                    let attempt = read_committed(&client, guard.as_ref(), None, &sql, &params);
+                    let rows = match &listen {
+                        // Pipelined: the LISTEN is in force before the attempt runs, so no wake-up
+                        // sent after the attempt can be missed.
+                        Some(listen) => {
+                            let (listened, rows) =
+                                tokio::join!(client.batch_execute(listen), attempt);
+                            listened?;
+                            rows?
+                        }
+                        None => attempt.await?,
+                    };
+                    Ok(rows)
+                }
+            })?;
         let Some(row) = row.first() else {
             return Err(odd("no answer from acquire"));
         };
@@ -342,31 +195,33 @@ impl Recipe {
     ) -> Result<Option<Reply>, Fault> {
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
         let tail = runs::tail(request);
-        let rows = self.run(conn, budget, true, false, |client, guard, schema| {
-            let schema = schema.to_owned();
-            let (name, owner, mode, host) = (
-                request.name.as_str().to_owned(),
-                request.owner.clone(),
-                request.mode.to_wire(),
-                me.host.clone(),
-            );
-            let (pid, message, tail) = (me.pid, request.message.clone(), tail.clone());
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 8] = [
-                    (&name, Type::TEXT),
-                    (&owner, Type::TEXT),
-                    (&mode, Type::TEXT),
-                    (&ttl_ms, Type::INT8),
-                    (&pid, Type::INT8),
-                    (&host, Type::TEXT),
-                    (&message, Type::TEXT),
-                    (&tail, Type::TEXT),
-                ];
-                let sql = in_schema(&self.acquire_free, &schema);
-                self.after_lock_count(&client, guard.as_ref(), &schema, &name, &sql, &params)
-                    .await
-            }
-        })?;
+        let rows = self
+            .guard
+            .run(conn, budget, true, false, |client, guard, schema| {
+                let schema = schema.to_owned();
+                let (name, owner, mode, host) = (
+                    request.name.as_str().to_owned(),
+                    request.owner.clone(),
+                    request.mode.to_wire(),
+                    me.host.clone(),
+                );
+                let (pid, message, tail) = (me.pid, request.message.clone(), tail.clone());
+                async move {
+                    let params: [(&(dyn ToSql + Sync), Type); 8] = [
+                        (&name, Type::TEXT),
+                        (&owner, Type::TEXT),
+                        (&mode, Type::TEXT),
+                        (&ttl_ms, Type::INT8),
+                        (&pid, Type::INT8),
+                        (&host, Type::TEXT),
+                        (&message, Type::TEXT),
+                        (&tail, Type::TEXT),
+                    ];
+                    let sql = in_schema(&self.acquire_free, &schema);
+                    self.after_lock_count(&client, guard.as_ref(), &schema, &name, &sql, &params)
+                        .await
+                }
+            })?;
         match rows.first() {
             Some(row) => {
                 let token = row.try_get(0).map_err(|_| odd("acquire"))?;
@@ -410,7 +265,7 @@ impl Recipe {
     async fn after_lock_count(
         &self,
         client: &Client,
-        guard: Option<&Guard>,
+        guard: Option<&Check>,
         schema: &str,
         name: &String,
         sql: &str,
@@ -450,15 +305,17 @@ impl Recipe {
         creating: bool,
     ) -> Result<bool, Fault> {
         let ms = i64::try_from(ms.as_millis()).unwrap_or(i64::MAX);
-        let rows = self.run(conn, budget, creating, false, |client, guard, schema| {
-            let (name, owner) = (name.as_str().to_owned(), owner.to_owned());
-            let sql = in_schema(sql, schema);
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 3] =
-                    [(&name, Type::TEXT), (&owner, Type::TEXT), (&ms, Type::INT8)];
-                read_committed(&client, guard.as_ref(), None, &sql, &params).await
-            }
-        })?;
+        let rows = self
+            .guard
+            .run(conn, budget, creating, false, |client, guard, schema| {
+                let (name, owner) = (name.as_str().to_owned(), owner.to_owned());
+                let sql = in_schema(sql, schema);
+                async move {
+                    let params: [(&(dyn ToSql + Sync), Type); 3] =
+                        [(&name, Type::TEXT), (&owner, Type::TEXT), (&ms, Type::INT8)];
+                    read_committed(&client, guard.as_ref(), None, &sql, &params).await
+                }
+            })?;
         Ok(!rows.is_empty())
     }
 
@@ -470,14 +327,15 @@ impl Recipe {
         name: &LockName,
         ticket: i64,
     ) -> Result<(), Fault> {
-        self.run(conn, budget, false, true, |client, guard, schema| {
-            let (name, sql) = (name.as_str().to_owned(), in_schema(&self.leave, schema));
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 2] =
-                    [(&name, Type::TEXT), (&ticket, Type::INT8)];
-                read_committed(&client, guard.as_ref(), None, &sql, &params).await
-            }
-        })?;
+        self.guard
+            .run(conn, budget, false, true, |client, guard, schema| {
+                let (name, sql) = (name.as_str().to_owned(), in_schema(&self.leave, schema));
+                async move {
+                    let params: [(&(dyn ToSql + Sync), Type); 2] =
+                        [(&name, Type::TEXT), (&ticket, Type::INT8)];
+                    read_committed(&client, guard.as_ref(), None, &sql, &params).await
+                }
+            })?;
         Ok(())
     }
 
@@ -490,14 +348,16 @@ impl Recipe {
         name: &str,
         exact: bool,
     ) -> Result<Vec<Entry>, Fault> {
-        let rows = self.run(conn, budget, true, false, |client, guard, schema| {
-            let (name, sql) = (name.to_owned(), in_schema(&self.holders, schema));
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 2] =
-                    [(&name, Type::TEXT), (&exact, Type::BOOL)];
-                read_committed(&client, guard.as_ref(), None, &sql, &params).await
-            }
-        })?;
+        let rows = self
+            .guard
+            .run(conn, budget, true, false, |client, guard, schema| {
+                let (name, sql) = (name.to_owned(), in_schema(&self.holders, schema));
+                async move {
+                    let params: [(&(dyn ToSql + Sync), Type); 2] =
+                        [(&name, Type::TEXT), (&exact, Type::BOOL)];
+                    read_committed(&client, guard.as_ref(), None, &sql, &params).await
+                }
+            })?;
         rows.iter()
             .map(|r| entry_of(r).ok_or_else(|| odd("a holder's row of another shape")))
             .collect()
@@ -510,13 +370,15 @@ impl Recipe {
         budget: Duration,
         name: &LockName,
     ) -> Result<Vec<Holder>, Fault> {
-        let rows = self.run(conn, budget, true, true, |client, guard, schema| {
-            let (name, sql) = (name.as_str().to_owned(), in_schema(&self.brk, schema));
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
-                read_committed(&client, guard.as_ref(), None, &sql, &params).await
-            }
-        })?;
+        let rows = self
+            .guard
+            .run(conn, budget, true, true, |client, guard, schema| {
+                let (name, sql) = (name.as_str().to_owned(), in_schema(&self.brk, schema));
+                async move {
+                    let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
+                    read_committed(&client, guard.as_ref(), None, &sql, &params).await
+                }
+            })?;
         rows.iter()
             .map(|r| {
                 entry_of(r)
@@ -540,7 +402,7 @@ type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
 /// anything else in it ran (the statements after it are refused by the server).
 async fn read_committed(
     client: &Client,
-    guard: Option<&Guard>,
+    guard: Option<&Check>,
     first: Option<(&str, &Params<'_>)>,
     sql: &str,
     params: &Params<'_>,
@@ -549,11 +411,7 @@ async fn read_committed(
         client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"),
         async {
             match guard {
-                Some(g) => {
-                    let trusted: [(&(dyn ToSql + Sync), Type); 1] =
-                        [(&g.trusted, Type::TEXT_ARRAY)];
-                    client.query_typed(&g.sql, &trusted).await.map(Some)
-                }
+                Some(check) => check.send(client).await.map(Some),
                 None => Ok(None),
             }
         },
@@ -573,36 +431,4 @@ async fn read_committed(
     let rows = rows?;
     committed?;
     Ok(rows)
-}
-
-/// `sql` with the schema of dlock's objects (quoted) for its `{s}`.
-fn in_schema(sql: &str, schema: &str) -> String {
-    sql.replace("{s}", schema)
-}
-
-/// The line for `untrusted.sql`'s finding, read from the server's error `message` (`... "dlock-
-/// untrusted: table public.dlock_tokens belongs to mallory"`), whatever the server's language.
-fn untrusted(message: &str, trusted: &[String]) -> String {
-    let finding = message
-        .split_once(UNTRUSTED)
-        .map(|(_, rest)| rest.rsplit_once('"').map_or(rest, |(f, _)| f))
-        .unwrap_or(message);
-    refusal(finding, trusted)
-}
-
-/// The line refusing what `finding` says (`table public.dlock_tokens belongs to mallory`).
-fn refusal(finding: &str, trusted: &[String]) -> String {
-    let named = if trusted.is_empty() {
-        String::new()
-    } else {
-        format!(", nor one the URL names ({})", trusted.join(", "))
-    };
-    format!(
-        "refusing {finding}: not the connecting role{named}; drop it, or name \
-         its owner in the URL's owner= if it is to be trusted"
-    )
-}
-
-fn odd(what: &str) -> Fault {
-    Fault::Unreachable(format!("unexpected answer from the server ({what})"))
 }

@@ -1,4 +1,4 @@
--- Sent alone, first on a connection (see recipe::Recipe::schema): the schema dlock's objects are
+-- Sent alone, first on a connection (see guard::Guard::schema): the schema dlock's objects are
 -- in, the session's current schema (the first of the search path that exists and that the role
 -- may use), or after a reconnect the one found before (`$2`), quoted as an identifier (and as it
 -- is), and whether a role dlock trusts owns it. Every statement after it names dlock's tables and

@@ -1,4 +1,4 @@
--- First in a connection's first transaction (see recipe::Guard): fails that transaction, before
+-- First in a connection's first transaction (see guard::Guard): fails that transaction, before
 -- any statement touches dlock's tables, when a table or function of dlock's name, or a trigger on
 -- one of its tables, belongs to a role dlock does not trust. Trusted: the current user and the
 -- roles named in the URL (`owner=`, `$1`); nobody else, not even a superuser or a role the

@@ -45,7 +45,7 @@ impl Recipe {
         let (word, success) = runs::ending(end);
         let head = started.map(|s| s.head.clone());
         let tail = started.map(|s| s.tail.clone());
-        self.run(
+        self.guard.run(
             conn,
             budget,
             false,
@@ -137,13 +137,15 @@ impl Recipe {
         budget: Duration,
         name: &LockName,
     ) -> Result<LastRuns, Fault> {
-        let rows = self.run(conn, budget, true, false, |client, guard, schema| {
-            let (name, sql) = (name.as_str().to_owned(), in_schema(&self.last_runs, schema));
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
-                read_committed(&client, guard.as_ref(), None, &sql, &params).await
-            }
-        })?;
+        let rows = self
+            .guard
+            .run(conn, budget, true, false, |client, guard, schema| {
+                let (name, sql) = (name.as_str().to_owned(), in_schema(&self.last_runs, schema));
+                async move {
+                    let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
+                    read_committed(&client, guard.as_ref(), None, &sql, &params).await
+                }
+            })?;
         let Some(row) = rows.first() else {
             return Ok(LastRuns::default());
         };
@@ -167,13 +169,15 @@ impl Recipe {
         budget: Duration,
         prefix: &str,
     ) -> Result<Vec<String>, Fault> {
-        let rows = self.run(conn, budget, true, false, |client, guard, schema| {
-            let (prefix, sql) = (prefix.to_owned(), in_schema(&self.run_names, schema));
-            async move {
-                let params: [(&(dyn ToSql + Sync), Type); 1] = [(&prefix, Type::TEXT)];
-                read_committed(&client, guard.as_ref(), None, &sql, &params).await
-            }
-        })?;
+        let rows = self
+            .guard
+            .run(conn, budget, true, false, |client, guard, schema| {
+                let (prefix, sql) = (prefix.to_owned(), in_schema(&self.run_names, schema));
+                async move {
+                    let params: [(&(dyn ToSql + Sync), Type); 1] = [(&prefix, Type::TEXT)];
+                    read_committed(&client, guard.as_ref(), None, &sql, &params).await
+                }
+            })?;
         Ok(rows
             .iter()
             .filter_map(|row| row.try_get::<_, String>(0).ok())
@@ -182,10 +186,11 @@ impl Recipe {
 
     /// Deletes the records of names unwritten for `RUN_RECORD_KEPT_FOR` (up to 1000 at a time).
     pub fn expire_runs(&self, conn: &mut Conn, budget: Duration) -> Result<(), Fault> {
-        self.run(conn, budget, true, false, |client, guard, schema| {
-            let sql = in_schema(&self.expire_runs, schema);
-            async move { read_committed(&client, guard.as_ref(), None, &sql, &[]).await }
-        })?;
+        self.guard
+            .run(conn, budget, true, false, |client, guard, schema| {
+                let sql = in_schema(&self.expire_runs, schema);
+                async move { read_committed(&client, guard.as_ref(), None, &sql, &[]).await }
+            })?;
         Ok(())
     }
 }
