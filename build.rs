@@ -1,52 +1,18 @@
-//! What a build needs beyond compiling:
-//! - Joins each Redis script to the shared prelude (`src/backend/redis/lib.lua`) and computes its
-//!   SHA-1 here, at build time: dlock calls its scripts with EVALSHA, and hashing 4 KiB of Lua at
-//!   every start would cost each run more than a round trip to a local server.
-//! - Links the unwinder in (libgcc_eh.a) instead of loading libgcc_s.so at every start, where the
-//!   C compiler has it: see `static_unwinder`.
+//! What the build of the `dlock` executable needs beyond compiling: it links the unwinder in
+//! (libgcc_eh.a) instead of loading libgcc_s.so at every start, where the C compiler has it: see
+//! `static_unwinder`. (The Redis scripts' hashes are crates/redis's build.rs.)
 
+use std::env;
 use std::path::Path;
 use std::process::Command;
-use std::{env, fs};
-
-const SCRIPTS: &str = "src/backend/redis";
 
 fn main() {
-    redis_scripts();
     static_unwinder();
-}
-
-fn redis_scripts() {
-    println!("cargo::rerun-if-changed={SCRIPTS}");
-    let read = |file: &str| {
-        fs::read_to_string(Path::new(SCRIPTS).join(file))
-            .unwrap_or_else(|e| panic!("cannot read {SCRIPTS}/{file}: {e}"))
-    };
-    let prelude = read("lib.lua");
-    let mut out = String::new();
-    for (name, file) in [
-        ("ACQUIRE", "acquire.lua"),
-        ("RENEW", "renew.lua"),
-        ("RELEASE", "release.lua"),
-        ("STATUS", "status.lua"),
-        ("BREAK", "break.lua"),
-        ("RAISE_TOKEN", "raise_token.lua"),
-        ("KEY_TYPES", "key_types.lua"),
-        ("LAST_RUNS", "last_runs.lua"),
-    ] {
-        let body = format!("{prelude}{}", read(file));
-        let sha1 = sha1_smol::Sha1::from(&body).digest().to_string();
-        out += &format!(
-            "/// `{file}` after the prelude.\nstatic {name}: LuaScript = LuaScript {{ body: {body:?}, sha1: {sha1:?} }};\n"
-        );
-    }
-    let target = Path::new(&env::var("OUT_DIR").expect("OUT_DIR")).join("redis_scripts.rs");
-    fs::write(&target, out).unwrap_or_else(|e| panic!("cannot write {}: {e}", target.display()));
 }
 
 /// dlock never unwinds (panics abort), yet Rust's standard library names the unwinder, so every
 /// dlock started would load libgcc_s.so: one more library to map and relocate, and its CPU
-/// feature probe at every start, 5% of a `dlock run NAME -- true` (docs/DESIGN.md, Speed). The
+/// feature probe at every start, 5% of a `dlock run NAME -- true` (docs/SPEED.md). The
 /// same unwinder as a static archive, given to the linker before libgcc_s, makes libgcc_s
 /// unneeded (it is linked `--as-needed`), as in a static build. Only for a native glibc build
 /// whose C compiler has the archive (gcc's); otherwise libgcc_s stays, as before.

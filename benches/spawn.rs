@@ -1,4 +1,4 @@
-//! Whether dlock's own `clone(CLONE_VM|CLONE_VFORK)` start of the command (src/supervise/spawn.rs)
+//! Whether dlock's own `clone(CLONE_VM|CLONE_VFORK)` start of the command (crates/sys/src/spawn.rs)
 //! pays for itself against a plain `fork`: the same `dlock run` on the file backend, built both
 //! ways, in one run, reported as ratios fork/clone of the wall time and of the CPU time per run
 //! (what `fork` costs is CPU: copying dlock's page tables, then faulting them back in), uncontended

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use clap::{Args, FromArgMatches, Parser, Subcommand, ValueHint};
 
-use crate::backend::{BackendConfig, BackendKind};
+use crate::backend::{BackendConfig, BackendKind, StoreConfig};
 use crate::exit::Status;
 use crate::report::Verbosity;
 
@@ -95,7 +95,7 @@ pub struct GlobalArgs {
     // Root only, and rare: in --help, not in -h, which fits a screen.
     #[arg(long = "trust-owner", global = true, env = "DLOCK_TRUST_OWNER", value_name = "USER",
           hide_short_help = true,
-          value_parser = crate::backend::file::uid_of, value_delimiter = ',',
+          value_parser = dlock_file::uid_of, value_delimiter = ',',
           value_hint = ValueHint::Username)]
     pub trust_owners: Vec<u32>,
 
@@ -471,12 +471,14 @@ impl GlobalArgs {
     pub fn backend_config(&self) -> BackendConfig {
         BackendConfig {
             kind: self.backend,
-            urls: self.urls.clone(),
-            connect_timeout: self.connect_timeout,
-            create: false,
-            replicas: self.replicas,
-            stop: Default::default(),
-            trust_owners: self.trust_owners.clone(),
+            store: StoreConfig {
+                urls: self.urls.clone(),
+                connect_timeout: self.connect_timeout,
+                create: false,
+                replicas: self.replicas,
+                stop: Default::default(),
+                trust_owners: self.trust_owners.clone(),
+            },
         }
     }
 }

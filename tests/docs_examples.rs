@@ -1,7 +1,7 @@
-//! Every documented line that runs dlock, run as a user would: the README, docs/DESIGN.md and the
-//! man pages are read as files, and each line of a code block (an example in a man page) whose
-//! command is `dlock` is run with its servers pointed at test servers and the work it protects
-//! replaced by a stub that records that it ran. Under bash, dash, busybox sh and zsh, with and
+//! Every documented line that runs dlock, run as a user would: the README, docs/ (DESIGN.md,
+//! REFERENCE.md, SPEED.md) and the man pages are read as files, and each line of a code block (an
+//! example in a man page) whose command is `dlock` is run with its servers pointed at test servers
+//! and the work it protects replaced by a stub that records that it ran. Under bash, dash, busybox sh and zsh, with and
 //! without `set -e`:
 //! - with the lock free, the stub runs and the line ends with the documented status;
 //! - with the lock held elsewhere (a `--wait` shortened to 1s, so that it expires), the stub does
@@ -31,7 +31,12 @@ struct Example {
 }
 
 /// The files whose examples are run, relative to the repository.
-const DOCUMENTS: &[&str] = &["README.md", "docs/DESIGN.md"];
+const DOCUMENTS: &[&str] = &[
+    "README.md",
+    "docs/DESIGN.md",
+    "docs/REFERENCE.md",
+    "docs/SPEED.md",
+];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -1,5 +1,5 @@
 //! When dlock is SIGKILLed, every process still in the command's process group dies with it (the
-//! guardian, src/guard.rs), setuid programs included; when the command simply exits, what it left
+//! guardian, crates/sys/src/guard.rs), setuid programs included; when the command simply exits, what it left
 //! in the background lives on, as with flock(1).
 
 use std::time::{Duration, Instant};

@@ -1,10 +1,27 @@
 //! The registry of backends: one `Descriptor` per store (its name, URL schemes, help lines, how its
-//! address is written, the Cargo feature that builds it, its limits), from which `--backend`'s values, URL
-//! scheme detection, the help, the man pages, the completions and `--version` are derived.
-//! Adding a backend is one entry here, its folder, its feature, one arm in `open` (mod.rs) and one
-//! line in the contract suite: the checklist is in docs/DESIGN.md, "Adding a backend".
+//! address is written, the Cargo feature that builds it, its limits, and how to open it), from
+//! which `--backend`'s values, URL scheme detection, the help, the man pages, the completions,
+//! `--version` and `open` are derived. Adding a backend is its crate, one entry here, its feature
+//! and one line in the contract suite: the checklist is in docs/DESIGN.md, "Adding a backend".
 
 use std::time::Duration;
+
+use super::{Backend, StoreConfig};
+
+/// A store's `open`: its backend, as configured, or an error tagged with the exit status it maps to.
+pub type Open = fn(&StoreConfig) -> anyhow::Result<Box<dyn Backend>>;
+
+/// `Some` of the `open` of the store `$backend` where this build has the feature `$feature` (and
+/// so the store's crate), `None` where it left it out.
+macro_rules! opener {
+    ($feature:literal, $backend:ty) => {{
+        #[cfg(feature = $feature)]
+        let open: Option<Open> = Some(|config| Ok(Box::new(<$backend>::open(config)?)));
+        #[cfg(not(feature = $feature))]
+        let open: Option<Open> = None;
+        open
+    }};
+}
 
 /// Which store holds the locks. Every kind exists in every build, so that a name or a URL of a
 /// backend this build left out is recognised, and refused naming the feature to build with.
@@ -49,8 +66,15 @@ pub struct Descriptor {
     /// Whether it keeps the concurrency group records `run --supersede` and
     /// `--cancel-in-progress` need (`Backend::groups`); the options are refused (64) on another.
     pub groups: bool,
+    /// Its store's `open`, where this build has it (`opener!`).
+    pub open: Option<Open>,
+}
+
+impl Descriptor {
     /// Whether this build has it.
-    pub built: bool,
+    pub fn built(&self) -> bool {
+        self.open.is_some()
+    }
 }
 
 /// A bound a backend puts on a value, and why: the message that refuses more says both.
@@ -80,7 +104,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         replicas: false,
         max_ttl: None,
         groups: true,
-        built: true,
+        open: Some(|config| Ok(Box::new(dlock_file::FileBackend::open(config)?))),
     },
     Descriptor {
         kind: BackendKind::Redis,
@@ -105,7 +129,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         replicas: true,
         max_ttl: None,
         groups: true,
-        built: cfg!(feature = "redis"),
+        open: opener!("redis", dlock_redis::RedisBackend),
     },
     Descriptor {
         kind: BackendKind::Zk,
@@ -119,7 +143,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         replicas: false,
         max_ttl: Some(ZK_MAX_TTL),
         groups: true,
-        built: cfg!(feature = "zk"),
+        open: opener!("zk", dlock_zk::ZkBackend),
     },
     Descriptor {
         kind: BackendKind::Etcd,
@@ -133,7 +157,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         replicas: false,
         max_ttl: None,
         groups: true,
-        built: cfg!(feature = "etcd"),
+        open: opener!("etcd", dlock_etcd::EtcdBackend),
     },
     Descriptor {
         kind: BackendKind::Postgres,
@@ -147,7 +171,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         replicas: false,
         max_ttl: None,
         groups: true,
-        built: cfg!(feature = "postgres"),
+        open: opener!("postgres", dlock_sql::postgres::PgBackend),
     },
     Descriptor {
         kind: BackendKind::Mysql,
@@ -161,7 +185,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         replicas: false,
         max_ttl: None,
         groups: true,
-        built: cfg!(feature = "mysql"),
+        open: opener!("mysql", dlock_sql::mysql::MyBackend),
     },
     Descriptor {
         kind: BackendKind::Elasticsearch,
@@ -181,7 +205,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         replicas: false,
         max_ttl: None,
         groups: false,
-        built: cfg!(feature = "elasticsearch"),
+        open: opener!("elasticsearch", dlock_elasticsearch::EsBackend),
     },
 ];
 
@@ -197,7 +221,7 @@ pub fn replicas_help() -> String {
 
 /// The backends this build has.
 pub fn built() -> impl Iterator<Item = &'static Descriptor> {
-    BACKENDS.iter().filter(|b| b.built)
+    BACKENDS.iter().filter(|b| b.built())
 }
 
 /// `a, b or c`.
@@ -336,7 +360,7 @@ impl clap::builder::TypedValueParser for KindParser {
             .to_str()
             .and_then(|name| BACKENDS.iter().find(|b| b.name == name));
         match known {
-            Some(descriptor) if descriptor.built => Ok(descriptor.kind),
+            Some(descriptor) if descriptor.built() => Ok(descriptor.kind),
             Some(descriptor) => Err(clap::Error::raw(
                 clap::error::ErrorKind::ValueValidation,
                 format!("{}\n", not_built(descriptor)),
@@ -425,6 +449,23 @@ mod tests {
             .map(|l| l.at_most);
         assert!(zk.is_some_and(|ttl| i32::try_from(ttl.as_millis()).is_ok()));
         assert_eq!(BackendKind::Redis.refuses_ttl(year), None);
+    }
+
+    /// Cargo.toml's default features are the registry's stores in its order: `.ci/run` expects a
+    /// default build's `--version` to say the file backend, then them.
+    #[test]
+    fn the_default_features_are_the_registry_s_stores_in_its_order() {
+        let cargo = include_str!("../../Cargo.toml");
+        let default = cargo
+            .lines()
+            .find_map(|line| line.strip_prefix("default = "))
+            .expect("Cargo.toml's default features");
+        let features: Vec<String> = BACKENDS
+            .iter()
+            .filter_map(|b| b.feature)
+            .map(|f| format!("{f:?}"))
+            .collect();
+        assert_eq!(default, format!("[{}]", features.join(", ")));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! A run parses with only the subcommand its command line names: building all six and copying the
-//! global options into each was most of dlock's start (docs/DESIGN.md, Speed). Help, man pages
+//! global options into each was most of dlock's start (docs/SPEED.md). Help, man pages
 //! and completions still come from the whole declaration in cli.rs, which the tests here hold
 //! this to.
 

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use super::{GlobalArgs, HoldArgs, LockArgs, RunArgs};
-use crate::backend::BackendConfig;
 use crate::exit::{FailWith, Failure};
 use crate::lock::{new_owner_id, tree_locks, LockName, LockRequest, Mode};
 use crate::supervise::RunPlan;
@@ -98,11 +97,10 @@ impl LockArgs {
                 min_hold: self.min_hold.filter(|d| !d.is_zero()),
             })
             .collect();
+        let mut backend = global.backend_config();
+        backend.store.create = true;
         Ok(RunPlan {
-            backend: BackendConfig {
-                create: true,
-                ..global.backend_config()
-            },
+            backend,
             requests,
             command,
             no_wait: self.no_wait,

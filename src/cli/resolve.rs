@@ -204,7 +204,7 @@ fn not_built(global: &GlobalArgs) -> Result<(), String> {
         .urls
         .iter()
         .filter_map(|url| crate::backend::by_scheme(url))
-        .find(|descriptor| !descriptor.built);
+        .find(|descriptor| !descriptor.built());
     match left_out {
         Some(descriptor) => Err(crate::backend::not_built(descriptor)),
         None => Ok(()),

@@ -51,7 +51,9 @@ pub fn run(
     global: &GlobalArgs,
     report: &Reporter,
 ) -> anyhow::Result<Status> {
-    close_inherited_descriptors();
+    // The keeper outlives neither the shell nor its files, and must not keep a pipe or a lock
+    // file of the script's open.
+    dlock_sys::start::close_inherited_descriptors();
     let front = rustix::process::getppid();
     // Dies with the front while acquiring: a `dlock hold` killed while it waits leaves nothing.
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::TERM));
@@ -391,25 +393,6 @@ fn detach() {
         let _ = rustix::stdio::dup2_stdin(&null);
         let _ = rustix::stdio::dup2_stdout(&null);
         let _ = rustix::stdio::dup2_stderr(&null);
-    }
-}
-
-/// Closes every descriptor beyond the standard streams that the keeper inherited from the shell
-/// (through the front): the keeper outlives neither the shell nor its files, and must not keep a
-/// pipe or a lock file of the script's open.
-fn close_inherited_descriptors() {
-    let Ok(listing) = fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let fds: Vec<i32> = listing
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&fd| fd > 2)
-        .collect();
-    // The listing's own descriptor is closed by now, and closing it again only fails (EBADF).
-    for fd in fds {
-        // SAFETY: called first thing in the keeper, before it opens anything: no object in this
-        // process owns these descriptors, so none is left dangling.
-        unsafe { libc::close(fd) };
     }
 }
 

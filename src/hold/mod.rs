@@ -13,8 +13,6 @@
 //! and the keeper dies with the front (PR_SET_PDEATHSIG), so a `dlock hold` that is stopped while it
 //! waits leaves nothing behind, as `run` does.
 
-// Closing the descriptors it inherited, which nothing in it owns.
-#[allow(unsafe_code)]
 mod keeper;
 pub mod nested;
 mod owner;

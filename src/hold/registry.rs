@@ -78,7 +78,7 @@ pub fn ancestry(pid: u32) -> Vec<Process> {
 /// there must be a real directory, ours, that nobody else may enter.
 pub fn dir(create: bool) -> anyhow::Result<PathBuf> {
     let uid = rustix::process::getuid().as_raw();
-    let dir = crate::backend::file::default_base().join(format!("dlock-holds-{uid}"));
+    let dir = dlock_file::default_base().join(format!("dlock-holds-{uid}"));
     if create {
         match fs::DirBuilder::new().mode(0o700).create(&dir) {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
@@ -108,7 +108,7 @@ pub fn dir(create: bool) -> anyhow::Result<PathBuf> {
     let wrong = if !meta.file_type().is_dir() {
         Some("it is not a directory".to_owned())
     } else if meta.uid() != uid {
-        Some(crate::backend::file::not_ours(&dir, meta.uid(), ""))
+        Some(dlock_file::not_ours(&dir, meta.uid(), ""))
     } else if mode & 0o077 != 0 {
         Some(format!(
             "other users may use it (mode {mode:o}); it should be 700"
@@ -132,6 +132,7 @@ pub fn dir(create: bool) -> anyhow::Result<PathBuf> {
 /// reaching the server; it must be given the same `-b` and `--url` as the hold.
 pub fn place(config: &BackendConfig) -> String {
     let urls: Vec<String> = config
+        .store
         .urls
         .iter()
         .map(|url| match config.kind.directory(url) {

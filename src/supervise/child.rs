@@ -13,7 +13,7 @@ use rustix::process::Rlimit;
 
 use super::group::Member;
 use super::heartbeat::{next_renewal, release_all, renew_due, Held};
-use super::{spawn, RunPlan};
+use super::RunPlan;
 use crate::exit::Status;
 use crate::guard;
 use crate::job::{self, Job};
@@ -22,6 +22,7 @@ use crate::lock::{Ending, LockName, RunEnd, Token};
 use crate::report::Reporter;
 use crate::signal::wait::Signals;
 use crate::signal::FORWARDED;
+use dlock_sys::spawn;
 
 /// The command to start: the program `program::resolve` found, its environment, and the limit on
 /// open files it gets back.
@@ -61,6 +62,7 @@ pub(super) fn supervise(
         program,
         &plan.command,
         env,
+        super::environment::withheld,
         foreground,
         file_limit,
         signals.original(),
@@ -156,7 +158,10 @@ pub(super) fn supervise(
     }
     // A normal end leaves what the command started in the background alone, as flock(1) does.
     guard::disarm();
-    let status = job.reap();
+    // Our own exited child cannot fail to be reaped; if it did, an internal error, not a hang.
+    let status = job
+        .reap()
+        .unwrap_or_else(|| ExitStatus::from_raw(i32::from(Status::Internal.code()) << 8));
     report.event(&exited(status));
     let ending = match (&why, status.signal(), status.code()) {
         (Some(Terminating::Lost), _, _) => Ending::Lost,

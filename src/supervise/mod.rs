@@ -18,9 +18,6 @@ mod environment;
 mod group;
 mod heartbeat;
 pub mod progress;
-// clone(2) for the command, which then runs in dlock's memory until it execs.
-#[allow(unsafe_code)]
-mod spawn;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -120,11 +117,9 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
     // Until the locks are held a signal only means "stop", also in the middle of a connection
     // to a server that does not answer: it interrupts the call, and dlock ends with 128+N.
     let mut interruptible = Some(Interruptible::new(&FORWARDED).context("cannot unblock signals")?);
-    let config = backend::BackendConfig {
-        // A connection being made gives up as soon as such a signal comes.
-        stop: backend::stop::Stop::when(|| interrupt::caught().is_some()),
-        ..plan.backend.clone()
-    };
+    let mut config = plan.backend.clone();
+    // A connection being made gives up as soon as such a signal comes.
+    config.store.stop = backend::stop::Stop::when(|| interrupt::caught().is_some());
     let backend = match backend::open(&config) {
         Ok(backend) => backend,
         Err(e) => return stopped(report).ok_or(e),

@@ -3,8 +3,8 @@
 //! name; a shell or dlock it starts finds only listed programs on its PATH, and any other program
 //! the machine has answers with a line naming the list, and 127. So a test that starts using a
 //! program the list lacks fails on the machine where it is written, not on the next new one,
-//! where scripts/test would not have installed it. Needs only std: the unit tests in src/ use it
-//! too.
+//! where scripts/test would not have installed it. Needs only std: the unit tests in src/ and
+//! crates/ use it too.
 
 #![allow(dead_code)]
 
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// Where the list is, as a failing test names it.
+/// Where the list is, as a failing test names it (a store's servers: its crate's programs.txt).
 pub const LIST: &str = "tests/support/programs.txt";
 
 /// One line of the list.
@@ -28,10 +28,38 @@ pub struct Listed {
     pub own_path: bool,
 }
 
-/// The list, parsed once.
+/// The list, parsed once: this folder's, and each store's beside its crate
+/// (`crates/NAME/programs.txt`, the servers its tests start), which a new store brings along.
 pub fn listed() -> &'static [Listed] {
     static LISTED: OnceLock<Vec<Listed>> = OnceLock::new();
-    LISTED.get_or_init(|| parse(include_str!("programs.txt")))
+    LISTED.get_or_init(|| {
+        let mut listed = parse(include_str!("programs.txt"));
+        let crates = workspace().join("crates");
+        let mut lists: Vec<PathBuf> = std::fs::read_dir(&crates)
+            .map(|dir| {
+                dir.flatten()
+                    .map(|e| e.path().join("programs.txt"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        lists.sort();
+        for list in lists.iter().filter(|l| l.is_file()) {
+            let text = std::fs::read_to_string(list)
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", list.display()));
+            listed.extend(parse(&text));
+        }
+        listed
+    })
+}
+
+/// The workspace's root (the directory of Cargo.lock): this crate's, or the one above a crate of
+/// crates/ whose unit tests use this file.
+fn workspace() -> &'static Path {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .unwrap_or(manifest)
 }
 
 fn parse(text: &str) -> Vec<Listed> {
@@ -108,9 +136,10 @@ pub fn listed_path() -> OsString {
 }
 
 fn make_listed_path() -> OsString {
+    // A unit test has no CARGO_TARGET_TMPDIR: the workspace's target/tmp, not one inside a crate.
     let base = option_env!("CARGO_TARGET_TMPDIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tmp"))
+        .unwrap_or_else(|| workspace().join("target/tmp"))
         .join("listed-programs");
     remove_dead_processes_dirs(&base);
     let dir = base.join(std::process::id().to_string());

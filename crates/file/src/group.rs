@@ -1,0 +1,109 @@
+//! The concurrency group record of a lock (see lock/group.rs), in a file of its own beside the
+//! lock file: `STEM.group` for `STEM.lock`, opened and locked as the last runs' file is (see
+//! `runs`): read under an OFD read lock, changed under a write lock on the whole file, so that no
+//! change falls between another's read and write. An empty file is no record: a record is never
+//! removed, as an unlinked file could still be written by one who opened it before. `list` looks
+//! only at `*.lock` entries, so these never show there.
+//!
+//! A holder hears of a request to cancel it by reading its records every `POLL_EVERY` (a read is
+//! a few system calls on a local file).
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::anyhow;
+
+use super::runs::{lock, open};
+use super::{lock_file::unlock_range, plain_io, FileBackend};
+use dlock_core::backend::GroupRecords;
+use dlock_core::exit::{FailWith, Failure};
+use dlock_core::lock::group::MAX_GROUP_RECORD_BYTES;
+use dlock_core::lock::LockName;
+
+/// How often a holder reads its group records.
+const POLL_EVERY: Duration = Duration::from_millis(50);
+
+impl FileBackend {
+    fn group_path(&self, name: &LockName) -> PathBuf {
+        self.path_of(name).with_extension("group")
+    }
+}
+
+/// The file's text (at most `MAX_GROUP_RECORD_BYTES` and one more byte, so a longer one does not
+/// read as a record); `None` when empty.
+fn text_of(file: &File) -> io::Result<Option<String>> {
+    let mut buf = vec![0u8; MAX_GROUP_RECORD_BYTES + 1];
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(done);
+    Ok((!buf.is_empty()).then(|| String::from_utf8_lossy(&buf).into_owned()))
+}
+
+fn unusable(path: &Path, e: &io::Error) -> anyhow::Error {
+    anyhow!("cannot use {}: {}", path.display(), plain_io(e))
+}
+
+impl GroupRecords for FileBackend {
+    fn read(&self, name: &LockName) -> anyhow::Result<Option<String>> {
+        let path = self.group_path(name);
+        let read = || -> io::Result<Option<String>> {
+            let Some((file, _)) = open(&path, false, &self.trust)? else {
+                return Ok(None);
+            };
+            let locked = lock(&file, libc::F_RDLCK)?;
+            let text = text_of(&file);
+            if locked {
+                unlock_range(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0);
+            }
+            text
+        };
+        read()
+            .map_err(|e| unusable(&path, &e))
+            .fail_with(Failure::BackendUnavailable)
+    }
+
+    fn update(
+        &self,
+        name: &LockName,
+        change: &mut dyn FnMut(Option<&str>) -> Option<String>,
+    ) -> anyhow::Result<()> {
+        let path = self.group_path(name);
+        let mut update = || -> io::Result<()> {
+            let Some((file, meta)) = open(&path, true, &self.trust)? else {
+                return Err(io::Error::other("it vanished"));
+            };
+            if !lock(&file, libc::F_WRLCK)? {
+                return Err(io::Error::other("another kept it locked"));
+            }
+            // A hard link to another file of the user's at this path is not written through.
+            if meta.nlink() != 1 {
+                return Err(io::Error::other("it is linked elsewhere"));
+            }
+            let old = text_of(&file)?;
+            let new = change(old.as_deref()).unwrap_or_default();
+            file.write_all_at(new.as_bytes(), 0)?;
+            if old.is_some_and(|old| old.len() > new.len()) {
+                file.set_len(new.len() as u64)?;
+            }
+            // Closing the file lets the lock go.
+            Ok(())
+        };
+        update()
+            .map_err(|e| unusable(&path, &e))
+            .fail_with(Failure::BackendUnavailable)
+    }
+
+    fn poll_every(&self) -> Duration {
+        POLL_EVERY
+    }
+}
