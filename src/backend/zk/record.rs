@@ -20,9 +20,7 @@ use super::recipe::{
 };
 use super::semaphores::semaphores;
 use super::session::{retrying, Session};
-use crate::lock::{
-    escaped, host_name, time_from_millis, Holder, Kept, LockRequest, Mode, Waiter,
-};
+use crate::lock::{escaped, host_name, time_from_millis, Holder, Kept, LockRequest, Mode, Waiter};
 
 /// What dlock writes into its nodes, for status and list.
 #[derive(Debug, Serialize, Deserialize)]
