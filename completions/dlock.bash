@@ -71,18 +71,18 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-b -u -v -q -h -V --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help --version run status list hold release config generate help"
+            opts="-b -u -v -q -h -V --backend --url --password-file --connect-timeout --trust-owner --replicas --verbose --quiet --help --version run status list hold release config generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -113,6 +113,10 @@ _dlock() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                --trust-owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --replicas)
@@ -130,18 +134,18 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__config)
-            opts="-b -u -v -q -h --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            opts="-b -u -v -q -h --backend --url --password-file --connect-timeout --trust-owner --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -172,6 +176,10 @@ _dlock() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                --trust-owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --replicas)
@@ -189,7 +197,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__generate)
-            opts="-b -u -v -q -h --out --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            opts="-b -u -v -q -h --out --backend --url --password-file --connect-timeout --trust-owner --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -203,11 +211,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -238,6 +246,10 @@ _dlock() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                --trust-owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --replicas)
@@ -381,7 +393,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__hold)
-            opts="-x -s -l -t -n -w -E -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --min-hold --ttl --message --print-env --owner --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            opts="-x -s -l -t -n -w -E -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --min-hold --ttl --message --print-env --owner --backend --url --password-file --connect-timeout --trust-owner --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -462,11 +474,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -497,6 +509,10 @@ _dlock() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                --trust-owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --replicas)
@@ -514,18 +530,18 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__list)
-            opts="-b -u -v -q -h --json --runs --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            opts="-b -u -v -q -h --json --runs --backend --url --password-file --connect-timeout --trust-owner --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -556,6 +572,10 @@ _dlock() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                --trust-owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --replicas)
@@ -573,18 +593,18 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__release)
-            opts="-b -u -v -q -h --force --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            opts="-b -u -v -q -h --force --backend --url --password-file --connect-timeout --trust-owner --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -617,6 +637,10 @@ _dlock() {
                     fi
                     return 0
                     ;;
+                --trust-owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --replicas)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -632,7 +656,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__run)
-            opts="-x -s -l -t -n -w -E -o -c -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --min-hold --ttl --message --kill-after --release-on-failure --supersede --cancel-in-progress --close --command --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            opts="-x -s -l -t -n -w -E -o -c -b -u -v -q -h --exclusive --shared --limit --tree --no-wait --wait --progress-every --conflict-exit-code --min-hold --ttl --message --kill-after --release-on-failure --supersede --cancel-in-progress --close --command --backend --url --password-file --connect-timeout --trust-owner --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -724,11 +748,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -759,6 +783,10 @@ _dlock() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                --trust-owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --replicas)
@@ -776,7 +804,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__status)
-            opts="-b -u -v -q -h --json --ran-within --backend --url --password-file --connect-timeout --replicas --verbose --quiet --help"
+            opts="-b -u -v -q -h --json --ran-within --backend --url --password-file --connect-timeout --trust-owner --replicas --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -790,11 +818,11 @@ _dlock() {
                     return 0
                     ;;
                 --backend)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 -b)
-                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "file redis zk etcd postgres mysql elasticsearch" -- "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -825,6 +853,10 @@ _dlock() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                --trust-owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --replicas)
@@ -844,13 +876,15 @@ _dlock() {
     esac
 }
 
-_dlock_taking_values="--backend --command --conflict-exit-code --connect-timeout --kill-after --limit --message --min-hold --out --owner --password-file --progress-every --ran-within --replicas --ttl --url --wait -E -b -c -l -u -w"
+_dlock_taking_values="--backend --command --conflict-exit-code --connect-timeout --kill-after --limit --message --min-hold --out --owner --password-file --progress-every --ran-within --replicas --trust-owner --ttl --url --wait -E -b -c -l -u -w"
+_dlock_list_both='"$0" "$@" list; "$0" "$@" list --runs'
 
-# Lock names held now, one a line: on the backend the line's -b/-u name (typed before the word
-# being completed), else the configured one; given up after well under a second.
+# Lock names held now or that ran, one a line: on the backend the line's -b/-u name (typed before
+# the word being completed), else the configured one; given up after well under a second. The
+# line is split at blanks whatever IFS the caller set.
 _dlock_lock_names() {
     local -a typed args=() bound=()
-    local i word
+    local i word IFS=$' \t\n'
     if [[ -n "$COMP_LINE" ]]; then
         read -ra typed <<< "${COMP_LINE:0:COMP_POINT}"
     else
@@ -865,7 +899,8 @@ _dlock_lock_names() {
         esac
     done
     command -v timeout >/dev/null 2>&1 && bound=(timeout 0.8)
-    "${bound[@]}" dlock "${args[@]}" --connect-timeout 500ms list 2>/dev/null | cut -f1 | sort -u
+    "${bound[@]}" sh -c "$_dlock_list_both" dlock "${args[@]}" --connect-timeout 500ms 2>/dev/null \
+        | cut -f1 | sort -u
 }
 
 # clap's completion, with lock names for NAME and a command after run's `--`.

@@ -232,7 +232,7 @@ pub struct LockArgs {
     /// waited and how much of --wait is left (0: only the first line, when the wait starts).
     #[arg(long, env = "DLOCK_PROGRESS_EVERY", value_name = "DURATION", value_parser = parse_duration,
           default_value = crate::supervise::progress::EVERY_DEFAULT, allow_hyphen_values = true,
-          value_hint = ValueHint::Other)]
+          value_hint = ValueHint::Other, hide_short_help = true)]
     pub progress_every: Duration,
 
     /// Exit status when the lock is busy.

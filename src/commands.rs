@@ -51,7 +51,10 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
             let group = group_of(backend.as_ref(), &name);
             if args.json {
                 let mut json = status_json(&status, &runs);
-                json["group"] = serde_json::to_value(&group)?;
+                // Only where a group record is: otherwise a lock's object is the one `list` shows.
+                if let Some(group) = &group {
+                    json["group"] = serde_json::to_value(group)?;
+                }
                 emit(&format!("{}\n", serde_json::to_string_pretty(&json)?))?;
             } else if !global.quiet {
                 let mut text = status_text(&status);

@@ -160,10 +160,13 @@ impl Driver<'_> {
         let (run, token, command) = (victim.run.clone(), victim.token, victim.pid);
         // Both are stopped (or the pause is no fault at all); each leads a group of its own.
         assert!(signal_group(dlock, libc::SIGSTOP), "stop dlock {dlock}");
-        assert!(
-            signal_group(command, libc::SIGSTOP),
-            "stop command {command}"
-        );
+        if !signal_group(command, libc::SIGSTOP) {
+            // Its command is gone already (a run asked it to end, and its dlock ended it, before
+            // the stop came): there is nothing to pause; its dlock goes on.
+            assert!(signal_group(dlock, libc::SIGCONT), "continue dlock {dlock}");
+            victim.go();
+            return false;
+        }
         // The answer waits in the socket until the command runs again.
         victim.go();
         // A flock(2) lock has no lease: nobody can take over, the pause just ends.
