@@ -483,3 +483,85 @@ impl Waiting {
         self.waited.load(Ordering::SeqCst)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{open, BackendConfig, BackendKind};
+    use crate::url::{redact, with_password};
+    use std::time::Duration;
+
+    /// `kind` at `url`, opened without making anything and giving up on a server at once.
+    fn opening(kind: BackendKind, url: &str) -> BackendConfig {
+        BackendConfig {
+            kind,
+            urls: vec![url.to_owned()],
+            connect_timeout: Duration::from_millis(1),
+            create: false,
+            replicas: 0,
+            stop: Default::default(),
+            trust_owners: vec![],
+        }
+    }
+
+    /// `takes` says what each backend's own parser says of an address: usage error or not.
+    #[test]
+    fn backends_take_the_urls_takes_says() {
+        let urls = [
+            "/nonexistent/dlock-test",
+            "relative/dir",
+            "file:///nonexistent/dlock-test",
+            "redis://127.0.0.1:1",
+            "rediss://127.0.0.1:1",
+            "redis+sentinel://127.0.0.1:1/main",
+            "redis+cluster://127.0.0.1:1,127.0.0.1:2",
+            "rediss+cluster://127.0.0.1:1",
+            "zk://127.0.0.1:1",
+            "http://127.0.0.1:1",
+            "unix:///nonexistent.sock",
+            "mysql://127.0.0.1:1/db",
+            "mariadb://127.0.0.1:1/db",
+        ];
+        let kinds = [
+            BackendKind::File,
+            BackendKind::Redis,
+            BackendKind::Zk,
+            BackendKind::Mysql,
+        ];
+        for kind in kinds.into_iter().filter(|k| k.descriptor().built) {
+            for url in urls {
+                let refused = match open(&opening(kind, url)) {
+                    Ok(_) => false,
+                    Err(e) => crate::exit::status_of(&e) == crate::exit::Status::Usage,
+                };
+                assert_eq!(kind.takes(url), !refused, "{kind:?} {url}");
+            }
+        }
+    }
+
+    /// What the file and ZooKeeper backends say about `url` when opened (neither connects when it
+    /// opens), or where they keep their locks. The file backend only for other schemes: a plain
+    /// path is a directory's name, which it shows as given.
+    fn messages_about(url: &str) -> Vec<String> {
+        let mut messages = vec![redact(url)];
+        let mut kinds = vec![BackendKind::Zk];
+        if url.contains("://") && !url.starts_with("file://") {
+            kinds.push(BackendKind::File);
+        }
+        for kind in kinds {
+            match open(&opening(kind, url)) {
+                Ok(b) => messages.push(b.location()),
+                Err(e) => messages.push(format!("{e:#}")),
+            }
+        }
+        messages
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_message_shows_a_password(url in with_password()) {
+            for message in messages_about(&url) {
+                proptest::prop_assert!(!message.contains("SECRET"), "{} gave {}", url, message);
+            }
+        }
+    }
+}
