@@ -50,6 +50,23 @@ impl RunArgs {
 }
 
 impl LockArgs {
+    /// Says once, on stderr, that a name written as a path (flock's `/var/lock/x.lock`) is a lock
+    /// name of dlock's, which flock(1) on that file does not see; not for `--tree`, whose names are
+    /// paths by design.
+    pub fn note_path_names(&self, report: &crate::report::Reporter) {
+        if self.tree {
+            return;
+        }
+        let looks_like_a_path =
+            |name: &&String| ["/", "./", "../", "~/"].iter().any(|p| name.starts_with(p));
+        if let Some(name) = self.names.iter().find(looks_like_a_path) {
+            report.notice(&format!(
+                "{name:?} is a dlock lock name, not the file flock(1) locks: flock on that path \
+                 does not exclude it (`dlock status NAME` shows where it is kept)"
+            ));
+        }
+    }
+
     pub fn mode(&self) -> Mode {
         match (self.shared, self.limit) {
             (true, _) => Mode::Shared,

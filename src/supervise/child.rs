@@ -89,14 +89,9 @@ pub(super) fn supervise(
     let mut why: Option<Terminating> = None;
     let mut killed = false;
     loop {
+        // A request to end wakes this thread by itself (see group.rs).
         let wake = match lost {
-            None => [
-                next_renewal(&held),
-                member.as_deref().map(Member::next_poll),
-            ]
-            .into_iter()
-            .flatten()
-            .min(),
+            None => next_renewal(&held),
             Some(at) if !killed => Some(at + plan.kill_after),
             Some(_) => None,
         };
@@ -117,17 +112,17 @@ pub(super) fn supervise(
         }
         // Timers are checked after every wake, so a stream of signals cannot starve renewals.
         let now = Instant::now();
-        match lost {
-            None if next_renewal(&held).is_some_and(|d| d <= now) => {
-                if let Err(lost_why) = renew_due(&mut held, report) {
-                    report.error(&format!(
-                        "lost the lock: {lost_why}; terminating the command"
-                    ));
-                    job.signal(libc::SIGTERM);
-                    lost = Some(Instant::now());
-                    why = Some(Terminating::Lost);
-                }
+        if lost.is_none() && next_renewal(&held).is_some_and(|d| d <= now) {
+            if let Err(lost_why) = renew_due(&mut held, report) {
+                report.error(&format!(
+                    "lost the lock: {lost_why}; terminating the command"
+                ));
+                job.signal(libc::SIGTERM);
+                lost = Some(Instant::now());
+                why = Some(Terminating::Lost);
             }
+        }
+        match lost {
             None => {
                 if let Some(by) = member.as_deref_mut().and_then(Member::cancel_asked) {
                     report.notice(&format!(

@@ -14,14 +14,21 @@
 //! - Records change only by `GroupRecords::update`, so no write is lost between two runs'.
 //! - A reservation lasts while its asker waits (renewed every `RESERVE_RENEW`) and `RESERVE_FOR`
 //!   after, so a dead asker holds up nobody for long.
+//! - Once the run holds, the records are read on a thread of their own (`Watch`), which wakes the
+//!   main thread when a request names this run: a read that hangs on a server cut off must never
+//!   keep the main thread from seeing its lease run out and terminating the command.
 
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::backend::{self, Backend, BackendConfig, GroupRecords, Lease, Waiting};
+use crate::backend::{self, Backend, BackendConfig, Lease, Waiting};
 use crate::exit::{FailWith, Failure};
 use crate::lock::group::{now_ms, CancelRequest, Cancelled, GroupRecord, Party};
 use crate::lock::{Holder, LockName, LockRequest, Mode, RunEnd, Token};
 use crate::report::Reporter;
+use crate::signal::wait::MainWaker;
 
 /// `run --supersede` and `run --cancel-in-progress`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,7 +46,10 @@ const RESERVE_RENEW: Duration = Duration::from_secs(1);
 /// A run's side of its locks' group records, on a backend of its own: the one that waits is busy
 /// on another thread.
 pub(crate) struct Member {
-    backend: Box<dyn Backend>,
+    /// Where the records are; the watch's thread has it while the run holds (`None` then).
+    backend: Option<Box<dyn Backend>>,
+    /// While the run holds: the thread that reads the records.
+    watch: Option<Watch>,
     requests: Vec<LockRequest>,
     options: Group,
     me: Party,
@@ -86,7 +96,8 @@ impl Member {
         let (owner, message) = first.unwrap_or_default();
         Ok(Some(Member {
             me: Party::me(owner, message),
-            backend,
+            backend: Some(backend),
+            watch: None,
             requests: requests.to_vec(),
             options,
             poll_every,
@@ -97,26 +108,25 @@ impl Member {
         }))
     }
 
-    fn records(&self) -> Option<&dyn GroupRecords> {
-        self.backend.groups()
+    /// The backend, back from the watch's thread if it has it (waiting for a read under way).
+    fn backend(&mut self) -> Option<&dyn Backend> {
+        if let Some(watch) = self.watch.take() {
+            self.backend = watch.stop();
+        }
+        self.backend.as_deref()
     }
 
     /// Changes the record of `name` as `change` says.
-    fn change(&self, name: &LockName, change: impl Fn(&mut GroupRecord)) -> anyhow::Result<()> {
-        let Some(records) = self.records() else {
-            return Ok(());
-        };
-        records.update(name, &mut |old| {
-            let mut record = old.and_then(GroupRecord::read).unwrap_or_default();
-            change(&mut record);
-            (!record.is_empty()).then(|| record.text())
-        })
+    fn change(&mut self, name: &LockName, change: impl Fn(&mut GroupRecord)) -> anyhow::Result<()> {
+        match self.backend() {
+            Some(backend) => change_record(backend, name, change),
+            None => Ok(()),
+        }
     }
 
-    fn read(&self, name: &LockName) -> GroupRecord {
-        self.records()
-            .and_then(|records| records.read(name).ok().flatten())
-            .and_then(|text| GroupRecord::read(&text))
+    fn read(&mut self, name: &LockName) -> GroupRecord {
+        self.backend()
+            .map(|backend| read_record(backend, name))
             .unwrap_or_default()
     }
 
@@ -125,10 +135,11 @@ impl Member {
         if !self.options.cancel_in_progress {
             return Ok(());
         }
-        for request in &self.requests {
-            self.change(&request.name, |r| {
-                r.cancellable.retain(|p| p.owner != self.me.owner);
-                r.cancellable.push(self.me.clone());
+        let me = self.me.clone();
+        for name in self.names() {
+            self.change(&name, |r| {
+                r.cancellable.retain(|p| p.owner != me.owner);
+                r.cancellable.push(me.clone());
             })?;
         }
         self.enlisted = true;
@@ -139,8 +150,9 @@ impl Member {
     /// way to end when every one of them may be cancelled (else say, once, who is waited for).
     pub(super) fn start_waiting(&mut self, report: &Reporter) -> anyhow::Result<()> {
         if self.options.supersede {
-            for request in &self.requests {
-                self.change(&request.name, |r| r.supersede = Some(self.me.clone()))?;
+            let me = self.me.clone();
+            for name in self.names() {
+                self.change(&name, |r| r.supersede = Some(me.clone()))?;
             }
         }
         if self.options.cancel_in_progress {
@@ -152,8 +164,11 @@ impl Member {
 
     fn ask_to_cancel(&mut self, report: &Reporter) -> anyhow::Result<()> {
         let mut asks = Vec::new();
-        for request in &self.requests {
-            let holders = self.backend.status(&request.name)?.holders;
+        for request in self.requests.clone() {
+            let Some(backend) = self.backend() else {
+                return Ok(());
+            };
+            let holders = backend.status(&request.name)?.holders;
             let record = self.read(&request.name);
             let in_way: Vec<&Holder> = holders
                 .iter()
@@ -179,11 +194,12 @@ impl Member {
                 asks.push((request.name.clone(), targets, describe(&in_way)));
             }
         }
+        let me = self.me.clone();
         for (name, targets, who) in asks {
             self.change(&name, |r| {
                 r.cancel = Some(CancelRequest {
                     targets: targets.clone(),
-                    by: self.me.clone(),
+                    by: me.clone(),
                     until_ms: until_ms(),
                 })
             })?;
@@ -211,9 +227,10 @@ impl Member {
         self.next_poll = Instant::now() + self.poll_every;
         if self.asked && self.reserved_at.elapsed() >= RESERVE_RENEW {
             self.reserved_at = Instant::now();
-            for request in &self.requests {
-                let _ = self.change(&request.name, |r| {
-                    if let Some(c) = r.cancel.as_mut().filter(|c| c.by.owner == self.me.owner) {
+            let me = self.me.owner.clone();
+            for name in self.names() {
+                let _ = self.change(&name, |r| {
+                    if let Some(c) = r.cancel.as_mut().filter(|c| c.by.owner == me) {
                         c.until_ms = until_ms();
                     }
                 });
@@ -222,40 +239,67 @@ impl Member {
         if !self.options.supersede {
             return None;
         }
-        self.requests.iter().find_map(|request| {
-            let newer = self.read(&request.name).supersede?;
-            (newer.owner != self.me.owner).then(|| (request.name.clone(), newer))
+        self.names().into_iter().find_map(|name| {
+            let newer = self.read(&name).supersede?;
+            (newer.owner != self.me.owner).then_some((name, newer))
         })
     }
 
-    /// Every lock is held: the marks of a waiter go.
-    pub(super) fn acquired(&mut self) {
-        if self.options.supersede || self.asked {
-            self.forget(false);
-        }
+    /// Every lock is held: the marks of a waiter go, and a `--cancel-in-progress` run starts
+    /// watching for requests to end, on a thread that wakes the main one through `waker`. Never
+    /// blocks: the command must start while the leases are fresh.
+    pub(super) fn acquired(&mut self, waker: MainWaker) {
+        let clean = self.options.supersede || self.asked;
         self.asked = false;
-        self.next_poll = Instant::now() + self.poll_every;
+        if !clean && !self.options.cancel_in_progress {
+            return;
+        }
+        let Some(backend) = self.backend.take() else {
+            return;
+        };
+        let (stop, stopped) = mpsc::channel();
+        let asked = Arc::new(Mutex::new(None));
+        let job = WatchJob {
+            names: self.names(),
+            me: self.me.owner.clone(),
+            clean,
+            cancellable: self.options.cancel_in_progress,
+            poll_every: self.poll_every,
+            stopped,
+            asked: asked.clone(),
+            waker,
+        };
+        let spawned = std::thread::Builder::new()
+            .name("group records".into())
+            .spawn(move || job.run(backend));
+        match spawned {
+            Ok(thread) => {
+                self.watch = Some(Watch {
+                    stop,
+                    asked,
+                    thread,
+                })
+            }
+            // No thread, and its backend gone with the closure: the run cannot be cancelled,
+            // and its marks stay until they expire; it still runs under its locks.
+            Err(_) => self.enlisted = false,
+        }
     }
 
-    /// While holding, when due: who asks this holder to end, if anyone does.
+    /// While holding: who asked this holder to end, once the watch saw a request (never blocks).
     pub(super) fn cancel_asked(&mut self) -> Option<Party> {
-        if !self.options.cancel_in_progress || Instant::now() < self.next_poll {
-            return None;
-        }
-        self.next_poll = Instant::now() + self.poll_every;
-        self.requests.iter().find_map(|request| {
-            let cancel = self.read(&request.name).cancel?;
-            cancel.targets.contains(&self.me.owner).then_some(cancel.by)
-        })
+        let watch = self.watch.as_ref()?;
+        crate::sync::lock(&watch.asked).take()
     }
 
     /// The holder was cancelled by `by`: the records say so.
     pub(super) fn cancelled(&mut self, by: &Party, tokens: &[(LockName, Token)]) {
+        let me = self.me.clone();
         for (name, token) in tokens {
             let _ = self.change(name, |r| {
-                r.cancellable.retain(|p| p.owner != self.me.owner);
+                r.cancellable.retain(|p| p.owner != me.owner);
                 r.last_cancelled = Some(Cancelled {
-                    holder: self.me.clone(),
+                    holder: me.clone(),
                     token: Some(*token),
                     by: by.clone(),
                 });
@@ -264,21 +308,15 @@ impl Member {
         self.enlisted = false;
     }
 
+    fn names(&self) -> Vec<LockName> {
+        self.requests.iter().map(|r| r.name.clone()).collect()
+    }
+
     /// Takes this run's marks out of its records (`all`: its enlistment too).
-    fn forget(&self, all: bool) {
-        let me = &self.me.owner;
-        for request in &self.requests {
-            let _ = self.change(&request.name, |r| {
-                if all {
-                    r.cancellable.retain(|p| p.owner != *me);
-                }
-                if r.supersede.as_ref().is_some_and(|p| p.owner == *me) {
-                    r.supersede = None;
-                }
-                if r.cancel.as_ref().is_some_and(|c| c.by.owner == *me) {
-                    r.cancel = None;
-                }
-            });
+    fn forget(&mut self, all: bool) {
+        let (names, me) = (self.names(), self.me.owner.clone());
+        if let Some(backend) = self.backend() {
+            forget(backend, &names, &me, all);
         }
     }
 }
@@ -290,6 +328,104 @@ impl Drop for Member {
         if self.enlisted || self.options.supersede || self.asked {
             self.forget(true);
         }
+    }
+}
+
+/// The thread that reads a holder's records (see the file's rules).
+struct Watch {
+    stop: mpsc::Sender<()>,
+    /// Who asked this run to end, once someone did.
+    asked: Arc<Mutex<Option<Party>>>,
+    thread: JoinHandle<Box<dyn Backend>>,
+}
+
+impl Watch {
+    /// Ends the thread (once its read under way, if any, ends) and gives its backend back.
+    fn stop(self) -> Option<Box<dyn Backend>> {
+        let _ = self.stop.send(());
+        self.thread.join().ok()
+    }
+}
+
+/// What the watch's thread does.
+struct WatchJob {
+    names: Vec<LockName>,
+    me: String,
+    /// Take the marks of this run's wait out first.
+    clean: bool,
+    /// Look for requests to end, every `poll_every`, until told to stop.
+    cancellable: bool,
+    poll_every: Duration,
+    stopped: mpsc::Receiver<()>,
+    asked: Arc<Mutex<Option<Party>>>,
+    waker: MainWaker,
+}
+
+impl WatchJob {
+    fn run(self, backend: Box<dyn Backend>) -> Box<dyn Backend> {
+        if self.clean {
+            forget(backend.as_ref(), &self.names, &self.me, false);
+        }
+        if !self.cancellable {
+            return backend;
+        }
+        loop {
+            match self.stopped.recv_timeout(self.poll_every) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => return backend,
+            }
+            let by = self.names.iter().find_map(|name| {
+                let cancel = read_record(backend.as_ref(), name).cancel?;
+                cancel.targets.contains(&self.me).then_some(cancel.by)
+            });
+            if let Some(by) = by {
+                *crate::sync::lock(&self.asked) = Some(by);
+                self.waker.wake();
+                return backend;
+            }
+        }
+    }
+}
+
+/// Changes the record of `name` as `change` says (nothing where the store keeps none).
+fn change_record(
+    backend: &dyn Backend,
+    name: &LockName,
+    change: impl Fn(&mut GroupRecord),
+) -> anyhow::Result<()> {
+    let Some(records) = backend.groups() else {
+        return Ok(());
+    };
+    records.update(name, &mut |old| {
+        let mut record = old.and_then(GroupRecord::read).unwrap_or_default();
+        change(&mut record);
+        (!record.is_empty()).then(|| record.text())
+    })
+}
+
+/// The record of `name`; an empty one when there is none or it cannot be read.
+fn read_record(backend: &dyn Backend, name: &LockName) -> GroupRecord {
+    backend
+        .groups()
+        .and_then(|records| records.read(name).ok().flatten())
+        .and_then(|text| GroupRecord::read(&text))
+        .unwrap_or_default()
+}
+
+/// Takes the marks of the run `me` out of the records of `names` (`all`: its enlistment too).
+fn forget(backend: &dyn Backend, names: &[LockName], me: &str, all: bool) {
+    for name in names {
+        let _ = change_record(backend, name, |r| {
+            if all {
+                r.cancellable.retain(|p| p.owner != me);
+            }
+            if r.supersede.as_ref().is_some_and(|p| p.owner == me) {
+                r.supersede = None;
+            }
+            if r.cancel.as_ref().is_some_and(|c| c.by.owner == me) {
+                r.cancel = None;
+            }
+        });
     }
 }
 

@@ -130,11 +130,15 @@ pub(crate) fn renew_due(held: &mut [Held], report: &Reporter) -> Result<(), Stri
     Ok(())
 }
 
-/// Releases every lock; returns why the first one found no longer held was lost, if any was.
+/// Releases every lock; returns why the first one found no longer held was lost, if any was. The
+/// run ended before this call: a lease that surely held only until before it, and whose release
+/// cannot reach its server, counts as lost (nothing shows the run held it to its end).
 pub(crate) fn release_all(held: Vec<Held>, end: &RunEnd, report: &Reporter) -> Option<String> {
+    let ended = Instant::now();
     let mut lost = None;
     for h in held {
         let name = h.name.clone();
+        let held_until = h.lease.surely_held_until();
         match h.lease.release(end) {
             Ok(Released::Held) => report.event(&format!("released {:?}", name.as_str())),
             Ok(Released::Lost(why)) => {
@@ -143,6 +147,19 @@ pub(crate) fn release_all(held: Vec<Held>, end: &RunEnd, report: &Reporter) -> O
                     name.as_str()
                 ));
                 lost.get_or_insert(format!("lock {:?}: {why}", name.as_str()));
+            }
+            Err(e) if held_until.is_some_and(|until| until < ended) => {
+                report.error(&format!(
+                    "could not release lock {:?}: {e:#}",
+                    name.as_str()
+                ));
+                let late = ended - held_until.unwrap_or(ended);
+                lost.get_or_insert(format!(
+                    "lock {:?}: the run went on {} past the last renewal the server confirmed, \
+                     and the server could not be reached since",
+                    name.as_str(),
+                    crate::text::duration(late)
+                ));
             }
             // The lease runs out on its own; say so, but the command's status stands.
             Err(e) => report.error(&format!(

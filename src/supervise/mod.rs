@@ -236,7 +236,7 @@ fn take(plan: RunPlan, after: After<'_>, report: &Reporter) -> anyhow::Result<St
         }
     };
     if let Some(member) = member.as_mut() {
-        member.acquired();
+        member.acquired(signals.main_waker());
     }
     for h in &held {
         report.event(&format!(

@@ -36,9 +36,10 @@ fn through(t: &Target, relay: &Relay) -> Vec<String> {
     args
 }
 
-/// Rounds of: a holder through a relay, the relay frozen, a waiter straight to the server; the
-/// waiter's command reads the state of the holder's command as it starts.
-fn a_cut_off_holder_stops_its_command_before_a_waiter_starts(t: &Target) {
+/// Rounds of: a holder through a relay (with `holder_options` to `run`), the relay frozen, a
+/// waiter straight to the server; the waiter's command reads the state of the holder's command as
+/// it starts.
+fn a_cut_off_holder_stops_its_command_before_a_waiter_starts(t: &Target, holder_options: &[&str]) {
     let relay = Relay::start(([127, 0, 0, 1], t.ports[0]).into());
     let relayed = through(t, &relay);
     for round in 0..load(3, 20) {
@@ -48,7 +49,9 @@ fn a_cut_off_holder_stops_its_command_before_a_waiter_starts(t: &Target) {
         let mut holder = dlock();
         holder
             .args(&relayed)
-            .args(["-v", "run", "--ttl", TTL, &name, "--"]);
+            .args(["-v", "run", "--ttl", TTL])
+            .args(holder_options)
+            .args([&name, "--"]);
         holder.args([
             "sh",
             "-c",
@@ -90,29 +93,113 @@ fn a_cut_off_holder_stops_its_command_before_a_waiter_starts(t: &Target) {
 #[cfg(feature = "redis")]
 #[test]
 fn a_cut_off_redis_holder_stops_its_command_before_a_waiter_starts() {
-    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_redis());
+    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_redis(), &[]);
 }
 
 #[cfg(feature = "zk")]
 #[test]
 fn a_cut_off_zookeeper_holder_stops_its_command_before_a_waiter_starts() {
-    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_zk());
+    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_zk(), &[]);
 }
 
 #[cfg(feature = "etcd")]
 #[test]
 fn a_cut_off_etcd_holder_stops_its_command_before_a_waiter_starts() {
-    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_etcd());
+    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_etcd(), &[]);
 }
 
 #[cfg(feature = "postgres")]
 #[test]
 fn a_cut_off_postgres_holder_stops_its_command_before_a_waiter_starts() {
-    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_postgres());
+    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_postgres(), &[]);
 }
 
 #[cfg(feature = "mysql")]
 #[test]
 fn a_cut_off_mysql_holder_stops_its_command_before_a_waiter_starts() {
-    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_mysql());
+    a_cut_off_holder_stops_its_command_before_a_waiter_starts(&Target::suite_mysql(), &[]);
+}
+
+// A holder that may be cancelled reads its group records while it holds: a read that hangs on the
+// cut must not keep dlock from stopping the command when the lease runs out.
+macro_rules! cut_off_cancellable {
+    ($($feature:literal $test:ident $target:ident;)*) => {$(
+        #[cfg(feature = $feature)]
+        #[test]
+        fn $test() {
+            a_cut_off_holder_stops_its_command_before_a_waiter_starts(
+                &Target::$target(),
+                &["--cancel-in-progress"],
+            );
+        }
+    )*};
+}
+
+cut_off_cancellable! {
+    "redis" a_cut_off_cancellable_redis_holder_stops_its_command_before_a_waiter_starts suite_redis;
+    "zk" a_cut_off_cancellable_zookeeper_holder_stops_its_command_before_a_waiter_starts suite_zk;
+    "etcd" a_cut_off_cancellable_etcd_holder_stops_its_command_before_a_waiter_starts suite_etcd;
+    "postgres" a_cut_off_cancellable_postgres_holder_stops_its_command_before_a_waiter_starts
+        suite_postgres;
+    "mysql" a_cut_off_cancellable_mysql_holder_stops_its_command_before_a_waiter_starts
+        suite_mysql;
+}
+
+/// A holder stopped (SIGSTOP) while cut off, past its lease; its command ends meanwhile, and dlock
+/// goes on only then: it sees the end before any renewal, and its release cannot reach the server.
+/// Nothing shows the command held the lock to its end, so dlock says the lock was lost (79) rather
+/// than pass on the command's success.
+fn a_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss(t: &Target) {
+    let relay = Relay::start(([127, 0, 0, 1], t.ports[0]).into());
+    let mut run = dlock();
+    run.args(through(t, &relay))
+        .args(["-v", "run", "--ttl", TTL, "vouch"]);
+    let ttl = humantime::parse_duration(TTL).expect("TTL");
+    let (status, said) = succeed_after_a_silent_loss(run, t.scratch.path(), || {
+        relay.freeze();
+        // Past the lease by the server's clock: the fault's timing, not a synchronisation.
+        std::thread::sleep(ttl + Duration::from_millis(500));
+    });
+    relay.thaw();
+    assert_eq!(status, 79, "dlock said:\n{said}");
+    assert!(
+        said.contains("the lock was lost before the command ended"),
+        "dlock said:\n{said}"
+    );
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_redis_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss() {
+    a_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss(&Target::suite_redis());
+}
+
+#[cfg(feature = "zk")]
+#[test]
+fn a_zookeeper_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss() {
+    a_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss(&Target::suite_zk());
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn an_etcd_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss() {
+    a_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss(&Target::suite_etcd());
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_postgres_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss() {
+    a_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss(&Target::suite_postgres());
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn a_mysql_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss() {
+    a_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss(&Target::suite_mysql());
+}
+
+#[cfg(feature = "elasticsearch")]
+#[test]
+fn an_elasticsearch_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss() {
+    a_release_that_cannot_vouch_for_a_run_past_its_lease_is_a_loss(&Target::suite_elasticsearch());
 }

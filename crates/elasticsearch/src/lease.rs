@@ -58,6 +58,10 @@ impl Lease for EsLease {
         self.token
     }
 
+    fn surely_held_until(&self) -> Option<Instant> {
+        Some(self.clock.deadline())
+    }
+
     fn renew(&mut self) -> Renewal {
         let shown = self.shown.clone();
         let (sent, left) = match self.clock.due() {

@@ -102,6 +102,10 @@ impl Lease for EtcdLease {
         u64::try_from(self.place.token).unwrap_or(0)
     }
 
+    fn surely_held_until(&self) -> Option<Instant> {
+        Some(self.place.stands_until)
+    }
+
     fn renew(&mut self) -> Renewal {
         let left = self
             .place

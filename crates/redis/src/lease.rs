@@ -82,6 +82,10 @@ impl Lease for RedisLease {
         self.token
     }
 
+    fn surely_held_until(&self) -> Option<Instant> {
+        Some(self.clock.deadline())
+    }
+
     fn renew(&mut self) -> Renewal {
         let ttl = self.ask.ttl;
         let (sent, left) = match self.clock.due() {

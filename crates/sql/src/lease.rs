@@ -26,6 +26,11 @@ impl Renewing {
         }
     }
 
+    /// Until when the lease surely holds, by this side's clock.
+    pub fn deadline(&self) -> Instant {
+        self.clock.deadline()
+    }
+
     pub fn is_lost(&self) -> bool {
         self.clock.lost().is_some()
     }

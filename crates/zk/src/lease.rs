@@ -221,6 +221,14 @@ impl Lease for ZkLease {
         Some(self.poll)
     }
 
+    /// A grace after the heartbeat last looked (a longer gap: dlock was stopped), or after the
+    /// client noticed it was cut off, whichever comes first.
+    fn surely_held_until(&self) -> Option<Instant> {
+        let stopped = self.last_renewal + self.grace;
+        let cut_off = lock(&self.health).disconnected_at.map(|at| at + self.grace);
+        Some(cut_off.map_or(stopped, |c| c.min(stopped)))
+    }
+
     fn renew(&mut self) -> Renewal {
         let mut h = lock(&self.health);
         // A process stopped (SIGSTOP, a frozen VM) sends no pings and learns nothing while stopped:

@@ -142,6 +142,13 @@ pub trait Lease: Send {
         None
     }
 
+    /// Until when the lock surely holds by this side's clock, for a lease a server grants for a
+    /// time (`None`: the store tells a loss itself). A run that ended after this, whose release
+    /// then cannot reach the server, cannot show it held the lock to its end.
+    fn surely_held_until(&self) -> Option<Instant> {
+        None
+    }
+
     /// Give the lock up. Acts only on this holder's own entry, never on another's. Says whether the
     /// lock was still this holder's when it let go: the supervisor calls this once the command has
     /// ended, so a lock found lost here (a lease that passed while dlock was stopped, a lock broken

@@ -52,6 +52,10 @@ impl Lease for MyLease {
         self.token
     }
 
+    fn surely_held_until(&self) -> Option<Instant> {
+        Some(self.renewing.deadline())
+    }
+
     fn renew(&mut self) -> Renewal {
         let (recipe, ttl) = (self.recipe.clone(), self.ttl);
         let (name, owner) = (self.name.clone(), self.owner.clone());

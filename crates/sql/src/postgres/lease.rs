@@ -62,6 +62,10 @@ impl Lease for PgLease {
         self.token
     }
 
+    fn surely_held_until(&self) -> Option<Instant> {
+        Some(self.renewing.deadline())
+    }
+
     fn renew(&mut self) -> Renewal {
         let ttl = self.ttl;
         let (shared, recipe) = (&self.conn, &self.recipe);
