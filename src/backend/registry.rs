@@ -204,7 +204,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         local: false,
         replicas: false,
         max_ttl: None,
-        groups: false,
+        groups: true,
         open: opener!("elasticsearch", dlock_elasticsearch::EsBackend),
     },
 ];

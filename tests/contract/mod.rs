@@ -170,6 +170,12 @@ macro_rules! scenario_test {
             "zk keeps concurrency group records: every other groups scenario runs on it"
         );
     };
+    (elasticsearch, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
+        unsupported!(
+            groups::the_options_are_refused_where_the_store_keeps_no_groups,
+            "elasticsearch keeps concurrency group records: every other groups scenario runs on it"
+        );
+    };
     ($backend:ident, groups, the_options_are_refused_where_the_store_keeps_no_groups) => {
         #[test]
         fn the_options_are_refused_where_the_store_keeps_no_groups() {
@@ -184,13 +190,6 @@ macro_rules! scenario_test {
             "Redlock keeps no concurrency group records yet (each server would keep its own): run \
              refuses the options (64), which \
              groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
-        );
-    };
-    (elasticsearch, groups, $scenario:ident) => {
-        unsupported!(
-            groups::$scenario,
-            "elasticsearch keeps no concurrency group records yet: run refuses the options (64), \
-             which groups::the_options_are_refused_where_the_store_keeps_no_groups checks"
         );
     };
     ($backend:ident, $area:ident, $scenario:ident) => {

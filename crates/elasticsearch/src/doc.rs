@@ -26,6 +26,8 @@ pub(super) struct Doc {
     pub runs: LastRuns,
     /// What a release answered (`held` or `lost`).
     pub reply: Option<String>,
+    /// The concurrency group record (group.rs), as stored.
+    pub group: Option<String>,
 }
 
 impl Doc {
@@ -60,6 +62,11 @@ impl Doc {
             reply: source
                 .get("reply")
                 .and_then(Value::as_str)
+                .map(str::to_owned),
+            group: source
+                .get("group")
+                .and_then(Value::as_str)
+                .filter(|g| !g.is_empty())
                 .map(str::to_owned),
         }
     }

@@ -23,8 +23,8 @@
 //!
 //! Here: `EsBackend`, answering the `Backend` calls. Beside it: `address` (the URL), `http` (the
 //! client, bounded in time and size), `tls`, `recipe` (the calls and the scripts), `doc` (a
-//! document as read), `attempt` (one acquisition), `wait` (the line), `lease` (a held lock) and
-//! `runs` (the last runs).
+//! document as read), `attempt` (one acquisition), `wait` (the line), `lease` (a held lock),
+//! `runs` (the last runs) and `group` (the concurrency group record, a field of the document).
 
 #![forbid(unsafe_code)]
 
@@ -45,6 +45,7 @@ use recipe::{lock, Outcome, Shared, Store, BREAK, GRACE, LOOK};
 mod address;
 mod attempt;
 mod doc;
+mod group;
 mod http;
 mod lease;
 mod recipe;
@@ -238,6 +239,10 @@ impl Backend for EsBackend {
     fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
         runs::list_runs(&self.store, prefix)
             .map_err(|f| self.fail(f, "cannot list the last runs".into()))
+    }
+
+    fn groups(&self) -> Option<&dyn dlock_core::backend::GroupRecords> {
+        Some(self)
     }
 
     fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {

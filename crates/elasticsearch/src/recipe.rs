@@ -37,6 +37,10 @@ pub(super) const BREAK: &str = concat!(
     include_str!("recipe/common.painless"),
     include_str!("recipe/break.painless")
 );
+pub(super) const GROUP: &str = concat!(
+    include_str!("recipe/common.painless"),
+    include_str!("recipe/group.painless")
+);
 pub(super) const LOOK: &str = concat!(
     include_str!("recipe/common.painless"),
     include_str!("recipe/look.painless")
