@@ -50,21 +50,22 @@ pub struct Claim {
     owner: String,
     pid: u32,
     start: u64,
-    /// Told by the keeper of a `dlock hold` of an ancestor shell (src/hold/nested.rs), which is no
-    /// ancestor of this process: proven by its pid and start time as it is now. Never from
-    /// `DLOCK_HELD`, and never passed on in it.
+    /// Told by the keeper of a `dlock hold` of an ancestor shell (src/hold/nested.rs), naming that
+    /// shell: proven by its pid and start time as it is now. Never from `DLOCK_HELD`, and never
+    /// passed on in it.
     kept: bool,
 }
 
 impl Claim {
-    /// This process's claim to a lock it has just acquired, or `None` when its start time cannot
+    /// This process's claim to a lock it has just acquired, naming the process its records name
+    /// (a hold's keeper: the shell), which started at `start`; `None` when that start time cannot
     /// be read (the command then gets no claim, and a nested run acquires normally).
     pub fn own(location: &str, name: &LockName, owner: &str, start: Option<u64>) -> Option<Claim> {
         Some(Claim {
             location: location.to_owned(),
             name: name.to_string(),
             owner: owner.to_owned(),
-            pid: std::process::id(),
+            pid: crate::lock::acting_for::record_pid(),
             start: start?,
             kept: false,
         })
@@ -100,9 +101,10 @@ impl Claim {
         })
     }
 
-    /// A claim a hold's keeper told, whose answer came from the process `keeper`: only its own.
-    pub(crate) fn from_keeper(line: &str, keeper: u32) -> Option<Claim> {
-        let claim = Claim::parse(line).filter(|c| c.pid == keeper)?;
+    /// A claim a hold's keeper told, asked through the registry entry of `shell`: only one for
+    /// that shell.
+    pub(crate) fn from_keeper(line: &str, shell: u32) -> Option<Claim> {
+        let claim = Claim::parse(line).filter(|c| c.pid == shell)?;
         Some(Claim {
             kept: true,
             ..claim
@@ -212,7 +214,10 @@ pub fn decide(
         }
         if let Some((held, claim)) = proven.iter().find(|(held, _)| blocks(*held, request.mode)) {
             let by = if claim.kept {
-                format!("this script's dlock hold (its keeper, pid {})", claim.pid)
+                format!(
+                    "this script's dlock hold (for its shell, pid {})",
+                    claim.pid
+                )
             } else {
                 format!("a parent dlock (pid {})", claim.pid)
             };
@@ -343,6 +348,16 @@ impl ProcStat {
             start: fields.get(19)?.parse().ok()?,
         })
     }
+}
+
+/// The start time of the process this one's claims name (`Claim::own`): this process's own, or a
+/// hold keeper's shell's.
+pub fn claimant_start() -> Option<u64> {
+    let pid = crate::lock::acting_for::record_pid();
+    if pid == std::process::id() {
+        return own_start();
+    }
+    ProcStat::read(pid).map(|s| s.start)
 }
 
 /// This process's start time, for its own claims. On the path of every run, so one read into a

@@ -78,6 +78,8 @@ pub fn run(
     if Process::now(shell.pid) != Some(shell) {
         return Err(gone());
     }
+    // The locks are held for the shell: every record names it, as `status` then shows.
+    crate::lock::acting_for::act_for(shell.pid);
     // Above the standard streams: the guardian closes those (see guard.rs, OWNER_PIDFD).
     let pidfd = rustix::io::fcntl_dupfd_cloexec(&pidfd, 3).map_err(|_| gone())?;
     let plan = args.plan(global)?;
@@ -200,15 +202,15 @@ impl Keeper<'_> {
                 return Err(e);
             }
         };
-        // The nested-run claim names the keeper, which is no ancestor of the script's commands: a
-        // nested run could not prove it, so it is left out (and an inherited one left as it is).
+        // The nested-run claims name the shell, as the records do; the script's environment is
+        // not the keeper's to set, so they are told on asking instead (nested.rs), and an
+        // inherited one is left as it is.
         let (claims, vars): (Vec<_>, Vec<_>) = env.into_iter().partition(|(k, _)| k == HELD_VAR);
-        // What it tells a nested run: its own claims (by its pid), one per line.
-        let own = std::process::id();
+        // What it tells a nested run: its own claims (naming the shell), one per line.
         let told_nested: String = claims
             .iter()
             .flat_map(|(_, value)| value.lines())
-            .filter(|line| Claim::from_keeper(line, own).is_some())
+            .filter(|line| Claim::from_keeper(line, self.shell.pid).is_some())
             .map(|line| format!("{line}\n"))
             .collect();
         // From here the front may exit without ending the keeper; and a keeper that ends without

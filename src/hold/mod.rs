@@ -37,8 +37,9 @@ const HELD: &str = "held\n";
 
 /// Set by the front on the keeper it starts: `SHELL_PID.SHELL_START/FRONT_PID`. Not an option, so
 /// `--help` and the completions do not offer it; the front's pid makes one copied into another
-/// environment inert (the keeper's parent must be that front).
-const KEEPER_VAR: &str = "DLOCK_KEEPER_OF";
+/// environment inert (the keeper's parent must be that front). The file backend reads it in a
+/// keeper's environment to tell its flock(2) lock from another program's.
+use crate::lock::acting_for::KEEPER_VAR;
 
 /// `dlock hold`: as the front, or as the keeper the front started.
 pub fn hold(cli: &Cli, args: &HoldArgs, report: &Reporter) -> anyhow::Result<Status> {

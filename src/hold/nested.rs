@@ -3,8 +3,9 @@
 //! (reentry.rs), and without this it would wait for its own script forever. It asks the keeper
 //! instead, through the registry entry of one of its ancestor shells: the entry lives in the user's
 //! private directory, the keeper answers only that shell and its descendants, and the run takes
-//! an answer only from a process of its own user and only about that process. What the keeper says
-//! is then proven against the backend like any claim (`reentry::decide`).
+//! an answer only from a process of its own user and only about the shell whose entry it asked
+//! (the keeper holds the lock for that shell, and its records name it). What the keeper says is
+//! then proven against the backend like any claim (`reentry::decide`).
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -44,15 +45,15 @@ pub fn claims(backend: &BackendConfig, names: &[&LockName]) -> Vec<Claim> {
         for name in names {
             let path = registry::entry(&dir, shell, &place, name);
             if path.file_name().is_some_and(|f| entries.contains(f)) {
-                claims.extend(ask(&path));
+                claims.extend(ask(&path, shell.pid));
             }
         }
     }
     claims
 }
 
-/// What the keeper at `path` says it holds, if it is a process of this user.
-fn ask(path: &std::path::Path) -> Vec<Claim> {
+/// What the keeper at `path` says it holds for `shell`, if it is a process of this user.
+fn ask(path: &std::path::Path, shell: u32) -> Vec<Claim> {
     let Ok(mut conn) = UnixStream::connect(path) else {
         return Vec::new();
     };
@@ -62,7 +63,6 @@ fn ask(path: &std::path::Path) -> Vec<Claim> {
     if peer.uid != rustix::process::getuid() {
         return Vec::new();
     }
-    let keeper = peer.pid.as_raw_nonzero().get().unsigned_abs();
     let mut answer = String::new();
     let asked = conn.set_read_timeout(Some(ANSWER_WITHIN)).is_ok()
         && writeln!(conn, "{WHO}").is_ok()
@@ -75,6 +75,6 @@ fn ask(path: &std::path::Path) -> Vec<Claim> {
     }
     answer
         .lines()
-        .filter_map(|line| Claim::from_keeper(line, keeper))
+        .filter_map(|line| Claim::from_keeper(line, shell))
         .collect()
 }

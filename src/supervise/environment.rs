@@ -64,7 +64,7 @@ pub(super) fn for_command(
     }
     // What a nested dlock needs to prove that this one holds its locks: the inherited claims it
     // may still rely on, and this dlock's own.
-    let start = reentry::own_start();
+    let start = reentry::claimant_start();
     let own: Vec<Claim> = held
         .iter()
         .filter_map(|h| Claim::own(location, &h.name, &h.owner, start))

@@ -197,6 +197,30 @@ pub fn a_hold_keeps_its_message_for_status(t: &Target) {
     );
 }
 
+/// `status` of a hold names the script's shell, the process a user knows, in text and in `--json`
+/// (not the keeper, a detached dlock the script never sees).
+pub fn status_names_the_scripts_shell_not_the_keeper(t: &Target) {
+    let script = Script::start(t, "hold-p", &["hold/p"], "");
+    let text = script.read("in");
+    let shell: u32 = text
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no shell pid in {text:?}"));
+    let out = output(t.dlock(&["status", "--json", "hold/p"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("status JSON");
+    assert_eq!(
+        json["holders"][0]["pid"], shell,
+        "the holder is the script's shell: {json}"
+    );
+    let out = output(t.dlock(&["status", "hold/p"]));
+    assert!(
+        names_pid(&stdout(&out), shell),
+        "status names the shell, pid {shell}: {}",
+        stdout(&out)
+    );
+}
+
 /// A `dlock run` of the held lock inside the script runs its command under the script's hold
 /// (no wait for itself), in any mode the hold covers; one the hold can never grant is refused (64).
 pub fn a_run_inside_the_script_runs_under_its_hold(t: &Target) {

@@ -304,6 +304,7 @@ contract! {
             release_without_a_hold_exits_1_and_points_to_force,
             a_lost_hold_sends_the_shell_sigterm_and_release_then_exits_79,
             a_hold_keeps_its_message_for_status,
+            status_names_the_scripts_shell_not_the_keeper,
             a_run_inside_the_script_runs_under_its_hold,
         ],
         min_hold: [

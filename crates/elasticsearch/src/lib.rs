@@ -83,7 +83,7 @@ impl EsBackend {
             stop: config.stop.clone(),
             tls,
             me: Me {
-                pid: std::process::id(),
+                pid: dlock_core::lock::acting_for::record_pid(),
                 host: host_name(),
             },
         })

@@ -42,7 +42,7 @@ pub(super) fn value_with_token(request: &LockRequest, token: Option<u64>) -> Str
     let holder = Holder {
         mode: request.mode,
         host: Some(host_name()),
-        pid: Some(std::process::id()),
+        pid: Some(dlock_core::lock::acting_for::record_pid()),
         owner: request.owner.clone(),
         since,
         token,

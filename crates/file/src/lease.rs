@@ -135,7 +135,7 @@ impl FileBackend {
         let holder = Holder {
             mode: request.mode,
             host: Some(host_name()),
-            pid: Some(std::process::id()),
+            pid: Some(dlock_core::lock::acting_for::record_pid()),
             owner: request.owner.clone(),
             since: Some(now),
             token: Some(token),

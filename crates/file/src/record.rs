@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::lock_file::{range_is_locked, try_range, unlock_range, LockFile};
 use super::{FileBackend, HEADER_LEN, MAX_RECORDS, RECORD_LEN};
-use dlock_core::lock::{host_name, Holder, Kept, Mode, MAX_SINCE_SECS};
+use dlock_core::lock::{acting_for, host_name, Holder, Kept, Mode, MAX_SINCE_SECS};
 
 impl FileBackend {
     /// Live holders of an open lock file: dlock's own records (and those `--min-hold` still keeps
@@ -34,19 +34,25 @@ impl FileBackend {
             // Nor is this process's own: a waiter that took the flock(2) lock, then found a
             // record `--min-hold` keeps, reads the holders before it lets go.
             let me = std::process::id();
+            let named = acting_for::record_pid();
             let ours: Vec<u32> = live
                 .iter()
                 .filter(|h| h.host.as_deref() == Some(here.as_str()))
                 .filter_map(|h| h.pid)
-                .filter(|&pid| pid != me)
+                .filter(|&pid| pid != me && pid != named)
                 .collect();
             let mut flocks = proc_locks_flock_holders(&lock.file)?;
             flocks.retain(|&(pid, _)| pid != me);
             // At most as many as there are flock(2) locks beyond our holders' own.
             let others = flocks.len().saturating_sub(ours.len());
+            // A hold's record names the script's shell, and its keeper holds the flock(2) lock.
+            let is_ours = |pid: u32| {
+                ours.contains(&pid)
+                    || acting_for::keeper_shell(pid).is_some_and(|s| ours.contains(&s))
+            };
             let foreign: Vec<Holder> = flocks
                 .into_iter()
-                .filter(|(pid, _)| !ours.contains(pid))
+                .filter(|&(pid, _)| !is_ours(pid))
                 .take(others)
                 .map(|(pid, shared)| foreign_holder(pid, shared))
                 .collect();

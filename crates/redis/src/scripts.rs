@@ -266,7 +266,7 @@ impl Ask {
             hold_ms: request.min_hold.map_or(0, |d| {
                 u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
             }),
-            pid: std::process::id().to_string(),
+            pid: dlock_core::lock::acting_for::record_pid().to_string(),
             // The record is space-separated with the host last; a host name has no spaces.
             host: match &request.message {
                 Some(message) => format!("{}\t{message}", host_name().replace(' ', "_")),

@@ -56,7 +56,7 @@ impl NodeData {
             dlock: 1,
             mode: request.mode.to_wire(),
             host: host_name(),
-            pid: std::process::id(),
+            pid: dlock_core::lock::acting_for::record_pid(),
             owner: request.owner.clone(),
             since,
             message: request.message.clone(),

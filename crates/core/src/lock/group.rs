@@ -86,7 +86,7 @@ impl Party {
         Party {
             owner: owner.to_owned(),
             host: Some(super::host_name()),
-            pid: Some(std::process::id()),
+            pid: Some(super::acting_for::record_pid()),
             message: message.map(str::to_owned),
             at_ms: now_ms(),
         }

@@ -201,7 +201,7 @@ impl Run {
     pub fn started(owner: &str, token: Token, message: Option<&str>, acquired: SystemTime) -> Run {
         Run {
             host: Some(super::host_name()),
-            pid: Some(std::process::id()),
+            pid: Some(super::acting_for::record_pid()),
             owner: owner.to_owned(),
             token: Some(token),
             message: message.map(str::to_owned),

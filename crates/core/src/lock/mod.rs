@@ -2,6 +2,7 @@
 //! who holds a lock, and the request a `dlock run` makes. Backends translate these into their own
 //! storage (a file, Redis keys, znodes); nothing here knows about any backend.
 
+pub mod acting_for;
 pub mod group;
 mod holder;
 pub mod last_run;

@@ -99,7 +99,7 @@ impl MyBackend {
             connect_timeout: config.connect_timeout,
             stop: config.stop.clone(),
             me: Me {
-                pid: i64::from(std::process::id()),
+                pid: i64::from(dlock_core::lock::acting_for::record_pid()),
                 host: host_name(),
             },
         })
