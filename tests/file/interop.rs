@@ -224,3 +224,58 @@ fn flock_ignores_a_min_hold_and_shared_flock_holds_beside_limit_holders() {
     a.finish();
     b.finish();
 }
+
+/// A shared `dlock hold` in a script beside a shared flock(1) holder: `status` names the script's
+/// shell as the hold's holder, and the flock(1) holder by its own pid (not the hold's keeper,
+/// whose flock(2) lock is the hold's).
+#[test]
+fn a_shared_hold_beside_a_flock_holder_shows_the_shell_and_the_flock_pid() {
+    let dir = LockDir::new();
+    let path = lock_path(&dir);
+    let flock = Side::Flock("-s").start(&dir, &path, "flock");
+    flock.wait_held();
+    let (shell_pid, go) = (dir.file("shell.pid"), dir.file("hold.go"));
+    let hold = dir.dlock(&["hold", "-s", "fl"]);
+    let mut hold_words: Vec<String> = vec![hold.get_program().to_string_lossy().into_owned()];
+    hold_words.extend(hold.get_args().map(|a| a.to_string_lossy().into_owned()));
+    let script = format!(
+        "{} || exit $?; echo $$ > {p}.tmp; mv {p}.tmp {p}; {}",
+        hold_words.join(" "),
+        hold_until(&go),
+        p = shell_pid.display()
+    );
+    let mut sh = program("sh");
+    sh.args(["-c", &script]);
+    for (key, value) in hold.get_envs() {
+        match value {
+            Some(value) => sh.env(key, value),
+            None => sh.env_remove(key),
+        };
+    }
+    let mut sh = sh.spawn().unwrap();
+    let shell = read_pid(&shell_pid);
+    let out = output(dir.dlock(&["status", "--json", "fl"]));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let mut pids: Vec<(bool, u64)> = json["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let foreign = h["owner"].as_str().unwrap().contains("not dlock");
+            (foreign, h["pid"].as_u64().unwrap_or(0))
+        })
+        .collect();
+    pids.sort();
+    assert_eq!(
+        pids,
+        [
+            (false, u64::from(shell)),
+            (true, u64::from(flock.child.id()))
+        ],
+        "{json}"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut sh, T).success());
+    assert!(wait_for_keepers_of(shell, T));
+    flock.finish();
+}
