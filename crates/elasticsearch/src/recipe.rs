@@ -17,34 +17,23 @@ use super::http::{self, Http};
 use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{escaped, LockName};
 
-pub(super) const ACQUIRE: &str = concat!(
-    include_str!("recipe/common.painless"),
-    include_str!("recipe/acquire.painless")
-);
-pub(super) const RENEW: &str = concat!(
-    include_str!("recipe/common.painless"),
-    include_str!("recipe/renew.painless")
-);
-pub(super) const RELEASE: &str = concat!(
-    include_str!("recipe/common.painless"),
-    include_str!("recipe/release.painless")
-);
-pub(super) const LEAVE: &str = concat!(
-    include_str!("recipe/common.painless"),
-    include_str!("recipe/leave.painless")
-);
-pub(super) const BREAK: &str = concat!(
-    include_str!("recipe/common.painless"),
-    include_str!("recipe/break.painless")
-);
-pub(super) const GROUP: &str = concat!(
-    include_str!("recipe/common.painless"),
-    include_str!("recipe/group.painless")
-);
-pub(super) const LOOK: &str = concat!(
-    include_str!("recipe/common.painless"),
-    include_str!("recipe/look.painless")
-);
+/// A script of recipe/: dlock's functions (common.painless), then its own part.
+macro_rules! script {
+    ($part:literal) => {
+        concat!(
+            include_str!("recipe/common.painless"),
+            include_str!(concat!("recipe/", $part, ".painless"))
+        )
+    };
+}
+
+pub(super) const ACQUIRE: &str = script!("acquire");
+pub(super) const RENEW: &str = script!("renew");
+pub(super) const RELEASE: &str = script!("release");
+pub(super) const LEAVE: &str = script!("leave");
+pub(super) const BREAK: &str = script!("break");
+pub(super) const GROUP: &str = script!("group");
+pub(super) const LOOK: &str = script!("look");
 
 /// How long the node's clock (`ctx._now`, a cached wall clock refreshed every 200 ms by default)
 /// may lag behind the time a request reaches it: a holder counts as gone only this long after its
