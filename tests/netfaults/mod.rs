@@ -20,6 +20,14 @@ mod etcd;
 mod fake_servers;
 mod lying_servers;
 mod not_now;
+#[cfg(any(
+    feature = "redis",
+    feature = "zk",
+    feature = "etcd",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "elasticsearch"
+))]
 mod partition;
 pub(crate) mod redis;
 mod zk;

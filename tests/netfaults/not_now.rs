@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 use super::T;
 use crate::support::redis_cluster::RedisCluster;
 use crate::support::redis_server::dlock_at;
+#[cfg(feature = "postgres")]
 use crate::support::relay::Relay;
 use crate::support::target::Target;
 use crate::support::watched::Watched;
 use crate::support::*;
 
 /// PostgreSQL's ErrorResponse for a connection made while it starts up (SQLSTATE 57P03).
+#[cfg(feature = "postgres")]
 fn postgres_starting_up() -> Vec<u8> {
     let fields = b"SFATAL\0VFATAL\0C57P03\0Mthe database system is starting up\0\0";
     let mut reply = vec![b'E'];
