@@ -43,8 +43,8 @@ pub enum BadServer<'a> {
     /// Something other than `:port` after `[v6]`, or an IPv6 address without brackets.
     Malformed,
     NoHost,
-    /// A host with a character no host name has (spaces, controls, `@`, `/`, `\`, `%`), as
-    /// written.
+    /// A host with a character no host name has (spaces, controls, `@`, `/`, `\`, `%`, and a
+    /// bracket inside the brackets or without them), as written.
     BadHost(&'a str),
     /// A port that is not 1 to 65535, as written.
     BadPort(&'a str),
@@ -89,7 +89,7 @@ pub fn server(text: &str, default_port: Option<u16>) -> Result<Server, BadServer
     }
     if host
         .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || "@/\\%".contains(c))
+        .any(|c| c.is_whitespace() || c.is_control() || "@/\\%[]".contains(c))
     {
         return Err(BadServer::BadHost(written));
     }
@@ -131,6 +131,8 @@ mod tests {
             ("a%41:1", "bad host \"a%41\""),
             ("a\\b", "bad host \"a\\\\b\""),
             ("[a b]:1", "bad host \"[a b]\""),
+            ("[[]", "bad host \"[[]\""),
+            ("a]b:1", "bad host \"a]b\""),
             ("fe80::1", "bad host \"fe80::1\""),
             ("fe80::1:80", "bad host \"fe80::1:80\""),
         ] {
