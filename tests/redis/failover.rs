@@ -151,9 +151,6 @@ fn failover_case(how: Failover, options: &[&str]) -> Figures {
 /// default ttl, the holder keeps its lock, the waiter gets in only after it, with a higher token.
 #[test]
 fn with_all_replicas_a_forced_failover_keeps_the_lock_from_the_waiter() {
-    if load(0, 1) == 0 {
-        return;
-    }
     let figures = failover_case(Failover::Forced, &["--replicas", "2", "--ttl", "30s"]);
     assert_eq!(figures.holder_status, 0, "{figures:?}");
     assert_eq!(figures.waiter_in, None, "{figures:?}");
@@ -164,31 +161,28 @@ fn with_all_replicas_a_forced_failover_keeps_the_lock_from_the_waiter() {
 /// The other cases, measured for DESIGN (each checks only that there were never two holders):
 /// without `--replicas` nothing waits for the replicas (no guarantee); with every replica, the
 /// default ttl is shorter than the demoted master's return; with every replica, no renewal gets
-/// through while a frozen master is away.
+/// through while a frozen master is away. A minute or more each, so run by hand:
+/// `cargo test --test main -- --ignored redis::failover::measured`.
 #[test]
+#[ignore = "a measurement for DESIGN, a minute or more: run with --ignored"]
 fn measured_forced_failover_without_replicas() {
-    if load(0, 1) == 1 {
-        failover_case(Failover::Forced, &["--replicas", "0"]);
-    }
+    failover_case(Failover::Forced, &["--replicas", "0"]);
 }
 
 #[test]
+#[ignore = "a measurement for DESIGN, a minute or more: run with --ignored"]
 fn measured_forced_failover_with_every_replica_and_the_default_ttl() {
-    if load(0, 1) == 1 {
-        failover_case(Failover::Forced, &["--replicas", "2"]);
-    }
+    failover_case(Failover::Forced, &["--replicas", "2"]);
 }
 
 #[test]
+#[ignore = "a measurement for DESIGN, a minute or more: run with --ignored"]
 fn measured_frozen_master_without_replicas() {
-    if load(0, 1) == 1 {
-        failover_case(Failover::Frozen, &["--replicas", "0"]);
-    }
+    failover_case(Failover::Frozen, &["--replicas", "0"]);
 }
 
 #[test]
+#[ignore = "a measurement for DESIGN, a minute or more: run with --ignored"]
 fn measured_frozen_master_with_every_replica() {
-    if load(0, 1) == 1 {
-        failover_case(Failover::Frozen, &["--replicas", "2", "--ttl", "30s"]);
-    }
+    failover_case(Failover::Frozen, &["--replicas", "2", "--ttl", "30s"]);
 }
