@@ -183,7 +183,17 @@ pub(super) fn forged_grant_gives_nothing(
     signal(holder.child.id(), libc::SIGTERM);
     holder.finish(T);
     wait_for_file(&started, T);
-    assert_eq!(std::fs::read_to_string(&started).unwrap().trim(), "2");
+    // Above the holder's 1. Not always 2: with Redlock an attempt that missed the majority (a server
+    // slow to answer on a loaded machine) has taken a token from each server it reached.
+    let token: u64 = std::fs::read_to_string(&started)
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("the waiter's token");
+    assert!(
+        token >= 2,
+        "the waiter's token {token} is not above the holder's 1"
+    );
     signal(waiter.child.id(), libc::SIGTERM);
     waiter.finish(T);
 }
