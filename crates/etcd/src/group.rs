@@ -5,14 +5,11 @@
 
 use std::time::Duration;
 
-use anyhow::anyhow;
-
 use super::connection::{bounded, CALL_TIMEOUT};
 use super::naming::{escaped_name, ROOT};
 use super::rpc::{Compare, KeyValue, RangeRequest, RequestOp, TxnRequest};
 use super::EtcdBackend;
-use dlock_core::backend::GroupRecords;
-use dlock_core::exit::{FailWith, Failure};
+use dlock_core::backend::{update_by_swaps, GroupRecords};
 use dlock_core::lock::LockName;
 
 /// The key's suffix after the lock's escaped name.
@@ -20,10 +17,6 @@ pub(super) const GROUP: &str = ":group";
 
 /// How often a holder reads its group records.
 const POLL_EVERY: Duration = Duration::from_millis(100);
-
-/// Most tries of a change that others' changes keep beating: each lost try means another run
-/// made progress, so this is never reached in practice.
-const MAX_TRIES: usize = 100;
 
 fn key_of(name: &LockName) -> String {
     format!("{ROOT}{}{GROUP}", escaped_name(name))
@@ -62,32 +55,32 @@ impl GroupRecords for EtcdBackend {
         change: &mut dyn FnMut(Option<&str>) -> Option<String>,
     ) -> anyhow::Result<()> {
         let key = key_of(name);
-        for _ in 0..MAX_TRIES {
+        let read = || {
             let kv = self.group_kv(name)?;
-            let old = kv.as_ref().and_then(text_of);
-            let new = change(old.as_deref());
-            if new == old {
-                return Ok(());
-            }
-            let revision = kv.as_ref().map_or(0, |kv| kv.mod_revision);
-            let op = match new {
-                Some(text) => RequestOp::put(key.as_str(), text, 0),
-                None => RequestOp::delete(key.as_str()),
-            };
-            let txn = TxnRequest::new(vec![Compare::modified_at(key.as_str(), revision)], vec![op]);
-            let conn = self.connection()?;
-            let done = conn
-                .runtime()
-                .block_on(bounded(CALL_TIMEOUT, conn.client().txn(txn)))
-                .map_err(|f| conn.fail(f, &format!("cannot write {key}")))?;
-            if done.succeeded {
-                return Ok(());
-            }
-        }
-        Err(anyhow!(
-            "the group record {key} kept changing under this dlock"
-        ))
-        .fail_with(Failure::BackendUnavailable)
+            Ok((
+                kv.as_ref().and_then(text_of),
+                kv.map_or(0, |kv| kv.mod_revision),
+            ))
+        };
+        update_by_swaps(
+            &format!("the group record {key}"),
+            change,
+            read,
+            |revision, _, new| {
+                let op = match new {
+                    Some(text) => RequestOp::put(key.as_str(), text, 0),
+                    None => RequestOp::delete(key.as_str()),
+                };
+                let txn =
+                    TxnRequest::new(vec![Compare::modified_at(key.as_str(), revision)], vec![op]);
+                let conn = self.connection()?;
+                let done = conn
+                    .runtime()
+                    .block_on(bounded(CALL_TIMEOUT, conn.client().txn(txn)))
+                    .map_err(|f| conn.fail(f, &format!("cannot write {key}")))?;
+                Ok(done.succeeded)
+            },
+        )
     }
 
     fn poll_every(&self) -> Duration {

@@ -10,7 +10,7 @@ use anyhow::anyhow;
 
 use super::keys::Keys;
 use super::RedisBackend;
-use dlock_core::backend::GroupRecords;
+use dlock_core::backend::{update_by_swaps, GroupRecords};
 use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::group::MAX_GROUP_RECORD_BYTES;
 use dlock_core::lock::last_run::RUN_RECORD_KEPT_FOR;
@@ -21,10 +21,6 @@ const SCRIPT: &str = include_str!("group.lua");
 
 /// How often a holder reads its group records: a GETRANGE each time.
 const POLL_EVERY: Duration = Duration::from_millis(100);
-
-/// Most tries of a change that others' changes keep beating: each lost try means another run
-/// made progress, so this is never reached in practice.
-const MAX_TRIES: usize = 100;
 
 fn key(backend: &RedisBackend, name: &LockName) -> (String, String) {
     let base = Keys::on(name, backend.sharded).base;
@@ -73,36 +69,34 @@ impl GroupRecords for RedisBackend {
     ) -> anyhow::Result<()> {
         let (base, key) = key(self, name);
         let kept = RUN_RECORD_KEPT_FOR.as_millis() as u64;
-        for _ in 0..MAX_TRIES {
-            let old = self.read_group(name)?;
-            let new = change((!old.is_empty()).then_some(old.as_str())).unwrap_or_default();
-            let mut servers = self.servers();
-            let server = servers
-                .first_mut()
-                .ok_or_else(|| anyhow!("no Redis server"))?;
-            server.at(&base);
-            let changed: i64 = server
-                .call(self.connect_timeout, |l| {
-                    redis::cmd("EVAL")
-                        .arg(SCRIPT)
-                        .arg(1)
-                        .arg(&key)
-                        .arg("swap")
-                        .arg(&old)
-                        .arg(&new)
-                        .arg(kept)
-                        .query(&mut l.conn)
-                })
-                .map_err(|fault| fault.to_error())
-                .fail_with(Failure::BackendUnavailable)?;
-            if changed == 1 {
-                return Ok(());
-            }
-        }
-        Err(anyhow!(
-            "the group record {key} kept changing under this dlock"
-        ))
-        .fail_with(Failure::BackendUnavailable)
+        let read = || Ok((GroupRecords::read(self, name)?, ()));
+        update_by_swaps(
+            &format!("the group record {key}"),
+            change,
+            read,
+            |(), old, new| {
+                let mut servers = self.servers();
+                let server = servers
+                    .first_mut()
+                    .ok_or_else(|| anyhow!("no Redis server"))?;
+                server.at(&base);
+                let changed: i64 = server
+                    .call(self.connect_timeout, |l| {
+                        redis::cmd("EVAL")
+                            .arg(SCRIPT)
+                            .arg(1)
+                            .arg(&key)
+                            .arg("swap")
+                            .arg(old.unwrap_or_default())
+                            .arg(new.unwrap_or_default())
+                            .arg(kept)
+                            .query(&mut l.conn)
+                    })
+                    .map_err(|fault| fault.to_error())
+                    .fail_with(Failure::BackendUnavailable)?;
+                Ok(changed == 1)
+            },
+        )
     }
 
     fn poll_every(&self) -> Duration {

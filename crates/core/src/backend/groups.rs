@@ -4,7 +4,14 @@
 
 use std::time::Duration;
 
+use anyhow::anyhow;
+
+use crate::exit::{FailWith, Failure};
 use crate::lock::LockName;
+
+/// Most tries of a compare-and-set change that others' changes keep beating: each lost try means
+/// another run made progress, so this is never reached in practice.
+const MAX_SWAPS: usize = 100;
 
 /// A store's side of the concurrency groups: one record per lock name, kept beside the lock as
 /// plain text the store never interprets (supervise/group.rs reads and writes it).
@@ -24,4 +31,76 @@ pub trait GroupRecords {
     /// How often a holder reads its records to hear of a request to cancel it, which bounds how
     /// soon it hears.
     fn poll_every(&self) -> Duration;
+}
+
+/// `GroupRecords::update` on a store that changes a record by compare-and-set: `read` gives the
+/// record and whatever version `swap` compares (its text alone, where the text is the version);
+/// `swap(version, old, new)` writes `new` (`None`: removes it) only if the record is still at
+/// `version`, and says whether it did. Tried again while others' changes come in between; nothing
+/// is written when `change` changes nothing. `record` names the record in the error.
+pub fn update_by_swaps<V>(
+    record: &str,
+    change: &mut dyn FnMut(Option<&str>) -> Option<String>,
+    mut read: impl FnMut() -> anyhow::Result<(Option<String>, V)>,
+    mut swap: impl FnMut(V, Option<&str>, Option<&str>) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    for _ in 0..MAX_SWAPS {
+        let (old, version) = read()?;
+        let new = change(old.as_deref());
+        if new == old || swap(version, old.as_deref(), new.as_deref())? {
+            return Ok(());
+        }
+    }
+    Err(anyhow!("{record} kept changing under this dlock")).fail_with(Failure::BackendUnavailable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn a_swap_beaten_by_another_change_is_made_again_on_the_new_record() {
+        let stored = RefCell::new(Some("a".to_owned()));
+        let beaten = RefCell::new(1);
+        let mut append = |old: Option<&str>| Some(format!("{}+", old.unwrap_or("")));
+        update_by_swaps(
+            "the record",
+            &mut append,
+            || Ok((stored.borrow().clone(), ())),
+            |(), old, new| {
+                if *beaten.borrow() > 0 {
+                    *beaten.borrow_mut() -= 1;
+                    *stored.borrow_mut() = Some("b".into());
+                    return Ok(false);
+                }
+                assert_eq!(old, stored.borrow().as_deref());
+                *stored.borrow_mut() = new.map(str::to_owned);
+                Ok(true)
+            },
+        )
+        .unwrap();
+        assert_eq!(stored.borrow().as_deref(), Some("b+"));
+    }
+
+    #[test]
+    fn no_change_writes_nothing_and_endless_beating_is_an_outage() {
+        let mut same = |old: Option<&str>| old.map(str::to_owned);
+        let never = |_: (), _: Option<&str>, _: Option<&str>| -> anyhow::Result<bool> {
+            panic!("nothing to write")
+        };
+        update_by_swaps("r", &mut same, || Ok((Some("x".into()), ())), never).unwrap();
+        let mut other = |_: Option<&str>| Some("y".to_owned());
+        let err = update_by_swaps(
+            "the record of x",
+            &mut other,
+            || Ok((Some("x".into()), ())),
+            |_, _, _| Ok(false),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("the record of x kept changing"),
+            "{err}"
+        );
+    }
 }

@@ -4,20 +4,15 @@
 
 use std::time::Duration;
 
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 
 use super::connection::lock;
 use super::MyBackend;
-use dlock_core::backend::GroupRecords;
-use dlock_core::exit::{FailWith, Failure};
+use dlock_core::backend::{update_by_swaps, GroupRecords};
 use dlock_core::lock::LockName;
 
 /// How often a holder reads its group records.
 const POLL_EVERY: Duration = Duration::from_millis(100);
-
-/// Most tries of a change that others' changes keep beating: each lost try means another run
-/// made progress, so this is never reached in practice.
-const MAX_TRIES: usize = 100;
 
 impl GroupRecords for MyBackend {
     fn read(&self, name: &LockName) -> anyhow::Result<Option<String>> {
@@ -33,30 +28,17 @@ impl GroupRecords for MyBackend {
         name: &LockName,
         change: &mut dyn FnMut(Option<&str>) -> Option<String>,
     ) -> anyhow::Result<()> {
-        for _ in 0..MAX_TRIES {
-            let old = self.read(name)?;
-            let new = change(old.as_deref());
-            // An unchanged record is no change: MySQL counts an UPDATE to the same value as none.
-            if new == old {
-                return Ok(());
-            }
+        // Nothing is written for an unchanged record, which MySQL would count as no row changed:
+        // a swap lost.
+        let record = format!("the group record of lock {:?}", name.as_str());
+        let read = || Ok((self.read(name)?, ()));
+        update_by_swaps(&record, change, read, |(), old, new| {
             let mut conn = lock(&self.conn);
-            let swapped = self
-                .recipe
-                .group_swap(&mut conn, name, old.as_deref(), new.as_deref())
+            self.recipe
+                .group_swap(&mut conn, name, old, new)
                 .map_err(|f| conn.error(f))
-                .with_context(|| {
-                    format!("cannot write the group record of lock {:?}", name.as_str())
-                })?;
-            if swapped {
-                return Ok(());
-            }
-        }
-        Err(anyhow!(
-            "the group record of lock {:?} kept changing under this dlock",
-            name.as_str()
-        ))
-        .fail_with(Failure::BackendUnavailable)
+                .with_context(|| format!("cannot write {record}"))
+        })
     }
 
     fn poll_every(&self) -> Duration {

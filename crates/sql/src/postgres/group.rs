@@ -4,20 +4,15 @@
 
 use std::time::Duration;
 
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 
 use super::connection::lock;
 use super::PgBackend;
-use dlock_core::backend::GroupRecords;
-use dlock_core::exit::{FailWith, Failure};
+use dlock_core::backend::{update_by_swaps, GroupRecords};
 use dlock_core::lock::LockName;
 
 /// How often a holder reads its group records.
 const POLL_EVERY: Duration = Duration::from_millis(100);
-
-/// Most tries of a change that others' changes keep beating: each lost try means another run
-/// made progress, so this is never reached in practice.
-const MAX_TRIES: usize = 100;
 
 impl GroupRecords for PgBackend {
     fn read(&self, name: &LockName) -> anyhow::Result<Option<String>> {
@@ -34,30 +29,16 @@ impl GroupRecords for PgBackend {
         name: &LockName,
         change: &mut dyn FnMut(Option<&str>) -> Option<String>,
     ) -> anyhow::Result<()> {
-        for _ in 0..MAX_TRIES {
-            let old = self.read(name)?;
-            let new = change(old.as_deref());
-            if new == old {
-                return Ok(());
-            }
+        let record = format!("the group record of lock {:?}", name.as_str());
+        let read = || Ok((self.read(name)?, ()));
+        update_by_swaps(&record, change, read, |(), old, new| {
             let mut conn = lock(&self.conn);
             let budget = conn.connect_timeout();
-            let swapped = self
-                .recipe
-                .group_swap(&mut conn, budget, name, old.as_deref(), new.as_deref())
+            self.recipe
+                .group_swap(&mut conn, budget, name, old, new)
                 .map_err(|f| conn.error(f))
-                .with_context(|| {
-                    format!("cannot write the group record of lock {:?}", name.as_str())
-                })?;
-            if swapped {
-                return Ok(());
-            }
-        }
-        Err(anyhow!(
-            "the group record of lock {:?} kept changing under this dlock",
-            name.as_str()
-        ))
-        .fail_with(Failure::BackendUnavailable)
+                .with_context(|| format!("cannot write {record}"))
+        })
     }
 
     fn poll_every(&self) -> Duration {
