@@ -1,10 +1,15 @@
 //! Waiting without a watch: a line of waiters in the lock's document, in order of arrival. Each
 //! waiter's poll is the acquire script, which keeps its place (renews its entry's lease) and lets
-//! it in when it fits beside the holders and every waiter ahead. The waiters at the head of the
-//! line (those that would go in were the holders gone) poll every `HEAD_POLL`, so that one sees a
-//! release within about that; the rest every `REST_POLL` (at least every third of the ttl, which
-//! keeps their place alive), but the one just behind the head every `NEXT_POLL`, so that a long line
-//! costs the node little: 50 waiters, about 20 + 4 + 48/2 requests a second.
+//! it in when it fits beside the holders and every waiter ahead. Each waiter times how fast its
+//! own place moves (`Pace`). The head of the line (those that would go in were the holders gone)
+//! polls every `HEAD_POLL`, so that it sees a release within about that, and twice as often as
+//! its place moved, down to `FAST_HEAD_POLL`, in a line that moves fast. The rest poll after half
+//! the time their place should take to reach the head at that pace, no sooner than
+//! `FAST_HEAD_POLL` for each place ahead, no later than `REST_POLL` (`NEXT_POLL` just behind the
+//! head; a third of the ttl at most, which keeps their place alive). A line that stands still
+//! costs the node little (50 waiters, about 20 + 4 + 48/2 requests a second); one that moves is
+//! polled about as often as it moves, so that the next waiter learns it is the head soon after
+//! the head went in.
 
 use std::time::{Duration, Instant};
 
@@ -16,8 +21,10 @@ use super::recipe::{lock, Fault, Shared, LEAVE};
 use dlock_core::backend::{Lease, Waiting, CANCEL_CHECK, LEAVE_WITHIN, RETRY_FIRST, RETRY_MOST};
 use dlock_core::lock::{Holder, LockRequest};
 
-/// How often the head of the line polls.
+/// How often the head of the line polls; twice as often as its line moves, down to
+/// `FAST_HEAD_POLL`, while the line moves faster than one place every two `HEAD_POLL`s.
 pub(super) const HEAD_POLL: Duration = Duration::from_millis(50);
+const FAST_HEAD_POLL: Duration = Duration::from_millis(20);
 /// How often the waiter just behind the head polls: it is the head once the head goes in, and
 /// must learn so soon when the holders come and go quickly.
 pub(super) const NEXT_POLL: Duration = Duration::from_millis(250);
@@ -37,6 +44,7 @@ pub(super) fn wait(
     let mut backoff = RETRY_FIRST;
     let mut reported: Option<Vec<Holder>> = None;
     let mut place: Option<usize> = None;
+    let mut pace = Pace::default();
     let give_up = || waiting.is_cancelled();
     loop {
         if waiting.is_cancelled() {
@@ -99,12 +107,40 @@ pub(super) fn wait(
             place = ahead;
         }
         let poll = match found {
-            Some((_, true)) => HEAD_POLL,
-            Some((1, false)) => NEXT_POLL,
-            _ => REST_POLL,
+            Some((at, head)) => pace.next_poll(at, head, Instant::now()),
+            None => REST_POLL,
         };
-        let poll = poll.min(request.ttl / 3).max(HEAD_POLL);
+        let poll = poll.min(request.ttl / 3).max(FAST_HEAD_POLL);
         pause_until(waiting, Instant::now() + poll);
+    }
+}
+
+/// How fast a waiter's own place in line moves: from its first place seen to its latest.
+#[derive(Debug, Default)]
+struct Pace {
+    /// When the waiter first saw its place, and that place.
+    first: Option<(Instant, usize)>,
+}
+
+impl Pace {
+    /// The wait until the next poll of a waiter `at` places from the head (`head`: it is the
+    /// head), seen `now`: half the time its place should take to reach the head at the pace seen
+    /// so far (a place that has not moved is taken to move once in the time waited), no sooner
+    /// than `FAST_HEAD_POLL` for each place ahead and no later than `REST_POLL` (`NEXT_POLL` just
+    /// behind the head); the head's, half the time a place took, within `FAST_HEAD_POLL` and
+    /// `HEAD_POLL`.
+    fn next_poll(&mut self, at: usize, head: bool, now: Instant) -> Duration {
+        let (since, first_at) = *self.first.get_or_insert((now, at));
+        let moved = first_at.saturating_sub(at).max(1);
+        let per_place = now.saturating_duration_since(since) / moved as u32;
+        if head {
+            return (per_place / 2).clamp(FAST_HEAD_POLL, HEAD_POLL);
+        }
+        let (at, most) = (
+            at.max(1) as u32,
+            if at <= 1 { NEXT_POLL } else { REST_POLL },
+        );
+        (per_place * at / 2).max(FAST_HEAD_POLL * at).min(most)
     }
 }
 
@@ -127,5 +163,51 @@ fn pause_until(waiting: &Waiting, until: Instant) {
             return;
         }
         std::thread::sleep(waiting.slice(CANCEL_CHECK).min(left));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_that_moves_fast_is_polled_often_and_one_that_stands_still_seldom() {
+        let start = Instant::now();
+        let later = start + Duration::from_millis(300);
+        // Seen at place 6 (first polled again after 6 x 20 ms); 300 ms later the head: 50 ms a
+        // place, so every 25 ms.
+        let mut pace = Pace::default();
+        assert_eq!(pace.next_poll(6, false, start), Duration::from_millis(120));
+        assert_eq!(pace.next_poll(0, true, later), Duration::from_millis(25));
+        // Faster still: FAST_HEAD_POLL. At place 1 after 300 ms: 60 ms a place, so 30 ms; at
+        // place 3 after 300 ms, 100 ms a place would be 150 ms; 30 ms a place, 60 ms at least.
+        let mut pace = Pace::default();
+        pace.next_poll(10, false, start);
+        assert_eq!(pace.next_poll(0, true, later), FAST_HEAD_POLL);
+        let mut pace = Pace::default();
+        pace.next_poll(6, false, start);
+        assert_eq!(pace.next_poll(1, false, later), Duration::from_millis(30));
+        let mut pace = Pace::default();
+        pace.next_poll(6, false, start);
+        assert_eq!(pace.next_poll(3, false, later), Duration::from_millis(150));
+        let mut pace = Pace::default();
+        pace.next_poll(13, false, start);
+        assert_eq!(pace.next_poll(3, false, later), Duration::from_millis(60));
+        // At place 4 after 300 ms: 150 ms a place, 4 places: 300 ms.
+        let mut pace = Pace::default();
+        pace.next_poll(6, false, start);
+        assert_eq!(pace.next_poll(4, false, later), Duration::from_millis(300));
+        // Not moved for 10 s: the rest of the line polls every REST_POLL, the next every
+        // NEXT_POLL, the head every HEAD_POLL.
+        let still = start + Duration::from_secs(10);
+        for (at, head, poll) in [
+            (7, false, REST_POLL),
+            (1, false, NEXT_POLL),
+            (0, true, HEAD_POLL),
+        ] {
+            let mut pace = Pace::default();
+            pace.next_poll(at, head, start);
+            assert_eq!(pace.next_poll(at, head, still), poll, "{at}");
+        }
     }
 }
