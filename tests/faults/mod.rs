@@ -424,21 +424,32 @@ fn check_cancelling(t: &Target, label: &str, ttl: Duration) {
     );
 }
 
-#[test]
-fn file_backend_keeps_mutual_exclusion_while_runs_cancel_each_other_under_faults() {
-    check_cancelling(&Target::file_backend(), "file, cancelling", FILE_TTL);
+/// The stores the cancelling checker runs on: every store that keeps group records (Redlock
+/// refuses the options), each on a private server as above.
+macro_rules! cancelling_backends {
+    ($($test:ident: $target:expr, $label:literal, $ttl:expr;)*) => {
+        $(
+            #[test]
+            fn $test() {
+                check_cancelling(&$target, $label, $ttl);
+            }
+        )*
+    };
 }
 
-#[test]
-fn redis_keeps_mutual_exclusion_while_runs_cancel_each_other_under_faults() {
-    check_cancelling(
-        &Target::durable_redis(),
-        "redis, one server, cancelling",
-        REDIS_TTL,
-    );
-}
-
-#[test]
-fn postgres_keeps_mutual_exclusion_while_runs_cancel_each_other_under_faults() {
-    check_cancelling(&Target::postgres_backend(), "postgres, cancelling", PG_TTL);
+cancelling_backends! {
+    file_backend_keeps_mutual_exclusion_while_runs_cancel_each_other_under_faults:
+        Target::file_backend(), "file, cancelling", FILE_TTL;
+    redis_keeps_mutual_exclusion_while_runs_cancel_each_other_under_faults:
+        Target::durable_redis(), "redis, one server, cancelling", REDIS_TTL;
+    postgres_keeps_mutual_exclusion_while_runs_cancel_each_other_under_faults:
+        Target::postgres_backend(), "postgres, cancelling", PG_TTL;
+    zk_keeps_mutual_exclusion_while_runs_cancel_each_other_under_faults:
+        Target::zk_backend(), "zk, cancelling", ZK_TTL;
+    etcd_keeps_mutual_exclusion_while_runs_cancel_each_other_under_faults:
+        Target::etcd_cluster(), "etcd, cluster of three, cancelling", ETCD_TTL;
+    mysql_keeps_mutual_exclusion_while_runs_cancel_each_other_under_faults:
+        Target::mysql_backend(), "mysql (MariaDB), cancelling", MYSQL_TTL;
+    elasticsearch_keeps_mutual_exclusion_while_runs_cancel_each_other_under_faults:
+        Target::elasticsearch_backend(), "elasticsearch (OpenSearch node), cancelling", ES_TTL;
 }

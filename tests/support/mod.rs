@@ -126,8 +126,25 @@ impl LockDir {
 
 /// A loopback port free when asked. Another test may take it before the caller does: for a
 /// server the caller then starts through `on_a_free_port`, never for "nothing there" (see
-/// `refusing_port`).
+/// `refusing_port`). Chosen at random below the kernel's range for the local ports of outgoing
+/// connections: a server restarted on its port (the fault tests do) must find it free, and a
+/// port in that range can be taken meanwhile by a client's connection, even one that a client
+/// retrying a connect to that very port makes to itself.
 pub fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let first = 10_000.min(low / 2);
+    for attempt in 0u64..200 {
+        let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+        random.write_u64(attempt);
+        let port = first + (random.finish() % u64::from(low - first)) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
