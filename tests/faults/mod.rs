@@ -316,21 +316,23 @@ const MYSQL_TTL: Duration = Duration::from_millis(1000);
 /// (a lease counts as over half a second after its end): 2 s.
 const ES_TTL: Duration = Duration::from_secs(2);
 
-/// The backends the checker runs on, one line each: the test, its target, how the report names
-/// it, and the lease. Not the contract suite's list: the driver stops, crashes and restarts these
-/// servers, so each test starts private ones, and it also runs on a ZooKeeper ensemble.
+/// The backends a checker (`check`, `check_cancelling`) runs on, one line each: the test, its
+/// target, how the report names it, and the lease. Not the contract suite's list: the driver
+/// stops, crashes and restarts these servers, so each test starts private ones, and it also runs
+/// on a ZooKeeper ensemble.
 macro_rules! checked_backends {
-    ($($test:ident: $target:expr, $label:literal, $ttl:expr;)*) => {
+    ($checker:ident: $($test:ident: $target:expr, $label:literal, $ttl:expr;)*) => {
         $(
             #[test]
             fn $test() {
-                check(&$target, $label, $ttl);
+                $checker(&$target, $label, $ttl);
             }
         )*
     };
 }
 
 checked_backends! {
+    check:
     // flock(2) locks have no lease, so a paused holder keeps its lock and nobody else gets in. A
     // SIGKILLed dlock frees the lock at once and the kernel kills its command.
     file_backend_keeps_mutual_exclusion_under_faults:
@@ -424,20 +426,9 @@ fn check_cancelling(t: &Target, label: &str, ttl: Duration) {
     );
 }
 
-/// The stores the cancelling checker runs on: every store that keeps group records (Redlock
-/// refuses the options), each on a private server as above.
-macro_rules! cancelling_backends {
-    ($($test:ident: $target:expr, $label:literal, $ttl:expr;)*) => {
-        $(
-            #[test]
-            fn $test() {
-                check_cancelling(&$target, $label, $ttl);
-            }
-        )*
-    };
-}
-
-cancelling_backends! {
+// The cancelling checker: every store that keeps group records (Redlock refuses the options).
+checked_backends! {
+    check_cancelling:
     file_backend_keeps_mutual_exclusion_while_runs_cancel_each_other_under_faults:
         Target::file_backend(), "file, cancelling", FILE_TTL;
     redis_keeps_mutual_exclusion_while_runs_cancel_each_other_under_faults:
