@@ -115,7 +115,7 @@ impl OpenSearchServer {
         // Drains the launcher's output for as long as it runs, and passes on its own lines.
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.starts_with("http ") || line == "port taken" {
+                if line.starts_with("http ") || line == "port taken" || line == "start failed" {
                     let _ = said.send(line.clone());
                 }
                 if let Ok(mut out) = out.lock() {
@@ -128,14 +128,22 @@ impl OpenSearchServer {
         self.process = Some(process);
         match heard {
             Ok(line) if line.starts_with("http ") => {}
-            Ok(_) => {
+            Ok(line) if line == "port taken" => {
                 self.kill();
                 return Launch::PortTaken;
             }
+            Ok(_) => {
+                self.kill();
+                panic!("the OpenSearch node did not start:\n{}", self.log());
+            }
             Err(e) => {
+                // Whether the JVM was stopped, running or waiting, its CPU time, and the load.
+                let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()));
+                let load = std::fs::read_to_string("/proc/loadavg");
                 self.kill();
                 panic!(
-                    "the OpenSearch node did not serve HTTP ({e:?} within {START_LIMIT:?}):\n{}",
+                    "the OpenSearch node did not serve HTTP ({e:?} within {START_LIMIT:?}); its \
+                     /proc stat: {stat:?}; load: {load:?}:\n{}",
                     self.log()
                 );
             }

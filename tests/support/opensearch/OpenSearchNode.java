@@ -5,7 +5,8 @@
 // transport, given as a classpath plugin, as the distribution loads it as a module) and runs
 // Painless scripts (lang-painless, a classpath plugin too). It forms a cluster of its own
 // (discovery.type=single-node); its transport port is any free one. It prints `http PORT` once it
-// serves HTTP, and `port taken` (exit 3) if the HTTP port is taken, and stops when its stdin
+// serves HTTP, `port taken` (exit 3) if the HTTP port is taken, `start failed` (exit 1, the
+// exception on stderr) if it fails otherwise, and stops when its stdin
 // closes or on SIGTERM.
 
 import java.io.InputStream;
@@ -57,11 +58,14 @@ public class OpenSearchNode extends Node {
         Environment environment =
             InternalSettingsPreparer.prepareEnvironment(settings, Collections.emptyMap(), null, () -> "dlock-test-node");
         List<Class<? extends Plugin>> plugins = List.of(Netty4Plugin.class, PainlessPlugin.class);
-        Node node = new OpenSearchNode(environment, plugins);
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(node)));
+        // A node that fails to start says why and exits: its thread pools would keep the JVM
+        // alive, silent, after the main thread's exception.
+        Node node;
         try {
+            node = new OpenSearchNode(environment, plugins);
+            Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(node)));
             node.start();
-        } catch (Exception e) {
+        } catch (Throwable e) {
             for (Throwable cause = e; cause != null; cause = cause.getCause()) {
                 if (cause instanceof BindException) {
                     System.out.println("port taken");
@@ -69,7 +73,13 @@ public class OpenSearchNode extends Node {
                     Runtime.getRuntime().halt(3);
                 }
             }
-            throw e;
+            System.err.println("the node did not start:");
+            e.printStackTrace();
+            System.err.flush();
+            System.out.println("start failed");
+            System.out.flush();
+            Runtime.getRuntime().halt(1);
+            return;
         }
         System.out.println("http " + httpPort);
         System.out.flush();
