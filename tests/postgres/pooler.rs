@@ -4,11 +4,13 @@
 //! LISTEN is lost to whichever server connection ran it, and the waiter gets in at its re-check
 //! instead.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::pg_server::PgServer;
 use crate::support::pgbouncer::PgBouncer;
+use crate::support::watched::Watched;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
@@ -82,4 +84,66 @@ fn through_pgbouncer_in_transaction_mode_locks_exclude_and_a_waiter_gets_in() {
         ("run1", "5", "exit:0"),
         "{run}"
     );
+}
+
+/// Concurrency groups through PgBouncer in transaction mode (the holder hears a request at its
+/// next read of the group records, LISTEN or not): a `--cancel-in-progress` holder is cancelled
+/// (81, its command terminated) by a newer such run, which then runs; a `--supersede` waiter
+/// gives way (80) to a newer one, which gets the lock once the holder is done.
+#[test]
+fn through_pgbouncer_in_transaction_mode_runs_cancel_and_supersede_each_other() {
+    let server = PgServer::start();
+    let bouncer = PgBouncer::start(&server, "transaction");
+    let url = bouncer.url_with("prefix=t_group_");
+    let dir = LockDir::new();
+    let d = dir.path().display().to_string();
+    let held_until_go = |tag: &str| {
+        format!(
+            "trap 'touch {d}/{tag}.term; exit 3' TERM; touch {d}/{tag}.in; i=0; \
+             while [ ! -e {d}/{tag}.go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"
+        )
+    };
+    let run = |options: &[&str], command: &[&str]| {
+        let mut args = vec!["-v", "run"];
+        args.extend_from_slice(options);
+        args.extend_from_slice(&["g", "--"]);
+        args.extend_from_slice(command);
+        Watched::start(dlock_at(&url, &args))
+    };
+
+    let script = held_until_go("c");
+    let holder = run(&["--cancel-in-progress"], &["sh", "-c", &script]);
+    wait_for_file(&dir.file("c.in"), T);
+    let asked = format!("{d}/asker.ran");
+    let asker = run(&["--cancel-in-progress"], &["touch", &asked]);
+    let (code, said) = holder.finish(T);
+    assert_eq!(code, 81, "the cancelled holder: {said}");
+    assert!(
+        dir.file("c.term").exists(),
+        "its command was not terminated: {said}"
+    );
+    let (code, said) = asker.finish(T);
+    assert_eq!(code, 0, "the asker: {said}");
+    assert!(Path::new(&asked).exists());
+
+    let script = held_until_go("s");
+    let holder = run(&[], &["sh", "-c", &script]);
+    wait_for_file(&dir.file("s.in"), T);
+    let (first, second) = (format!("{d}/first.ran"), format!("{d}/second.ran"));
+    let mut older = run(&["--supersede"], &["touch", &first]);
+    older.wait_for("waiting for lock", T);
+    let mut newer = run(&["--supersede"], &["touch", &second]);
+    newer.wait_for("waiting for lock", T);
+    let (code, said) = older.finish(T);
+    assert_eq!(code, 80, "the superseded waiter: {said}");
+    std::fs::write(dir.file("s.go"), "").unwrap();
+    let (code, said) = holder.finish(T);
+    assert_eq!(code, 0, "{said}");
+    let (code, said) = newer.finish(T);
+    assert_eq!(code, 0, "the newer waiter: {said}");
+    assert!(
+        !Path::new(&first).exists(),
+        "the superseded waiter ran its command"
+    );
+    assert!(Path::new(&second).exists());
 }
