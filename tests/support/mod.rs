@@ -5,6 +5,7 @@
 
 pub mod build;
 pub mod etcd_server;
+pub mod failover;
 #[cfg(feature = "etcd")]
 pub mod fake_etcd;
 pub mod figures;

@@ -170,44 +170,43 @@ fn pause_until(waiting: &Waiting, until: Instant) {
 mod tests {
     use super::*;
 
+    /// The next poll of a waiter first seen at `first` (not the head), then at `(at, head)`
+    /// `ms` later.
+    fn after(first: usize, at: usize, head: bool, ms: u64) -> Duration {
+        let start = Instant::now();
+        let mut pace = Pace::default();
+        pace.next_poll(first, false, start);
+        pace.next_poll(at, head, start + Duration::from_millis(ms))
+    }
+
     #[test]
     fn a_line_that_moves_fast_is_polled_often_and_one_that_stands_still_seldom() {
-        let start = Instant::now();
-        let later = start + Duration::from_millis(300);
-        // Seen at place 6 (first polled again after 6 x 20 ms); 300 ms later the head: 50 ms a
-        // place, so every 25 ms.
-        let mut pace = Pace::default();
-        assert_eq!(pace.next_poll(6, false, start), Duration::from_millis(120));
-        assert_eq!(pace.next_poll(0, true, later), Duration::from_millis(25));
-        // Faster still: FAST_HEAD_POLL. At place 1 after 300 ms: 60 ms a place, so 30 ms; at
-        // place 3 after 300 ms, 100 ms a place would be 150 ms; 30 ms a place, 60 ms at least.
-        let mut pace = Pace::default();
-        pace.next_poll(10, false, start);
-        assert_eq!(pace.next_poll(0, true, later), FAST_HEAD_POLL);
-        let mut pace = Pace::default();
-        pace.next_poll(6, false, start);
-        assert_eq!(pace.next_poll(1, false, later), Duration::from_millis(30));
-        let mut pace = Pace::default();
-        pace.next_poll(6, false, start);
-        assert_eq!(pace.next_poll(3, false, later), Duration::from_millis(150));
-        let mut pace = Pace::default();
-        pace.next_poll(13, false, start);
-        assert_eq!(pace.next_poll(3, false, later), Duration::from_millis(60));
-        // At place 4 after 300 ms: 150 ms a place, 4 places: 300 ms.
-        let mut pace = Pace::default();
-        pace.next_poll(6, false, start);
-        assert_eq!(pace.next_poll(4, false, later), Duration::from_millis(300));
+        // Seen at place 6: first polled again after 6 x 20 ms.
+        assert_eq!(
+            Pace::default().next_poll(6, false, Instant::now()),
+            Duration::from_millis(120)
+        );
+        // From place 6 to the head in 300 ms: 50 ms a place, so every 25 ms; from place 10,
+        // 30 ms a place: FAST_HEAD_POLL.
+        assert_eq!(after(6, 0, true, 300), Duration::from_millis(25));
+        assert_eq!(after(10, 0, true, 300), FAST_HEAD_POLL);
+        // From place 6 to 1 in 300 ms: 60 ms a place, so 30 ms. To place 3: 100 ms a place,
+        // 150 ms; from place 13 to 3, 30 ms a place would be 45 ms: 60 ms at least (3 x 20 ms).
+        assert_eq!(after(6, 1, false, 300), Duration::from_millis(30));
+        assert_eq!(after(6, 3, false, 300), Duration::from_millis(150));
+        assert_eq!(after(13, 3, false, 300), Duration::from_millis(60));
+        // From place 6 to 4 in 300 ms: 150 ms a place, 4 places: 300 ms.
+        assert_eq!(after(6, 4, false, 300), Duration::from_millis(300));
         // Not moved for 10 s: the rest of the line polls every REST_POLL, the next every
         // NEXT_POLL, the head every HEAD_POLL.
-        let still = start + Duration::from_secs(10);
-        for (at, head, poll) in [
-            (7, false, REST_POLL),
-            (1, false, NEXT_POLL),
-            (0, true, HEAD_POLL),
-        ] {
-            let mut pace = Pace::default();
-            pace.next_poll(at, head, start);
-            assert_eq!(pace.next_poll(at, head, still), poll, "{at}");
-        }
+        assert_eq!(after(7, 7, false, 10_000), REST_POLL);
+        assert_eq!(after(1, 1, false, 10_000), NEXT_POLL);
+        let start = Instant::now();
+        let mut head = Pace::default();
+        head.next_poll(0, true, start);
+        assert_eq!(
+            head.next_poll(0, true, start + Duration::from_secs(10)),
+            HEAD_POLL
+        );
     }
 }
