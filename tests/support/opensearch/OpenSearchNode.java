@@ -52,6 +52,8 @@ public class OpenSearchNode extends Node {
             // Not a production node: neither a disk nearly full nor a swap file stops it.
             .put("cluster.routing.allocation.disk.threshold_enabled", false)
             .put("bootstrap.memory_lock", false)
+            // Its warnings (a shard that fails to recover, say) on stdout, which the test keeps.
+            .put("logger.level", "WARN")
             .build();
         LogConfigurator.registerErrorListener();
         LogConfigurator.configureWithoutConfig(settings);
