@@ -124,7 +124,13 @@ pub(super) fn supervise(
         }
         match lost {
             None => {
-                if let Some(by) = member.as_deref_mut().and_then(Member::cancel_asked) {
+                if let Some(asked) = member.as_deref_mut().and_then(Member::cancel_asked) {
+                    let by = asked.by;
+                    report.event(if asked.told {
+                        "the store told of a change to the group records: a request to end"
+                    } else {
+                        "a read of the group records found a request to end"
+                    });
                     report.notice(&format!(
                         "cancelled by {}, a newer --cancel-in-progress run; terminating the command",
                         by.describe()

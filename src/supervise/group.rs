@@ -16,7 +16,9 @@
 //!   after, so a dead asker holds up nobody for long.
 //! - Once the run holds, the records are read on a thread of their own (`Watch`), which wakes the
 //!   main thread when a request names this run: a read that hangs on a server cut off must never
-//!   keep the main thread from seeing its lease run out and terminating the command.
+//!   keep the main thread from seeing its lease run out and terminating the command. It reads them
+//!   as soon as the store tells of a change (`GroupRecords::hear_changes`) and every `poll_every`
+//!   besides; what the store tells is only a cue to read, never trusted for what it says.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -257,7 +259,7 @@ impl Member {
         let Some(backend) = self.backend.take() else {
             return;
         };
-        let (stop, stopped) = mpsc::channel();
+        let (stop, wakes) = mpsc::channel();
         let asked = Arc::new(Mutex::new(None));
         let job = WatchJob {
             names: self.names(),
@@ -265,7 +267,8 @@ impl Member {
             clean,
             cancellable: self.options.cancel_in_progress,
             poll_every: self.poll_every,
-            stopped,
+            changed: stop.clone(),
+            wakes,
             asked: asked.clone(),
             waker,
         };
@@ -277,7 +280,7 @@ impl Member {
                 self.watch = Some(Watch {
                     stop,
                     asked,
-                    thread,
+                    thread: Some(thread),
                 })
             }
             // No thread, and its backend gone with the closure: the run cannot be cancelled,
@@ -287,7 +290,7 @@ impl Member {
     }
 
     /// While holding: who asked this holder to end, once the watch saw a request (never blocks).
-    pub(super) fn cancel_asked(&mut self) -> Option<Party> {
+    pub(super) fn cancel_asked(&mut self) -> Option<Asked> {
         let watch = self.watch.as_ref()?;
         crate::sync::lock(&watch.asked).take()
     }
@@ -333,17 +336,38 @@ impl Drop for Member {
 
 /// The thread that reads a holder's records (see the file's rules).
 struct Watch {
-    stop: mpsc::Sender<()>,
+    stop: mpsc::Sender<Wake>,
     /// Who asked this run to end, once someone did.
-    asked: Arc<Mutex<Option<Party>>>,
-    thread: JoinHandle<Box<dyn Backend>>,
+    asked: Arc<Mutex<Option<Asked>>>,
+    thread: Option<JoinHandle<Box<dyn Backend>>>,
+}
+
+/// A request to end this holder, as the watch found it.
+pub(super) struct Asked {
+    pub by: Party,
+    /// Found on a read the store's word of a change set off (not at a periodic read).
+    pub told: bool,
+}
+
+/// What wakes the watch's thread before its next periodic read.
+enum Wake {
+    Stop,
+    /// The store told of a change to the records.
+    Changed,
 }
 
 impl Watch {
     /// Ends the thread (once its read under way, if any, ends) and gives its backend back.
-    fn stop(self) -> Option<Box<dyn Backend>> {
-        let _ = self.stop.send(());
-        self.thread.join().ok()
+    fn stop(mut self) -> Option<Box<dyn Backend>> {
+        let _ = self.stop.send(Wake::Stop);
+        self.thread.take()?.join().ok()
+    }
+}
+
+impl Drop for Watch {
+    /// Not stopped by `stop`: the thread ends on its own (the store's hearing keeps a sender).
+    fn drop(&mut self) {
+        let _ = self.stop.send(Wake::Stop);
     }
 }
 
@@ -353,11 +377,14 @@ struct WatchJob {
     me: String,
     /// Take the marks of this run's wait out first.
     clean: bool,
-    /// Look for requests to end, every `poll_every`, until told to stop.
+    /// Look for requests to end, every `poll_every` and when the store tells of a change, until
+    /// told to stop.
     cancellable: bool,
     poll_every: Duration,
-    stopped: mpsc::Receiver<()>,
-    asked: Arc<Mutex<Option<Party>>>,
+    /// Given to the store, for its word of a change.
+    changed: mpsc::Sender<Wake>,
+    wakes: mpsc::Receiver<Wake>,
+    asked: Arc<Mutex<Option<Asked>>>,
     waker: MainWaker,
 }
 
@@ -369,17 +396,44 @@ impl WatchJob {
         if !self.cancellable {
             return backend;
         }
+        let changed = self.changed.clone();
+        let hearing = backend.groups().and_then(|records| {
+            records.hear_changes(
+                &self.names,
+                Box::new(move || {
+                    let _ = changed.send(Wake::Changed);
+                }),
+            )
+        });
+        let poll_every = hearing.as_ref().map_or(self.poll_every, |h| h.poll_every);
+        // Once hearing, a first read at once: a request made before it began is not left to the
+        // next periodic read.
+        let mut read_now = hearing.is_some();
         loop {
-            match self.stopped.recv_timeout(self.poll_every) {
-                Err(RecvTimeoutError::Timeout) => {}
-                Ok(()) | Err(RecvTimeoutError::Disconnected) => return backend,
+            let told = if read_now {
+                false
+            } else {
+                match self.wakes.recv_timeout(poll_every) {
+                    Err(RecvTimeoutError::Timeout) => false,
+                    Ok(Wake::Changed) => true,
+                    Ok(Wake::Stop) | Err(RecvTimeoutError::Disconnected) => return backend,
+                }
+            };
+            read_now = false;
+            // Words that came meanwhile are answered by this one read.
+            loop {
+                match self.wakes.try_recv() {
+                    Ok(Wake::Changed) => {}
+                    Ok(Wake::Stop) | Err(mpsc::TryRecvError::Disconnected) => return backend,
+                    Err(mpsc::TryRecvError::Empty) => break,
+                }
             }
             let by = self.names.iter().find_map(|name| {
                 let cancel = read_record(backend.as_ref(), name).cancel?;
                 cancel.targets.contains(&self.me).then_some(cancel.by)
             });
             if let Some(by) = by {
-                *crate::sync::lock(&self.asked) = Some(by);
+                *crate::sync::lock(&self.asked) = Some(Asked { by, told });
                 self.waker.wake();
                 return backend;
             }

@@ -103,6 +103,12 @@ impl Target {
         self.scratch.file(name).display().to_string()
     }
 
+    /// Whether the store tells a holder of a change to its group records (the README's list),
+    /// rather than the holder finding it at its next read.
+    pub fn tells_of_changes(&self) -> bool {
+        matches!(self.kind, Kind::File)
+    }
+
     /// What the command sees in `DLOCK_BACKEND`.
     pub fn backend(&self) -> &'static str {
         match self.kind {

@@ -5,8 +5,9 @@
 //! removed, as an unlinked file could still be written by one who opened it before. `list` looks
 //! only at `*.lock` entries, so these never show there.
 //!
-//! A holder hears of a request to cancel it by reading its records every `POLL_EVERY` (a read is
-//! a few system calls on a local file).
+//! A holder hears of a request to cancel it from the kernel: inotify tells it when one of its
+//! record files is written, and it reads them then (and every second besides; every `POLL_EVERY`
+//! where inotify cannot watch them, out of instances, say).
 
 use std::fs::File;
 use std::io;
@@ -18,7 +19,7 @@ use anyhow::anyhow;
 
 use super::runs::{lock, open};
 use super::{lock_file::unlock_range, plain_io, FileBackend};
-use dlock_core::backend::GroupRecords;
+use dlock_core::backend::{GroupRecords, Hearing, OnChange, POLL_WHILE_HEARING};
 use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::group::MAX_GROUP_RECORD_BYTES;
 use dlock_core::lock::LockName;
@@ -105,5 +106,38 @@ impl GroupRecords for FileBackend {
 
     fn poll_every(&self) -> Duration {
         POLL_EVERY
+    }
+
+    fn hear_changes(&self, names: &[LockName], changed: OnChange) -> Option<Hearing> {
+        use rustix::fs::inotify;
+        let watching =
+            inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).ok()?;
+        for name in names {
+            // The records this run enlisted in, as they are: a link is not followed.
+            let flags = inotify::WatchFlags::MODIFY | inotify::WatchFlags::DONT_FOLLOW;
+            inotify::add_watch(&watching, self.group_path(name), flags).ok()?;
+        }
+        Hearing::on_thread("file group records", POLL_WHILE_HEARING, move |wanted| {
+            let mut buffer = [std::mem::MaybeUninit::uninit(); 4096];
+            let wait = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 500_000_000,
+            };
+            while wanted.still() {
+                let mut ready = [rustix::event::PollFd::new(
+                    &watching,
+                    rustix::event::PollFlags::IN,
+                )];
+                match rustix::event::poll(&mut ready, Some(&wait)) {
+                    Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+                // Every event so far, then one word for them all.
+                let mut events = inotify::Reader::new(&watching, &mut buffer);
+                while events.next().is_ok() {}
+                changed();
+            }
+        })
     }
 }

@@ -1,7 +1,10 @@
 //! The part of the store contract for concurrency groups (`run --supersede` and
 //! `--cancel-in-progress`): a store keeps each lock's group record; supervise/group.rs decides
-//! everything from it.
+//! everything from it. A store that can tell a holder of a change to its records itself (pub/sub, a
+//! watch, LISTEN, inotify) says so with `GroupRecords::hear_changes`; the holder still reads them
+//! now and then, in case a word is lost.
 
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use anyhow::anyhow;
@@ -29,9 +32,66 @@ pub trait GroupRecords {
     ) -> anyhow::Result<()>;
 
     /// How often a holder reads its records to hear of a request to cancel it, which bounds how
-    /// soon it hears.
+    /// soon it hears when the store tells it nothing.
     fn poll_every(&self) -> Duration;
+
+    /// Starts hearing the store tell of changes to the records of `names`: `changed` is called
+    /// (from a thread of the store's) each time one may have changed, and the holder then reads
+    /// them. `None` where the store tells nothing, or cannot now: the holder reads every
+    /// `poll_every`. A word heard is only a cue to read: it is never trusted for what it says.
+    fn hear_changes(&self, _names: &[LockName], _changed: OnChange) -> Option<Hearing> {
+        None
+    }
 }
+
+/// What a store calls when a record may have changed (see `GroupRecords::hear_changes`).
+pub type OnChange = Box<dyn Fn() + Send + 'static>;
+
+/// A store's hearing of changes, until dropped. Dropping it never waits on the store: whatever
+/// listens (a thread on a connection of its own) sees `Wanted::still` turn false and ends soon
+/// after.
+pub struct Hearing {
+    _wanted: Arc<()>,
+    /// How often the holder still reads its records, in case a word is lost (a pub/sub message
+    /// is sent at most once, a connection breaks, a pooler eats a notification).
+    pub poll_every: Duration,
+}
+
+/// Whether a `Hearing` is still wanted; its listener checks it at least once a second.
+#[derive(Clone)]
+pub struct Wanted(Weak<()>);
+
+impl Wanted {
+    pub fn still(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
+
+impl Hearing {
+    /// Hearing while `listen` runs on a thread of its own (named `name`), given whether it is
+    /// still wanted; `None` when no thread can be started. The thread inherits the caller's
+    /// signal mask (the holder's record thread has every signal blocked, as the main thread
+    /// keeps them outside its waits).
+    pub fn on_thread(
+        name: &str,
+        poll_every: Duration,
+        listen: impl FnOnce(Wanted) + Send + 'static,
+    ) -> Option<Hearing> {
+        let alive = Arc::new(());
+        let wanted = Wanted(Arc::downgrade(&alive));
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || listen(wanted))
+            .ok()?;
+        Some(Hearing {
+            _wanted: alive,
+            poll_every,
+        })
+    }
+}
+
+/// How often a holder whose store tells it of changes still reads its records.
+pub const POLL_WHILE_HEARING: Duration = Duration::from_secs(1);
 
 /// `GroupRecords::update` on a store that changes a record by compare-and-set: `read` gives the
 /// record and whatever version `swap` compares (its text alone, where the text is the version);
@@ -58,6 +118,22 @@ pub fn update_by_swaps<V>(
 mod tests {
     use super::*;
     use std::cell::RefCell;
+
+    #[test]
+    fn a_hearing_is_wanted_until_dropped() {
+        let (said, heard) = std::sync::mpsc::channel();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let hearing = Hearing::on_thread("test", POLL_WHILE_HEARING, move |wanted| {
+            said.send(wanted.still()).unwrap();
+            stopped.recv().unwrap();
+            said.send(wanted.still()).unwrap();
+        })
+        .unwrap();
+        assert!(heard.recv().unwrap());
+        drop(hearing);
+        stop.send(()).unwrap();
+        assert!(!heard.recv().unwrap());
+    }
 
     #[test]
     fn a_swap_beaten_by_another_change_is_made_again_on_the_new_record() {

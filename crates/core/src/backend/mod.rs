@@ -16,7 +16,7 @@ pub mod lease_clock;
 pub mod stop;
 pub mod watch;
 
-pub use groups::{update_by_swaps, GroupRecords};
+pub use groups::{update_by_swaps, GroupRecords, Hearing, OnChange, Wanted, POLL_WHILE_HEARING};
 
 /// Where and how to reach a backend, from the command line and environment.
 #[derive(Clone, Debug)]
