@@ -405,11 +405,13 @@ impl WatchJob {
                 }),
             )
         });
-        let poll_every = hearing.as_ref().map_or(self.poll_every, |h| h.poll_every);
         // Once hearing, a first read at once: a request made before it began is not left to the
         // next periodic read.
         let mut read_now = hearing.is_some();
         loop {
+            let poll_every = hearing
+                .as_ref()
+                .map_or(self.poll_every, |h| h.poll_every(self.poll_every));
             let told = if read_now {
                 false
             } else {

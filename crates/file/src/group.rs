@@ -123,6 +123,8 @@ impl GroupRecords for FileBackend {
                 tv_sec: 0,
                 tv_nsec: 500_000_000,
             };
+            // Its watches were set before the holder's first read.
+            wanted.listening();
             while wanted.still() {
                 let mut ready = [rustix::event::PollFd::new(
                     &watching,

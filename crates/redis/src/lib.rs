@@ -120,6 +120,9 @@ pub struct RedisBackend {
     location: String,
     /// Redis Cluster: grants go by sharded pub/sub (see `Keys::sharded`).
     sharded: bool,
+    /// The one URL and `--replicas`, for a connection of a holder's own that hears of changes to
+    /// its group records (group.rs); `None` with Redlock.
+    one_url: Option<(String, u32)>,
 }
 
 /// Redlock counts each server once: a server named twice, under one spelling or two
@@ -197,6 +200,7 @@ impl RedisBackend {
             .flatten()
             .collect();
         let backend = RedisBackend {
+            one_url: (urls.len() == 1).then(|| (urls[0].to_owned(), config.replicas)),
             sharded: servers.iter().any(Topology::is_cluster),
             count: servers.len(),
             servers: Arc::new(Mutex::new(servers)),

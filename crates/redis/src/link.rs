@@ -61,6 +61,20 @@ impl Link {
     }
 }
 
+impl Link {
+    /// Whether a message came on one of `channels` among those read so far (any message: its
+    /// payload is not read); the others are dropped.
+    pub(super) fn told(&self, channels: &[String]) -> bool {
+        let mut told = false;
+        for message in self.messages.try_iter() {
+            let channel = message.data.first().and_then(text_of);
+            told |=
+                message.kind == PushKind::Message && channel.is_some_and(|c| channels.contains(&c));
+        }
+        told
+    }
+}
+
 /// Whether `message` says the lock `base` was granted ("dlock:{NAME} TOKEN"; the token is not
 /// read: the next attempt takes it from the store).
 fn is_grant(message: &PushInfo, base: &str) -> bool {

@@ -154,6 +154,14 @@ impl Topology {
         }
     }
 
+    /// Whether a message came on one of `channels` on the connection in use: see `Link::told`.
+    pub(super) fn told(&self, channels: &[String]) -> bool {
+        self.server()
+            .link
+            .as_ref()
+            .is_some_and(|l| l.told(channels))
+    }
+
     /// Reads one message on the connection in use: see `Server::read_message`.
     pub(super) fn read_message(&mut self, timeout: Duration) -> Result<(), ()> {
         self.server_mut().read_message(timeout)

@@ -4,6 +4,7 @@
 //! watch, LISTEN, inotify) says so with `GroupRecords::hear_changes`; the holder still reads them
 //! now and then, in case a word is lost.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -38,7 +39,8 @@ pub trait GroupRecords {
     /// Starts hearing the store tell of changes to the records of `names`: `changed` is called
     /// (from a thread of the store's) each time one may have changed, and the holder then reads
     /// them. `None` where the store tells nothing, or cannot now: the holder reads every
-    /// `poll_every`. A word heard is only a cue to read: it is never trusted for what it says.
+    /// `poll_every`. Returns at once: a listener that must connect does so on its own thread. A
+    /// word heard is only a cue to read: it is never trusted for what it says.
     fn hear_changes(&self, _names: &[LockName], _changed: OnChange) -> Option<Hearing> {
         None
     }
@@ -52,18 +54,29 @@ pub type OnChange = Box<dyn Fn() + Send + 'static>;
 /// after.
 pub struct Hearing {
     _wanted: Arc<()>,
-    /// How often the holder still reads its records, in case a word is lost (a pub/sub message
-    /// is sent at most once, a connection breaks, a pooler eats a notification).
-    pub poll_every: Duration,
+    /// Set by the listener once it hears (`Wanted::listening`), cleared when it ends.
+    listening: Arc<AtomicBool>,
+    /// How often the holder still reads its records while the listener hears, in case a word
+    /// is lost (a pub/sub message is sent at most once, a pooler eats a notification).
+    while_listening: Duration,
 }
 
-/// Whether a `Hearing` is still wanted; its listener checks it at least once a second.
-#[derive(Clone)]
-pub struct Wanted(Weak<()>);
+/// A listener's side of a `Hearing`: whether it is still wanted (checked at least once a
+/// second), and its word that it now hears.
+pub struct Wanted {
+    wanted: Weak<()>,
+    listening: Arc<AtomicBool>,
+}
 
 impl Wanted {
     pub fn still(&self) -> bool {
-        self.0.strong_count() > 0
+        self.wanted.strong_count() > 0
+    }
+
+    /// The listener hears from now on (subscribed, its watches set): the holder reads less
+    /// often, until the listener ends. It calls `changed` too, for what came before.
+    pub fn listening(&self) {
+        self.listening.store(true, Ordering::Relaxed);
     }
 }
 
@@ -74,19 +87,37 @@ impl Hearing {
     /// keeps them outside its waits).
     pub fn on_thread(
         name: &str,
-        poll_every: Duration,
-        listen: impl FnOnce(Wanted) + Send + 'static,
+        while_listening: Duration,
+        listen: impl FnOnce(&Wanted) + Send + 'static,
     ) -> Option<Hearing> {
         let alive = Arc::new(());
-        let wanted = Wanted(Arc::downgrade(&alive));
+        let listening = Arc::new(AtomicBool::new(false));
+        let wanted = Wanted {
+            wanted: Arc::downgrade(&alive),
+            listening: listening.clone(),
+        };
         std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || listen(wanted))
+            .spawn(move || {
+                listen(&wanted);
+                wanted.listening.store(false, Ordering::Relaxed);
+            })
             .ok()?;
         Some(Hearing {
             _wanted: alive,
-            poll_every,
+            listening,
+            while_listening,
         })
+    }
+
+    /// How often the holder reads its records: less often while the listener hears, `deaf`
+    /// (the store's `poll_every`) before it does and once it has ended.
+    pub fn poll_every(&self, deaf: Duration) -> Duration {
+        if self.listening.load(Ordering::Relaxed) {
+            self.while_listening
+        } else {
+            deaf
+        }
     }
 }
 
@@ -123,16 +154,33 @@ mod tests {
     fn a_hearing_is_wanted_until_dropped() {
         let (said, heard) = std::sync::mpsc::channel();
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let deaf = Duration::from_millis(100);
         let hearing = Hearing::on_thread("test", POLL_WHILE_HEARING, move |wanted| {
+            said.send(wanted.still()).unwrap();
+            stopped.recv().unwrap();
+            wanted.listening();
             said.send(wanted.still()).unwrap();
             stopped.recv().unwrap();
             said.send(wanted.still()).unwrap();
         })
         .unwrap();
         assert!(heard.recv().unwrap());
+        assert_eq!(hearing.poll_every(deaf), deaf, "not listening yet");
+        stop.send(()).unwrap();
+        assert!(heard.recv().unwrap());
+        assert_eq!(hearing.poll_every(deaf), POLL_WHILE_HEARING);
+        let listening = hearing.listening.clone();
         drop(hearing);
         stop.send(()).unwrap();
         assert!(!heard.recv().unwrap());
+        // The listener has ended (its thread set this after `listen` returned).
+        for _ in 0..1000 {
+            if !listening.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("still listening after its listener ended");
     }
 
     #[test]
