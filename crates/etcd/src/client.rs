@@ -169,10 +169,35 @@ impl Client {
             range_end,
             filters: vec![FilterType::NoPut as i32],
         };
-        let request = WatchRequest {
-            request_union: Some(WatchRequestUnion::CreateRequest(create)),
-        };
-        let (requests, answers) = self.stream("/etcdserverpb.Watch/Watch", request).await?;
+        let (requests, answers) = self
+            .stream("/etcdserverpb.Watch/Watch", WatchRequest::create(create))
+            .await?;
+        Ok(Watch {
+            _requests: requests,
+            answers,
+        })
+    }
+
+    /// Watches every change (a put, a delete) of each of `keys`, from now on: one watch per key,
+    /// all on one stream, each answering first with `created`. None is an error.
+    pub(super) async fn watch_changes(&self, keys: Vec<Vec<u8>>) -> Result<Watch, Error> {
+        let mut creates = keys.into_iter().map(|key| {
+            WatchRequest::create(WatchCreateRequest {
+                key,
+                ..WatchCreateRequest::default()
+            })
+        });
+        let first = creates
+            .next()
+            .ok_or_else(|| Error::Unexpected("a watch of no key".into()))?;
+        let (requests, answers) = self.stream("/etcdserverpb.Watch/Watch", first).await?;
+        // Bounded: one request per key; the stream takes them as the server reads them.
+        for create in creates {
+            requests
+                .send(create)
+                .await
+                .map_err(|_| Error::StreamEnded("the watch stream closed"))?;
+        }
         Ok(Watch {
             _requests: requests,
             answers,

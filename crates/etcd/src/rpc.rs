@@ -281,7 +281,7 @@ pub(super) struct WatchCreateRequest {
     pub(super) filters: Vec<i32>,
 }
 
-/// WatchRequest.request_union: dlock only creates watches (one per stream, dropped with it).
+/// WatchRequest.request_union: dlock only creates watches (all dropped with their stream).
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub(super) enum WatchRequestUnion {
     #[prost(message, tag = "1")]
@@ -292,6 +292,14 @@ pub(super) enum WatchRequestUnion {
 pub(super) struct WatchRequest {
     #[prost(oneof = "WatchRequestUnion", tags = "1")]
     pub(super) request_union: Option<WatchRequestUnion>,
+}
+
+impl WatchRequest {
+    pub(super) fn create(create: WatchCreateRequest) -> WatchRequest {
+        WatchRequest {
+            request_union: Some(WatchRequestUnion::CreateRequest(create)),
+        }
+    }
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
