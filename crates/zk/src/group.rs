@@ -2,19 +2,30 @@
 //! `/dlock/.group/NAME`, beside the run records' directories (a directory starting with a dot is
 //! no lock's, see `runs`), with the lock's ACL. Changed only at the version read (a
 //! compare-and-set, tried again when another changed it in between); an empty node is no record
-//! (nodes are emptied, not deleted). A holder reads it every `POLL_EVERY`.
+//! (nodes are emptied, not deleted).
+//!
+//! A holder hears of a request to cancel it from ZooKeeper's watches: a thread of its own keeps
+//! one on each of its records' nodes (an exists watch, which a node not there yet also takes),
+//! on the backend's session, and sets it again after each event, which is a word to read the
+//! records; so is the moment every watch first stands (a request made before would otherwise
+//! wait for the next read). It reads them every second besides, and every `POLL_EVERY` where no
+//! watch could be set.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
 use zookeeper_client as zk;
 
+use super::address::ZkUrl;
 use super::naming::node_name;
-use super::session::Session;
+use super::session::{cancellable, retrying, Session};
 use super::{ZkBackend, QUERY_SESSION_TIMEOUT};
-use dlock_core::backend::GroupRecords;
+use dlock_core::backend::stop::Stop;
+use dlock_core::backend::{GroupRecords, Hearing, OnChange, Wanted, POLL_WHILE_HEARING};
 use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::LockName;
+use dlock_sys::sync::lock;
 
 /// The directory of the group records, under `/dlock`.
 const GROUP: &str = ".group";
@@ -126,4 +137,66 @@ impl GroupRecords for ZkBackend {
     fn poll_every(&self) -> Duration {
         POLL_EVERY
     }
+
+    fn hear_changes(&self, names: &[LockName], changed: OnChange) -> Option<Hearing> {
+        let names = names.to_vec();
+        // The backend's session, which a holder has (it enlisted before it waited): no session
+        // more for the ensemble to keep. Without one, the listener opens one on its own thread:
+        // this must not wait on the ensemble.
+        let opened = lock(&self.session).clone();
+        let (url, connect_timeout) = (self.url.clone(), self.connect_timeout);
+        Hearing::on_thread("zk group records", POLL_WHILE_HEARING, move |wanted| {
+            let opened = opened.or_else(|| listeners_session(&url, connect_timeout, &wanted));
+            let Some(session) = opened else {
+                return;
+            };
+            let paths: Vec<String> = names.iter().map(|name| path_of(&session, name)).collect();
+            let listening = cancellable(listen(&session, &paths, &changed), || wanted.still());
+            session.runtime.block_on(listening);
+        })
+    }
+}
+
+/// A session of a listener's own, given up once it is no longer wanted.
+fn listeners_session(
+    url: &ZkUrl,
+    connect_timeout: Duration,
+    wanted: &Wanted,
+) -> Option<Arc<Session>> {
+    let wanted = wanted.clone();
+    let unwanted = Stop::when(move || !wanted.still());
+    let session = Session::open(url, QUERY_SESSION_TIMEOUT, connect_timeout, &unwanted).ok()?;
+    Some(Arc::new(session))
+}
+
+/// Calls `changed` for each event of a watch on `paths`, and once when every watch first stands,
+/// until one cannot be set again or the session ends (quietly: the holder still reads every
+/// second).
+async fn listen(session: &Session, paths: &[String], changed: &dyn Fn()) {
+    let mut watches = tokio::task::JoinSet::new();
+    for (i, path) in paths.iter().enumerate() {
+        let Ok(watch) = watch(session, path).await else {
+            return;
+        };
+        watches.spawn(async move { (i, watch.changed().await) });
+    }
+    changed();
+    // Each turn takes one event, until the session ends or a watch cannot be set.
+    while let Some(Ok((i, event))) = watches.join_next().await {
+        if event.event_type == zk::EventType::Session {
+            return;
+        }
+        // Set again before the word, so that no change after the read it sets off goes unseen.
+        let Ok(watch) = watch(session, &paths[i]).await else {
+            return;
+        };
+        watches.spawn(async move { (i, watch.changed().await) });
+        changed();
+    }
+}
+
+/// A one-shot watch on the node at `path`, there or not.
+async fn watch(session: &Session, path: &str) -> Result<zk::OneshotWatcher, zk::Error> {
+    let (_, watch) = retrying(|| session.client().check_and_watch_stat(path)).await?;
+    Ok(watch)
 }
