@@ -17,7 +17,9 @@ use super::naming::{escaped_name, ROOT};
 use super::rpc::{Compare, KeyValue, RangeRequest, RequestOp, TxnRequest};
 use super::EtcdBackend;
 use dlock_core::backend::stop::Stop;
-use dlock_core::backend::{update_by_swaps, GroupRecords, Hearing, OnChange, POLL_WHILE_HEARING};
+use dlock_core::backend::{
+    update_by_swaps, GroupRecords, Hearing, OnChange, Wanted, POLL_WHILE_HEARING,
+};
 use dlock_core::lock::LockName;
 
 /// The key's suffix after the lock's escaped name.
@@ -106,7 +108,8 @@ impl GroupRecords for EtcdBackend {
             .clone();
         let (url, connect_timeout) = (self.url.clone(), self.connect_timeout);
         Hearing::on_thread("etcd group records", POLL_WHILE_HEARING, move |wanted| {
-            let unwanted = Stop::when(move || !wanted.still());
+            let still = wanted.clone();
+            let unwanted = Stop::when(move || !still.still());
             let conn = match connected {
                 Some(conn) => conn,
                 None => match Connection::open(&url, connect_timeout, &unwanted) {
@@ -115,14 +118,14 @@ impl GroupRecords for EtcdBackend {
                 },
             };
             conn.runtime()
-                .block_on(unwanted.unless(listen(&conn, keys, &changed)));
+                .block_on(unwanted.unless(listen(&conn, keys, &changed, wanted)));
         })
     }
 }
 
 /// Calls `changed` for each change to `keys` the cluster reports, and once when every watch
 /// stands, until the stream fails or ends (quietly: the holder still reads every second).
-async fn listen(conn: &Connection, keys: Vec<Vec<u8>>, changed: &dyn Fn()) {
+async fn listen(conn: &Connection, keys: Vec<Vec<u8>>, changed: &dyn Fn(), wanted: &Wanted) {
     let watches = keys.len();
     let Ok(mut watch) = bounded(CALL_TIMEOUT, conn.client().watch_changes(keys)).await else {
         return;
@@ -136,6 +139,7 @@ async fn listen(conn: &Connection, keys: Vec<Vec<u8>>, changed: &dyn Fn()) {
         if answer.created {
             standing += 1;
             if standing == watches {
+                wanted.listening();
                 changed();
             }
         }

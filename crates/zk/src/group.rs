@@ -146,12 +146,14 @@ impl GroupRecords for ZkBackend {
         let opened = lock(&self.session).clone();
         let (url, connect_timeout) = (self.url.clone(), self.connect_timeout);
         Hearing::on_thread("zk group records", POLL_WHILE_HEARING, move |wanted| {
-            let opened = opened.or_else(|| listeners_session(&url, connect_timeout, &wanted));
+            let opened = opened.or_else(|| listeners_session(&url, connect_timeout, wanted));
             let Some(session) = opened else {
                 return;
             };
             let paths: Vec<String> = names.iter().map(|name| path_of(&session, name)).collect();
-            let listening = cancellable(listen(&session, &paths, &changed), || wanted.still());
+            let listening = cancellable(listen(&session, &paths, &changed, wanted), || {
+                wanted.still()
+            });
             session.runtime.block_on(listening);
         })
     }
@@ -172,7 +174,7 @@ fn listeners_session(
 /// Calls `changed` for each event of a watch on `paths`, and once when every watch first stands,
 /// until one cannot be set again or the session ends (quietly: the holder still reads every
 /// second).
-async fn listen(session: &Session, paths: &[String], changed: &dyn Fn()) {
+async fn listen(session: &Session, paths: &[String], changed: &dyn Fn(), wanted: &Wanted) {
     let mut watches = tokio::task::JoinSet::new();
     for (i, path) in paths.iter().enumerate() {
         let Ok(watch) = watch(session, path).await else {
@@ -180,6 +182,7 @@ async fn listen(session: &Session, paths: &[String], changed: &dyn Fn()) {
         };
         watches.spawn(async move { (i, watch.changed().await) });
     }
+    wanted.listening();
     changed();
     // Each turn takes one event, until the session ends or a watch cannot be set.
     while let Some(Ok((i, event))) = watches.join_next().await {

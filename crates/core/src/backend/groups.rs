@@ -63,6 +63,7 @@ pub struct Hearing {
 
 /// A listener's side of a `Hearing`: whether it is still wanted (checked at least once a
 /// second), and its word that it now hears.
+#[derive(Clone)]
 pub struct Wanted {
     wanted: Weak<()>,
     listening: Arc<AtomicBool>,
