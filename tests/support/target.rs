@@ -106,7 +106,10 @@ impl Target {
     /// Whether the store tells a holder of a change to its group records (the README's list),
     /// rather than the holder finding it at its next read.
     pub fn tells_of_changes(&self) -> bool {
-        matches!(self.kind, Kind::File | Kind::Redis | Kind::Etcd | Kind::Zk)
+        matches!(
+            self.kind,
+            Kind::File | Kind::Redis | Kind::Etcd | Kind::Zk | Kind::Postgres
+        )
     }
 
     /// What the command sees in `DLOCK_BACKEND`.

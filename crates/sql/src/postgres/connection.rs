@@ -254,6 +254,11 @@ impl Conn {
         self
     }
 
+    /// Whether the stop came (a call begun after it still runs to its end: see `call`).
+    pub fn stopped(&self) -> bool {
+        self.stop.requested()
+    }
+
     pub fn url(&self) -> &PgUrl {
         &self.url
     }

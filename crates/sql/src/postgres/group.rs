@@ -1,18 +1,33 @@
 //! The concurrency group records (lock/group.rs) in `<prefix>groups`, one row per name, changed
-//! by compare-and-set (`group.sql`; tried again when another changed the row in between). A
-//! holder reads its rows every `POLL_EVERY` (one round trip each): through a pooler as directly.
+//! by compare-and-set (`group.sql`; tried again when another changed the row in between).
+//!
+//! A holder hears of a request to cancel it by LISTEN/NOTIFY: every change of a row notifies one
+//! channel for all the group records of dlock's tables (`Recipe::group_channel`) in its own
+//! statement, so the word goes out when the change commits. A holder LISTENs on a connection of
+//! its own, made on a thread of its own (`hear_changes` returns at once, whatever the server
+//! does), reads its rows once the LISTEN is in force and at each word, and every second besides,
+//! in case a word never comes: the connection could not be made or broke (the listener then
+//! ends), or a pooler in transaction mode left the LISTEN with whichever server connection ran
+//! it; there the holder hears at its next read, within a second. A waiter reads its rows every
+//! `POLL_EVERY`, as a holder that cannot listen at all (no thread for it) does.
 
 use std::time::Duration;
 
 use anyhow::Context;
 
-use super::connection::lock;
+use super::connection::{lock, Conn};
 use super::PgBackend;
-use dlock_core::backend::{update_by_swaps, GroupRecords};
+use dlock_core::backend::stop::Stop;
+use dlock_core::backend::{
+    update_by_swaps, GroupRecords, Hearing, OnChange, Wanted, POLL_WHILE_HEARING,
+};
 use dlock_core::lock::LockName;
 
-/// How often a holder reads its group records.
+/// How often a waiter, or a holder that hears nothing, reads its group records.
 const POLL_EVERY: Duration = Duration::from_millis(100);
+
+/// Longest wait for a notification before the listener looks whether it is still wanted.
+const LISTEN_SLICE: Duration = Duration::from_millis(500);
 
 impl GroupRecords for PgBackend {
     fn read(&self, name: &LockName) -> anyhow::Result<Option<String>> {
@@ -43,5 +58,44 @@ impl GroupRecords for PgBackend {
 
     fn poll_every(&self) -> Duration {
         POLL_EVERY
+    }
+
+    /// One channel for every name (see the module's comment): `names` go unused.
+    fn hear_changes(&self, _names: &[LockName], changed: OnChange) -> Option<Hearing> {
+        let (url, connect_timeout) = (self.url.clone(), self.connect_timeout);
+        let (recipe, stop) = (self.recipe.clone(), self.stop.clone());
+        Hearing::on_thread(
+            "postgres group records",
+            POLL_WHILE_HEARING,
+            move |wanted| {
+                // Connecting, and every call, give up as soon as the hearing is dropped (or dlock
+                // is stopped), not at the end of the connect timeout.
+                let unwanted = wanted.clone();
+                let stopping = Stop::when(move || !unwanted.still() || stop.requested());
+                let Ok(conn) = Conn::new(url, connect_timeout) else {
+                    return;
+                };
+                let mut conn = conn.stopping(stopping);
+                if recipe.listen_to_groups(&mut conn, connect_timeout).is_err() {
+                    return;
+                }
+                hear(&mut conn, &wanted, &changed);
+            },
+        )
+    }
+}
+
+/// Passes on each notification that arrives on `conn` (which LISTENs) while `wanted`; ends when
+/// the connection does.
+fn hear(conn: &mut Conn, wanted: &Wanted, changed: &OnChange) {
+    // A change made after the holder's first read and before the LISTEN took effect notified
+    // nobody: one read more, now that nothing is missed.
+    changed();
+    while wanted.still() {
+        match conn.next_note(LISTEN_SLICE) {
+            Ok(None) => {}
+            Ok(Some(_)) => changed(),
+            Err(_) => return,
+        }
     }
 }

@@ -144,7 +144,7 @@ impl Guard {
     /// it. Found before anything else is sent, and never again: a schema made later, earlier in
     /// the search path, changes nothing. A new connection (a reconnect, maybe to another server)
     /// checks the owner of that same schema again.
-    fn schema(&self, conn: &mut Conn, budget: Duration) -> Result<String, Fault> {
+    pub fn schema(&self, conn: &mut Conn, budget: Duration) -> Result<String, Fault> {
         if let Some(schema) = conn.schema() {
             return Ok(schema.to_owned());
         }

@@ -45,13 +45,14 @@
 //!   another role adds to a schema of the path, or makes later, runs in them.
 //! - One connection per dlock, shared by its calls and leases; a wait that starts while leases
 //!   are held (the later names of `dlock run a b`) opens one of its own, since it holds its
-//!   connection through each attempt and the leases' renewals must not queue behind it.
+//!   connection through each attempt and the leases' renewals must not queue behind it; so does a
+//!   `--cancel-in-progress` holder, to LISTEN for changes of the group records (`group`).
 //! - LISTEN does not work through a pooler in transaction mode (the notification goes to whichever
 //!   server connection ran the LISTEN): see the README.
 //!
 //! Here: `PgBackend`, answering the `Backend` calls. Beside it: `address` (the URL), `tls`,
 //! `connection` (one connection with timeouts and reconnection), `recipe` (the statements, in the
-//! `.sql` files), `wait` (the line) and `lease` (a held lock).
+//! `.sql` files), `wait` (the line), `lease` (a held lock) and `group` (the concurrency groups).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
