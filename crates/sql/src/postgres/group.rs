@@ -5,11 +5,10 @@
 //! channel for all the group records of dlock's tables (`Recipe::group_channel`) in its own
 //! statement, so the word goes out when the change commits. A holder LISTENs on a connection of
 //! its own, made on a thread of its own (`hear_changes` returns at once, whatever the server
-//! does), reads its rows once the LISTEN is in force and at each word, and every second besides,
-//! in case a word never comes: the connection could not be made or broke (the listener then
-//! ends), or a pooler in transaction mode left the LISTEN with whichever server connection ran
-//! it; there the holder hears at its next read, within a second. A waiter reads its rows every
-//! `POLL_EVERY`, as a holder that cannot listen at all (no thread for it) does.
+//! does), reads its rows once the LISTEN is in force and at each word, and every `POLL_EVERY`
+//! besides, as before it listened: a pooler in transaction mode leaves the LISTEN with whichever
+//! server connection ran it, so no word comes, and dlock cannot tell a pooler is there; such a
+//! holder hears at its next read, as a waiter does.
 
 use std::time::Duration;
 
@@ -18,12 +17,11 @@ use anyhow::Context;
 use super::connection::{lock, Conn};
 use super::PgBackend;
 use dlock_core::backend::stop::Stop;
-use dlock_core::backend::{
-    update_by_swaps, GroupRecords, Hearing, OnChange, Wanted, POLL_WHILE_HEARING,
-};
+use dlock_core::backend::{update_by_swaps, GroupRecords, Hearing, OnChange, Wanted};
 use dlock_core::lock::LockName;
 
-/// How often a waiter, or a holder that hears nothing, reads its group records.
+/// How often a waiter or a holder reads its group records (a holder, listening or not: a pooler
+/// may eat the words).
 const POLL_EVERY: Duration = Duration::from_millis(100);
 
 /// Longest wait for a notification before the listener looks whether it is still wanted.
@@ -64,24 +62,20 @@ impl GroupRecords for PgBackend {
     fn hear_changes(&self, _names: &[LockName], changed: OnChange) -> Option<Hearing> {
         let (url, connect_timeout) = (self.url.clone(), self.connect_timeout);
         let (recipe, stop) = (self.recipe.clone(), self.stop.clone());
-        Hearing::on_thread(
-            "postgres group records",
-            POLL_WHILE_HEARING,
-            move |wanted| {
-                // Connecting, and every call, give up as soon as the hearing is dropped (or dlock
-                // is stopped), not at the end of the connect timeout.
-                let unwanted = wanted.clone();
-                let stopping = Stop::when(move || !unwanted.still() || stop.requested());
-                let Ok(conn) = Conn::new(url, connect_timeout) else {
-                    return;
-                };
-                let mut conn = conn.stopping(stopping);
-                if recipe.listen_to_groups(&mut conn, connect_timeout).is_err() {
-                    return;
-                }
-                hear(&mut conn, &wanted, &changed);
-            },
-        )
+        Hearing::on_thread("postgres group records", POLL_EVERY, move |wanted| {
+            // Connecting, and every call, give up as soon as the hearing is dropped (or dlock
+            // is stopped), not at the end of the connect timeout.
+            let unwanted = wanted.clone();
+            let stopping = Stop::when(move || !unwanted.still() || stop.requested());
+            let Ok(conn) = Conn::new(url, connect_timeout) else {
+                return;
+            };
+            let mut conn = conn.stopping(stopping);
+            if recipe.listen_to_groups(&mut conn, connect_timeout).is_err() {
+                return;
+            }
+            hear(&mut conn, wanted, &changed);
+        })
     }
 }
 
@@ -90,6 +84,7 @@ impl GroupRecords for PgBackend {
 fn hear(conn: &mut Conn, wanted: &Wanted, changed: &OnChange) {
     // A change made after the holder's first read and before the LISTEN took effect notified
     // nobody: one read more, now that nothing is missed.
+    wanted.listening();
     changed();
     while wanted.still() {
         match conn.next_note(LISTEN_SLICE) {
