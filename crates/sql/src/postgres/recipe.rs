@@ -57,6 +57,9 @@ pub enum Reply {
         token: Token,
         free: bool,
         run: Option<Started>,
+        /// The lock's group record, read in the same round trip just after the grant, when asked
+        /// for (`Some(None)`: none); `None`: not read.
+        group: Option<Option<String>>,
     },
     /// Busy: the place in line kept (when one was asked for), and when the first lease would run
     /// out (none when the lock waits only for waiters ahead).
@@ -116,6 +119,7 @@ impl Recipe {
         queue: bool,
         ticket: Option<i64>,
         listen: Option<&str>,
+        read_group: bool,
     ) -> Result<Reply, Fault> {
         let (limit, mode) = match request.mode {
             Mode::Limit(n) => (i32::try_from(n).unwrap_or(i32::MAX), request.mode.to_wire()),
@@ -124,10 +128,11 @@ impl Recipe {
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
         let listen = listen.map(|c| format!("LISTEN \"{c}\""));
         let tail = runs::tail(request);
-        let row = self
+        let (row, group) = self
             .guard
             .run(conn, budget, true, true, |client, guard, schema| {
                 let listen = listen.clone();
+                let group_sql = read_group.then(|| in_schema(&self.group_read_sql(), schema));
                 let (name, owner, mode, host) = (
                     request.name.as_str().to_owned(),
                     request.owner.clone(),
@@ -155,18 +160,34 @@ impl Recipe {
                         (&tail, Type::TEXT),
                     ];
                     let attempt = read_committed(&client, guard.as_ref(), None, &sql, &params);
-                    let rows = match &listen {
+                    // After a wait: the group record, read in a transaction of its own sent in
+                    // the same write, run once the attempt's has committed (so it sees any
+                    // reservation made before the lock came free). Its failure (a table made
+                    // by an older dlock) only leaves the record unread here.
+                    let name = request.name.as_str().to_owned();
+                    let group = async {
+                        let sql = group_sql.as_deref()?;
+                        let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
+                        let rows = read_committed(&client, guard.as_ref(), None, sql, &params)
+                            .await
+                            .ok()?;
+                        Some(group::record_of(&rows))
+                    };
+                    let (rows, group) = match &listen {
                         // Pipelined: the LISTEN is in force before the attempt runs, so no wake-up
                         // sent after the attempt can be missed.
                         Some(listen) => {
-                            let (listened, rows) =
-                                tokio::join!(client.batch_execute(listen), attempt);
+                            let (listened, rows, group) =
+                                tokio::join!(client.batch_execute(listen), attempt, group);
                             listened?;
-                            rows?
+                            (rows?, group)
                         }
-                        None => attempt.await?,
+                        None => {
+                            let (rows, group) = tokio::join!(attempt, group);
+                            (rows?, group)
+                        }
                     };
-                    Ok(rows)
+                    Ok((rows, group))
                 }
             })?;
         let Some(row) = row.first() else {
@@ -175,7 +196,7 @@ impl Recipe {
         let granted: Option<i64> = row.try_get(0).map_err(|_| odd("acquire"))?;
         if let Some(token) = granted {
             let run: Option<String> = row.try_get(3).map_err(|_| odd("acquire"))?;
-            return self.granted(conn, budget, request, token, false, run);
+            return self.granted(conn, budget, request, token, false, (run, group));
         }
         let ticket: Option<i64> = row.try_get(1).map_err(|_| odd("acquire"))?;
         let retry_ms: Option<i64> = row.try_get(2).map_err(|_| odd("acquire"))?;
@@ -227,7 +248,7 @@ impl Recipe {
             Some(row) => {
                 let token = row.try_get(0).map_err(|_| odd("acquire"))?;
                 let run: Option<String> = row.try_get(1).map_err(|_| odd("acquire"))?;
-                self.granted(conn, budget, request, token, true, run)
+                self.granted(conn, budget, request, token, true, (run, None))
                     .map(Some)
             }
             None => Ok(None),
@@ -243,7 +264,7 @@ impl Recipe {
         request: &LockRequest,
         token: i64,
         free: bool,
-        run: Option<String>,
+        (run, group): (Option<String>, Option<Option<String>>),
     ) -> Result<Reply, Fault> {
         let token = Token::try_from(token)
             .ok()
@@ -258,7 +279,12 @@ impl Recipe {
             }
         }
         let run = run.and_then(|raw| Started::of(&raw, &request.owner));
-        Ok(Reply::Granted { token, free, run })
+        Ok(Reply::Granted {
+            token,
+            free,
+            run,
+            group,
+        })
     }
 
     /// `lock_count.sql` for `name` (in `schema`), then `sql`, in one transaction (see
