@@ -57,9 +57,6 @@ pub enum Reply {
         token: Token,
         free: bool,
         run: Option<Started>,
-        /// The lock's group record, read in the same round trip just after the grant, when asked
-        /// for (`Some(None)`: none); `None`: not read.
-        group: Option<Option<String>>,
     },
     /// Busy: the place in line kept (when one was asked for), and when the first lease would run
     /// out (none when the lock waits only for waiters ahead).
@@ -119,7 +116,6 @@ impl Recipe {
         queue: bool,
         ticket: Option<i64>,
         listen: Option<&str>,
-        read_group: bool,
     ) -> Result<Reply, Fault> {
         let (limit, mode) = match request.mode {
             Mode::Limit(n) => (i32::try_from(n).unwrap_or(i32::MAX), request.mode.to_wire()),
@@ -128,11 +124,10 @@ impl Recipe {
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
         let listen = listen.map(|c| format!("LISTEN \"{c}\""));
         let tail = runs::tail(request);
-        let (row, group) = self
+        let row = self
             .guard
             .run(conn, budget, true, true, |client, guard, schema| {
                 let listen = listen.clone();
-                let group_sql = read_group.then(|| in_schema(&self.group_read_sql(), schema));
                 let (name, owner, mode, host) = (
                     request.name.as_str().to_owned(),
                     request.owner.clone(),
@@ -160,34 +155,18 @@ impl Recipe {
                         (&tail, Type::TEXT),
                     ];
                     let attempt = read_committed(&client, guard.as_ref(), None, &sql, &params);
-                    // After a wait: the group record, read in a transaction of its own sent in
-                    // the same write, run once the attempt's has committed (so it sees any
-                    // reservation made before the lock came free). Its failure (a table made
-                    // by an older dlock) only leaves the record unread here.
-                    let name = request.name.as_str().to_owned();
-                    let group = async {
-                        let sql = group_sql.as_deref()?;
-                        let params: [(&(dyn ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
-                        let rows = read_committed(&client, guard.as_ref(), None, sql, &params)
-                            .await
-                            .ok()?;
-                        Some(group::record_of(&rows))
-                    };
-                    let (rows, group) = match &listen {
+                    let rows = match &listen {
                         // Pipelined: the LISTEN is in force before the attempt runs, so no wake-up
                         // sent after the attempt can be missed.
                         Some(listen) => {
-                            let (listened, rows, group) =
-                                tokio::join!(client.batch_execute(listen), attempt, group);
+                            let (listened, rows) =
+                                tokio::join!(client.batch_execute(listen), attempt);
                             listened?;
-                            (rows?, group)
+                            rows?
                         }
-                        None => {
-                            let (rows, group) = tokio::join!(attempt, group);
-                            (rows?, group)
-                        }
+                        None => attempt.await?,
                     };
-                    Ok((rows, group))
+                    Ok(rows)
                 }
             })?;
         let Some(row) = row.first() else {
@@ -196,7 +175,7 @@ impl Recipe {
         let granted: Option<i64> = row.try_get(0).map_err(|_| odd("acquire"))?;
         if let Some(token) = granted {
             let run: Option<String> = row.try_get(3).map_err(|_| odd("acquire"))?;
-            return self.granted(conn, budget, request, token, false, (run, group));
+            return self.granted(conn, budget, request, token, false, run);
         }
         let ticket: Option<i64> = row.try_get(1).map_err(|_| odd("acquire"))?;
         let retry_ms: Option<i64> = row.try_get(2).map_err(|_| odd("acquire"))?;
@@ -248,7 +227,7 @@ impl Recipe {
             Some(row) => {
                 let token = row.try_get(0).map_err(|_| odd("acquire"))?;
                 let run: Option<String> = row.try_get(1).map_err(|_| odd("acquire"))?;
-                self.granted(conn, budget, request, token, true, (run, None))
+                self.granted(conn, budget, request, token, true, run)
                     .map(Some)
             }
             None => Ok(None),
@@ -264,7 +243,7 @@ impl Recipe {
         request: &LockRequest,
         token: i64,
         free: bool,
-        (run, group): (Option<String>, Option<Option<String>>),
+        run: Option<String>,
     ) -> Result<Reply, Fault> {
         let token = Token::try_from(token)
             .ok()
@@ -279,12 +258,7 @@ impl Recipe {
             }
         }
         let run = run.and_then(|raw| Started::of(&raw, &request.owner));
-        Ok(Reply::Granted {
-            token,
-            free,
-            run,
-            group,
-        })
+        Ok(Reply::Granted { token, free, run })
     }
 
     /// `lock_count.sql` for `name` (in `schema`), then `sql`, in one transaction (see

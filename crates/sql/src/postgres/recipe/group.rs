@@ -24,18 +24,7 @@ fn statement(prefix: &str, which: &str) -> String {
         .replace("{most}", &(MAX_GROUP_RECORD_BYTES + 1).to_string())
 }
 
-/// The record in the rows of `read`: the first row's first column, if any.
-pub(super) fn record_of(rows: &[tokio_postgres::Row]) -> Option<String> {
-    rows.first()
-        .and_then(|row| row.try_get::<_, Option<String>>(0).ok().flatten())
-}
-
 impl Recipe {
-    /// `group.sql`'s read of a record (`$1` the name), with `{s}` still to fill in.
-    pub(super) fn group_read_sql(&self) -> String {
-        statement(&self.channel, "read")
-    }
-
     /// The one channel every change of a group record in the tables of `schema` (quoted, as in
     /// `{s}`) with this prefix is notified on: the prefix, `groups_` and 64 bits of a hash of the
     /// schema (at most 30 + 7 + 16 of PostgreSQL's 63 bytes, whatever the schema's name; never a
@@ -89,7 +78,9 @@ impl Recipe {
             Err(f) if f.is_missing_schema() => return Ok(None),
             read => read?,
         };
-        Ok(record_of(&rows))
+        Ok(rows
+            .first()
+            .and_then(|row| row.try_get::<_, Option<String>>(0).ok().flatten()))
     }
 
     /// Replaces the record `old` (none: there is none) of `name` with `new` (none: remove it);
