@@ -515,20 +515,21 @@ pub(super) fn acquire_in_turn(
         let Some(records) = backend.groups().filter(|_| waiting.has_waited()) else {
             return Ok(Some(lease));
         };
-        let reserved = || {
-            let text = records.read(&request.name).ok().flatten()?;
-            GroupRecord::read(&text)?
+        let reserved = |text: Option<String>| {
+            GroupRecord::read(&text?)?
                 .reserved_for_other(&request.owner, now_ms())
                 .is_some()
                 .then_some(())
         };
-        if reserved().is_none() {
+        let read = || records.read(&request.name).ok().flatten();
+        // Read with the grant where the store could: no round trip more per handoff.
+        if reserved(lease.group_record().unwrap_or_else(read)).is_none() {
             return Ok(Some(lease));
         }
         let _ = lease.release(&RunEnd::NOT_RUN);
         // The reservation ends when its run takes the lock, or `RESERVE_FOR` after it stopped
         // renewing it: this loop ends by then, or when the wait is given up.
-        while reserved().is_some() {
+        while reserved(read()).is_some() {
             if waiting.is_cancelled() {
                 return Ok(None);
             }

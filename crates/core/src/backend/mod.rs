@@ -142,6 +142,13 @@ pub trait Lease: Send {
         None
     }
 
+    /// The lock's concurrency group record as the store read it just after this grant, in the
+    /// same round trip (`Some(None)`: there is none), where it did; `None`: not read, and the
+    /// supervisor reads it itself when it needs it (after a grant that waited).
+    fn group_record(&self) -> Option<Option<String>> {
+        None
+    }
+
     /// Until when the lock surely holds by this side's clock, for a lease a server grants for a
     /// time (`None`: the store tells a loss itself). A run that ended after this, whose release
     /// then cannot reach the server, cannot show it held the lock to its end.

@@ -33,9 +33,10 @@ pub struct Check {
 }
 
 /// The functions dlock calls (each version it creates), which `untrusted.sql` checks.
-const FUNCTIONS: [&str; 6] = [
+const FUNCTIONS: [&str; 7] = [
     "kind_v2",
     "acquire_v4",
+    "acquire_v5",
     "wake_v2",
     "release_v3",
     "leave_v2",

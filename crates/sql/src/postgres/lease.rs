@@ -29,6 +29,8 @@ pub struct PgLease {
     free: bool,
     /// The record of this run its grant wrote as the last run (`None`: none was answered).
     run: Option<Started>,
+    /// The lock's group record, read just after the grant (see `Recipe::acquire`).
+    group: Option<Option<String>>,
 }
 
 impl PgLease {
@@ -38,7 +40,7 @@ impl PgLease {
         conn: Shared,
         recipe: Arc<Recipe>,
         request: &LockRequest,
-        (token, free, run): (Token, bool, Option<Started>),
+        (token, free, run, group): (Token, bool, Option<Started>, Option<Option<String>>),
         sent: Instant,
     ) -> PgLease {
         let shown = lock(&conn).url().shown.clone();
@@ -53,6 +55,7 @@ impl PgLease {
             kept: request.min_hold.is_some(),
             free,
             run,
+            group,
         }
     }
 }
@@ -64,6 +67,10 @@ impl Lease for PgLease {
 
     fn surely_held_until(&self) -> Option<Instant> {
         Some(self.renewing.deadline())
+    }
+
+    fn group_record(&self) -> Option<Option<String>> {
+        self.group.clone()
     }
 
     fn renew(&mut self) -> Renewal {

@@ -166,22 +166,27 @@ impl Backend for PgBackend {
         let recipe = &self.recipe;
         let reply = match recipe.acquire_free(&mut conn, budget, request, &self.me) {
             Ok(Some(granted)) => Ok(granted),
-            Ok(None) => recipe.acquire(&mut conn, budget, request, &self.me, false, None, None),
+            Ok(None) => recipe.acquire(
+                &mut conn, budget, request, &self.me, false, None, None, false,
+            ),
             Err(f) => Err(f),
         }
         .map_err(|f| conn.error(f))
         .with_context(ctx)?;
         drop(conn);
         match reply {
-            Reply::Granted { token, free, run } => {
-                Ok(Attempt::Acquired(Box::new(PgLease::granted(
-                    self.conn.clone(),
-                    self.recipe.clone(),
-                    request,
-                    (token, free, run),
-                    sent,
-                ))))
-            }
+            Reply::Granted {
+                token,
+                free,
+                run,
+                group,
+            } => Ok(Attempt::Acquired(Box::new(PgLease::granted(
+                self.conn.clone(),
+                self.recipe.clone(),
+                request,
+                (token, free, run, group),
+                sent,
+            )))),
             Reply::Busy { .. } => Ok(Attempt::Busy(self.holders(&request.name))),
         }
     }

@@ -17,6 +17,7 @@ use super::guard::{in_schema, Check, Guard};
 use super::rows::entry_of;
 pub use super::rows::{holders_of, Entry};
 use crate::runs::{self, Started};
+use dlock_core::lock::group::MAX_GROUP_RECORD_BYTES;
 use dlock_core::lock::{Holder, LockName, LockRequest, Mode, Token};
 
 /// The statements, with the prefix filled in.
@@ -57,6 +58,9 @@ pub enum Reply {
         token: Token,
         free: bool,
         run: Option<Started>,
+        /// The lock's group record, read in the same round trip just after the grant, when asked
+        /// for (`Some(None)`: none); `None`: not read.
+        group: Option<Option<String>>,
     },
     /// Busy: the place in line kept (when one was asked for), and when the first lease would run
     /// out (none when the lock waits only for waiters ahead).
@@ -116,6 +120,7 @@ impl Recipe {
         queue: bool,
         ticket: Option<i64>,
         listen: Option<&str>,
+        read_group: bool,
     ) -> Result<Reply, Fault> {
         let (limit, mode) = match request.mode {
             Mode::Limit(n) => (i32::try_from(n).unwrap_or(i32::MAX), request.mode.to_wire()),
@@ -124,6 +129,8 @@ impl Recipe {
         let ttl_ms = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
         let listen = listen.map(|c| format!("LISTEN \"{c}\""));
         let tail = runs::tail(request);
+        // After a wait, the function answers the group record with the grant.
+        let group_most = read_group.then_some(MAX_GROUP_RECORD_BYTES as i32);
         let row = self
             .guard
             .run(conn, budget, true, true, |client, guard, schema| {
@@ -141,7 +148,7 @@ impl Recipe {
                 );
                 let tail = tail.clone();
                 async move {
-                    let params: [(&(dyn ToSql + Sync), Type); 11] = [
+                    let params: [(&(dyn ToSql + Sync), Type); 12] = [
                         (&name, Type::TEXT),
                         (&owner, Type::TEXT),
                         (&mode, Type::TEXT),
@@ -153,6 +160,7 @@ impl Recipe {
                         (&ticket, Type::INT8),
                         (&message, Type::TEXT),
                         (&tail, Type::TEXT),
+                        (&group_most, Type::INT4),
                     ];
                     let attempt = read_committed(&client, guard.as_ref(), None, &sql, &params);
                     let rows = match &listen {
@@ -175,7 +183,11 @@ impl Recipe {
         let granted: Option<i64> = row.try_get(0).map_err(|_| odd("acquire"))?;
         if let Some(token) = granted {
             let run: Option<String> = row.try_get(3).map_err(|_| odd("acquire"))?;
-            return self.granted(conn, budget, request, token, false, run);
+            let group = match read_group {
+                true => Some(row.try_get(4).map_err(|_| odd("acquire"))?),
+                false => None,
+            };
+            return self.granted(conn, budget, request, token, false, (run, group));
         }
         let ticket: Option<i64> = row.try_get(1).map_err(|_| odd("acquire"))?;
         let retry_ms: Option<i64> = row.try_get(2).map_err(|_| odd("acquire"))?;
@@ -227,7 +239,7 @@ impl Recipe {
             Some(row) => {
                 let token = row.try_get(0).map_err(|_| odd("acquire"))?;
                 let run: Option<String> = row.try_get(1).map_err(|_| odd("acquire"))?;
-                self.granted(conn, budget, request, token, true, run)
+                self.granted(conn, budget, request, token, true, (run, None))
                     .map(Some)
             }
             None => Ok(None),
@@ -243,7 +255,7 @@ impl Recipe {
         request: &LockRequest,
         token: i64,
         free: bool,
-        run: Option<String>,
+        (run, group): (Option<String>, Option<Option<String>>),
     ) -> Result<Reply, Fault> {
         let token = Token::try_from(token)
             .ok()
@@ -258,7 +270,12 @@ impl Recipe {
             }
         }
         let run = run.and_then(|raw| Started::of(&raw, &request.owner));
-        Ok(Reply::Granted { token, free, run })
+        Ok(Reply::Granted {
+            token,
+            free,
+            run,
+            group,
+        })
     }
 
     /// `lock_count.sql` for `name` (in `schema`), then `sql`, in one transaction (see

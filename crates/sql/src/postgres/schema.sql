@@ -197,6 +197,31 @@ BEGIN
 END
 $$;
 
+-- An attempt (acquire_v4) that, when granted and `p_group_most` is not null, also answers the
+-- first `p_group_most` characters of the name's concurrency group record (`group_record`; null
+-- for none): the supervisor reads it after a grant that waited, and reading it here, in a
+-- statement of the function's own once the grant is made (so it sees what was committed before
+-- the lock came free), costs the server no transaction more.
+CREATE OR REPLACE FUNCTION {s}.{p}acquire_v5(
+    p_name text, p_owner text, p_mode text, p_limit integer, p_ttl_ms bigint, p_pid bigint,
+    p_host text, p_queue boolean, p_ticket bigint, p_message text, p_tail text,
+    p_group_most integer
+) RETURNS TABLE (granted_token bigint, queue_ticket bigint, retry_ms bigint, run text,
+                 group_record text)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v record;
+BEGIN
+    SELECT * INTO v FROM {s}.{p}acquire_v4(p_name, p_owner, p_mode, p_limit, p_ttl_ms, p_pid,
+                                          p_host, p_queue, p_ticket, p_message, p_tail) a;
+    RETURN QUERY SELECT v.granted_token, v.queue_ticket, v.retry_ms, v.run,
+        CASE WHEN v.granted_token IS NOT NULL AND p_group_most IS NOT NULL THEN
+            (SELECT substr(g.record, 1, p_group_most) FROM {s}.{p}groups g
+              WHERE g.name = p_name)
+        END;
+END
+$$;
+
 -- Tells the waiters at the head of `p_name`'s line that now fit (on the channel `{p}` || owner),
 -- and no others: a handoff wakes only those it lets in, whatever the length of the line. The
 -- caller holds the counter's row lock.

@@ -46,7 +46,10 @@ pub fn wait(
             let generation = conn.generation;
             let listen_now = listening != Some(generation);
             let listen = listen_now.then_some(channel.as_str());
-            let reply = recipe.acquire(&mut conn, budget, request, me, true, ticket, listen);
+            // An attempt with a place in line follows a wait: it reads the group record too.
+            let waited = ticket.is_some();
+            let reply =
+                recipe.acquire(&mut conn, budget, request, me, true, ticket, listen, waited);
             if reply.is_ok() && listen_now && conn.generation == generation {
                 listening = Some(generation);
             }
@@ -54,14 +57,19 @@ pub fn wait(
         });
         let shown = conn.url().shown.clone();
         let (expires_in, holders) = match result {
-            Ok(Reply::Granted { token, free, run }) => {
+            Ok(Reply::Granted {
+                token,
+                free,
+                run,
+                group,
+            }) => {
                 drop(conn);
                 waiting.reachable();
                 return Ok(Some(Box::new(PgLease::granted(
                     shared.clone(),
                     recipe.clone(),
                     request,
-                    (token, free, run),
+                    (token, free, run, group),
                     sent,
                 ))));
             }
