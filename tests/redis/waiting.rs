@@ -347,3 +347,62 @@ fn a_waiter_that_gives_up_leaves_nothing_behind() {
         "only the token counter and the last run stay"
     );
 }
+
+/// A holder with `--cancel-in-progress` listens on its group record's channel, which any client
+/// may publish on: a forged message there (empty, or claiming a request to end) only makes it
+/// read its record, which names no request, so its command runs to its end and it exits 0.
+#[test]
+fn a_forged_word_on_the_group_channel_cancels_nobody() {
+    let server = RedisServer::start();
+    let dir = LockDir::new();
+    let url = [server.url()];
+    let (ready, go) = (dir.file("ready"), dir.file("go"));
+    let script = format!(
+        "touch {r}; i=0; while [ ! -e {g} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
+        r = ready.display(),
+        g = go.display()
+    );
+    let holder = Watched::start(dlock_at(
+        &url,
+        &[
+            "-v",
+            "run",
+            "--cancel-in-progress",
+            "grouped",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    ));
+    wait_for_file(&ready, T);
+    let channel = "dlock:wake:group:dlock:{grouped}";
+    let listeners = || -> i64 {
+        let (_, n): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query(&mut server.connection())
+            .unwrap();
+        n
+    };
+    wait_until("the holder to listen", T, || listeners() == 1);
+    for forged in [
+        "",
+        r#"{"cancel":{"targets":["*"],"by":{"owner":"mallory"}}}"#,
+        "cancel",
+    ] {
+        let reached: i64 = redis::cmd("PUBLISH")
+            .arg(channel)
+            .arg(forged)
+            .query(&mut server.connection())
+            .unwrap();
+        assert_eq!(reached, 1, "the forged word reached the holder");
+    }
+    std::fs::write(&go, "").unwrap();
+    let (code, said) = holder.finish(T);
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        !said.contains("request to end") && !said.contains("cancelled"),
+        "{said}"
+    );
+}
