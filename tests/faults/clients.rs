@@ -17,6 +17,12 @@ use crate::support::*;
 const MAX_RUNS: usize = 1_000_000;
 /// How long a command may take to go after its dlock exited before it counts as outliving it.
 const ORPHAN_GRACE: Duration = Duration::from_secs(2);
+/// The pause after a run that could not reach its server, doubled at each one in a row up to
+/// `MOST_PAUSE`, as a cron job or a retry loop would wait. Without it, 16 clients respawn dlock some
+/// 200 times a second while a server restarts, and starve a JVM that is starting on two cores (an
+/// OpenSearch node was seen not to serve HTTP within 2 minutes at a load of 30).
+const FIRST_PAUSE: Duration = Duration::from_millis(25);
+const MOST_PAUSE: Duration = Duration::from_secs(1);
 
 /// One `dlock run` as a client saw it.
 pub struct Run {
@@ -77,6 +83,7 @@ pub fn start(plan: Plan, resource: &Resource) -> (Arc<Board>, Vec<JoinHandle<()>
 fn client(n: usize, plan: &Plan, port: u16, board: &Board, begins: &Begins) {
     let err_path = plan.scratch.join(format!("client.{n}.err"));
     let mut offset = 0u64;
+    let mut pause = Duration::ZERO;
     for i in 0..MAX_RUNS {
         if board.stop.load(Ordering::SeqCst) {
             return;
@@ -114,6 +121,13 @@ fn client(n: usize, plan: &Plan, port: u16, board: &Board, begins: &Begins) {
             loss_to_exit: loss_to_exit(&log),
             orphan,
         });
+        // 69: the server could not be reached (or answered nothing dlock could use).
+        pause = if status == 69 {
+            (pause * 2).clamp(FIRST_PAUSE, MOST_PAUSE)
+        } else {
+            Duration::ZERO
+        };
+        std::thread::sleep(pause);
     }
 }
 
