@@ -117,6 +117,15 @@ fn etcd_many_waiters_all_get_through_with_one_watch_event_per_release() {
     assert_eq!(events, count as u64);
 }
 
+/// How many looks at the holders (holders.sql) the server logged for connections named `app`.
+fn looks_by(server: &PgServer, app: &str) -> usize {
+    server
+        .log()
+        .lines()
+        .filter(|l| l.starts_with(&format!("{app}|")) && l.contains("-- The live holders"))
+        .count()
+}
+
 /// The statements the server logged for connections named `app` (simple queries and executions
 /// of the extended protocol, one log line each): the calls, and apart the BEGIN and COMMIT that
 /// wrap each call in a READ COMMITTED transaction (sent with it, in the same round trip).
@@ -152,8 +161,10 @@ fn postgres_many_waiters_all_get_through_with_two_statements_per_handoff() {
     };
     let dir = LockDir::new();
     let holder = holder(&base("dlockholder"), "many", &dir);
+    // In line, and done with its statements: its look at the holders is the last it sends.
     let waiters = line_up(&base("dlockwaiter"), &dir, count, |i| {
         server.psql("SELECT count(*) FROM t_many_queue") == (i + 1).to_string()
+            && looks_by(&server, "dlockwaiter") > i
     });
     // Each waiter sent its LISTEN, its first attempt and the look at the holders; then nothing.
     let (calls, wrapping) = statements_by(&server, "dlockwaiter");
