@@ -139,7 +139,12 @@ fn examples() -> Vec<Example> {
     let mut documents: Vec<String> = DOCUMENTS.iter().map(|doc| doc.to_string()).collect();
     let mut crate_readmes: Vec<String> = std::fs::read_dir(repo().join("crates"))
         .expect("the crates")
-        .map(|e| e.expect("a crate").file_name().to_string_lossy().into_owned())
+        .map(|e| {
+            e.expect("a crate")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .map(|name| format!("crates/{name}/README.md"))
         .filter(|doc| repo().join(doc).is_file())
         .collect();
