@@ -1,5 +1,5 @@
-//! A failover behind Sentinel with a lock held and a waiter, measured for the REFERENCE's table
-//! (docs/REFERENCE.md, redis, Replication): when the new master was named, when the demoted one was
+//! A failover behind Sentinel with a lock held and a waiter, measured for the redis backend's
+//! table (crates/redis/README.md, Replication): when the new master was named, when the demoted one was
 //! back as a replica, when the holder lost its lock and the waiter got in, with and without
 //! `--replicas`, a forced failover (`SENTINEL FAILOVER`) and a frozen master (SIGSTOP). Each case
 //! also checks that there were never two holders. The case the README guarantees (every replica,

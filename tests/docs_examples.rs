@@ -1,5 +1,6 @@
 //! Every documented line that runs dlock, run as a user would: the README, docs/ (DESIGN.md,
-//! REFERENCE.md, SPEED.md) and the man pages are read as files, and each line of a code block (an
+//! REFERENCE.md, SPEED.md), each crate's README (a backend's user reference) and the man pages are
+//! read as files, and each line of a code block (an
 //! example in a man page) whose command is `dlock` is run with its servers pointed at test servers
 //! and the work it protects replaced by a stub that records that it ran. Under bash, dash, busybox sh and zsh, with and
 //! without `set -e`:
@@ -30,7 +31,8 @@ struct Example {
     text: String,
 }
 
-/// The files whose examples are run, relative to the repository.
+/// The files whose examples are run, relative to the repository; each crate's README
+/// (`crates/NAME/README.md`, a backend's user reference) joins them in `examples`.
 const DOCUMENTS: &[&str] = &[
     "README.md",
     "docs/DESIGN.md",
@@ -134,9 +136,23 @@ fn join_continuations(lines: Vec<(usize, String)>) -> Vec<(usize, String)> {
 /// Every documented line that invokes dlock.
 fn examples() -> Vec<Example> {
     let mut found = Vec::new();
-    let mut sources: Vec<(String, Vec<(usize, String)>)> = DOCUMENTS
+    let mut documents: Vec<String> = DOCUMENTS.iter().map(|doc| doc.to_string()).collect();
+    let mut crate_readmes: Vec<String> = std::fs::read_dir(repo().join("crates"))
+        .expect("the crates")
+        .map(|e| {
+            e.expect("a crate")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .map(|name| format!("crates/{name}/README.md"))
+        .filter(|doc| repo().join(doc).is_file())
+        .collect();
+    crate_readmes.sort();
+    documents.extend(crate_readmes);
+    let mut sources: Vec<(String, Vec<(usize, String)>)> = documents
         .iter()
-        .map(|doc| (doc.to_string(), markdown_code_lines(&repo().join(doc))))
+        .map(|doc| (doc.clone(), markdown_code_lines(&repo().join(doc))))
         .collect();
     let mut pages: Vec<PathBuf> = std::fs::read_dir(repo().join("man"))
         .expect("the man pages")
