@@ -1,10 +1,16 @@
 //! Starting the command the way `posix_spawn` does (a `clone` that shares memory and suspends dlock
 //! until the `exec`), because the command must also get what `posix_spawn` cannot give it: a death
-//! signal tied to dlock (PR_SET_PDEATHSIG) and, on a terminal, the foreground. A plain `fork` would
-//! do, but copying dlock's page tables and faulting them back in costs 7-10 % more CPU per
-//! uncontended `dlock run -- true` (about 0.2 ms and 50 page faults in the release build) and
-//! 5-16 % of the 8-way contended rate: benches/spawn.rs measures the two side by side (the
-//! `fork-spawn` feature builds the `fork` one).
+//! signal tied to dlock (PR_SET_PDEATHSIG), its group recorded for the guardian and its open-file
+//! limit restored before `exec` (and, on a terminal, the foreground, which glibc's gives since 2.35
+//! as an extension). A plain `fork` would do, but copying dlock's page tables and faulting them back
+//! in costs 0-10 % more CPU per uncontended `dlock run -- true` (35-50 page faults more in the
+//! release build) and up to 19 % of the 8-way contended rate, over ten runs: benches/spawn.rs
+//! measures the three side by side (the `fork-spawn` and `posix-spawn` features build the other
+//! two).
+//!
+//! Beside glibc's `posix_spawn` it is no faster (posix_spawn/clone 0.94-1.00 wall and CPU per
+//! uncontended run, 0.93-1.06 of the contended rate, five runs, docs/SPEED.md): only those
+//! guarantees, not speed, argue for it.
 //!
 //! Between `clone` and `exec` the child shares dlock's memory, so it only calls async-signal-safe
 //! functions on data prepared beforehand (raw system calls, rustix's, where it can), and all
