@@ -1,12 +1,13 @@
 //! Whether dlock's own `clone(CLONE_VM|CLONE_VFORK)` start of the command (crates/sys/src/spawn.rs)
-//! pays for itself against a plain `fork`: the same `dlock run` on the file backend, built both
-//! ways, in one run, reported as ratios fork/clone of the wall time and of the CPU time per run
-//! (what `fork` costs is CPU: copying dlock's page tables, then faulting them back in), uncontended
-//! and 8-way contended.
+//! pays for itself against a plain `fork` and against the C library's `posix_spawn` (glibc's is
+//! itself a vfork-like clone, asked for the same steps where it can take them): the same
+//! `dlock run` on the file backend, built the three ways, in one run, reported as ratios fork/clone
+//! and posix_spawn/clone of the wall time and of the CPU time per run (what `fork` costs is CPU:
+//! copying dlock's page tables, then faulting them back in), uncontended and 8-way contended.
 //!
-//! Run: `cargo bench --bench spawn`. It builds the `fork` variant itself (the `fork-spawn`
-//! feature, in target/fork-spawn, so that it never replaces the build cargo made for this
-//! benchmark).
+//! Run: `cargo bench --bench spawn`. It builds the two other variants itself (the `fork-spawn` and
+//! `posix-spawn` features, in target/fork-spawn and target/posix-spawn, so that they never replace
+//! the build cargo made for this benchmark).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,10 +20,10 @@ mod build;
 #[path = "../tests/support/programs.rs"]
 mod programs;
 
-const UNCONTENDED_PAIRS: usize = 300;
+const UNCONTENDED_ROUNDS: usize = 300;
 const WARM_UP: usize = 20;
 const CONTENDERS: usize = 8;
-/// Contended runs alternate between the two builds in slices, so load drift hits both alike.
+/// Contended runs alternate between the builds in slices, so load drift hits them alike.
 const CONTENDED_SLICE: Duration = Duration::from_secs(1);
 const CONTENDED_SLICES: usize = 4;
 
@@ -31,19 +32,20 @@ fn clone_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_dlock"))
 }
 
-/// Builds the `fork` variant (feature `fork-spawn`) in a target directory of its own and returns
-/// its executable.
-fn fork_bin() -> PathBuf {
+/// Builds the variant of `feature` (`fork-spawn`, `posix-spawn`) in a target directory of its
+/// own, target/FEATURE, and returns its executable.
+fn variant_bin(feature: &str) -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target_dir = format!("target/{feature}");
     let args = [
         "build",
         "--release",
         "--features",
-        "fork-spawn",
+        feature,
         "--target-dir",
-        "target/fork-spawn",
+        &target_dir,
     ];
-    println!("building the fork variant: cargo {}", args.join(" "));
+    println!("building the {feature} variant: cargo {}", args.join(" "));
     let mut build = programs::program("cargo");
     build.args(args).current_dir(manifest);
     // Without what cargo set for this benchmark's own process (this package's name, version and
@@ -67,9 +69,9 @@ fn fork_bin() -> PathBuf {
     let status = build.status().expect("run cargo");
     assert!(
         status.success(),
-        "building the fork variant failed: {status}"
+        "building the {feature} variant failed: {status}"
     );
-    manifest.join("target/fork-spawn/release/dlock")
+    manifest.join(target_dir).join("release/dlock")
 }
 
 /// One run of `dlock -b file -u DIR run spawn -- true`.
@@ -179,10 +181,10 @@ fn contended_slice(dlock: &Path, dir: &Path) -> (u64, Duration, Duration) {
 }
 
 /// Runs per second and CPU time per run of each build, measured in alternating slices.
-fn contended(a: &Path, b: &Path, dir: &Path) -> [(f64, Duration); 2] {
-    let mut totals = [(0, Duration::ZERO, Duration::ZERO); 2];
+fn contended<const N: usize>(builds: [&Path; N], dir: &Path) -> [(f64, Duration); N] {
+    let mut totals = [(0, Duration::ZERO, Duration::ZERO); N];
     for _ in 0..CONTENDED_SLICES {
-        for (dlock, total) in [a, b].into_iter().zip(totals.iter_mut()) {
+        for (dlock, total) in builds.into_iter().zip(totals.iter_mut()) {
             let (n, t, cpu) = contended_slice(dlock, dir);
             total.0 += n;
             total.1 += t;
@@ -196,69 +198,103 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+const CLONE: usize = 0;
+const FORK: usize = 1;
+const POSIX: usize = 2;
+
 fn main() {
-    let clone = clone_bin();
-    let fork = fork_bin();
-    println!("{}", build::describe(&clone));
-    println!("fork variant: {}", fork.display());
+    let builds = [
+        clone_bin(),
+        variant_bin("fork-spawn"),
+        variant_bin("posix-spawn"),
+    ];
+    println!("{}", build::describe(&builds[CLONE]));
+    println!("fork variant: {}", builds[FORK].display());
+    println!("posix_spawn variant: {}", builds[POSIX].display());
     // Where benches/file.rs locks too.
     let dir = tempfile::tempdir().expect("temp dir");
 
     for _ in 0..WARM_UP {
-        timed_run(&mut dlock_cmd(&clone, dir.path()));
-        timed_run(&mut dlock_cmd(&fork, dir.path()));
+        for dlock in &builds {
+            timed_run(&mut dlock_cmd(dlock, dir.path()));
+        }
     }
 
-    // Interleaved pairs, each build first in every other pair, so that drift in machine load and
-    // the order within a pair hit both alike.
-    let (mut c, mut f) = (Runs::default(), Runs::default());
-    let mut pair_ratios = Vec::with_capacity(UNCONTENDED_PAIRS);
-    for i in 0..UNCONTENDED_PAIRS {
-        let (cr, fr) = if i % 2 == 0 {
-            let cr = timed_run(&mut dlock_cmd(&clone, dir.path()));
-            (cr, timed_run(&mut dlock_cmd(&fork, dir.path())))
-        } else {
-            let fr = timed_run(&mut dlock_cmd(&fork, dir.path()));
-            (timed_run(&mut dlock_cmd(&clone, dir.path())), fr)
-        };
-        pair_ratios.push(fr.0.as_secs_f64() / cr.0.as_secs_f64());
-        c.add(cr);
-        f.add(fr);
+    // Interleaved rounds, one run of each build, which goes first turning round from one round to
+    // the next, so that drift in machine load and the order within a round hit all alike.
+    let mut runs: [Runs; 3] = Default::default();
+    let (mut fork_ratios, mut posix_ratios) = (Vec::new(), Vec::new());
+    for i in 0..UNCONTENDED_ROUNDS {
+        let mut round = [(Duration::ZERO, Duration::ZERO, 0); 3];
+        for k in 0..builds.len() {
+            let b = (i + k) % builds.len();
+            round[b] = timed_run(&mut dlock_cmd(&builds[b], dir.path()));
+        }
+        fork_ratios.push(ratio(round[FORK].0, round[CLONE].0));
+        posix_ratios.push(ratio(round[POSIX].0, round[CLONE].0));
+        for (r, run) in runs.iter_mut().zip(round) {
+            r.add(run);
+        }
     }
-    pair_ratios.sort_by(f64::total_cmp);
-    let pair_ratio = pair_ratios[pair_ratios.len() / 2];
+    let [c, f, p] = &runs;
 
-    let [(clone_rate, clone_cpu), (fork_rate, fork_cpu)] = contended(&clone, &fork, dir.path());
+    let [(clone_rate, clone_cpu), (fork_rate, fork_cpu), (posix_rate, posix_cpu)] =
+        contended([&builds[CLONE], &builds[FORK], &builds[POSIX]], dir.path());
 
     println!(
-        "dlock run -- true on the file backend, clone vs fork start, one run ({} cores)",
+        "dlock run -- true on the file backend, clone vs fork vs posix_spawn start, one run ({} \
+         cores)",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     println!(
-        "uncontended median ({UNCONTENDED_PAIRS} pairs): clone {:.3} ms, fork {:.3} ms, \
-         fork/clone = {:.2} (median of the pairs' ratios {pair_ratio:.2})",
+        "uncontended median ({UNCONTENDED_ROUNDS} rounds): clone {:.3} ms, fork {:.3} ms, \
+         posix_spawn {:.3} ms; fork/clone = {:.2} (median of the rounds' ratios {:.2}), \
+         posix_spawn/clone = {:.2} ({:.2})",
         ms(c.median()),
         ms(f.median()),
-        f.median().as_secs_f64() / c.median().as_secs_f64()
+        ms(p.median()),
+        ratio(f.median(), c.median()),
+        median(fork_ratios),
+        ratio(p.median(), c.median()),
+        median(posix_ratios),
     );
     println!(
         "uncontended CPU per run (user+sys, with the command's): clone {:.3} ms, fork {:.3} ms, \
-         fork/clone = {:.2}",
+         posix_spawn {:.3} ms; fork/clone = {:.2}, posix_spawn/clone = {:.2}",
         ms(c.cpu_per_run()),
         ms(f.cpu_per_run()),
-        f.cpu_per_run().as_secs_f64() / c.cpu_per_run().as_secs_f64()
+        ms(p.cpu_per_run()),
+        ratio(f.cpu_per_run(), c.cpu_per_run()),
+        ratio(p.cpu_per_run(), c.cpu_per_run()),
     );
     println!(
-        "uncontended minor page faults per run: clone {:.0}, fork {:.0}",
+        "uncontended minor page faults per run: clone {:.0}, fork {:.0}, posix_spawn {:.0}",
         c.minflt_per_run(),
-        f.minflt_per_run()
+        f.minflt_per_run(),
+        p.minflt_per_run()
     );
     println!(
         "{CONTENDERS}-way contended: clone {clone_rate:.0}/s, fork {fork_rate:.0}/s, \
-         fork/clone = {:.2}; CPU per run: clone {:.3} ms, fork {:.3} ms, fork/clone = {:.2}",
+         posix_spawn {posix_rate:.0}/s; fork/clone = {:.2}, posix_spawn/clone = {:.2}",
         fork_rate / clone_rate,
+        posix_rate / clone_rate,
+    );
+    println!(
+        "{CONTENDERS}-way contended CPU per run: clone {:.3} ms, fork {:.3} ms, posix_spawn {:.3} \
+         ms; fork/clone = {:.2}, posix_spawn/clone = {:.2}",
         ms(clone_cpu),
         ms(fork_cpu),
-        fork_cpu.as_secs_f64() / clone_cpu.as_secs_f64()
+        ms(posix_cpu),
+        ratio(fork_cpu, clone_cpu),
+        ratio(posix_cpu, clone_cpu),
     );
 }

@@ -1,10 +1,16 @@
 //! Starting the command the way `posix_spawn` does (a `clone` that shares memory and suspends dlock
 //! until the `exec`), because the command must also get what `posix_spawn` cannot give it: a death
-//! signal tied to dlock (PR_SET_PDEATHSIG) and, on a terminal, the foreground. A plain `fork` would
-//! do, but copying dlock's page tables and faulting them back in costs 7-10 % more CPU per
-//! uncontended `dlock run -- true` (about 0.2 ms and 50 page faults in the release build) and
-//! 5-16 % of the 8-way contended rate: benches/spawn.rs measures the two side by side (the
-//! `fork-spawn` feature builds the `fork` one).
+//! signal tied to dlock (PR_SET_PDEATHSIG), its group recorded for the guardian and its open-file
+//! limit restored before `exec` (and, on a terminal, the foreground, which glibc's gives since 2.35
+//! as an extension). A plain `fork` would do, but copying dlock's page tables and faulting them back
+//! in costs 0-10 % more CPU per uncontended `dlock run -- true` (35-50 page faults more in the
+//! release build) and up to 19 % of the 8-way contended rate, over ten runs: benches/spawn.rs
+//! measures the three side by side (the `fork-spawn` and `posix-spawn` features build the other
+//! two).
+//!
+//! Beside glibc's `posix_spawn` it is no faster (posix_spawn/clone 0.94-1.00 wall and CPU per
+//! uncontended run, 0.93-1.06 of the contended rate, five runs, docs/SPEED.md): only those
+//! guarantees, not speed, argue for it.
 //!
 //! Between `clone` and `exec` the child shares dlock's memory, so it only calls async-signal-safe
 //! functions on data prepared beforehand (raw system calls, rustix's, where it can), and all
@@ -16,12 +22,16 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use rustix::process::{Pid, Resource, Rlimit, Signal};
+use rustix::process::{Pid, Rlimit};
+#[cfg(not(feature = "posix-spawn"))]
+use rustix::process::{Resource, Signal};
 
 use crate::guard;
-use crate::signal::mask::{self, Masked, SigSet};
+use crate::signal::mask::SigSet;
+#[cfg(not(feature = "posix-spawn"))]
+use crate::signal::mask::{self, Masked};
 
-#[cfg(not(feature = "fork-spawn"))]
+#[cfg(not(any(feature = "fork-spawn", feature = "posix-spawn")))]
 const CHILD_STACK: usize = 64 * 1024;
 
 /// What the child needs, prepared by the parent: nothing is allocated after `clone`.
@@ -34,6 +44,7 @@ struct ChildArgs {
     envp: Vec<*const libc::c_char>,
     foreground: bool,
     file_limit: Option<Rlimit>,
+    #[cfg(not(feature = "posix-spawn"))]
     parent: Pid,
     mask: SigSet,
     /// errno of a failed exec, written by the child before it exits.
@@ -88,12 +99,16 @@ pub fn spawn(
         envp: null_terminated(&vars),
         foreground,
         file_limit,
+        #[cfg(not(feature = "posix-spawn"))]
         parent: rustix::process::getpid(),
         mask: *mask,
         exec_error: AtomicI32::new(0),
     };
+    // posix_spawn blocks every signal around its own clone.
+    #[cfg(not(feature = "posix-spawn"))]
     let all_blocked = Masked::blocking_all()?;
     let started = start(&mut child);
+    #[cfg(not(feature = "posix-spawn"))]
     drop(all_blocked);
     let pid = started?;
     match child.exec_error.load(Ordering::SeqCst) {
@@ -113,7 +128,7 @@ pub fn spawn(
 /// Starts the command's process with every signal blocked (the caller blocks them) and returns
 /// its pid once it has exec'd or failed to (then with `exec_error` set): a `clone` that shares
 /// dlock's memory and suspends dlock until then, as `posix_spawn` does.
-#[cfg(not(feature = "fork-spawn"))]
+#[cfg(not(any(feature = "fork-spawn", feature = "posix-spawn")))]
 fn start(child: &mut ChildArgs) -> io::Result<libc::pid_t> {
     let mut stack = vec![0u8; CHILD_STACK];
     // The stack grows down from its top, aligned to 16 bytes.
@@ -140,7 +155,7 @@ fn start(child: &mut ChildArgs) -> io::Result<libc::pid_t> {
 /// child, and the exec's errno back through a close-on-exec pipe, as std's `Command` does. The
 /// child's own `guard::arm` lands in its copy of dlock's memory, so the parent records the group
 /// for the guardian as soon as `fork` returns.
-#[cfg(feature = "fork-spawn")]
+#[cfg(all(feature = "fork-spawn", not(feature = "posix-spawn")))]
 fn start(child: &mut ChildArgs) -> io::Result<libc::pid_t> {
     use std::io::Read;
     use std::os::fd::AsRawFd;
@@ -171,7 +186,148 @@ fn start(child: &mut ChildArgs) -> io::Result<libc::pid_t> {
     Ok(pid)
 }
 
-#[cfg(not(feature = "fork-spawn"))]
+/// For benches/spawn.rs only (feature `posix-spawn`): the C library's `posix_spawn`, which in glibc
+/// is itself a `clone(CLONE_VM|CLONE_VFORK)` on a stack it maps for the call, asked for what it can
+/// do of the child's steps: its own process group, the dispositions dlock changed reset, the mask
+/// dlock started with, and (glibc 2.35's extension) the terminal's foreground. What it cannot do is
+/// done from here, after it returns, that is after the command's `exec`:
+/// - no death signal (PR_SET_PDEATHSIG can only be asked for by the process itself): the guardian
+///   alone kills the command's group if dlock dies, so the two ways that end the guardian with
+///   dlock (the OOM killer choosing dlock, dlock dumping core; see guard.rs) leave the command
+///   running, and so does dlock dying before posix_spawn's child has exec'd (the clone child
+///   checks its parent after asking for the signal);
+/// - the group is recorded for the guardian by dlock once posix_spawn has returned, not by the
+///   child before its `exec`: dlock dying in between leaves the command running without the lock;
+/// - the open-file limit is restored with `prlimit` on the running command, which may already
+///   have looked at the raised one (lowering dlock's own around the call instead would make any
+///   other thread of dlock that opens a descriptor meanwhile fail with EMFILE);
+/// - a foreground that cannot be handed over fails glibc's whole spawn, where the clone child
+///   goes on without it: the spawn is then made again without asking for it (the caller gives
+///   the terminal from dlock too, see src/supervise/child.rs);
+/// - glibc no longer runs a file the kernel cannot (ENOEXEC) under `/bin/sh`: a second
+///   posix_spawn does, as the clone child's second `execve`.
+#[cfg(feature = "posix-spawn")]
+fn start(child: &mut ChildArgs) -> io::Result<libc::pid_t> {
+    let spawned = posix_spawn_retrying(child, &child.program, &child.argv);
+    let pid = match spawned {
+        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
+            posix_spawn_retrying(child, c"/bin/sh", &child.sh_argv)?
+        }
+        spawned => spawned?,
+    };
+    guard::arm(pid);
+    if let (Some(limit), Some(command)) = (child.file_limit, Pid::from_raw(pid)) {
+        let _ = rustix::process::prlimit(Some(command), rustix::process::Resource::Nofile, limit);
+    }
+    Ok(pid)
+}
+
+/// `posix_spawn` of `path`, again without the terminal's foreground if the spawn that asked for it
+/// failed (a failed spawn exec'd nothing, and glibc has reaped its child).
+#[cfg(feature = "posix-spawn")]
+fn posix_spawn_retrying(
+    child: &ChildArgs,
+    path: &std::ffi::CStr,
+    argv: &[*const libc::c_char],
+) -> io::Result<libc::pid_t> {
+    match posix_spawn(child, path, argv, child.foreground) {
+        Err(_) if child.foreground => posix_spawn(child, path, argv, false),
+        spawned => spawned,
+    }
+}
+
+/// One `posix_spawn` of `path` with `argv` and the child's environment, in a new process group,
+/// with dlock's changed dispositions reset and the child's mask, in the terminal's foreground if
+/// `foreground` (glibc only). Its attribute objects live in this frame, never moved.
+#[cfg(feature = "posix-spawn")]
+fn posix_spawn(
+    child: &ChildArgs,
+    path: &std::ffi::CStr,
+    argv: &[*const libc::c_char],
+    foreground: bool,
+) -> io::Result<libc::pid_t> {
+    use std::mem::MaybeUninit;
+    let check = |rc: libc::c_int| match rc {
+        0 => Ok(()),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    };
+    let mut attr = MaybeUninit::<libc::posix_spawnattr_t>::uninit();
+    // SAFETY: init writes the whole object, which stays in place until destroyed below.
+    check(unsafe { libc::posix_spawnattr_init(attr.as_mut_ptr()) })?;
+    let mut actions = MaybeUninit::<libc::posix_spawn_file_actions_t>::uninit();
+    // SAFETY: as above.
+    if let Err(e) = check(unsafe { libc::posix_spawn_file_actions_init(actions.as_mut_ptr()) }) {
+        // SAFETY: initialised above, destroyed once.
+        unsafe { libc::posix_spawnattr_destroy(attr.as_mut_ptr()) };
+        return Err(e);
+    }
+    let (attr_ptr, actions_ptr) = (attr.as_mut_ptr(), actions.as_mut_ptr());
+    let mut reset = SigSet::of(&crate::signal::RESET_IN_CHILD);
+    glibc_internal_signals_too(&mut reset);
+    let flags =
+        libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
+    let spawned = (|| {
+        // SAFETY: an initialised attribute object.
+        check(unsafe { libc::posix_spawnattr_setflags(attr_ptr, flags as libc::c_short) })?;
+        // Group 0: a group of its own, led by the child.
+        // SAFETY: as above.
+        check(unsafe { libc::posix_spawnattr_setpgroup(attr_ptr, 0) })?;
+        // SAFETY: as above; the set is copied into it.
+        check(unsafe { libc::posix_spawnattr_setsigmask(attr_ptr, child.mask.as_raw()) })?;
+        // SAFETY: as above.
+        check(unsafe { libc::posix_spawnattr_setsigdefault(attr_ptr, reset.as_raw()) })?;
+        #[cfg(target_env = "gnu")]
+        if foreground {
+            // SAFETY: an initialised file actions object. Done after the new group is made, with
+            // every signal blocked (SIGTTOU too), as the clone child does it.
+            check(unsafe { libc::posix_spawn_file_actions_addtcsetpgrp_np(actions_ptr, 0) })?;
+        }
+        #[cfg(not(target_env = "gnu"))]
+        let _ = foreground;
+        let mut pid = 0;
+        // SAFETY: NUL-terminated strings and NULL-terminated arrays of them, prepared by the
+        // caller and alive for the call; initialised attribute objects. posix_spawn only reads
+        // the arrays (its C signature lacks the const).
+        check(unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                path.as_ptr(),
+                actions_ptr,
+                attr_ptr,
+                argv.as_ptr().cast(),
+                child.envp.as_ptr().cast(),
+            )
+        })?;
+        Ok(pid)
+    })();
+    // SAFETY: both initialised above, each destroyed once.
+    unsafe {
+        libc::posix_spawn_file_actions_destroy(actions_ptr);
+        libc::posix_spawnattr_destroy(attr_ptr);
+    }
+    spawned
+}
+
+/// glibc's posix_spawn child ignores (SIG_IGN) the two signals glibc keeps for itself (32 and 33,
+/// SIGCANCEL and SIGSETXID) unless they are in the set reset to default, so the command would
+/// inherit them ignored; the clone child leaves them at their default. sigaddset refuses them, so
+/// their bits are set directly.
+#[cfg(feature = "posix-spawn")]
+fn glibc_internal_signals_too(set: &mut SigSet) {
+    let raw: *mut libc::sigset_t = set.as_raw_mut();
+    let bits = 8 * std::mem::size_of::<libc::c_ulong>();
+    for signal in [32usize, 33] {
+        // SAFETY: glibc's sigset_t is an array of unsigned longs with signal N at bit N-1 (its own
+        // __sigaddset's layout, the kernel's); `raw` is `set`'s, borrowed mutably here, and the
+        // word is within the sigset_t (1,024 bits).
+        unsafe {
+            let word = raw.cast::<libc::c_ulong>().add((signal - 1) / bits);
+            *word |= 1 << ((signal - 1) % bits);
+        }
+    }
+}
+
+#[cfg(not(any(feature = "fork-spawn", feature = "posix-spawn")))]
 extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the parent's ChildArgs, alive while the parent is suspended.
     let child = unsafe { &*(arg as *const ChildArgs) };
@@ -183,6 +339,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
 
 /// The command's process from its start to its `exec`; returns only if the exec failed, with its
 /// errno.
+#[cfg(not(feature = "posix-spawn"))]
 fn child_steps(child: &ChildArgs) -> libc::c_int {
     // Only async-signal-safe calls from here on.
     mask::reset_dispositions_in_child();

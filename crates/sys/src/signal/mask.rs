@@ -34,8 +34,13 @@ impl SigSet {
         set
     }
 
-    pub(super) fn as_raw(&self) -> &libc::sigset_t {
+    pub(crate) fn as_raw(&self) -> &libc::sigset_t {
         &self.0
+    }
+
+    #[cfg(feature = "posix-spawn")]
+    pub(crate) fn as_raw_mut(&mut self) -> &mut libc::sigset_t {
+        &mut self.0
     }
 }
 
