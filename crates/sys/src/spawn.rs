@@ -9,8 +9,9 @@
 //! two).
 //!
 //! Beside glibc's `posix_spawn` it is no faster (posix_spawn/clone 0.94-1.00 wall and CPU per
-//! uncontended run, 0.93-1.06 of the contended rate, five runs, docs/SPEED.md): only those
-//! guarantees, not speed, argue for it.
+//! uncontended run, 0.93-1.06 of the contended rate, five runs, docs/SPEED.md): those guarantees,
+//! not speed, keep it. (A dlock killed between `posix_spawn`'s return and the group's record would
+//! leave the command running without its lock.)
 //!
 //! Between `clone` and `exec` the child shares dlock's memory, so it only calls async-signal-safe
 //! functions on data prepared beforehand (raw system calls, rustix's, where it can), and all
