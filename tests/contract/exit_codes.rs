@@ -4,7 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 
 use super::Holding;
-use crate::support::target::{Kind, Target};
+use crate::support::target::Target;
 use crate::support::*;
 
 pub fn child_exit_status_passes_through(t: &Target) {
@@ -56,7 +56,7 @@ pub fn a_command_that_cannot_run_is_refused_before_the_lock_is_taken(t: &Target)
         let out = output(t.dlock(&["run", &fresh, "--", command]));
         assert_eq!(code(&out), *status, "{command}: {}", stderr(&out));
         assert_eq!(stderr(&out).trim(), format!("dlock: {message}"));
-        if t.kind == Kind::File {
+        if t.caps().locks_are_files {
             // Not even a lock file appears for a fresh name.
             let file = std::path::Path::new(t.urls()[0]).join(format!("{fresh}.lock"));
             assert!(!file.exists(), "{command}");
@@ -127,14 +127,9 @@ pub fn busy_lock_exits_75_or_the_conflict_code_without_running_the_child(t: &Tar
 /// session timeout is a 32-bit count of milliseconds), named with the backend. The longest each
 /// keeps is a real lease: where the store shows it, `status` gives its end that far away.
 pub fn a_ttl_longer_than_servers_count_is_a_usage_error(t: &Target) {
-    let (longest, days, beyond, limit) = match t.kind {
-        Kind::Zk => (
-            "24days",
-            24,
-            "25days",
-            "too long for the zk backend: at most 24d",
-        ),
-        _ => ("30days", 30, "366days", "at most 1 year"),
+    let (longest, days, beyond, limit) = match t.caps().ttl_limit {
+        Some(l) => (l.longest, l.days, l.beyond, l.refused),
+        None => ("30days", 30, "366days", "at most 1 year"),
     };
     for ttl in ["5000000000y", beyond, "18446744073709551615s"] {
         let mut cmd = t.dlock(&["run", "--ttl", ttl, "n", "--", "true"]);
@@ -157,10 +152,7 @@ pub fn a_ttl_longer_than_servers_count_is_a_usage_error(t: &Target) {
         serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)));
     let expires = &json["holders"][0]["expires_at"];
     // Where the store keeps a lease others can see (see who.rs): its end is the ttl away.
-    if matches!(
-        t.kind,
-        Kind::Redis | Kind::Postgres | Kind::Etcd | Kind::Mysql | Kind::Elasticsearch
-    ) {
+    if t.caps().shows_lease_end {
         let at = humantime::parse_rfc3339(expires.as_str().expect("an RFC 3339 time"))
             .expect("RFC 3339");
         let ttl = std::time::Duration::from_secs(days * 86_400);
@@ -173,7 +165,7 @@ pub fn a_ttl_longer_than_servers_count_is_a_usage_error(t: &Target) {
         assert!(expires.is_null(), "{json}");
     }
     assert!(holder.let_go().success());
-    if t.kind != Kind::Zk {
+    if t.caps().ttl_limit.is_none() {
         let out = output(t.dlock(&["run", "--ttl", "1y", "n", "--", "true"]));
         assert_eq!(code(&out), 0, "{}", stderr(&out));
     }

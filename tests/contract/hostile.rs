@@ -7,7 +7,8 @@ use std::os::unix::fs::FileExt;
 use std::process::Stdio;
 
 use super::{Holding, T};
-use crate::support::target::{Kind, Target};
+use crate::support::caps::ForeignHolder;
+use crate::support::target::Target;
 use crate::support::*;
 
 /// A holder record with a time humantime cannot print (past the year 9999).
@@ -75,24 +76,24 @@ fn forge_record_of_x(t: &Target) -> (String, Option<Holding>) {
     // A terminal escape in the file backend's host for good measure.
     let data =
         r#"{"dlock":1,"mode":"exclusive","host":"h","pid":2,"owner":"ab","since":99999999999999}"#;
-    let (record, shown) = match t.kind {
-        Kind::File => (
+    let (record, shown) = match t.caps().foreign_holder {
+        ForeignHolder::LockFileSlot => (
             format!("{FAR_FUTURE}\u{1b}[2J"),
             format!("{FAR_FUTURE}\\u{{1b}}[2J"),
         ),
-        Kind::Redis => (FAR_FUTURE.to_owned(), FAR_FUTURE.to_owned()),
-        Kind::Zk => (String::new(), data.to_owned()),
+        ForeignHolder::RedisHash => (FAR_FUTURE.to_owned(), FAR_FUTURE.to_owned()),
+        ForeignHolder::ZkNode => (String::new(), data.to_owned()),
         // A row's columns, shown space-separated (its `since` past what a timestamptz holds).
-        Kind::Postgres => (
+        ForeignHolder::PostgresRow => (
             "exclusive 5 999999999999 2 host".to_owned(),
             "exclusive 5 999999999999 2 host".to_owned(),
         ),
-        Kind::Etcd => (FAR_FUTURE.to_owned(), FAR_FUTURE.to_owned()),
+        ForeignHolder::EtcdKey => (FAR_FUTURE.to_owned(), FAR_FUTURE.to_owned()),
         // An entry of the lock's document, as dlock reads it back (its `since` in milliseconds
         // past the year 9999).
-        Kind::Elasticsearch => (FAR_FUTURE.to_owned(), es_entry(FAR_FUTURE).to_string()),
+        ForeignHolder::EsDocument => (FAR_FUTURE.to_owned(), es_entry(FAR_FUTURE).to_string()),
         // A DATETIME cannot be past the year 9999: a row's columns with a pid below zero instead.
-        Kind::Mysql => {
+        ForeignHolder::MysqlRow => {
             let record = "exclusive 5 1700000000 -2 host";
             (record.to_owned(), record.to_owned())
         }
@@ -103,8 +104,8 @@ fn forge_record_of_x(t: &Target) -> (String, Option<Holding>) {
 /// Writes `record` (file, Redis: `MODE TOKEN SINCE PID HOST[\tMESSAGE]`) or `zk_data` (a node's
 /// JSON) as the only holder of "x" owned by `ab`; returns the holder the file backend needs.
 fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
-    match t.kind {
-        Kind::File => {
+    match t.caps().foreign_holder {
+        ForeignHolder::LockFileSlot => {
             // Overwrites a live holder's record slot (it keeps its OFD lock on it).
             let holder = Holding::start(t, &["--ttl", "3s", "x"]);
             let file = std::fs::OpenOptions::new()
@@ -116,7 +117,7 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
             file.write_all_at(&slot, 4096).unwrap();
             Some(holder)
         }
-        Kind::Redis => {
+        ForeignHolder::RedisHash => {
             // On every server, so that Redlock's majority sees it too (in a cluster, on the node
             // that serves the lock: the others answer MOVED).
             let clustered = t.urls()[0].starts_with("redis+cluster://");
@@ -142,7 +143,7 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
             }
             None
         }
-        Kind::Zk => {
+        ForeignHolder::ZkNode => {
             let url = t.urls()[0].strip_prefix("zk://").expect("a zk:// URL");
             // `zk://HOSTS/CHROOT`: the chroot with its leading `/`, or nothing.
             let (hosts, chroot) = url.find('/').map_or((url, ""), |at| url.split_at(at));
@@ -150,7 +151,7 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
             zk_server::create_with_parents(hosts, &node, zk_data.as_bytes());
             None
         }
-        Kind::Postgres => {
+        ForeignHolder::PostgresRow => {
             // A row in the target's own table (`?prefix=P`), as any client with INSERT could
             // write, once dlock has made its tables (on first use: `status` makes them). Its
             // `since` is past the year 9999, as FAR_FUTURE's is (whose own is past what a
@@ -171,7 +172,7 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
             ));
             None
         }
-        Kind::Mysql => {
+        ForeignHolder::MysqlRow => {
             // A row in the target's own table (`?prefix=P`), as any client with INSERT could
             // write, once dlock has made its tables (on first use: `status` makes them): the
             // record's fields as columns, the message after the tab.
@@ -198,7 +199,7 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
                 ));
             None
         }
-        Kind::Elasticsearch => {
+        ForeignHolder::EsDocument => {
             // The lock's document, as any client that can write the index could put it.
             let index = t.urls()[0].rsplit('/').next().expect("an index in the URL");
             let doc = serde_json::json!({
@@ -213,7 +214,7 @@ fn forge_x(t: &Target, record: &str, zk_data: &str) -> Option<Holding> {
             assert!(status == 200 || status == 201, "{json}");
             None
         }
-        Kind::Etcd => {
+        ForeignHolder::EtcdKey => {
             // A key under the lock's prefix, without a lease, as any etcd client could put: a
             // value of `OWNER RECORD`, the owner first as dlock writes it.
             let endpoint = t.urls()[0].replace("etcd://", "http://");
@@ -272,10 +273,14 @@ pub fn a_forged_message_is_unreadable_and_never_reaches_a_terminal(t: &Target) {
         .to_string();
         let holder = forge_x(t, &record, &data);
         let entry = es_entry(&record).to_string();
-        let raw = match t.kind {
-            Kind::Zk => &data,
-            Kind::Elasticsearch => &entry,
-            _ => &record,
+        let raw = match t.caps().foreign_holder {
+            ForeignHolder::ZkNode => &data,
+            ForeignHolder::EsDocument => &entry,
+            ForeignHolder::LockFileSlot
+            | ForeignHolder::RedisHash
+            | ForeignHolder::PostgresRow
+            | ForeignHolder::MysqlRow
+            | ForeignHolder::EtcdKey => &record,
         };
         // Escaped as dlock shows stored text: quotes and backslashes as they are.
         let mut shown = String::new();

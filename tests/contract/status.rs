@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::Holding;
-use crate::support::target::{Kind, Target};
+use crate::support::target::Target;
 use crate::support::*;
 
 pub fn status_list_and_forced_release_end_the_holders_run_with_79(t: &Target) {
@@ -54,13 +54,7 @@ pub fn status_list_and_forced_release_end_the_holders_run_with_79(t: &Target) {
     // with the lost code, within the lease and --kill-after.
     let command = holder.command();
     let token = holder.token();
-    let reason = match t.kind {
-        Kind::File => "was removed or replaced",
-        Kind::Redis => "no longer ours",
-        Kind::Zk => "was deleted",
-        Kind::Postgres | Kind::Mysql | Kind::Elasticsearch => "no longer ours",
-        Kind::Etcd => "was deleted",
-    };
+    let reason = t.caps().loss_reason;
     let (status, err) = holder.finish();
     let took = broken.elapsed();
     assert_eq!(status.code(), Some(79), "{err}");

@@ -5,7 +5,7 @@ use std::process::Child;
 use std::time::Duration;
 
 use super::{waiting, Holding, T};
-use crate::support::target::{Kind, Target};
+use crate::support::target::Target;
 use crate::support::*;
 
 /// `--wait` is one budget for the whole set, not one per name: with `a` freed after 1.5s and `b`
@@ -101,7 +101,7 @@ pub fn on_a_terminal_the_waiting_line_fits_the_width_and_is_erased(t: &Target) {
         .find(|line| line.contains(", held"))
         .unwrap_or_else(|| panic!("the holder is shown: {screen:?}"));
     assert!(held.ends_with('…'), "a long line is cut: {held:?}");
-    if matches!(t.kind, Kind::Zk | Kind::Redis) {
+    if t.caps().tells_the_place_in_line {
         assert!(
             drawn.iter().any(|line| line.contains(", next in")),
             "the place in line: {screen:?}"

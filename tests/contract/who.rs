@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::{waiting, Holding, T};
-use crate::support::target::{Kind, Target};
+use crate::support::target::Target;
 use crate::support::*;
 
 /// A message as a CI job would give it: quotes, a URL, text beyond ASCII.
@@ -143,10 +143,7 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
     let status: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("status JSON");
     let expires = &status["holders"][0]["expires_at"];
     let waiters = &status["waiters"];
-    let leased = matches!(
-        t.kind,
-        Kind::Redis | Kind::Postgres | Kind::Etcd | Kind::Mysql | Kind::Elasticsearch
-    );
+    let leased = t.caps().shows_lease_end;
     if leased {
         let at = humantime::parse_rfc3339(expires.as_str().expect("an RFC 3339 time"))
             .expect("RFC 3339");
@@ -159,7 +156,7 @@ pub fn status_and_list_show_the_lease_end_and_the_waiters_in_order(t: &Target) {
         assert!(expires.is_null(), "{status}");
     }
     // The file backend keeps no queue: an empty list, never a wrong one.
-    if matches!(t.kind, Kind::File) {
+    if !t.caps().keeps_a_line {
         assert_eq!(waiters, &serde_json::json!([]), "{status}");
     } else {
         let pids: Vec<_> = waiters

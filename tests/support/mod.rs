@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod build;
+pub mod caps;
 pub mod etcd_server;
 pub mod failover;
 #[cfg(feature = "etcd")]

@@ -3,6 +3,7 @@
 
 use std::process::Command;
 
+use super::caps::Caps;
 use super::*;
 
 /// The `dlock` arguments that select one backend (`--backend X --url Y`).
@@ -103,13 +104,15 @@ impl Target {
         self.scratch.file(name).display().to_string()
     }
 
+    /// What the store can do, which the contract's scenarios ask instead of which store it is.
+    pub fn caps(&self) -> Caps {
+        self.kind.caps()
+    }
+
     /// Whether the store tells a holder of a change to its group records (the README's list),
     /// rather than the holder finding it at its next read.
     pub fn tells_of_changes(&self) -> bool {
-        matches!(
-            self.kind,
-            Kind::File | Kind::Redis | Kind::Etcd | Kind::Zk | Kind::Postgres
-        )
+        self.caps().tells_of_changes
     }
 
     /// What the command sees in `DLOCK_BACKEND`.
@@ -170,11 +173,9 @@ impl Target {
         (rounds * sixths / 6).max(1)
     }
 
-    /// Whether each acquisition of a name takes the next token, 1, 2, 3...: a counter per name (file,
-    /// Redis, PostgreSQL, MySQL), rather than ZooKeeper's zxids or etcd's revisions, which every write to
-    /// the store advances.
+    /// Whether each acquisition of a name takes the next token, 1, 2, 3... (see `Caps`).
     pub fn tokens_count_acquisitions(&self) -> bool {
-        !matches!(self.kind, Kind::Zk | Kind::Etcd)
+        self.caps().tokens_count_acquisitions
     }
 }
 
