@@ -12,7 +12,9 @@ pub fn status_list_and_forced_release_end_the_holders_run_with_79(t: &Target) {
     assert_eq!(code(&out), 1);
     assert!(stdout(&out).contains("jobs/a: free"), "{}", stdout(&out));
 
-    let holder = Holding::start(t, &["--ttl", "1s", "--kill-after", "1s", "jobs/a"]);
+    // A lease that a loaded machine cannot make lapse (a renewal every second) between the looks
+    // below: the loss this test is about is the forced release's.
+    let holder = Holding::start(t, &["--ttl", "3s", "--kill-after", "1s", "jobs/a"]);
     let dlock_pid = holder.dlock.id();
     let out = output(t.dlock(&["status", "jobs/a"]));
     assert_eq!(code(&out), 0);
@@ -63,7 +65,7 @@ pub fn status_list_and_forced_release_end_the_holders_run_with_79(t: &Target) {
         "expected a loss saying {reason:?}:\n{err}"
     );
     assert!(
-        took < Duration::from_secs(4),
+        took < Duration::from_secs(10),
         "took {took:?} to end after the lock was broken"
     );
     assert!(!alive(command), "the command must not outlive the lock");
