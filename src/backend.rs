@@ -3,7 +3,7 @@
 //! the completions and `--version`, with the store's `open`: the one place that names each
 //! store's crate), and `open`.
 
-use crate::exit::FailWith;
+use crate::failure::FailWith;
 
 mod registry;
 
@@ -30,7 +30,9 @@ pub fn open(config: &BackendConfig) -> anyhow::Result<Box<dyn Backend>> {
     match descriptor.open {
         Some(open) => open(&config.store),
         // The command line refuses the name of a backend not built; this is for any other way in.
-        None => Err(anyhow::anyhow!(not_built(descriptor))).fail_with(crate::exit::Failure::Usage),
+        None => {
+            Err(anyhow::anyhow!(not_built(descriptor))).fail_with(crate::failure::Failure::Usage)
+        }
     }
 }
 
@@ -54,7 +56,7 @@ fn replicas_only_where_taken(kind: BackendKind, config: &StoreConfig) -> anyhow:
         "{why} is for {}, not {kind}",
         registry::replicas_help()
     ))
-    .fail_with(crate::exit::Failure::Usage)
+    .fail_with(crate::failure::Failure::Usage)
 }
 
 #[cfg(test)]
@@ -106,7 +108,7 @@ mod tests {
             for url in urls {
                 let refused = match open(&opening(kind, url)) {
                     Ok(_) => false,
-                    Err(e) => crate::exit::status_of(&e) == crate::exit::Status::Usage,
+                    Err(e) => crate::failure::status_of(&e) == crate::exit::Status::Usage,
                 };
                 assert_eq!(kind.takes(url), !refused, "{kind:?} {url}");
             }

@@ -10,7 +10,9 @@ use anyhow::anyhow;
 
 use crate::backend::{self, Backend, BackendConfig, LockStatus};
 use crate::cli::{lock_name, Cli, Command, GlobalArgs};
-use crate::exit::{message_of, Check, Status};
+use crate::exit::{Check, Status};
+use crate::failure::message_of;
+use crate::failure::{from_store, FromStore};
 use crate::lock::group::GroupRecord;
 use crate::lock::{LastRuns, LockName};
 use crate::report::Reporter;
@@ -41,12 +43,12 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
                 return Ok(ran_within(&name, within, global, report));
             }
             let backend = open_backend(&global.backend_config(), report)?;
-            let status = backend.status(&name)?;
+            let status = backend.status(&name).or_store()?;
             // Records that cannot be read leave the answer about the holders, and its exit
             // status, as they are: an error line on stderr says why they are missing.
             let runs = backend
                 .last_runs(&name)
-                .map_err(|e| report.error(&last_runs_unread(&name, &e)))
+                .map_err(|e| report.error(&last_runs_unread(&name, e)))
                 .unwrap_or_default();
             let group = group_of(backend.as_ref(), &name);
             if args.json {
@@ -77,7 +79,7 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
             if args.runs {
                 return list_runs(backend.as_ref(), &args.prefix, args.json, report);
             }
-            let listing = backend.list(&args.prefix)?;
+            let listing = backend.list(&args.prefix).or_store()?;
             // Entries that are not locks do not hide the others: each gets a line on stderr (so
             // the JSON on stdout keeps its shape) and the exit status stays 0.
             for unreadable in &listing.unreadable {
@@ -92,7 +94,7 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
                 let mut runs_of = |name: &LockName| {
                     backend.last_runs(name).unwrap_or_else(|e| {
                         if !std::mem::replace(&mut told, true) {
-                            report.error(&last_runs_unread(name, &e));
+                            report.error(&last_runs_unread(name, e));
                         }
                         LastRuns::default()
                     })
@@ -117,7 +119,9 @@ pub fn run(cli: Cli, report: &Reporter) -> anyhow::Result<Status> {
             if !args.force {
                 return hold::release::release(&name, &global.backend_config(), report);
             }
-            let removed = open_backend(&global.backend_config(), report)?.force_release(&name)?;
+            let removed = open_backend(&global.backend_config(), report)?
+                .force_release(&name)
+                .or_store()?;
             if removed.is_empty() {
                 report.notice(&format!(
                     "lock {:?} was not held; nothing released",
@@ -165,8 +169,8 @@ fn list_runs(
     json: bool,
     report: &Reporter,
 ) -> anyhow::Result<Status> {
-    let crate::backend::RunsFound { runs: found, cut } = backend.list_runs(prefix)?;
-    let listing = backend.list(prefix)?;
+    let crate::backend::RunsFound { runs: found, cut } = backend.list_runs(prefix).or_store()?;
+    let listing = backend.list(prefix).or_store()?;
     for unreadable in &listing.unreadable {
         report.error(&format!("skipped: {unreadable}"));
     }
@@ -232,11 +236,11 @@ fn group_of(backend: &dyn Backend, name: &LockName) -> Option<GroupRecord> {
     GroupRecord::read(&text).filter(|record| !record.is_empty())
 }
 
-fn last_runs_unread(name: &LockName, e: &anyhow::Error) -> String {
+fn last_runs_unread(name: &LockName, e: dlock_core::error::Error) -> String {
     format!(
         "cannot read the last runs of lock {:?}: {}",
         name.as_str(),
-        message_of(e)
+        message_of(&from_store(e))
     )
 }
 
@@ -244,8 +248,8 @@ fn last_runs_unread(name: &LockName, e: &anyhow::Error) -> String {
 /// `last_runs::check`); a store that cannot be asked is UNKNOWN, not 69.
 fn ran_within(name: &LockName, within: Duration, global: &GlobalArgs, report: &Reporter) -> Status {
     let asked = open_backend(&global.backend_config(), report).and_then(|backend| {
-        let holders = backend.status(name)?.holders;
-        Ok((backend.last_runs(name)?, holders))
+        let holders = backend.status(name).or_store()?.holders;
+        Ok((backend.last_runs(name).or_store()?, holders))
     });
     let (check, line) = match asked {
         Ok((runs, holders)) => {

@@ -10,6 +10,7 @@ mod backend;
 mod cli;
 mod commands;
 mod completions;
+mod failure;
 mod generate;
 mod hold;
 mod manual;
@@ -45,8 +46,8 @@ fn run() -> u8 {
     let code = match commands::run(cli, &report) {
         Ok(status) => status.code(),
         Err(err) => {
-            let status = exit::status_of(&err);
-            let mut message = exit::message_of(&err);
+            let status = failure::status_of(&err);
+            let mut message = failure::message_of(&err);
             // The servers a parent dlock passed on, without the password typed into its --url: a
             // refusal (or, where a user needs a password, the URL refused) would otherwise read as
             // a wrong password or a malformed URL.

@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 
 use crate::backend::Backend;
-use crate::exit::{FailWith, Failure};
+use crate::failure::{FailWith, Failure, FromStore};
 use crate::lock::{host_name, Holder, LockName, LockRequest, Mode};
 
 /// Environment variable listing the locks held by this process's dlock ancestors.
@@ -187,7 +187,7 @@ pub fn decide(
             .collect();
         let mut proven = Vec::new();
         if !mine.is_empty() {
-            let status = backend.status(&request.name).with_context(|| {
+            let status = backend.status(&request.name).or_store().with_context(|| {
                 format!(
                     "cannot check whether a parent dlock holds lock {:?}",
                     request.name.as_str()

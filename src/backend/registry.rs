@@ -4,6 +4,7 @@
 //! `--version` and `open` are derived. Adding a backend is its crate, one entry here, its feature
 //! and one line in the contract suite: the checklist is in docs/DESIGN.md, "Adding a backend".
 
+use crate::failure::FromStore;
 use std::time::Duration;
 
 use super::{Backend, StoreConfig};
@@ -16,7 +17,7 @@ pub type Open = fn(&StoreConfig) -> anyhow::Result<Box<dyn Backend>>;
 macro_rules! opener {
     ($feature:literal, $backend:ty) => {{
         #[cfg(feature = $feature)]
-        let open: Option<Open> = Some(|config| Ok(Box::new(<$backend>::open(config)?)));
+        let open: Option<Open> = Some(|config| Ok(Box::new(<$backend>::open(config).or_store()?)));
         #[cfg(not(feature = $feature))]
         let open: Option<Open> = None;
         open
@@ -104,7 +105,7 @@ pub const BACKENDS: [Descriptor; 7] = [
         replicas: false,
         max_ttl: None,
         groups: true,
-        open: Some(|config| Ok(Box::new(dlock_file::FileBackend::open(config)?))),
+        open: Some(|config| Ok(Box::new(dlock_file::FileBackend::open(config).or_store()?))),
     },
     Descriptor {
         kind: BackendKind::Redis,

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::{GlobalArgs, HoldArgs, LockArgs, RunArgs};
-use crate::exit::{FailWith, Failure};
+use crate::failure::FromStore;
+use crate::failure::{FailWith, Failure};
 use crate::lock::{new_owner_id, tree_locks, LockName, LockRequest, Mode};
 use crate::supervise::RunPlan;
 
@@ -84,7 +85,7 @@ impl LockArgs {
         command: Vec<String>,
         kill_after: Duration,
     ) -> anyhow::Result<RunPlan> {
-        let owner = new_owner_id()?;
+        let owner = new_owner_id().or_store()?;
         let mut wanted: Vec<(LockName, Mode)> = Vec::new();
         for raw in &self.names {
             if self.tree {

@@ -27,7 +27,8 @@ use std::process::{Command, Stdio};
 use anyhow::{anyhow, Context};
 
 use crate::cli::{Cli, HoldArgs};
-use crate::exit::{FailWith, Failure, Status};
+use crate::exit::Status;
+use crate::failure::{FailWith, Failure};
 use crate::report::Reporter;
 use registry::Process;
 

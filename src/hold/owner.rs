@@ -11,7 +11,7 @@
 use anyhow::anyhow;
 
 use super::registry::{self, Process};
-use crate::exit::{FailWith, Failure};
+use crate::failure::{FailWith, Failure};
 use crate::report::Reporter;
 
 /// The programs known to be shells that run a script's lines one after another in the same

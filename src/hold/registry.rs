@@ -12,7 +12,7 @@ use anyhow::anyhow;
 use sha2::{Digest, Sha256};
 
 use crate::backend::BackendConfig;
-use crate::exit::{FailWith, Failure};
+use crate::failure::{FailWith, Failure};
 use crate::lock::LockName;
 use crate::report::plain;
 

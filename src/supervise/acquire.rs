@@ -19,6 +19,7 @@ use super::heartbeat::{next_renewal, release_all, release_quietly, renew_due, He
 use super::progress::{describe_holders, Progress};
 use super::RunPlan;
 use crate::backend::{Attempt, Backend, Outage, Waiting};
+use crate::failure::FromStore;
 use crate::lock::group::Party;
 use crate::lock::{Holder, LockName, LockRequest, RunEnd};
 use crate::report::Reporter;
@@ -70,7 +71,7 @@ pub(super) fn try_in_order(
     report: &Reporter,
 ) -> anyhow::Result<FirstTry> {
     for (index, request) in requests.iter().enumerate() {
-        match backend.try_acquire(request)? {
+        match backend.try_acquire(request).or_store()? {
             Attempt::Acquired(lease) => held.push(Held::new(request, lease)),
             Attempt::Busy(holders) => return Ok(FirstTry::Busy(index, holders)),
         }

@@ -26,7 +26,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::backend::{self, Backend, BackendConfig, Lease, Waiting};
-use crate::exit::{FailWith, Failure};
+use crate::failure::FromStore;
+use crate::failure::{FailWith, Failure};
 use crate::lock::group::{now_ms, CancelRequest, Cancelled, GroupRecord, Party};
 use crate::lock::{Holder, LockName, LockRequest, Mode, RunEnd, Token};
 use crate::report::Reporter;
@@ -170,7 +171,7 @@ impl Member {
             let Some(backend) = self.backend() else {
                 return Ok(());
             };
-            let holders = backend.status(&request.name)?.holders;
+            let holders = backend.status(&request.name).or_store()?.holders;
             let record = self.read(&request.name);
             let in_way: Vec<&Holder> = holders
                 .iter()
@@ -452,11 +453,13 @@ fn change_record(
     let Some(records) = backend.groups() else {
         return Ok(());
     };
-    records.update(name, &mut |old| {
-        let mut record = old.and_then(GroupRecord::read).unwrap_or_default();
-        change(&mut record);
-        (!record.is_empty()).then(|| record.text())
-    })
+    records
+        .update(name, &mut |old| {
+            let mut record = old.and_then(GroupRecord::read).unwrap_or_default();
+            change(&mut record);
+            (!record.is_empty()).then(|| record.text())
+        })
+        .or_store()
 }
 
 /// The record of `name`; an empty one when there is none or it cannot be read.
@@ -509,7 +512,7 @@ pub(super) fn acquire_in_turn(
     waiting: &Waiting,
 ) -> anyhow::Result<Option<Box<dyn Lease>>> {
     loop {
-        let Some(lease) = backend.acquire(request, waiting)? else {
+        let Some(lease) = backend.acquire(request, waiting).or_store()? else {
             return Ok(None);
         };
         let Some(records) = backend.groups().filter(|_| waiting.has_waited()) else {

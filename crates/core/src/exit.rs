@@ -3,8 +3,6 @@
 //! test checks the README). A child's own status passes through unchanged; the others are dlock's.
 //! Everything inside dlock passes a `Status`; only `main` turns it into a process exit code.
 
-use std::fmt;
-
 /// How `dlock` ends. `code` is the number a shell sees; `help_table` is the table `--help` shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
@@ -238,90 +236,6 @@ pub fn subcommand_statuses() -> String {
         Status::LockLost.code(),
         Status::Incomplete.code(),
     )
-}
-
-/// A failure that carries the exit status it maps to. Code deep in a backend returns one inside an
-/// `anyhow::Error`; `main` finds it in the chain and exits with its status. (The two statuses an
-/// error can mean; any other error is `Status::Internal`.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Failure {
-    /// Bad command line: unknown option, bad name, bad duration, missing `--` (EX_USAGE). Also a
-    /// nested run that asks exclusively for a lock its own parent dlock holds shared or with a
-    /// limit: a request that could never be granted.
-    Usage,
-    /// The backend cannot be reached or used: server down, wrong password, unusable lock directory
-    /// (EX_UNAVAILABLE).
-    BackendUnavailable,
-}
-
-impl From<Failure> for Status {
-    fn from(failure: Failure) -> Status {
-        match failure {
-            Failure::Usage => Status::Usage,
-            Failure::BackendUnavailable => Status::Unavailable,
-        }
-    }
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Failure::Usage => "usage error",
-            Failure::BackendUnavailable => "backend unavailable",
-        })
-    }
-}
-
-/// An error tagged with the exit status it maps to. It shows as its cause alone, so the tag never
-/// appears in messages; contexts added on top keep the tag findable.
-#[derive(Debug)]
-pub struct Tagged {
-    pub failure: Failure,
-    cause: anyhow::Error,
-}
-
-impl Tagged {
-    /// `cause`, tagged with `failure`.
-    pub fn error(failure: Failure, cause: anyhow::Error) -> anyhow::Error {
-        anyhow::Error::new(Tagged { failure, cause })
-    }
-}
-
-impl fmt::Display for Tagged {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#}", self.cause)
-    }
-}
-
-impl std::error::Error for Tagged {}
-
-/// Extension to tag an error with the exit status it should produce.
-pub trait FailWith<T> {
-    fn fail_with(self, failure: Failure) -> anyhow::Result<T>;
-}
-
-impl<T, E: Into<anyhow::Error>> FailWith<T> for Result<T, E> {
-    fn fail_with(self, failure: Failure) -> anyhow::Result<T> {
-        self.map_err(|e| {
-            anyhow::Error::new(Tagged {
-                failure,
-                cause: e.into(),
-            })
-        })
-    }
-}
-
-/// The exit status an error maps to: the outermost tag in its chain, else internal.
-pub fn status_of(err: &anyhow::Error) -> Status {
-    err.chain()
-        .find_map(|e| e.downcast_ref::<Tagged>())
-        .map_or(Status::Internal, |t| t.failure.into())
-}
-
-/// The one line to show for an error: its chain of causes, without what libraries add for
-/// their developers (see `text::without_internals`).
-pub fn message_of(err: &anyhow::Error) -> String {
-    crate::text::for_terminal(&crate::text::without_internals(&format!("{err:#}")))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod error;
 pub mod exit;
 pub mod last_runs;
 pub mod lock;

@@ -4,9 +4,9 @@
 //! without one). Credentials never appear in a message; a malformed address is a usage error
 //! (exit 64).
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::url::{host_list, redact, user_password, Parts};
 
 /// The node dlock tries without a `--url`.
@@ -39,33 +39,33 @@ const SCHEMES: [(&str, bool); 4] = [
 impl EsUrl {
     /// The address from the `--url`s given (none: the default), tagged as a usage error when it is
     /// malformed or when there is more than one.
-    pub(super) fn from_urls(urls: &[String]) -> anyhow::Result<EsUrl> {
+    pub(super) fn from_urls(urls: &[String]) -> error::Result<EsUrl> {
         let url = match urls {
             [] => DEFAULT_URL,
             [url] => url.as_str(),
             _ => {
-                return Err(anyhow!(
+                return Err(error!(
                     "the elasticsearch backend takes one --url (list the cluster's nodes in it), \
                      not {}",
                     urls.len()
                 ))
-                .fail_with(Failure::Usage)
+                .usage()
             }
         };
-        EsUrl::parse(url).fail_with(Failure::Usage)
+        EsUrl::parse(url).usage()
     }
 
-    pub(super) fn parse(url: &str) -> anyhow::Result<EsUrl> {
+    pub(super) fn parse(url: &str) -> error::Result<EsUrl> {
         let shown = redact(url);
         let expected = "expected elasticsearch://[user:password@]host:port[,host:port...][/index] \
                         (elasticsearchs:// for HTTPS; opensearch:// and opensearchs:// alike)";
         let parts = Parts::of(url)
-            .ok_or_else(|| anyhow!("{shown:?} is not an Elasticsearch URL; {expected}"))?;
+            .ok_or_else(|| error!("{shown:?} is not an Elasticsearch URL; {expected}"))?;
         let Some(&(scheme, tls)) = SCHEMES.iter().find(|(s, _)| *s == parts.scheme) else {
-            return Err(anyhow!("{shown:?} is not an Elasticsearch URL; {expected}"));
+            return Err(error!("{shown:?} is not an Elasticsearch URL; {expected}"));
         };
         if parts.tail.contains(['?', '#']) {
-            return Err(anyhow!(
+            return Err(error!(
                 "Elasticsearch URL {shown:?}: takes no ?query or #fragment (write ? and # in a \
                  password as %3F and %23)"
             ));
@@ -77,9 +77,7 @@ impl EsUrl {
         // Not naming the host it refuses: with an `@` after a `/`, what reads as the hosts may be
         // a password.
         let hosts = host_list(parts.hosts, DEFAULT_PORT).map_err(|_| {
-            anyhow!(
-                "Elasticsearch URL {shown:?}: expected host:port[,host:port...] before the path"
-            )
+            error!("Elasticsearch URL {shown:?}: expected host:port[,host:port...] before the path")
         })?;
         let path = parts.tail.strip_prefix('/').unwrap_or(parts.tail);
         let path = path.strip_suffix('/').unwrap_or(path);
@@ -87,7 +85,7 @@ impl EsUrl {
             DEFAULT_INDEX.to_owned()
         } else {
             index_name(path).ok_or_else(|| {
-                anyhow!(
+                error!(
                     "Elasticsearch URL {shown:?}: the path names the index, 1 to \
                      {MAX_INDEX_BYTES} lowercase letters, digits and `-_.+`, not starting with \
                      `-`, `_` or `+`"

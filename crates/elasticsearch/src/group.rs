@@ -6,13 +6,13 @@
 
 use std::time::Duration;
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use serde_json::json;
 
 use super::recipe::{lock, Outcome, GROUP};
 use super::EsBackend;
 use dlock_core::backend::GroupRecords;
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::LockName;
 
 /// How often a holder reads its group records.
@@ -23,7 +23,7 @@ const POLL_EVERY: Duration = Duration::from_millis(100);
 const MAX_TRIES: usize = 100;
 
 impl GroupRecords for EsBackend {
-    fn read(&self, name: &LockName) -> anyhow::Result<Option<String>> {
+    fn read(&self, name: &LockName) -> error::Result<Option<String>> {
         let found = {
             let mut store = lock(&self.store);
             let budget = store.connect_timeout();
@@ -42,7 +42,7 @@ impl GroupRecords for EsBackend {
         &self,
         name: &LockName,
         change: &mut dyn FnMut(Option<&str>) -> Option<String>,
-    ) -> anyhow::Result<()> {
+    ) -> error::Result<()> {
         let doing = || format!("cannot change the group record of lock {:?}", name.as_str());
         for _ in 0..MAX_TRIES {
             let old = self.read(name)?;
@@ -64,15 +64,13 @@ impl GroupRecords for EsBackend {
                 Outcome::Written(_) => return Ok(()),
                 // Left as read: the document is not dlock's (another tool made it).
                 Outcome::Unchanged(doc) if doc.group == old => {
-                    return Err(anyhow!("{}: its document is not dlock's", doing()))
-                        .fail_with(Failure::BackendUnavailable)
+                    return Err(error!("{}: its document is not dlock's", doing())).unavailable()
                 }
                 // Another change came between the read and this one: read again.
                 Outcome::Unchanged(_) | Outcome::Missing => {}
             }
         }
-        Err(anyhow!("{}: it kept changing under this dlock", doing()))
-            .fail_with(Failure::BackendUnavailable)
+        Err(error!("{}: it kept changing under this dlock", doing())).unavailable()
     }
 
     fn poll_every(&self) -> Duration {

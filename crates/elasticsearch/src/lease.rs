@@ -2,6 +2,7 @@
 //! update that extends it by the node's clock (the timing is lease_clock.rs's); one taken with
 //! `--min-hold` is marked ended rather than taken out at its release, until the min-hold's end.
 
+use dlock_core::error;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -117,7 +118,7 @@ impl Lease for EsLease {
         }
     }
 
-    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
+    fn release(self: Box<Self>, end: &RunEnd) -> error::Result<Released> {
         let lost = self.clock.lost().is_some();
         let mut store = lock(&self.store);
         let budget = if lost {

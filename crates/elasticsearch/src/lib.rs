@@ -30,13 +30,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use anyhow::Context;
+use dlock_core::error;
+use dlock_core::error::{Context, FailAs};
 use serde_json::json;
 
 use address::EsUrl;
 use attempt::{attempt, millis, Me, Tried};
 use dlock_core::backend::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{host_name, Holder, LastRuns, LockName, LockRequest};
 use doc::Doc;
 use lease::EsLease;
@@ -65,13 +65,13 @@ pub struct EsBackend {
 }
 
 impl EsBackend {
-    pub fn open(config: &BackendConfig) -> anyhow::Result<EsBackend> {
+    pub fn open(config: &BackendConfig) -> error::Result<EsBackend> {
         let url = EsUrl::from_urls(&config.urls)?;
         let tls = match url.tls {
             true => Some(
                 tls::client_config()
-                    .map_err(|why| anyhow::anyhow!("elasticsearch at {}: {why}", url.location()))
-                    .fail_with(Failure::BackendUnavailable)?,
+                    .map_err(|why| error!("elasticsearch at {}: {why}", url.location()))
+                    .unavailable()?,
             ),
             false => None,
         };
@@ -100,7 +100,7 @@ impl EsBackend {
         Store::new(http, self.url.index.clone(), self.url.location())
     }
 
-    fn fail(&self, f: recipe::Fault, doing: String) -> anyhow::Error {
+    fn fail(&self, f: recipe::Fault, doing: String) -> error::Error {
         f.into_error(&self.url.location()).context(doing)
     }
 
@@ -145,7 +145,7 @@ impl Backend for EsBackend {
 
     /// One attempt; a busy one writes nothing (but the entries of holders whose lease passed,
     /// which it takes out).
-    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+    fn try_acquire(&self, request: &LockRequest) -> error::Result<Attempt> {
         let sent = std::time::Instant::now();
         let doing = || format!("cannot acquire lock {:?}", request.name.as_str());
         match attempt(&self.store, request, &self.me, false, None, &|| false) {
@@ -164,7 +164,7 @@ impl Backend for EsBackend {
         &self,
         request: &LockRequest,
         waiting: &Waiting,
-    ) -> anyhow::Result<Option<Box<dyn Lease>>> {
+    ) -> error::Result<Option<Box<dyn Lease>>> {
         // A wait holds its connection while each attempt runs; leases taken earlier renew on the
         // shared one from another thread meanwhile, and must not queue behind it.
         let store = if Arc::strong_count(&self.store) > 1 {
@@ -174,19 +174,21 @@ impl Backend for EsBackend {
         };
         let got = wait::wait(&store, request, &self.me, waiting)?;
         if got.is_none() && self.stop.requested() {
-            return Err(anyhow::anyhow!(dlock_core::backend::stop::INTERRUPTED));
+            return Err(error::Error::internal(
+                dlock_core::backend::stop::INTERRUPTED,
+            ));
         }
         Ok(got)
     }
 
-    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+    fn status(&self, name: &LockName) -> error::Result<LockStatus> {
         let doc = self
             .look(name)
             .map_err(|f| self.fail(f, format!("cannot read lock {:?}", name.as_str())))?;
         Ok(self.status_of(name.clone(), doc.unwrap_or_default()))
     }
 
-    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+    fn list(&self, prefix: &str) -> error::Result<Listing> {
         let found = {
             let mut store = lock(&self.store);
             let budget = store.connect_timeout();
@@ -227,7 +229,7 @@ impl Backend for EsBackend {
         Ok(listing)
     }
 
-    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+    fn last_runs(&self, name: &LockName) -> error::Result<LastRuns> {
         runs::last_runs(&self.store, name).map_err(|f| {
             self.fail(
                 f,
@@ -236,7 +238,7 @@ impl Backend for EsBackend {
         })
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> error::Result<dlock_core::backend::RunsFound> {
         runs::list_runs(&self.store, prefix)
             .map_err(|f| self.fail(f, "cannot list the last runs".into()))
     }
@@ -245,7 +247,7 @@ impl Backend for EsBackend {
         Some(self)
     }
 
-    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+    fn force_release(&self, name: &LockName) -> error::Result<Vec<Holder>> {
         let doing = || format!("cannot release lock {:?}", name.as_str());
         let Some(doc) = self.look(name).map_err(|f| self.fail(f, doing()))? else {
             return Ok(vec![]);

@@ -9,12 +9,12 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use serde_json::{json, Value};
 
 use super::doc::Doc;
 use super::http::{self, Http};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{escaped, LockName};
 
 /// A script of recipe/: dlock's functions (common.painless), then its own part.
@@ -69,15 +69,17 @@ impl From<http::Fault> for Fault {
 
 impl Fault {
     /// The error for the user, naming the node (tagged backend-unavailable).
-    pub(super) fn into_error(self, shown: &str) -> anyhow::Error {
+    pub(super) fn into_error(self, shown: &str) -> error::Error {
         let message = match self {
-            Fault::Stopped => return anyhow!(dlock_core::backend::stop::INTERRUPTED),
+            Fault::Stopped => {
+                return error::Error::internal(dlock_core::backend::stop::INTERRUPTED)
+            }
             Fault::Unreachable(why) => format!("cannot reach elasticsearch at {shown}: {why}"),
             Fault::Refused(why) => format!("elasticsearch at {shown}: {why}"),
         };
-        match Err::<(), _>(anyhow!("{message}")).fail_with(Failure::BackendUnavailable) {
+        match Err::<(), _>(error!("{message}")).unavailable() {
             Err(e) => e,
-            Ok(()) => anyhow!("{message}"),
+            Ok(()) => error!("{message}"),
         }
     }
 }

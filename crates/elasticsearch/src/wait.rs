@@ -11,6 +11,7 @@
 //! polled about as often as it moves, so that the next waiter learns it is the head soon after
 //! the head went in.
 
+use dlock_core::error;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -37,7 +38,7 @@ pub(super) fn wait(
     request: &LockRequest,
     me: &Me,
     waiting: &Waiting,
-) -> anyhow::Result<Option<Box<dyn Lease>>> {
+) -> error::Result<Option<Box<dyn Lease>>> {
     let shown = lock(store).shown.clone();
     let mut joined = false;
     let mut answered = false;

@@ -22,7 +22,7 @@ use super::record::{value_of, value_with_token, Entry};
 use super::rpc::{Compare, KeyValue, RangeRequest, RangeResponse, RequestOp, TxnRequest};
 use super::runs::OurRun;
 use super::CLEANUP_TIMEOUT;
-use anyhow::anyhow;
+use dlock_core::error;
 use dlock_core::lock::{Holder, LockRequest};
 
 /// Most keys read to find who holds a lock for a waiter's report (the owners are the first keys).
@@ -276,6 +276,6 @@ fn ttl_secs(ttl: Duration) -> i64 {
 }
 
 /// An error for a stop signal caught while acquiring (the supervisor turns it into its exit).
-pub(super) fn interrupted() -> anyhow::Error {
-    anyhow!("interrupted")
+pub(super) fn interrupted() -> error::Error {
+    error!("interrupted")
 }

@@ -2,9 +2,9 @@
 //! for TLS, parsed and checked before anything connects. Credentials never appear in a message; a
 //! malformed address is a usage error (exit 64).
 
-use anyhow::{anyhow, Context};
+use dlock_core::error;
+use dlock_core::error::{Context, FailAs};
 
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::url::{host_list, redact, user_password};
 
 /// The server dlock tries without a `--url`.
@@ -23,34 +23,34 @@ pub(super) struct EtcdUrl {
 impl EtcdUrl {
     /// The address from the `--url`s given (none: the default), tagged as a usage error when it is
     /// malformed or when there is more than one.
-    pub(super) fn from_urls(urls: &[String]) -> anyhow::Result<EtcdUrl> {
+    pub(super) fn from_urls(urls: &[String]) -> error::Result<EtcdUrl> {
         let url = match urls {
             [] => DEFAULT_URL,
             [url] => url.as_str(),
             _ => {
-                return Err(anyhow!(
+                return Err(error!(
                     "the etcd backend takes one --url (list the cluster's endpoints in it), not {}",
                     urls.len()
                 ))
-                .fail_with(Failure::Usage)
+                .usage()
             }
         };
-        EtcdUrl::parse(url).fail_with(Failure::Usage)
+        EtcdUrl::parse(url).usage()
     }
 
-    fn parse(url: &str) -> anyhow::Result<EtcdUrl> {
+    fn parse(url: &str) -> error::Result<EtcdUrl> {
         let shown = redact(url);
         let (tls, rest) = if let Some(rest) = url.strip_prefix("etcd://") {
             (false, rest)
         } else if let Some(rest) = url.strip_prefix("etcds://") {
             (true, rest)
         } else {
-            return Err(anyhow!(
+            return Err(error!(
                 "{shown:?} is not an etcd URL; expected etcd://[user:password@]host:port[,host:port...] (etcds:// for TLS)"
             ));
         };
         if rest.contains(['?', '#']) {
-            return Err(anyhow!(
+            return Err(error!(
                 "etcd URL {shown:?}: etcd:// URLs take no ?query or #fragment (write ? and # in a \
                  password as %3F and %23)"
             ));
@@ -62,7 +62,7 @@ impl EtcdUrl {
         };
         let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
         if hosts.contains('/') {
-            return Err(anyhow!(
+            return Err(error!(
                 "etcd URL {shown:?}: etcd:// URLs take no path (locks live under /dlock/)"
             ));
         }

@@ -7,14 +7,14 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context};
+use dlock_core::error;
+use dlock_core::error::{Context, FailAs};
 use tonic::Code;
 
 use super::address::EtcdUrl;
 use super::client::{Client, Error};
 use super::rpc::{KeyValue, RangeRequest, SortOrder, SortTarget};
 use dlock_core::backend::stop::{Stop, STOPPED};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_sys::blocking;
 
 /// How long one call may take once connected (a renewal bounds its own calls more tightly).
@@ -42,32 +42,27 @@ impl Connection {
         url: &EtcdUrl,
         connect_timeout: Duration,
         stop: &Stop,
-    ) -> anyhow::Result<Connection> {
+    ) -> error::Result<Connection> {
         let hosts = url.hosts();
         // One worker: the client's connection task must run while dlock's threads wait elsewhere.
         let runtime = blocking::runtime(Some("dlock-etcd"))
             .context("cannot start the etcd client's runtime")?;
         let racing = first_to_answer(url, connect_timeout);
         let client = match runtime.block_on(stop.unless(racing)) {
-            None => {
-                return Err(anyhow!("cannot reach etcd at {hosts}: {STOPPED}"))
-                    .fail_with(Failure::BackendUnavailable)
-            }
+            None => return Err(error!("cannot reach etcd at {hosts}: {STOPPED}")).unavailable(),
             Some(Ok(client)) => client,
             Some(Err(Fault::TimedOut(_))) => {
-                return Err(anyhow!(
+                return Err(error!(
                     "cannot reach etcd at {hosts} within {} (--connect-timeout)",
                     dlock_core::text::duration(connect_timeout)
                 ))
-                .fail_with(Failure::BackendUnavailable)
+                .unavailable()
             }
             Some(Err(fault)) if fault.is_unreachable() => {
-                return Err(anyhow!("cannot reach etcd at {hosts}: {fault}"))
-                    .fail_with(Failure::BackendUnavailable);
+                return Err(error!("cannot reach etcd at {hosts}: {fault}")).unavailable();
             }
             Some(Err(fault)) => {
-                return Err(anyhow!("cannot use etcd at {hosts}: {fault}"))
-                    .fail_with(Failure::BackendUnavailable);
+                return Err(error!("cannot use etcd at {hosts}: {fault}")).unavailable();
             }
         };
         Ok(Connection {
@@ -115,9 +110,9 @@ impl Connection {
 
     /// A failed call as the user sees it: what dlock was doing, where, and why; tagged for exit
     /// status 69.
-    pub(super) fn fail(&self, fault: Fault, doing: &str) -> anyhow::Error {
-        let result: anyhow::Result<()> = Err(anyhow!("{doing} on etcd at {}: {fault}", self.hosts));
-        match result.fail_with(Failure::BackendUnavailable) {
+    pub(super) fn fail(&self, fault: Fault, doing: &str) -> error::Error {
+        let result: error::Result<()> = Err(error!("{doing} on etcd at {}: {fault}", self.hosts));
+        match result.unavailable() {
             Err(e) => e,
             Ok(()) => unreachable!("built as an error"),
         }

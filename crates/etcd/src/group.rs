@@ -9,6 +9,7 @@
 //! moment every watch stands (a request made before would otherwise wait for the next read). It
 //! reads them every second besides, and every `POLL_EVERY` where no watch could be made.
 
+use dlock_core::error;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +35,7 @@ fn key_of(name: &LockName) -> String {
 
 impl EtcdBackend {
     /// The record's key-value, if there is one.
-    fn group_kv(&self, name: &LockName) -> anyhow::Result<Option<KeyValue>> {
+    fn group_kv(&self, name: &LockName) -> error::Result<Option<KeyValue>> {
         let conn = self.connection()?;
         let key = key_of(name);
         let read = conn
@@ -55,7 +56,7 @@ fn text_of(kv: &KeyValue) -> Option<String> {
 }
 
 impl GroupRecords for EtcdBackend {
-    fn read(&self, name: &LockName) -> anyhow::Result<Option<String>> {
+    fn read(&self, name: &LockName) -> error::Result<Option<String>> {
         Ok(self.group_kv(name)?.as_ref().and_then(text_of))
     }
 
@@ -63,7 +64,7 @@ impl GroupRecords for EtcdBackend {
         &self,
         name: &LockName,
         change: &mut dyn FnMut(Option<&str>) -> Option<String>,
-    ) -> anyhow::Result<()> {
+    ) -> error::Result<()> {
         let key = key_of(name);
         let read = || {
             let kv = self.group_kv(name)?;

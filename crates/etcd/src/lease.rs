@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use dlock_core::error;
 
 use super::client::{Error, KeepAlive};
 use super::connection::{bounded, Connection, Fault};
@@ -186,7 +186,7 @@ impl Lease for EtcdLease {
     /// the run's record (runs.rs); then revoking the lease, which has no key left. A `release
     /// --force` that comes between the two finds the lock given up already. A min-hold that does
     /// not keep the lock this time (`end.keep` false) is as none: its lease goes too.
-    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
+    fn release(self: Box<Self>, end: &RunEnd) -> error::Result<Released> {
         let conn = &self.conn;
         let place = &self.place;
         let kept = self.kept.as_ref();
@@ -230,10 +230,9 @@ impl Lease for EtcdLease {
                 "its key {} was gone (deleted by `dlock release --force`, or its lease expired)",
                 place.key
             ))),
-            Err(fault) => Err(anyhow!(
+            Err(fault) => Err(error!(
                 "cannot release on etcd at {}: {fault}; the key {} goes with its lease",
-                conn.hosts,
-                place.key
+                conn.hosts, place.key
             )),
         }
     }

@@ -32,7 +32,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context;
+use dlock_core::error;
+use dlock_core::error::Context;
 
 use acquisition::{interrupted, owners_of, Acquisition, Ahead, First};
 use address::EtcdUrl;
@@ -77,7 +78,7 @@ pub struct EtcdBackend {
 }
 
 impl EtcdBackend {
-    pub fn open(config: &BackendConfig) -> anyhow::Result<EtcdBackend> {
+    pub fn open(config: &BackendConfig) -> error::Result<EtcdBackend> {
         Ok(EtcdBackend {
             url: EtcdUrl::from_urls(&config.urls)?,
             connect_timeout: config.connect_timeout,
@@ -86,7 +87,7 @@ impl EtcdBackend {
         })
     }
 
-    fn connection(&self) -> anyhow::Result<Arc<Connection>> {
+    fn connection(&self) -> error::Result<Arc<Connection>> {
         // A panic elsewhere cannot leave this plain value half-updated.
         let mut slot = self.connection.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(conn) = slot.as_ref() {
@@ -102,7 +103,7 @@ impl EtcdBackend {
     }
 
     /// The lock's keys in create-revision order.
-    fn entries(&self, conn: &Connection, name: &LockName) -> anyhow::Result<Vec<Entry>> {
+    fn entries(&self, conn: &Connection, name: &LockName) -> error::Result<Vec<Entry>> {
         let client = conn.client();
         let listed = conn
             .run(
@@ -194,7 +195,7 @@ impl Backend for EtcdBackend {
 
     /// A busy attempt leaves nothing behind: its lease is revoked,
     /// which deletes its key. The wait that may follow queues anew.
-    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+    fn try_acquire(&self, request: &LockRequest) -> error::Result<Attempt> {
         let conn = self.connection()?;
         let acquisition = Acquisition::new(conn.clone(), request);
         let doing = || format!("cannot take lock {:?}", request.name.as_str());
@@ -230,7 +231,7 @@ impl Backend for EtcdBackend {
         &self,
         request: &LockRequest,
         waiting: &Waiting,
-    ) -> anyhow::Result<Option<Box<dyn Lease>>> {
+    ) -> error::Result<Option<Box<dyn Lease>>> {
         // A stop signal is an error (the supervisor turns it into its exit), the caller's
         // cancellation not.
         if waiting.is_cancelled() {
@@ -270,14 +271,14 @@ impl Backend for EtcdBackend {
         }
     }
 
-    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+    fn status(&self, name: &LockName) -> error::Result<LockStatus> {
         let conn = self.connection()?;
         let entries = self.entries(&conn, name)?;
         let ends = lease_ends(&conn, std::iter::once(entries.as_slice()));
         Ok(self.status_of(name.clone(), entries, &ends))
     }
 
-    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+    fn list(&self, prefix: &str) -> error::Result<Listing> {
         let conn = self.connection()?;
         let client = conn.client();
         let listed = conn
@@ -313,7 +314,7 @@ impl Backend for EtcdBackend {
         Ok(Listing { held, unreadable })
     }
 
-    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+    fn last_runs(&self, name: &LockName) -> error::Result<LastRuns> {
         let conn = self.connection()?;
         conn.runtime()
             .block_on(runs::read(&conn, name))
@@ -325,7 +326,7 @@ impl Backend for EtcdBackend {
             })
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> error::Result<dlock_core::backend::RunsFound> {
         let conn = self.connection()?;
         let listed = conn
             .runtime()
@@ -340,7 +341,7 @@ impl Backend for EtcdBackend {
         dlock_core::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
-    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+    fn force_release(&self, name: &LockName) -> error::Result<Vec<Holder>> {
         let conn = self.connection()?;
         let entries = self.entries(&conn, name)?;
         // The run of the holder it removes ends `forced`, in the same transaction (runs.rs); a

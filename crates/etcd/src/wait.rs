@@ -3,6 +3,7 @@
 //! meanwhile; a lease that expired while the cluster could not be reached queues again, at the
 //! back of the line.
 
+use dlock_core::error;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,7 @@ impl Acquisition {
         mut place: Place,
         ahead: Option<Vec<u8>>,
         waiting: &Waiting,
-    ) -> anyhow::Result<Option<EtcdLease>> {
+    ) -> error::Result<Option<EtcdLease>> {
         let mut keeper: Option<Keeper> = None;
         // The queuing transaction saw this key just ahead of ours: the first round watches it
         // from there without looking again (no key can come ahead of ours later).

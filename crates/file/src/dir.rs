@@ -12,11 +12,11 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Context};
+use dlock_core::error;
+use dlock_core::error::{Context, FailAs};
 
 use super::plain_io;
 use super::trust::Trust;
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::url::redact;
 
 /// Where the default directories go (this one and `dlock hold`'s registry), first existing one
@@ -35,15 +35,15 @@ const ROOT_BASE: &str = "/run";
 /// The directory for `--url` (one at most), which must exist, or the default. With `create`
 /// (`run`), a missing default one is made mode 0700; without, it is returned as it is and reads as
 /// empty.
-pub(super) fn lock_dir(urls: &[String], create: bool, trust: &Trust) -> anyhow::Result<PathBuf> {
+pub(super) fn lock_dir(urls: &[String], create: bool, trust: &Trust) -> error::Result<PathBuf> {
     match urls {
         [] => default_dir(create),
         [url] => explicit_dir(url, trust),
-        _ => Err(anyhow!(
+        _ => Err(error!(
             "the file backend takes one --url, not {}",
             urls.len()
         ))
-        .fail_with(Failure::Usage),
+        .usage(),
     }
 }
 
@@ -86,19 +86,19 @@ pub(super) fn default_path() -> PathBuf {
 
 /// The default directory sits in a directory every user can write, so a squatter may have made it
 /// first: it must be a real directory, ours, and writable by nobody else, or it is refused.
-fn default_dir(create: bool) -> anyhow::Result<PathBuf> {
+fn default_dir(create: bool) -> error::Result<PathBuf> {
     let dir = default_path();
     if create {
         match fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => {
-                return Err(anyhow!(
+                return Err(error!(
                     "cannot create lock directory {}: {}",
                     dir.display(),
                     plain_io(&e)
                 ))
-                .fail_with(Failure::BackendUnavailable)
+                .unavailable()
             }
         }
     }
@@ -106,18 +106,16 @@ fn default_dir(create: bool) -> anyhow::Result<PathBuf> {
         Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(dir),
         Err(e) => {
-            return Err(anyhow!(
+            return Err(error!(
                 "cannot inspect lock directory {}: {}",
                 dir.display(),
                 plain_io(&e)
             ))
-            .fail_with(Failure::BackendUnavailable)
+            .unavailable()
         }
     };
-    let refuse = |why: String| {
-        Err(anyhow!("refusing lock directory {}: {why}", dir.display()))
-            .fail_with(Failure::BackendUnavailable)
-    };
+    let refuse =
+        |why: String| Err(error!("refusing lock directory {}: {why}", dir.display())).unavailable();
     if meta.file_type().is_symlink() {
         return refuse("it is a symbolic link".into());
     }
@@ -143,83 +141,82 @@ fn default_dir(create: bool) -> anyhow::Result<PathBuf> {
 
 /// A directory named by `--url`: `file:///path`, or a plain path, which must exist (and, as root,
 /// be trusted: see `trust`).
-fn explicit_dir(url: &str, trust: &Trust) -> anyhow::Result<PathBuf> {
+fn explicit_dir(url: &str, trust: &Trust) -> error::Result<PathBuf> {
     let path = match url.strip_prefix("file://") {
         Some(rest) if rest.starts_with('/') => PathBuf::from(rest),
         Some(_) => {
-            return Err(anyhow!(
+            return Err(error!(
                 "file URL {:?} must have an absolute path, like file:///var/lock/dlock",
                 redact(url)
             ))
-            .fail_with(Failure::Usage)
+            .usage()
         }
         None if url.contains("://") => {
-            return Err(anyhow!(
+            return Err(error!(
                 "{:?} is not a directory or file:// URL for the file backend",
                 redact(url)
             ))
-            .fail_with(Failure::Usage)
+            .usage()
         }
         None if url.is_empty() => {
-            return Err(anyhow!("the lock directory (--url) is empty")).fail_with(Failure::Usage)
+            return Err(error!("the lock directory (--url) is empty")).usage()
         }
         None => PathBuf::from(url),
     };
     if fs::symlink_metadata(&path).is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
-        return Err(anyhow!(
+        return Err(error!(
             "lock directory {} does not exist: create it, or leave out --url for the default",
             path.display()
         ))
-        .fail_with(Failure::BackendUnavailable);
+        .unavailable();
     }
     let path = path
         .canonicalize()
         .map_err(|e| {
-            anyhow!(
+            error!(
                 "cannot use lock directory {}: {}",
                 path.display(),
                 plain_io(&e)
             )
         })
-        .fail_with(Failure::BackendUnavailable)?;
+        .unavailable()?;
     let meta = fs::metadata(&path)
         .with_context(|| format!("cannot inspect lock directory {}", path.display()))
-        .fail_with(Failure::BackendUnavailable)?;
+        .unavailable()?;
     if !meta.is_dir() {
-        return Err(anyhow!(
+        return Err(error!(
             "lock directory {} is not a directory",
             path.display()
         ))
-        .fail_with(Failure::BackendUnavailable);
+        .unavailable();
     }
     // A shared directory named on purpose may be group-writable, but not writable by everyone
     // unless sticky, or anyone could swap the lock files.
     let mode = meta.permissions().mode();
     if mode & 0o002 != 0 && mode & 0o1000 == 0 {
-        return Err(anyhow!(
+        return Err(error!(
             "refusing lock directory {}: it is writable by every user and not sticky (mode {:o})",
             path.display(),
             mode & 0o7777
         ))
-        .fail_with(Failure::BackendUnavailable);
+        .unavailable();
     }
     if let Err(why) = trust.directory(&path) {
-        return Err(anyhow!("refusing lock directory {}: {why}", path.display()))
-            .fail_with(Failure::BackendUnavailable);
+        return Err(error!("refusing lock directory {}: {why}", path.display())).unavailable();
     }
     check_writable(&path)?;
     Ok(path)
 }
 
-fn check_writable(dir: &Path) -> anyhow::Result<()> {
+fn check_writable(dir: &Path) -> error::Result<()> {
     use rustix::fs::Access;
     if let Err(e) = rustix::fs::access(dir, Access::WRITE_OK | Access::EXEC_OK) {
-        return Err(anyhow!(
+        return Err(error!(
             "lock directory {} is not writable: {}",
             dir.display(),
             plain_io(&e.into())
         ))
-        .fail_with(Failure::BackendUnavailable);
+        .unavailable();
     }
     Ok(())
 }

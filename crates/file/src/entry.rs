@@ -13,10 +13,10 @@ use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
 use super::{plain_io, MAGIC, NAME_LEN_OFFSET, NAME_OFFSET, TOKEN_OFFSET};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{random_bytes, LockName, Token, MAX_NAME_BYTES};
 
 /// A lock file's header as found.
@@ -43,7 +43,7 @@ impl Header {
 /// Opens the regular file at `path`, or `Ok(None)` if there is nothing there. `O_NONBLOCK` keeps a
 /// FIFO or a device from blocking the open and `O_NOCTTY` keeps a terminal from becoming ours; both
 /// are refused right after, by their type.
-pub(super) fn open_existing(path: &Path, write: bool) -> anyhow::Result<Option<File>> {
+pub(super) fn open_existing(path: &Path, write: bool) -> error::Result<Option<File>> {
     let opened = OpenOptions::new()
         .read(true)
         .write(write)
@@ -52,26 +52,25 @@ pub(super) fn open_existing(path: &Path, write: bool) -> anyhow::Result<Option<F
     let file = match opened {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(explain_open_error(path, &e)).fail_with(Failure::BackendUnavailable),
+        Err(e) => return Err(explain_open_error(path, &e)).unavailable(),
     };
     let meta = file
         .metadata()
         .map_err(|e| {
-            anyhow!(
+            error!(
                 "cannot inspect lock file {}: {}",
                 path.display(),
                 plain_io(&e)
             )
         })
-        .fail_with(Failure::BackendUnavailable)?;
+        .unavailable()?;
     if !meta.file_type().is_file() {
-        return Err(not_a_lock_file(path, kind_of(&meta.file_type())))
-            .fail_with(Failure::BackendUnavailable);
+        return Err(not_a_lock_file(path, kind_of(&meta.file_type()))).unavailable();
     }
     // Back to ordinary blocking I/O for the file's whole life (some file systems pass the flag on).
     set_blocking(&file)
-        .map_err(|e| anyhow!("cannot use lock file {}: {}", path.display(), plain_io(&e)))
-        .fail_with(Failure::BackendUnavailable)?;
+        .map_err(|e| error!("cannot use lock file {}: {}", path.display(), plain_io(&e)))
+        .unavailable()?;
     Ok(Some(file))
 }
 
@@ -81,8 +80,8 @@ fn set_blocking(file: &File) -> io::Result<()> {
     Ok(())
 }
 
-fn not_a_lock_file(path: &Path, what: &str) -> anyhow::Error {
-    anyhow!(
+fn not_a_lock_file(path: &Path, what: &str) -> error::Error {
+    error!(
         "{} is {what}, not a lock file; remove it or use another lock name",
         path.display()
     )
@@ -106,9 +105,9 @@ fn kind_of(t: &fs::FileType) -> &'static str {
     }
 }
 
-pub(super) fn explain_open_error(path: &Path, e: &io::Error) -> anyhow::Error {
+pub(super) fn explain_open_error(path: &Path, e: &io::Error) -> error::Error {
     match e.raw_os_error() {
-        Some(libc::ELOOP) => anyhow!(
+        Some(libc::ELOOP) => error!(
             "lock file {} is a symbolic link; refusing to follow it",
             path.display()
         ),
@@ -116,29 +115,29 @@ pub(super) fn explain_open_error(path: &Path, e: &io::Error) -> anyhow::Error {
         Some(libc::EISDIR) | Some(libc::ENXIO) | Some(libc::ENODEV) => {
             match fs::symlink_metadata(path) {
                 Ok(meta) if !meta.is_file() => not_a_lock_file(path, kind_of(&meta.file_type())),
-                _ => anyhow!("cannot open lock file {}: {}", path.display(), plain_io(e)),
+                _ => error!("cannot open lock file {}: {}", path.display(), plain_io(e)),
             }
         }
-        _ => anyhow!("cannot open lock file {}: {}", path.display(), plain_io(e)),
+        _ => error!("cannot open lock file {}: {}", path.display(), plain_io(e)),
     }
 }
 
 /// Reads and checks the header. Refused (exit 69): a non-empty file without dlock's magic (not
 /// ours, so never overwritten), and a dlock header that cannot be parsed.
-pub(super) fn read_header(file: &File, path: &Path) -> anyhow::Result<Header> {
+pub(super) fn read_header(file: &File, path: &Path) -> error::Result<Header> {
     let refuse = |why: &str| {
-        Err(anyhow!(
+        Err(error!(
             "lock file {} {why}; refusing to use it",
             path.display()
         ))
-        .fail_with(Failure::BackendUnavailable)
+        .unavailable()
     };
     let io_failed =
-        |e: io::Error| anyhow!("cannot read lock file {}: {}", path.display(), plain_io(&e));
+        |e: io::Error| error!("cannot read lock file {}: {}", path.display(), plain_io(&e));
     let mut fixed = [0u8; NAME_OFFSET as usize];
     let n = read_up_to(file, &mut fixed, 0)
         .map_err(io_failed)
-        .fail_with(Failure::BackendUnavailable)?;
+        .unavailable()?;
     if n == 0 {
         return Ok(Header::Empty);
     }
@@ -156,7 +155,7 @@ pub(super) fn read_header(file: &File, path: &Path) -> anyhow::Result<Header> {
     let mut name = vec![0u8; len];
     let n = read_up_to(file, &mut name, NAME_OFFSET)
         .map_err(io_failed)
-        .fail_with(Failure::BackendUnavailable)?;
+        .unavailable()?;
     if n < len {
         return refuse("has a truncated dlock header");
     }
@@ -188,29 +187,29 @@ fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
 
 /// Is this header the lock `name`'s? A dlock file of another name was copied or renamed here (or,
 /// absurdly, two names' hashes collide): using it would mix two locks' tokens.
-pub(super) fn check_name(header: &Header, name: &LockName, path: &Path) -> anyhow::Result<()> {
+pub(super) fn check_name(header: &Header, name: &LockName, path: &Path) -> error::Result<()> {
     match header {
-        Header::Dlock { name: stored, .. } if stored != name.as_str() => Err(anyhow!(
+        Header::Dlock { name: stored, .. } if stored != name.as_str() => Err(error!(
             "lock file {} belongs to the lock {stored:?}, not {:?} (copied or renamed?); refusing to use it",
             path.display(),
             name.as_str()
         ))
-        .fail_with(Failure::BackendUnavailable),
+        .unavailable(),
         _ => Ok(()),
     }
 }
 
 /// The token after `header`'s. A counter at its end is refused rather than wrapped: a token that
 /// went back to 0 would let a stale holder's writes through the resource again.
-pub(super) fn next_token(header: &Header, path: &Path) -> anyhow::Result<Token> {
+pub(super) fn next_token(header: &Header, path: &Path) -> error::Result<Token> {
     header.token().checked_add(1).ok_or_else(|| {
-        anyhow!(
+        error!(
             "lock file {} has used up its fencing tokens (the last was {}); dlock never wraps a token",
             path.display(),
             header.token()
         )
     })
-    .fail_with(Failure::BackendUnavailable)
+    .unavailable()
 }
 
 /// Writes the header fields; the caller holds the header lock (or the file is not yet at a path).
@@ -247,14 +246,14 @@ pub(super) fn write_fresh(path: &Path, name: &LockName, token: Token) -> io::Res
 
 /// Puts a new lock file for `name` at `path` unless something is there already (then that is
 /// what the caller opens next).
-pub(super) fn create(path: &Path, name: &LockName) -> anyhow::Result<()> {
+pub(super) fn create(path: &Path, name: &LockName) -> error::Result<()> {
     let fail = |e: io::Error| {
-        Err(anyhow!(
+        Err(error!(
             "cannot create lock file {}: {}",
             path.display(),
             plain_io(&e)
         ))
-        .fail_with(Failure::BackendUnavailable)
+        .unavailable()
     };
     let fresh = match write_fresh(path, name, 0) {
         Ok(fresh) => fresh,

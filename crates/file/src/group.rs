@@ -15,12 +15,12 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
 use super::runs::{lock, open};
 use super::{lock_file::unlock_range, plain_io, FileBackend};
 use dlock_core::backend::{GroupRecords, Hearing, OnChange, POLL_WHILE_HEARING};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::group::MAX_GROUP_RECORD_BYTES;
 use dlock_core::lock::LockName;
 
@@ -50,12 +50,12 @@ fn text_of(file: &File) -> io::Result<Option<String>> {
     Ok((!buf.is_empty()).then(|| String::from_utf8_lossy(&buf).into_owned()))
 }
 
-fn unusable(path: &Path, e: &io::Error) -> anyhow::Error {
-    anyhow!("cannot use {}: {}", path.display(), plain_io(e))
+fn unusable(path: &Path, e: &io::Error) -> error::Error {
+    error!("cannot use {}: {}", path.display(), plain_io(e))
 }
 
 impl GroupRecords for FileBackend {
-    fn read(&self, name: &LockName) -> anyhow::Result<Option<String>> {
+    fn read(&self, name: &LockName) -> error::Result<Option<String>> {
         let path = self.group_path(name);
         let read = || -> io::Result<Option<String>> {
             let Some((file, _)) = open(&path, false, &self.trust)? else {
@@ -68,16 +68,14 @@ impl GroupRecords for FileBackend {
             }
             text
         };
-        read()
-            .map_err(|e| unusable(&path, &e))
-            .fail_with(Failure::BackendUnavailable)
+        read().map_err(|e| unusable(&path, &e)).unavailable()
     }
 
     fn update(
         &self,
         name: &LockName,
         change: &mut dyn FnMut(Option<&str>) -> Option<String>,
-    ) -> anyhow::Result<()> {
+    ) -> error::Result<()> {
         let path = self.group_path(name);
         let mut update = || -> io::Result<()> {
             let Some((file, meta)) = open(&path, true, &self.trust)? else {
@@ -99,9 +97,7 @@ impl GroupRecords for FileBackend {
             // Closing the file lets the lock go.
             Ok(())
         };
-        update()
-            .map_err(|e| unusable(&path, &e))
-            .fail_with(Failure::BackendUnavailable)
+        update().map_err(|e| unusable(&path, &e)).unavailable()
     }
 
     fn poll_every(&self) -> Duration {

@@ -8,7 +8,8 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use anyhow::{anyhow, Context};
+use dlock_core::error;
+use dlock_core::error::{Context, FailAs};
 use rustix::fs::FlockOperation;
 
 use super::entry::{self, next_token};
@@ -21,7 +22,6 @@ use super::runs;
 use super::trust::Trust;
 use super::{plain_io, FileBackend, HEADER_LEN, RECORD_LEN, SEATS_OFFSET, TURNSTILE_OFFSET};
 use dlock_core::backend::{Lease, Released, Renewal, Waiting};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{host_name, Ending, Holder, LockRequest, Mode, Run, RunEnd, Token};
 
 /// How an acquisition may wait.
@@ -41,7 +41,7 @@ pub(super) enum Step {
 
 impl FileBackend {
     /// One attempt at `request`'s lock, waiting for it or not as `wait` says.
-    pub(super) fn attempt(&self, request: &LockRequest, wait: &Wait) -> anyhow::Result<Step> {
+    pub(super) fn attempt(&self, request: &LockRequest, wait: &Wait) -> error::Result<Step> {
         let lock = self.open_lock_file(&request.name)?;
         let fd = lock.fd();
         let path = lock.path.display().to_string();
@@ -118,8 +118,8 @@ impl FileBackend {
         }
         let token = next_token(&lock.header(&request.name)?, &lock.path)?;
         entry::write_header(&lock.file, &request.name, token)
-            .map_err(|e| anyhow!("cannot write lock file {path}: {}", plain_io(&e)))
-            .fail_with(Failure::BackendUnavailable)?;
+            .map_err(|e| error!("cannot write lock file {path}: {}", plain_io(&e)))
+            .unavailable()?;
         // Still under the header lock, so that the last run is the one with the latest token.
         let now = SystemTime::now();
         let run = Run::started(&request.owner, token, request.message.as_deref(), now);
@@ -146,8 +146,8 @@ impl FileBackend {
             unreadable: None,
         };
         let record = claim_record(&lock, &holder, kept.as_ref())
-            .map_err(|e| anyhow!("cannot write a holder record in {path}: {}", plain_io(&e)))
-            .fail_with(Failure::BackendUnavailable)?;
+            .map_err(|e| error!("cannot write a holder record in {path}: {}", plain_io(&e)))
+            .unavailable()?;
         // The seat's lock lives as long as the file stays open.
         Ok(Step::Held(Box::new(FileLease {
             lock,
@@ -240,7 +240,7 @@ impl Lease for FileLease {
         }
     }
 
-    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
+    fn release(self: Box<Self>, end: &RunEnd) -> error::Result<Released> {
         let released = if self.lock.is_current() {
             Released::Held
         } else {

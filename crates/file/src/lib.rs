@@ -31,10 +31,10 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
 use dlock_core::backend::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{Holder, LastRuns, LockName, LockRequest, Run};
 /// An OS error in words, for the messages of every file of this backend.
 use dlock_core::report::plain as plain_io;
@@ -83,7 +83,7 @@ const MAX_REPLACED: u32 = 1000;
 
 impl FileBackend {
     /// Only `run` (`config.create`) creates a missing lock directory, and only the default one.
-    pub fn open(config: &BackendConfig) -> anyhow::Result<FileBackend> {
+    pub fn open(config: &BackendConfig) -> error::Result<FileBackend> {
         let trust = trust::Trust::new(&config.trust_owners);
         Ok(FileBackend {
             dir: dir::lock_dir(&config.urls, config.create, &trust)?,
@@ -104,7 +104,7 @@ impl FileBackend {
 
     /// Opens the lock file for `name` to lock it, creating it if missing, and refuses (before any
     /// wait) a file that is not this lock's.
-    fn open_lock_file(&self, name: &LockName) -> anyhow::Result<LockFile> {
+    fn open_lock_file(&self, name: &LockName) -> error::Result<LockFile> {
         let path = self.path_of(name);
         for _ in 0..MAX_REPLACED {
             if let Some(file) = open_existing(&path, true)? {
@@ -117,33 +117,33 @@ impl FileBackend {
             }
             entry::create(&path, name)?;
         }
-        Err(anyhow!(
+        Err(error!(
             "lock file {} keeps disappearing; is something removing it?",
             path.display()
         ))
-        .fail_with(Failure::BackendUnavailable)
+        .unavailable()
     }
 
     /// Refuses, as root, an empty lock file with other names (see `Trust::empty`).
-    fn trusted_empty(&self, lock: &LockFile) -> anyhow::Result<()> {
+    fn trusted_empty(&self, lock: &LockFile) -> error::Result<()> {
         let refused = match lock.file.metadata() {
             Ok(meta) => self.trust.empty(&meta),
             Err(e) => Err(format!("cannot inspect it: {}", plain_io(&e))),
         };
         refused
-            .map_err(|why| anyhow!("refusing lock file {}: {why}", lock.path.display()))
-            .fail_with(Failure::BackendUnavailable)
+            .map_err(|why| error!("refusing lock file {}: {why}", lock.path.display()))
+            .unavailable()
     }
 
     /// Refuses, as root, a lock file another user owns or may write (see `trust`).
-    fn trusted(&self, file: &std::fs::File, path: &Path) -> anyhow::Result<()> {
+    fn trusted(&self, file: &std::fs::File, path: &Path) -> error::Result<()> {
         let refused = match file.metadata() {
             Ok(meta) => self.trust.file(&meta),
             Err(e) => Err(format!("cannot inspect it: {}", plain_io(&e))),
         };
         refused
-            .map_err(|why| anyhow!("refusing lock file {}: {why}", path.display()))
-            .fail_with(Failure::BackendUnavailable)
+            .map_err(|why| error!("refusing lock file {}: {why}", path.display()))
+            .unavailable()
     }
 }
 
@@ -152,7 +152,7 @@ impl Backend for FileBackend {
         format!("file:{}", self.dir.display())
     }
 
-    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+    fn try_acquire(&self, request: &LockRequest) -> error::Result<Attempt> {
         loop {
             match self.attempt(request, &Wait::Never)? {
                 Step::Held(lease) => return Ok(Attempt::Acquired(lease)),
@@ -167,7 +167,7 @@ impl Backend for FileBackend {
         &self,
         request: &LockRequest,
         waiting: &Waiting,
-    ) -> anyhow::Result<Option<Box<dyn Lease>>> {
+    ) -> error::Result<Option<Box<dyn Lease>>> {
         loop {
             match self.attempt(request, &Wait::Until(waiting))? {
                 Step::Held(lease) => return Ok(Some(lease)),
@@ -177,22 +177,22 @@ impl Backend for FileBackend {
         }
     }
 
-    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+    fn status(&self, name: &LockName) -> error::Result<LockStatus> {
         self.status_at(name, &self.path_of(name))
     }
 
-    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+    fn list(&self, prefix: &str) -> error::Result<Listing> {
         self.list_held(prefix)
     }
 
-    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+    fn last_runs(&self, name: &LockName) -> error::Result<LastRuns> {
         let path = FileBackend::runs_path(&self.path_of(name));
         runs::last_runs(&path, &self.trust)
-            .map_err(|e| anyhow!("cannot read {}: {}", path.display(), plain_io(&e)))
-            .fail_with(Failure::BackendUnavailable)
+            .map_err(|e| error!("cannot read {}: {}", path.display(), plain_io(&e)))
+            .unavailable()
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> error::Result<dlock_core::backend::RunsFound> {
         let names = self.list_runs_at(prefix)?;
         // A records file that cannot be read (a FIFO at its path, no right to read it) hides no
         // other: it is shown as an unreadable record saying why.
@@ -204,7 +204,7 @@ impl Backend for FileBackend {
         })
     }
 
-    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+    fn force_release(&self, name: &LockName) -> error::Result<Vec<Holder>> {
         self.break_lock(name)
     }
 

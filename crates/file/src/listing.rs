@@ -6,19 +6,19 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
 use super::entry::{self, open_existing, read_header, Header};
 use super::lock_file::{lock_header, LockFile};
 use super::naming::name_of_stem;
 use super::{plain_io, FileBackend, MAX_REPLACED};
 use dlock_core::backend::{Listing, LockStatus};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{Holder, LockName};
 
 impl FileBackend {
     /// `status`: who holds `name`, whose lock file is at `path`.
-    pub(super) fn status_at(&self, name: &LockName, path: &Path) -> anyhow::Result<LockStatus> {
+    pub(super) fn status_at(&self, name: &LockName, path: &Path) -> error::Result<LockStatus> {
         let location = path.display().to_string();
         let holders = match open_existing(path, false)? {
             None => vec![],
@@ -29,8 +29,8 @@ impl FileBackend {
                 };
                 lock.check_header(name)?;
                 self.holders_of(&lock)
-                    .map_err(|e| anyhow!("cannot read lock file {location}: {}", plain_io(&e)))
-                    .fail_with(Failure::BackendUnavailable)?
+                    .map_err(|e| error!("cannot read lock file {location}: {}", plain_io(&e)))
+                    .unavailable()?
             }
         };
         Ok(LockStatus {
@@ -42,7 +42,7 @@ impl FileBackend {
     }
 
     /// `list`: every held lock under `prefix`, and the entries that are not readable locks.
-    pub(super) fn list_held(&self, prefix: &str) -> anyhow::Result<Listing> {
+    pub(super) fn list_held(&self, prefix: &str) -> error::Result<Listing> {
         let mut listing = Listing::default();
         for (path, stem) in self.entries_ending(".lock")? {
             // An entry's name is known from its file name unless hashed; one that cannot match
@@ -64,7 +64,7 @@ impl FileBackend {
     /// `list --runs`: the locks with a `*.runs` file in the directory. A file's name says its lock,
     /// unless hashed: then the lock file beside it does, in its header. A name whose lock would
     /// live elsewhere (a file copied or renamed) is left out, as is what names no lock.
-    pub(super) fn list_runs_at(&self, prefix: &str) -> anyhow::Result<Vec<LockName>> {
+    pub(super) fn list_runs_at(&self, prefix: &str) -> error::Result<Vec<LockName>> {
         let mut names = Vec::new();
         for (path, stem) in self.entries_ending(".runs")? {
             let stem = stem.as_str();
@@ -85,9 +85,9 @@ impl FileBackend {
 
     /// The directory's entries whose names end in `suffix`, each with its name without it. A
     /// directory not made yet has none: only `run` makes it, and until then nothing is kept there.
-    fn entries_ending(&self, suffix: &str) -> anyhow::Result<Vec<(PathBuf, String)>> {
+    fn entries_ending(&self, suffix: &str) -> error::Result<Vec<(PathBuf, String)>> {
         let failed = |e: io::Error| {
-            anyhow!(
+            error!(
                 "cannot read lock directory {}: {}",
                 self.dir.display(),
                 plain_io(&e)
@@ -96,14 +96,11 @@ impl FileBackend {
         let entries = match fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(failed(e)).fail_with(Failure::BackendUnavailable),
+            Err(e) => return Err(failed(e)).unavailable(),
         };
         let mut found = Vec::new();
         for entry in entries {
-            let path = entry
-                .map_err(failed)
-                .fail_with(Failure::BackendUnavailable)?
-                .path();
+            let path = entry.map_err(failed).unavailable()?.path();
             let stem = path
                 .file_name()
                 .and_then(|f| f.to_str())
@@ -126,7 +123,7 @@ impl FileBackend {
     }
 
     /// `release --force`: replaces the lock file (see the module's documentation in mod.rs).
-    pub(super) fn break_lock(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+    pub(super) fn break_lock(&self, name: &LockName) -> error::Result<Vec<Holder>> {
         let path = self.path_of(name);
         for _ in 0..MAX_REPLACED {
             let Some(file) = open_existing(&path, true)? else {
@@ -150,8 +147,8 @@ impl FileBackend {
             let header = lock.header(name)?;
             let holders = self
                 .holders_of(&lock)
-                .map_err(|e| anyhow!("cannot read lock file {}: {}", path.display(), plain_io(&e)))
-                .fail_with(Failure::BackendUnavailable)?;
+                .map_err(|e| error!("cannot read lock file {}: {}", path.display(), plain_io(&e)))
+                .unavailable()?;
             if holders.is_empty() {
                 return Ok(vec![]);
             }
@@ -165,26 +162,26 @@ impl FileBackend {
             });
             return match replaced {
                 Ok(()) => Ok(holders),
-                Err(e) => Err(anyhow!(
+                Err(e) => Err(error!(
                     "cannot replace lock file {}: {}",
                     path.display(),
                     plain_io(&e)
                 ))
-                .fail_with(Failure::BackendUnavailable),
+                .unavailable(),
             };
         }
-        Err(anyhow!(
+        Err(error!(
             "lock file {} was replaced {MAX_REPLACED} times while breaking it; try again",
             path.display()
         ))
-        .fail_with(Failure::BackendUnavailable)
+        .unavailable()
     }
 
     /// One `*.lock` entry for `list`: its status if it is a held lock under `prefix` (an empty file
     /// held with flock(1) too, named by its file name), `None` if free, gone, another prefix's or
     /// an empty file with a hashed name, an error naming the
     /// entry if it is not a usable lock file.
-    fn list_entry(&self, path: &Path, prefix: &str) -> anyhow::Result<Option<LockStatus>> {
+    fn list_entry(&self, path: &Path, prefix: &str) -> error::Result<Option<LockStatus>> {
         let Some(file) = open_existing(path, false)? else {
             return Ok(None);
         };
@@ -193,9 +190,8 @@ impl FileBackend {
             path: path.to_owned(),
         };
         let name = match lock.settled(|l| read_header(&l.file, &l.path))? {
-            Header::Dlock { name, .. } => LockName::new(&name).map_err(|_| {
-                anyhow!("lock file {} has a malformed dlock header", path.display())
-            })?,
+            Header::Dlock { name, .. } => LockName::new(&name)
+                .map_err(|_| error!("lock file {} has a malformed dlock header", path.display()))?,
             // An empty file (flock(1) made it, or touch) names no lock: its file name does, unless
             // hashed. `status` of that name shows a flock(1) holder, so `list` does too.
             Header::Empty => {
@@ -214,7 +210,7 @@ impl FileBackend {
             }
         };
         if self.path_of(&name) != path {
-            return Err(anyhow!(
+            return Err(error!(
                 "lock file {} belongs to the lock {:?}, which lives in another file (copied or renamed?)",
                 path.display(),
                 name.as_str()
@@ -225,7 +221,7 @@ impl FileBackend {
         }
         let holders = self
             .holders_of(&lock)
-            .map_err(|e| anyhow!("cannot read lock file {}: {}", path.display(), plain_io(&e)))?;
+            .map_err(|e| error!("cannot read lock file {}: {}", path.display(), plain_io(&e)))?;
         Ok((!holders.is_empty()).then(|| LockStatus {
             name,
             holders,

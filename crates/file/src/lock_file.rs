@@ -8,13 +8,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use rustix::fs::FlockOperation;
 
 use super::entry::{check_name, read_header, Header};
 use super::{plain_io, HEADER_LEN};
 use dlock_core::backend::{Waiting, CANCEL_CHECK};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::LockName;
 use dlock_sys::blocking::Alarm;
 
@@ -42,7 +42,7 @@ impl LockFile {
     }
 
     /// The header, checked to be this lock's (see `entry::read_header`).
-    pub(super) fn check_header(&self, name: &LockName) -> anyhow::Result<Header> {
+    pub(super) fn check_header(&self, name: &LockName) -> error::Result<Header> {
         self.settled(|lock| lock.header(name))
     }
 
@@ -51,8 +51,8 @@ impl LockFile {
     /// that moment making an empty file its own.
     pub(super) fn settled<T>(
         &self,
-        read: impl Fn(&LockFile) -> anyhow::Result<T>,
-    ) -> anyhow::Result<T> {
+        read: impl Fn(&LockFile) -> error::Result<T>,
+    ) -> error::Result<T> {
         match read(self) {
             Ok(found) => Ok(found),
             Err(_) => {
@@ -65,7 +65,7 @@ impl LockFile {
     }
 
     /// The header, read as it is (under the header lock for a result that stays true).
-    pub(super) fn header(&self, name: &LockName) -> anyhow::Result<Header> {
+    pub(super) fn header(&self, name: &LockName) -> error::Result<Header> {
         let header = read_header(&self.file, &self.path)?;
         check_name(&header, name, &self.path)?;
         Ok(header)
@@ -74,18 +74,18 @@ impl LockFile {
 
 /// Takes the header lock (`F_WRLCK` to change the header, `F_RDLCK` to read it), waiting for it:
 /// others hold it only for a few system calls.
-pub(super) fn lock_header(lock: &LockFile, kind: i32) -> anyhow::Result<()> {
+pub(super) fn lock_header(lock: &LockFile, kind: i32) -> error::Result<()> {
     loop {
         match ofd_lock(lock.fd(), libc::F_OFD_SETLKW, kind, 0, HEADER_LEN) {
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                return Err(anyhow!(
+                return Err(error!(
                     "cannot lock the header of {}: {}",
                     lock.path.display(),
                     plain_io(&e)
                 ))
-                .fail_with(Failure::BackendUnavailable)
+                .unavailable()
             }
         }
     }

@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::mem;
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use redis::{Client, ConnectionAddr, ConnectionInfo, Value};
 
 use super::fault::{Fault, FaultKind};
@@ -21,7 +22,6 @@ use super::link::{Heard, Link};
 use super::replication;
 use super::reply::text_of;
 use super::server::Server;
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::escaped;
 use dlock_core::url::redact;
 
@@ -74,13 +74,13 @@ pub(super) fn is_cluster_url(url: &str) -> bool {
 }
 
 /// Parses a cluster URL (no connection yet); `replicas` unless it says `?replicas=`.
-pub(super) fn parse(url: &str, replicas: u32) -> anyhow::Result<Cluster> {
+pub(super) fn parse(url: &str, replicas: u32) -> error::Result<Cluster> {
     let shown = redact(url);
     let usage = |why: &str| {
-        Err(anyhow!(
+        Err(error!(
             "{shown:?} is not a cluster URL: {why}; use redis+cluster://[user:password@]host:port[,host:port…]"
         ))
-        .fail_with(Failure::Usage)
+        .usage()
     };
     let Some((rest, plain)) = SCHEMES
         .iter()

@@ -5,7 +5,7 @@
 use std::io;
 use std::time::Duration;
 
-use anyhow::anyhow;
+use dlock_core::error;
 use redis::RedisError;
 
 use dlock_core::lock::escaped;
@@ -161,46 +161,42 @@ impl Fault {
         self
     }
 
-    pub(super) fn to_error(&self) -> anyhow::Error {
+    pub(super) fn to_error(&self) -> error::Error {
         match self.kind {
-            FaultKind::Down => anyhow!("cannot reach redis at {}: {}", self.addr, self.detail),
-            FaultKind::Auth if self.detail == WITHOUT_PASSWORD => anyhow!(
+            FaultKind::Down => error!("cannot reach redis at {}: {}", self.addr, self.detail),
+            FaultKind::Auth if self.detail == WITHOUT_PASSWORD => error!(
                 "authentication failed at redis {}: {}",
                 self.addr,
                 dlock_core::url::password_needed()
             ),
-            FaultKind::Auth => anyhow!(
+            FaultKind::Auth => error!(
                 "authentication failed at redis {}: {}",
                 self.addr,
                 dlock_core::url::credentials_hint()
             ),
-            FaultKind::Protocol => anyhow!("the server at {} {}", self.addr, self.detail),
-            FaultKind::NoPermission => anyhow!(
+            FaultKind::Protocol => error!("the server at {} {}", self.addr, self.detail),
+            FaultKind::NoPermission => error!(
                 "{} at {}: dlock needs the permissions listed in its README (Redis ACL)",
-                self.detail,
-                self.addr
+                self.detail, self.addr
             ),
-            FaultKind::NoMaster => anyhow!("the redis sentinels at {} {}", self.addr, self.detail),
-            FaultKind::NotNow => anyhow!(
+            FaultKind::NoMaster => error!("the redis sentinels at {} {}", self.addr, self.detail),
+            FaultKind::NotNow => error!(
                 "redis at {} cannot serve the lock now: {}",
-                self.addr,
-                self.detail
+                self.addr, self.detail
             ),
             FaultKind::Unreplicated | FaultKind::TryAgain => {
-                anyhow!("redis at {}: {}", self.addr, self.detail)
+                error!("redis at {}: {}", self.addr, self.detail)
             }
             // Only a plain redis:// URL meets these unfollowed: it names a cluster node.
-            FaultKind::Moved | FaultKind::Ask => anyhow!(
+            FaultKind::Moved | FaultKind::Ask => error!(
                 "redis at {} is a node of a Redis Cluster that serves other slots: give the \
                  cluster as --url redis+cluster://{}",
-                self.addr,
-                self.addr
+                self.addr, self.addr
             ),
             FaultKind::Refused | FaultKind::BadKey => {
-                anyhow!(
+                error!(
                     "redis at {} answered with an error: {}",
-                    self.addr,
-                    self.detail
+                    self.addr, self.detail
                 )
             }
         }

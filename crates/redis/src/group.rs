@@ -10,7 +10,8 @@
 
 use std::time::Duration;
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
 use super::keys::Keys;
 use super::topology::Topology;
@@ -18,7 +19,6 @@ use super::RedisBackend;
 use dlock_core::backend::{
     update_by_swaps, GroupRecords, Hearing, OnChange, Wanted, POLL_WHILE_HEARING,
 };
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::group::MAX_GROUP_RECORD_BYTES;
 use dlock_core::lock::last_run::RUN_RECORD_KEPT_FOR;
 use dlock_core::lock::LockName;
@@ -49,12 +49,12 @@ impl RedisBackend {
         self.count == 1
     }
 
-    fn read_group(&self, name: &LockName) -> anyhow::Result<String> {
+    fn read_group(&self, name: &LockName) -> error::Result<String> {
         let (base, key) = key(self, name);
         let mut servers = self.servers();
         let server = servers
             .first_mut()
-            .ok_or_else(|| anyhow!("no Redis server"))?;
+            .ok_or_else(|| error!("no Redis server"))?;
         server.at(&base);
         server
             .call(self.connect_timeout, |l| {
@@ -67,12 +67,12 @@ impl RedisBackend {
                     .query::<String>(&mut l.conn)
             })
             .map_err(|fault| fault.to_error())
-            .fail_with(Failure::BackendUnavailable)
+            .unavailable()
     }
 }
 
 impl GroupRecords for RedisBackend {
-    fn read(&self, name: &LockName) -> anyhow::Result<Option<String>> {
+    fn read(&self, name: &LockName) -> error::Result<Option<String>> {
         let text = self.read_group(name)?;
         Ok((!text.is_empty()).then_some(text))
     }
@@ -81,7 +81,7 @@ impl GroupRecords for RedisBackend {
         &self,
         name: &LockName,
         change: &mut dyn FnMut(Option<&str>) -> Option<String>,
-    ) -> anyhow::Result<()> {
+    ) -> error::Result<()> {
         let (base, key) = key(self, name);
         let kept = RUN_RECORD_KEPT_FOR.as_millis() as u64;
         let read = || Ok((GroupRecords::read(self, name)?, ()));
@@ -93,7 +93,7 @@ impl GroupRecords for RedisBackend {
                 let mut servers = self.servers();
                 let server = servers
                     .first_mut()
-                    .ok_or_else(|| anyhow!("no Redis server"))?;
+                    .ok_or_else(|| error!("no Redis server"))?;
                 server.at(&base);
                 let changed: i64 = server
                     .call(self.connect_timeout, |l| {
@@ -109,7 +109,7 @@ impl GroupRecords for RedisBackend {
                             .query(&mut l.conn)
                     })
                     .map_err(|fault| fault.to_error())
-                    .fail_with(Failure::BackendUnavailable)?;
+                    .unavailable()?;
                 Ok(changed == 1)
             },
         )

@@ -11,7 +11,8 @@ use super::quorum::on_all;
 use super::scripts::{self, HoldersScript};
 use super::RedisBackend;
 use dlock_core::backend::{Listing, LockStatus};
-use dlock_core::exit::{FailWith, Failure};
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use dlock_core::lock::{Holder, LockName, Waiter};
 
 /// Most keys `list` looks at, so a huge keyspace cannot keep it scanning forever.
@@ -19,7 +20,7 @@ const MAX_SCAN_STEPS: usize = 100_000;
 
 impl RedisBackend {
     /// The live holders of `name` on every server.
-    pub(super) fn read_status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+    pub(super) fn read_status(&self, name: &LockName) -> error::Result<LockStatus> {
         let (holders, waiters) = self.status_everywhere(name)?;
         Ok(LockStatus {
             name: name.clone(),
@@ -32,10 +33,10 @@ impl RedisBackend {
     /// The live holders and waiters of `name` on every server, merged: a holder's lease ends at
     /// the earliest expiry a server reports for it (each judged by that server's clock); the
     /// waiters in the order of the server that lists the most, then any others it lacks.
-    fn status_everywhere(&self, name: &LockName) -> anyhow::Result<(Vec<Holder>, Vec<Waiter>)> {
+    fn status_everywhere(&self, name: &LockName) -> error::Result<(Vec<Holder>, Vec<Waiter>)> {
         self.status_or_fault(name)
             .map_err(|fault| fault.to_error())
-            .fail_with(Failure::BackendUnavailable)
+            .unavailable()
     }
 
     /// As `status_everywhere`, or the fault that stopped it.
@@ -85,7 +86,7 @@ impl RedisBackend {
 
     /// The keys matching `pattern` on every server (on Cluster, every master); an error only when
     /// no server answered.
-    pub(super) fn scan_everywhere(&self, pattern: &str) -> anyhow::Result<Vec<String>> {
+    pub(super) fn scan_everywhere(&self, pattern: &str) -> error::Result<Vec<String>> {
         let mut servers = self.servers();
         let timeout = self.connect_timeout;
         let found: Vec<_> = on_all(&mut servers, |s| {
@@ -105,14 +106,14 @@ impl RedisBackend {
         }
         if faults.len() == total {
             if let Some(fault) = faults.first() {
-                return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
+                return Err(fault.to_error()).unavailable();
             }
         }
         Ok(names)
     }
 
     /// The held locks whose names start with `prefix`.
-    pub(super) fn list_held(&self, prefix: &str) -> anyhow::Result<Listing> {
+    pub(super) fn list_held(&self, prefix: &str) -> error::Result<Listing> {
         let names = self.scan_everywhere(&keys::holders_pattern(prefix))?;
         let mut names: Vec<LockName> = names
             .iter()
@@ -135,7 +136,7 @@ impl RedisBackend {
                 Err(fault) if matches!(fault.kind, FaultKind::BadKey) => {
                     unreadable.push(format!("lock {:?}: {}", name.as_str(), fault.to_error()))
                 }
-                Err(fault) => return Err(fault.to_error()).fail_with(Failure::BackendUnavailable),
+                Err(fault) => return Err(fault.to_error()).unavailable(),
             }
         }
         Ok(Listing { held, unreadable })
@@ -146,7 +147,7 @@ impl RedisBackend {
         &self,
         name: &LockName,
         script: HoldersScript,
-    ) -> anyhow::Result<Vec<Holder>> {
+    ) -> error::Result<Vec<Holder>> {
         let mut servers = self.servers();
         let keys = Keys::on(name, self.sharded);
         let timeout = self.connect_timeout;
@@ -168,7 +169,7 @@ impl RedisBackend {
         }
         if faults.len() == servers.len() || first_fatal(&faults).is_some() {
             if let Some(fault) = faults.first() {
-                return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
+                return Err(fault.to_error()).unavailable();
             }
         }
         let mut holders: Vec<Holder> = merged.into_values().collect();

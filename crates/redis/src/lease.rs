@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use dlock_core::error;
 
 use super::fault::{self, Fault};
 use super::link::Link;
@@ -124,7 +124,7 @@ impl Lease for RedisLease {
         }
     }
 
-    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
+    fn release(self: Box<Self>, end: &RunEnd) -> error::Result<Released> {
         // After a loss the servers may be gone: try only those still connected, and briefly.
         let lost = self.clock.lost().map(str::to_owned);
         let timeout = if lost.is_some() {
@@ -155,7 +155,7 @@ impl Lease for RedisLease {
                 tally.not_ours.join(", ")
             )));
         }
-        Err(anyhow!(
+        Err(error!(
             "{}; the lease runs out by itself within {}",
             fault::describe(&tally.faults),
             dlock_core::text::duration(self.ask.ttl)

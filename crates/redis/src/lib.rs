@@ -91,10 +91,10 @@ mod wait;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
 use dlock_core::backend::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{Holder, LastRuns, LockName, LockRequest};
 use dlock_sys::sync::lock;
 use fault::{first_fatal, Fault};
@@ -128,13 +128,13 @@ pub struct RedisBackend {
 /// Redlock counts each server once: a server named twice, under one spelling or two
 /// (`127.0.0.1:6379` and `localhost:6379`, or two databases of one server), would let a minority
 /// pass for a majority. Plain servers are told apart by the addresses their names resolve to.
-fn refuse_one_server_twice(servers: &[Topology]) -> anyhow::Result<()> {
+fn refuse_one_server_twice(servers: &[Topology]) -> error::Result<()> {
     use std::net::ToSocketAddrs;
     let twice = |a: &str, b: &str, why: String| {
-        Err(anyhow!(
+        Err(error!(
             "{a} and {b} are one server{why}; Redlock needs distinct servers"
         ))
-        .fail_with(Failure::Usage)
+        .usage()
     };
     let mut seen: Vec<(std::net::SocketAddr, String)> = Vec::new();
     for (i, s) in servers.iter().enumerate() {
@@ -164,7 +164,7 @@ fn refuse_one_server_twice(servers: &[Topology]) -> anyhow::Result<()> {
 impl RedisBackend {
     /// Parses the URLs and connects to every server (at once), so an unreachable server or a wrong
     /// password is reported before anything else happens.
-    pub fn open(config: &BackendConfig) -> anyhow::Result<RedisBackend> {
+    pub fn open(config: &BackendConfig) -> error::Result<RedisBackend> {
         let urls: Vec<&str> = if config.urls.is_empty() {
             vec![DEFAULT_URL]
         } else {
@@ -173,7 +173,7 @@ impl RedisBackend {
         let mut servers = urls
             .iter()
             .map(|url| Topology::parse(url, config.replicas))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+            .collect::<error::Result<Vec<_>>>()?;
         for server in &mut servers {
             server.set_stop(config.stop.clone());
         }
@@ -181,13 +181,13 @@ impl RedisBackend {
         // A majority of two is both: Redlock on two servers stops when either does, which is
         // worse than one server, and is almost always a mistake for three.
         if servers.len() == 2 {
-            return Err(anyhow!(
+            return Err(error!(
                 "two Redis servers ({} and {}) cannot make a Redlock: a majority of 2 is 2, so \
                  either one down stops every lock; give one server, or 3 or more",
                 servers[0].location(),
                 servers[1].location()
             ))
-            .fail_with(Failure::Usage);
+            .usage();
         }
         let location = servers
             .iter()
@@ -208,7 +208,7 @@ impl RedisBackend {
             location,
         };
         if let Some(auth) = first_fatal(&faults) {
-            return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
+            return Err(auth.to_error()).unavailable();
         }
         backend.check_quorum(urls.len() - faults.len(), &faults)?;
         Ok(backend)
@@ -224,7 +224,7 @@ impl Backend for RedisBackend {
         self.location.clone()
     }
 
-    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+    fn try_acquire(&self, request: &LockRequest) -> error::Result<Attempt> {
         self.try_once(request)
     }
 
@@ -232,21 +232,21 @@ impl Backend for RedisBackend {
         &self,
         request: &LockRequest,
         waiting: &Waiting,
-    ) -> anyhow::Result<Option<Box<dyn Lease>>> {
+    ) -> error::Result<Option<Box<dyn Lease>>> {
         Ok(self
             .wait(request, waiting)?
             .map(|lease| lease as Box<dyn Lease>))
     }
 
-    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+    fn status(&self, name: &LockName) -> error::Result<LockStatus> {
         self.read_status(name)
     }
 
-    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+    fn list(&self, prefix: &str) -> error::Result<Listing> {
         self.list_held(prefix)
     }
 
-    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+    fn last_runs(&self, name: &LockName) -> error::Result<LastRuns> {
         self.read_last_runs(name)
     }
 
@@ -255,12 +255,12 @@ impl Backend for RedisBackend {
             .then_some(self as &dyn dlock_core::backend::GroupRecords)
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> error::Result<dlock_core::backend::RunsFound> {
         let names = self.names_with_runs(prefix)?;
         dlock_core::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
-    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+    fn force_release(&self, name: &LockName) -> error::Result<Vec<Holder>> {
         self.holders_everywhere(name, HoldersScript::Break)
     }
 }

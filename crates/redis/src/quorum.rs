@@ -1,34 +1,34 @@
 //! Majorities: how many servers make one, whether enough answered, and running one call on every
 //! server at once.
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
 use super::fault::{self, first_fatal, Fault};
 use super::topology::Topology;
 use super::RedisBackend;
-use dlock_core::exit::{FailWith, Failure};
 
 impl RedisBackend {
     /// An error (exit 69) when fewer than a majority of servers answered.
-    pub(super) fn check_quorum(&self, answered: usize, faults: &[Fault]) -> anyhow::Result<()> {
+    pub(super) fn check_quorum(&self, answered: usize, faults: &[Fault]) -> error::Result<()> {
         let total = answered + faults.len();
         if answered >= quorum(total) {
             return Ok(());
         }
         if let [only] = faults {
             if total == 1 {
-                return Err(only.to_error()).fail_with(Failure::BackendUnavailable);
+                return Err(only.to_error()).unavailable();
             }
         }
         if let Some(auth) = first_fatal(faults) {
-            return Err(auth.to_error()).fail_with(Failure::BackendUnavailable);
+            return Err(auth.to_error()).unavailable();
         }
-        Err(anyhow!(
+        Err(error!(
             "only {answered} of {total} redis servers answered, a majority is {}: {}",
             quorum(total),
             fault::describe(faults)
         ))
-        .fail_with(Failure::BackendUnavailable)
+        .unavailable()
     }
 }
 

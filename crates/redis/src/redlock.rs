@@ -5,7 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
 use super::fault::{first_fatal, Fault, FaultKind};
 use super::lease::RedisLease;
@@ -13,7 +14,6 @@ use super::quorum::{on_all, on_each, quorum};
 use super::scripts::{Ask, Place, Reply};
 use super::topology::Topology;
 use super::RedisBackend;
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{random_bytes, Holder, Token};
 
 /// The largest fencing token: the scripts count in Lua numbers (doubles), exact up to 2^53 - 1.
@@ -40,7 +40,7 @@ impl RedisBackend {
         wait: bool,
         ticket: &mut String,
         most: Duration,
-    ) -> anyhow::Result<Round> {
+    ) -> error::Result<Round> {
         let timeout = self.op_timeout(servers.len(), ask.ttl).min(most);
         if wait && ticket.is_empty() && servers.len() > 1 {
             // Redlock: one ticket for every server, from this machine's clock, so that all of
@@ -85,7 +85,7 @@ impl RedisBackend {
             if !granted.is_empty() || unreplicated {
                 self.undo(servers, ask, Place::Leave);
             }
-            return Err(err).fail_with(Failure::BackendUnavailable);
+            return Err(err).unavailable();
         }
         if granted.len() >= quorum {
             // Above every token a server that answered has handed out, granting or not: a
@@ -94,12 +94,12 @@ impl RedisBackend {
             let token = granted_max.max(seen.saturating_add(1));
             if token > MAX_TOKEN {
                 self.undo(servers, ask, Place::Leave);
-                return Err(anyhow!(
+                return Err(error!(
                     "a redis server's fencing counter {} is at {seen}, the last token dlock \
                      can hand out exactly; no token is handed out from it",
                     ask.keys.all()[2]
                 ))
-                .fail_with(Failure::BackendUnavailable);
+                .unavailable();
             }
             let lease = self.lease(ask, token, started);
             if Instant::now() < lease.clock.deadline()

@@ -6,16 +6,15 @@
 //! not. Here: reading `?replicas=`, and the `WAIT`; `Topology::call_acked` waits with it after
 //! each grant and renewal.
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use redis::Connection;
-
-use dlock_core::exit::{FailWith, Failure};
 
 /// The query parameter a Redis URL says `--replicas` with.
 pub(super) const PARAMETER: &str = "replicas";
 
 /// `?replicas=`'s value (`N`, 0 or more) in the URL shown as `shown`, or a usage error.
-pub(super) fn count(value: &str, shown: &str) -> anyhow::Result<u32> {
+pub(super) fn count(value: &str, shown: &str) -> error::Result<u32> {
     let number = value
         .bytes()
         .all(|b| b.is_ascii_digit())
@@ -23,14 +22,14 @@ pub(super) fn count(value: &str, shown: &str) -> anyhow::Result<u32> {
         .flatten();
     number
         .ok_or_else(|| {
-            anyhow!("redis URL {shown:?}: replicas= takes a number of replicas (replicas=1)")
+            error!("redis URL {shown:?}: replicas= takes a number of replicas (replicas=1)")
         })
-        .fail_with(Failure::Usage)
+        .usage()
 }
 
 /// The `replicas=` among the `&`-separated `pairs` of a URL's query (the others are not looked
 /// at): `None` when it has none; a usage error when it is unreadable or given twice.
-pub(super) fn in_query(pairs: &str, shown: &str) -> anyhow::Result<Option<u32>> {
+pub(super) fn in_query(pairs: &str, shown: &str) -> error::Result<Option<u32>> {
     let mut found = None;
     for pair in pairs.split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -38,8 +37,7 @@ pub(super) fn in_query(pairs: &str, shown: &str) -> anyhow::Result<Option<u32>> 
             continue;
         }
         if found.is_some() {
-            return Err(anyhow!("redis URL {shown:?} gives replicas= twice"))
-                .fail_with(Failure::Usage);
+            return Err(error!("redis URL {shown:?} gives replicas= twice")).usage();
         }
         found = Some(count(value, shown)?);
     }

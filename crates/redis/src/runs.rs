@@ -15,12 +15,13 @@ use super::keys::{self, Keys};
 use super::quorum::on_all;
 use super::scripts;
 use super::RedisBackend;
-use dlock_core::exit::{FailWith, Failure};
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use dlock_core::lock::{LastRuns, LockName, Run};
 
 impl RedisBackend {
     /// The last run and last success of `name`, merged over every server that answered.
-    pub(super) fn read_last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+    pub(super) fn read_last_runs(&self, name: &LockName) -> error::Result<LastRuns> {
         let mut servers = self.servers();
         let keys = Keys::on(name, self.sharded);
         let timeout = self.connect_timeout;
@@ -45,7 +46,7 @@ impl RedisBackend {
         }
         if faults.len() == servers.len() || first_fatal(&faults).is_some() {
             if let Some(fault) = first_fatal(&faults).or(faults.first()) {
-                return Err(fault.to_error()).fail_with(Failure::BackendUnavailable);
+                return Err(fault.to_error()).unavailable();
             }
         }
         let last_run = latest(runs);
@@ -67,7 +68,7 @@ impl RedisBackend {
 
 impl RedisBackend {
     /// The names with a last-run or last-success key under `prefix`, on every server that answers.
-    pub(super) fn names_with_runs(&self, prefix: &str) -> anyhow::Result<Vec<LockName>> {
+    pub(super) fn names_with_runs(&self, prefix: &str) -> error::Result<Vec<LockName>> {
         let found = self.scan_everywhere(&keys::runs_pattern(prefix))?;
         Ok(found
             .iter()

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use dlock_core::error;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 
 use super::fault::{Fault, FaultKind};
@@ -15,7 +15,6 @@ use super::replication;
 use super::server::Server;
 use dlock_core::backend::stop::Stop;
 use dlock_core::backend::watch::{Cut, Socket, Watched};
-use dlock_core::exit::{Failure, Tagged};
 use dlock_core::text::percent_decode;
 use dlock_core::url::redact;
 use dlock_sys::blocking::Alarm;
@@ -62,12 +61,12 @@ pub(super) struct Parsed {
     pub(super) replicas: Option<u32>,
 }
 
-fn usage(message: String) -> anyhow::Error {
-    Tagged::error(Failure::Usage, anyhow!(message))
+fn usage(message: String) -> error::Error {
+    error::Error::usage(message)
 }
 
 /// Takes a `redis+sentinel://` URL apart, or says what is wrong with it (a usage error).
-pub(super) fn parse(url: &str) -> anyhow::Result<Parsed> {
+pub(super) fn parse(url: &str) -> error::Result<Parsed> {
     let shown = redact(url);
     let rest = url
         .strip_prefix(SCHEME)
@@ -115,7 +114,7 @@ pub(super) fn parse(url: &str) -> anyhow::Result<Parsed> {
                 ))
             })
         })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .collect::<error::Result<Vec<_>>>()?;
     let (master, db) = match path.split_once('/') {
         Some((master, db)) => (master, Some(db)),
         None => (path, None),
@@ -381,7 +380,7 @@ const LOOK_AGAIN: Duration = Duration::from_secs(1);
 
 impl SentinelMaster {
     /// A `redis+sentinel://` URL (no connection yet); `replicas` unless it says `?replicas=`.
-    pub(super) fn parse(url: &str, replicas: u32) -> anyhow::Result<SentinelMaster> {
+    pub(super) fn parse(url: &str, replicas: u32) -> error::Result<SentinelMaster> {
         let parsed = parse(url)?;
         let replicas = parsed.replicas.unwrap_or(replicas);
         let mut server = Server::parse_plain(&parsed.data_url, &redact(url), replicas)?;

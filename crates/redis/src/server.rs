@@ -10,7 +10,8 @@ use std::mem::ManuallyDrop;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use redis::{Client, ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisError};
 
 use super::fault::{self, Fault, FaultKind};
@@ -18,7 +19,6 @@ use super::link::{Heard, Link};
 use super::replication;
 use dlock_core::backend::stop::{Stop, INTERRUPTED as STOPPED_CALL};
 use dlock_core::backend::watch::{Cut, Socket, Watched, MAX_GROWTH};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_sys::blocking::Alarm;
 
 /// What an ACL user's permissions are checked for, in one script (Redis 7's
@@ -65,12 +65,12 @@ pub(super) struct Server {
 impl Server {
     /// A `redis://` or `rediss://` URL (`shown`: how messages show it); `replicas` unless it says
     /// `?replicas=` (its other query parameters are the library's).
-    pub(super) fn parse_plain(url: &str, shown: &str, replicas: u32) -> anyhow::Result<Server> {
+    pub(super) fn parse_plain(url: &str, shown: &str, replicas: u32) -> error::Result<Server> {
         if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-            return Err(anyhow!(
+            return Err(error!(
                 "{shown:?} is not a redis URL: use redis://[user:password@]host:port[/db] or rediss://..."
             ))
-            .fail_with(Failure::Usage);
+            .usage();
         }
         // The password ends where the URL parser ends the address (at `/`, `?` or `#`), but
         // `redact` hides up to the last `@`: a URL where the two differ would show a password.
@@ -79,11 +79,11 @@ impl Server {
             .find(['/', '?', '#'])
             .unwrap_or(after_scheme.len());
         if after_scheme[address_end..].contains('@') {
-            return Err(anyhow!(
+            return Err(error!(
                 "malformed redis URL {shown:?}: write `/`, `?`, `#` and `@` in a user name or \
                  password as %2F, %3F, %23 and %40"
             ))
-            .fail_with(Failure::Usage);
+            .usage();
         }
         let tail = &after_scheme[address_end..];
         let query = tail.split('#').next().unwrap_or_default().split_once('?');
@@ -94,22 +94,19 @@ impl Server {
         let info = url
             .into_connection_info()
             .map_err(|e| {
-                anyhow!(
+                error!(
                     "malformed redis URL {shown:?}: {}",
                     e.detail().unwrap_or("cannot parse it")
                 )
             })
-            .fail_with(Failure::Usage)?;
+            .usage()?;
         let (scheme, host, port) = match info.addr() {
             ConnectionAddr::Tcp(host, port) => ("redis", host.clone(), *port),
             ConnectionAddr::TcpTls { host, port, .. } => ("rediss", host.clone(), *port),
-            _ => {
-                return Err(anyhow!("{shown:?} is not a redis:// or rediss:// address"))
-                    .fail_with(Failure::Usage)
-            }
+            _ => return Err(error!("{shown:?} is not a redis:// or rediss:// address")).usage(),
         };
         if host.is_empty() {
-            return Err(anyhow!("redis URL {shown:?} names no host")).fail_with(Failure::Usage);
+            return Err(error!("redis URL {shown:?} names no host")).usage();
         }
         let addr = if host.contains(':') {
             format!("[{host}]:{port}")
@@ -147,8 +144,8 @@ impl Server {
         let without_password = info.redis_settings().password().is_none();
         let info = info.set_redis_settings(settings).set_tcp_settings(tcp);
         let client = Client::open(info)
-            .map_err(|e| anyhow!("malformed redis URL {shown:?}: {e}"))
-            .fail_with(Failure::Usage)?;
+            .map_err(|e| error!("malformed redis URL {shown:?}: {e}"))
+            .usage()?;
         Ok(Server {
             location,
             addr,

@@ -4,6 +4,7 @@
 //! the sentinels name, to the master of the lock's slot), a grant or renewal waiting for the
 //! replicas `--replicas` asks for (`replication`).
 
+use dlock_core::error;
 use std::time::{Duration, Instant};
 
 use super::cluster::{self, Cluster};
@@ -28,7 +29,7 @@ pub(super) enum Topology {
 
 impl Topology {
     /// One `--url`; `replicas` (`--replicas`) unless it says `?replicas=` itself.
-    pub(super) fn parse(url: &str, replicas: u32) -> anyhow::Result<Topology> {
+    pub(super) fn parse(url: &str, replicas: u32) -> error::Result<Topology> {
         if cluster::is_cluster_url(url) {
             return Ok(Topology::Cluster(Box::new(cluster::parse(url, replicas)?)));
         }

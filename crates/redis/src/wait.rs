@@ -2,6 +2,7 @@
 //! listening on this dlock's channel for the grant a release sends, and a fallback look when none
 //! comes. Why it works so: the design notes in mod.rs.
 
+use dlock_core::error;
 use std::time::{Duration, Instant};
 
 use super::fault;
@@ -15,7 +16,7 @@ use dlock_sys::blocking::WakeBlocked;
 
 impl RedisBackend {
     /// One attempt; a busy lock leaves nothing behind.
-    pub(super) fn try_once(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+    pub(super) fn try_once(&self, request: &LockRequest) -> error::Result<Attempt> {
         match self.first_round(&Ask::new(request, self.sharded), false, &mut String::new())? {
             Round::Held(lease) => Ok(Attempt::Acquired(lease)),
             Round::Busy { holders, .. } => Ok(Attempt::Busy(holders)),
@@ -27,7 +28,7 @@ impl RedisBackend {
     /// subscribed), which a failed round undoes on the servers still connected. Too few servers
     /// answering is an error here, as when connecting: the backend cannot be used (a wait rides
     /// out only an outage that comes later).
-    fn first_round(&self, ask: &Ask, queue: bool, ticket: &mut String) -> anyhow::Result<Round> {
+    fn first_round(&self, ask: &Ask, queue: bool, ticket: &mut String) -> error::Result<Round> {
         let mut servers = self.servers();
         let faults = match self.round(&mut servers, ask, queue, ticket, Duration::MAX) {
             Ok(Round::Unreachable(faults)) => faults,
@@ -56,7 +57,7 @@ impl RedisBackend {
         &self,
         request: &LockRequest,
         waiting: &Waiting,
-    ) -> anyhow::Result<Option<Box<RedisLease>>> {
+    ) -> error::Result<Option<Box<RedisLease>>> {
         let ask = Ask::new(request, self.sharded);
         let mut ticket = String::new();
         let line = match self.first_round(&ask, true, &mut ticket)? {
@@ -85,7 +86,7 @@ impl RedisBackend {
         waiting: &Waiting,
         mut ticket: String,
         mut line: Option<Line>,
-    ) -> anyhow::Result<Option<Box<RedisLease>>> {
+    ) -> error::Result<Option<Box<RedisLease>>> {
         let mut announced = line.is_some();
         let mut retry = RETRY_FIRST;
         // Rounds in a row that won too few servers and gave them back.

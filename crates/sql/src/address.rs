@@ -1,9 +1,8 @@
 //! What the `postgres://` and `mysql://` URLs have alike: how the connection is protected, and
 //! the prefix of dlock's table names.
 
-use anyhow::anyhow;
-
-use dlock_core::exit::{FailWith, Failure};
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
 /// Where dlock keeps its tables unless the URL says otherwise.
 pub const DEFAULT_PREFIX: &str = "dlock_";
@@ -29,7 +28,7 @@ pub enum Tls {
 
 /// The `prefix=` of the URL `url` (`PostgreSQL URL postgres://h/db`), for the names of dlock's
 /// tables: a plain, unquoted name in either server, whatever its case settings. Else a usage error.
-pub fn prefix(url: &str, value: &str) -> anyhow::Result<String> {
+pub fn prefix(url: &str, value: &str) -> error::Result<String> {
     let plain = !value.is_empty()
         && value.len() <= MAX_PREFIX_BYTES
         && value.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
@@ -37,23 +36,23 @@ pub fn prefix(url: &str, value: &str) -> anyhow::Result<String> {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
     if !plain {
-        return Err(anyhow!(
+        return Err(error!(
             "{url}: the table prefix must be 1 to {MAX_PREFIX_BYTES} lowercase letters, digits \
              and `_`, starting with a letter or `_`"
         ))
-        .fail_with(Failure::Usage);
+        .usage();
     }
     Ok(value.to_owned())
 }
 
 /// The roles (PostgreSQL) or users (MySQL) of the URL's `owner=` (comma-separated, `%`-encoding
 /// allowed), whose tables and routines dlock uses besides its own. Else a usage error.
-pub fn owners(url: &str, value: &str) -> anyhow::Result<Vec<String>> {
+pub fn owners(url: &str, value: &str) -> error::Result<Vec<String>> {
     let bad = || {
-        Err(anyhow!(
+        Err(error!(
             "{url}: owner= takes one or more names separated by commas (`owner=admin,ops`)"
         ))
-        .fail_with(Failure::Usage)
+        .usage()
     };
     let mut names = Vec::new();
     for part in value.split(',') {

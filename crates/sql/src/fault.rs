@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
 use dlock_core::backend::stop::{Stop, STOPPED};
-use dlock_core::exit::{FailWith, Failure};
 
 /// Why a call failed.
 #[derive(Debug)]
@@ -20,7 +20,7 @@ pub enum Fault<C> {
     /// The server answered with an error (`code`: its own code for it).
     Refused { code: C, message: String },
     /// dlock's tables could not be created: the whole error, for the user.
-    Setup(anyhow::Error),
+    Setup(error::Error),
 }
 
 impl<C> Fault<C> {
@@ -35,15 +35,15 @@ impl<C> Fault<C> {
     /// The error for the user, naming the server (`postgres at 10.0.0.5:5432: ...`, `cannot reach
     /// postgres at ...` as every backend says it), tagged backend-unavailable; a failed setup is
     /// its own error, which names the server already.
-    pub fn into_error(self, backend: &str, shown: &str) -> anyhow::Error {
+    pub fn into_error(self, backend: &str, shown: &str) -> error::Error {
         let message = match self {
             Fault::Setup(e) => return e,
             Fault::Unreachable(why) => format!("cannot reach {backend} at {shown}: {why}"),
             _ => format!("{backend} at {shown}: {}", self.message()),
         };
-        match Err::<(), _>(anyhow!("{message}")).fail_with(Failure::BackendUnavailable) {
+        match Err::<(), _>(error!("{message}")).unavailable() {
             Err(e) => e,
-            Ok(()) => anyhow!("{message}"),
+            Ok(()) => error!("{message}"),
         }
     }
 }

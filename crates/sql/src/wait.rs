@@ -3,6 +3,7 @@
 //! someone will see it), when to look again unwoken, and sleeping while looking at the
 //! cancellation.
 
+use dlock_core::error;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,8 +17,8 @@ use dlock_core::lock::{Holder, LockRequest};
 /// the wait, and the lease it takes, get a connection of their own, made by `new`.
 pub fn connection_for_wait<C>(
     shared: &Arc<Mutex<C>>,
-    new: impl FnOnce() -> anyhow::Result<C>,
-) -> anyhow::Result<Arc<Mutex<C>>> {
+    new: impl FnOnce() -> error::Result<C>,
+) -> error::Result<Arc<Mutex<C>>> {
     if Arc::strong_count(shared) > 1 {
         return Ok(Arc::new(Mutex::new(new()?)));
     }
@@ -86,7 +87,7 @@ impl Tries {
         shown: &str,
         fault: Fault<C>,
         leave: impl FnOnce(),
-    ) -> anyhow::Result<()> {
+    ) -> error::Result<()> {
         let doing = || format!("cannot acquire lock {:?}", request.name.as_str());
         match fault {
             Fault::Unreachable(why) if self.answered => {

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use zookeeper_client as zk;
 
 use super::ensemble_clock::EnsembleClock;
@@ -15,7 +16,6 @@ use super::record::{holders, NodeData};
 use super::session::{is_connection_loss, retrying, Session};
 use super::MAX_RETRIES;
 use dlock_core::backend::Waiting;
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{Holder, LockRequest, Token};
 
 /// Our node's create, sent: its name and stat once made.
@@ -48,7 +48,7 @@ pub(super) struct Acquisition {
 }
 
 impl Acquisition {
-    pub(super) fn new(session: Arc<Session>, request: LockRequest) -> anyhow::Result<Acquisition> {
+    pub(super) fn new(session: Arc<Session>, request: LockRequest) -> error::Result<Acquisition> {
         let (kind, limit) = kind_of(request.mode);
         let data = NodeData::of(&request)?;
         let companion_kind = companion_kind(request.mode);
@@ -69,7 +69,7 @@ impl Acquisition {
         self.session.client()
     }
 
-    pub(super) fn fail(&self, e: zk::Error, doing: &str) -> anyhow::Error {
+    pub(super) fn fail(&self, e: zk::Error, doing: &str) -> error::Error {
         self.session.fail(e, doing)
     }
 
@@ -85,7 +85,7 @@ impl Acquisition {
 
     /// Queue up, then wait for our turn (`waiting`) or give up at once (`None`). A node that ends
     /// without a lease is deleted.
-    pub(super) async fn run(&self, waiting: Option<&Waiting>) -> anyhow::Result<Outcome> {
+    pub(super) async fn run(&self, waiting: Option<&Waiting>) -> error::Result<Outcome> {
         if waiting.is_some_and(Waiting::is_cancelled) {
             return Ok(Outcome::Cancelled);
         }
@@ -99,7 +99,7 @@ impl Acquisition {
 
     /// Creates our node (and its companion); returns its name, its creation zxid (the token), the
     /// directory listing taken right after it, and the ensemble's time by its creation.
-    async fn enqueue(&self) -> anyhow::Result<(String, Token, Vec<String>, EnsembleClock)> {
+    async fn enqueue(&self) -> error::Result<(String, Token, Vec<String>, EnsembleClock)> {
         let client = self.client();
         let prefix = format!("{}/{}{}", self.dir, self.protection, self.kind);
         for _ in 0..MAX_RETRIES {
@@ -142,11 +142,11 @@ impl Acquisition {
                 }
             }
         }
-        Err(anyhow!(
+        Err(error!(
             "could not create a node in {} after {MAX_RETRIES} tries (connection losses, or the directory kept vanishing)",
             self.dir
         ))
-        .fail_with(Failure::BackendUnavailable)
+        .unavailable()
     }
 
     /// Sends the create of our node at `prefix`, with its companion in one multi request (so both
@@ -190,7 +190,7 @@ impl Acquisition {
 
     /// The creation zxid, and the node's stat; servers before 3.5 return no stat from create, so
     /// ask for it then.
-    async fn token_of(&self, node: &str, stat: zk::Stat) -> anyhow::Result<(Token, zk::Stat)> {
+    async fn token_of(&self, node: &str, stat: zk::Stat) -> error::Result<(Token, zk::Stat)> {
         if !stat.is_invalid() && stat.czxid > 0 {
             return Ok((stat.czxid as Token, stat));
         }
@@ -198,7 +198,7 @@ impl Acquisition {
     }
 
     /// The creation zxid of our node, and its stat, read from the ensemble.
-    async fn read_token(&self, node: &str) -> anyhow::Result<(Token, zk::Stat)> {
+    async fn read_token(&self, node: &str) -> error::Result<(Token, zk::Stat)> {
         let path = self.path(node);
         let (_, stat) = retrying(|| self.client().get_data(&path))
             .await
@@ -216,7 +216,7 @@ impl Acquisition {
     /// in no sequence number (dlock ignores it), names no recipe's pattern (kazoo ignores it) and
     /// sorts after every sequence number (Curator never waits for it). A write to our own node
     /// would wake the waiter that watches it.
-    pub(super) async fn take_token(&self, node: &str) -> anyhow::Result<(Token, String)> {
+    pub(super) async fn take_token(&self, node: &str) -> error::Result<(Token, String)> {
         let probe = format!("{}/{}", self.dir, grant_node(node));
         let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&self.session.acls.lock));
         let (stat, _) = retrying(|| self.client().create(&probe, &[], &options))
@@ -227,22 +227,22 @@ impl Acquisition {
             // A server before 3.5 answers a create with no stat.
             _ => {
                 self.session.discard(&probe).await;
-                Err(anyhow!(
+                Err(error!(
                     "the ZooKeeper server gave no zxid for a node it made (3.5 or newer is needed)"
                 ))
-                .fail_with(Failure::BackendUnavailable)
+                .unavailable()
             }
         }
     }
 
-    pub(super) async fn list(&self) -> anyhow::Result<Vec<String>> {
+    pub(super) async fn list(&self) -> error::Result<Vec<String>> {
         retrying(|| self.client().list_children(&self.dir))
             .await
             .map_err(|e| self.fail(e, &format!("cannot list {}", self.dir)))
     }
 
     /// Creates the chroot, `/dlock` and the lock's directory as needed, all requests in one go.
-    async fn make_dirs(&self) -> anyhow::Result<()> {
+    async fn make_dirs(&self) -> error::Result<()> {
         let client = self.client();
         let mut paths: Vec<String> = Vec::new();
         let mut at = String::new();
@@ -289,7 +289,7 @@ impl Acquisition {
     }
 
     /// Who owns the lock by `listing`, as their nodes say.
-    pub(super) async fn holders(&self, listing: &[String]) -> anyhow::Result<Vec<Holder>> {
+    pub(super) async fn holders(&self, listing: &[String]) -> error::Result<Vec<Holder>> {
         let owners = holders(&self.session, &self.dir, Some((listing, self.limit))).await?;
         // Our own node is first in line behind a kept node (which the queue's order does not
         // count): it is not who holds the lock.

@@ -2,10 +2,10 @@
 //! and checked before anything connects. Credentials never appear in a message; a malformed
 //! address is a usage error (exit 64).
 
-use anyhow::{anyhow, Context};
+use dlock_core::error;
+use dlock_core::error::{Context, FailAs};
 
 use super::naming::allowed;
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::url::{host_list, redact, user_password};
 
 /// The ensemble dlock tries without a `--url`.
@@ -24,29 +24,29 @@ pub(super) struct ZkUrl {
 impl ZkUrl {
     /// The address from the `--url`s given (none: the default), tagged as a usage error when it is
     /// malformed or when there is more than one.
-    pub(super) fn from_urls(urls: &[String]) -> anyhow::Result<ZkUrl> {
+    pub(super) fn from_urls(urls: &[String]) -> error::Result<ZkUrl> {
         let url = match urls {
             [] => DEFAULT_URL,
             [url] => url.as_str(),
             _ => {
-                return Err(anyhow!(
+                return Err(error!(
                     "the zk backend takes one --url (list the ensemble's hosts in it), not {}",
                     urls.len()
                 ))
-                .fail_with(Failure::Usage)
+                .usage()
             }
         };
-        ZkUrl::parse(url).fail_with(Failure::Usage)
+        ZkUrl::parse(url).usage()
     }
 
-    fn parse(url: &str) -> anyhow::Result<ZkUrl> {
+    fn parse(url: &str) -> error::Result<ZkUrl> {
         let shown = redact(url);
         let rest = url.strip_prefix("zk://").ok_or_else(|| {
-            anyhow!("{shown:?} is not a ZooKeeper URL; expected zk://[user:password@]host:port[,host:port...][/chroot]")
+            error!("{shown:?} is not a ZooKeeper URL; expected zk://[user:password@]host:port[,host:port...][/chroot]")
         })?;
         // `redact` hides everything after a `?` or `#`, and a query or fragment means nothing here.
         if rest.contains(['?', '#']) {
-            return Err(anyhow!(
+            return Err(error!(
                 "ZooKeeper URL {shown:?}: zk:// URLs take no ?query or #fragment (write ? and # \
                  in a password as %3F and %23)"
             ));
@@ -72,7 +72,7 @@ impl ZkUrl {
                 .split('/')
                 .any(|c| c.is_empty() || c == "." || c == ".." || c.chars().any(|c| !allowed(c)))
         {
-            return Err(anyhow!(
+            return Err(error!(
                 "ZooKeeper URL {shown:?}: the chroot {chroot:?} is not a valid znode path"
             ));
         }

@@ -3,6 +3,7 @@
 //! by the ensemble, so a node this client creates tells the ensemble's time at that moment, and
 //! this machine's monotonic clock counts on from there only to say when to ask again.
 
+use dlock_core::error;
 use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
@@ -49,7 +50,7 @@ impl EnsembleClock {
 /// The ensemble's time asked afresh, as a clock: the `ctime` of an ephemeral node made for the
 /// purpose under the root (`.now-`: no lock name maps there, since names escape a leading dot)
 /// and deleted again (or gone with the session).
-pub(super) async fn ask_ensemble(session: &Session) -> anyhow::Result<EnsembleClock> {
+pub(super) async fn ask_ensemble(session: &Session) -> error::Result<EnsembleClock> {
     let prefix = format!("{}/.now-", session.root);
     let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
     let (stat, sequence) = retrying(|| session.client().create(&prefix, &[], &options))
@@ -64,6 +65,6 @@ pub(super) async fn ask_ensemble(session: &Session) -> anyhow::Result<EnsembleCl
 }
 
 /// The ensemble's time, for `status` (see `ask_ensemble`).
-pub(super) async fn ensemble_now_ms(session: &Session) -> anyhow::Result<i64> {
+pub(super) async fn ensemble_now_ms(session: &Session) -> error::Result<i64> {
     Ok(ask_ensemble(session).await?.ctime_ms)
 }

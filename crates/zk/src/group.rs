@@ -14,7 +14,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use zookeeper_client as zk;
 
 use super::address::ZkUrl;
@@ -23,7 +24,6 @@ use super::session::{cancellable, retrying, Session};
 use super::{ZkBackend, QUERY_SESSION_TIMEOUT};
 use dlock_core::backend::stop::Stop;
 use dlock_core::backend::{GroupRecords, Hearing, OnChange, Wanted, POLL_WHILE_HEARING};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::LockName;
 use dlock_sys::sync::lock;
 
@@ -42,7 +42,7 @@ fn path_of(session: &Session, name: &LockName) -> String {
 }
 
 /// The record's text and the node's version; `None` when there is no node.
-async fn read(session: &Session, path: &str) -> anyhow::Result<Option<(Option<String>, i32)>> {
+async fn read(session: &Session, path: &str) -> error::Result<Option<(Option<String>, i32)>> {
     match session.client().get_data(path).await {
         Ok((data, stat)) => {
             let text = String::from_utf8(data).ok().filter(|t| !t.is_empty());
@@ -60,7 +60,7 @@ async fn swap(
     path: &str,
     version: Option<i32>,
     data: &[u8],
-) -> anyhow::Result<bool> {
+) -> error::Result<bool> {
     let client = session.client();
     let fail = |e| session.fail(e, &format!("cannot write {path}"));
     let Some(version) = version else {
@@ -98,7 +98,7 @@ async fn swap(
 }
 
 impl GroupRecords for ZkBackend {
-    fn read(&self, name: &LockName) -> anyhow::Result<Option<String>> {
+    fn read(&self, name: &LockName) -> error::Result<Option<String>> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         let path = path_of(&session, name);
         let read = session.runtime.block_on(read(&session, &path))?;
@@ -109,7 +109,7 @@ impl GroupRecords for ZkBackend {
         &self,
         name: &LockName,
         change: &mut dyn FnMut(Option<&str>) -> Option<String>,
-    ) -> anyhow::Result<()> {
+    ) -> error::Result<()> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         let path = path_of(&session, name);
         for _ in 0..MAX_TRIES {
@@ -128,10 +128,10 @@ impl GroupRecords for ZkBackend {
                 return Ok(());
             }
         }
-        Err(anyhow!(
+        Err(error!(
             "the group record {path} kept changing under this dlock"
         ))
-        .fail_with(Failure::BackendUnavailable)
+        .unavailable()
     }
 
     fn poll_every(&self) -> Duration {

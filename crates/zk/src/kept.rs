@@ -19,6 +19,7 @@
 //! `release --force` deletes kept nodes with the holders. Reading a kept node and judging its end
 //! are record.rs's (`KeptNode`, `live_kept`, `kept_ran_out`).
 
+use dlock_core::error;
 use std::time::Duration;
 
 use zookeeper_client as zk;
@@ -35,7 +36,7 @@ pub(super) async fn create(
     acquisition: &Acquisition,
     hold: Duration,
     token: Token,
-) -> anyhow::Result<String> {
+) -> error::Result<String> {
     let kind = kind_of(acquisition.request.mode).0;
     let path = acquisition.path(&kept_name(&uuid()?, kind));
     let data = NodeData::kept(&acquisition.request, hold, token)?;

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use dlock_core::error;
 use zookeeper_client as zk;
 
 use super::recipe::kept_companion;
@@ -274,7 +274,7 @@ impl Lease for ZkLease {
     /// over the record's version our acquisition wrote (so only into a record still ours and not
     /// ended); `lost` over that same version, which takes only when the multi did not because our
     /// node was gone; and the delete alone, for when the record was not ours.
-    fn release(mut self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
+    fn release(mut self: Box<Self>, end: &RunEnd) -> error::Result<Released> {
         let watchers: Vec<_> = self.watchers.drain(..).collect();
         if let Some(why) = lock(&self.health).lost.clone() {
             // Already gone, or going with a session that is over: nothing to wait for.
@@ -355,7 +355,7 @@ impl Lease for ZkLease {
             Ok(Err(e)) => Err(self
                 .session
                 .fail(e, &format!("cannot delete {}", self.path))),
-            Err(_) => Err(anyhow!(
+            Err(_) => Err(error!(
                 "ZooKeeper at {} did not answer within {}; {} goes when the session does",
                 self.session.hosts,
                 dlock_core::text::duration(CLEANUP_TIMEOUT),

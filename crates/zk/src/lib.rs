@@ -47,14 +47,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use anyhow::{anyhow, Context};
+use dlock_core::error;
+use dlock_core::error::{Context, FailAs};
 use zookeeper_client as zk;
 
 use acquisition::{Acquisition, Outcome};
 use address::ZkUrl;
 use dlock_core::backend::stop::Stop;
 use dlock_core::backend::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{Ending, Holder, LastRuns, LockName, LockRequest};
 use dlock_sys::sync::lock;
 use naming::lock_name_of;
@@ -103,7 +103,7 @@ pub struct ZkBackend {
 }
 
 impl ZkBackend {
-    pub fn open(config: &BackendConfig) -> anyhow::Result<ZkBackend> {
+    pub fn open(config: &BackendConfig) -> error::Result<ZkBackend> {
         Ok(ZkBackend {
             url: ZkUrl::from_urls(&config.urls)?,
             connect_timeout: config.connect_timeout,
@@ -112,7 +112,7 @@ impl ZkBackend {
         })
     }
 
-    fn session(&self, timeout: Duration) -> anyhow::Result<Arc<Session>> {
+    fn session(&self, timeout: Duration) -> error::Result<Arc<Session>> {
         self.session_within(timeout, self.connect_timeout)
     }
 
@@ -121,7 +121,7 @@ impl ZkBackend {
         &self,
         timeout: Duration,
         connect_timeout: Duration,
-    ) -> anyhow::Result<Arc<Session>> {
+    ) -> error::Result<Arc<Session>> {
         let mut slot = lock(&self.session);
         if let Some(session) = slot.as_ref() {
             return Ok(session.clone());
@@ -141,12 +141,8 @@ impl ZkBackend {
     /// while the wait lasts, each try within what is left of it, and so is any failure after one
     /// such answer (a try cut short by the wait's end, a slot taken by another first). When the
     /// wait ends, the error names the cap.
-    fn waiters_session(
-        &self,
-        timeout: Duration,
-        waiting: &Waiting,
-    ) -> anyhow::Result<Arc<Session>> {
-        let mut full: Option<anyhow::Error> = None;
+    fn waiters_session(&self, timeout: Duration, waiting: &Waiting) -> error::Result<Arc<Session>> {
+        let mut full: Option<error::Error> = None;
         // Each turn takes a connect timeout or what is left of the wait, whichever is shorter,
         // and the wait's end or a stop signal ends the loop.
         loop {
@@ -164,7 +160,7 @@ impl ZkBackend {
                 continue;
             };
             if session::stopped(&self.stop, Some(waiting)) {
-                return Err(full.unwrap_or_else(|| anyhow!("interrupted")));
+                return Err(full.unwrap_or_else(|| error!("interrupted")));
             }
             waiting.unreachable(&format!("{busy:#}"));
             std::thread::sleep(waiting.slice(CANCEL_POLL));
@@ -175,7 +171,7 @@ impl ZkBackend {
     /// opens a new session once the ensemble answers and queues again, at the back of the line:
     /// its node went with the old session. With a lease of another name on that session, the
     /// expiry has taken that lock too, and the acquisition fails.
-    fn attempt(&self, request: &LockRequest, waiting: Option<&Waiting>) -> anyhow::Result<Outcome> {
+    fn attempt(&self, request: &LockRequest, waiting: Option<&Waiting>) -> error::Result<Outcome> {
         let mut session = match waiting {
             Some(waiting) => self.waiters_session(request.ttl, waiting)?,
             None => self.session(request.ttl)?,
@@ -210,7 +206,7 @@ impl ZkBackend {
                     *lock(&self.session) = Some(fresh.clone());
                     session = fresh;
                 }
-                None if self.stop.requested() => return Err(anyhow!("interrupted")),
+                None if self.stop.requested() => return Err(error!("interrupted")),
                 None => return Ok(Outcome::Cancelled),
             }
         }
@@ -229,7 +225,7 @@ impl ZkBackend {
         session: &Arc<Session>,
         request: &LockRequest,
         waiting: Option<&Waiting>,
-    ) -> anyhow::Result<Outcome> {
+    ) -> error::Result<Outcome> {
         let ctx = || {
             format!(
                 "lock {:?} on ZooKeeper at {}",
@@ -247,18 +243,17 @@ impl ZkBackend {
             .spawn(async move { acquisition.run(waiting.as_ref()).await });
         match watched(session, task, &self.stop, watch.as_ref()) {
             Some(Ok(outcome)) => outcome.with_context(ctx),
-            Some(Err(e)) => Err(anyhow!("the acquisition task failed: {e}")).with_context(ctx),
+            Some(Err(e)) => Err(error!("the acquisition task failed: {e}")).with_context(ctx),
             // The server lied in a reply (frames.rs): the wait ends, and says so.
             None if frames::lie().is_some() => {
-                Err(anyhow!("{}", frames::lie().unwrap_or_default()))
-                    .fail_with(Failure::BackendUnavailable)
+                Err(error!("{}", frames::lie().unwrap_or_default())).unavailable()
             }
-            None if self.stop.requested() => Err(anyhow!("interrupted")),
+            None if self.stop.requested() => Err(error!("interrupted")),
             None => Ok(Outcome::Cancelled),
         }
     }
 
-    fn status_of(&self, session: &Session, name: &LockName) -> anyhow::Result<LockStatus> {
+    fn status_of(&self, session: &Session, name: &LockName) -> error::Result<LockStatus> {
         let dir = session.dir(name);
         let (holders, waiters) = session
             .runtime
@@ -279,7 +274,7 @@ impl Backend for ZkBackend {
         self.url.location()
     }
 
-    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+    fn try_acquire(&self, request: &LockRequest) -> error::Result<Attempt> {
         match self.attempt(request, None)? {
             Outcome::Acquired(lease) => Ok(Attempt::Acquired(Box::new(lease))),
             Outcome::Busy(holders) => Ok(Attempt::Busy(holders)),
@@ -291,19 +286,19 @@ impl Backend for ZkBackend {
         &self,
         request: &LockRequest,
         waiting: &Waiting,
-    ) -> anyhow::Result<Option<Box<dyn Lease>>> {
+    ) -> error::Result<Option<Box<dyn Lease>>> {
         match self.attempt(request, Some(waiting))? {
             Outcome::Acquired(lease) => Ok(Some(Box::new(lease))),
             Outcome::Busy(_) | Outcome::Cancelled => Ok(None),
         }
     }
 
-    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+    fn status(&self, name: &LockName) -> error::Result<LockStatus> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         self.status_of(&session, name)
     }
 
-    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+    fn list(&self, prefix: &str) -> error::Result<Listing> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         let dirs = session.runtime.block_on(session.children(&session.root))?;
         let mut held = Vec::new();
@@ -329,12 +324,12 @@ impl Backend for ZkBackend {
         Ok(held.into())
     }
 
-    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+    fn last_runs(&self, name: &LockName) -> error::Result<LastRuns> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         session.runtime.block_on(runs::read(&session, name))
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> error::Result<dlock_core::backend::RunsFound> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         // Expired records go first, as in `list`, so that none is shown.
         session.runtime.block_on(runs::expire(&session));
@@ -342,7 +337,7 @@ impl Backend for ZkBackend {
         dlock_core::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
-    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+    fn force_release(&self, name: &LockName) -> error::Result<Vec<Holder>> {
         let session = self.session(QUERY_SESSION_TIMEOUT)?;
         let dir = session.dir(name);
         let client = session.client();

@@ -3,7 +3,7 @@
 //! Paths are the first thing another client can forge, so every mapping here is reversible and
 //! checked against what ZooKeeper accepts.
 
-use anyhow::anyhow;
+use dlock_core::error;
 
 use dlock_core::lock::LockName;
 use dlock_core::text::{hex, percent_decode, percent_encode};
@@ -36,9 +36,9 @@ pub(super) fn lock_name_of(node: &str) -> Option<LockName> {
 }
 
 /// A random UUID (version 4), as Curator puts in protected node names.
-pub(super) fn uuid() -> anyhow::Result<String> {
+pub(super) fn uuid() -> error::Result<String> {
     let mut b = [0u8; 16];
-    dlock_core::lock::random_bytes(&mut b).map_err(|e| anyhow!("cannot get random bytes: {e}"))?;
+    dlock_core::lock::random_bytes(&mut b).map_err(|e| error!("cannot get random bytes: {e}"))?;
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let hex = hex(&b);

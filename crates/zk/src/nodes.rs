@@ -2,6 +2,7 @@
 //! read (`read_children`), and a node another client (Curator, kazoo) wrote, as a holder
 //! (`foreign_holder`). Both `record` and `semaphores` read through these.
 
+use dlock_core::error;
 use std::time::{Duration, UNIX_EPOCH};
 
 use zookeeper_client as zk;
@@ -41,7 +42,7 @@ pub(super) async fn read_children(
     session: &Session,
     dir: &str,
     names: &[&str],
-) -> anyhow::Result<Vec<Option<(Vec<u8>, zk::Stat)>>> {
+) -> error::Result<Vec<Option<(Vec<u8>, zk::Stat)>>> {
     if names.is_empty() {
         return Ok(vec![]);
     }

@@ -7,6 +7,7 @@
 //! ensemble's time judges whether it still keeps the lock, for `status` (`read_kept`), a waiter
 //! (`live_kept`) and its holder at release (`kept_ran_out`); one that has run out is deleted.
 
+use dlock_core::error;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -47,7 +48,7 @@ pub(super) struct NodeData {
 
 impl NodeData {
     /// The record of a node queued for `request`, by this process, now.
-    pub(super) fn of(request: &LockRequest) -> anyhow::Result<Vec<u8>> {
+    pub(super) fn of(request: &LockRequest) -> error::Result<Vec<u8>> {
         let since = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -70,7 +71,7 @@ impl NodeData {
         request: &LockRequest,
         hold: Duration,
         token: u64,
-    ) -> anyhow::Result<Vec<u8>> {
+    ) -> error::Result<Vec<u8>> {
         let mut data: NodeData = serde_json::from_slice(&NodeData::of(request)?)?;
         data.kept_ms = Some(u64::try_from(hold.as_millis()).unwrap_or(u64::MAX));
         data.token = Some(token);
@@ -148,7 +149,7 @@ pub(super) async fn holders(
     session: &Session,
     dir: &str,
     known: Option<(&[String], u32)>,
-) -> anyhow::Result<Vec<(String, Holder)>> {
+) -> error::Result<Vec<(String, Holder)>> {
     let queue = read_queue(session, dir, known).await?;
     let mut holders: Vec<(String, Holder)> = queue
         .owning
@@ -171,7 +172,7 @@ pub(super) async fn holders(
 }
 
 /// The ensemble's time, asked only when there are kept nodes to judge.
-async fn ensemble_now(session: &Session, kept: &[String]) -> anyhow::Result<Option<i64>> {
+async fn ensemble_now(session: &Session, kept: &[String]) -> error::Result<Option<i64>> {
     if kept.is_empty() {
         return Ok(None);
     }
@@ -208,7 +209,7 @@ async fn read_kept(
 pub(super) async fn holders_and_waiters(
     session: &Session,
     dir: &str,
-) -> anyhow::Result<(Vec<Holder>, Vec<Waiter>)> {
+) -> error::Result<(Vec<Holder>, Vec<Waiter>)> {
     let queue = read_queue(session, dir, None).await?;
     let mut holders = Vec::new();
     let mut waiters = Vec::new();
@@ -250,7 +251,7 @@ async fn read_queue(
     session: &Session,
     dir: &str,
     known: Option<(&[String], u32)>,
-) -> anyhow::Result<ReadQueue> {
+) -> error::Result<ReadQueue> {
     let listed = match known {
         Some((names, _)) => names.to_vec(),
         None => session.children(dir).await?,
@@ -349,7 +350,7 @@ async fn read_nodes(
     dir: &str,
     queue: &[Child],
     listed: &[String],
-) -> anyhow::Result<Vec<(Child, Vec<u8>, zk::Stat)>> {
+) -> error::Result<Vec<(Child, Vec<u8>, zk::Stat)>> {
     let grants: Vec<Option<String>> = queue
         .iter()
         .map(|child| Some(grant_node(&child.name)).filter(|g| listed.contains(g)))

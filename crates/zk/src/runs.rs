@@ -15,6 +15,7 @@
 //! identity's node, something else in its place, a slow ensemble) never stops a lock being taken
 //! or given up.
 
+use dlock_core::error;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use zookeeper_client as zk;
@@ -184,7 +185,7 @@ fn run_of(data: &[u8], stat: &zk::Stat) -> Option<Run> {
 }
 
 /// The lock's last run and last success, read in one multi-read.
-pub(super) async fn read(session: &Session, name: &LockName) -> anyhow::Result<LastRuns> {
+pub(super) async fn read(session: &Session, name: &LockName) -> error::Result<LastRuns> {
     let nodes = RunNodes::of(session, name);
     let client = session.client();
     let mut tries = 0;
@@ -227,7 +228,7 @@ pub(super) async fn read(session: &Session, name: &LockName) -> anyhow::Result<L
 
 /// The locks with a node in either records directory (for `list --runs`); a child that is no
 /// lock's node name is left out.
-pub(super) async fn names(session: &Session) -> anyhow::Result<Vec<LockName>> {
+pub(super) async fn names(session: &Session) -> error::Result<Vec<LockName>> {
     let mut names = Vec::new();
     for dir in [LAST_RUN, LAST_SUCCESS] {
         let children = session.children(&format!("{}/{dir}", session.root)).await?;

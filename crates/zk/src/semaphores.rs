@@ -12,6 +12,7 @@
 //!   kazoo `Lock` on the sibling node `NAME-__lock__`, and only one waiting for room creates no
 //!   lease: those lock nodes are shown as waiters of NAME, and `list` shows no lock of their own.
 
+use dlock_core::error;
 use zookeeper_client as zk;
 
 use super::nodes::{foreign_holder, read_children};
@@ -39,7 +40,7 @@ pub(super) async fn semaphores(
     session: &Session,
     dir: &str,
     listed: &[String],
-) -> anyhow::Result<(Vec<Holder>, Vec<Waiter>)> {
+) -> error::Result<(Vec<Holder>, Vec<Waiter>)> {
     let mut holders = Vec::new();
     if listed.iter().any(|n| n == CURATOR_LEASES) {
         let leases_dir = format!("{dir}/{CURATOR_LEASES}");
@@ -98,7 +99,7 @@ impl Foreign {
         session: &Session,
         dir: &str,
         names: &[String],
-    ) -> anyhow::Result<Vec<Holder>> {
+    ) -> error::Result<Vec<Holder>> {
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let read = read_children(session, dir, &names).await?;
         Ok(read

@@ -6,7 +6,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context};
+use dlock_core::error;
+use dlock_core::error::{Context, FailAs};
 use zookeeper_client as zk;
 
 use super::address::ZkUrl;
@@ -15,7 +16,6 @@ use super::naming::{node_name, ROOT};
 use super::{CANCEL_POLL, CLEANUP_TIMEOUT, MAX_RETRIES};
 use dlock_core::backend::stop::Stop;
 use dlock_core::backend::Waiting;
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::LockName;
 use dlock_sys::blocking;
 
@@ -44,7 +44,7 @@ fn is_unavailable(e: &zk::Error) -> bool {
 
 /// One failed ZooKeeper call as the user sees it: what dlock was doing, where, and why; tagged for
 /// exit status 69 when the ensemble could not be reached or used.
-fn failure(e: zk::Error, doing: &str, hosts: &str) -> anyhow::Error {
+fn failure(e: zk::Error, doing: &str, hosts: &str) -> error::Error {
     let why = match e {
         _ if frames::lie().is_some() => frames::lie().unwrap_or_default().to_owned(),
         zk::Error::NoAuth => "not authorised: the node belongs to another ZooKeeper identity \
@@ -52,9 +52,9 @@ fn failure(e: zk::Error, doing: &str, hosts: &str) -> anyhow::Error {
             .to_owned(),
         ref e => e.to_string(),
     };
-    let result: anyhow::Result<()> = Err(anyhow!("{doing} on ZooKeeper at {hosts}: {why}"));
+    let result: error::Result<()> = Err(error!("{doing} on ZooKeeper at {hosts}: {why}"));
     let result = if is_unavailable(&e) {
-        result.fail_with(Failure::BackendUnavailable)
+        result.unavailable()
     } else {
         result
     };
@@ -124,7 +124,7 @@ impl Session {
         session_timeout: Duration,
         connect_timeout: Duration,
         stop: &Stop,
-    ) -> anyhow::Result<Session> {
+    ) -> error::Result<Session> {
         let hosts = url.hosts();
         let runtime = Session::runtime()?;
         let ended = frames::ended_unanswered();
@@ -139,16 +139,16 @@ impl Session {
             .map_err(|e| {
                 let within = dlock_core::text::duration(connect_timeout);
                 if frames::ended_unanswered() > ended {
-                    anyhow!(
+                    error!(
                         "ZooKeeper at {hosts} ended every connection before answering within \
                          {within}: it is at its cap of connections from one host \
                          (maxClientCnxns, 60 by default)"
                     )
                 } else {
-                    anyhow!("cannot reach ZooKeeper at {hosts} within {within}: {e}")
+                    error!("cannot reach ZooKeeper at {hosts} within {within}: {e}")
                 }
             })
-            .fail_with(Failure::BackendUnavailable)?;
+            .unavailable()?;
         Ok(Session::with(url, runtime, client))
     }
 
@@ -161,7 +161,7 @@ impl Session {
         connect_timeout: Duration,
         stop: &Stop,
         waiting: &Waiting,
-    ) -> anyhow::Result<Option<Session>> {
+    ) -> error::Result<Option<Session>> {
         let runtime = Session::runtime()?;
         // Each round ends at `connect_timeout` or at the cancellation, which ends the loop.
         loop {
@@ -172,8 +172,8 @@ impl Session {
             match runtime.block_on(attempt) {
                 Ok(client) => return Ok(Some(Session::with(url, runtime, client))),
                 Err(e @ (zk::Error::AuthFailed | zk::Error::BadArguments(_))) => {
-                    return Err(anyhow!("cannot use ZooKeeper at {}: {e}", url.hosts()))
-                        .fail_with(Failure::BackendUnavailable)
+                    return Err(error!("cannot use ZooKeeper at {}: {e}", url.hosts()))
+                        .unavailable()
                 }
                 Err(_) => {}
             }
@@ -182,7 +182,7 @@ impl Session {
 
     /// The threads the client runs on: its tokio runtime and async-io's I/O thread, none of
     /// which takes a signal.
-    fn runtime() -> anyhow::Result<blocking::Runtime> {
+    fn runtime() -> error::Result<blocking::Runtime> {
         start_the_io_thread();
         // One worker: the session's own task must run while every dlock thread is blocked elsewhere
         // (a current-thread runtime would only run it inside block_on).
@@ -224,7 +224,7 @@ impl Session {
     }
 
     /// The children of `path`, none when it does not exist.
-    pub(super) async fn children(&self, path: &str) -> anyhow::Result<Vec<String>> {
+    pub(super) async fn children(&self, path: &str) -> error::Result<Vec<String>> {
         match retrying(|| self.client().list_children(path)).await {
             Ok(children) => Ok(children),
             Err(zk::Error::NoNode) => Ok(vec![]),
@@ -281,7 +281,7 @@ impl Session {
         }
     }
 
-    pub(super) fn fail(&self, e: zk::Error, doing: &str) -> anyhow::Error {
+    pub(super) fn fail(&self, e: zk::Error, doing: &str) -> error::Error {
         // A request can fail with "session expired" before the client's own state says so (the
         // ensemble unreachable, the client gave up on it): remember it for `is_over`.
         if matches!(e, zk::Error::SessionExpired) {

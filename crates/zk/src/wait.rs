@@ -4,7 +4,8 @@
 
 use std::future::Future;
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use zookeeper_client as zk;
 
 use super::acquisition::{Acquisition, Outcome};
@@ -19,7 +20,6 @@ use super::session::{cancellable, is_connection_loss, is_terminal, retrying, sto
 use super::CLEANUP_TIMEOUT;
 use dlock_core::backend::stop::Stop;
 use dlock_core::backend::{Waiting, LEAVE_WITHIN};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{Ending, Token};
 
 /// What arming a data watch gives: the node's data, its stat and the watch.
@@ -98,7 +98,7 @@ impl Acquisition {
         mut listing: Vec<String>,
         waiting: Option<&Waiting>,
         mut clock: EnsembleClock,
-    ) -> anyhow::Result<Outcome> {
+    ) -> error::Result<Outcome> {
         let own_path = self.path(node);
         // The watch on our own node that the lease needs, armed together with a listing when we can.
         let mut own: Option<zk::OneshotWatcher> = None;
@@ -201,14 +201,14 @@ impl Acquisition {
 
     /// Where our node stands in `listing`: it owns the lock, or what it waits for.
     /// What our node waits for, and how many waiters are in line before it.
-    fn judge(&self, listing: &[String], node: &str) -> anyhow::Result<(Verdict, usize)> {
+    fn judge(&self, listing: &[String], node: &str) -> error::Result<(Verdict, usize)> {
         let queue = queue(listing);
         let Some(me) = queue.iter().position(|c| c.name == node) else {
-            return Err(anyhow!(
+            return Err(error!(
                 "our node {} vanished while waiting (dlock release --force, or the session expired)",
                 self.path(node)
             ))
-            .fail_with(Failure::BackendUnavailable);
+            .unavailable();
         };
         let ahead = (0..me)
             .filter(|&i| verdict(&queue, i, self.limit) != Verdict::Owns)
@@ -222,7 +222,7 @@ impl Acquisition {
         &self,
         own_path: &str,
         armed_before: Option<zk::OneshotWatcher>,
-    ) -> anyhow::Result<Option<zk::OneshotWatcher>> {
+    ) -> error::Result<Option<zk::OneshotWatcher>> {
         if armed_before.is_some() {
             return Ok(armed_before);
         }
@@ -232,16 +232,16 @@ impl Acquisition {
 
     /// The watch the lease needs on our node's companion, with its path, if it has one. Without
     /// its companion our node would hold the lock unseen by Curator's read-write lock: an error.
-    async fn watch_companion(&self) -> anyhow::Result<Option<(String, zk::OneshotWatcher)>> {
+    async fn watch_companion(&self) -> error::Result<Option<(String, zk::OneshotWatcher)>> {
         let Some(path) = self.companion_path() else {
             return Ok(None);
         };
         match self.watch_own(&path, None).await? {
             Some(watcher) => Ok(Some((path, watcher))),
-            None => Err(anyhow!(
+            None => Err(error!(
                 "our node {path} vanished while waiting (dlock release --force, or the session expired)"
             ))
-            .fail_with(Failure::BackendUnavailable),
+            .unavailable(),
         }
     }
 
@@ -251,7 +251,7 @@ impl Acquisition {
         &self,
         arming: impl Future<Output = Result<Watched, zk::Error>>,
         path: &str,
-    ) -> anyhow::Result<Option<zk::OneshotWatcher>> {
+    ) -> error::Result<Option<zk::OneshotWatcher>> {
         let result = match arming.await {
             Err(e) if is_connection_loss(&e) => {
                 retrying(|| self.client().get_and_watch_data(path)).await
@@ -263,7 +263,7 @@ impl Acquisition {
 
     /// A watch on the directory's children (a seat waits for any of the holders), with the
     /// listing it was armed with.
-    async fn watch_children(&self) -> anyhow::Result<(Vec<String>, zk::OneshotWatcher)> {
+    async fn watch_children(&self) -> error::Result<(Vec<String>, zk::OneshotWatcher)> {
         retrying(|| self.client().list_and_watch_children(&self.dir))
             .await
             .map_err(|e| self.fail(e, &format!("cannot watch {}", self.dir)))
@@ -275,7 +275,7 @@ impl Acquisition {
         &self,
         own_path: &str,
         own: &mut Option<zk::OneshotWatcher>,
-    ) -> anyhow::Result<Vec<String>> {
+    ) -> error::Result<Vec<String>> {
         let arming = own
             .is_none()
             .then(|| self.client().get_and_watch_data(own_path));
@@ -293,7 +293,7 @@ async fn fires(
     watcher: zk::OneshotWatcher,
     waiting: &Waiting,
     until: Option<std::time::Instant>,
-) -> anyhow::Result<bool> {
+) -> error::Result<bool> {
     let changed = async {
         match until {
             // A kept node ends without an event: look again then.
@@ -310,11 +310,11 @@ async fn fires(
         return Ok(true);
     };
     if event.event_type == zk::EventType::Session && is_terminal(event.session_state) {
-        return Err(anyhow!(
+        return Err(error!(
             "ZooKeeper session ended ({}) while waiting",
             event.session_state
         ))
-        .fail_with(Failure::BackendUnavailable);
+        .unavailable();
     }
     Ok(true)
 }

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use anyhow::anyhow;
+use crate::error;
+use crate::error::FailAs;
 
-use crate::exit::{FailWith, Failure};
 use crate::lock::LockName;
 
 /// Most tries of a compare-and-set change that others' changes keep beating: each lost try means
@@ -21,7 +21,7 @@ const MAX_SWAPS: usize = 100;
 /// plain text the store never interprets (supervise/group.rs reads and writes it).
 pub trait GroupRecords {
     /// The record of `name` as stored; `None` when there is none (an empty one is none too).
-    fn read(&self, name: &LockName) -> anyhow::Result<Option<String>>;
+    fn read(&self, name: &LockName) -> error::Result<Option<String>>;
 
     /// Replaces the record of `name` with what `change` makes of the one stored (`None`: there
     /// is none, or remove it), with no other update of it in between: under a lock, or as a
@@ -30,7 +30,7 @@ pub trait GroupRecords {
         &self,
         name: &LockName,
         change: &mut dyn FnMut(Option<&str>) -> Option<String>,
-    ) -> anyhow::Result<()>;
+    ) -> error::Result<()>;
 
     /// How often a holder reads its records to hear of a request to cancel it, which bounds how
     /// soon it hears when the store tells it nothing.
@@ -133,9 +133,9 @@ pub const POLL_WHILE_HEARING: Duration = Duration::from_secs(1);
 pub fn update_by_swaps<V>(
     record: &str,
     change: &mut dyn FnMut(Option<&str>) -> Option<String>,
-    mut read: impl FnMut() -> anyhow::Result<(Option<String>, V)>,
-    mut swap: impl FnMut(V, Option<&str>, Option<&str>) -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
+    mut read: impl FnMut() -> error::Result<(Option<String>, V)>,
+    mut swap: impl FnMut(V, Option<&str>, Option<&str>) -> error::Result<bool>,
+) -> error::Result<()> {
     for _ in 0..MAX_SWAPS {
         let (old, version) = read()?;
         let new = change(old.as_deref());
@@ -143,7 +143,7 @@ pub fn update_by_swaps<V>(
             return Ok(());
         }
     }
-    Err(anyhow!("{record} kept changing under this dlock")).fail_with(Failure::BackendUnavailable)
+    Err(error!("{record} kept changing under this dlock")).unavailable()
 }
 
 #[cfg(test)]
@@ -211,7 +211,7 @@ mod tests {
     #[test]
     fn no_change_writes_nothing_and_endless_beating_is_an_outage() {
         let mut same = |old: Option<&str>| old.map(str::to_owned);
-        let never = |_: (), _: Option<&str>, _: Option<&str>| -> anyhow::Result<bool> {
+        let never = |_: (), _: Option<&str>, _: Option<&str>| -> error::Result<bool> {
             panic!("nothing to write")
         };
         update_by_swaps("r", &mut same, || Ok((Some("x".into()), ())), never).unwrap();

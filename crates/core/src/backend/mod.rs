@@ -3,6 +3,7 @@
 //! nothing outside that crate knows how it keeps a lock. The command's registry (src/backend.rs)
 //! describes each store once and opens it.
 
+use crate::error;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,7 +68,7 @@ pub trait Backend: Send {
     /// One attempt, never waiting: the lock, or who holds it. A busy attempt leaves nothing
     /// behind in the store or in the backend (no place in a queue, no node, no subscription). For
     /// `--no-wait`, and for the first tries of several names.
-    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt>;
+    fn try_acquire(&self, request: &LockRequest) -> error::Result<Attempt>;
 
     /// Wait until the lock is acquired, or `waiting` is cancelled (`Ok(None)`). Makes its first
     /// attempt at once, so a free lock costs what `try_acquire` costs, and takes its place in line
@@ -82,28 +83,28 @@ pub trait Backend: Send {
         &self,
         request: &LockRequest,
         waiting: &Waiting,
-    ) -> anyhow::Result<Option<Box<dyn Lease>>>;
+    ) -> error::Result<Option<Box<dyn Lease>>>;
 
     /// Who holds `name` now (an empty list: free).
-    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus>;
+    fn status(&self, name: &LockName) -> error::Result<LockStatus>;
 
     /// Every lock currently held whose name starts with `prefix`, sorted by name, and the entries
     /// of the store that could not be read as locks.
-    fn list(&self, prefix: &str) -> anyhow::Result<Listing>;
+    fn list(&self, prefix: &str) -> error::Result<Listing>;
 
     /// What the store keeps of `name`'s runs: the last run and the last that succeeded (see
     /// lock/last_run.rs for the rules every store follows when it writes them).
-    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns>;
+    fn last_runs(&self, name: &LockName) -> error::Result<LastRuns>;
 
     /// Every lock whose name starts with `prefix` and of which the store keeps a last run or a
     /// last success, held or free, sorted by name, each with what `last_runs` says of it (records
     /// that expired are left out). At most `MAX_LISTED_RUNS` names, and whether there were more;
     /// what the store keeps under a name that is no lock's is left out too (see `runs_of`).
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<RunsFound>;
+    fn list_runs(&self, prefix: &str) -> error::Result<RunsFound>;
 
     /// Break the lock for every holder (an operator cleaning up after a dead one). Returns the holders
     /// removed. Each removed holder's dlock notices at its next renewal and treats the lock as lost.
-    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>>;
+    fn force_release(&self, name: &LockName) -> error::Result<Vec<Holder>>;
 
     /// Where the store keeps each lock's concurrency group record (`run --supersede` and
     /// `--cancel-in-progress`, see lock/group.rs), or `None` for a store that keeps none: the
@@ -162,7 +163,7 @@ pub trait Lease: Send {
     /// meanwhile) means the command may not have held it to its end. An error: the backend could
     /// not be told, and cannot say. `end` says how the run ended, which the store records in the
     /// same round trip where it can, and whether `--min-hold` keeps the lock taken.
-    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released>;
+    fn release(self: Box<Self>, end: &RunEnd) -> error::Result<Released>;
 }
 
 /// What a release found.
@@ -243,8 +244,8 @@ pub struct RunsFound {
 pub fn runs_of(
     prefix: &str,
     mut names: Vec<LockName>,
-    read: impl Fn(&LockName) -> anyhow::Result<LastRuns>,
-) -> anyhow::Result<RunsFound> {
+    read: impl Fn(&LockName) -> error::Result<LastRuns>,
+) -> error::Result<RunsFound> {
     names.retain(|name| name.as_str().starts_with(prefix));
     names.sort();
     names.dedup();

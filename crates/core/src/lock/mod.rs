@@ -9,6 +9,7 @@ pub mod last_run;
 mod plain;
 mod tree;
 
+use crate::error;
 use std::fmt;
 use std::time::Duration;
 
@@ -151,9 +152,9 @@ pub struct LockRequest {
 }
 
 /// A new random 128-bit owner id in hex.
-pub fn new_owner_id() -> anyhow::Result<String> {
+pub fn new_owner_id() -> error::Result<String> {
     let mut bytes = [0u8; 16];
-    random_bytes(&mut bytes).map_err(|e| anyhow::anyhow!("cannot get random bytes: {e}"))?;
+    random_bytes(&mut bytes).map_err(|e| error!("cannot get random bytes: {e}"))?;
     Ok(crate::text::hex(&bytes))
 }
 

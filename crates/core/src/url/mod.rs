@@ -5,7 +5,7 @@
 mod server;
 pub use server::{host_list, server, BadServer, Server};
 
-use anyhow::anyhow;
+use crate::error;
 
 use crate::text::percent_decode;
 
@@ -216,16 +216,16 @@ pub fn has_parameter(url: &str, key: &str) -> bool {
 
 /// `user:password` from a URL (percent-escaped), for `what` ("etcd URL") `shown` (redacted): not a
 /// word of either in a message, only what is wrong with them.
-pub fn user_password(userinfo: &str, what: &str, shown: &str) -> anyhow::Result<(String, String)> {
+pub fn user_password(userinfo: &str, what: &str, shown: &str) -> error::Result<(String, String)> {
     let (user, password) = userinfo
         .split_once(':')
-        .ok_or_else(|| anyhow!("{what} {shown:?}: credentials must be user:password"))?;
+        .ok_or_else(|| error!("{what} {shown:?}: credentials must be user:password"))?;
     let user = percent_decode(user)
-        .ok_or_else(|| anyhow!("{what} {shown:?}: bad percent escape in the user name"))?;
+        .ok_or_else(|| error!("{what} {shown:?}: bad percent escape in the user name"))?;
     let password = percent_decode(password)
-        .ok_or_else(|| anyhow!("{what} {shown:?}: bad percent escape in the password"))?;
+        .ok_or_else(|| error!("{what} {shown:?}: bad percent escape in the password"))?;
     if user.is_empty() {
-        return Err(anyhow!("{what} {shown:?}: the user name is empty"));
+        return Err(error!("{what} {shown:?}: the user name is empty"));
     }
     Ok((user, password))
 }

@@ -1,18 +1,18 @@
 //! The servers of a URL: `host:port`, `host` or `[v6]:port`, alone or in a comma-separated list
 //! (ZooKeeper's and etcd's), as every backend reads them.
 
-use anyhow::anyhow;
+use crate::error;
 
 /// The servers of an `etcd://` or `zk://` URL, `host:port[,host:port...]`: each as `server`
 /// reads it, as `host:port`. A message names the host it refuses (never the credentials, which the
 /// caller has taken off).
-pub fn host_list(hosts: &str, default_port: u16) -> anyhow::Result<Vec<String>> {
+pub fn host_list(hosts: &str, default_port: u16) -> error::Result<Vec<String>> {
     hosts
         .split(',')
         .map(|h| {
             server(h, Some(default_port))
                 .map(|s| s.to_string())
-                .map_err(|bad| anyhow!("{}", bad.words(h)))
+                .map_err(|bad| error!("{}", bad.words(h)))
         })
         .collect()
 }

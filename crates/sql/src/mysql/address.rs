@@ -1,9 +1,9 @@
 //! The `mysql://` URL: what dlock reads from it (TLS, the table prefix) and the client options it
 //! makes of it. Messages show it only through `dlock_core::url::redact`.
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::text::percent_decode;
 use dlock_core::url::{redact, server, BadServer, Server};
 
@@ -32,9 +32,9 @@ pub struct MyUrl {
 }
 
 impl MyUrl {
-    pub fn parse(url: &str) -> anyhow::Result<MyUrl> {
+    pub fn parse(url: &str) -> error::Result<MyUrl> {
         let shown = redact(url);
-        let usage = |why: String| Err(anyhow!("{why}")).fail_with(Failure::Usage);
+        let usage = |why: String| Err(error!("{why}")).usage();
         // MariaDB's own name for the same server.
         let rest = url
             .strip_prefix("mysql://")
@@ -59,11 +59,11 @@ impl MyUrl {
                 };
                 let decode = |s: &str| {
                     percent_decode(s).ok_or_else(|| {
-                        anyhow!("MySQL URL {shown}: the user or password is not valid %-encoding")
+                        error!("MySQL URL {shown}: the user or password is not valid %-encoding")
                     })
                 };
-                let user = decode(u).fail_with(Failure::Usage)?;
-                let password = p.map(decode).transpose().fail_with(Failure::Usage)?;
+                let user = decode(u).usage()?;
+                let password = p.map(decode).transpose().usage()?;
                 ((!user.is_empty()).then_some(user), password)
             }
         };
@@ -87,8 +87,8 @@ impl MyUrl {
             ));
         }
         let database = percent_decode(database)
-            .ok_or_else(|| anyhow!("MySQL URL {shown}: the database is not valid %-encoding"))
-            .fail_with(Failure::Usage)?;
+            .ok_or_else(|| error!("MySQL URL {shown}: the database is not valid %-encoding"))
+            .usage()?;
         let mut tls = Tls::Off;
         let mut ssl_ca = None;
         let mut prefix = DEFAULT_PREFIX.to_owned();
@@ -112,8 +112,8 @@ impl MyUrl {
                 "ssl-ca" | "ssl_ca" => {
                     let path = percent_decode(value)
                         .filter(|p| !p.is_empty())
-                        .ok_or_else(|| anyhow!("MySQL URL {shown}: ssl-ca needs a file"))
-                        .fail_with(Failure::Usage)?;
+                        .ok_or_else(|| error!("MySQL URL {shown}: ssl-ca needs a file"))
+                        .usage()?;
                     ssl_ca = Some(path);
                 }
                 "prefix" => prefix = table_prefix(&format!("MySQL URL {shown}"), value)?,

@@ -11,7 +11,8 @@
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use mysql::prelude::Queryable;
 
 use super::address::{MyUrl, Tls};
@@ -19,7 +20,6 @@ use super::dial::{connect_within, NotMade};
 use crate::fault::{connect_while_full, Budget};
 use dlock_core::backend::stop::{Stop, INTERRUPTED};
 use dlock_core::backend::watch::{Cut, Socket, Watched, MAX_GROWTH};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::report::{connection_failure, connection_words};
 use dlock_sys::blocking;
 
@@ -411,13 +411,13 @@ impl Conn {
     }
 
     /// The error for a failed call, naming the server, tagged backend-unavailable.
-    pub fn error(&self, f: Fault) -> anyhow::Error {
+    pub fn error(&self, f: Fault) -> error::Error {
         f.into_error("mysql", &self.url.shown)
     }
 
     /// Creates the tables and procedures (`schema.sql`) under a named lock. A user without the
     /// right to gets the statement an administrator must run once.
-    fn create_schema(&mut self) -> anyhow::Result<()> {
+    fn create_schema(&mut self) -> error::Result<()> {
         let prefix = self.url.prefix.clone();
         let schema = crate::runs::fill(&SCHEMA.replace("{p}", &prefix));
         let key = format!("{prefix}schema");
@@ -449,14 +449,14 @@ impl Conn {
                         Some(format!("'{name}'@'{host}'"))
                     })
                     .unwrap_or_else(|| "<user>".into());
-                Err(anyhow!(
+                Err(error!(
                     "mysql at {}: cannot create dlock's tables and procedures ({prefix}locks, \
                      {prefix}tokens, {prefix}queue, {prefix}runs, {prefix}acquire_v6...): \
                      {message}; an \
                      administrator must run once: GRANT {rights} ON `{database}`.* TO {user}",
                     self.url.shown,
                 ))
-                .fail_with(Failure::BackendUnavailable)
+                .unavailable()
             }
             Err(f) => Err(self.error(f).context("cannot create dlock's tables")),
         }

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
+use dlock_core::error;
+use dlock_core::error::Context;
 
 use super::connection::lock;
 use super::MyBackend;
@@ -15,7 +16,7 @@ use dlock_core::lock::LockName;
 const POLL_EVERY: Duration = Duration::from_millis(100);
 
 impl GroupRecords for MyBackend {
-    fn read(&self, name: &LockName) -> anyhow::Result<Option<String>> {
+    fn read(&self, name: &LockName) -> error::Result<Option<String>> {
         let mut conn = lock(&self.conn);
         self.recipe
             .group_read(&mut conn, name)
@@ -27,7 +28,7 @@ impl GroupRecords for MyBackend {
         &self,
         name: &LockName,
         change: &mut dyn FnMut(Option<&str>) -> Option<String>,
-    ) -> anyhow::Result<()> {
+    ) -> error::Result<()> {
         // Nothing is written for an unchanged record, which MySQL would count as no row changed:
         // a swap lost.
         let record = format!("the group record of lock {:?}", name.as_str());

@@ -1,6 +1,7 @@
 //! A held lock: its row in `<prefix>locks`, renewed every ttl/3 by the server's clock (see
 //! `sql::lease`), and its lock key, held by the connection's session for whoever waits behind it.
 
+use dlock_core::error;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,7 +69,7 @@ impl Lease for MyLease {
         })
     }
 
-    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
+    fn release(self: Box<Self>, end: &RunEnd) -> error::Result<Released> {
         let mut conn = lock(&self.conn);
         let ended = (self.run.as_ref(), end);
         match self

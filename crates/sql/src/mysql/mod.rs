@@ -43,14 +43,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use anyhow::Context;
+use dlock_core::error;
+use dlock_core::error::{Context, FailAs};
 
 use crate::record::unreadable_name;
 use crate::wait::connection_for_wait;
 use address::MyUrl;
 use connection::{lock, Conn, Fault, Shared};
 use dlock_core::backend::{Attempt, Backend, BackendConfig, Lease, Listing, LockStatus, Waiting};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::lock::{host_name, Holder, LastRuns, LockName, LockRequest, Waiter};
 use lease::MyLease;
 use recipe::{Me, Recipe, Reply};
@@ -79,14 +79,11 @@ pub struct MyBackend {
 }
 
 impl MyBackend {
-    pub fn open(config: &BackendConfig) -> anyhow::Result<MyBackend> {
+    pub fn open(config: &BackendConfig) -> error::Result<MyBackend> {
         let url = match config.urls.as_slice() {
             [] => DEFAULT_URL,
             [url] => url.as_str(),
-            _ => {
-                return Err(anyhow::anyhow!("the mysql backend takes one --url"))
-                    .fail_with(Failure::Usage)
-            }
+            _ => return Err(error!("the mysql backend takes one --url")).usage(),
         };
         let url = Arc::new(MyUrl::parse(url)?);
         Ok(MyBackend {
@@ -111,7 +108,7 @@ impl MyBackend {
         name: &str,
         exact: bool,
         waiting: bool,
-    ) -> anyhow::Result<Vec<(String, Holder)>> {
+    ) -> error::Result<Vec<(String, Holder)>> {
         let mut conn = lock(&self.conn);
         self.recipe
             .entries(&mut conn, name, exact, waiting)
@@ -121,7 +118,7 @@ impl MyBackend {
     /// The waiters, as `entries` has them; none where this user may not read the line (granted
     /// only what an older dlock needed, or unable to add the waiters' columns to an older
     /// dlock's table): `status` and `list` still answer, without the line.
-    fn waiters(&self, name: &str, exact: bool) -> anyhow::Result<Option<Vec<(String, Holder)>>> {
+    fn waiters(&self, name: &str, exact: bool) -> error::Result<Option<Vec<(String, Holder)>>> {
         let mut conn = lock(&self.conn);
         match self.recipe.entries(&mut conn, name, exact, true) {
             Ok(waiters) => Ok(Some(waiters)),
@@ -153,7 +150,7 @@ impl Backend for MyBackend {
 
     /// One attempt; a busy one leaves nothing behind (`acquire` takes its place in line with its
     /// own first attempt).
-    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+    fn try_acquire(&self, request: &LockRequest) -> error::Result<Attempt> {
         let ctx = || format!("cannot acquire lock {:?}", request.name.as_str());
         let mut conn = lock(&self.conn);
         conn.fit_ttl(request.ttl);
@@ -190,14 +187,14 @@ impl Backend for MyBackend {
         &self,
         request: &LockRequest,
         waiting: &Waiting,
-    ) -> anyhow::Result<Option<Box<dyn Lease>>> {
+    ) -> error::Result<Option<Box<dyn Lease>>> {
         let conn = connection_for_wait(&self.conn, || {
             Ok(Conn::new(self.url.clone(), self.connect_timeout).stopping(self.stop.clone()))
         })?;
         wait::wait(&conn, &self.recipe, &self.me, request, waiting)
     }
 
-    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+    fn status(&self, name: &LockName) -> error::Result<LockStatus> {
         let ctx = || format!("cannot read lock {:?}", name.as_str());
         let holders = self.entries(name.as_str(), true, false).with_context(ctx)?;
         let waiters = self.waiters(name.as_str(), true).with_context(ctx)?;
@@ -205,7 +202,7 @@ impl Backend for MyBackend {
         Ok(self.status_of(name.clone(), only(holders), waiters.map(only)))
     }
 
-    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+    fn list(&self, prefix: &str) -> error::Result<Listing> {
         {
             // Housekeeping: a refusal (no right) leaves the rows, which nobody sees; a server
             // that cannot be reached is the listing's failure.
@@ -247,7 +244,7 @@ impl Backend for MyBackend {
         Ok(listing)
     }
 
-    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+    fn last_runs(&self, name: &LockName) -> error::Result<LastRuns> {
         let mut conn = lock(&self.conn);
         self.recipe
             .last_runs(&mut conn, name)
@@ -255,7 +252,7 @@ impl Backend for MyBackend {
             .with_context(|| format!("cannot read the last runs of lock {:?}", name.as_str()))
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> error::Result<dlock_core::backend::RunsFound> {
         let names = {
             let mut conn = lock(&self.conn);
             self.recipe
@@ -271,7 +268,7 @@ impl Backend for MyBackend {
         dlock_core::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
-    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+    fn force_release(&self, name: &LockName) -> error::Result<Vec<Holder>> {
         let mut conn = lock(&self.conn);
         self.recipe
             .break_lock(&mut conn, name)

@@ -20,6 +20,7 @@
 //! holder kept only by `--min-hold` after its command ended (its key freed with its release): the
 //! server says so, and how long it is kept, and the waiter sleeps until then.
 
+use dlock_core::error;
 use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,7 +40,7 @@ pub fn wait(
     me: &Me,
     request: &LockRequest,
     waiting: &Waiting,
-) -> anyhow::Result<Option<Box<dyn Lease>>> {
+) -> error::Result<Option<Box<dyn Lease>>> {
     let mut ticket: Option<i64> = None;
     let mut tries = Tries::new("mysql");
     // The key the last wait found free: named again by the next attempt, it is not held by its

@@ -3,9 +3,9 @@
 
 use std::str::FromStr;
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 
-use dlock_core::exit::{FailWith, Failure};
 use dlock_core::url::redact;
 
 pub use crate::address::Tls;
@@ -26,9 +26,9 @@ pub struct PgUrl {
 }
 
 impl PgUrl {
-    pub fn parse(url: &str) -> anyhow::Result<PgUrl> {
+    pub fn parse(url: &str) -> error::Result<PgUrl> {
         let shown = redact(url);
-        let usage = |why: String| Err(anyhow!("{why}")).fail_with(Failure::Usage);
+        let usage = |why: String| Err(error!("{why}")).usage();
         let Some(rest) = url
             .strip_prefix("postgres://")
             .or_else(|| url.strip_prefix("postgresql://"))
@@ -84,8 +84,8 @@ impl PgUrl {
         }
         // The library's message names the option, never its value.
         let config = tokio_postgres::Config::from_str(&library_url)
-            .map_err(|e| anyhow!("cannot read PostgreSQL URL {shown}: {e}"))
-            .fail_with(Failure::Usage)?;
+            .map_err(|e| error!("cannot read PostgreSQL URL {shown}: {e}"))
+            .usage()?;
         match config.get_hosts() {
             [tokio_postgres::config::Host::Tcp(_)] => {}
             [] => return usage(format!("PostgreSQL URL {shown} names no host")),
@@ -150,11 +150,7 @@ mod tests {
             let e = PgUrl::parse(url).err().expect(url);
             let text = format!("{e:#}");
             assert!(!text.contains("SECRET"), "{text}");
-            assert_eq!(
-                dlock_core::exit::status_of(&e),
-                dlock_core::exit::Status::Usage,
-                "{text}"
-            );
+            assert!(matches!(e, error::Error::Usage(_)), "{text}");
         }
     }
 

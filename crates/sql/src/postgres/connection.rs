@@ -12,7 +12,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use anyhow::anyhow;
+use dlock_core::error;
+use dlock_core::error::FailAs;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Client, Notification};
@@ -22,7 +23,6 @@ use super::tls::client_config;
 use super::wire;
 use crate::fault::{connect_while_full, Budget};
 use dlock_core::backend::stop::{Stop, INTERRUPTED, STOPPED};
-use dlock_core::exit::{FailWith, Failure};
 use dlock_sys::blocking;
 
 /// The tables and functions, `{p}` standing for the prefix.
@@ -230,9 +230,9 @@ fn read_messages<S, T>(
 }
 
 impl Conn {
-    pub fn new(url: Arc<PgUrl>, connect_timeout: Duration) -> anyhow::Result<Conn> {
+    pub fn new(url: Arc<PgUrl>, connect_timeout: Duration) -> error::Result<Conn> {
         let runtime = blocking::runtime(None)
-            .map_err(|e| anyhow!("cannot start the PostgreSQL client: {e}"))?;
+            .map_err(|e| error!("cannot start the PostgreSQL client: {e}"))?;
         Ok(Conn {
             runtime,
             url,
@@ -426,22 +426,22 @@ impl Conn {
     }
 
     /// The error for a failed call, naming the server.
-    pub fn error(&self, f: Fault) -> anyhow::Error {
+    pub fn error(&self, f: Fault) -> error::Error {
         f.into_error("postgres", &self.url.shown)
     }
 
     /// Creates the tables and functions (`schema.sql`), in one transaction under an advisory
     /// lock. A user without the right to gets the statement an administrator must run once.
-    fn create_schema(&mut self, budget: Duration) -> anyhow::Result<()> {
+    fn create_schema(&mut self, budget: Duration) -> error::Result<()> {
         // READ COMMITTED as every statement of dlock's (see `recipe::read_committed`): under
         // SERIALIZABLE, a dlock that waited for the advisory lock would go on with a snapshot
         // from before the tables were made.
         let Some(schema) = self.schema.as_ref().map(|(_, s)| s.quoted.clone()) else {
-            return Err(anyhow!(
+            return Err(error!(
                 "postgres at {}: cannot create dlock's tables: no schema was found",
                 self.url.shown
             ))
-            .fail_with(Failure::BackendUnavailable);
+            .unavailable();
         };
         let sql = format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
@@ -468,13 +468,13 @@ impl Conn {
                     .and_then(|row| row.try_get::<_, String>(0).ok())
                     .unwrap_or_else(|| "<user>".into());
                 let grant = format!("GRANT CREATE ON SCHEMA {schema} TO {user}");
-                Err(anyhow!(
+                Err(error!(
                     "postgres at {}: cannot create dlock's tables ({p}locks, {p}tokens, {p}queue, \
                      {p}runs): {message}; an administrator must run once: {grant}",
                     self.url.shown,
                     p = self.url.prefix,
                 ))
-                .fail_with(Failure::BackendUnavailable)
+                .unavailable()
             }
             Err(f) => Err(self.error(f).context("cannot create dlock's tables")),
         }

@@ -12,7 +12,8 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
+use dlock_core::error;
+use dlock_core::error::Context;
 
 use super::connection::{lock, Conn};
 use super::PgBackend;
@@ -28,7 +29,7 @@ const POLL_EVERY: Duration = Duration::from_millis(100);
 const LISTEN_SLICE: Duration = Duration::from_millis(500);
 
 impl GroupRecords for PgBackend {
-    fn read(&self, name: &LockName) -> anyhow::Result<Option<String>> {
+    fn read(&self, name: &LockName) -> error::Result<Option<String>> {
         let mut conn = lock(&self.conn);
         let budget = conn.connect_timeout();
         self.recipe
@@ -41,7 +42,7 @@ impl GroupRecords for PgBackend {
         &self,
         name: &LockName,
         change: &mut dyn FnMut(Option<&str>) -> Option<String>,
-    ) -> anyhow::Result<()> {
+    ) -> error::Result<()> {
         let record = format!("the group record of lock {:?}", name.as_str());
         let read = || Ok((self.read(name)?, ()));
         update_by_swaps(&record, change, read, |(), old, new| {

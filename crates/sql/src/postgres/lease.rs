@@ -1,6 +1,7 @@
 //! A held lock: its row in `<prefix>locks`, renewed every ttl/3 by the server's clock (see
 //! `sql::lease`); one taken with `--min-hold` is let go rather than deleted at its release.
 
+use dlock_core::error;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -88,7 +89,7 @@ impl Lease for PgLease {
         })
     }
 
-    fn release(self: Box<Self>, end: &RunEnd) -> anyhow::Result<Released> {
+    fn release(self: Box<Self>, end: &RunEnd) -> error::Result<Released> {
         let ended = (self.run.as_ref(), end);
         let mut conn = lock(&self.conn);
         let lost = self.renewing.is_lost();

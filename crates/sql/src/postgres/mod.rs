@@ -57,7 +57,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use anyhow::Context;
+use dlock_core::error;
+use dlock_core::error::{Context, FailAs};
 
 use crate::record::unreadable_name;
 use crate::wait::connection_for_wait;
@@ -95,15 +96,13 @@ pub struct PgBackend {
 }
 
 impl PgBackend {
-    pub fn open(config: &BackendConfig) -> anyhow::Result<PgBackend> {
+    pub fn open(config: &BackendConfig) -> error::Result<PgBackend> {
         let url = match config.urls.as_slice() {
             [] => DEFAULT_URL,
             [url] => url.as_str(),
             _ => {
-                return Err(anyhow::anyhow!("the postgres backend takes one --url")).map_err(|e| {
-                    use dlock_core::exit::{FailWith, Failure};
-                    Err::<(), _>(e).fail_with(Failure::Usage).unwrap_err()
-                })
+                return Err(error!("the postgres backend takes one --url"))
+                    .map_err(|e| Err::<(), _>(e).usage().unwrap_err())
             }
         };
         let url = Arc::new(PgUrl::parse(url)?);
@@ -123,7 +122,7 @@ impl PgBackend {
         })
     }
 
-    fn entries(&self, name: &str, exact: bool) -> anyhow::Result<Vec<Entry>> {
+    fn entries(&self, name: &str, exact: bool) -> error::Result<Vec<Entry>> {
         let mut conn = lock(&self.conn);
         let budget = conn.connect_timeout();
         self.recipe
@@ -158,7 +157,7 @@ impl Backend for PgBackend {
 
     /// One attempt; a busy one leaves nothing behind (`acquire` takes its place in line with its
     /// own first attempt).
-    fn try_acquire(&self, request: &LockRequest) -> anyhow::Result<Attempt> {
+    fn try_acquire(&self, request: &LockRequest) -> error::Result<Attempt> {
         let ctx = || format!("cannot acquire lock {:?}", request.name.as_str());
         let sent = std::time::Instant::now();
         let mut conn = lock(&self.conn);
@@ -195,7 +194,7 @@ impl Backend for PgBackend {
         &self,
         request: &LockRequest,
         waiting: &Waiting,
-    ) -> anyhow::Result<Option<Box<dyn Lease>>> {
+    ) -> error::Result<Option<Box<dyn Lease>>> {
         // A wait holds its connection while it listens and while each attempt runs (up to the
         // connect timeout).
         let conn = connection_for_wait(&self.conn, || {
@@ -204,14 +203,14 @@ impl Backend for PgBackend {
         wait::wait(&conn, &self.recipe, &self.me, request, waiting)
     }
 
-    fn status(&self, name: &LockName) -> anyhow::Result<LockStatus> {
+    fn status(&self, name: &LockName) -> error::Result<LockStatus> {
         let entries = self
             .entries(name.as_str(), true)
             .with_context(|| format!("cannot read lock {:?}", name.as_str()))?;
         Ok(self.status_of(name.clone(), entries))
     }
 
-    fn list(&self, prefix: &str) -> anyhow::Result<Listing> {
+    fn list(&self, prefix: &str) -> error::Result<Listing> {
         {
             // Housekeeping: a refusal (no right to delete) leaves the rows, which nobody sees; a
             // server that cannot be reached is the listing's failure.
@@ -242,7 +241,7 @@ impl Backend for PgBackend {
         Ok(listing)
     }
 
-    fn last_runs(&self, name: &LockName) -> anyhow::Result<LastRuns> {
+    fn last_runs(&self, name: &LockName) -> error::Result<LastRuns> {
         let mut conn = lock(&self.conn);
         let budget = conn.connect_timeout();
         self.recipe
@@ -251,7 +250,7 @@ impl Backend for PgBackend {
             .with_context(|| format!("cannot read the last runs of lock {:?}", name.as_str()))
     }
 
-    fn list_runs(&self, prefix: &str) -> anyhow::Result<dlock_core::backend::RunsFound> {
+    fn list_runs(&self, prefix: &str) -> error::Result<dlock_core::backend::RunsFound> {
         let names = {
             let mut conn = lock(&self.conn);
             let budget = conn.connect_timeout();
@@ -268,7 +267,7 @@ impl Backend for PgBackend {
         dlock_core::backend::runs_of(prefix, names, |name| self.last_runs(name))
     }
 
-    fn force_release(&self, name: &LockName) -> anyhow::Result<Vec<Holder>> {
+    fn force_release(&self, name: &LockName) -> error::Result<Vec<Holder>> {
         let mut conn = lock(&self.conn);
         let budget = conn.connect_timeout();
         self.recipe

@@ -3,6 +3,7 @@
 //! notifications the waiter sends nothing, except one re-check when the first holder's lease
 //! would run out or a third of its own ttl has passed (which also renews its place in line).
 
+use dlock_core::error;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +21,7 @@ pub fn wait(
     me: &Me,
     request: &LockRequest,
     waiting: &Waiting,
-) -> anyhow::Result<Option<Box<dyn Lease>>> {
+) -> error::Result<Option<Box<dyn Lease>>> {
     let channel = recipe.channel(&request.owner);
     let mut ticket: Option<i64> = None;
     let mut listening: Option<u64> = None;
