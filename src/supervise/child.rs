@@ -181,7 +181,12 @@ pub(super) fn supervise(
         .collect();
     let lost_by_the_end = release_all(held, &end, report);
     match why {
-        Some(Terminating::Lost) => return Ok(Status::LockLost),
+        Some(Terminating::Lost) => {
+            if let Some(member) = member {
+                member.abandon();
+            }
+            return Ok(Status::LockLost);
+        }
         Some(Terminating::Cancelled(by)) => {
             if let Some(member) = member {
                 member.cancelled(&by, &tokens);

@@ -290,6 +290,17 @@ impl Member {
         }
     }
 
+    /// The run lost its locks, most often because its store went out of reach: its marks are left
+    /// to expire, as a killed dlock's are, and neither a read under way on the watch's thread nor
+    /// a write that would wait on an unreachable store keeps dlock from exiting (a holder cut off
+    /// from its server once took 9 s more to exit after its command was stopped).
+    pub(super) fn abandon(&mut self) {
+        // Dropping the watch tells its thread to stop without waiting for it; the process's exit
+        // ends it if a read holds it up.
+        self.watch = None;
+        self.backend = None;
+    }
+
     /// While holding: who asked this holder to end, once the watch saw a request (never blocks).
     pub(super) fn cancel_asked(&mut self) -> Option<Asked> {
         let watch = self.watch.as_ref()?;

@@ -228,7 +228,9 @@ pub fn cancel_with_several_names_is_all_or_none(t: &Target) {
         matches!(yes.child.try_wait(), Ok(None)),
         "the holder of ma ended"
     );
-    drop(yes);
+    // Let go as a user would stop it (not SIGKILL, whose lease the asker would then wait out).
+    signal(yes.child.id(), libc::SIGTERM);
+    let _ = yes.finish(T);
     let (code, said) = asker.finish(T);
     assert_eq!(code, 0, "{said}");
 

@@ -23,6 +23,11 @@ const CUT_AFTER: [Duration; 4] = [
     Duration::from_millis(600),
 ];
 
+/// How long after the waiter's run the holder may still be exiting: it stopped its command
+/// before the waiter got in, and has nothing left to wait for (a cut-off `--cancel-in-progress`
+/// holder once took 9 s, waiting on a read of its group records).
+const EXIT_AFTER_THE_WAITER: Duration = Duration::from_secs(4);
+
 /// `t`'s arguments with its server reached through `relay` instead.
 fn through(t: &Target, relay: &Relay) -> Vec<String> {
     let server = format!("127.0.0.1:{}", t.ports[0]);
@@ -77,7 +82,12 @@ fn a_cut_off_holder_stops_its_command_before_a_waiter_starts(t: &Target, holder_
             ]),
             T,
         );
+        // The waiter got in after the holder's lease ended, when the holder had stopped its
+        // command and was exiting: nothing it does on the way out (a read of its group records
+        // hung on the cut) may wait on the server it cannot reach.
+        let waited_for_the_holder = std::time::Instant::now();
         let (held, holder_err) = holder.finish(T);
+        let exiting = waited_for_the_holder.elapsed();
         relay.thaw();
         let state = std::fs::read_to_string(&seen).unwrap_or_default();
         assert_eq!(code(&waiter), 0, "the waiter: {}", stderr(&waiter));
@@ -89,6 +99,11 @@ fn a_cut_off_holder_stops_its_command_before_a_waiter_starts(t: &Target, holder_
             state.trim()
         );
         assert_eq!(held, 79, "the cut-off holder lost its lock:\n{holder_err}");
+        assert!(
+            exiting < EXIT_AFTER_THE_WAITER,
+            "round {round}: the cut-off holder exited {exiting:?} after the waiter's run (it said:\n\
+             {holder_err})"
+        );
     }
 }
 
