@@ -35,34 +35,39 @@ fn sentinel_url(port: u16) -> String {
 /// What dlock runs against each fake: `list` asks a cluster seed for `CLUSTER SLOTS`.
 const COMMANDS: [&[&str]; 2] = [&["list"], &["run", "-n", "e", "--", "true"]];
 
-#[test]
-fn a_cluster_seed_answering_without_end_fails_within_the_budget_in_bounded_memory() {
-    for (what, header, unit) in ANSWERS {
-        for pace in [Pace::Flood, Pace::Units(Duration::from_millis(5))] {
+/// Every answer at every pace to every command, on `url`'s kind of server, each run on a fake
+/// server of its own (which takes only its first 10 connections). The slow answers each take the
+/// whole budget, so they run all at once; the floods, which cost CPU, one after another.
+fn every_answer_fails_within_the_budget(url: fn(u16) -> String) {
+    let one = |what: &str, header, unit, pace, args| {
+        let (port, _) = endless((header, unit), pace);
+        let cmd = dlock_on("redis", &url(port), "3s", args);
+        let what = format!("{what} {pace:?} {args:?}");
+        gives_up(&what, cmd, Duration::from_secs(6), &port.to_string());
+    };
+    std::thread::scope(|slow| {
+        for (what, header, unit) in ANSWERS {
             for args in COMMANDS {
-                // A server for each run: it takes only its first 10 connections.
-                let (port, _) = endless((header, unit), pace);
-                let cmd = dlock_on("redis", &cluster_url(port), "3s", args);
-                let what = format!("{what} {pace:?} {args:?}");
-                gives_up(&what, cmd, Duration::from_secs(6), &port.to_string());
+                let pace = Pace::Units(Duration::from_millis(5));
+                slow.spawn(move || one(what, header, unit, pace, args));
             }
         }
-    }
+        for (what, header, unit) in ANSWERS {
+            for args in COMMANDS {
+                one(what, header, unit, Pace::Flood, args);
+            }
+        }
+    });
+}
+
+#[test]
+fn a_cluster_seed_answering_without_end_fails_within_the_budget_in_bounded_memory() {
+    every_answer_fails_within_the_budget(cluster_url);
 }
 
 #[test]
 fn a_sentinel_answering_without_end_fails_within_the_budget_in_bounded_memory() {
-    for (what, header, unit) in ANSWERS {
-        for pace in [Pace::Flood, Pace::Units(Duration::from_millis(5))] {
-            for args in COMMANDS {
-                // A server for each run: it takes only its first 10 connections.
-                let (port, _) = endless((header, unit), pace);
-                let cmd = dlock_on("redis", &sentinel_url(port), "3s", args);
-                let what = format!("{what} {pace:?} {args:?}");
-                gives_up(&what, cmd, Duration::from_secs(6), &port.to_string());
-            }
-        }
-    }
+    every_answer_fails_within_the_budget(sentinel_url);
 }
 
 /// A stop signal ends a run soon while a seed's or a sentinel's answer keeps coming (with a
