@@ -1,5 +1,6 @@
-//! dlock's integration tests: one crate, driving the real binary. A backend's own tests are built
-//! with its feature; the rest assume the default build (every backend).
+//! dlock's integration tests: one crate, driving the real binary. A backend's own tests (in its
+//! folder, which every build compiles for its helpers) are built with its feature; the rest assume
+//! the default build (every backend).
 
 mod support;
 
@@ -9,7 +10,6 @@ mod contract;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod cron_fleet;
 mod docs_examples;
-#[cfg(feature = "etcd")]
 mod etcd;
 mod faults;
 mod features;
@@ -23,16 +23,13 @@ mod job_control;
 mod manual;
 mod many_waiters;
 mod messages;
-#[cfg(feature = "mysql")]
 mod mysql;
 mod nested;
 mod netfaults;
 mod newcomer;
 mod opensearch;
 mod output;
-#[cfg(feature = "postgres")]
 mod postgres;
-#[cfg(feature = "redis")]
 mod redis;
 mod run;
 mod seams;
@@ -40,5 +37,4 @@ mod seams;
 mod sql_last_runs;
 mod start;
 mod trusted_files;
-#[cfg(feature = "zk")]
 mod zk;
