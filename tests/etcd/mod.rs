@@ -13,6 +13,12 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+// What the rest of the suite uses of this store, in every build.
+#[cfg(feature = "etcd")]
+pub mod fake_server;
+pub mod server;
+pub mod store;
+
 #[cfg(feature = "etcd")]
 mod access;
 #[cfg(feature = "etcd")]
@@ -22,7 +28,7 @@ mod last_run;
 #[cfg(feature = "etcd")]
 mod secure;
 
-use crate::support::etcd_server::EtcdServer;
+use crate::etcd::server::EtcdServer;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
@@ -376,7 +382,7 @@ fn a_quiet_waiter_never_reads_who_holds_the_lock() {
 #[cfg(feature = "etcd")]
 #[test]
 fn etcd_pointed_at_a_redis_port_says_it_is_not_etcd_there() {
-    let redis = crate::support::redis_server::RedisServer::start();
+    let redis = crate::redis::server::RedisServer::start();
     let url = format!("etcd://127.0.0.1:{}", redis.port());
     let out = output_within(
         at(&url, &["run", "x", "--", "true"]),

@@ -5,6 +5,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
+// What the rest of the suite uses of this store, in every build.
+pub mod store;
+
 mod default_dir;
 mod entries;
 mod interop;

@@ -5,10 +5,14 @@
 // Its tests are built with the mysql feature only; without it, what they share goes unused.
 #![cfg_attr(not(feature = "mysql"), allow(dead_code, unused_imports))]
 
+// What the rest of the suite uses of this store, in every build.
+pub mod server;
+pub mod store;
+
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use crate::support::mysql_server::{MyServer, DATABASE, PASSWORD};
+use crate::mysql::server::{MyServer, DATABASE, PASSWORD};
 use crate::support::sql_server::Pausable;
 use crate::support::*;
 

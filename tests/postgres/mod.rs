@@ -10,6 +10,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+// What the rest of the suite uses of this store, in every build.
+pub mod pgbouncer;
+pub mod server;
+pub mod store;
+
 #[cfg(feature = "postgres")]
 mod late;
 #[cfg(feature = "postgres")]
@@ -19,7 +24,7 @@ mod pooler;
 #[cfg(feature = "postgres")]
 mod tls;
 
-use crate::support::pg_server::{PgServer, PASSWORD};
+use crate::postgres::server::{PgServer, PASSWORD};
 use crate::support::sql_server::Pausable;
 use crate::support::*;
 

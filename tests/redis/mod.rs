@@ -13,6 +13,15 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+// What the rest of the suite uses of this store, in every build.
+pub mod cluster_server;
+pub mod failover_case;
+pub mod sentinel_faults;
+pub mod sentinel_set;
+pub mod server;
+pub mod store;
+pub mod targets;
+
 #[cfg(feature = "redis")]
 mod access;
 #[cfg(feature = "redis")]
@@ -33,7 +42,7 @@ mod wrong_type;
 #[cfg(feature = "redis")]
 use waiting::queued;
 
-use crate::support::redis_server::{dlock_at, RedisServer};
+use crate::redis::server::{dlock_at, RedisServer};
 use crate::support::watched::Watched;
 use crate::support::*;
 

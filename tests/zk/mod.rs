@@ -16,6 +16,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+// What the rest of the suite uses of this store, in every build.
+pub mod server;
+pub mod store;
+
 #[cfg(feature = "zk")]
 mod access;
 #[cfg(feature = "zk")]
@@ -28,7 +32,7 @@ mod last_run;
 mod semaphores;
 
 use crate::support::relay::Relay;
-use crate::support::zk_server::ZkServer;
+use crate::zk::server::ZkServer;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
