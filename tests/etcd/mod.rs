@@ -4,6 +4,9 @@
 //! --force, hostile keys; interop with `etcdctl lock` both ways (interop.rs); passwords, bad
 //! addresses, every endpoint tried, what a busy try leaves, a restart (access.rs); the records of
 //! each lock's last run and last success, read raw (last_run.rs).
+//!
+//! Beside them, what the rest of the suite uses of etcd: its servers (server.rs; fake_server.rs, a
+//! fake one for the network faults, with the feature) and its description and targets (store.rs).
 
 // Its tests are built with the etcd feature only; without it, what they share goes unused.
 #![cfg_attr(not(feature = "etcd"), allow(dead_code, unused_imports))]

@@ -1,6 +1,9 @@
 //! The MySQL backend's own mechanism, through the real binary on a real MariaDB: the URL, rights,
 //! passwords, TLS, leases judged by the server's clock, tokens that survive a crash, and a holder
 //! whose session is killed from outside.
+//!
+//! Beside them, what the rest of the suite uses of MySQL, in every build: its server (server.rs,
+//! MariaDB) and its description and targets (store.rs).
 
 // Its tests are built with the mysql feature only; without it, what they share goes unused.
 #![cfg_attr(not(feature = "mysql"), allow(dead_code, unused_imports))]

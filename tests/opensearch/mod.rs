@@ -3,6 +3,9 @@
 //! a second time is a conflict, 409), a Painless script reads the node's clock (`ctx._now`), and a
 //! node of a test's own survives a SIGSTOP and a restart with what it acknowledged. Each test
 //! prints what it measured (the node's start, the clock's lag) for `--nocapture`.
+//!
+//! Beside them, what the rest of the suite uses of the elasticsearch backend: the node (server.rs,
+//! its launcher in node/) and the backend's description and targets (store.rs).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

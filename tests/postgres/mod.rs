@@ -1,6 +1,9 @@
 //! The PostgreSQL backend's own mechanism, through the real binary on a real server: exclusion,
 //! shared and limit holders, tokens that survive a crash, waiting on notifications in arrival
 //! order, lost leases, hostile rows, rights and passwords.
+//!
+//! Beside them, what the rest of the suite uses of PostgreSQL, in every build: its server
+//! (server.rs, and pgbouncer.rs in front of it) and its description and targets (store.rs).
 
 // Its tests are built with the postgres feature only; without it, what they share goes unused.
 #![cfg_attr(not(feature = "postgres"), allow(dead_code, unused_imports))]

@@ -6,6 +6,10 @@
 //! (cluster.rs: redirects, names on several masters, slots moved while held), keys of the wrong
 //! type another client wrote in dlock's namespace (wrong_type.rs), the last run and last success
 //! each store keeps, read raw (last_run.rs). What every backend owes is in the contract suite.
+//!
+//! Beside them, what the rest of the suite uses of Redis, in every build: its servers (server.rs,
+//! cluster_server.rs, sentinel_set.rs; sentinel_faults.rs and failover_case.rs for the fault
+//! checker and the failover cases), its description (store.rs) and its targets (targets.rs).
 
 // Its tests are built with the redis feature only; without it, what they share goes unused.
 #![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports))]

@@ -24,10 +24,10 @@ use crate::support::LockDir;
 /// Databases of the suite's Redis servers: one per Redis and Redlock target of the run.
 const REDIS_DATABASES: usize = 1000;
 
+/// The suite's shared servers: one Redis, Redlock's three, a Sentinel set.
 static REDIS: OnceLock<Lasting<RedisServer>> = OnceLock::new();
 static REDLOCK: OnceLock<Vec<Lasting<RedisServer>>> = OnceLock::new();
 static SENTINEL: OnceLock<Lasting<SentinelSet>> = OnceLock::new();
-
 
 fn lasting_redis() -> Lasting<RedisServer> {
     let server = RedisServer::start_with(&["--databases", &REDIS_DATABASES.to_string()]);

@@ -16,8 +16,8 @@ pub struct Target {
     /// The servers' loopback ports, in the order of the URLs in `args`.
     pub ports: Vec<u16>,
     /// The servers behind the backend, for fault injection: none for the file backend; for the
-    /// suite's servers (`Target::suite_NAME`), which other tests share, only what the target must end
-    /// or give back with it (an etcd namespace's proxy, a lent Redis Cluster), which takes no
+    /// suite's servers (`Target::suite_NAME`), which other tests share, only what the target must
+    /// end or give back with it (an etcd namespace's proxy, a lent Redis Cluster), which takes no
     /// faults.
     pub servers: Vec<Box<dyn ServerControl>>,
     /// Scratch space for markers and counters.
@@ -128,7 +128,8 @@ pub trait ServerControl {
     /// Kill the server and start it again on the same address, empty.
     fn restart(&self);
     /// The arguments that reach these servers through relays on `ports` (one per server), when
-    /// its store's `args` cannot say (a client that is told where the servers are, as by sentinels).
+    /// its store's `args` cannot say (a client that is told where the servers are, as by
+    /// sentinels).
     fn args_through(&self, _ports: &[u16]) -> Option<Vec<String>> {
         None
     }

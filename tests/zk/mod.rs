@@ -6,6 +6,10 @@
 //! semaphores and of a Curator mutex beside a shared holder (semaphores.rs); the records of each
 //! lock's last run and last success, read raw (last_run.rs). What every backend owes is in the
 //! contract suite.
+//!
+//! Beside them, what the rest of the suite uses of ZooKeeper, in every build: its servers
+//! (server.rs) and its description and targets (store.rs); and the other clients its own tests
+//! run beside dlock (CuratorLock.java, kazoo_lock.py).
 
 // Its tests are built with the zk feature only; without it, what they share goes unused.
 #![cfg_attr(not(feature = "zk"), allow(dead_code, unused_imports))]
