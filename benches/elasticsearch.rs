@@ -9,6 +9,8 @@
 //! its jars fetched by scripts/test) and stops it at the end. Every loop is bounded both by a
 //! count and by a time budget.
 
+#[path = "../tests/opensearch/server.rs"]
+mod opensearch_server;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -16,8 +18,8 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use support::program;
 
+use opensearch_server::OpenSearchServer;
 use support::figures::{goal, middle, ms};
-use support::opensearch_server::OpenSearchServer;
 
 const UNCONTENDED_RUNS: usize = 100;
 const UNCONTENDED_BUDGET: Duration = Duration::from_secs(90);

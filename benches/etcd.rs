@@ -6,6 +6,8 @@
 //! data directory) and stops it at the end. Every loop is bounded both by a count and by a time
 //! budget.
 
+#[path = "../tests/etcd/server.rs"]
+mod etcd_server;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -13,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::program;
 
-use support::etcd_server::EtcdServer;
+use etcd_server::EtcdServer;
 use support::figures::{goal, middle, ms};
 
 /// Uncontended runs of each tool (interleaved), and the time they may take together.

@@ -9,8 +9,15 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+// Redis's test helpers, side by side as in tests/redis/ (each names the others as siblings).
+#[path = "../tests/redis/failover_case.rs"]
+mod failover_case;
+#[path = "../tests/redis/sentinel_set.rs"]
+mod sentinel_set;
+#[path = "../tests/redis/server.rs"]
+mod server;
 
-use support::failover::{failover_case, Failover};
+use failover_case::{failover_case, Failover};
 
 fn main() {
     println!(

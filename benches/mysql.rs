@@ -10,13 +10,15 @@
 //! Run: `cargo bench --bench mysql`. It starts its own MariaDB server (tests/support) and stops it
 //! at the end. Every loop is bounded by a count.
 
+#[path = "../tests/mysql/server.rs"]
+mod mysql_server;
 mod side_by_side;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::time::Duration;
 
-use support::mysql_server::{MyServer, DATABASE, PASSWORD};
+use mysql_server::{MyServer, DATABASE, PASSWORD};
 
 const UNCONTENDED_RUNS: usize = 40;
 const CONTENDERS: usize = 8;

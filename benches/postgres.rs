@@ -9,13 +9,15 @@
 //! Run: `cargo bench --bench postgres`. It starts its own PostgreSQL server (tests/support) and
 //! stops it at the end. Every loop is bounded by a count.
 
+#[path = "../tests/postgres/server.rs"]
+mod pg_server;
 mod side_by_side;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::time::Duration;
 
-use support::pg_server::{PgServer, PASSWORD};
+use pg_server::{PgServer, PASSWORD};
 
 const UNCONTENDED_RUNS: usize = 40;
 const CONTENDERS: usize = 8;

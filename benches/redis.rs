@@ -11,6 +11,10 @@
 //! ports (with temporary data directories) and stops them at the end. Every loop is bounded both
 //! by a count and by a time budget.
 
+#[path = "../tests/etcd/server.rs"]
+mod etcd_server;
+#[path = "../tests/redis/server.rs"]
+mod redis_server;
 mod side_by_side;
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -22,9 +26,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::program;
 
-use support::etcd_server::EtcdServer;
+use etcd_server::EtcdServer;
+use redis_server::RedisServer;
 use support::figures::{goal, middle, ms};
-use support::redis_server::RedisServer;
 
 /// Uncontended runs of each tool (interleaved), and the time they may take together.
 const UNCONTENDED_RUNS: usize = 200;

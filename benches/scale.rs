@@ -8,11 +8,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::redis_server::RedisServer;
-use support::zk_server::ZkServer;
+use redis_server::RedisServer;
+use zk_server::ZkServer;
 
+#[path = "../tests/redis/server.rs"]
+mod redis_server;
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "../tests/zk/server.rs"]
+mod zk_server;
 
 /// One backend under measurement: the arguments that select it and how to read its server's
 /// memory and command count (none for the file backend).

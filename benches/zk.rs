@@ -13,18 +13,22 @@
 //! helper) and etcd on free loopback ports and stops both at the end. Every loop is bounded by a
 //! count and every wait by a time limit.
 
+#[path = "../tests/etcd/server.rs"]
+mod etcd_server;
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "../tests/zk/server.rs"]
+mod zk_server;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::program;
 
-use support::etcd_server::EtcdServer;
+use etcd_server::EtcdServer;
 use support::figures::{middle, ms};
-use support::zk_server::ZkServer;
 use support::{dlock_bin, wait_exit, wait_until};
+use zk_server::ZkServer;
 
 const UNCONTENDED_RUNS: usize = 40;
 /// The JVM's optimising compiler needs a few hundred requests of each kind to kick in.

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::redis_server::RedisServer;
+use crate::redis::server::RedisServer;
 use crate::support::*;
 
 /// `dlock` reading `config` as its configuration file.

@@ -19,8 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::target::{Kind, Target};
+use crate::support::store::Store;
+use crate::support::target::Target;
 use crate::support::*;
+use crate::STORES;
 
 /// One documented line that invokes dlock.
 #[derive(Clone, Debug)]
@@ -452,7 +454,7 @@ fn subcommand_and_names(words: &[String]) -> Option<(Does, Vec<String>)> {
 }
 
 /// The backend a line names (`-b X`), or the one its URL's scheme says, or file.
-fn backend_of(words: &[String]) -> Kind {
+fn backend_of(words: &[String]) -> &'static Store {
     let named = words
         .windows(2)
         .find(|p| p[0] == "-b" || p[0] == "--backend")
@@ -466,46 +468,13 @@ fn backend_of(words: &[String]) -> Kind {
         .windows(2)
         .find(|p| p[0] == "-u" || p[0] == "--url")
         .map(|p| p[1].clone());
-    let by_scheme = url.and_then(|u| {
-        let scheme = u.split("://").next()?.to_owned();
-        Some(match scheme.as_str() {
-            s if s.starts_with("redis") || s.starts_with("rediss") => "redis",
-            "zk" => "zk",
-            "etcd" | "etcds" => "etcd",
-            "postgres" | "postgresql" => "postgres",
-            "mysql" | "mariadb" => "mysql",
-            "elasticsearch" | "elasticsearchs" | "opensearch" | "opensearchs" => "elasticsearch",
-            _ => "file",
-        })
-    });
-    match named.as_deref().or(by_scheme) {
-        Some("redis") => Kind::Redis,
-        Some("zk") => Kind::Zk,
-        Some("etcd") => Kind::Etcd,
-        Some("postgres") => Kind::Postgres,
-        Some("mysql") => Kind::Mysql,
-        Some("elasticsearch") => Kind::Elasticsearch,
-        _ => Kind::File,
-    }
-}
-
-fn target_for(kind: Kind) -> Target {
-    match kind {
-        Kind::File => {
-            let t = Target::file_backend();
-            // The test's lock directory exists, as one an administrator made.
-            for url in t.urls() {
-                std::fs::create_dir_all(url).expect("make the test's lock directory");
-            }
-            t
-        }
-        Kind::Redis => Target::suite_redis(),
-        Kind::Zk => Target::suite_zk(),
-        Kind::Etcd => Target::etcd_backend(),
-        Kind::Postgres => Target::suite_postgres(),
-        Kind::Mysql => Target::suite_mysql(),
-        Kind::Elasticsearch => Target::suite_elasticsearch(),
-    }
+    let scheme = url.and_then(|u| Some(u.split_once("://")?.0.to_owned()));
+    let store = match (named, scheme) {
+        (Some(name), _) => STORES.iter().find(|s| s.backend == name),
+        (None, Some(scheme)) => STORES.iter().find(|s| s.schemes.contains(&scheme.as_str())),
+        (None, None) => None,
+    };
+    store.copied().unwrap_or(&crate::file::store::STORE)
 }
 
 /// `text` quoted for a POSIX shell.
@@ -769,7 +738,7 @@ fn check(example: &Example) -> Vec<String> {
             example.at, example.text
         )];
     };
-    let target = target_for(backend_of(&words));
+    let target = (backend_of(&words).for_examples)();
     let password_file = target.scratch.file("password");
     std::fs::write(&password_file, "unused-password\n").expect("write the password file");
     std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600))

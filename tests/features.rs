@@ -2,29 +2,21 @@
 //! built, and a left-out one asked for by name, URL, variable or configuration file is refused in
 //! one line naming the feature to build with.
 
+use crate::support::store::Store;
 use crate::support::*;
+use crate::STORES;
 
-/// Every backend, by name, with its URL scheme and whether this build has it (the test crate is
-/// built with the features dlock is).
-const BACKENDS: [(&str, &str, bool); 7] = [
-    ("file", "file://", true),
-    ("redis", "redis://", cfg!(feature = "redis")),
-    ("zk", "zk://", cfg!(feature = "zk")),
-    ("etcd", "etcd://", cfg!(feature = "etcd")),
-    ("postgres", "postgres://", cfg!(feature = "postgres")),
-    ("mysql", "mysql://", cfg!(feature = "mysql")),
-    (
-        "elasticsearch",
-        "elasticsearch://",
-        cfg!(feature = "elasticsearch"),
-    ),
-];
+/// Every backend, by name, with its URL scheme and whether this build has it (`Store::built`), in
+/// the registry's order.
+fn backends() -> impl Iterator<Item = (&'static str, String, bool)> {
+    let scheme = |s: &Store| format!("{}://", s.schemes[0]);
+    STORES.iter().map(move |s| (s.backend, scheme(s), s.built))
+}
 
 fn built() -> Vec<&'static str> {
-    BACKENDS
-        .iter()
+    backends()
         .filter(|(_, _, built)| *built)
-        .map(|(name, _, _)| *name)
+        .map(|(name, _, _)| name)
         .collect()
 }
 
@@ -86,9 +78,9 @@ fn help_offers_exactly_the_backends_built() {
         .nth(1)
         .and_then(|rest| rest.split("\n\n").next())
         .expect("--url's help");
-    for (name, scheme, built) in BACKENDS {
+    for (name, scheme, built) in backends() {
         if name != "file" {
-            assert_eq!(url.contains(scheme), built, "{name}: {url}");
+            assert_eq!(url.contains(scheme.as_str()), built, "{name}: {url}");
         }
     }
 }
@@ -106,7 +98,7 @@ fn help_offers_exactly_the_backends_built() {
 )))]
 fn a_backend_left_out_is_refused_naming_its_feature() {
     let dir = LockDir::new();
-    for (name, scheme, _) in BACKENDS.iter().filter(|(_, _, built)| !built) {
+    for (name, scheme, _) in backends().filter(|(_, _, built)| !built) {
         let config = dir.path().join(format!("{name}.conf"));
         std::fs::write(&config, format!("backend = {name}\n")).unwrap();
         let url = format!("{scheme}127.0.0.1:1");

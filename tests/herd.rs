@@ -7,9 +7,9 @@
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::etcd_server::EtcdServer;
-use crate::support::mysql_server::MyServer;
-use crate::support::pg_server::PgServer;
+use crate::etcd::server::EtcdServer;
+use crate::mysql::server::MyServer;
+use crate::postgres::server::PgServer;
 use crate::support::target::Target;
 use crate::support::*;
 

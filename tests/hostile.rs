@@ -7,7 +7,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::support::redis_server::RedisServer;
+use crate::redis::server::RedisServer;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);

@@ -413,7 +413,7 @@ fn bash_offers_for_line(line: &str, url: &std::path::Path) -> Vec<String> {
 /// (`list --runs`).
 #[test]
 fn bash_offers_the_lock_names_of_the_backend_on_the_line_held_and_run() {
-    let server = crate::support::redis_server::RedisServer::start();
+    let server = crate::redis::server::RedisServer::start();
     let elsewhere = LockDir::new();
     let mut local = elsewhere.hold_in_background("deploy-local");
     let ready = elsewhere.file("held.ready");

@@ -161,7 +161,7 @@ fn help_ends_with_exit_statuses_and_the_manual_and_run_help_sets_global_options_
 
 #[test]
 fn a_redis_refusal_reads_without_the_client_s_names_for_errors() {
-    let server = crate::support::redis_server::RedisServer::start();
+    let server = crate::redis::server::RedisServer::start();
     let mut conn = server.connection();
     redis::cmd("ACL")
         .arg(&[

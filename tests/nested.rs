@@ -7,11 +7,11 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::etcd_server::EtcdServer;
-use crate::support::mysql_server::{MyServer, PASSWORD as MY_PASSWORD};
-use crate::support::pg_server::{PgServer, PASSWORD};
-use crate::support::redis_server::RedisServer;
-use crate::support::sentinel_set::{sentinel_query, SentinelSet, MASTER};
+use crate::etcd::server::EtcdServer;
+use crate::mysql::server::{MyServer, PASSWORD as MY_PASSWORD};
+use crate::postgres::server::{PgServer, PASSWORD};
+use crate::redis::sentinel_set::{sentinel_query, SentinelSet, MASTER};
+use crate::redis::server::RedisServer;
 use crate::support::target::Target;
 use crate::support::*;
 

@@ -132,9 +132,9 @@ fn help_shows_an_example_each_name_and_run_s_command_as_required() {
 /// that was never given).
 #[test]
 fn a_url_without_the_password_the_server_wants_says_how_to_give_one() {
-    let port = crate::support::pg_server::PgServer::use_shared().port();
+    let port = crate::postgres::server::PgServer::use_shared().port();
     let postgres = format!("postgres://postgres@127.0.0.1:{port}/postgres?prefix=t_nopw_");
-    let server = crate::support::redis_server::RedisServer::start();
+    let server = crate::redis::server::RedisServer::start();
     let mut conn = server.connection();
     redis::cmd("ACL")
         .arg(&["SETUSER", "app", "on", ">app-secret", "~*", "&*", "+@all"])

@@ -2,7 +2,7 @@
 //! once, relative to now, durations as people write them) and for jq (the same fields on every
 //! backend, numbers where a script wants numbers).
 
-use crate::support::redis_server::RedisServer;
+use crate::redis::server::RedisServer;
 use crate::support::*;
 
 /// Whether `text` has an RFC 3339 time in it (`2026-01-01T00:00:00Z`).

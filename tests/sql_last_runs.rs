@@ -7,8 +7,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::support::mysql_server::MyServer;
-use crate::support::pg_server::PgServer;
+use crate::mysql::server::MyServer;
+use crate::postgres::server::PgServer;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::mysql_server::{MyServer, DATABASE, PASSWORD as MY_PASSWORD};
-use crate::support::pg_server::{PgServer, PASSWORD as PG_PASSWORD};
-use crate::support::redis_server::RedisServer;
+use crate::mysql::server::{MyServer, DATABASE, PASSWORD as MY_PASSWORD};
+use crate::postgres::server::{PgServer, PASSWORD as PG_PASSWORD};
+use crate::redis::server::RedisServer;
 use crate::support::*;
 
 const REDIS_PASSWORD: &str = "s3cr3t-pw";

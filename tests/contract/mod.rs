@@ -6,13 +6,14 @@
 //! The backends are listed once, in `contract!` below: the file backend in a directory of its own,
 //! Redis on one server, Redlock on three, Sentinel, a Redis Cluster, ZooKeeper, PostgreSQL, etcd
 //! and MySQL. The servers are the suite's, shared by the whole test run, each target in a
-//! namespace of its own (see `support::suite_servers`).
+//! namespace of its own (`Target::suite_NAME`, in the store's test folder `tests/NAME/`; see
+//! `support::suite_servers`).
 //! Adding a backend is one line there, its name and how to make its `Target`; every scenario then
 //! runs on it as `contract::BACKEND::AREA::SCENARIO` (`cargo test contract::zk::` runs one
 //! backend, `cargo test one_wait_budget` one scenario on all). Adding a scenario is a `pub fn` in
 //! its area's file and its name in the list below. A scenario asks its target what the store can
-//! do (`Target::caps`, declared once a store in `support::caps`), never which store it is. A
-//! scenario that a backend cannot support is a row of the table in `scenario_test!`, with the
+//! do (`Target::caps`, declared once a store in its folder's `store.rs`; `support::caps` says
+//! what each means), never which store it is. A scenario that a backend cannot support is a row of the table in `scenario_test!`, with the
 //! reason, and has no test on that backend; no scenario returns early on a backend. A scenario dlock refuses while reading its command line,
 //! before it reaches any backend, is listed under `once` and runs a single time
 //! (`contract::once::AREA::SCENARIO`).

@@ -4,18 +4,34 @@
 //! --force, hostile keys; interop with `etcdctl lock` both ways (interop.rs); passwords, bad
 //! addresses, every endpoint tried, what a busy try leaves, a restart (access.rs); the records of
 //! each lock's last run and last success, read raw (last_run.rs).
+//!
+//! Beside them, what the rest of the suite uses of etcd: its servers (server.rs; fake_server.rs, a
+//! fake one for the network faults, with the feature) and its description and targets (store.rs).
+
+// Its tests are built with the etcd feature only; without it, what they share goes unused.
+#![cfg_attr(not(feature = "etcd"), allow(dead_code, unused_imports))]
 
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+// What the rest of the suite uses of this store, in every build.
+#[cfg(feature = "etcd")]
+pub mod fake_server;
+pub mod server;
+pub mod store;
+
+#[cfg(feature = "etcd")]
 mod access;
+#[cfg(feature = "etcd")]
 mod interop;
+#[cfg(feature = "etcd")]
 mod last_run;
+#[cfg(feature = "etcd")]
 mod secure;
 
-use crate::support::etcd_server::EtcdServer;
+use crate::etcd::server::EtcdServer;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
@@ -109,6 +125,7 @@ fn exit_code(child: &mut Child) -> i32 {
     wait_exit(child, T).code().expect("exit code")
 }
 
+#[cfg(feature = "etcd")]
 #[test]
 fn shared_holders_run_together_and_limit_admits_n() {
     let server = shared();
@@ -151,6 +168,7 @@ fn shared_holders_run_together_and_limit_admits_n() {
     wait_for_keys(server, "pool", 0);
 }
 
+#[cfg(feature = "etcd")]
 #[test]
 fn tokens_are_create_revisions_and_grow() {
     let server = shared();
@@ -173,6 +191,7 @@ fn tokens_are_create_revisions_and_grow() {
     }
 }
 
+#[cfg(feature = "etcd")]
 #[test]
 fn waiters_are_served_in_arrival_order_with_one_wake_up_per_release() {
     // A private server: the events metric counts every watcher's events.
@@ -216,6 +235,7 @@ fn lease_of(server: &EtcdServer, name: &str) -> String {
     format!("{:x}", json["kvs"][0]["lease"].as_u64().expect("a lease"))
 }
 
+#[cfg(feature = "etcd")]
 #[test]
 fn a_revoked_lease_or_a_deleted_key_terminates_the_command_with_79() {
     let server = shared();
@@ -254,6 +274,7 @@ fn a_revoked_lease_or_a_deleted_key_terminates_the_command_with_79() {
     }
 }
 
+#[cfg(feature = "etcd")]
 #[test]
 fn release_force_breaks_the_lock_and_its_holder_exits_79() {
     let server = shared();
@@ -268,6 +289,7 @@ fn release_force_breaks_the_lock_and_its_holder_exits_79() {
     assert_eq!(code(&out), 1, "free: {}", stdout(&out));
 }
 
+#[cfg(feature = "etcd")]
 #[test]
 fn status_and_list_show_holder_records_as_json() {
     let server = shared();
@@ -295,6 +317,7 @@ fn status_and_list_show_holder_records_as_json() {
     assert_eq!(exit_code(&mut holder), 0);
 }
 
+#[cfg(feature = "etcd")]
 #[test]
 fn hostile_keys_are_unreadable_holders_never_a_panic() {
     let server = shared();
@@ -325,6 +348,7 @@ fn hostile_keys_are_unreadable_holders_never_a_panic() {
 
 /// Under `-q` nobody sees who holds the lock waited for, so a waiter behind shared holders (the
 /// line ahead does not name them all) does not ask the server for them; without `-q` it does.
+#[cfg(feature = "etcd")]
 #[test]
 fn a_quiet_waiter_never_reads_who_holds_the_lock() {
     // A private server: the call counts are every client's. Long leases: no renewal (a read)
@@ -358,9 +382,10 @@ fn a_quiet_waiter_never_reads_who_holds_the_lock() {
     );
 }
 
+#[cfg(feature = "etcd")]
 #[test]
 fn etcd_pointed_at_a_redis_port_says_it_is_not_etcd_there() {
-    let redis = crate::support::redis_server::RedisServer::start();
+    let redis = crate::redis::server::RedisServer::start();
     let url = format!("etcd://127.0.0.1:{}", redis.port());
     let out = output_within(
         at(&url, &["run", "x", "--", "true"]),

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::etcd_server::EtcdServer;
+use crate::etcd::server::EtcdServer;
 use crate::support::tls::make_tls_files;
 use crate::support::*;
 

@@ -8,7 +8,7 @@ use super::clients::Board;
 use super::resource::{Resource, Victim};
 use crate::support::relay::Relay;
 use crate::support::signal_group;
-use crate::support::target::{Kind, Target};
+use crate::support::target::Target;
 
 /// How long the driver waits for a client of the armed set to begin a critical section.
 const CATCH_WITHIN: Duration = Duration::from_secs(10);
@@ -33,13 +33,13 @@ pub enum Fault {
 /// The faults a target can take, with their weights in a soak (the first round has each in turn).
 pub fn menu(t: &Target) -> Vec<(Fault, u64)> {
     let mut menu = vec![(Fault::Pause, 3), (Fault::Kill, 2)];
-    if t.kind == Kind::File {
+    if t.backend() == "file" {
         return menu;
     }
     let n = t.ports.len();
     // One URL per server: Redlock (behind Sentinel, one URL names all the nodes, and only the
     // master counts).
-    if n >= 3 && t.kind == Kind::Redis && t.urls().len() == n {
+    if n >= 3 && t.backend() == "redis" && t.urls().len() == n {
         // Redlock: cut off from a minority it must keep the lock, from a majority lose it.
         menu.insert(0, (Fault::Partition { cut: n / 2 + 1 }, 2));
         menu.insert(0, (Fault::Partition { cut: n / 2 }, 2));
@@ -76,7 +76,7 @@ impl Driver<'_> {
         let what = self.t.servers.first().map_or("server", |s| s.what());
         match fault {
             Fault::Kill => "holder SIGKILLed".into(),
-            Fault::Pause if self.t.kind == Kind::File => "holder paused".into(),
+            Fault::Pause if self.t.backend() == "file" => "holder paused".into(),
             Fault::Pause => "holder paused past its lease".into(),
             Fault::Partition { .. } if n == 1 => "holder cut off from the server".into(),
             Fault::Partition { cut } if cut == n => "holder cut off from every server".into(),
@@ -170,7 +170,7 @@ impl Driver<'_> {
         // The answer waits in the socket until the command runs again.
         victim.go();
         // A flock(2) lock has no lease: nobody can take over, the pause just ends.
-        let limit = if self.t.kind == Kind::File {
+        let limit = if self.t.backend() == "file" {
             self.ttl * 3 / 2
         } else {
             self.takeover_within()

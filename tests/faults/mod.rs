@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::support::relay::Relay;
-use crate::support::target::{Kind, Target};
+use crate::support::target::Target;
 use crate::support::*;
 use driver::{Driver, Fault};
 use judge::Report;
@@ -89,7 +89,7 @@ pub fn check(t: &Target, label: &str, ttl: Duration) -> Report {
         report.completed > 0,
         "{label}: no critical section completed"
     );
-    if t.kind != Kind::File {
+    if t.backend() != "file" {
         let partitions: usize = report
             .faults
             .iter()
@@ -129,7 +129,7 @@ fn run_checker(
     eprintln!("fault checker on {label}: {seconds}s, DLOCK_FAULT_SEED={seed}");
     let mut rng = Rng(seed);
     let resource = Resource::start();
-    let relays: Vec<Vec<Relay>> = if t.kind == Kind::File {
+    let relays: Vec<Vec<Relay>> = if t.backend() == "file" {
         Vec::new()
     } else {
         (0..RELAYED)

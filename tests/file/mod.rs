@@ -1,9 +1,15 @@
 //! The file backend's own guarantees: flock(1) interop, names that never leave the lock directory,
 //! refusal of unsafe lock directories, and no directory made by a mistyped `--url`. Exclusion,
 //! modes, status/list/release and the rest every backend owes are in the contract suite.
+//!
+//! Beside them, what the rest of the suite knows of the file backend: store.rs (its description
+//! and its target).
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
+
+// What the rest of the suite uses of this store, in every build.
+pub mod store;
 
 mod default_dir;
 mod entries;

@@ -1,11 +1,21 @@
 //! The MySQL backend's own mechanism, through the real binary on a real MariaDB: the URL, rights,
 //! passwords, TLS, leases judged by the server's clock, tokens that survive a crash, and a holder
 //! whose session is killed from outside.
+//!
+//! Beside them, what the rest of the suite uses of MySQL, in every build: its server (server.rs,
+//! MariaDB) and its description and targets (store.rs).
+
+// Its tests are built with the mysql feature only; without it, what they share goes unused.
+#![cfg_attr(not(feature = "mysql"), allow(dead_code, unused_imports))]
+
+// What the rest of the suite uses of this store, in every build.
+pub mod server;
+pub mod store;
 
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use crate::support::mysql_server::{MyServer, DATABASE, PASSWORD};
+use crate::mysql::server::{MyServer, DATABASE, PASSWORD};
 use crate::support::sql_server::Pausable;
 use crate::support::*;
 
@@ -46,6 +56,7 @@ fn token(dir: &LockDir, tag: &str) -> u64 {
     read_pid(&dir.file(&format!("{tag}.in"))) as u64
 }
 
+#[cfg(feature = "mysql")]
 #[test]
 fn urls_that_cannot_be_read_are_usage_errors_that_never_show_the_password() {
     for url in [
@@ -66,6 +77,7 @@ fn urls_that_cannot_be_read_are_usage_errors_that_never_show_the_password() {
     }
 }
 
+#[cfg(feature = "mysql")]
 #[test]
 fn passwords_never_show_in_messages() {
     let port = MyServer::shared().lock().unwrap().port();
@@ -86,6 +98,7 @@ fn passwords_never_show_in_messages() {
     }
 }
 
+#[cfg(feature = "mysql")]
 #[test]
 fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for_and_the_minimal_grants_suffice() {
     let server = MyServer::shared().lock().unwrap();
@@ -166,6 +179,7 @@ fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for_and_the_minimal_grants
     assert!(code(&out) == 0 || code(&out) == 1, "{}", stderr(&out));
 }
 
+#[cfg(feature = "mysql")]
 #[test]
 fn tls_verify_identity_works_with_the_test_ca_and_fails_69_without_it() {
     let dir = LockDir::new();
@@ -202,6 +216,7 @@ fn tls_verify_identity_works_with_the_test_ca_and_fails_69_without_it() {
 
 /// The server's clock is an hour behind this machine's: a lease it grants runs out an hour before
 /// now by the client's clock, and still the lock is held, shown and busy until the holder ends.
+#[cfg(feature = "mysql")]
 #[test]
 fn leases_are_judged_by_the_servers_clock() {
     let server = MyServer::start_with_clock("-3600");
@@ -227,6 +242,7 @@ fn leases_are_judged_by_the_servers_clock() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
 }
 
+#[cfg(feature = "mysql")]
 #[test]
 fn tokens_survive_a_server_crash() {
     let mut server = MyServer::start();
@@ -254,6 +270,7 @@ fn tokens_survive_a_server_crash() {
 /// Another client kills the holder's connection (`KILL`): its session's lock keys go, but the
 /// lease stands; the holder reconnects at its next renewal, keeps the lock to the end, and a
 /// waiter gets it after it.
+#[cfg(feature = "mysql")]
 #[test]
 fn a_holder_whose_connection_is_killed_keeps_its_lock() {
     // A server of its own: every dlock connection on it is killed, and on the shared one that
@@ -296,6 +313,7 @@ fn a_holder_whose_connection_is_killed_keeps_its_lock() {
 /// Tables an older dlock made, without the `--min-hold` columns (and a row it wrote): the first
 /// call adds the columns (a user without ALTER is told to ask for it), the old row still reads,
 /// and a min-hold is kept on them.
+#[cfg(feature = "mysql")]
 #[test]
 fn tables_an_older_dlock_made_gain_the_min_hold_columns() {
     let server = MyServer::shared().lock().unwrap_or_else(|p| p.into_inner());
@@ -348,6 +366,7 @@ fn tables_an_older_dlock_made_gain_the_min_hold_columns() {
 /// A waiter behind a lock kept by `--min-hold` after its command ended (its lock key free) sleeps
 /// until the end the server reports, rather than asking again and again: a handful of statements
 /// for a wait of seconds, counted on a server of its own.
+#[cfg(feature = "mysql")]
 #[test]
 fn a_waiter_sleeps_through_a_min_hold_rather_than_polling() {
     let server = MyServer::start();
@@ -373,6 +392,7 @@ fn a_waiter_sleeps_through_a_min_hold_rather_than_polling() {
 
 /// A queue table an older dlock made (before the waiters' pid, host, since and message were kept)
 /// gains those columns on first use by this dlock, and `status` then shows who waits.
+#[cfg(feature = "mysql")]
 #[test]
 fn a_queue_table_from_an_older_dlock_gains_who_waits() {
     let url = MyServer::shared_url("t_oldq_");
@@ -430,6 +450,7 @@ fn a_queue_table_from_an_older_dlock_gains_who_waits() {
 
 /// Under `-q` nobody sees who holds the lock waited for, so the waiter never asks the server (a
 /// statement per wait and per re-check for nothing); without `-q` it does, for the waiting line.
+#[cfg(feature = "mysql")]
 #[test]
 fn a_quiet_waiter_never_reads_who_holds_the_lock() {
     let server = MyServer::start();
@@ -472,6 +493,7 @@ fn a_quiet_waiter_never_reads_who_holds_the_lock() {
 /// until its re-check, a third of its ttl: seen as a 5 s stall once in a few thousand contended
 /// runs). Shown here with another session holding that row lock: the release waits for it, the
 /// holder's row still there, and goes through once that session commits.
+#[cfg(feature = "mysql")]
 #[test]
 fn a_release_waits_for_the_names_other_changes() {
     use std::io::{BufRead, BufReader, Write};
@@ -534,6 +556,7 @@ fn a_release_waits_for_the_names_other_changes() {
 /// line, no session (its `GET_LOCK` ended by `KILL QUERY`), no statement while it waited. The
 /// first slice went with its attempt, in the same call: one wait (the doorbell's) reached the
 /// server, not a wait on the first connection and another on the doorbell.
+#[cfg(feature = "mysql")]
 #[test]
 fn a_waiter_on_its_doorbell_sends_nothing_and_a_signal_ends_it_at_once() {
     let server = MyServer::start();
@@ -582,6 +605,7 @@ fn a_waiter_on_its_doorbell_sends_nothing_and_a_signal_ends_it_at_once() {
 /// holder whose session was cut): the attempt's own wait finds the key free at once, tries again
 /// and says so (`found_free`), and the waiter sleeps until that row's lease ends instead of
 /// waiting on the free key itself. No wait of its own reaches the server, and it gets in.
+#[cfg(feature = "mysql")]
 #[test]
 fn a_waiter_behind_a_holder_whose_key_is_free_sleeps_until_its_lease_ends() {
     let server = MyServer::start();
@@ -609,6 +633,7 @@ fn a_waiter_behind_a_holder_whose_key_is_free_sleeps_until_its_lease_ends() {
 /// with its definer's rights and answer what it likes: here a grant with token 42), and a
 /// trigger it added on dlock's table, are each refused with 69, naming the object and its
 /// definer; the command never runs and the trigger never fires.
+#[cfg(feature = "mysql")]
 #[test]
 fn procedures_and_triggers_defined_by_another_account_are_refused() {
     let server = MyServer::shared().lock().unwrap();
@@ -697,6 +722,7 @@ fn procedures_and_triggers_defined_by_another_account_are_refused() {
 /// not where it wrote it, reports the lock lost and ends its command (79); the waiter gets in only
 /// after that command ended: never two holders at once (before, the renewals said "held" until
 /// the lease had run out, and the waiter got in beside the running command).
+#[cfg(feature = "mysql")]
 #[test]
 fn a_trigger_added_during_a_hold_that_holds_the_lease_back_is_a_lost_lock_never_two_holders() {
     let dir = LockDir::new();

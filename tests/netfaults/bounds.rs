@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use super::{hold, T};
 #[cfg(feature = "etcd")]
-use crate::support::etcd_server::EtcdServer;
-use crate::support::redis_cluster::RedisCluster;
-use crate::support::redis_server::{dlock_at, RedisServer};
-use crate::support::sentinel_set::SentinelSet;
+use crate::etcd::server::EtcdServer;
+use crate::redis::cluster_server::RedisCluster;
+use crate::redis::sentinel_set::SentinelSet;
+use crate::redis::server::{dlock_at, RedisServer};
 use crate::support::watched::Watched;
 use crate::support::*;
 
@@ -137,7 +137,7 @@ fn an_etcd_waiter_ends_in_time_when_its_server_freezes() {
 #[cfg(feature = "zk")]
 #[test]
 fn a_zookeeper_waiter_ends_in_time_when_its_server_freezes() {
-    let server = crate::support::zk_server::ZkServer::start();
+    let server = crate::zk::server::ZkServer::start();
     waiters_end_in_time(
         |args| server.dlock(args),
         "frozen",
@@ -150,7 +150,7 @@ fn a_zookeeper_waiter_ends_in_time_when_its_server_freezes() {
 #[cfg(feature = "mysql")]
 #[test]
 fn a_mysql_waiter_ends_in_time_when_its_server_freezes() {
-    let server = crate::support::mysql_server::MyServer::start();
+    let server = crate::mysql::server::MyServer::start();
     let url = server.url_with("");
     waiters_end_in_time(
         |args| {

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use super::{hold, T};
-use crate::support::etcd_server::EtcdServer;
-use crate::support::fake_etcd::{FakeEtcd, REVISION};
+use crate::etcd::fake_server::{FakeEtcd, REVISION};
+use crate::etcd::server::EtcdServer;
 use crate::support::watched::Watched;
 use crate::support::*;
 

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::{redis_at, T};
-use crate::support::redis_server::RedisServer;
+use crate::redis::server::RedisServer;
 use crate::support::*;
 
 /// A listener that accepts connections and never answers; kept open while the value lives.

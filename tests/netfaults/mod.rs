@@ -35,7 +35,7 @@ mod zk;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::redis_server::dlock_at;
+use crate::redis::server::dlock_at;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);

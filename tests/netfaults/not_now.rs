@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use super::T;
-use crate::support::redis_cluster::RedisCluster;
-use crate::support::redis_server::dlock_at;
+use crate::redis::cluster_server::RedisCluster;
+use crate::redis::server::dlock_at;
 #[cfg(feature = "postgres")]
 use crate::support::relay::Relay;
 use crate::support::target::Target;

@@ -4,7 +4,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use super::{hold, redis_at, T};
-use crate::support::redis_server::RedisServer;
+use crate::redis::server::RedisServer;
 use crate::support::watched::Watched;
 use crate::support::*;
 

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use super::{hold, T};
 use crate::support::watched::Watched;
-use crate::support::zk_server::ZkServer;
 use crate::support::*;
+use crate::zk::server::ZkServer;
 
 /// A holder of `name` whose command runs until `h.go` exists in `dir`; back once it runs.
 fn holding(server: &ZkServer, dir: &LockDir, options: &[&str], name: &str) -> Child {

@@ -4,8 +4,9 @@
 //! the lock with a larger token).
 
 use crate::contract::{waiting, Holding, T};
-use crate::support::opensearch_server::OpenSearchServer;
-use crate::support::target::{Kind, Target};
+use crate::opensearch::server::OpenSearchServer;
+use crate::opensearch::store::STORE;
+use crate::support::target::Target;
 use crate::support::*;
 
 /// The index in `t`'s URL.
@@ -54,8 +55,8 @@ fn a_node_restart_is_an_outage_a_holder_past_its_lease_exits_79_and_a_waiter_wai
     let mut node = OpenSearchServer::start();
     let ports = vec![node.port()];
     let t = Target {
-        args: Kind::Elasticsearch.args(&ports),
-        kind: Kind::Elasticsearch,
+        args: (STORE.args)(&ports),
+        store: &STORE,
         ports,
         servers: vec![],
         scratch: LockDir::new(),

@@ -1,17 +1,24 @@
-//! The OpenSearch node the tests start (support/opensearch_server.rs), ahead of a backend on it:
+//! The OpenSearch node the tests start (server.rs), ahead of a backend on it:
 //! what such a backend would build on answers as expected. A document is created once (`_create`
 //! a second time is a conflict, 409), a Painless script reads the node's clock (`ctx._now`), and a
 //! node of a test's own survives a SIGSTOP and a restart with what it acknowledged. Each test
 //! prints what it measured (the node's start, the clock's lag) for `--nocapture`.
+//!
+//! Beside them, what the rest of the suite uses of the elasticsearch backend: the node (server.rs,
+//! its launcher in node/) and the backend's description and targets (store.rs).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+// What the rest of the suite uses of this store, in every build.
+pub mod server;
+pub mod store;
 
 #[cfg(feature = "elasticsearch")]
 mod backend;
 #[cfg(feature = "elasticsearch")]
 mod secure;
 
-use crate::support::opensearch_server::OpenSearchServer;
+use crate::opensearch::server::OpenSearchServer;
 
 /// An index of one shard and no replica: a single node holds all of it, and its cluster stays
 /// green.

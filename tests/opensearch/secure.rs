@@ -14,7 +14,7 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::support::opensearch_server::OpenSearchServer;
+use crate::opensearch::server::OpenSearchServer;
 use crate::support::tls::{make_tls_files, TlsFiles};
 use crate::support::*;
 

@@ -2,7 +2,7 @@
 //! still be granted at the server, and the acquisition must take that grant as its own.
 
 use crate::postgres::{Pg, T};
-use crate::support::pg_server::PgServer;
+use crate::postgres::server::PgServer;
 use crate::support::*;
 
 /// An attempt that timed out at the client may still be granted at the server once it gets its

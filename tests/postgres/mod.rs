@@ -1,18 +1,33 @@
 //! The PostgreSQL backend's own mechanism, through the real binary on a real server: exclusion,
 //! shared and limit holders, tokens that survive a crash, waiting on notifications in arrival
 //! order, lost leases, hostile rows, rights and passwords.
+//!
+//! Beside them, what the rest of the suite uses of PostgreSQL, in every build: its server
+//! (server.rs, and pgbouncer.rs in front of it) and its description and targets (store.rs).
+
+// Its tests are built with the postgres feature only; without it, what they share goes unused.
+#![cfg_attr(not(feature = "postgres"), allow(dead_code, unused_imports))]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+// What the rest of the suite uses of this store, in every build.
+pub mod pgbouncer;
+pub mod server;
+pub mod store;
+
+#[cfg(feature = "postgres")]
 mod late;
+#[cfg(feature = "postgres")]
 mod owners;
+#[cfg(feature = "postgres")]
 mod pooler;
+#[cfg(feature = "postgres")]
 mod tls;
 
-use crate::support::pg_server::{PgServer, PASSWORD};
+use crate::postgres::server::{PgServer, PASSWORD};
 use crate::support::sql_server::Pausable;
 use crate::support::*;
 
@@ -158,6 +173,7 @@ impl Session {
     }
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn exclusive_lock_excludes_others_and_status_shows_the_holder() {
     let pg = Pg::shared("t_excl_");
@@ -188,6 +204,7 @@ fn exclusive_lock_excludes_others_and_status_shows_the_holder() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn tokens_increase_per_name() {
     let pg = Pg::shared("t_tokens_");
@@ -200,6 +217,7 @@ fn tokens_increase_per_name() {
     assert_eq!(seen, [1, 2, 3]);
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn shared_holders_run_together_and_a_limit_counts_seats() {
     let pg = Pg::shared("t_shared_");
@@ -227,6 +245,7 @@ fn shared_holders_run_together_and_a_limit_counts_seats() {
     }
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn tokens_survive_a_server_crash() {
     let mut server = PgServer::start();
@@ -250,6 +269,7 @@ fn statements_by(server_log: &str, app: &str) -> usize {
         .count()
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn waiters_start_in_arrival_order_when_told_and_send_nothing_while_idle() {
     let server = PgServer::start();
@@ -293,6 +313,7 @@ fn waiters_start_in_arrival_order_when_told_and_send_nothing_while_idle() {
     assert_eq!(server.psql("SELECT count(*) FROM t_fifo_queue"), "0");
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn a_deleted_row_is_a_lost_lease_and_the_command_is_killed_79() {
     let pg = Pg::shared("t_lost_");
@@ -303,6 +324,7 @@ fn a_deleted_row_is_a_lost_lease_and_the_command_is_killed_79() {
     assert!(err.text().contains("no longer ours"), "{}", err.text());
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn release_force_breaks_the_lock_and_the_holder_exits_79() {
     let pg = Pg::shared("t_force_");
@@ -314,6 +336,7 @@ fn release_force_breaks_the_lock_and_the_holder_exits_79() {
     assert_eq!(wait_exit(&mut h, T).code(), Some(79), "{}", err.text());
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn hostile_rows_are_shown_unreadable_and_still_hold() {
     let pg = Pg::shared("t_hostile_");
@@ -341,6 +364,7 @@ fn hostile_rows_are_shown_unreadable_and_still_hold() {
     assert!(!stdout(&out).contains('\u{1b}'));
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn passwords_never_show_in_messages() {
     let server = PgServer::use_shared();
@@ -369,6 +393,7 @@ fn passwords_never_show_in_messages() {
     }
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for() {
     let server = PgServer::use_shared();
@@ -402,6 +427,7 @@ fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for() {
 /// While dlock waits for a later name, the lock it already holds renews on a connection of its
 /// own: another client holding the later name's counter row stalls each attempt of the wait (up
 /// to the connect timeout), and the held lock's 1 s lease must not queue behind it.
+#[cfg(feature = "postgres")]
 #[test]
 fn a_held_lock_stays_held_while_the_wait_for_the_next_is_stalled_at_the_server() {
     let pg = Pg::shared("t_stall_");
@@ -448,6 +474,7 @@ fn a_held_lock_stays_held_while_the_wait_for_the_next_is_stalled_at_the_server()
 
 /// Under `-q` nobody sees who holds the lock waited for, so the waiter never asks the server (a
 /// statement per wait and per wake-up for nothing); without `-q` it does, for the waiting line.
+#[cfg(feature = "postgres")]
 #[test]
 fn a_quiet_waiter_never_reads_who_holds_the_lock() {
     let server = PgServer::start();
@@ -477,6 +504,7 @@ fn a_quiet_waiter_never_reads_who_holds_the_lock() {
 /// it free at the same moment are serialised by the name's counter row, so one gets in: here
 /// another client holds that row while three runs make their first attempt, then is cut off;
 /// exactly one runs, and the others, with `-n`, find the lock busy.
+#[cfg(feature = "postgres")]
 #[test]
 fn first_attempts_that_all_find_the_lock_free_let_one_in() {
     let pg = Pg::shared("t_free_");
@@ -513,6 +541,7 @@ fn first_attempts_that_all_find_the_lock_free_let_one_in() {
 /// it waits for the name's counter row, so a waiter taking its place in line meanwhile is either
 /// seen (and woken by release_v1) or sees the holder gone. Here another client holds that row:
 /// the release waits, with the holder's row still there, and goes through once the row is free.
+#[cfg(feature = "postgres")]
 #[test]
 fn a_release_waits_for_the_names_other_changes() {
     let pg = Pg::shared("t_relw_");
@@ -545,6 +574,7 @@ fn a_release_waits_for_the_names_other_changes() {
 /// and dlocks making the tables at once in a new database in deadlocks. Here, in three new such
 /// databases, 6 contenders make 3 runs each with `--wait`: every run gets its turn, no update of
 /// the shared file is lost, and no run says a word.
+#[cfg(feature = "postgres")]
 #[test]
 fn a_serializable_default_isolation_changes_nothing() {
     for db in ["t_serial1", "t_serial2", "t_serial3"] {
@@ -597,6 +627,7 @@ fn a_serializable_default_isolation_changes_nothing() {
 /// the dlocks using it, and deadlock with them. Here another client keeps both tables in use (an
 /// open transaction holding ROW EXCLUSIVE on them, as a dlock in the middle of an attempt does)
 /// while `release --force` finds its function missing: it makes it again and answers at once.
+#[cfg(feature = "postgres")]
 #[test]
 fn remaking_the_schema_takes_no_lock_on_tables_in_use() {
     let pg = Pg::shared("t_remake_");
@@ -613,6 +644,7 @@ fn remaking_the_schema_takes_no_lock_on_tables_in_use() {
     assert!(stderr(&out).contains("was not held"), "{}", stderr(&out));
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn a_url_with_an_unencoded_at_sign_in_its_password_is_refused_naming_no_secret() {
     let (_refusing, port) = refusing_port();

@@ -3,7 +3,7 @@
 //! search path runs in its statements; through the real binary, with roles of each test's own.
 
 use crate::postgres::{Pg, T};
-use crate::support::pg_server::PgServer;
+use crate::postgres::server::PgServer;
 use crate::support::*;
 
 /// Drops `roles` and everything they own, if they exist.

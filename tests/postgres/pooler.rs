@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::pg_server::PgServer;
-use crate::support::pgbouncer::PgBouncer;
+use crate::postgres::server::PgServer;
+use crate::postgres::pgbouncer::PgBouncer;
 use crate::support::watched::Watched;
 use crate::support::*;
 

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use crate::support::pg_server::{PgServer, PASSWORD};
+use crate::postgres::server::{PgServer, PASSWORD};
 use crate::support::tls::make_tls_files;
 use crate::support::*;
 

@@ -2,7 +2,7 @@
 //! connect timeout, malformed or repeated URLs.
 
 use super::*;
-use crate::support::redis_cluster::RedisCluster;
+use crate::redis::cluster_server::RedisCluster;
 use crate::support::tls::make_tls_files;
 
 #[test]

@@ -5,7 +5,7 @@
 //! and passes to its waiter with the next token; a forged sharded grant gives a waiter nothing.
 
 use super::*;
-use crate::support::redis_cluster::RedisCluster;
+use crate::redis::cluster_server::RedisCluster;
 
 /// The size of the queue of `name` on node `node` of `cluster`.
 fn queued_on(cluster: &RedisCluster, node: usize, name: &str) -> usize {

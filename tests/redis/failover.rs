@@ -1,9 +1,9 @@
 //! What a forced failover behind Sentinel does to a held lock and its waiter with `--replicas`
 //! (every replica): the README's guarantee, on a real master, two replicas and three sentinels
-//! (support/failover.rs). The cases without that guarantee are measured by `cargo bench --bench
+//! (failover_case.rs). The cases without that guarantee are measured by `cargo bench --bench
 //! failover`.
 
-use crate::support::failover::{failover_case, Failover};
+use crate::redis::failover_case::{failover_case, Failover};
 
 /// The README's guarantee across a failover: with `--replicas N`, N = all replicas, and the
 /// `--ttl 30s`, the holder keeps its lock, the waiter gets in only after it, with a higher token.

@@ -8,8 +8,8 @@
 use std::process::Stdio;
 
 use super::*;
-use crate::support::redis_cluster::RedisCluster;
-use crate::support::sentinel_set::SentinelSet;
+use crate::redis::cluster_server::RedisCluster;
+use crate::redis::sentinel_set::SentinelSet;
 
 /// How long a record lasts after its last write: 400 days, in ms.
 const KEPT_MS: i64 = 400 * 24 * 3600 * 1000;

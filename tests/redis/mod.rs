@@ -6,22 +6,47 @@
 //! (cluster.rs: redirects, names on several masters, slots moved while held), keys of the wrong
 //! type another client wrote in dlock's namespace (wrong_type.rs), the last run and last success
 //! each store keeps, read raw (last_run.rs). What every backend owes is in the contract suite.
+//!
+//! Beside them, what the rest of the suite uses of Redis, in every build: its servers (server.rs,
+//! cluster_server.rs, sentinel_set.rs; sentinel_faults.rs and failover_case.rs for the fault
+//! checker and the failover cases), its description (store.rs) and its targets (targets.rs).
+
+// Its tests are built with the redis feature only; without it, what they share goes unused.
+#![cfg_attr(not(feature = "redis"), allow(dead_code, unused_imports))]
 
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+// What the rest of the suite uses of this store, in every build.
+pub mod cluster_server;
+pub mod failover_case;
+pub mod sentinel_faults;
+pub mod sentinel_set;
+pub mod server;
+pub mod store;
+pub mod targets;
+
+#[cfg(feature = "redis")]
 mod access;
+#[cfg(feature = "redis")]
 mod cluster;
+#[cfg(feature = "redis")]
 mod failover;
+#[cfg(feature = "redis")]
 mod last_run;
+#[cfg(feature = "redis")]
 mod redlock;
+#[cfg(feature = "redis")]
 mod sentinel;
+#[cfg(feature = "redis")]
 mod waiting;
+#[cfg(feature = "redis")]
 mod wrong_type;
 
+#[cfg(feature = "redis")]
 use waiting::queued;
 
-use crate::support::redis_server::{dlock_at, RedisServer};
+use crate::redis::server::{dlock_at, RedisServer};
 use crate::support::watched::Watched;
 use crate::support::*;
 
@@ -102,6 +127,7 @@ fn contenders(
         .collect()
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn redlock_contenders_on_three_servers_lose_no_update() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -126,6 +152,7 @@ fn redlock_contenders_on_three_servers_lose_no_update() {
     );
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn deleting_the_key_by_hand_ends_the_holders_run_with_79() {
     let server = RedisServer::start();
@@ -164,6 +191,7 @@ fn delete_holders_and_see_the_loss(
     );
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn a_server_stopped_past_the_deadline_ends_the_holders_run_with_79() {
     let server = RedisServer::start();
@@ -188,6 +216,7 @@ fn a_server_stopped_past_the_deadline_ends_the_holders_run_with_79() {
     }
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn a_server_restarted_empty_ends_the_holders_run_with_79() {
     let mut server = RedisServer::start();
@@ -213,6 +242,7 @@ fn a_server_restarted_empty_ends_the_holders_run_with_79() {
     );
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn a_sigkilled_holder_frees_the_lock_within_its_ttl() {
     let server = RedisServer::start();
@@ -240,6 +270,7 @@ fn a_sigkilled_holder_frees_the_lock_within_its_ttl() {
     assert!(wait_exit(&mut waiter, T).success());
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn names_with_braces_and_spaces_stay_inside_one_hash_tag() {
     let server = RedisServer::start();
@@ -261,6 +292,7 @@ fn names_with_braces_and_spaces_stay_inside_one_hash_tag() {
     );
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn the_busy_line_says_what_min_hold_keeps_on_one_server_and_on_redlock() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();

@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::support::redis_server::{dlock_at, RedisServer};
-use crate::support::sentinel_set::SentinelSet;
+use crate::redis::server::{dlock_at, RedisServer};
+use crate::redis::sentinel_set::SentinelSet;
 use crate::support::watched::Watched;
 use crate::support::*;
 
@@ -266,7 +266,7 @@ fn replicas_work_on_a_plain_master_too() {
     let port = master.port().to_string();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
     wait_until("the replica online", T, || {
-        crate::support::sentinel_set::info(&master, "replication").contains("state=online")
+        crate::redis::sentinel_set::info(&master, "replication").contains("state=online")
     });
     // Each call gives WAIT half its time: a short budget where no acknowledgement may come, the
     // default (5s) where one must, so a loaded machine's slow REPLCONF ACK is not a refusal.
@@ -332,7 +332,7 @@ fn master_and_replica() -> (RedisServer, RedisServer) {
     let port = master.port().to_string();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
     wait_until("the replica online", T, || {
-        crate::support::sentinel_set::info(&master, "replication").contains("state=online")
+        crate::redis::sentinel_set::info(&master, "replication").contains("state=online")
     });
     (master, replica)
 }

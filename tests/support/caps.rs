@@ -1,9 +1,9 @@
 //! What each store can do, as the contract's scenarios ask it of a target instead of asking which
-//! store it is. A store declares its capabilities once, in `Kind::caps`: its match has no
-//! wildcard arm and `Caps` has no default, so a store added without them does not compile, and no
+//! store it is. A store declares its capabilities once, in its `Store` (its test folder's
+//! `store.rs`): `Caps` has no default, so a store added without them does not compile, and no
 //! scenario skips an assertion on a store that forgot one.
 
-use super::target::{Kind, Target};
+use super::target::Target;
 
 /// What a store can do that the contract's scenarios tell apart.
 pub struct Caps {
@@ -56,136 +56,27 @@ pub struct TtlLimit {
     pub refused: &'static str,
 }
 
-/// Where a store keeps a holder's record, for a scenario that forges one as any client that can
-/// write there could. Each is written its own way; a new store adds its own.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum ForeignHolder {
-    /// A record slot of the lock file, overwritten while a live holder keeps its lock on it: the
-    /// record's text line (`MODE TOKEN SINCE PID HOST[\tMESSAGE]`).
-    LockFileSlot,
-    /// The text line in the lock's hash of owners on every Redis server.
-    RedisHash,
-    /// A node's JSON, a child of the lock's ZooKeeper node.
-    ZkNode,
-    /// A row of the target's PostgreSQL table, the fields as columns (`since` a timestamptz).
-    PostgresRow,
-    /// A row of the target's MySQL table, the fields as columns (`since` a DATETIME, which
-    /// stops at the year 9999).
-    MysqlRow,
-    /// An entry of the lock's Elasticsearch document, in JSON.
-    EsDocument,
-    /// `OWNER LINE` in a key under the lock's etcd prefix, without a lease.
-    EtcdKey,
+/// A holder record with a time humantime cannot print (past the year 9999).
+pub const FAR_FUTURE: &str = "exclusive 5 99999999999999 2 host";
+
+/// How a client other than dlock, with write access to the store, puts a holder record there, as
+/// a scenario forges one (`contract/hostile.rs`). Each store writes it its own way, in its folder.
+#[derive(Clone, Copy)]
+pub struct ForeignHolder {
+    /// A record the store keeps and dlock cannot read (`MODE TOKEN SINCE PID HOST`): its `since`
+    /// past the year 9999 (`FAR_FUTURE`) where the store keeps such a time.
+    pub unreadable: &'static str,
+    /// Writes the only holder of "x", owned by `ab`: `record` (`MODE TOKEN SINCE PID
+    /// HOST[\tMESSAGE]`), in the store's own form, or `json` where the store keeps a holder's JSON
+    /// as it is (a ZooKeeper node's).
+    pub forge: fn(t: &Target, record: &str, json: &str) -> Forged,
 }
 
-impl Kind {
-    /// The store's capabilities: one arm a store, every field given.
-    pub fn caps(self) -> Caps {
-        match self {
-            Kind::File => Caps {
-                shows_lease_end: false,
-                keeps_a_line: false,
-                tells_the_place_in_line: false,
-                ttl_limit: None,
-                dates_runs_by_its_clock: false,
-                locks_are_files: true,
-                records_a_run_lost_with_its_lease: true,
-                loss_reason: "was removed or replaced",
-                tokens_count_acquisitions: true,
-                tells_of_changes: true,
-                unreachable_url: |t, _| t.scratch_file("no-such-directory"),
-                foreign_holder: ForeignHolder::LockFileSlot,
-            },
-            Kind::Redis => Caps {
-                shows_lease_end: true,
-                keeps_a_line: true,
-                tells_the_place_in_line: true,
-                ttl_limit: None,
-                dates_runs_by_its_clock: true,
-                locks_are_files: false,
-                records_a_run_lost_with_its_lease: true,
-                loss_reason: "no longer ours",
-                tokens_count_acquisitions: true,
-                tells_of_changes: true,
-                unreachable_url: |_, port| format!("redis://127.0.0.1:{port}"),
-                foreign_holder: ForeignHolder::RedisHash,
-            },
-            Kind::Zk => Caps {
-                shows_lease_end: false,
-                keeps_a_line: true,
-                tells_the_place_in_line: true,
-                // A session timeout is a 32-bit count of milliseconds.
-                ttl_limit: Some(TtlLimit {
-                    longest: "24days",
-                    days: 24,
-                    beyond: "25days",
-                    refused: "too long for the zk backend: at most 24d",
-                }),
-                dates_runs_by_its_clock: true,
-                locks_are_files: false,
-                records_a_run_lost_with_its_lease: false,
-                loss_reason: "was deleted",
-                tokens_count_acquisitions: false,
-                tells_of_changes: true,
-                unreachable_url: |_, port| format!("zk://127.0.0.1:{port}"),
-                foreign_holder: ForeignHolder::ZkNode,
-            },
-            Kind::Postgres => Caps {
-                shows_lease_end: true,
-                keeps_a_line: true,
-                tells_the_place_in_line: false,
-                ttl_limit: None,
-                dates_runs_by_its_clock: true,
-                locks_are_files: false,
-                records_a_run_lost_with_its_lease: true,
-                loss_reason: "no longer ours",
-                tokens_count_acquisitions: true,
-                tells_of_changes: true,
-                unreachable_url: |_, port| format!("postgres://dlock@127.0.0.1:{port}/dlock"),
-                foreign_holder: ForeignHolder::PostgresRow,
-            },
-            Kind::Etcd => Caps {
-                shows_lease_end: true,
-                keeps_a_line: true,
-                tells_the_place_in_line: false,
-                ttl_limit: None,
-                dates_runs_by_its_clock: false,
-                locks_are_files: false,
-                records_a_run_lost_with_its_lease: true,
-                loss_reason: "was deleted",
-                tokens_count_acquisitions: false,
-                tells_of_changes: true,
-                unreachable_url: |_, port| format!("etcd://127.0.0.1:{port}"),
-                foreign_holder: ForeignHolder::EtcdKey,
-            },
-            Kind::Mysql => Caps {
-                shows_lease_end: true,
-                keeps_a_line: true,
-                tells_the_place_in_line: false,
-                ttl_limit: None,
-                dates_runs_by_its_clock: true,
-                locks_are_files: false,
-                records_a_run_lost_with_its_lease: true,
-                loss_reason: "no longer ours",
-                tokens_count_acquisitions: true,
-                tells_of_changes: false,
-                unreachable_url: |_, port| format!("mysql://dlock@127.0.0.1:{port}/dlock"),
-                foreign_holder: ForeignHolder::MysqlRow,
-            },
-            Kind::Elasticsearch => Caps {
-                shows_lease_end: true,
-                keeps_a_line: true,
-                tells_the_place_in_line: false,
-                ttl_limit: None,
-                dates_runs_by_its_clock: true,
-                locks_are_files: false,
-                records_a_run_lost_with_its_lease: true,
-                loss_reason: "no longer ours",
-                tokens_count_acquisitions: true,
-                tells_of_changes: false,
-                unreachable_url: |_, port| format!("elasticsearch://127.0.0.1:{port}"),
-                foreign_holder: ForeignHolder::EsDocument,
-            },
-        }
-    }
+/// A holder record that `ForeignHolder::forge` wrote.
+pub struct Forged {
+    /// The record as the store keeps it, which dlock shows, escaped, as unreadable.
+    pub stored: String,
+    /// Lets go of the live holder whose record it overwrote, where it needed one (the file
+    /// backend's record slot), once the scenario is done.
+    pub let_go: Option<Box<dyn FnOnce()>>,
 }

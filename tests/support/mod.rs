@@ -1,30 +1,21 @@
 //! What every integration test shares: the real dlock binary with an isolated environment, and
-//! waiting on events (a file appearing, a line printed) instead of sleeping.
+//! waiting on events (a file appearing, a line printed) instead of sleeping; the targets the
+//! contract runs on, and what it asks of a store (`store`, `caps`). The benchmarks share it too.
+//! A store's own servers and description are in its test folder (`tests/NAME/`).
 
 #![allow(dead_code)]
 
 pub mod build;
 pub mod caps;
-pub mod etcd_server;
-pub mod failover;
-#[cfg(feature = "etcd")]
-pub mod fake_etcd;
 pub mod figures;
 pub mod idle;
-pub mod mysql_server;
-pub mod opensearch_server;
-pub mod pg_server;
-pub mod pgbouncer;
 pub mod ports;
 pub mod programs;
 pub mod reaper;
-pub mod redis_cluster;
-pub mod redis_server;
 pub mod relay;
 pub mod run_records;
-pub mod sentinel_faults;
-pub mod sentinel_set;
 pub mod sql_server;
+pub mod store;
 pub mod suite_servers;
 pub mod target;
 pub mod tls;
@@ -427,8 +418,6 @@ pub fn read_pid(path: &Path) -> u32 {
     );
     pid.expect("pid")
 }
-
-pub mod zk_server;
 
 /// Runs to completion within `limit` and returns the output; a command still running then is
 /// killed and the test fails (for commands that must never block).

@@ -137,7 +137,7 @@ mod tests {
     /// directory.
     #[test]
     fn a_test_s_own_server_is_listed_for_its_reaper() {
-        let server = crate::support::redis_server::RedisServer::start();
+        let server = crate::redis::server::RedisServer::start();
         let started = super::start_time(server.pid()).expect("the server's start time");
         let line = format!("{} {started} {}", server.pid(), server.dir().display());
         let path = super::listed().lock().expect("the list").path.clone();

@@ -9,7 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::target::{Kind, ServerControl, Target};
+use super::store::Store;
+use super::target::{ServerControl, Target};
 use super::LockDir;
 
 /// Runs `cmd` as `nobody` when we are root (setpriv execs, so a child's pid is the program's), in a
@@ -223,13 +224,23 @@ impl<S: Pausable> ServerControl for Faulty<S> {
     }
 }
 
+/// The table prefix of `t`, a target on the test run's shared SQL server (`?prefix=P` in its
+/// URL), once dlock has made its tables (on first use: `status` makes them), for a test that
+/// writes rows there as another client could.
+pub fn tables_made(t: &Target) -> &str {
+    let status = super::output(t.dlock(&["status", "x"]));
+    assert_eq!(super::code(&status), 1, "x starts free");
+    let url = t.urls()[0];
+    url.rsplit("prefix=").next().expect("a prefix in the URL")
+}
+
 impl Target {
-    /// dlock (`kind`) at `url` on the test run's shared SQL server (listening on `port`), with
-    /// tables of its own (a prefix per test), for the contract suite.
-    pub fn on_shared_sql(kind: Kind, url: String, port: u16) -> Target {
+    /// dlock (on `store`) at `url` on the test run's shared SQL server (listening on `port`),
+    /// with tables of its own (a prefix per test), for the contract suite.
+    pub fn on_shared_sql(store: &'static Store, url: String, port: u16) -> Target {
         let mut target = Target {
             args: vec![],
-            kind,
+            store,
             ports: vec![port],
             servers: vec![],
             scratch: LockDir::new(),
@@ -243,20 +254,13 @@ impl Target {
         target
     }
 
-    /// dlock (`kind`) on a private SQL server listening on `port`, which the fault checker pauses
-    /// and crashes.
+    /// dlock (on `store`) on a private SQL server listening on `port`, which the fault checker
+    /// pauses and crashes.
     pub fn on_private_sql<S: Pausable + Send + 'static>(
-        kind: Kind,
+        store: &'static Store,
         port: u16,
         server: S,
     ) -> Target {
-        let ports = vec![port];
-        Target {
-            args: kind.args(&ports),
-            kind,
-            ports,
-            servers: vec![Box::new(Faulty(Mutex::new(server)))],
-            scratch: LockDir::new(),
-        }
+        Target::on_private(store, vec![port], Faulty(Mutex::new(server)))
     }
 }

@@ -1,20 +1,23 @@
-//! A backend to run scenarios against: the `dlock` arguments that select it, and what a fault
-//! driver may do to its server.
+//! A backend to run scenarios against: the `dlock` arguments that select it, its store's
+//! description, and what a fault driver may do to its server. Each store makes its own targets,
+//! in its test folder.
 
 use std::process::Command;
 
 use super::caps::Caps;
+use super::store::Store;
 use super::*;
 
 /// The `dlock` arguments that select one backend (`--backend X --url Y`).
 pub struct Target {
     pub args: Vec<String>,
-    pub kind: Kind,
+    /// Its store, as its test folder describes it.
+    pub store: &'static Store,
     /// The servers' loopback ports, in the order of the URLs in `args`.
     pub ports: Vec<u16>,
     /// The servers behind the backend, for fault injection: none for the file backend; for the
-    /// suite's servers (`suite_servers`), which other tests share, only what the target must end
-    /// or give back with it (an etcd namespace's proxy, a lent Redis Cluster), which takes no
+    /// suite's servers (`Target::suite_NAME`), which other tests share, only what the target must
+    /// end or give back with it (an etcd namespace's proxy, a lent Redis Cluster), which takes no
     /// faults.
     pub servers: Vec<Box<dyn ServerControl>>,
     /// Scratch space for markers and counters.
@@ -22,46 +25,18 @@ pub struct Target {
 }
 
 impl Target {
-    pub fn file_backend() -> Target {
-        let scratch = LockDir::new();
-        let locks = scratch.file("locks");
-        // dlock never creates a lock directory it is given.
-        std::fs::create_dir(&locks).expect("create the lock directory");
+    /// `store` on private servers on `ports` (its `args` for them), which a fault driver hits
+    /// through `control`.
+    pub fn on_private(
+        store: &'static Store,
+        ports: Vec<u16>,
+        control: impl ServerControl + 'static,
+    ) -> Target {
         Target {
-            args: vec!["--url".into(), locks.display().to_string()],
-            kind: Kind::File,
-            ports: vec![],
-            servers: vec![],
-            scratch,
-        }
-    }
-
-    /// dlock on a private ZooKeeper server.
-    pub fn zk_backend() -> Target {
-        let server = zk_server::ZkServer::start();
-        let ports = vec![server.port()];
-        Target {
-            args: Kind::Zk.args(&ports),
-            kind: Kind::Zk,
+            args: (store.args)(&ports),
+            store,
             ports,
-            servers: vec![Box::new(zk_server::ZkControl(std::sync::Mutex::new(
-                server,
-            )))],
-            scratch: LockDir::new(),
-        }
-    }
-
-    /// dlock on a private three-server ZooKeeper ensemble; faults hit its leader.
-    pub fn zk_ensemble() -> Target {
-        let ensemble = zk_server::ZkEnsemble::start();
-        let ports = ensemble.ports();
-        Target {
-            args: Kind::Zk.args(&ports),
-            kind: Kind::Zk,
-            ports,
-            servers: vec![Box::new(zk_server::ZkEnsembleControl(
-                std::sync::Mutex::new(ensemble),
-            ))],
+            servers: vec![Box::new(control)],
             scratch: LockDir::new(),
         }
     }
@@ -81,7 +56,7 @@ impl Target {
             let url = format!("redis+cluster://{}", seeds.join(","));
             return vec!["--backend".into(), "redis".into(), "--url".into(), url];
         }
-        self.kind.args(ports)
+        (self.store.args)(ports)
     }
 
     pub fn dlock(&self, args: &[&str]) -> Command {
@@ -105,8 +80,8 @@ impl Target {
     }
 
     /// What the store can do, which the contract's scenarios ask instead of which store it is.
-    pub fn caps(&self) -> Caps {
-        self.kind.caps()
+    pub fn caps(&self) -> &'static Caps {
+        &self.store.caps
     }
 
     /// Whether the store tells a holder of a change to its group records (the README's list),
@@ -117,15 +92,7 @@ impl Target {
 
     /// What the command sees in `DLOCK_BACKEND`.
     pub fn backend(&self) -> &'static str {
-        match self.kind {
-            Kind::File => "file",
-            Kind::Redis => "redis",
-            Kind::Zk => "zk",
-            Kind::Postgres => "postgres",
-            Kind::Etcd => "etcd",
-            Kind::Mysql => "mysql",
-            Kind::Elasticsearch => "elasticsearch",
-        }
+        self.store.backend
     }
 
     /// The `--url` values: the lock directory, or one URL per server.
@@ -137,122 +104,16 @@ impl Target {
             .collect()
     }
 
-    /// The Redis servers' own URLs, for a scenario that writes to them directly: for a
-    /// `redis+sentinel://` URL its master's (the suite's sentinel set never fails over), in the
-    /// same database.
-    pub fn redis_urls(&self) -> Vec<String> {
-        // A cluster: each of its nodes (a script must go to the node that serves its keys).
-        if self
-            .urls()
-            .iter()
-            .any(|u| u.starts_with("redis+cluster://"))
-        {
-            let nodes = self.ports.iter();
-            return nodes.map(|p| format!("redis://127.0.0.1:{p}")).collect();
-        }
-        let urls = self.urls().into_iter().zip(&self.ports);
-        urls.map(|(url, port)| match url.strip_prefix("redis+sentinel://") {
-            Some(rest) => {
-                let db = rest.rsplit('/').next().unwrap_or("0");
-                format!("redis://127.0.0.1:{port}/{db}")
-            }
-            None => url.to_owned(),
-        })
-        .collect()
-    }
-
     /// `rounds` on the file backend, fewer where an acquisition costs more (ZooKeeper's writes,
     /// Redlock's majority), so that a loop of contending runs takes about as long on each backend.
     pub fn rounds(&self, rounds: usize) -> usize {
-        let sixths = match self.kind {
-            Kind::File => 6,
-            Kind::Redis if self.ports.len() == 1 => 4,
-            Kind::Zk | Kind::Postgres | Kind::Etcd | Kind::Mysql | Kind::Elasticsearch => 2,
-            Kind::Redis => 1,
-        };
+        let sixths = (self.store.rounds_sixths)(self);
         (rounds * sixths / 6).max(1)
     }
 
     /// Whether each acquisition of a name takes the next token, 1, 2, 3... (see `Caps`).
     pub fn tokens_count_acquisitions(&self) -> bool {
         self.caps().tokens_count_acquisitions
-    }
-}
-
-/// Which backend a target runs.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Kind {
-    File,
-    Redis,
-    Zk,
-    Postgres,
-    Etcd,
-    Mysql,
-    Elasticsearch,
-}
-
-impl Kind {
-    /// `--backend` and `--url` for servers on these loopback ports (not for the file backend).
-    pub fn args(self, ports: &[u16]) -> Vec<String> {
-        match self {
-            Kind::File => panic!("the file backend has no servers"),
-            Kind::Redis => {
-                let mut args = vec!["--backend".to_owned(), "redis".to_owned()];
-                for port in ports {
-                    args.extend(["--url".to_owned(), format!("redis://127.0.0.1:{port}")]);
-                }
-                args
-            }
-            Kind::Zk => {
-                let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-                vec![
-                    "--backend".into(),
-                    "zk".into(),
-                    "--url".into(),
-                    format!("zk://{}", hosts.join(",")),
-                ]
-            }
-            Kind::Postgres => vec![
-                "--backend".into(),
-                "postgres".into(),
-                "--url".into(),
-                format!(
-                    "postgres://postgres:{}@127.0.0.1:{}/postgres",
-                    super::pg_server::PASSWORD,
-                    ports[0]
-                ),
-            ],
-            Kind::Mysql => vec![
-                "--backend".into(),
-                "mysql".into(),
-                "--url".into(),
-                format!(
-                    "mysql://root:{}@127.0.0.1:{}/{}",
-                    super::mysql_server::PASSWORD,
-                    ports[0],
-                    super::mysql_server::DATABASE
-                ),
-            ],
-            // The default index, `dlock`, of a node of the test's own.
-            Kind::Elasticsearch => {
-                let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-                vec![
-                    "--backend".into(),
-                    "elasticsearch".into(),
-                    "--url".into(),
-                    format!("elasticsearch://{}", hosts.join(",")),
-                ]
-            }
-            Kind::Etcd => {
-                let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-                vec![
-                    "--backend".into(),
-                    "etcd".into(),
-                    "--url".into(),
-                    format!("etcd://{}", hosts.join(",")),
-                ]
-            }
-        }
     }
 }
 
@@ -267,7 +128,8 @@ pub trait ServerControl {
     /// Kill the server and start it again on the same address, empty.
     fn restart(&self);
     /// The arguments that reach these servers through relays on `ports` (one per server), when
-    /// `Kind::args` cannot say (a client that is told where the servers are, as by sentinels).
+    /// its store's `args` cannot say (a client that is told where the servers are, as by
+    /// sentinels).
     fn args_through(&self, _ports: &[u16]) -> Option<Vec<String>> {
         None
     }

@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// Compiles tests/support/CuratorLock.java against the Debian Curator jars.
+/// Compiles tests/zk/CuratorLock.java against the Debian Curator jars.
 pub(super) fn compile_curator_program(dir: &Path) -> String {
     let classpath = "/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:\
                      /usr/share/java/curator-client.jar:/usr/share/java/zookeeper.jar";
@@ -11,7 +11,7 @@ pub(super) fn compile_curator_program(dir: &Path) -> String {
         Path::new("/usr/share/java/curator-recipes.jar").exists(),
         "Curator is not installed: run scripts/test (Debian package libcurator-recipes-java)"
     );
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/CuratorLock.java");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zk/CuratorLock.java");
     let out = program("javac")
         .args(["-d", dir.to_str().unwrap(), "-cp", classpath])
         .arg(&source)

@@ -1,5 +1,5 @@
 //! Interop with kazoo's lock recipes (Debian's python3-kazoo, driven by
-//! tests/support/kazoo_lock.py) and Curator's (tests/support/CuratorLock.java), each pair in both
+//! tests/zk/kazoo_lock.py) and Curator's (tests/zk/CuratorLock.java), each pair in both
 //! directions: the second is refused while the first holds, waits, and gets in once the first lets
 //! go. And what dlock shows of nodes other clients and `--min-hold` leave in a lock's directory.
 
@@ -36,7 +36,7 @@ pub(super) fn kazoo(
     held: &Path,
     release: &Path,
 ) -> Command {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/kazoo_lock.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zk/kazoo_lock.py");
     let mut cmd = program(python());
     cmd.arg(script)
         .arg(server.hosts())

@@ -6,6 +6,13 @@
 //! semaphores and of a Curator mutex beside a shared holder (semaphores.rs); the records of each
 //! lock's last run and last success, read raw (last_run.rs). What every backend owes is in the
 //! contract suite.
+//!
+//! Beside them, what the rest of the suite uses of ZooKeeper, in every build: its servers
+//! (server.rs) and its description and targets (store.rs); and the other clients its own tests
+//! run beside dlock (CuratorLock.java, kazoo_lock.py).
+
+// Its tests are built with the zk feature only; without it, what they share goes unused.
+#![cfg_attr(not(feature = "zk"), allow(dead_code, unused_imports))]
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -13,14 +20,23 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+// What the rest of the suite uses of this store, in every build.
+pub mod server;
+pub mod store;
+
+#[cfg(feature = "zk")]
 mod access;
+#[cfg(feature = "zk")]
 mod curator;
+#[cfg(feature = "zk")]
 mod interop;
+#[cfg(feature = "zk")]
 mod last_run;
+#[cfg(feature = "zk")]
 mod semaphores;
 
 use crate::support::relay::Relay;
-use crate::support::zk_server::ZkServer;
+use crate::zk::server::ZkServer;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
@@ -128,6 +144,7 @@ fn lock_nodes(server: &ZkServer, dir_node: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+#[cfg(feature = "zk")]
 #[test]
 fn a_run_leaves_no_node_behind_and_the_empty_lock_directory_goes() {
     let server = ZkServer::start();
@@ -144,6 +161,7 @@ fn a_run_leaves_no_node_behind_and_the_empty_lock_directory_goes() {
 
 /// What `contract::*::busy_lock_exits_75_*` cannot see: the refused attempts leave no node in the
 /// lock's directory, and status names that directory.
+#[cfg(feature = "zk")]
 #[test]
 fn refused_runs_leave_no_node_and_status_shows_the_lock_directory() {
     let server = ZkServer::start();
@@ -160,6 +178,7 @@ fn refused_runs_leave_no_node_and_status_shows_the_lock_directory() {
     assert!(wait_exit(&mut holder, T).success());
 }
 
+#[cfg(feature = "zk")]
 #[test]
 fn shared_holders_run_together_and_exclude_an_exclusive_one() {
     let server = ZkServer::start();
@@ -210,6 +229,7 @@ fn mntr(server: &ZkServer, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in mntr: {report}"))
 }
 
+#[cfg(feature = "zk")]
 #[test]
 fn each_release_wakes_only_the_next_waiter() {
     let server = ZkServer::start();
@@ -239,6 +259,7 @@ fn each_release_wakes_only_the_next_waiter() {
     assert_eq!(mntr(&server, "zk_sum_node_children_watch_count"), 0);
 }
 
+#[cfg(feature = "zk")]
 #[test]
 fn waiters_that_give_up_leave_no_node_behind() {
     let server = ZkServer::start();
@@ -273,6 +294,7 @@ fn waiters_that_give_up_leave_no_node_behind() {
     });
 }
 
+#[cfg(feature = "zk")]
 #[test]
 fn names_with_slashes_and_dots_map_to_one_escaped_node_each() {
     let server = ZkServer::start();
@@ -307,6 +329,7 @@ fn names_with_slashes_and_dots_map_to_one_escaped_node_each() {
     }
 }
 
+#[cfg(feature = "zk")]
 #[test]
 fn server_stopped_past_the_session_timeout_terminates_the_child_with_79() {
     let server = ZkServer::start();
@@ -347,6 +370,7 @@ fn server_stopped_past_the_session_timeout_terminates_the_child_with_79() {
     assert!(exited - took < Duration::from_secs(2), "{exited:?}");
 }
 
+#[cfg(feature = "zk")]
 #[test]
 fn server_restarted_within_the_session_timeout_keeps_the_lock() {
     let mut server = ZkServer::start();
@@ -368,6 +392,7 @@ fn server_restarted_within_the_session_timeout_keeps_the_lock() {
     assert!(!err.text().contains("lost"), "{}", err.text());
 }
 
+#[cfg(feature = "zk")]
 #[test]
 fn sigkill_of_the_holder_lets_the_next_waiter_in_within_the_session_timeout() {
     let server = ZkServer::start();
@@ -406,6 +431,7 @@ fn sigkill_of_the_holder_lets_the_next_waiter_in_within_the_session_timeout() {
 /// Under `-q` nobody sees who holds the lock waited for, so the waiter does not read the holders'
 /// nodes (a request each); without `-q` it does. Counted as what the waiter sends the server,
 /// through a relay of its own: the same wait, less the reads.
+#[cfg(feature = "zk")]
 #[test]
 fn a_quiet_waiter_never_reads_who_holds_the_lock() {
     let server = ZkServer::start();

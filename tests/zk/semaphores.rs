@@ -1,6 +1,6 @@
 //! What dlock shows of other clients' holders that its own recipe does not count: the leases of
 //! Curator's `InterProcessSemaphoreV2` and kazoo's `Semaphore` on a lock's node (real clients,
-//! tests/support/CuratorLock.java and kazoo_lock.py), which exclude no dlock mode, and a Curator
+//! tests/zk/CuratorLock.java and kazoo_lock.py), which exclude no dlock mode, and a Curator
 //! mutex that holds beside a `--shared` holder.
 
 use super::interop::{curator, kazoo};

@@ -4,16 +4,18 @@
 //! server per test run (`MyServer::shared`), each test with its own table prefix; tests that
 //! crash, pause or reconfigure the server start their own.
 
-use super::programs::program;
+// The benchmarks share this file, and use parts of it the tests do not.
+#![allow(dead_code)]
+
+use crate::support::programs::program;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use super::reaper::reaper;
-use super::sql_server::{as_server_user, give_to_server_user};
-use super::sql_server::{stop_pid, Launch, Pausable, Place};
-use super::target::{Kind, Target};
+use crate::support::reaper::reaper;
+use crate::support::sql_server::{as_server_user, give_to_server_user};
+use crate::support::sql_server::{stop_pid, Launch, Pausable, Place};
 
 /// root's password on the TCP port.
 pub const PASSWORD: &str = "my-test-secret";
@@ -314,13 +316,13 @@ impl Launch for MyServer {
 impl Pausable for MyServer {
     fn pause(&self) {
         if let Some(server) = &self.place.child {
-            super::signal(server.id(), libc::SIGSTOP);
+            crate::support::signal(server.id(), libc::SIGSTOP);
         }
     }
 
     fn resume(&self) {
         if let Some(server) = &self.place.child {
-            super::signal(server.id(), libc::SIGCONT);
+            crate::support::signal(server.id(), libc::SIGCONT);
         }
     }
 
@@ -334,25 +336,5 @@ impl Pausable for MyServer {
 impl Drop for MyServer {
     fn drop(&mut self) {
         self.crash();
-    }
-}
-
-impl Target {
-    /// The MySQL backend on the test run's shared MariaDB, with tables of its own (a prefix per
-    /// test), for the contract suite.
-    pub fn suite_mysql() -> Target {
-        let prefix = format!("c{}_", super::suite_servers::next_namespace());
-        let url = MyServer::shared_url(&prefix);
-        let port = MyServer::shared()
-            .lock()
-            .map(|s| s.port())
-            .unwrap_or_default();
-        Target::on_shared_sql(Kind::Mysql, url, port)
-    }
-
-    /// dlock on a private MariaDB server.
-    pub fn mysql_backend() -> Target {
-        let server = MyServer::start();
-        Target::on_private_sql(Kind::Mysql, server.port(), server)
     }
 }

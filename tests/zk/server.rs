@@ -5,7 +5,10 @@
 //! Also a raw client (the same Rust crate dlock uses) for looking at the nodes dlock leaves behind
 //! and for acting as another ZooKeeper identity.
 
-use super::programs::program;
+// The benchmarks share this file, and use parts of it the tests do not.
+#![allow(dead_code)]
+
+use crate::support::programs::program;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -15,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
-use super::free_port;
+use crate::support::free_port;
 
 const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 /// Longest a JVM may take to start serving on a busy two-core machine.
@@ -130,7 +133,7 @@ impl ZkServer {
     }
 
     pub fn dlock_at(&self, url: &str, args: &[&str]) -> Command {
-        let mut cmd = super::dlock();
+        let mut cmd = crate::support::dlock();
         cmd.args(["--backend", "zk", "--url", url]).args(args);
         // A server that just started answers its first sessions slowly on a loaded 2-core machine
         // (CI saw dlock give up after the default 5 s). How long dlock waits is not what these
@@ -272,7 +275,7 @@ impl ZkServer {
             classpath.push_str(":/usr/share/java/slf4j-nop.jar");
         }
         let process = program("java")
-            // Its own group, like every test server (see pg_server::as_server_user).
+            // Its own group, like every test server (see sql_server::as_server_user).
             .process_group(0)
             .args(self.jvm_flags)
             .args([
@@ -298,14 +301,14 @@ impl ZkServer {
                 panic!("cannot start java for ZooKeeper (is a JRE installed?): {e}")
             });
         let java = process.id();
-        super::reaper::end_with_this_process(&process, self.dir.path());
+        crate::support::reaper::end_with_this_process(&process, self.dir.path());
         self.process = Some(process);
         let end = Instant::now() + START_LIMIT;
         while Instant::now() < end {
             // Serving, and on its own port: another test's ZooKeeper may answer on a port it took
             // first.
             if four_letter(self.port, "ruok").as_deref() == Some("imok")
-                && super::listens_on(java, self.port)
+                && crate::support::listens_on(java, self.port)
             {
                 return true;
             }
@@ -399,10 +402,10 @@ where
 /// The fault checker's handle on a ZooKeeper server.
 pub struct ZkControl(pub std::sync::Mutex<ZkServer>);
 
-impl super::target::ServerControl for ZkControl {
+impl crate::support::target::ServerControl for ZkControl {
     fn pause(&self, pause: Duration) {
         let pid = self.0.lock().expect("server handle").pid();
-        super::stop_for(pid, pause);
+        crate::support::stop_for(pid, pause);
     }
 
     /// A crash and restart that keeps the server's data directory: a ZooKeeper server's data is its
@@ -516,7 +519,7 @@ impl ZkEnsemble {
 /// The fault checker's handle on an ensemble: its faults hit the leader.
 pub struct ZkEnsembleControl(pub std::sync::Mutex<ZkEnsemble>);
 
-impl super::target::ServerControl for ZkEnsembleControl {
+impl crate::support::target::ServerControl for ZkEnsembleControl {
     fn what(&self) -> &'static str {
         "leader"
     }
@@ -524,7 +527,7 @@ impl super::target::ServerControl for ZkEnsembleControl {
     fn pause(&self, pause: Duration) {
         let ensemble = self.0.lock().expect("ensemble handle");
         let pid = ensemble.servers[ensemble.current_leader()].pid();
-        super::stop_for(pid, pause);
+        crate::support::stop_for(pid, pause);
     }
 
     /// SIGKILL the leader and start it again on its data: the others elect a new leader meanwhile.

@@ -3,13 +3,10 @@
 //! them (set with CLUSTER ADDSLOTSRANGE and MEET, which needs no fixed waits), ready when every
 //! node says `cluster_state:ok` and knows the three. Its nodes are killed when it is dropped.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::redis_server::{Comeback, FaultyRedis, RedisServer};
-use super::target::{Kind, ServerControl, Target};
-use super::tls::TlsFiles;
-use super::LockDir;
+use super::server::RedisServer;
+use crate::support::tls::TlsFiles;
 
 /// The slots of each master, as `redis-cli --cluster create` splits them for three.
 const RANGES: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
@@ -265,81 +262,3 @@ fn slot_map(conn: &mut redis::Connection) -> Vec<(u16, u16, u16)> {
     map
 }
 
-/// The master that serves the fault checker's lock, which the checker pauses and restarts, with
-/// the other masters, which live as long as it does.
-struct LockMaster {
-    master: FaultyRedis,
-    _others: Vec<RedisServer>,
-}
-
-impl ServerControl for LockMaster {
-    fn what(&self) -> &'static str {
-        "master"
-    }
-
-    fn pause(&self, pause: Duration) {
-        self.master.pause(pause);
-    }
-
-    fn restart(&self) {
-        self.master.restart();
-    }
-}
-
-impl Target {
-    /// The Redis backend on a private three-master cluster for the fault checker, whose lock
-    /// (`name`) is served by one master: that master is the one server the checker pauses,
-    /// restarts (with its data: appendonly, fsync always; a cluster without replicas cannot fail
-    /// over) and cuts clients off from (a relayed client's only seed is its relay, which the
-    /// lock's master answers without a redirect). Unrelayed clients start from another master
-    /// and are redirected, every run.
-    pub fn redis_cluster_for_lock(name: &str) -> Target {
-        let cluster = RedisCluster::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-        let at = cluster.node_of_lock(name);
-        let seed = cluster.nodes[(at + 1) % 3].port();
-        let mut nodes = cluster.nodes;
-        let master = nodes.remove(at);
-        Target {
-            args: vec![
-                "--backend".into(),
-                "redis".into(),
-                "--url".into(),
-                format!("redis+cluster://127.0.0.1:{seed}"),
-            ],
-            kind: Kind::Redis,
-            ports: vec![master.port()],
-            servers: vec![Box::new(LockMaster {
-                master: FaultyRedis {
-                    server: Mutex::new(master),
-                    comeback: Comeback::KeepingData,
-                },
-                _others: nodes,
-            })],
-            scratch: LockDir::new(),
-        }
-    }
-
-    /// The Redis backend on a private three-master cluster, whose masters the fault checker may
-    /// pause and crash: they write every change to disk before they answer and come back with
-    /// their data (a cluster without replicas cannot fail over).
-    pub fn redis_cluster() -> Target {
-        let cluster = RedisCluster::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-        let url = cluster.url();
-        Target {
-            args: vec!["--backend".into(), "redis".into(), "--url".into(), url],
-            kind: Kind::Redis,
-            ports: cluster.nodes.iter().map(RedisServer::port).collect(),
-            servers: cluster
-                .nodes
-                .into_iter()
-                .map(|server| {
-                    Box::new(FaultyRedis {
-                        server: Mutex::new(server),
-                        comeback: Comeback::KeepingData,
-                    }) as Box<dyn ServerControl>
-                })
-                .collect(),
-            scratch: LockDir::new(),
-        }
-    }
-}

@@ -2,14 +2,17 @@
 //! the benchmarks that compare dlock with `etcdctl lock`, which can be killed, paused and started
 //! again on the same address and data; stopped when dropped.
 
-use super::programs::program;
+// The benchmarks share this file, and use parts of it the tests do not.
+#![allow(dead_code)]
+
+use crate::support::programs::program;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::target::{Kind, ServerControl, Target};
-use super::{free_port, on_a_free_port, says_port_taken, wait_until, LockDir};
+use crate::support::target::ServerControl;
+use crate::support::{free_port, on_a_free_port, says_port_taken, wait_until};
 
 /// A single-member etcd on free loopback ports with a private data directory, killed on drop.
 pub struct EtcdServer {
@@ -72,7 +75,7 @@ impl EtcdServer {
     }
 
     /// A member serving clients over TLS only, with a certificate the test CA in `files` signed.
-    pub fn start_tls(files: &super::tls::TlsFiles) -> EtcdServer {
+    pub fn start_tls(files: &crate::support::tls::TlsFiles) -> EtcdServer {
         let tls = (files.cert.clone(), files.key.clone(), files.ca.clone());
         let mut etcd = EtcdServer::unstarted("test", Some(tls));
         etcd.launch_fresh(None);
@@ -149,7 +152,7 @@ impl EtcdServer {
             std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
         std::iter::once(pid)
             .chain(children.split_whitespace().filter_map(|c| c.parse().ok()))
-            .any(|pid| super::listens_on(pid, self.client_port))
+            .any(|pid| crate::support::listens_on(pid, self.client_port))
     }
 
     fn log(&self) -> String {
@@ -181,7 +184,7 @@ impl EtcdServer {
             }
         };
         let process = command
-            // Its own group, like every test server (see pg_server::as_server_user).
+            // Its own group, like every test server (see sql_server::as_server_user).
             .process_group(0)
             .args(self.tls.iter().flat_map(|(cert, key, _)| {
                 [
@@ -218,7 +221,7 @@ impl EtcdServer {
             .stderr(log)
             .spawn()
             .expect("etcd is installed (Debian package etcd-server)");
-        super::reaper::end_with_this_process(&process, self.dir.path());
+        crate::support::reaper::end_with_this_process(&process, self.dir.path());
         self.process = Some(process);
     }
 
@@ -355,28 +358,13 @@ pub struct EtcdControl(pub std::sync::Mutex<EtcdServer>);
 impl ServerControl for EtcdControl {
     fn pause(&self, pause: Duration) {
         let pid = self.0.lock().expect("server handle").pid();
-        super::stop_for(pid, pause);
+        crate::support::stop_for(pid, pause);
     }
 
     /// A crash and restart that keeps the member's data directory: etcd's data is its durable log,
     /// and wiping it would also reset the revisions that fencing tokens are made of.
     fn restart(&self) {
         self.0.lock().expect("server handle").restart();
-    }
-}
-
-impl Target {
-    /// dlock on a private single-member etcd.
-    pub fn etcd_backend() -> Target {
-        let server = EtcdServer::start();
-        let ports = vec![server.port()];
-        Target {
-            args: Kind::Etcd.args(&ports),
-            kind: Kind::Etcd,
-            ports,
-            servers: vec![Box::new(EtcdControl(std::sync::Mutex::new(server)))],
-            scratch: LockDir::new(),
-        }
     }
 }
 
@@ -449,7 +437,7 @@ impl ServerControl for EtcdClusterControl {
     fn pause(&self, pause: Duration) {
         let cluster = self.0.lock().expect("cluster handle");
         let pid = cluster.members[cluster.leader()].pid();
-        super::stop_for(pid, pause);
+        crate::support::stop_for(pid, pause);
     }
 
     /// SIGKILL the leader and start it again on its data: the other two elect a leader meanwhile.
@@ -457,21 +445,6 @@ impl ServerControl for EtcdClusterControl {
         let mut cluster = self.0.lock().expect("cluster handle");
         let leader = cluster.leader();
         cluster.members[leader].restart();
-    }
-}
-
-impl Target {
-    /// dlock on a private three-member etcd cluster; faults hit its leader.
-    pub fn etcd_cluster() -> Target {
-        let cluster = EtcdCluster::start();
-        let ports = cluster.ports();
-        Target {
-            args: Kind::Etcd.args(&ports),
-            kind: Kind::Etcd,
-            ports,
-            servers: vec![Box::new(EtcdClusterControl(std::sync::Mutex::new(cluster)))],
-            scratch: LockDir::new(),
-        }
     }
 }
 

@@ -5,8 +5,8 @@
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use super::pg_server::{as_server_user, give_to_server_user, PgServer, PASSWORD};
-use super::{on_a_free_port, until_listening};
+use super::server::{as_server_user, give_to_server_user, PgServer, PASSWORD};
+use crate::support::{on_a_free_port, until_listening};
 
 pub struct PgBouncer {
     port: u16,
@@ -48,7 +48,7 @@ impl PgBouncer {
             .stderr(Stdio::null())
             .spawn()
             .expect("pgbouncer is installed (Debian package pgbouncer; scripts/test installs it)");
-        super::reaper::end_with_this_process(&child, dir.path());
+        crate::support::reaper::end_with_this_process(&child, dir.path());
         let mut pooler = PgBouncer {
             port,
             child,

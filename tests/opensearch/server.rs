@@ -1,5 +1,5 @@
 //! A private OpenSearch node for one test, and one the tests of a run share: a JVM running
-//! tests/support/opensearch/OpenSearchNode.java (the server's own `Node`, from the jars of the pom
+//! tests/opensearch/node/OpenSearchNode.java (the server's own `Node`, from the jars of the pom
 //! beside it, with Netty for HTTP and Painless) on a free loopback port, with its own directory,
 //! in its own process group, listed for the reaper, ready when `start` returns (its cluster is
 //! green) and killed when dropped. It can be paused (SIGSTOP) and restarted on the same port and
@@ -8,7 +8,10 @@
 //! scripts/test fetches the jars into Maven's repository (~/.m2); the tests take their classpath
 //! from there with Maven offline, and compile the launcher once per test process.
 
-use super::programs::program;
+// The benchmarks share this file, and use parts of it the tests do not.
+#![allow(dead_code)]
+
+use crate::support::programs::program;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -18,7 +21,7 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The launcher's directory: its source and the pom of its jars.
-const SUPPORT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/opensearch");
+const NODE_FILES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/opensearch/node");
 
 /// How long a node may take to serve HTTP, and then again to turn green: a JVM that loads the whole
 /// server, measured at 10 to 18 s on two loaded cores.
@@ -54,7 +57,7 @@ enum Launch {
 impl OpenSearchServer {
     /// A node of the test's own; panics (never skips) when Java or the jars are missing.
     pub fn start() -> OpenSearchServer {
-        super::on_a_free_port("OpenSearch", |port| {
+        crate::support::on_a_free_port("OpenSearch", |port| {
             let mut node = OpenSearchServer {
                 process: None,
                 port,
@@ -78,7 +81,7 @@ impl OpenSearchServer {
         &SHARED
             .get_or_init(|| {
                 let node = OpenSearchServer::start();
-                let reaper = super::reaper::reaper(node.pid(), node.dir(), libc::SIGKILL);
+                let reaper = crate::support::reaper::reaper(node.pid(), node.dir(), libc::SIGKILL);
                 (node, reaper)
             })
             .0
@@ -94,7 +97,7 @@ impl OpenSearchServer {
         let classpath = classpath();
         let started = Instant::now();
         let mut process = program("java")
-            // Its own group, like every test server (see pg_server::as_server_user).
+            // Its own group, like every test server (see sql_server::as_server_user).
             .process_group(0)
             .args(JVM_FLAGS)
             .arg("-cp")
@@ -108,7 +111,7 @@ impl OpenSearchServer {
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start java (scripts/test installs a JDK): {e}"));
-        super::reaper::end_with_this_process(&process, self.dir.path());
+        crate::support::reaper::end_with_this_process(&process, self.dir.path());
         let stdout = process.stdout.take().expect("piped stdout");
         let (said, hear) = mpsc::channel();
         let out = self.out.clone();
@@ -263,11 +266,11 @@ impl OpenSearchServer {
 
     /// SIGSTOP: the node keeps its connections but answers nothing.
     pub fn pause(&self) {
-        super::signal(self.pid(), libc::SIGSTOP);
+        crate::support::signal(self.pid(), libc::SIGSTOP);
     }
 
     pub fn resume(&self) {
-        super::signal(self.pid(), libc::SIGCONT);
+        crate::support::signal(self.pid(), libc::SIGCONT);
     }
 
     /// SIGKILL (which also ends a stopped JVM), and reap it.
@@ -310,7 +313,7 @@ fn classpath() -> &'static str {
             .arg("-d")
             .arg(&dir)
             .args(["-cp", &jars])
-            .arg(Path::new(SUPPORT).join("OpenSearchNode.java"))
+            .arg(Path::new(NODE_FILES).join("OpenSearchNode.java"))
             .output()
             .expect("javac (a JDK) is installed: scripts/test installs one");
         assert!(
@@ -325,7 +328,7 @@ fn classpath() -> &'static str {
 /// The jars of the pom, from Maven's repository: Maven, offline, writes their classpath once
 /// (and again when the pom changes or a jar has gone), kept for later test processes.
 fn jars() -> String {
-    let pom = Path::new(SUPPORT).join("pom.xml");
+    let pom = Path::new(NODE_FILES).join("pom.xml");
     let kept = Path::new(env!("CARGO_TARGET_TMPDIR")).join("opensearch-jars.classpath");
     if let Some(jars) = still_good(&kept, &pom) {
         return jars;
@@ -363,7 +366,7 @@ fn still_good(kept: &Path, pom: &Path) -> Option<String> {
 
 /// The fault checker pauses the node (SIGSTOP of the JVM) and crashes it (SIGKILL, then a start on
 /// the same port and data).
-impl super::sql_server::Pausable for OpenSearchServer {
+impl crate::support::sql_server::Pausable for OpenSearchServer {
     fn pause(&self) {
         OpenSearchServer::pause(self);
     }
@@ -374,13 +377,5 @@ impl super::sql_server::Pausable for OpenSearchServer {
 
     fn restart(&mut self) {
         self.restart_keeping_data();
-    }
-}
-
-impl super::target::Target {
-    /// dlock on a private OpenSearch node, in its default index, for faults.
-    pub fn elasticsearch_backend() -> super::target::Target {
-        let node = OpenSearchServer::start();
-        super::target::Target::on_private_sql(super::target::Kind::Elasticsearch, node.port(), node)
     }
 }

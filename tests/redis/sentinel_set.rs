@@ -2,16 +2,19 @@
 //! free loopback ports with their own temp dirs; ready when `start` returns (both replicas online,
 //! every sentinel knows them), all killed when dropped. Only processes started here are signalled.
 
-use super::programs::program;
+// The benchmarks share this file, and use parts of it the tests do not.
+#![allow(dead_code)]
+
+use crate::support::programs::program;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::free_port;
-use super::redis_server::{dlock_at, RedisServer};
-use super::wait_until;
+use super::server::{dlock_at, RedisServer};
+use crate::support::free_port;
+use crate::support::wait_until;
 
 /// The master's name as the sentinels know it.
 pub const MASTER: &str = "main";
@@ -288,7 +291,7 @@ impl Sentinel {
             std::fs::write(&conf, text).expect("write sentinel.conf");
             let mut child = match program("redis-sentinel")
                 .arg(&conf)
-                // Its own group, like every test server (see pg_server::as_server_user).
+                // Its own group, like every test server (see sql_server::as_server_user).
                 .process_group(0)
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
@@ -302,7 +305,7 @@ impl Sentinel {
                 ),
                 Err(e) => panic!("cannot start redis-sentinel: {e}"),
             };
-            super::reaper::end_with_this_process(&child, dir.path());
+            crate::support::reaper::end_with_this_process(&child, dir.path());
             let stdout = child.stdout.take().expect("piped stdout");
             let (tx, rx) = std::sync::mpsc::channel();
             // Drains the sentinel's output while it runs, and says when it monitors the master.

@@ -17,8 +17,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::sentinel_set::{master_named, master_port_at, SentinelSet, MASTER};
-use super::target::{Kind, ServerControl, Target};
-use super::LockDir;
+use super::store::STORE;
+use crate::support::target::{ServerControl, Target};
+use crate::support::LockDir;
 
 /// How often the front's acceptor looks at its stop flag.
 const POLL: Duration = Duration::from_millis(5);
@@ -43,7 +44,7 @@ impl Target {
         let url = control.set.lock().expect("sentinel set").url();
         Target {
             args: control.args(url),
-            kind: Kind::Redis,
+            store: &STORE,
             ports,
             servers: vec![Box::new(control)],
             scratch: LockDir::new(),

@@ -4,12 +4,15 @@
 //! README's guarantee is a test (tests/redis/failover.rs); the other cases are measured by
 //! `cargo bench --bench failover`. A minute a case.
 
+// The benchmarks share this file, and use parts of it the tests do not.
+#![allow(dead_code)]
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::sentinel_set::{info, SentinelSet};
-use super::watched::Watched;
-use super::{wait_for_file, LockDir};
+use crate::support::watched::Watched;
+use crate::support::{wait_for_file, LockDir};
 
 const T: Duration = Duration::from_secs(60);
 

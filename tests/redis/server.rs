@@ -2,7 +2,10 @@
 //! no persistence, ready when `start` returns (it has printed that it accepts connections), and
 //! killed when dropped. Only the process this helper started is ever signalled.
 
-use super::programs::program;
+// The benchmarks share this file, and use parts of it the tests do not.
+#![allow(dead_code)]
+
+use crate::support::programs::program;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -11,13 +14,13 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::target::{ServerControl, Target};
-use super::{free_port, LockDir};
+use crate::support::free_port;
+use crate::support::target::ServerControl;
 
 /// How long a server may take to say it is ready.
 const READY_WITHIN: Duration = Duration::from_secs(20);
 
-pub use super::tls::TlsFiles;
+pub use crate::support::tls::TlsFiles;
 
 pub struct RedisServer {
     child: Option<Child>,
@@ -109,7 +112,7 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
-            // Its own group, like every test server (see pg_server::as_server_user).
+            // Its own group, like every test server (see sql_server::as_server_user).
             .process_group(0);
         let mut child = match command.spawn() {
             Ok(child) => child,
@@ -118,7 +121,7 @@ impl RedisServer {
             ),
             Err(e) => panic!("cannot start redis-server: {e}"),
         };
-        super::reaper::end_with_this_process(&child, self.dir.path());
+        crate::support::reaper::end_with_this_process(&child, self.dir.path());
         let stdout = child.stdout.take().expect("piped stdout");
         let (ready_tx, ready_rx) = mpsc::channel();
         let log = self.log.clone();
@@ -197,11 +200,11 @@ impl RedisServer {
 
     /// SIGSTOP: the server keeps its connections but answers nothing.
     pub fn pause(&self) {
-        super::signal(self.pid(), libc::SIGSTOP);
+        crate::support::signal(self.pid(), libc::SIGSTOP);
     }
 
     pub fn resume(&self) {
-        super::signal(self.pid(), libc::SIGCONT);
+        crate::support::signal(self.pid(), libc::SIGCONT);
     }
 
     /// SIGKILL, and reap it.
@@ -287,7 +290,7 @@ impl Drop for RedisServer {
 
 /// `dlock --backend redis --url URL... ARGS`: one URL, or several for Redlock.
 pub fn dlock_at(urls: &[impl AsRef<str>], args: &[&str]) -> Command {
-    let mut cmd = super::dlock();
+    let mut cmd = crate::support::dlock();
     cmd.args(["--backend", "redis"]);
     for url in urls {
         cmd.args(["--url", url.as_ref()]);
@@ -337,44 +340,6 @@ impl ServerControl for FaultyRedis {
                     server.start_again();
                 }
             }
-        }
-    }
-}
-
-impl Target {
-    /// Redis on one private server that writes every change to disk before it answers
-    /// (`RedisServer::start_durable`) and comes back with its data after a crash.
-    pub fn durable_redis() -> Target {
-        Target::redis(vec![RedisServer::start_durable()], Comeback::KeepingData)
-    }
-
-    /// Redlock on three private servers without persistence, which come back empty `down` after
-    /// a crash.
-    pub fn redlock_back_empty_after(down: Duration) -> Target {
-        let servers = (0..3).map(|_| RedisServer::start()).collect();
-        Target::redis(servers, Comeback::EmptyAfter(down))
-    }
-
-    /// The Redis backend on the given servers, which the fault checker may pause and crash.
-    pub fn redis(servers: Vec<RedisServer>, comeback: Comeback) -> Target {
-        let mut args = vec!["--backend".to_owned(), "redis".to_owned()];
-        for server in &servers {
-            args.extend(["--url".to_owned(), server.url()]);
-        }
-        Target {
-            args,
-            kind: super::target::Kind::Redis,
-            ports: servers.iter().map(RedisServer::port).collect(),
-            servers: servers
-                .into_iter()
-                .map(|server| {
-                    Box::new(FaultyRedis {
-                        server: Mutex::new(server),
-                        comeback,
-                    }) as Box<dyn ServerControl>
-                })
-                .collect(),
-            scratch: LockDir::new(),
         }
     }
 }

@@ -4,16 +4,18 @@
 //! runs as `nobody`. One shared server per test run (`PgServer::shared`), each test with its own
 //! table prefix; tests that crash or pause the server start their own.
 
-use super::programs::program;
+// The benchmarks share this file, and use parts of it the tests do not.
+#![allow(dead_code)]
+
+use crate::support::programs::program;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use super::reaper::reaper;
-pub use super::sql_server::{as_server_user, give_to_server_user};
-use super::sql_server::{stop_pid, Launch, Pausable, Place};
-use super::target::{Kind, Target};
+use crate::support::reaper::reaper;
+pub use crate::support::sql_server::{as_server_user, give_to_server_user};
+use crate::support::sql_server::{stop_pid, Launch, Pausable, Place};
 
 pub const BIN: &str = "/usr/lib/postgresql/15/bin";
 /// The superuser's password on the TCP port.
@@ -202,7 +204,7 @@ impl PgServer {
         // The group is this server's: its postmaster is our child, not yet reaped, so the group
         // id cannot be reused.
         if let Some(postmaster) = &self.place.child {
-            super::signal_group(postmaster.id(), signal);
+            crate::support::signal_group(postmaster.id(), signal);
         }
     }
 
@@ -214,7 +216,7 @@ impl PgServer {
             // may be another's by now.
             if let Ok(None) = child.try_wait() {
                 // Its backends too: a paused one would hold the shutdown up.
-                super::signal_group(child.id(), libc::SIGCONT);
+                crate::support::signal_group(child.id(), libc::SIGCONT);
                 stop_pid(child.id(), libc::SIGQUIT);
             }
             let _ = child.wait();
@@ -263,7 +265,7 @@ impl Launch for PgServer {
                 .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string()])
                 .status()
                 .is_ok_and(|s| s.success())
-                && super::listens_on(pid, port)
+                && crate::support::listens_on(pid, port)
         })
     }
 
@@ -289,21 +291,5 @@ impl Pausable for PgServer {
 impl Drop for PgServer {
     fn drop(&mut self) {
         self.crash();
-    }
-}
-
-impl Target {
-    /// The PostgreSQL backend on the test run's shared server, with tables of its own (a prefix
-    /// per test), for the contract suite.
-    pub fn suite_postgres() -> Target {
-        let prefix = format!("c{}_", super::suite_servers::next_namespace());
-        let url = PgServer::shared_url(&prefix);
-        Target::on_shared_sql(Kind::Postgres, url, PgServer::use_shared().port())
-    }
-
-    /// dlock on a private PostgreSQL server.
-    pub fn postgres_backend() -> Target {
-        let server = PgServer::start();
-        Target::on_private_sql(Kind::Postgres, server.port(), server)
     }
 }
