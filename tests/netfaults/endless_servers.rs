@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::lying_servers::{limited, mysql_greeting, serve, SERVER_LIFE};
 use crate::support::*;
 
-/// How soon after a stop signal dlock must have ended (it takes well under this: see DESIGN).
+/// How soon after a stop signal dlock must have ended (it takes well under this: see SPEED).
 pub(super) const PROMPT: Duration = Duration::from_secs(2);
 
 /// How a server sends what has no end.
@@ -344,7 +344,7 @@ fn redis_url(port: u16) -> String {
 }
 
 /// An array of 2^40 elements that keep coming, as fast as dlock reads, a few at a time, or a byte
-/// at a time: dlock ends with 69 within its connect timeout, within the memory stated in DESIGN.
+/// at a time: dlock ends with 69 within its connect timeout, within the memory stated in SPEED.
 #[test]
 fn redis_elements_without_end_end_with_the_budget_in_bounded_memory() {
     for pace in [
