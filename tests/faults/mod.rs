@@ -300,8 +300,9 @@ fn redlock_ttl() -> Duration {
         Duration::from_millis(1500)
     }
 }
-/// Behind Sentinel: a master that does not answer for a second is down, so that a pause past the
-/// lease (1.5 s) makes the sentinels fail over too, and a killed master is replaced within a few.
+/// Behind Sentinel: a master that does not answer for a second is down, so that a server paused
+/// past the lease (for 1.5 leases: 1.5 s) makes the sentinels fail over too, and a killed master
+/// is replaced within a few.
 const SENTINEL_DOWN_AFTER: Duration = Duration::from_secs(1);
 const SENTINEL_TTL: Duration = Duration::from_millis(1000);
 const ZK_TTL: Duration = Duration::from_millis(500);
