@@ -8,7 +8,9 @@
 //! reported as ratios.
 //!
 //! Run: `cargo bench --bench mysql`. It starts its own MariaDB server (tests/support) and stops it
-//! at the end. Every loop is bounded by a count.
+//! at the end. Every loop is bounded by a count. `DLOCK_BENCH_BEFORE=PATH` adds an older dlock
+//! beside this one, and pairs of contended turns of the two alone, compared by their rate and by
+//! the CPU they cost the clients and the server (`Tools::beside_before`).
 
 #[path = "../tests/mysql/server.rs"]
 mod mysql_server;
@@ -25,6 +27,8 @@ const CONTENDERS: usize = 8;
 const ROUNDS_EACH: usize = 10;
 /// Contended turns of each tool, taking turns; each figure is the median of its turns.
 const TURNS: usize = 5;
+/// Pairs of contended turns of this dlock and the one before, when there is one.
+const BEFORE_TURNS: usize = 15;
 /// How long a holder sits idle while its CPU is measured.
 const IDLE: Duration = Duration::from_secs(60);
 
@@ -69,7 +73,8 @@ fn main() {
         peers.len()
     });
     let env = ("MYSQL_PWD", PASSWORD);
-    let tools = side_by_side::Tools::around(dlock, "mysql", &url, peers, work.path(), env);
+    let mut tools = side_by_side::Tools::around(dlock, "mysql", &url, peers, work.path(), env);
+    tools.server = Some(server.pid());
     let flock = tools.flock();
     let medians = tools.uncontended(UNCONTENDED_RUNS);
     println!(
@@ -97,6 +102,9 @@ fn main() {
         rates[4] / rates[flock]
     );
     side_by_side::print_before(before, &medians, &rates);
+    if let Some(before) = before {
+        tools.beside_before(before, CONTENDERS, ROUNDS_EACH, BEFORE_TURNS);
+    }
     support::idle::report_beside_flock(work.path(), dlock, "mysql", &url, IDLE);
     drop(server);
 }

@@ -7,7 +7,9 @@
 //! run: uncontended latency and 8-way contended acquisitions per second, reported as ratios.
 //!
 //! Run: `cargo bench --bench postgres`. It starts its own PostgreSQL server (tests/support) and
-//! stops it at the end. Every loop is bounded by a count.
+//! stops it at the end. Every loop is bounded by a count. `DLOCK_BENCH_BEFORE=PATH` adds an older
+//! dlock beside this one, and pairs of contended turns of the two alone, compared by their rate
+//! and by the CPU they cost the clients and the server (`Tools::beside_before`).
 
 #[path = "../tests/postgres/server.rs"]
 mod pg_server;
@@ -24,6 +26,8 @@ const CONTENDERS: usize = 8;
 const ROUNDS_EACH: usize = 10;
 /// Contended turns of each tool, taking turns; each figure is the median of its turns.
 const TURNS: usize = 5;
+/// Pairs of contended turns of this dlock and the one before, when there is one.
+const BEFORE_TURNS: usize = 15;
 /// How long a holder sits idle while its CPU is measured.
 const IDLE: Duration = Duration::from_secs(60);
 
@@ -55,7 +59,8 @@ fn main() {
         peers.len()
     });
     let env = ("PGPASSWORD", PASSWORD);
-    let tools = side_by_side::Tools::around(dlock, "postgres", &url, peers, work.path(), env);
+    let mut tools = side_by_side::Tools::around(dlock, "postgres", &url, peers, work.path(), env);
+    tools.server = Some(server.pid());
     let flock = tools.flock();
     let medians = tools.uncontended(UNCONTENDED_RUNS);
     println!(
@@ -82,6 +87,9 @@ fn main() {
         rates[3] / rates[flock]
     );
     side_by_side::print_before(before, &medians, &rates);
+    if let Some(before) = before {
+        tools.beside_before(before, CONTENDERS, ROUNDS_EACH, BEFORE_TURNS);
+    }
     support::idle::report_beside_flock(work.path(), dlock, "postgres", &url, IDLE);
     drop(server);
 }

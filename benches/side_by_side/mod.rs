@@ -14,6 +14,17 @@ use std::time::{Duration, Instant};
 pub struct Tools<'a> {
     pub lines: Vec<(String, String)>,
     pub env: (&'a str, &'a str),
+    /// The server's process (its postmaster, its mariadbd), whose CPU `beside_before` counts.
+    pub server: Option<u32>,
+}
+
+/// One contended turn: acquisitions per second, and the CPU ticks of the clients (every process
+/// the turn started) and of the server (with the backends it started and reaped).
+#[derive(Clone, Copy)]
+struct Turn {
+    rate: f64,
+    clients: u64,
+    server: u64,
 }
 
 impl<'a> Tools<'a> {
@@ -47,7 +58,11 @@ impl<'a> Tools<'a> {
             "flock(1)".into(),
             format!("flock {} true", quote(&flock_file)),
         ));
-        Tools { lines, env }
+        Tools {
+            lines,
+            env,
+            server: None,
+        }
     }
 
     /// Where flock(1) is in the lines and the figures.
@@ -111,6 +126,55 @@ impl<'a> Tools<'a> {
         medians
     }
 
+    /// This dlock (the first line) and the older one (`before_line`, at `at`) alone, contended,
+    /// in `turns` pairs of turns one after the other: the median and range of the pairs' ratios
+    /// of rate and of CPU, the clients' and the server's. CPU is the steadier figure on two cores
+    /// shared by eight contenders and the server, whose rate swings by 20% from turn to turn.
+    pub fn beside_before(&self, at: usize, contenders: usize, rounds: usize, turns: usize) {
+        let pairs: Vec<(Turn, Turn)> = (0..turns)
+            .map(|_| {
+                let now = self.measured_turn(0, contenders, rounds);
+                (now, self.measured_turn(at, contenders, rounds))
+            })
+            .collect();
+        println!(
+            "\nbeside the dlock before (DLOCK_BENCH_BEFORE), {contenders}-way contended, \
+             {turns} pairs of turns: this / before"
+        );
+        type Figure = fn(&Turn) -> f64;
+        let figures: [(&str, Figure); 4] = [
+            ("acquisitions/s", |t| t.rate),
+            ("CPU, the clients'", |t| t.clients as f64),
+            ("CPU, the server's", |t| t.server as f64),
+            ("CPU, both", |t| (t.clients + t.server) as f64),
+        ];
+        for (what, figure) in figures {
+            let ratios: Vec<f64> = pairs
+                .iter()
+                .map(|(now, before)| figure(now) / figure(before).max(f64::MIN_POSITIVE))
+                .collect();
+            let lo = ratios.iter().copied().fold(f64::MAX, f64::min);
+            let hi = ratios.iter().copied().fold(0.0, f64::max);
+            println!(
+                "  {what:<24} {:.3}x (pair by pair: {lo:.3} to {hi:.3})",
+                middle(ratios.clone())
+            );
+        }
+    }
+
+    /// One contended turn of line `i`, with the CPU it cost.
+    fn measured_turn(&self, i: usize, contenders: usize, rounds: usize) -> Turn {
+        let server = || self.server.map_or(0, |pid| cpu_ticks(&pid.to_string()));
+        let (clients_before, server_before) = (cpu_ticks("self"), server());
+        let (name, line) = &self.lines[i];
+        let rate = self.contended_once(name, line, contenders, rounds);
+        Turn {
+            rate,
+            clients: cpu_ticks("self") - clients_before,
+            server: server() - server_before,
+        }
+    }
+
     /// One turn of `line`: acquisitions per second.
     fn contended_once(&self, name: &str, line: &str, contenders: usize, rounds: usize) -> f64 {
         let start = Instant::now();
@@ -149,6 +213,15 @@ impl<'a> Tools<'a> {
         assert!(status.success(), "{line}");
         start.elapsed()
     }
+}
+
+/// The CPU ticks a process has used, its own and its reaped children's (`/proc/PID/stat`'s
+/// utime, stime, cutime and cstime); `self` for this one, whose children are the turns' shells.
+fn cpu_ticks(pid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields = stat.rsplit_once(')').map_or("", |(_, fields)| fields);
+    let times = fields.split_whitespace().skip(11).take(4);
+    times.filter_map(|f| f.parse::<u64>().ok()).sum()
 }
 
 /// The median of `values`.

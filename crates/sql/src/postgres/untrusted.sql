@@ -9,14 +9,16 @@
 -- PL/pgSQL call costs more than a whole attempt), every name qualified; it fails by casting its
 -- finding to an integer, which the client reads back from the error (`dlock-untrusted: ...`).
 WITH tables AS (
+    -- Each name looked up once (unnest), then its row by its oid: a filter on pg_class would
+    -- call the lookups again for each of its rows.
     SELECT c.oid, c.relowner, n.nspname, c.relname
-      FROM pg_catalog.pg_class c
-      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
-     WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+      FROM pg_catalog.unnest(ARRAY[
                pg_catalog.to_regclass('{s}.{p}tokens'), pg_catalog.to_regclass('{s}.{p}locks'),
                pg_catalog.to_regclass('{s}.{p}queue'), pg_catalog.to_regclass('{s}.{p}runs'),
                pg_catalog.to_regclass('{s}.{p}groups')]
-               ::pg_catalog.oid[])
+               ::pg_catalog.oid[]) AS named (oid)
+      JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) named.oid
+      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
 ), owned AS (
     SELECT 'table ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(t.nspname)
                OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(t.relname)
