@@ -1,6 +1,6 @@
 //! The PostgreSQL backend's own mechanism, through the real binary on a real server: exclusion,
 //! shared and limit holders, tokens that survive a crash, waiting on notifications in arrival
-//! order, lost leases, hostile rows, rights and passwords.
+//! order, lost leases, hostile rows; credentials and rights in credentials.rs.
 //!
 //! Beside them, what the rest of the suite uses of PostgreSQL, in every build: its server
 //! (server.rs, and pgbouncer.rs in front of it) and its description and targets (store.rs).
@@ -18,6 +18,8 @@ pub mod pgbouncer;
 pub mod server;
 pub mod store;
 
+#[cfg(feature = "postgres")]
+mod credentials;
 #[cfg(feature = "postgres")]
 mod late;
 #[cfg(feature = "postgres")]
@@ -364,66 +366,6 @@ fn hostile_rows_are_shown_unreadable_and_still_hold() {
     assert!(!stdout(&out).contains('\u{1b}'));
 }
 
-#[cfg(feature = "postgres")]
-#[test]
-fn passwords_never_show_in_messages() {
-    let server = PgServer::use_shared();
-    let port = server.port();
-    drop(server);
-    let wrong = format!("postgres://postgres:wrong-SECRET@127.0.0.1:{port}/postgres");
-    let (_held, refused) = refusing_port();
-    let nobody = format!("postgres://postgres:{PASSWORD}@127.0.0.1:{refused}/postgres");
-    for url in [&wrong, &nobody] {
-        let mut cmd = dlock();
-        cmd.args([
-            "--backend",
-            "postgres",
-            "--url",
-            url,
-            "run",
-            "p",
-            "--",
-            "true",
-        ]);
-        let out = output(cmd);
-        assert_eq!(code(&out), 69, "{}", stderr(&out));
-        let err = stderr(&out);
-        assert!(!err.contains("SECRET") && !err.contains(PASSWORD), "{err}");
-        assert_eq!(err.lines().count(), 1, "{err}");
-    }
-}
-
-#[cfg(feature = "postgres")]
-#[test]
-fn a_user_without_ddl_rights_is_told_the_grant_to_ask_for() {
-    let server = PgServer::use_shared();
-    server.psql("DROP ROLE IF EXISTS lowly; CREATE ROLE lowly LOGIN PASSWORD 'low-SECRET'");
-    let url = format!(
-        "postgres://lowly:low-SECRET@127.0.0.1:{}/postgres?prefix=t_ddl_",
-        server.port()
-    );
-    drop(server);
-    let mut cmd = dlock();
-    cmd.args([
-        "--backend",
-        "postgres",
-        "--url",
-        &url,
-        "run",
-        "d",
-        "--",
-        "true",
-    ]);
-    let out = output(cmd);
-    assert_eq!(code(&out), 69, "{}", stderr(&out));
-    let err = stderr(&out);
-    assert!(
-        err.contains("GRANT CREATE ON SCHEMA public TO lowly"),
-        "{err}"
-    );
-    assert!(!err.contains("SECRET"), "{err}");
-}
-
 /// While dlock waits for a later name, the lock it already holds renews on a connection of its
 /// own: another client holding the later name's counter row stalls each attempt of the wait (up
 /// to the connect timeout), and the held lock's 1 s lease must not queue behind it.
@@ -642,21 +584,4 @@ fn remaking_the_schema_takes_no_lock_on_tables_in_use() {
     // Made again and answered: nobody held f (exit 1), not a wait that ran out (69).
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert!(stderr(&out).contains("was not held"), "{}", stderr(&out));
-}
-
-#[cfg(feature = "postgres")]
-#[test]
-fn a_url_with_an_unencoded_at_sign_in_its_password_is_refused_naming_no_secret() {
-    let (_refusing, port) = refusing_port();
-    let url = format!("postgres://dlock:S3cr3t@x@127.0.0.1:{port}/dlock");
-    let out = output({
-        let mut cmd = dlock();
-        cmd.args(["--backend", "postgres", "--url", &url, "status", "x"]);
-        cmd
-    });
-    let said = stderr(&out);
-    assert_eq!(code(&out), 64, "{said}");
-    assert!(said.contains("%40"), "says how to write it: {said}");
-    assert!(!said.contains("S3cr3t"), "{said}");
-    assert_eq!(said.lines().count(), 1, "{said}");
 }
