@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::Stdio;
 
+use crate::support::idle::cpu_times;
 use crate::support::program;
 use std::time::{Duration, Instant};
 
@@ -18,13 +19,13 @@ pub struct Tools<'a> {
     pub server: Option<u32>,
 }
 
-/// One contended turn: acquisitions per second, and the CPU ticks of the clients (every process
+/// One contended turn: acquisitions per second, and the CPU seconds of the clients (every process
 /// the turn started) and of the server (with the backends it started and reaped).
 #[derive(Clone, Copy)]
 struct Turn {
     rate: f64,
-    clients: u64,
-    server: u64,
+    clients: f64,
+    server: f64,
 }
 
 impl<'a> Tools<'a> {
@@ -144,9 +145,9 @@ impl<'a> Tools<'a> {
         type Figure = fn(&Turn) -> f64;
         let figures: [(&str, Figure); 4] = [
             ("acquisitions/s", |t| t.rate),
-            ("CPU, the clients'", |t| t.clients as f64),
-            ("CPU, the server's", |t| t.server as f64),
-            ("CPU, both", |t| (t.clients + t.server) as f64),
+            ("CPU, the clients'", |t| t.clients),
+            ("CPU, the server's", |t| t.server),
+            ("CPU, both", |t| t.clients + t.server),
         ];
         for (what, figure) in figures {
             let ratios: Vec<f64> = pairs
@@ -164,13 +165,18 @@ impl<'a> Tools<'a> {
 
     /// One contended turn of line `i`, with the CPU it cost.
     fn measured_turn(&self, i: usize, contenders: usize, rounds: usize) -> Turn {
-        let server = || self.server.map_or(0, |pid| cpu_ticks(&pid.to_string()));
-        let (clients_before, server_before) = (cpu_ticks("self"), server());
+        // This process's reaped children are the turn's shells and all they started.
+        let clients = || cpu_times("self").1.as_secs_f64();
+        let server = || {
+            self.server
+                .map_or(0.0, |pid| cpu_times(&pid.to_string()).1.as_secs_f64())
+        };
+        let (clients_before, server_before) = (clients(), server());
         let (name, line) = &self.lines[i];
         let rate = self.contended_once(name, line, contenders, rounds);
         Turn {
             rate,
-            clients: cpu_ticks("self") - clients_before,
+            clients: clients() - clients_before,
             server: server() - server_before,
         }
     }
@@ -213,15 +219,6 @@ impl<'a> Tools<'a> {
         assert!(status.success(), "{line}");
         start.elapsed()
     }
-}
-
-/// The CPU ticks a process has used, its own and its reaped children's (`/proc/PID/stat`'s
-/// utime, stime, cutime and cstime); `self` for this one, whose children are the turns' shells.
-fn cpu_ticks(pid: &str) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields = stat.rsplit_once(')').map_or("", |(_, fields)| fields);
-    let times = fields.split_whitespace().skip(11).take(4);
-    times.filter_map(|f| f.parse::<u64>().ok()).sum()
 }
 
 /// The median of `values`.

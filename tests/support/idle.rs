@@ -76,13 +76,20 @@ pub fn report_beside_flock(work: &Path, dlock: &str, backend: &str, url: &str, q
 
 /// A process's own CPU time so far (all its threads; not its children).
 fn cpu(pid: u32) -> Duration {
+    cpu_times(&pid.to_string()).0
+}
+
+/// A process's CPU time so far, from `/proc/PID/stat` (`pid` may be `self`): its own (all its
+/// threads), and its own with that of the children it has reaped.
+pub fn cpu_times(pid: &str) -> (Duration, Duration) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+    // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15,
+    // cutime 16, cstime 17.
     let rest = stat.rsplit_once(") ").expect("stat").1;
     let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks: u32 =
-        fields[11].parse::<u32>().expect("utime") + fields[12].parse::<u32>().expect("stime");
-    tick() * ticks
+    let ticks = |i: usize| fields[i].parse::<u32>().expect("a time of /proc/PID/stat");
+    let own = ticks(11) + ticks(12);
+    (tick() * own, tick() * (own + ticks(13) + ticks(14)))
 }
 
 /// The unit of `/proc/PID/stat`'s times.
