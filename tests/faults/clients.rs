@@ -57,6 +57,8 @@ pub struct Plan {
     /// `run` options: ttl, kill-after, wait, mode.
     pub run_args: Vec<String>,
     pub linger_secs: u64,
+    /// The most a client waits after a run before its next, drawn per run (nothing when zero).
+    pub pace: Duration,
     pub scratch: std::path::PathBuf,
 }
 
@@ -127,8 +129,15 @@ fn client(n: usize, plan: &Plan, port: u16, board: &Board, begins: &Begins) {
         } else {
             Duration::ZERO
         };
-        std::thread::sleep(pause);
+        std::thread::sleep(pause + paced(plan.pace, n, i));
     }
+}
+
+/// A wait below `pace`, drawn from the client and run numbers (so a seed's replay waits alike).
+fn paced(pace: Duration, client: usize, run: usize) -> Duration {
+    let mut rng =
+        super::Rng(((client as u64) << 32 | run as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    pace.mul_f64(rng.below(1000) as f64 / 1000.0)
 }
 
 /// Waits for dlock, bounded: `--wait 20s` plus a lost lease and `--kill-after`, with room.
