@@ -17,7 +17,7 @@ mod sentinel_set;
 #[path = "../tests/redis/server.rs"]
 mod server;
 
-use failover_case::{failover_case, Failover};
+use failover_case::{failover_case, Failover, Watch};
 
 fn main() {
     println!(
@@ -31,7 +31,7 @@ fn main() {
         (Failover::Frozen, &["--replicas", "2", "--ttl", "30s"]),
     ];
     for (how, options) in cases {
-        let figures = failover_case(how, options);
+        let figures = failover_case(how, options, Watch::Whole);
         println!(
             "{how:?} {options:?}: new master {:?}, demoted master back {:?}, holder lost it {:?} \
              (exit {}), waiter in {:?} (after the release: {}), tokens {:?}",

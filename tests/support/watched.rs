@@ -67,10 +67,15 @@ impl Watched {
 
     /// Whether a line said so far contains `what` (never waits).
     pub fn has_said(&mut self, what: &str) -> bool {
+        self.times_said(what) > 0
+    }
+
+    /// How many lines said so far contain `what` (never waits).
+    pub fn times_said(&mut self, what: &str) -> usize {
         while let Ok(line) = self.lines.try_recv() {
             self.seen.push(line);
         }
-        self.seen.iter().any(|l| l.contains(what))
+        self.seen.iter().filter(|l| l.contains(what)).count()
     }
 
     /// Waits for `count` more lines containing `what`, counting from now.
