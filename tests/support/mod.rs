@@ -196,16 +196,26 @@ pub fn assert_only_loud_waiters_read_holders(
     }
 }
 
-/// Polls `cond` every few milliseconds until it holds or `limit` passes; panics with `what`.
+/// Polls `cond`, paced by `look_again_after`, until it holds or `limit` passes; panics with `what`.
 pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let end = Instant::now() + limit;
     while Instant::now() < end {
+        let asked = Instant::now();
         if cond() {
             return;
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(look_again_after(asked.elapsed()));
     }
     panic!("timed out after {limit:?} waiting for {what}");
+}
+
+/// The pause between two looks of a wait, given how long the last look took: 5 ms after a
+/// cheap one (a file, a process's state), four times its time after a costly one (a client such
+/// as psql or etcdctl started, a server's log read), so that a wait spends at most a fifth of its
+/// time looking, whatever a look costs on a loaded machine; a second at most. Looking back to back
+/// with a client that takes 15 ms kept a core busy for the whole wait.
+pub fn look_again_after(look: Duration) -> Duration {
+    (look * 4).clamp(Duration::from_millis(5), Duration::from_secs(1))
 }
 
 /// Waits until a file exists (a child's "I am in" marker).
