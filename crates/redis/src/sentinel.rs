@@ -12,7 +12,7 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Protocol
 use super::fault::{Fault, FaultKind};
 use super::link::Link;
 use super::replication;
-use super::server::Server;
+use super::server::{once_more_if_dropped, Server};
 use dlock_core::backend::stop::Stop;
 use dlock_core::backend::watch::{Cut, Socket, Watched};
 use dlock_core::text::percent_decode;
@@ -449,26 +449,14 @@ impl SentinelMaster {
 
     /// Runs `f` on the connection (reconnecting first if it broke): see `Server::call_once`. A
     /// master that failed over (the connection broke, or the node is now a replica) is looked up
-    /// again and `f` run once more there, within what is left of `timeout`: every call dlock makes
-    /// may be repeated (each script finds its own earlier effect, and a WAIT is sent on the
-    /// connection that carried the write it waits for).
+    /// again and `f` run once more there, within what is left of `timeout` (see `Server::call`).
     pub(super) fn call<T>(
         &mut self,
         timeout: Duration,
         mut f: impl FnMut(&mut Link) -> redis::RedisResult<T>,
     ) -> Result<T, Fault> {
-        let started = Instant::now();
         let had_link = self.server.is_connected();
-        match self.call_once(timeout, &mut f) {
-            Err((fault, true)) if had_link => {
-                let left = timeout.saturating_sub(started.elapsed());
-                if left < Duration::from_millis(1) {
-                    return Err(fault);
-                }
-                self.call_once(left, &mut f).map_err(|(fault, _)| fault)
-            }
-            result => result.map_err(|(fault, _)| fault),
-        }
+        once_more_if_dropped(timeout, had_link, |left| self.call_once(left, &mut f))
     }
 
     /// `Server::call_once`, connecting first (by way of the sentinels) when not connected.

@@ -246,6 +246,20 @@ impl Server {
         ))
     }
 
+    /// `call_once`, and once more within what is left of `timeout` when a connection that was
+    /// there broke (the server restarted since the last call, or failed over behind Sentinel):
+    /// every call dlock makes may be repeated (each script finds its own earlier effect, and a
+    /// WAIT is sent on the connection that carried the write it waits for). Without it, a holder
+    /// whose server restarted could not release, and the next waiter waited out the lease.
+    pub(super) fn call<T>(
+        &mut self,
+        timeout: Duration,
+        mut f: impl FnMut(&mut Link) -> redis::RedisResult<T>,
+    ) -> Result<T, Fault> {
+        let had_link = self.is_connected();
+        once_more_if_dropped(timeout, had_link, |left| self.call_once(left, &mut f))
+    }
+
     /// Runs `f` on the connection (connecting first if it broke) with `timeout` on each socket
     /// operation. A connection that failed is dropped, so no late answer can be mistaken for the
     /// next one. A failure says whether it looks like a failover (worth one more try: see
@@ -382,5 +396,25 @@ impl Server {
         } else {
             fault
         }
+    }
+}
+
+/// Runs `once` with `timeout`, and again with what is left of it when it failed on a connection
+/// that was there and broke (`once` says so with `true`): see `Server::call`.
+pub(super) fn once_more_if_dropped<T>(
+    timeout: Duration,
+    had_link: bool,
+    mut once: impl FnMut(Duration) -> Result<T, (Fault, bool)>,
+) -> Result<T, Fault> {
+    let started = Instant::now();
+    match once(timeout) {
+        Err((fault, true)) if had_link => {
+            let left = timeout.saturating_sub(started.elapsed());
+            if left < Duration::from_millis(1) {
+                return Err(fault);
+            }
+            once(left).map_err(|(fault, _)| fault)
+        }
+        result => result.map_err(|(fault, _)| fault),
     }
 }

@@ -111,7 +111,7 @@ impl Topology {
         mut f: impl FnMut(&mut Link) -> redis::RedisResult<T>,
     ) -> Result<T, Fault> {
         match self {
-            Topology::Single(server) => server.call_once(timeout, &mut f).map_err(|(f, _)| f),
+            Topology::Single(server) => server.call(timeout, f),
             Topology::Sentinel(master) => master.call(timeout, f),
             Topology::Cluster(cluster) => cluster.call(timeout, &mut f),
         }
