@@ -354,17 +354,29 @@ pub fn signal_state(pid: u32) -> String {
     format!("{processes} threads of {pid}: {threads}")
 }
 
-/// A spawned process's exit status, if it exits within `limit` (left running otherwise).
+/// A spawned process's exit status, if it exits within `limit` (left running otherwise). Woken
+/// by the exit itself (its pidfd turns readable), not by looking every few milliseconds: the
+/// suite waits on thousands of processes, many of them at once.
 pub fn exit_within(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    use rustix::process::{pidfd_open, Pid, PidfdFlags};
     let end = Instant::now() + limit;
+    // None once reaped (try_wait answers then), or on a kernel without pidfds.
+    let pidfd = pidfd_open(Pid::from_child(child), PidfdFlags::empty()).ok();
     loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
             return Some(status);
         }
-        if Instant::now() >= end {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
             return None;
         }
-        std::thread::sleep(Duration::from_millis(5));
+        match (&pidfd, Timespec::try_from(left)) {
+            (Some(fd), Ok(left)) => {
+                let _ = poll(&mut [PollFd::new(fd, PollFlags::IN)], Some(&left));
+            }
+            _ => std::thread::sleep(left.min(Duration::from_millis(5))),
+        }
     }
 }
 
