@@ -228,7 +228,13 @@ fn a_holder_whose_token_expired_authenticates_again_and_keeps_its_lock() {
         || server.calls_served("Authenticate") >= first + 4,
     );
     let out = output(dlock_at(&url, &["run", "-n", "expiry", "--", "true"]));
-    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert_eq!(
+        code(&out),
+        75,
+        "{}\nthe holder said:\n{}",
+        stderr(&out),
+        std::fs::read_to_string(dir.file("h.err")).unwrap_or_default()
+    );
     std::fs::write(dir.file("h.go"), "").unwrap();
     let status = wait_exit(&mut holder, Duration::from_secs(60));
     let errors = std::fs::read_to_string(dir.file("h.err")).unwrap();
