@@ -231,9 +231,6 @@ impl ZkServer {
         with_client(&self.hosts(), credentials, f)
     }
 
-    /// `forceSync=no`: the transaction log is written before each answer but not synced to the
-    /// disk; the tests kill servers, not the machine, and what a killed server wrote is still in
-    /// the page cache for its restart.
     fn write_config(&self) {
         let data = self.dir.path().join("data");
         let mut config = format!(
@@ -245,8 +242,7 @@ impl ZkServer {
              minSessionTimeout=400\n\
              maxSessionTimeout={}\n\
              admin.enableServer=false\n\
-             4lw.commands.whitelist=*\n\
-             forceSync=no\n",
+             4lw.commands.whitelist=*\n",
             data.display(),
             self.port,
             self.max_client_cnxns,
