@@ -195,14 +195,15 @@ fn a_user_whose_role_has_only_the_dlock_prefix_can_lock_and_a_wrong_password_is_
     assert_eq!(keys, ["/dlock/auth:last-run", "/dlock/auth:last-success"]);
 }
 
-/// A token etcd no longer takes (here it forgets one unused for a second, `--auth-token-ttl`) is
-/// obtained again and the call sent again: a holder renewing every 3s renews on, for as long as
+/// A token etcd no longer takes (here it forgets one unused for two seconds, `--auth-token-ttl`)
+/// is obtained again and the call sent again: a holder renewing every 3s renews on, for as long as
 /// its lease lasts and more, rather than losing its lock (exit 79) because every renewal is
-/// refused. (A lease of 9 s: on a loaded machine a renewal may need tries; with 6 s, once in a
-/// suite of eight tests at a time, the lock was found free.)
+/// refused. (With tokens of one second, under a load of eight tests at a time, an authentication
+/// and the renewal after it took more than the renewal's second, and by the next try the token
+/// was gone again: no renewal got through for the whole lease.)
 #[test]
 fn a_holder_whose_token_expired_authenticates_again_and_keeps_its_lock() {
-    let server = EtcdServer::start_with(&["--auth-token-ttl", "1"]);
+    let server = EtcdServer::start_with(&["--auth-token-ttl", "2"]);
     enable_auth(&server);
     let dir = LockDir::new();
     let url = format!("etcd://app:app-SECRET@127.0.0.1:{}", server.port());
