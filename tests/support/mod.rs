@@ -214,7 +214,7 @@ pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
 /// as psql or etcdctl started, a server's log read), so that a wait spends at most a fifth of its
 /// time looking, whatever a look costs on a loaded machine; a second at most. Looking back to back
 /// with a client that takes 15 ms kept a core busy for the whole wait.
-pub fn look_again_after(look: Duration) -> Duration {
+fn look_again_after(look: Duration) -> Duration {
     (look * 4).clamp(Duration::from_millis(5), Duration::from_secs(1))
 }
 
