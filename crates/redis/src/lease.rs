@@ -14,7 +14,6 @@ use super::{RedisBackend, Shared};
 use dlock_core::backend::lease_clock::{Due, LeaseClock};
 use dlock_core::backend::{Lease, Released, Renewal};
 use dlock_core::lock::{RunEnd, Token};
-use dlock_sys::sync::lock;
 
 /// Longest one renewal attempt may wait for its answer.
 const MAX_RENEW_ATTEMPT: Duration = Duration::from_secs(1);
@@ -54,7 +53,7 @@ impl RedisLease {
         &self,
         f: impl Fn(&mut Topology) -> Option<Result<bool, Fault>> + Sync,
     ) -> Tally {
-        let mut servers = lock(&self.servers);
+        let mut servers = self.servers.lock();
         for server in servers.iter_mut() {
             server.at(&self.ask.keys.base);
         }

@@ -88,8 +88,9 @@ mod test_programs;
 mod topology;
 mod wait;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dlock_core::error;
 use dlock_core::error::FailAs;
@@ -109,7 +110,47 @@ const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 /// round of commands, or for one short read of a waiter listening for its grant. A poisoned lock's
 /// data is still sound: a `Topology` is never left half-changed (a failed call just drops its
 /// connection).
-type Shared = Arc<Mutex<Vec<Topology>>>;
+type Shared = Arc<Connections>;
+
+/// The connections, and how many threads are waiting for them. A waiter listens in short reads
+/// and locks the connections again right after each; a mutex is not fair, so on a busy machine
+/// the listener, already running, would win them back every time from a renewal just woken, and
+/// the names already held would run out while it waits for the rest. The listener lets a thread
+/// waiting for them go first (`after_others`).
+struct Connections {
+    servers: Mutex<Vec<Topology>>,
+    waiting: AtomicUsize,
+}
+
+/// Longest a listener steps aside for others before it takes the connections anyway (a renewal
+/// holds them for one round of commands, at most a second).
+const STEP_ASIDE_MOST: Duration = Duration::from_secs(2);
+
+impl Connections {
+    fn new(servers: Vec<Topology>) -> Connections {
+        Connections {
+            servers: Mutex::new(servers),
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    /// The connections, as soon as they are free.
+    fn lock(&self) -> MutexGuard<'_, Vec<Topology>> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let servers = lock(&self.servers);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        servers
+    }
+
+    /// The connections, once the threads already waiting for them have had them.
+    fn after_others(&self) -> MutexGuard<'_, Vec<Topology>> {
+        let until = Instant::now() + STEP_ASIDE_MOST;
+        while self.waiting.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        lock(&self.servers)
+    }
+}
 
 /// The locks in one Redis server, or in several (Redlock).
 pub struct RedisBackend {
@@ -203,7 +244,7 @@ impl RedisBackend {
             one_url: (urls.len() == 1).then(|| (urls[0].to_owned(), config.replicas)),
             sharded: servers.iter().any(Topology::is_cluster),
             count: servers.len(),
-            servers: Arc::new(Mutex::new(servers)),
+            servers: Arc::new(Connections::new(servers)),
             connect_timeout: timeout,
             location,
         };
@@ -215,7 +256,12 @@ impl RedisBackend {
     }
 
     fn servers(&self) -> MutexGuard<'_, Vec<Topology>> {
-        lock(&self.servers)
+        self.servers.lock()
+    }
+
+    /// The connections for a waiter's next short read: after a renewal waiting for them.
+    fn servers_after_others(&self) -> MutexGuard<'_, Vec<Topology>> {
+        self.servers.after_others()
     }
 }
 
@@ -262,5 +308,59 @@ impl Backend for RedisBackend {
 
     fn force_release(&self, name: &LockName) -> error::Result<Vec<Holder>> {
         self.holders_everywhere(name, HoldersScript::Break)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Connections;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::thread;
+    use std::time::{Duration, Instant};
+
+    /// A listener that takes the connections back right after each short read lets a renewal
+    /// waiting for them go first: ten renewals a tenth of a second apart each get them within a
+    /// listener's read or two, where an unfair mutex would hand them back to the listener.
+    #[test]
+    fn a_listener_lets_a_waiting_renewal_go_first() {
+        let connections = Arc::new(Connections::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let listener = {
+            let (connections, stop) = (connections.clone(), stop.clone());
+            thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let _reading = connections.after_others();
+                    thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        // A busy machine: a thread just woken waits for a core while the listener runs on.
+        let spinners: Vec<_> = (0..8)
+            .map(|_| {
+                let stop = stop.clone();
+                thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        let mut longest = Duration::ZERO;
+        for _ in 0..10 {
+            thread::sleep(Duration::from_millis(100));
+            let asked = Instant::now();
+            drop(connections.lock());
+            longest = longest.max(asked.elapsed());
+        }
+        stop.store(true, Ordering::SeqCst);
+        listener.join().unwrap();
+        for spinner in spinners {
+            spinner.join().unwrap();
+        }
+        assert!(
+            longest < Duration::from_millis(500),
+            "a renewal waited {longest:?} for the connections"
+        );
     }
 }

@@ -146,7 +146,7 @@ impl RedisBackend {
             if waiting.is_cancelled() || now >= until {
                 return;
             }
-            let mut servers = self.servers();
+            let mut servers = self.servers_after_others();
             // A grant, or the lock's slot moved (then listen where it is now): look again.
             if servers.iter().any(|server| server.heard(base).is_some()) {
                 return;
