@@ -197,16 +197,23 @@ pub fn assert_only_loud_waiters_read_holders(
 }
 
 /// Polls `cond`, paced by `look_again_after`, until it holds or `limit` passes; panics with `what`.
-pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, limit: Duration, cond: impl FnMut() -> bool) {
+    if !holds_within(limit, cond) {
+        panic!("timed out after {limit:?} waiting for {what}");
+    }
+}
+
+/// Polls `cond`, paced by `look_again_after`, until it holds (true) or `limit` passes (false).
+pub fn holds_within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + limit;
     while Instant::now() < end {
         let asked = Instant::now();
         if cond() {
-            return;
+            return true;
         }
         std::thread::sleep(look_again_after(asked.elapsed()));
     }
-    panic!("timed out after {limit:?} waiting for {what}");
+    false
 }
 
 /// The pause between two looks of a wait, given how long the last look took: 5 ms after a

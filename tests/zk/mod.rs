@@ -375,16 +375,24 @@ fn server_stopped_past_the_session_timeout_terminates_the_child_with_79() {
 fn server_restarted_within_the_session_timeout_keeps_the_lock() {
     let mut server = ZkServer::start();
     let dir = LockDir::new();
-    let mut holder = start_holder(&server, &dir, &["--ttl", "10s"], "survivor", "h");
+    // A lease of 20 s: a ZooKeeper server's JVM, restarted beside the suite's other JVMs on two
+    // cores, takes up to 10 s to serve again, and the session must outlast that.
+    let mut holder = start_holder(&server, &dir, &["--ttl", "20s"], "survivor", "h");
     let err = Stderr::of(&mut holder);
+    let down = Instant::now();
     server.restart();
+    let restart_took = down.elapsed();
     // The session and its nodes were restored from the data directory, and dlock reconnected to
     // them (it watches both nodes of its pair).
-    wait_until("dlock to reconnect its session", T, || {
-        server
-            .four_letter("wchs")
-            .contains("1 connections watching 2 paths")
-    });
+    let watching = "1 connections watching 2 paths";
+    let reconnected = holds_within(T, || server.four_letter("wchs").contains(watching));
+    assert!(
+        reconnected,
+        "dlock did not watch its pair again within {T:?} of the restart (which took \
+         {restart_took:?}): the server says {:?}; dlock said: {}",
+        server.four_letter("wchs"),
+        err.text()
+    );
     assert_eq!(lock_nodes(&server, "survivor").len(), 1);
     let_go(&dir, "h");
     let status = wait_exit(&mut holder, T);
