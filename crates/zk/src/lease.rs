@@ -276,7 +276,11 @@ impl Lease for ZkLease {
     /// node was gone; and the delete alone, for when the record was not ours.
     fn release(mut self: Box<Self>, end: &RunEnd) -> error::Result<Released> {
         let watchers: Vec<_> = self.watchers.drain(..).collect();
-        if let Some(why) = lock(&self.health).lost.clone() {
+        // Read before the `if let`, whose scrutinee's guard would live through its body: the
+        // session's watcher task, on the runtime's one worker, waits for `health` to note a
+        // change, and `record_lost` waits on that worker (the session's requests, the timer).
+        let lost = lock(&self.health).lost.clone();
+        if let Some(why) = lost {
             // Already gone, or going with a session that is over: nothing to wait for.
             for w in watchers {
                 w.abort();
