@@ -79,7 +79,7 @@ fn wait_for_queue(server: &ZkServer, length: usize) {
 
 #[test]
 fn curator_mutex_and_dlock_exclude_each_other_both_ways() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let classpath = compile_curator_program(dir.path());
 
@@ -165,7 +165,7 @@ fn pair_of(server: &ZkServer, name: &str) -> (String, String) {
 
 #[test]
 fn an_exclusive_holders_two_nodes_are_one_holder_and_release_force_removes_both() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let mut holder = start_holder(&server, &dir, &[], "pair", "h");
     let (lock, writ) = pair_of(&server, "pair");
@@ -231,7 +231,7 @@ fn an_exclusive_holders_two_nodes_are_one_holder_and_release_force_removes_both(
 
 #[test]
 fn a_killed_exclusive_holder_leaves_neither_node_once_its_session_expires() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let mut holder = start_holder(&server, &dir, &["--ttl", "2s"], "killed", "h");
     pair_of(&server, "killed");
@@ -261,7 +261,7 @@ fn a_killed_exclusive_holder_leaves_neither_node_once_its_session_expires() {
 /// lost, as when its `lock-` node goes.
 #[test]
 fn a_holder_whose_either_node_is_deleted_loses_the_lock() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     for which in [0, 1] {
         let tag = format!("h{which}");
@@ -282,7 +282,7 @@ fn a_holder_whose_either_node_is_deleted_loses_the_lock() {
 
 #[test]
 fn a_seat_is_two_nodes_one_holder_and_release_force_removes_both() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let mut holder = start_holder(&server, &dir, &["--limit", "2"], "seat", "h");
     let nodes = server.children("/dlock/seat").unwrap();

@@ -197,7 +197,7 @@ fn share(server: &ZkServer, name: &str, first: Side, second: Side) {
 
 #[test]
 fn kazoo_lock_and_write_lock_exclude_every_dlock_mode_both_ways() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     for recipe in ["lock", "write"] {
         let kazoo = Side::Kazoo(recipe, KAZOO_EXCLUSIVE);
         for flags in [&[][..], &["--shared"], &["--limit", "2"]] {
@@ -210,7 +210,7 @@ fn kazoo_lock_and_write_lock_exclude_every_dlock_mode_both_ways() {
 
 #[test]
 fn kazoo_read_lock_excludes_dlock_exclusive_both_ways_and_shares_with_shared() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let reader = Side::Kazoo("read", KAZOO_READ);
     excludes(&server, "kr", reader, Side::Dlock(&[]));
     excludes(&server, "kr", Side::Dlock(&[]), reader);
@@ -221,7 +221,7 @@ fn kazoo_read_lock_excludes_dlock_exclusive_both_ways_and_shares_with_shared() {
 
 #[test]
 fn curator_write_lock_excludes_every_dlock_mode_and_its_mutex_exclusive_both_ways() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     for recipe in ["write", "mutex"] {
         let curator = Side::Curator(recipe);
         let modes: &[&[&str]] = match recipe {
@@ -245,7 +245,7 @@ fn curator_write_lock_excludes_every_dlock_mode_and_its_mutex_exclusive_both_way
 
 #[test]
 fn curator_read_lock_excludes_dlock_exclusive_both_ways_and_shares_with_shared_and_limit() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let reader = Side::Curator("read");
     excludes(&server, "cr", reader, Side::Dlock(&[]));
     excludes(&server, "cr", Side::Dlock(&[]), reader);
@@ -257,7 +257,7 @@ fn curator_read_lock_excludes_dlock_exclusive_both_ways_and_shares_with_shared_a
 
 #[test]
 fn a_waiter_behind_a_min_hold_kept_node_is_shown_as_a_waiter() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let out = output(server.dlock(&["run", "--min-hold", "60s", "mh", "--", "true"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let mut waiter = server
@@ -280,7 +280,7 @@ fn a_waiter_behind_a_min_hold_kept_node_is_shown_as_a_waiter() {
 
 #[test]
 fn a_kazoo_semaphore_lease_ending_in_ten_digits_is_no_exclusive_holder() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let (held, release) = (dir.file("lease.held"), dir.file("lease.release"));
     let mut lease = kazoo(&server, "sem", "lease", "", "wait", &held, &release)
@@ -302,7 +302,7 @@ fn a_kazoo_semaphore_lease_ending_in_ten_digits_is_no_exclusive_holder() {
 
 #[test]
 fn status_lets_a_curator_waiter_past_an_expired_kept_node() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let classpath = compile_curator_program(dir.path());
     for recipe in ["mutex", "write"] {
@@ -334,7 +334,7 @@ fn status_lets_a_curator_waiter_past_an_expired_kept_node() {
 /// looks at the lock: nothing else deletes it.
 #[test]
 fn a_kazoo_waiter_behind_an_expired_kept_node_gets_in_when_a_dlock_looks() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let out = output(server.dlock(&["run", "--min-hold", "1s", "kk", "--", "true"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -368,7 +368,7 @@ fn a_kazoo_waiter_behind_an_expired_kept_node_gets_in_when_a_dlock_looks() {
 
 #[test]
 fn a_min_hold_keeps_curators_read_write_lock_out_too_until_release_force() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let out = output(server.dlock(&["run", "--min-hold", "60s", "mk", "--", "true"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));

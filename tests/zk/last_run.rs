@@ -114,7 +114,7 @@ fn run_noting(
 
 #[test]
 fn runs_are_recorded_as_their_commands_ended_with_the_ensembles_time() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let before = now_ms();
     let flags = ["--message", "nightly job"];
@@ -159,7 +159,7 @@ fn runs_are_recorded_as_their_commands_ended_with_the_ensembles_time() {
 
 #[test]
 fn a_lost_lock_and_a_forced_one_are_recorded_so_and_forced_stays_forced() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     // Lost: its node deleted by another client (not dlock, which would say forced).
     let mut holder = start_holder(&server, &dir, &[], "lost", "l");
@@ -192,7 +192,7 @@ fn a_lost_lock_and_a_forced_one_are_recorded_so_and_forced_stays_forced() {
 
 #[test]
 fn a_holder_killed_with_sigkill_leaves_its_run_never_ended_until_the_next() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let mut holder = start_holder(&server, &dir, &["--ttl", "2s"], "killed", "k");
     let token = token_of(&dir, "k");
@@ -211,7 +211,7 @@ fn a_holder_killed_with_sigkill_leaves_its_run_never_ended_until_the_next() {
 
 #[test]
 fn an_earlier_shared_holders_release_leaves_the_later_run_alone() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let mut a = start_holder(&server, &dir, &["--shared"], "readers", "a");
     let mut b = start_holder(&server, &dir, &["--shared"], "readers", "b");
@@ -234,7 +234,7 @@ fn an_earlier_shared_holders_release_leaves_the_later_run_alone() {
 
 #[test]
 fn garbage_or_a_walled_node_in_a_records_place_never_stops_a_run() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     server.create_with_parents("/dlock/.last-run/junk", b"\x1b[2Jrun1 x y");
     server.create_with_parents("/dlock/.last-success/junk", b"\xff\xfe");
     let out = output(server.dlock(&["run", "junk", "--", "true"]));
@@ -261,7 +261,7 @@ fn garbage_or_a_walled_node_in_a_records_place_never_stops_a_run() {
 
 #[test]
 fn a_min_hold_gives_the_lock_up_at_once_when_no_command_ran() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let mut holder = start_holder(&server, &dir, &[], "second", "h");
     // The first name is taken, the second is busy: the first is given back before any command,

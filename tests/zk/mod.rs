@@ -37,6 +37,7 @@ mod semaphores;
 
 use crate::support::relay::Relay;
 use crate::zk::server::ZkServer;
+use crate::zk::store::on_the_suites_server;
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
@@ -147,7 +148,7 @@ fn lock_nodes(server: &ZkServer, dir_node: &str) -> Vec<String> {
 #[cfg(feature = "zk")]
 #[test]
 fn a_run_leaves_no_node_behind_and_the_empty_lock_directory_goes() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let out = output(server.dlock(&["run", "env-test", "--", "true"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     // The holder's node is gone at once, and the server removes the emptied lock directory.
@@ -164,7 +165,7 @@ fn a_run_leaves_no_node_behind_and_the_empty_lock_directory_goes() {
 #[cfg(feature = "zk")]
 #[test]
 fn refused_runs_leave_no_node_and_status_shows_the_lock_directory() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let mut holder = start_holder(&server, &dir, &[], "busy", "h");
     let out = output(server.dlock(&["run", "-n", "busy", "--", "true"]));
@@ -181,7 +182,7 @@ fn refused_runs_leave_no_node_and_status_shows_the_lock_directory() {
 #[cfg(feature = "zk")]
 #[test]
 fn shared_holders_run_together_and_exclude_an_exclusive_one() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let mut r1 = start_holder(&server, &dir, &["--shared"], "rw", "r1");
     let mut r2 = start_holder(&server, &dir, &["--shared"], "rw", "r2");
@@ -262,7 +263,7 @@ fn each_release_wakes_only_the_next_waiter() {
 #[cfg(feature = "zk")]
 #[test]
 fn waiters_that_give_up_leave_no_node_behind() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let mut holder = start_holder(&server, &dir, &[], "giveup", "h");
     // Wait expired.
@@ -297,7 +298,7 @@ fn waiters_that_give_up_leave_no_node_behind() {
 #[cfg(feature = "zk")]
 #[test]
 fn names_with_slashes_and_dots_map_to_one_escaped_node_each() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     for (name, node) in [
         ("../etc/x", "%2E.%2Fetc%2Fx"),
         ("a/b", "a%2Fb"),

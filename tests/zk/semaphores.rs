@@ -60,7 +60,7 @@ fn run_now(server: &ZkServer, flags: &[&str], name: &str) -> std::process::Outpu
 
 #[test]
 fn semaphore_leases_are_shown_as_foreign_holders_and_keep_no_dlock_mode_out() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     for semaphore in [Semaphore::Curator, Semaphore::Kazoo] {
         let name = format!("{semaphore:?}").to_lowercase();
@@ -97,7 +97,7 @@ fn semaphore_leases_are_shown_as_foreign_holders_and_keep_no_dlock_mode_out() {
 
 #[test]
 fn a_curator_semaphore_gets_a_lease_beside_every_dlock_mode() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     for (i, flags) in DLOCK_MODES.into_iter().enumerate() {
         let tag = format!("d{i}");
@@ -120,7 +120,7 @@ fn a_curator_semaphore_gets_a_lease_beside_every_dlock_mode() {
 /// is shown as waiting for NAME, not as a lock of its own.
 #[test]
 fn a_dlock_holder_keeps_a_one_lease_kazoo_semaphore_out_and_its_waiter_is_shown_waiting() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     for (i, flags) in DLOCK_MODES.into_iter().enumerate() {
         let tag = format!("d{i}");
@@ -167,7 +167,7 @@ fn a_dlock_holder_keeps_a_one_lease_kazoo_semaphore_out_and_its_waiter_is_shown_
 /// shows both as holders and nobody waiting.
 #[test]
 fn a_curator_mutex_holding_beside_a_shared_holder_is_shown_as_a_holder() {
-    let server = ZkServer::start();
+    let server = on_the_suites_server();
     let dir = LockDir::new();
     let mut reader = start_holder(&server, &dir, &["--shared"], "cm", "r");
     let (held, release) = (dir.file("c.held"), dir.file("c.release"));

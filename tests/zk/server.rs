@@ -1,6 +1,8 @@
 //! A private ZooKeeper server for one test: standalone `ZooKeeperServerMain` from the Debian package
 //! on a free loopback port with its own data directory, a short tick so sessions can expire within
 //! a test, and the four-letter words enabled to ask it whether it serves. Dropping it kills it.
+//! A test that neither stops nor asks the server itself takes a node of the suite's server
+//! instead (`under`): a JVM's start costs more CPU than most such tests.
 //!
 //! Also a raw client (the same Rust crate dlock uses) for looking at the nodes dlock leaves behind
 //! and for acting as another ZooKeeper identity.
@@ -35,6 +37,9 @@ pub struct ZkServer {
     max_session_ms: u64,
     /// How many connections one host may have open at once (maxClientCnxns; 0: any number).
     max_client_cnxns: u32,
+    /// The node every path of this handle is under (`""`: the root). A handle made by `under` on
+    /// another server's port shares that server and starts nothing.
+    chroot: String,
 }
 
 /// Tests want a server up fast: the quick compiler only, a small heap.
@@ -92,6 +97,7 @@ impl ZkServer {
                 peer: None,
                 max_session_ms,
                 max_client_cnxns,
+                chroot: String::new(),
             };
             server.write_config();
             if server.launch() {
@@ -101,21 +107,44 @@ impl ZkServer {
         panic!("ZooKeeper could not start on any of 5 free ports");
     }
 
+    /// A handle on this server's node `chroot` (created here, with its parents): dlock, the
+    /// raw client and the peers given its `url` or `hosts` see only what is under it. For a test
+    /// that neither stops nor asks the server itself (`pid`, `four_letter`): on the suite's
+    /// server it saves a JVM's start.
+    pub fn under(&self, chroot: &str) -> ZkServer {
+        create_with_parents(&self.hosts(), chroot, &[]);
+        ZkServer {
+            port: self.port,
+            dir: tempfile::tempdir().expect("temp dir for a ZooKeeper handle"),
+            process: None,
+            jvm_flags: self.jvm_flags,
+            peer: None,
+            max_session_ms: self.max_session_ms,
+            max_client_cnxns: self.max_client_cnxns,
+            chroot: format!("{}{chroot}", self.chroot),
+        }
+    }
+
     pub fn url(&self) -> String {
-        format!("zk://127.0.0.1:{}", self.port)
+        format!("zk://127.0.0.1:{}{}", self.port, self.chroot)
     }
 
     /// `zk://user:password@127.0.0.1:PORT`
     pub fn url_as(&self, user: &str, password: &str) -> String {
-        format!("zk://{user}:{password}@127.0.0.1:{}", self.port)
+        format!(
+            "zk://{user}:{password}@127.0.0.1:{}{}",
+            self.port, self.chroot
+        )
     }
 
     pub fn port(&self) -> u16 {
         self.port
     }
 
+    /// `127.0.0.1:PORT`, and the chroot of a handle made by `under`: a connect string for
+    /// ZooKeeper's clients (the raw client, Curator, kazoo).
     pub fn hosts(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}{}", self.port, self.chroot)
     }
 
     pub fn pid(&self) -> u32 {
@@ -456,6 +485,7 @@ impl ZkEnsemble {
                     peer: Some((i + 1, members.clone())),
                     max_session_ms: 60_000,
                     max_client_cnxns: 0,
+                    chroot: String::new(),
                 };
                 server.write_config();
                 servers.push(server);

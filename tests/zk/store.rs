@@ -61,16 +61,26 @@ fn forge(t: &Target, _record: &str, json: &str) -> Forged {
 
 static ZK: OnceLock<Lasting<ZkServer>> = OnceLock::new();
 
+/// The suite's ZooKeeper server, started by the first test that needs it.
+fn suite_server() -> &'static ZkServer {
+    &ZK.get_or_init(|| {
+        let server = ZkServer::start();
+        let reapers = vec![reaper(server.pid(), server.dir(), libc::SIGKILL)];
+        Lasting { server, reapers }
+    })
+    .server
+}
+
+/// A handle on a node of its own on the suite's server (`ZkServer::under`), for a test that
+/// neither stops nor asks the server itself.
+pub fn on_the_suites_server() -> ZkServer {
+    suite_server().under(&format!("/tests/{}", next_namespace()))
+}
+
 impl Target {
     /// The ZooKeeper backend on the suite's server, under a chroot of its own.
     pub fn suite_zk() -> Target {
-        let server = &ZK
-            .get_or_init(|| {
-                let server = ZkServer::start();
-                let reapers = vec![reaper(server.pid(), server.dir(), libc::SIGKILL)];
-                Lasting { server, reapers }
-            })
-            .server;
+        let server = suite_server();
         Target {
             args: backend_at(
                 "zk",
