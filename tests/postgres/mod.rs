@@ -119,25 +119,31 @@ impl Pg {
 }
 
 /// A child's stderr, collected on a thread.
-pub(crate) struct Stderr(Arc<Mutex<String>>);
+pub(crate) struct Stderr {
+    text: Arc<Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
 
 impl Stderr {
     fn of(child: &mut Child) -> Stderr {
         let pipe = child.stderr.take().expect("stderr piped");
         let text = Arc::new(Mutex::new(String::new()));
         let sink = text.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                 let mut t = sink.lock().unwrap();
                 t.push_str(&line);
                 t.push('\n');
             }
         });
-        Stderr(text)
+        Stderr { text, reader }
     }
 
+    /// What the child wrote, all of it once its stderr has closed: read after its exit, the
+    /// last lines may still be on their way (5 s at most, for a failure's message while it runs).
     pub(crate) fn text(&self) -> String {
-        self.0.lock().unwrap().clone()
+        holds_within(Duration::from_secs(5), || self.reader.is_finished());
+        self.text.lock().unwrap().clone()
     }
 }
 

@@ -93,6 +93,7 @@ fn token_of(dir: &LockDir, tag: &str) -> u64 {
 /// Collects a child's stderr on a thread so a test can wait for a line without blocking on it.
 struct Stderr {
     text: Arc<Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
 }
 
 impl Stderr {
@@ -100,14 +101,14 @@ impl Stderr {
         let pipe = child.stderr.take().expect("stderr piped");
         let text = Arc::new(Mutex::new(String::new()));
         let sink = text.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                 let mut t = sink.lock().unwrap();
                 t.push_str(&line);
                 t.push('\n');
             }
         });
-        Stderr { text }
+        Stderr { text, reader }
     }
 
     fn wait_for(&self, needle: &str) {
@@ -116,7 +117,10 @@ impl Stderr {
         });
     }
 
+    /// What the child wrote, all of it once its stderr has closed: read after its exit, the
+    /// last lines may still be on their way (5 s at most, for a failure's message while it runs).
     fn text(&self) -> String {
+        holds_within(Duration::from_secs(5), || self.reader.is_finished());
         self.text.lock().unwrap().clone()
     }
 }
