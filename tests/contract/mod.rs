@@ -45,6 +45,7 @@ use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::support::gate::Gate;
 use crate::support::target::Target;
 use crate::support::*;
 
@@ -367,26 +368,25 @@ static HOLDERS: AtomicUsize = AtomicUsize::new(0);
 pub struct Holding {
     pub dlock: Child,
     marker: PathBuf,
-    go: PathBuf,
+    go: Gate,
     err: PathBuf,
 }
 
 impl Holding {
     /// `dlock run RUN -- <hold>`, `RUN` being the options and names; returns once the command
-    /// runs. The command waits for `finish` (or the holder's drop), ten minutes at most: a long
-    /// scenario on a loaded machine must not find its holder gone.
+    /// runs. The command waits at a gate for `let_go` (or the holder's drop), ten minutes at
+    /// most: a long scenario on a loaded machine must not find its holder gone.
     pub fn start(t: &Target, run: &[&str]) -> Holding {
         let n = HOLDERS.fetch_add(1, Ordering::SeqCst);
         let (marker, go, err) = (
             t.scratch.file(&format!("holder{n}.in")),
-            t.scratch.file(&format!("holder{n}.go")),
+            Gate::at(t.scratch.file(&format!("holder{n}.go"))),
             t.scratch.file(&format!("holder{n}.err")),
         );
         let script = format!(
-            "echo \"$$ $DLOCK_TOKEN\" > '{m}.tmp'; mv '{m}.tmp' '{m}'; i=0; \
-             while [ ! -e '{go}' ] && [ $i -lt 12000 ]; do sleep 0.05; i=$((i+1)); done",
+            "echo \"$$ $DLOCK_TOKEN\" > '{m}.tmp'; mv '{m}.tmp' '{m}'; {wait}",
             m = marker.display(),
-            go = go.display()
+            wait = go.wait_in_shell()
         );
         let mut args = vec!["run"];
         args.extend_from_slice(run);
@@ -431,7 +431,7 @@ impl Holding {
 
     /// Lets the command end and waits for dlock.
     pub fn let_go(mut self) -> ExitStatus {
-        std::fs::write(&self.go, "").expect("write the go file");
+        self.go.open(&mut self.dlock);
         wait_exit(&mut self.dlock, T)
     }
 

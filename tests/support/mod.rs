@@ -8,6 +8,7 @@
 pub mod build;
 pub mod caps;
 pub mod figures;
+pub mod gate;
 pub mod idle;
 pub mod ports;
 pub mod programs;
