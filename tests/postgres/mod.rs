@@ -8,9 +8,7 @@
 // Its tests are built with the postgres feature only; without it, what they share goes unused.
 #![cfg_attr(not(feature = "postgres"), allow(dead_code, unused_imports))]
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // What the rest of the suite uses of this store, in every build.
@@ -30,6 +28,7 @@ mod pooler;
 mod tls;
 
 use crate::postgres::server::{PgServer, PASSWORD};
+use crate::support::stderr::Stderr;
 use crate::support::sql_server::Pausable;
 use crate::support::*;
 
@@ -115,35 +114,6 @@ impl Pg {
     fn status_json(&self, name: &str) -> serde_json::Value {
         let out = output(self.dlock(&["status", "--json", name]));
         serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
-    }
-}
-
-/// A child's stderr, collected on a thread.
-pub(crate) struct Stderr {
-    text: Arc<Mutex<String>>,
-    reader: std::thread::JoinHandle<()>,
-}
-
-impl Stderr {
-    fn of(child: &mut Child) -> Stderr {
-        let pipe = child.stderr.take().expect("stderr piped");
-        let text = Arc::new(Mutex::new(String::new()));
-        let sink = text.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let mut t = sink.lock().unwrap();
-                t.push_str(&line);
-                t.push('\n');
-            }
-        });
-        Stderr { text, reader }
-    }
-
-    /// What the child wrote, all of it once its stderr has closed: read after its exit, the
-    /// last lines may still be on their way (5 s at most, for a failure's message while it runs).
-    pub(crate) fn text(&self) -> String {
-        holds_within(Duration::from_secs(5), || self.reader.is_finished());
-        self.text.lock().unwrap().clone()
     }
 }
 

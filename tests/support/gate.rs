@@ -43,7 +43,8 @@ impl Gate {
     /// has ended, as its command then waits no more; panics past a minute.
     pub fn open(&self, waiter: &mut Child) {
         let end = Instant::now() + Duration::from_secs(60);
-        loop {
+        // Once `waiter` has ended, its command waits at the gate no more.
+        while matches!(waiter.try_wait(), Ok(None)) {
             // Without blocking: with nobody reading yet (the command between its last words and
             // its read, or gone), ENXIO.
             match std::fs::OpenOptions::new()
@@ -51,13 +52,10 @@ impl Gate {
                 .custom_flags(libc::O_NONBLOCK)
                 .open(&self.path)
             {
-                Ok(_) => return,
+                Ok(_) => break,
                 Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => panic!("cannot open the gate {}: {e}", self.path.display()),
-            }
-            if !matches!(waiter.try_wait(), Ok(None)) {
-                return;
             }
             assert!(
                 Instant::now() < end,

@@ -16,6 +16,7 @@ pub mod reaper;
 pub mod relay;
 pub mod run_records;
 pub mod sql_server;
+pub mod stderr;
 pub mod store;
 pub mod suite_servers;
 pub mod target;

@@ -14,10 +14,8 @@
 // Its tests are built with the zk feature only; without it, what they share goes unused.
 #![cfg_attr(not(feature = "zk"), allow(dead_code, unused_imports))]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // What the rest of the suite uses of this store, in every build.
@@ -36,6 +34,7 @@ mod last_run;
 mod semaphores;
 
 use crate::support::relay::Relay;
+use crate::support::stderr::Stderr;
 use crate::zk::server::ZkServer;
 use crate::zk::store::on_the_suites_server;
 use crate::support::*;
@@ -88,41 +87,6 @@ fn let_go(dir: &LockDir, tag: &str) {
 
 fn token_of(dir: &LockDir, tag: &str) -> u64 {
     read_pid(&dir.file(&format!("{tag}.in"))) as u64
-}
-
-/// Collects a child's stderr on a thread so a test can wait for a line without blocking on it.
-struct Stderr {
-    text: Arc<Mutex<String>>,
-    reader: std::thread::JoinHandle<()>,
-}
-
-impl Stderr {
-    fn of(child: &mut Child) -> Stderr {
-        let pipe = child.stderr.take().expect("stderr piped");
-        let text = Arc::new(Mutex::new(String::new()));
-        let sink = text.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let mut t = sink.lock().unwrap();
-                t.push_str(&line);
-                t.push('\n');
-            }
-        });
-        Stderr { text, reader }
-    }
-
-    fn wait_for(&self, needle: &str) {
-        wait_until(&format!("stderr to say {needle:?}"), T, || {
-            self.text.lock().unwrap().contains(needle)
-        });
-    }
-
-    /// What the child wrote, all of it once its stderr has closed: read after its exit, the
-    /// last lines may still be on their way (5 s at most, for a failure's message while it runs).
-    fn text(&self) -> String {
-        holds_within(Duration::from_secs(5), || self.reader.is_finished());
-        self.text.lock().unwrap().clone()
-    }
 }
 
 fn status_json(server: &ZkServer, name: &str) -> serde_json::Value {
