@@ -245,12 +245,20 @@ fn proc_locks_flock_holders(file: &File) -> io::Result<Vec<(u32, bool)>> {
         Ok(t) => t,
         Err(_) => return Ok(vec![]),
     };
-    Ok(table
+    Ok(flock_holders_in(&table, &id))
+}
+
+/// The flock(2) holders of the file `id` (`MAJOR:MINOR:INODE`) in a /proc/locks table, each
+/// once. The kernel hands the table out a page per read and lets go of it between reads, so on a
+/// busy host a lock taken or dropped meanwhile shifts the rest: a line can come twice (or not
+/// at all). A pid that holds the file twice, through two opens, is shown once.
+fn flock_holders_in(table: &str, id: &str) -> Vec<(u32, bool)> {
+    let mut holders: Vec<(u32, bool)> = table
         .lines()
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
             // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters have "->" after the number.
-            if fields.get(1) != Some(&"FLOCK") || fields.get(5) != Some(&id.as_str()) {
+            if fields.get(1) != Some(&"FLOCK") || fields.get(5) != Some(&id) {
                 return None;
             }
             let shared = match *fields.get(3)? {
@@ -260,12 +268,30 @@ fn proc_locks_flock_holders(file: &File) -> io::Result<Vec<(u32, bool)>> {
             };
             Some((fields.get(4)?.parse().ok()?, shared))
         })
-        .collect())
+        .collect();
+    holders.sort_unstable();
+    holders.dedup();
+    holders
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flock_holder_listed_twice_in_proc_locks_is_one_holder() {
+        // Read a page at a time while other locks come and go, the table repeated a line.
+        let table = "1: FLOCK  ADVISORY  READ 21423 08:01:77 0 EOF\n\
+                     2: FLOCK  ADVISORY  WRITE 500 08:01:99 0 EOF\n\
+                     3: -> FLOCK  ADVISORY  WRITE 600 08:01:77 0 EOF\n\
+                     4: POSIX  ADVISORY  READ 700 08:01:77 0 EOF\n\
+                     5: FLOCK  ADVISORY  READ 21423 08:01:77 0 EOF\n\
+                     6: FLOCK  ADVISORY  READ 800 08:01:77 0 EOF\n";
+        assert_eq!(
+            flock_holders_in(table, "08:01:77"),
+            [(800, true), (21423, true)]
+        );
+    }
 
     #[test]
     fn records_round_trip() {
