@@ -332,7 +332,9 @@ pub fn a_callers_wrong_clock_does_shorten_it_on_the_file_backend(t: &Target) {
 /// min-hold has run out when the holder releases, and at once for a checker and a waiter. The
 /// store's clock alone judges, so none of them shortens it (nor deletes what keeps it for
 /// everyone). Server backends only, as above. (Not faster: the caller's own timeouts shrink as
-/// much, and a loaded machine answers an etcd call in more than a twentieth of its 5 s.)
+/// much, and a loaded machine answers an etcd call in more than a twentieth of its 5 s. Its
+/// connect timeout is 25 s, 5 s of real time: at 1 s, the suite's OpenSearch node, busy while
+/// another node started, once took longer.)
 pub fn a_callers_fast_clock_cannot_shorten_it(t: &Target) {
     assert!(
         crate::support::build::is_dynamic(std::path::Path::new(&dlock_bin())),
@@ -343,6 +345,7 @@ pub fn a_callers_fast_clock_cannot_shorten_it(t: &Target) {
     let fast = |args: &[&str]| {
         let mut cmd = with_clock("+0 x5");
         cmd.args(&t.args)
+            .args(["--connect-timeout", "25s"])
             .args(args)
             .env_remove("FAKETIME_DONT_FAKE_MONOTONIC");
         output(cmd)
@@ -409,7 +412,9 @@ pub fn limit_holders_keep_their_seats_and_shared_ones_still_join(t: &Target) {
 
 pub fn a_command_longer_than_the_min_hold_keeps_the_lock_to_its_end_then_frees_it(t: &Target) {
     let started = Instant::now();
-    let holder = super::Holding::start(t, &["--min-hold", "1", "--ttl", "1s", "mh/i"]);
+    // A lease of 2 s: the suite's OpenSearch node, busy while another node started, once let a
+    // 1 s one run out before the check.
+    let holder = super::Holding::start(t, &["--min-hold", "1", "--ttl", "2s", "mh/i"]);
     // Past the min-hold (and any store's rounding of it up to whole seconds): only the running
     // command holds the lock now. A fixed wait, as the time passing is the scenario's point.
     std::thread::sleep(
