@@ -47,22 +47,25 @@ impl Gate {
         while matches!(waiter.try_wait(), Ok(None)) {
             // Without blocking: with nobody reading yet (the command between its last words and
             // its read, or gone), ENXIO.
-            match std::fs::OpenOptions::new()
+            let opened = std::fs::OpenOptions::new()
                 .write(true)
                 .custom_flags(libc::O_NONBLOCK)
-                .open(&self.path)
-            {
+                .open(&self.path);
+            let not_yet = |e: &std::io::Error| {
+                e.raw_os_error() == Some(libc::ENXIO) || e.kind() == ErrorKind::Interrupted
+            };
+            match opened {
                 Ok(_) => break,
-                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if not_yet(&e) => {
+                    assert!(
+                        Instant::now() < end,
+                        "nobody waited at the gate {} for a minute",
+                        self.path.display()
+                    );
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 Err(e) => panic!("cannot open the gate {}: {e}", self.path.display()),
             }
-            assert!(
-                Instant::now() < end,
-                "nobody waited at the gate {} for a minute",
-                self.path.display()
-            );
-            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }
